@@ -1,0 +1,448 @@
+package admit
+
+import (
+	"fmt"
+	"time"
+)
+
+// HTTP statuses of refusals (net/http is not imported: this package stays free of sockets).
+const (
+	statusBadRequest         = 400
+	statusUnauthorized       = 401
+	statusNotFound           = 404
+	statusTooManyRequests    = 429
+	statusServiceUnavailable = 503
+)
+
+// Admitter runs the admission layers. It owns the node's API keys, waiting room and output
+// length estimator; it is safe for concurrent use.
+type Admitter struct {
+	cfg  Config
+	keys *Keys
+	room *WaitingRoom
+	est  *estimator
+}
+
+// New validates cfg and builds an Admitter with no keys (open access) and an empty room.
+func New(cfg Config) (*Admitter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	room, err := NewWaitingRoom(cfg.Queue)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := NewKeys(nil, cfg.Keys.RateTokens, cfg.Keys.BurstTokens)
+	if err != nil {
+		return nil, err
+	}
+	return &Admitter{cfg: cfg, keys: keys, room: room, est: newEstimator(cfg.Budget)}, nil
+}
+
+// Keys returns the key set; the node calls Keys().Replace when the key file changes.
+func (a *Admitter) Keys() *Keys { return a.keys }
+
+// Room returns the waiting room the queue layers consult.
+func (a *Admitter) Room() *WaitingRoom { return a.room }
+
+// Observe feeds a finished request's completion length to the output-length estimator.
+func (a *Admitter) Observe(model, tenant string, completionTokens int) {
+	a.est.observe(model, tenant, completionTokens)
+}
+
+func refuse(status int, layer, code, param, format string, args ...any) Decision {
+	return Decision{Action: Refuse, Status: status, Layer: layer, Code: code, Param: param,
+		Message: fmt.Sprintf(format, args...), Option: -1}
+}
+
+func (a *Admitter) model(name string) (ModelConfig, bool) {
+	if a.cfg.ModelInfo != nil {
+		ctx, ok := a.cfg.ModelInfo(name)
+		if !ok {
+			return ModelConfig{}, false
+		}
+		m := a.cfg.Models[name]
+		m.ContextTokens = ctx
+		return m, true
+	}
+	m, ok := a.cfg.Models[name]
+	return m, ok
+}
+
+// Validate is layer 1: parameter bounds and a model the mesh serves. It is pure and cheap.
+func (a *Admitter) Validate(req Request) Decision {
+	v := a.cfg.Validation
+	bad := func(param, format string, args ...any) Decision {
+		return refuse(statusBadRequest, LayerValidation, CodeInvalidParameter, param, format, args...)
+	}
+	switch {
+	case req.PromptTokens < 0:
+		return bad("prompt", "prompt token count is negative")
+	case req.N != nil && (*req.N < 1 || *req.N > v.MaxN):
+		if v.MaxN == 1 {
+			return bad("n", "n must be 1")
+		}
+		return bad("n", "n must be between 1 and %d", v.MaxN)
+	case req.StopCount < 0 || req.StopCount > v.MaxStop:
+		return bad("stop", "at most %d stop sequences are allowed", v.MaxStop)
+	case req.MaxTokens != nil && *req.MaxTokens < 1:
+		return bad("max_tokens", "max_tokens must be at least 1")
+	case req.Temperature != nil && !(*req.Temperature >= 0 && *req.Temperature <= 2):
+		return bad("temperature", "temperature must be between 0 and 2")
+	case req.TopP != nil && !(*req.TopP >= 0 && *req.TopP <= 1):
+		return bad("top_p", "top_p must be between 0 and 1")
+	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > v.MaxLogprobs):
+		return bad("logprobs", "logprobs must be between 0 and %d", v.MaxLogprobs)
+	case req.Priority < -maxPriorityValue || req.Priority > maxPriorityValue:
+		return bad("priority", "priority must be between -%d and %d", maxPriorityValue, maxPriorityValue)
+	case req.TTFTSLO < 0 || req.TPOTSLO < 0 || req.QueueTTL < 0:
+		return bad("slo", "durations must not be negative")
+	}
+	if _, ok := a.model(req.Model); !ok {
+		return refuse(statusNotFound, LayerValidation, CodeModelNotFound, "model",
+			"model %q is not served by this mesh", clip(req.Model))
+	}
+	return Decision{Action: Accept, Layer: LayerValidation, Code: CodeAccepted, Option: -1}
+}
+
+// limits returns the default and maximum max_tokens for req: tenant, then model, then Budget.
+func (a *Admitter) limits(m ModelConfig, tenant string) (def, maxMT int) {
+	def, maxMT = a.cfg.Budget.DefaultMaxTokens, a.cfg.Budget.MaxMaxTokens
+	if m.DefaultMaxTokens > 0 {
+		def = m.DefaultMaxTokens
+	}
+	if m.MaxMaxTokens > 0 {
+		maxMT = m.MaxMaxTokens
+	}
+	if t, ok := a.cfg.Tenants[tenant]; ok {
+		if t.DefaultMaxTokens > 0 {
+			def = t.DefaultMaxTokens
+		}
+		if t.MaxMaxTokens > 0 {
+			maxMT = t.MaxMaxTokens
+		}
+	}
+	if maxMT > 0 {
+		def = min(def, maxMT)
+	}
+	return def, maxMT
+}
+
+// Identify is layer 2: the API key names the tenant (headers never do) and pays into its
+// token bucket: prompt tokens + max_tokens (or the default), at most the key's burst. With no
+// keys configured access is open: tenant "default", no limit. It returns the tenant on accept.
+func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
+	if a.keys.Len() == 0 {
+		return defaultTenant, Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: defaultTenant, Option: -1}
+	}
+	st := a.keys.lookup(req.APIKey)
+	if st == nil || req.APIKey == "" {
+		return "", refuse(statusUnauthorized, LayerIdentity, CodeInvalidAPIKey, "", "invalid or missing API key")
+	}
+	m, _ := a.model(req.Model)
+	cost := req.PromptTokens
+	if req.MaxTokens != nil {
+		cost += *req.MaxTokens
+	} else {
+		def, _ := a.limits(m, st.tenant)
+		cost += def
+	}
+	if wait, ok := st.take(now, cost); !ok {
+		d := refuse(statusTooManyRequests, LayerIdentity, CodeRateLimited, "",
+			"rate limit of %.0f tokens/s for this API key exceeded", st.rate)
+		d.RetryAfter = wait
+		d.Tenant = st.tenant
+		return "", d
+	}
+	return st.tenant, Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: st.tenant, Option: -1}
+}
+
+// budget is layer 3: it fills MaxTokens and ExpectedTokens.
+func (a *Admitter) budget(req Request) Decision {
+	m, ok := a.model(req.Model)
+	if !ok {
+		return refuse(statusNotFound, LayerBudget, CodeModelNotFound, "model",
+			"model %q is not served by this mesh", clip(req.Model))
+	}
+	def, maxMT := a.limits(m, req.Tenant)
+	room := m.ContextTokens - req.PromptTokens
+	var mt int
+	if req.MaxTokens == nil {
+		mt = max(min(def, room), 1)
+	} else {
+		mt = *req.MaxTokens
+		if maxMT > 0 && mt > maxMT {
+			if !a.cfg.Budget.ClampMaxTokens {
+				return refuse(statusBadRequest, LayerBudget, CodeInvalidParameter, "max_tokens",
+					"max_tokens %d is above this route's limit of %d", mt, maxMT)
+			}
+			mt = maxMT
+		}
+	}
+	if req.PromptTokens+mt > m.ContextTokens {
+		return refuse(statusBadRequest, LayerBudget, CodeContextLengthExceeded, "max_tokens",
+			"this model's context is %d tokens; the request has %d prompt tokens and max_tokens %d",
+			m.ContextTokens, req.PromptTokens, mt)
+	}
+	return Decision{Action: Accept, Layer: LayerBudget, Code: CodeAccepted, Tenant: req.Tenant, Option: -1,
+		MaxTokens: mt, ExpectedTokens: a.est.expected(req.Model, req.Tenant, mt)}
+}
+
+// Class names a priority's class: "high" (> 0), "normal" (0), "low" (< 0, sheddable). The
+// three values are the bounded "class" label of goodput metrics.
+func Class(priority int) string {
+	switch {
+	case priority > 0:
+		return "high"
+	case priority < 0:
+		return "low"
+	default:
+		return "normal"
+	}
+}
+
+// SLOFor returns the TTFT and TPOT targets of req: its own, else its class default (0: none).
+func (a *Admitter) SLOFor(req Request) (ttft, tpot time.Duration) {
+	c := a.cfg.SLO.Normal
+	switch Class(req.Priority) {
+	case "high":
+		c = a.cfg.SLO.High
+	case "low":
+		c = a.cfg.SLO.Low
+	}
+	ttft, tpot = req.TTFTSLO, req.TPOTSLO
+	if ttft == 0 {
+		ttft = time.Duration(c.TTFT)
+	}
+	if tpot == 0 {
+		tpot = time.Duration(c.TPOT)
+	}
+	return ttft, tpot
+}
+
+func (a *Admitter) ttl(req Request) time.Duration {
+	ttl := time.Duration(a.cfg.Queue.TTL)
+	if req.QueueTTL > 0 && req.QueueTTL < ttl {
+		ttl = req.QueueTTL // the header may only shorten it
+	}
+	return ttl
+}
+
+func (a *Admitter) deadline(req Request) time.Time {
+	ttft, _ := a.SLOFor(req)
+	if ttft == 0 {
+		return req.Arrived.Add(a.ttl(req))
+	}
+	return req.Arrived.Add(ttft)
+}
+
+// blocks is the KV the request needs on o: uncached prompt plus expected output, in blocks.
+func (a *Admitter) blocks(req Request, expected int, o Option) int {
+	bt := o.BlockTokens
+	if bt <= 0 {
+		m, _ := a.model(req.Model)
+		bt = m.BlockTokens
+	}
+	if bt <= 0 {
+		bt = 16
+	}
+	t := max(req.PromptTokens-max(o.CachedTokens, 0), 0) + expected
+	return (t + bt - 1) / bt
+}
+
+// fits reports whether need blocks fit on o with KV use after them ≤ thr of its total.
+func fits(o Option, need int, thr float64) bool {
+	free := o.FreeKVBlocks - need
+	if free < 0 {
+		return false
+	}
+	if o.TotalKVBlocks <= 0 {
+		return true
+	}
+	return float64(o.TotalKVBlocks-free) <= thr*float64(o.TotalKVBlocks)
+}
+
+// feasible reports whether o can meet the SLOs given tokens queued ahead and time waited.
+func feasible(o Option, aheadTokens int, waited, ttftSLO, tpotSLO time.Duration) (time.Duration, bool) {
+	ttft := o.PredictedTTFT + max(waited, 0)
+	if aheadTokens > 0 && o.PrefillTokensPerSecond > 0 {
+		ttft += time.Duration(float64(aheadTokens) / o.PrefillTokensPerSecond * float64(time.Second))
+	}
+	if ttftSLO > 0 && ttft > ttftSLO {
+		return ttft, false
+	}
+	if tpotSLO > 0 && o.PredictedTPOT > tpotSLO {
+		return ttft, false
+	}
+	return ttft, true
+}
+
+// Check runs every layer: Validate, Identify, then Admit with the identified tenant.
+func (a *Admitter) Check(now time.Time, req Request, options []Option) Decision {
+	if d := a.Validate(req); d.Refused() {
+		return d
+	}
+	tenant, d := a.Identify(now, req)
+	if d.Refused() {
+		return d
+	}
+	req.Tenant = tenant
+	return a.Admit(now, req, options)
+}
+
+// Admit runs layers 3 to 7 for a validated request whose Tenant is trusted (identified here,
+// or carried by a forwarding peer), against routing's candidates in preference order. The
+// owner re-checks with a single Option built from its exact local state.
+//
+// Accept names the first candidate that has KV room (at KV.QueueOn) and meets the SLOs, and
+// only when nothing of equal or higher rank waits in the room for the same (model, role).
+// Queue means wait in the room (the node Pushes Admitter.Item(req, d)). Refusals: 400
+// kv_budget (it can never fit on any candidate), 429 queue_full (room at its caps, or a
+// sheddable request while the room is busy), 429 slo_unattainable (no candidate can meet the
+// TTFT or TPOT target even counting the queue ahead), 503 no_capacity (no candidates).
+func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision {
+	d := a.budget(req)
+	if d.Refused() {
+		return d
+	}
+	if len(options) == 0 {
+		r := refuse(statusServiceUnavailable, LayerRoute, CodeNoCapacity, "", "no node can serve model %q", clip(req.Model))
+		r.Tenant, r.MaxTokens, r.ExpectedTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens
+		return r
+	}
+	out := func(r Decision) Decision {
+		r.Tenant, r.MaxTokens, r.ExpectedTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens
+		if r.Refused() && r.Status == statusTooManyRequests && r.RetryAfter == 0 {
+			r.RetryAfter = a.room.RetryAfter(now)
+		}
+		return r
+	}
+
+	// Layer 4: KV.
+	fit, neverFit := -1, true
+	needs := make([]int, len(options))
+	for i, o := range options {
+		needs[i] = a.blocks(req, d.ExpectedTokens, o)
+		if o.TotalKVBlocks <= 0 || needs[i] <= o.TotalKVBlocks {
+			neverFit = false
+		}
+		if fit < 0 && fits(o, needs[i], a.cfg.KV.QueueOn) {
+			fit = i
+		}
+	}
+	if neverFit {
+		return out(refuse(statusBadRequest, LayerKV, CodeKVBudget, "max_tokens",
+			"the request needs %d KV blocks, more than any candidate holds; lower max_tokens", needs[0]))
+	}
+
+	// Layers 5 and 6: queue caps and priority, only for a request that has to wait.
+	deadline := a.deadline(req)
+	aheadN, aheadTokens := a.room.ahead(req.Model, req.Role, req.Priority, deadline)
+	queueCode := ""
+	switch {
+	case fit < 0:
+		queueCode = CodeWaitKV
+	case aheadN > 0:
+		queueCode = CodeWaitBehind
+	}
+	if queueCode != "" {
+		ok, shed := a.room.canQueue(req.Model, req.Role, req.Priority, req.PromptTokens)
+		switch {
+		case shed:
+			return out(refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", shedMessage))
+		case !ok:
+			n, t := a.room.Waiting(req.Model, req.Role)
+			return out(refuse(statusTooManyRequests, LayerQueue, CodeQueueFull, "",
+				"%d requests and %d prefill tokens are already waiting for this model", n, t))
+		}
+	}
+
+	// Layer 7: SLO feasibility, counting the prefill queued ahead of it in deadline order.
+	ttftSLO, tpotSLO := a.SLOFor(req)
+	waited := now.Sub(req.Arrived)
+	best, chosen := time.Duration(-1), -1
+	anyFeasible := false
+	for i, o := range options {
+		ttft, ok := feasible(o, aheadTokens, waited, ttftSLO, tpotSLO)
+		if best < 0 || ttft < best {
+			best = ttft
+		}
+		if ok {
+			anyFeasible = true
+			if chosen < 0 && queueCode == "" && fits(o, needs[i], a.cfg.KV.QueueOn) {
+				chosen = i
+			}
+		}
+	}
+	if !anyFeasible {
+		return out(refuse(statusTooManyRequests, LayerSLO, CodeSLOUnattainable, "",
+			"no candidate can meet the TTFT target of %v (best predicted %v) or the TPOT target of %v",
+			ttftSLO, best.Round(time.Millisecond), tpotSLO))
+	}
+	if chosen < 0 {
+		if queueCode == "" {
+			queueCode = CodeWaitKV // the candidates with room miss the SLO; the others may free up
+		}
+		layer := LayerKV
+		if queueCode == CodeWaitBehind {
+			layer = LayerPriority
+		}
+		return out(Decision{Action: Queue, Layer: layer, Code: queueCode, Option: -1})
+	}
+	return out(Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Option: chosen, KVBlocks: needs[chosen]})
+}
+
+// Item builds the waiting-room item for a request Admit answered Queue.
+func (a *Admitter) Item(req Request, d Decision) *Item {
+	req.Tenant = d.Tenant
+	return &Item{
+		ID: req.ID, Model: req.Model, Role: req.Role, Tenant: d.Tenant, Priority: req.Priority,
+		Tokens: req.PromptTokens, Arrived: req.Arrived, Deadline: a.deadline(req),
+		Expires: req.Arrived.Add(a.ttl(req)), Req: req, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens,
+	}
+}
+
+// Ready re-checks a queued item against fresh candidates (call it from WaitingRoom.Next's
+// canRun; it does not touch the room). Accept names the first candidate with KV room at the
+// lower KV.QueueOff mark (the hysteresis) that meets the SLOs counting the time already
+// waited; Queue means not yet; Refuse (429 slo_unattainable) means its deadline can no longer
+// be met anywhere: the node removes it and answers now rather than serve it late.
+func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
+	ttftSLO, tpotSLO := a.SLOFor(it.Req)
+	waited := now.Sub(it.Arrived)
+	anyFeasible := false
+	for i, o := range options {
+		if _, ok := feasible(o, 0, waited, ttftSLO, tpotSLO); !ok {
+			continue
+		}
+		anyFeasible = true
+		need := a.blocks(it.Req, it.ExpectedTokens, o)
+		if fits(o, need, a.cfg.KV.QueueOff) {
+			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
+				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
+		}
+	}
+	if !anyFeasible && len(options) > 0 {
+		d := refuse(statusTooManyRequests, LayerSLO, CodeSLOUnattainable, "",
+			"waited %v; no candidate can still meet the TTFT target of %v", waited.Round(time.Millisecond), ttftSLO)
+		d.Tenant, d.MaxTokens, d.ExpectedTokens = it.Tenant, it.MaxTokens, it.ExpectedTokens
+		d.RetryAfter = time.Duration(a.cfg.Queue.MinRetryAfter)
+		return d
+	}
+	return Decision{Action: Queue, Layer: LayerKV, Code: CodeWaitKV, Tenant: it.Tenant, Option: -1,
+		MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
+}
+
+// Evicted is the refusal for a waiter evicted by a higher-priority newcomer.
+func (a *Admitter) Evicted(now time.Time) Decision {
+	d := refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", evictedMessage)
+	d.RetryAfter = a.room.RetryAfter(now)
+	return d
+}
+
+// Expired is the refusal for a waiter past its queue TTL.
+func (a *Admitter) Expired(now time.Time) Decision {
+	d := refuse(statusTooManyRequests, LayerQueue, CodeQueueTTLExpired, "", "the request waited its whole queue TTL")
+	d.RetryAfter = a.room.RetryAfter(now)
+	return d
+}

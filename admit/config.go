@@ -1,0 +1,267 @@
+package admit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Duration is a time.Duration that JSON reads as a Go duration string ("60s", "250ms") or a
+// number of seconds, and writes as a string.
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string or a number of seconds; 0 is allowed (it disables the
+// threshold it sets, where documented).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var f float64
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("admit: duration %s: want a string or seconds", b)
+		}
+		if f < 0 || math.IsInf(f, 0) || f > float64(math.MaxInt64)/float64(time.Second) {
+			return fmt.Errorf("admit: duration %v out of range", f)
+		}
+		*d = Duration(f * float64(time.Second))
+		return nil
+	}
+	if s == "0" || s == "" {
+		*d = 0
+		return nil
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ModelConfig describes one model the mesh serves.
+type ModelConfig struct {
+	ContextTokens int `json:"context_tokens"`
+	BlockTokens   int `json:"block_tokens,omitempty"` // KV block size; 0: 16 (vLLM's default)
+	// DefaultMaxTokens and MaxMaxTokens override the Budget values for this model (the
+	// per-route limits); 0: inherit.
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
+	MaxMaxTokens     int `json:"max_max_tokens,omitempty"`
+}
+
+// TenantConfig overrides per tenant; zero fields inherit the model's, then Budget's.
+type TenantConfig struct {
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
+	MaxMaxTokens     int `json:"max_max_tokens,omitempty"`
+}
+
+// ValidationConfig bounds request parameters (layer 1).
+type ValidationConfig struct {
+	MaxN        int `json:"max_n"`        // 1: one choice per request; n > 1 multiplies KV and decode work
+	MaxStop     int `json:"max_stop"`     // 4: OpenAI's limit on stop sequences
+	MaxLogprobs int `json:"max_logprobs"` // 20: OpenAI's top_logprobs limit
+}
+
+// BudgetConfig is layer 3.
+type BudgetConfig struct {
+	// DefaultMaxTokens fills an absent max_tokens (cut to the room left in the context): it is
+	// the worst-case KV reservation of the request, so it stays well under the context window.
+	// Default 1024.
+	DefaultMaxTokens int `json:"default_max_tokens"`
+	// MaxMaxTokens is the largest max_tokens accepted; 0: only the context limits it.
+	// Default 0.
+	MaxMaxTokens int `json:"max_max_tokens"`
+	// ClampMaxTokens cuts a max_tokens above the maximum down to it instead of refusing
+	// 400 invalid_parameter. Default false: a client that asked for more is told, not silently
+	// truncated.
+	ClampMaxTokens bool `json:"clamp_max_tokens"`
+	// EstimateMinSamples finished requests of a (model, tenant), or of the model, are needed
+	// before the learned output length replaces max_tokens in the KV reservation. Default 20.
+	EstimateMinSamples int `json:"estimate_min_samples"`
+	// EstimateAlpha is the EWMA weight of a new sample. Default 0.05 (about the last 20
+	// requests dominate, so a tenant's change of habit is learned in a minute of traffic).
+	EstimateAlpha float64 `json:"estimate_alpha"`
+	// EstimateSigmas is how many standard deviations above the mean are reserved. Default 2
+	// (roughly the 95th percentile, so under-reservation, and preemption, stays rare).
+	EstimateSigmas float64 `json:"estimate_sigmas"`
+	// EstimateMaxSeries bounds the estimator's memory. Default 4096.
+	EstimateMaxSeries int `json:"estimate_max_series"`
+}
+
+// KeyConfig is layer 2's default bucket for keys that name none.
+type KeyConfig struct {
+	// RateTokens per second and BurstTokens; 0 rate: unlimited. Defaults 0 and 0: the operator
+	// sets limits per key in the key file; an unlimited default cannot surprise anyone.
+	RateTokens  float64 `json:"rate_tokens_per_second"`
+	BurstTokens int     `json:"burst_tokens"`
+}
+
+// KVConfig is layer 4.
+type KVConfig struct {
+	// QueueOn: a fresh request is accepted on a candidate while its KV use after the request
+	// stays ≤ QueueOn of its blocks. Default 0.95: leaves room for the running requests' growth.
+	QueueOn float64 `json:"queue_on"`
+	// QueueOff: a queued request is dispatched while use after it stays ≤ QueueOff. Default
+	// 0.85, below QueueOn, so admission does not flap on late state (the hysteresis band).
+	QueueOff float64 `json:"queue_off"`
+}
+
+// QueueConfig is layers 5 and 6 and the waiting room.
+type QueueConfig struct {
+	// MaxRequests waiting per (model, role). Default 1024: a few seconds of a busy pool's
+	// arrivals, bounded memory; 0 disables queueing (everything that cannot run is refused).
+	MaxRequests int `json:"max_requests"`
+	// MaxTokens waiting (prefill tokens) per (model, role); 0: derived as TargetTTFT × the
+	// pool's measured prefill rate (WaitingRoom.SetPrefillRate), or FallbackTokens before a
+	// rate is known. Default 0.
+	MaxTokens int `json:"max_tokens"`
+	// TargetTTFT sizes the derived token cap: a backlog that takes longer than this to prefill
+	// is refused rather than queued. Default 4s (twice the interactive TTFT SLO).
+	TargetTTFT Duration `json:"target_ttft"`
+	// FallbackTokens is the token cap before any prefill rate is measured. Default 65536
+	// (about 4 s of one mid-size GPU's prefill).
+	FallbackTokens int `json:"fallback_tokens"`
+	// MaxTotal bounds all pools together. Default 16384 (memory safety).
+	MaxTotal int `json:"max_total"`
+	// TTL is how long a request may wait; X-Kvmesh-Queue-TTL may only shorten it. Default 60s,
+	// under common client timeouts.
+	TTL Duration `json:"ttl"`
+	// ShedFraction: a sheddable (negative priority) request may queue only while its pool is
+	// under this fraction of both caps. Default 0.5: batch work never fills the room.
+	ShedFraction float64 `json:"shed_fraction"`
+	// MinChargeTokens is the least one dispatch is charged in the fairness accounting, so
+	// requests with tiny prompts still take turns. Default 16 (one KV block).
+	MinChargeTokens int `json:"min_charge_tokens"`
+	// DrainWindow is the window over which the dispatch rate is measured for Retry-After.
+	// Default 10s: long enough to average bursts, short enough to follow load changes.
+	DrainWindow Duration `json:"drain_window"`
+	// MinRetryAfter and MaxRetryAfter clamp Retry-After. Defaults 1s and 60s.
+	MinRetryAfter Duration `json:"min_retry_after"`
+	MaxRetryAfter Duration `json:"max_retry_after"`
+}
+
+// ClassSLO is a priority class's default SLO; 0 disables that check.
+type ClassSLO struct {
+	TTFT Duration `json:"ttft"`
+	TPOT Duration `json:"tpot"`
+}
+
+// SLOConfig holds the class defaults used when a request names no SLO header.
+type SLOConfig struct {
+	// High (priority > 0): 1s TTFT, 100ms TPOT: protected interactive traffic.
+	High ClassSLO `json:"high"`
+	// Normal (priority 0): 2s TTFT, 200ms TPOT: interactive chat.
+	Normal ClassSLO `json:"normal"`
+	// Low (priority < 0, sheddable): 30s TTFT, no TPOT check: batch and evaluation jobs.
+	Low ClassSLO `json:"low"`
+}
+
+// Config configures an Admitter. It loads from JSON (LoadConfig); durations are strings like
+// "60s" or numbers of seconds.
+type Config struct {
+	// Models the mesh serves, by name. ModelInfo, if set, takes precedence: the node wires it
+	// to the gossiped set. At least one of them is required.
+	Models map[string]ModelConfig `json:"models"`
+	// ModelInfo returns a model's context size and whether the mesh serves it.
+	ModelInfo func(model string) (contextTokens int, ok bool) `json:"-"`
+
+	Tenants    map[string]TenantConfig `json:"tenants"`
+	Validation ValidationConfig        `json:"validation"`
+	Budget     BudgetConfig            `json:"budget"`
+	Keys       KeyConfig               `json:"keys"`
+	KV         KVConfig                `json:"kv"`
+	Queue      QueueConfig             `json:"queue"`
+	SLO        SLOConfig               `json:"slo"`
+}
+
+// DefaultConfig returns the documented defaults (no models).
+func DefaultConfig() Config {
+	return Config{
+		Validation: ValidationConfig{MaxN: 1, MaxStop: 4, MaxLogprobs: 20},
+		Budget: BudgetConfig{
+			DefaultMaxTokens:   1024,
+			EstimateMinSamples: 20,
+			EstimateAlpha:      0.05,
+			EstimateSigmas:     2,
+			EstimateMaxSeries:  4096,
+		},
+		KV: KVConfig{QueueOn: 0.95, QueueOff: 0.85},
+		Queue: QueueConfig{
+			MaxRequests:     1024,
+			TargetTTFT:      Duration(4 * time.Second),
+			FallbackTokens:  65536,
+			MaxTotal:        16384,
+			TTL:             Duration(60 * time.Second),
+			ShedFraction:    0.5,
+			MinChargeTokens: 16,
+			DrainWindow:     Duration(10 * time.Second),
+			MinRetryAfter:   Duration(time.Second),
+			MaxRetryAfter:   Duration(60 * time.Second),
+		},
+		SLO: SLOConfig{
+			High:   ClassSLO{TTFT: Duration(time.Second), TPOT: Duration(100 * time.Millisecond)},
+			Normal: ClassSLO{TTFT: Duration(2 * time.Second), TPOT: Duration(200 * time.Millisecond)},
+			Low:    ClassSLO{TTFT: Duration(30 * time.Second)},
+		},
+	}
+}
+
+// LoadConfig reads a JSON config over DefaultConfig; unknown fields are an error.
+func LoadConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return cfg, cfg.validate()
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+	}
+	if c.ModelInfo == nil && len(c.Models) == 0 {
+		return bad("no models and no ModelInfo")
+	}
+	for name, m := range c.Models {
+		if m.ContextTokens < 1 || m.BlockTokens < 0 || m.DefaultMaxTokens < 0 || m.MaxMaxTokens < 0 {
+			return bad("model %q: bad sizes", name)
+		}
+	}
+	for name, t := range c.Tenants {
+		if t.DefaultMaxTokens < 0 || t.MaxMaxTokens < 0 {
+			return bad("tenant %q: negative max_tokens", name)
+		}
+	}
+	v := c.Validation
+	if v.MaxN < 1 || v.MaxStop < 0 || v.MaxLogprobs < 0 {
+		return bad("validation bounds")
+	}
+	b := c.Budget
+	if b.DefaultMaxTokens < 1 || b.MaxMaxTokens < 0 || b.EstimateMinSamples < 1 ||
+		!(b.EstimateAlpha > 0 && b.EstimateAlpha <= 1) || !(b.EstimateSigmas >= 0) || b.EstimateMaxSeries < 1 {
+		return bad("budget")
+	}
+	if !(c.Keys.RateTokens >= 0) || c.Keys.BurstTokens < 0 {
+		return bad("keys: negative rate or burst")
+	}
+	if !(c.KV.QueueOff > 0 && c.KV.QueueOff <= c.KV.QueueOn && c.KV.QueueOn <= 1) {
+		return bad("kv: want 0 < queue_off ≤ queue_on ≤ 1")
+	}
+	q := c.Queue
+	if q.MaxRequests < 0 || q.MaxTokens < 0 || q.TargetTTFT < 0 || q.FallbackTokens < 1 || q.MaxTotal < 1 ||
+		q.TTL <= 0 || !(q.ShedFraction >= 0 && q.ShedFraction <= 1) || q.MinChargeTokens < 1 ||
+		q.DrainWindow < Duration(time.Second) || q.MinRetryAfter < 0 || q.MaxRetryAfter < q.MinRetryAfter {
+		return bad("queue")
+	}
+	for _, s := range []ClassSLO{c.SLO.High, c.SLO.Normal, c.SLO.Low} {
+		if s.TTFT < 0 || s.TPOT < 0 {
+			return bad("slo: negative")
+		}
+	}
+	return nil
+}

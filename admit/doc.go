@@ -1,0 +1,45 @@
+// Package admit is kvmesh's admission control: the layered checks that decide, before the
+// first byte of a response, whether a request is accepted now, queued in the ingress node's
+// waiting room, or refused with a stable reason and a Retry-After.
+//
+// The layers run cheapest first, each returning a Decision that names its Layer:
+//
+//  1. validation (Validate): parameter bounds and a model known to the mesh;
+//  2. identity (Identify): API key → tenant, a token bucket per key;
+//  3. budget: prompt + max_tokens within the model context, per-tenant and per-model default
+//     and maximum max_tokens, and an output-length estimate learned online (Observe);
+//  4. kv: the request's predicted KV blocks against each candidate's free blocks;
+//  5. queue: caps on waiting requests and waiting prefill tokens per (model, role);
+//  6. priority: strict priority bands, sheddable (negative) requests shed first, eviction of a
+//     lower-priority waiter by a higher-priority newcomer;
+//  7. slo: predicted TTFT (the candidate's estimate plus the prefill tokens queued ahead in
+//     deadline order) and TPOT against the request's SLOs; doomed requests are refused now.
+//
+// The node runs Validate and Identify before routing, then Admit with routing's candidates
+// mapped to []Option; Check runs all of them. A queued request lives in the WaitingRoom as an
+// Item; the node calls WaitingRoom.Next with a canRun func built on Admitter.Ready, which
+// re-checks KV and SLO with fresh state each time, so a queued request is never pinned to a node.
+//
+// # Hysteresis
+//
+// Gossiped load is late, so admission must not flap. Three things damp it. A fresh request is
+// accepted while the candidate's KV use after it stays at or under KV.QueueOn (0.95); a queued
+// one is dispatched only while it stays at or under KV.QueueOff (0.85), so once queueing starts
+// the candidate has to drain below the lower mark before the room lets work through. While any
+// request of equal or higher rank waits for the same (model, role), a newcomer queues behind it
+// instead of overtaking it on a momentarily free slot. And Option.FreeKVBlocks is expected to
+// be net of the blocks this node has reserved on the peer since its last state record (route's
+// reservations), so a burst is counted before gossip reports it.
+//
+// # Units
+//
+// Load is counted in tokens and KV blocks, never request counts alone: the per-key token bucket
+// charges prompt tokens + max_tokens (the request's worst-case work), the queue caps and the
+// fairness between tenants count prefill (prompt) tokens.
+//
+// # Concurrency
+//
+// Admitter, Keys, WaitingRoom and SLOTracker are safe for concurrent use (mutexes; no
+// goroutines, no I/O, time always passed in). The zero values are not usable: build them with
+// New, NewKeys/ParseKeys, NewWaitingRoom and NewSLOTracker.
+package admit

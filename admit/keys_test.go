@@ -1,0 +1,100 @@
+package admit
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestParseKeys(t *testing.T) {
+	ha, hb := HashKey("key-a"), HashKey("key-b")
+	tests := []struct {
+		name    string
+		in      string
+		want    []KeyEntry
+		wantErr bool
+	}{
+		{"empty", "", nil, false},
+		{"comments", "# nothing\n\n   \n", nil, false},
+		{"text", ha + " acme\n" + hb + " beta 100 500\n", []KeyEntry{{SHA256: ha, Tenant: "acme"}, {SHA256: hb, Tenant: "beta", Rate: 100, Burst: 500}}, false},
+		{"json", `[{"sha256":"` + ha + `","tenant":"acme","rate_tokens_per_second":5}]`, []KeyEntry{{SHA256: ha, Tenant: "acme", Rate: 5}}, false},
+		{"three fields", ha + " acme 100\n", nil, true},
+		{"short hash", "abcd acme\n", nil, true},
+		{"not hex", "zz" + ha[2:] + " acme\n", nil, true},
+		{"duplicate", ha + " a\n" + ha + " b\n", nil, true},
+		{"negative rate", ha + " a -1 10\n", nil, true},
+		{"bad json", `[{"sha256":1}]`, nil, true},
+		{"json empty tenant", `[{"sha256":"` + ha + `"}]`, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseKeys([]byte(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrKeys) {
+					t.Errorf("error %v is not ErrKeys", err)
+				}
+				return
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseKeys(f *testing.F) {
+	f.Add([]byte(HashKey("k") + " t 10 20\n# c\n"))
+	f.Add([]byte(`[{"sha256":"` + HashKey("k") + `","tenant":"t"}]`))
+	f.Add([]byte("x y z w\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, err := ParseKeys(data)
+		if err != nil {
+			return
+		}
+		// Whatever parses must load, and every entry must then be usable.
+		k, err := NewKeys(entries, 0, 0)
+		if err != nil {
+			t.Fatalf("parsed entries do not load: %v", err)
+		}
+		if k.Len() != len(entries) {
+			t.Fatalf("Len = %d, want %d", k.Len(), len(entries))
+		}
+	})
+}
+
+// TestKeysReplaceKeepsBucket pins down that a hot reload does not refill an exhausted bucket.
+func TestKeysReplaceKeepsBucket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	e := []KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 10, Burst: 100}}
+	k, err := NewKeys(e, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := k.lookup("k")
+	if _, ok := st.take(now, 100); !ok {
+		t.Fatal("first take of a full bucket refused")
+	}
+	if err := k.Replace(e, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.lookup("k").take(now, 50); ok {
+		t.Fatal("a reload refilled the bucket")
+	}
+	if k.lookup("other") != nil {
+		t.Fatal("unknown key found")
+	}
+	if err := k.Replace(nil, now); err != nil || k.Len() != 0 || k.lookup("k") != nil {
+		t.Fatalf("Replace(nil): err %v, len %d", err, k.Len())
+	}
+}
+
+func TestKeysZeroValueIsOpen(t *testing.T) {
+	var k Keys
+	if k.Len() != 0 || k.lookup("x") != nil {
+		t.Fatal("zero Keys is not empty")
+	}
+}

@@ -1,0 +1,253 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// StalePolicy says what happens to a peer whose state record is too old.
+type StalePolicy uint8
+
+const (
+	// StaleClosed drops a stale peer (fail-closed): its last load may be far below its real
+	// load, and routing on a stale low number is how a burst lands on one engine.
+	StaleClosed StalePolicy = iota
+	// StaleOpen keeps a stale peer and scores it at its last known load (fail-open).
+	StaleOpen
+)
+
+// String returns "closed" or "open".
+func (s StalePolicy) String() string {
+	switch s {
+	case StaleClosed:
+		return "closed"
+	case StaleOpen:
+		return "open"
+	}
+	return fmt.Sprintf("StalePolicy(%d)", uint8(s))
+}
+
+// ParseStalePolicy parses "closed" or "open".
+func ParseStalePolicy(s string) (StalePolicy, error) {
+	switch s {
+	case "closed":
+		return StaleClosed, nil
+	case "open":
+		return StaleOpen, nil
+	}
+	return 0, fmt.Errorf("route: unknown stale policy %q (want closed or open): %w", s, ErrInvalidConfig)
+}
+
+// ErrInvalidConfig is wrapped by every Config validation error.
+var ErrInvalidConfig = errors.New("route: invalid config")
+
+// Weights blend the score terms (see the package doc). Zero disables a term; negative weights
+// are invalid. The load gate does not read them, so no setting can stop it moving traffic.
+type Weights struct {
+	Prefix  float64 // × fraction of the prompt already cached on the peer
+	Load    float64 // × token load in [0,1), subtracted
+	FreeKV  float64 // × free KV fraction
+	Power   float64 // × power headroom fraction
+	Thermal float64 // × thermal penalty in [0,1], subtracted
+}
+
+// Config configures a Router. Start from DefaultConfig: New fills zero thresholds, rates and
+// bounds with their defaults but takes weights as given (zero is a valid weight).
+type Config struct {
+	// Filters.
+
+	// MaxAge is the age of a state record past which a peer is stale. Default 3 s: records are
+	// sent on change and at least every second, so three missed records. (llm-d uses 200 ms
+	// against a 50 ms scrape, the same ratio of a few missed updates.)
+	MaxAge time.Duration
+	// StalePolicy is what happens to a stale peer. Default StaleClosed. A node's own state
+	// (Peer.Self) is never stale.
+	StalePolicy StalePolicy
+	// ModelBytes is the VRAM each model needs; a model never lands on a card whose
+	// VRAMTotalBytes is smaller. Unknown models and cards reporting no VRAM pass.
+	ModelBytes map[string]uint64
+	// ModelVendors lists the GPU vendors a model may run on (empty or missing: any).
+	ModelVendors map[string][]string
+	// Roles lists the peer roles that can run a whole request (empty: any role).
+	Roles []string
+	// BusyKVUse is the KV use (blocks used, plus blocks this node reserved, over total) above
+	// which a peer is busy. Default 0.85: between llm-d's 0.8 and the middle of Dynamo's
+	// 0.70–0.95 range, leaving room for the prefix cache vLLM counts as used.
+	BusyKVUse float64
+	// BusyQueuedPrefillTokens is the queued prefill tokens (plus tokens this node reserved)
+	// above which a peer is busy. Default 16384, inside Dynamo's 5,000–20,000. The request's own
+	// prompt is not counted, so an idle peer always takes a long prompt (a queue threshold that
+	// counted it starved long prompts: Dynamo PR #8163).
+	BusyQueuedPrefillTokens int
+	// PowerCapFilter enables the soft power cap: peers drawing at least PowerCapFraction of
+	// their cap are dropped, but only if some remaining peer is under its cap. Default true.
+	PowerCapFilter bool
+	// PowerCapFraction of PowerCapWatts counts as at the cap. Default 1.0 (drawing the
+	// enforced limit means the GPU is already clocking down).
+	PowerCapFraction float64
+	// ThermalSoftC starts a score penalty growing linearly to ThermalHardC. Default 80 °C.
+	ThermalSoftC float64
+	// ThermalHardC and above: not a candidate. Default 90 °C (data-centre GPUs slow down
+	// near here). A TempC of 0 means unknown and passes.
+	ThermalHardC float64
+
+	// Score.
+
+	// Weights of the score terms. Default prefix 1.0, load 0.5, free KV 0.25, power 0.1,
+	// thermal 0.5: the prefix leads (a hit saves real prefill), load is next; the gate, not
+	// the weights, keeps the prefix from herding.
+	Weights Weights
+	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
+	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
+	LoadHalfTokens int
+	// DefaultPrefillTokensPerSecond is used for peers that report no prefill rate. Default
+	// 20000 (below the 25k–37k an H100 manages on an 8B model: conservative).
+	DefaultPrefillTokensPerSecond float64
+	// DefaultDecodeStepSeconds is used for peers that report no decode step. Default 0.02.
+	DefaultDecodeStepSeconds float64
+	// DecodeBatchShare is the share of a decode step that grows with the batch size, for the
+	// predicted TPOT. Default 0.5. Must be in [0,1].
+	DecodeBatchShare float64
+
+	// Load gate (on predicted TTFT, after scoring).
+
+	// GateSlackFactor scales the time a candidate's cached prefix saves into the TTFT it may
+	// lose against the fastest other candidate. Default 1 (the rule as stated).
+	GateSlackFactor float64
+	// GateMaxSlack caps that slack. Default 5 s (llm-d's max TTFT penalty is 5–18 s).
+	GateMaxSlack time.Duration
+	// GateTolerance is added to every slack so that tiny TTFT differences do not override the
+	// score. Default 25 ms (about one decode step).
+	GateTolerance time.Duration
+
+	// Tie-break and stickiness.
+
+	// Epsilon is the score distance within which candidates count as equal; among them the
+	// pick is power of two choices. Default 0.02.
+	Epsilon float64
+	// MaxSessions bounds the session→peer LRU. Default 65536.
+	MaxSessions int
+	// Seed seeds the tie-break's random source: equal seeds and inputs, equal picks.
+	Seed uint64
+
+	// Reservations.
+
+	// ReservationTTL drops a reservation no record or Release has cleared. Default 3 s (MaxAge:
+	// a peer silent for longer is stale anyway).
+	ReservationTTL time.Duration
+	// ObserveMargin: a record received at least this long after a dispatch is taken to include
+	// it (forwarding plus gossip latency). Default 200 ms.
+	ObserveMargin time.Duration
+	// MaxReservationsPerPeer bounds memory; the oldest is dropped past it. Default 4096.
+	MaxReservationsPerPeer int
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxAge:                        3 * time.Second,
+		StalePolicy:                   StaleClosed,
+		BusyKVUse:                     0.85,
+		BusyQueuedPrefillTokens:       16384,
+		PowerCapFilter:                true,
+		PowerCapFraction:              1.0,
+		ThermalSoftC:                  80,
+		ThermalHardC:                  90,
+		Weights:                       Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5},
+		LoadHalfTokens:                16384,
+		DefaultPrefillTokensPerSecond: 20000,
+		DefaultDecodeStepSeconds:      0.02,
+		DecodeBatchShare:              0.5,
+		GateSlackFactor:               1,
+		GateMaxSlack:                  5 * time.Second,
+		GateTolerance:                 25 * time.Millisecond,
+		Epsilon:                       0.02,
+		MaxSessions:                   65536,
+		ReservationTTL:                3 * time.Second,
+		ObserveMargin:                 200 * time.Millisecond,
+		MaxReservationsPerPeer:        4096,
+	}
+}
+
+// fill replaces zero thresholds, rates and bounds with defaults, then validates.
+func (c *Config) fill() error {
+	d := DefaultConfig()
+	fillDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fillF := func(v *float64, def float64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fillI := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fillDur(&c.MaxAge, d.MaxAge)
+	fillF(&c.BusyKVUse, d.BusyKVUse)
+	fillI(&c.BusyQueuedPrefillTokens, d.BusyQueuedPrefillTokens)
+	fillF(&c.PowerCapFraction, d.PowerCapFraction)
+	if c.ThermalSoftC == 0 && c.ThermalHardC == 0 {
+		c.ThermalSoftC, c.ThermalHardC = d.ThermalSoftC, d.ThermalHardC
+	}
+	fillI(&c.LoadHalfTokens, d.LoadHalfTokens)
+	fillF(&c.DefaultPrefillTokensPerSecond, d.DefaultPrefillTokensPerSecond)
+	fillF(&c.DefaultDecodeStepSeconds, d.DefaultDecodeStepSeconds)
+	fillF(&c.GateSlackFactor, d.GateSlackFactor)
+	fillDur(&c.GateMaxSlack, d.GateMaxSlack)
+	fillI(&c.MaxSessions, d.MaxSessions)
+	fillDur(&c.ReservationTTL, d.ReservationTTL)
+	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
+	return c.validate()
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("route: "+format+": %w", append(args, ErrInvalidConfig)...)
+	}
+	finiteNonNeg := func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+	switch {
+	case c.MaxAge < 0:
+		return bad("MaxAge %v is negative", c.MaxAge)
+	case c.StalePolicy > StaleOpen:
+		return bad("unknown StalePolicy %d", c.StalePolicy)
+	case !(c.BusyKVUse > 0 && c.BusyKVUse <= 1):
+		return bad("BusyKVUse %v not in (0,1]", c.BusyKVUse)
+	case c.BusyQueuedPrefillTokens < 0:
+		return bad("BusyQueuedPrefillTokens %d is negative", c.BusyQueuedPrefillTokens)
+	case !(c.PowerCapFraction > 0 && c.PowerCapFraction <= 2):
+		return bad("PowerCapFraction %v not in (0,2]", c.PowerCapFraction)
+	case !(c.ThermalSoftC < c.ThermalHardC) || !(c.ThermalHardC > 0) || math.IsInf(c.ThermalHardC, 0):
+		return bad("ThermalSoftC %v must be below ThermalHardC %v, which must be positive", c.ThermalSoftC, c.ThermalHardC)
+	case !finiteNonNeg(c.Weights.Prefix) || !finiteNonNeg(c.Weights.Load) || !finiteNonNeg(c.Weights.FreeKV) ||
+		!finiteNonNeg(c.Weights.Power) || !finiteNonNeg(c.Weights.Thermal):
+		return bad("weights must be finite and non-negative: %+v", c.Weights)
+	case c.LoadHalfTokens < 0:
+		return bad("LoadHalfTokens %d is negative", c.LoadHalfTokens)
+	case !(c.DefaultPrefillTokensPerSecond > 0) || math.IsInf(c.DefaultPrefillTokensPerSecond, 0):
+		return bad("DefaultPrefillTokensPerSecond %v must be positive", c.DefaultPrefillTokensPerSecond)
+	case !(c.DefaultDecodeStepSeconds > 0) || math.IsInf(c.DefaultDecodeStepSeconds, 0):
+		return bad("DefaultDecodeStepSeconds %v must be positive", c.DefaultDecodeStepSeconds)
+	case !(c.DecodeBatchShare >= 0 && c.DecodeBatchShare <= 1):
+		return bad("DecodeBatchShare %v not in [0,1]", c.DecodeBatchShare)
+	case !finiteNonNeg(c.GateSlackFactor):
+		return bad("GateSlackFactor %v must be finite and non-negative", c.GateSlackFactor)
+	case c.GateMaxSlack < 0 || c.GateTolerance < 0:
+		return bad("gate slack and tolerance must not be negative")
+	case !finiteNonNeg(c.Epsilon):
+		return bad("Epsilon %v must be finite and non-negative", c.Epsilon)
+	case c.MaxSessions < 0:
+		return bad("MaxSessions %d is negative", c.MaxSessions)
+	case c.ReservationTTL < 0 || c.ObserveMargin < 0:
+		return bad("reservation TTL and observe margin must not be negative")
+	case c.MaxReservationsPerPeer < 0:
+		return bad("MaxReservationsPerPeer %d is negative", c.MaxReservationsPerPeer)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+// Package route decides where a request runs: it filters the mesh's peers, scores the
+// survivors on cached prefix and load, applies a load gate on predicted TTFT, and breaks
+// near-ties in a way that spreads. Admission (package admit) asks it "where" before it says
+// yes, and uses each candidate's predicted TTFT and TPOT for SLO feasibility.
+//
+// It is a pure library: std and kvindex only, no sockets, no goroutines, time passed in.
+//
+// # Filters
+//
+// In order, each dropped peer counted under one Reason (Router.Counts, and the
+// *NoCandidateError when none survives):
+//
+//  1. model: the peer serves Request.Model.
+//  2. stale: Age > MaxAge or Stale; dropped under StaleClosed, kept at its last load under
+//     StaleOpen. The Self peer is never stale.
+//  3. unhealthy: the peer's engine reports unhealthy.
+//  4. capability: ModelBytes[model] ≤ VRAMTotalBytes, vendor in ModelVendors[model], role in
+//     Roles (each check skipped when unconfigured or unknown).
+//  5. busy: (KVBlocksUsed + reserved blocks)/KVBlocksTotal > BusyKVUse, or
+//     QueuedPrefillTokens + reserved prefill tokens > BusyQueuedPrefillTokens.
+//  6. power_cap: PowerWatts ≥ PowerCapFraction × PowerCapWatts, dropped only if some other
+//     survivor is under its cap and below the thermal hard limit.
+//  7. thermal: TempC ≥ ThermalHardC.
+//
+// NoCandidateError.NoHost (no peer serves the model: 503 no_capacity) is told apart from
+// NoCandidateError.Busy (hosts exist but are loaded or hot: queue or 429).
+//
+// # Score
+//
+// With prompt tokens P, cached tokens C = min(PrefixBlocks × BlockTokens, P), token load
+// L = QueuedPrefillTokens + InFlightTokens + reserved prefill tokens:
+//
+//	score = Wprefix·C/P − Wload·L/(L+LoadHalfTokens) + Wkv·freeKV + Wpower·(1 − W/cap) − Wthermal·hot
+//
+// freeKV counts reserved blocks as used; hot rises linearly from 0 at ThermalSoftC to 1 at
+// ThermalHardC; unknown KV or power capacity scores 0.5 (neutral).
+//
+// # Predicted latency
+//
+//	TTFT = (QueuedPrefillTokens + reserved prefill + P − C) / PrefillTokensPerSecond + DecodeStepSeconds
+//	TPOT = DecodeStepSeconds × (1 − s + s·batch/max(Running,1)),  batch = Running + reserved requests + 1
+//
+// where s is DecodeBatchShare and batch is capped at MaxRunning when known. Defaults stand in
+// for peers that report no rates.
+//
+// # Load gate
+//
+// After scoring, on predicted TTFT only, so no weight can switch it off: with saved(c) =
+// C(c)/PrefillTokensPerSecond(c), the time c's cached prefix saves,
+//
+//	c is gated  ⇔  TTFT(c) − min_{d≠c} TTFT(d) > min(GateSlackFactor·saved(c), GateMaxSlack) + GateTolerance
+//
+// Gated candidates go behind every ungated one (Candidate.Gated), fastest first. The fastest candidate is
+// never gated, so the first candidate is always ungated: a prefix holder whose queue costs
+// more than its cache saves loses the request to the fastest other peer whatever the weights.
+//
+// # Tie-break and sessions
+//
+// If the request's Session last went to a peer that is an ungated candidate, that peer goes
+// first (Sticky). Otherwise among the ungated candidates within Epsilon of the best score, two
+// are drawn at random (seeded by Config.Seed) and the one with the lower token load goes
+// first. Route records session → first candidate in a bounded LRU; Stick corrects it when
+// dispatch ends elsewhere.
+//
+// # Reservations
+//
+// Gossip is late. After dispatching, the node calls Reserve(now, peer, uncached prompt tokens,
+// KV blocks); the reservation counts in that peer's busy check, load, free KV and predicted
+// latency until Observe(peer, t) reports a record received at t ≥ dispatch + ObserveMargin,
+// until ReservationTTL, or until Release. A burst of requests in the same millisecond so sees
+// each earlier pick's load and spreads over idle peers.
+//
+// # Policies
+//
+// NewPolicy builds kvmesh (the Router) or a comparison baseline: round-robin, least-load
+// (fewest running+waiting requests), cache-aware (highest prefix match, by load when the best
+// match is under CacheThreshold of the prompt; no busy filter, gate or reservations), random.
+// Baselines apply only the model filter.
+//
+// # Concurrency
+//
+// A Router (and every Policy) is safe for concurrent use; one mutex guards reservations,
+// sessions, counts and the random source. Route does not allocate when dst has capacity for
+// every peer and the request carries no new session. The zero Router is not usable: use New.
+package route

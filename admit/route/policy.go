@@ -1,0 +1,149 @@
+package route
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+)
+
+// Policy names for NewPolicy.
+const (
+	PolicyKvmesh     = "kvmesh"
+	PolicyRoundRobin = "round-robin"
+	PolicyLeastLoad  = "least-load"
+	PolicyCacheAware = "cache-aware"
+	PolicyRandom     = "random"
+)
+
+// PolicyNames lists the policies NewPolicy knows, kvmesh first.
+var PolicyNames = []string{PolicyKvmesh, PolicyRoundRobin, PolicyLeastLoad, PolicyCacheAware, PolicyRandom}
+
+// Policy picks where a request runs. Every policy filters on the model; only kvmesh applies
+// the other filters, the gate and reservations (the others' Reserve, Observe and Release do
+// nothing, so the node can call them whatever the policy).
+type Policy interface {
+	Name() string
+	Route(now time.Time, req Request, peers []Peer, dst []Candidate) ([]Candidate, error)
+	Reserve(now time.Time, peer string, prefillTokens, blocks int) Reservation
+	Observe(peer string, received time.Time)
+	Release(r Reservation) bool
+}
+
+// CacheThreshold is the cache-aware policy's match fraction below which it balances by load
+// (SGLang router's cache_threshold).
+const CacheThreshold = 0.3
+
+// NewPolicy returns the named policy configured by cfg (Seed for random; the scoring config
+// fills the candidates' terms and predicted latencies for explain and admission).
+func NewPolicy(name string, cfg Config) (Policy, error) {
+	if name == PolicyKvmesh {
+		return New(cfg)
+	}
+	if !slices.Contains(PolicyNames, name) {
+		return nil, fmt.Errorf("route: unknown policy %q (want one of %v): %w", name, PolicyNames, ErrInvalidConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &baseline{
+		name: name,
+		cfg:  cfg,
+		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+	}, nil
+}
+
+// baseline is a comparison policy: model filter only, then one ordering rule. Each
+// candidate's Score is that rule's key (higher first): round-robin and random 0, least-load
+// −(running+waiting), cache-aware the prefix fraction when it leads, else −(running+waiting).
+type baseline struct {
+	name string
+	cfg  Config
+
+	mu   sync.Mutex
+	next int
+	rng  *rand.Rand
+}
+
+func (b *baseline) Name() string { return b.name }
+
+func (b *baseline) Reserve(now time.Time, peer string, prefillTokens, blocks int) Reservation {
+	return Reservation{Peer: peer, At: now, PrefillTokens: max(prefillTokens, 0), Blocks: max(blocks, 0)}
+}
+
+func (b *baseline) Observe(string, time.Time) {}
+
+func (b *baseline) Release(Reservation) bool { return false }
+
+func requests(p *Peer) int { return max(p.Running, 0) + max(p.Waiting, 0) }
+
+func (b *baseline) Route(now time.Time, req Request, peers []Peer, dst []Candidate) ([]Candidate, error) {
+	dst = dst[:0]
+	bt := req.BlockTokens
+	if bt <= 0 {
+		bt = kvindex.DefaultBlockTokens
+	}
+	for i := range peers {
+		if slices.Contains(peers[i].Models, req.Model) {
+			dst = append(dst, evaluate(&b.cfg, req, bt, i, &peers[i], reserved{}))
+		}
+	}
+	if len(dst) == 0 {
+		var counts FilterCounts
+		counts[ReasonModel] = len(peers)
+		return dst, &NoCandidateError{Model: req.Model, Peers: len(peers), Counts: counts}
+	}
+	switch b.name {
+	case PolicyRoundRobin:
+		b.mu.Lock()
+		k := b.next % len(dst)
+		b.next++
+		b.mu.Unlock()
+		for i := range dst {
+			dst[i].Score = 0
+		}
+		slices.Reverse(dst[:k])
+		slices.Reverse(dst[k:])
+		slices.Reverse(dst)
+	case PolicyRandom:
+		b.mu.Lock()
+		b.rng.Shuffle(len(dst), func(i, j int) { dst[i], dst[j] = dst[j], dst[i] })
+		b.mu.Unlock()
+		for i := range dst {
+			dst[i].Score = 0
+		}
+	case PolicyLeastLoad:
+		for i := range dst {
+			dst[i].Score = -float64(requests(&peers[dst[i].Peer]))
+		}
+		slices.SortStableFunc(dst, byScore)
+	case PolicyCacheAware:
+		best := 0.0
+		for i := range dst {
+			best = max(best, dst[i].Terms.Prefix)
+		}
+		for i := range dst {
+			if best >= CacheThreshold {
+				// Prefix first; load only among equal matches.
+				dst[i].Score = dst[i].Terms.Prefix - 1e-9*float64(requests(&peers[dst[i].Peer]))
+			} else {
+				dst[i].Score = -float64(requests(&peers[dst[i].Peer]))
+			}
+		}
+		slices.SortStableFunc(dst, byScore)
+	}
+	return dst, nil
+}
+
+func byScore(a, b Candidate) int {
+	switch {
+	case a.Score > b.Score:
+		return -1
+	case a.Score < b.Score:
+		return 1
+	}
+	return 0
+}

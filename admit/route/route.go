@@ -1,0 +1,342 @@
+package route
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+)
+
+// Router is the kvmesh policy: filters, score, load gate, spreading tie-break, session
+// stickiness and reservations. It is safe for concurrent use.
+type Router struct {
+	cfg Config
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	counts FilterCounts
+	res    map[string]*peerRes
+	nextID uint64
+	sess   sessions
+	keys   []sortKey   // scratch for sortLocked
+	tmp    []Candidate // scratch for sortLocked
+}
+
+var _ Policy = (*Router)(nil)
+
+// New validates cfg (filling zero thresholds with defaults) and returns a Router.
+func New(cfg Config) (*Router, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &Router{
+		cfg:  cfg,
+		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		res:  make(map[string]*peerRes),
+		sess: sessions{max: cfg.MaxSessions, m: make(map[string]*sessEntry)},
+	}, nil
+}
+
+// Name returns "kvmesh".
+func (r *Router) Name() string { return PolicyKvmesh }
+
+// Config returns the configuration in use, defaults filled.
+func (r *Router) Config() Config { return r.cfg }
+
+// Counts returns how many peers each filter has dropped since New (for
+// kvmesh_route_filtered_total{reason}).
+func (r *Router) Counts() FilterCounts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts
+}
+
+// Route filters peers, scores the survivors and returns them in dst (reused, best first).
+// When none survives it returns a *NoCandidateError. Route records the first candidate as the
+// session's peer. Route does not allocate when dst has room for the peers and the request
+// carries no new session (internal sort buffers grow once to the largest mesh seen).
+func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate) ([]Candidate, error) {
+	dst = dst[:0]
+	bt := req.BlockTokens
+	if bt <= 0 {
+		bt = kvindex.DefaultBlockTokens
+	}
+	cfg := &r.cfg
+	need := cfg.ModelBytes[req.Model]
+	vendors := cfg.ModelVendors[req.Model]
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	var counts FilterCounts
+	anyCool := false    // some survivor is under its power cap and below the thermal hard limit
+	anyLimited := false // some survivor is over its cap or too hot
+	for i := range peers {
+		p := &peers[i]
+		if !slices.Contains(p.Models, req.Model) {
+			counts[ReasonModel]++
+			continue
+		}
+		if !p.Self && (p.Stale || p.Age > cfg.MaxAge) && cfg.StalePolicy == StaleClosed {
+			counts[ReasonStale]++
+			continue
+		}
+		if !p.Healthy {
+			counts[ReasonUnhealthy]++
+			continue
+		}
+		if !capable(cfg, p, need, vendors) {
+			counts[ReasonCapability]++
+			continue
+		}
+		rv := r.reservedLocked(now, p.Name)
+		if busy(cfg, p, rv) {
+			counts[ReasonBusy]++
+			continue
+		}
+		c := evaluate(cfg, req, bt, i, p, rv)
+		c.overCap = cfg.PowerCapFilter && p.PowerCapWatts > 0 && p.PowerWatts >= cfg.PowerCapFraction*p.PowerCapWatts
+		c.tooHot = p.TempC >= cfg.ThermalHardC
+		if !c.overCap && !c.tooHot {
+			anyCool = true
+		} else {
+			anyLimited = true
+		}
+		dst = append(dst, c)
+	}
+	// Power before thermal: an over-cap peer is dropped only if a cool peer will remain.
+	if anyLimited {
+		n := 0
+		for i := range dst {
+			switch c := &dst[i]; {
+			case c.overCap && anyCool:
+				counts[ReasonPowerCap]++
+			case c.tooHot:
+				counts[ReasonThermal]++
+			default:
+				if n != i {
+					dst[n] = *c
+				}
+				n++
+			}
+		}
+		dst = dst[:n]
+	}
+	for i, v := range counts {
+		r.counts[i] += v
+	}
+	if len(dst) == 0 {
+		return dst, &NoCandidateError{Model: req.Model, Peers: len(peers), Counts: counts}
+	}
+
+	applyGate(cfg, dst)
+	r.sortLocked(dst)
+	r.tieBreakLocked(req, dst)
+	if req.Session != "" {
+		r.sess.put(req.Session, dst[0].Name)
+	}
+	return dst, nil
+}
+
+func capable(cfg *Config, p *Peer, need uint64, vendors []string) bool {
+	if need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes {
+		return false
+	}
+	if len(vendors) > 0 && !slices.Contains(vendors, p.Vendor) {
+		return false
+	}
+	if len(cfg.Roles) > 0 && !slices.Contains(cfg.Roles, p.Role) {
+		return false
+	}
+	return true
+}
+
+// busy counts this node's reservations on top of the peer's last record; the request's own
+// prompt is not counted (see Config.BusyQueuedPrefillTokens).
+func busy(cfg *Config, p *Peer, rv reserved) bool {
+	if p.KVBlocksTotal > 0 && float64(p.KVBlocksUsed+rv.blocks)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
+		return true
+	}
+	return p.QueuedPrefillTokens+rv.prefill > cfg.BusyQueuedPrefillTokens
+}
+
+func clamp01(v float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return math.Min(v, 1)
+}
+
+// evaluate computes a candidate's terms, score and predicted latencies. It is pure.
+func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candidate {
+	c := Candidate{Peer: i, Name: p.Name}
+	prompt := max(req.PromptTokens, 0)
+	tps := p.PrefillTokensPerSecond
+	if !(tps > 0) || math.IsInf(tps, 0) {
+		tps = cfg.DefaultPrefillTokensPerSecond
+	}
+	step := p.DecodeStepSeconds
+	if !(step > 0) || math.IsInf(step, 0) {
+		step = cfg.DefaultDecodeStepSeconds
+	}
+	t := &c.Terms
+	t.PrefixTokens = min(max(p.PrefixBlocks, 0)*bt, prompt)
+	t.PrefixSaved = toDuration(float64(t.PrefixTokens) / tps)
+	if prompt > 0 {
+		t.Prefix = float64(t.PrefixTokens) / float64(prompt)
+	}
+	queued := max(p.QueuedPrefillTokens, 0) + rv.prefill
+	t.ReservedTokens, t.ReservedBlocks = rv.prefill, rv.blocks
+	t.LoadTokens = queued + max(p.InFlightTokens, 0)
+	if lt := float64(t.LoadTokens); lt > 0 {
+		t.Load = lt / (lt + float64(cfg.LoadHalfTokens))
+	}
+	t.FreeKV = 0.5
+	if p.KVBlocksTotal > 0 {
+		t.FreeKV = clamp01(1 - float64(p.KVBlocksUsed+rv.blocks)/float64(p.KVBlocksTotal))
+	}
+	t.Power = 0.5
+	if p.PowerCapWatts > 0 {
+		t.Power = clamp01(1 - p.PowerWatts/p.PowerCapWatts)
+	}
+	if p.TempC > cfg.ThermalSoftC {
+		t.Thermal = clamp01((p.TempC - cfg.ThermalSoftC) / (cfg.ThermalHardC - cfg.ThermalSoftC))
+	}
+	w := &cfg.Weights
+	c.Score = w.Prefix*t.Prefix - w.Load*t.Load + w.FreeKV*t.FreeKV + w.Power*t.Power - w.Thermal*t.Thermal
+
+	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step)
+	base := max(p.Running, 1)
+	batch := max(p.Running, 0) + rv.requests + 1
+	if p.MaxRunning > 0 && batch > p.MaxRunning {
+		batch = max(p.MaxRunning, base)
+	}
+	share := cfg.DecodeBatchShare
+	c.PredictedTPOT = toDuration(step * (1 - share + share*float64(batch)/float64(base)))
+	return c
+}
+
+// applyGate marks candidates the load gate moves behind the others: c is gated when
+// TTFT(c) > min over d≠c of TTFT(d) + slack(c), slack(c) = min(GateSlackFactor × PrefixSaved(c),
+// GateMaxSlack) + GateTolerance. The fastest candidate is never gated.
+func applyGate(cfg *Config, dst []Candidate) {
+	if len(dst) < 2 {
+		return
+	}
+	min1, min2, at := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64), -1
+	for i := range dst {
+		t := dst[i].PredictedTTFT
+		if t < min1 {
+			min1, min2, at = t, min1, i
+		} else if t < min2 {
+			min2 = t
+		}
+	}
+	for i := range dst {
+		c := &dst[i]
+		other := min1
+		if i == at {
+			other = min2
+		}
+		slack := min(toDuration(cfg.GateSlackFactor*c.Terms.PrefixSaved.Seconds()), cfg.GateMaxSlack) + cfg.GateTolerance
+		c.Gated = c.PredictedTTFT-other > slack
+	}
+}
+
+// sortKey orders candidates without copying them in every comparison: ungated by score
+// (higher first), then gated by predicted TTFT (lower first: they are fallbacks), ties by peer
+// index, so the order is total and deterministic.
+type sortKey struct {
+	gated bool
+	v     float64 // −score when ungated, TTFT when gated
+	peer  int
+	pos   int // index into the unsorted candidates
+}
+
+func compareKeys(a, b sortKey) int {
+	switch {
+	case a.gated != b.gated:
+		if a.gated {
+			return 1
+		}
+		return -1
+	case a.v < b.v:
+		return -1
+	case a.v > b.v:
+		return 1
+	}
+	return a.peer - b.peer
+}
+
+// sortLocked sorts dst through the Router's scratch buffers (grown once, then reused).
+func (r *Router) sortLocked(dst []Candidate) {
+	keys := r.keys[:0]
+	for i := range dst {
+		k := sortKey{gated: dst[i].Gated, v: -dst[i].Score, peer: dst[i].Peer, pos: i}
+		if k.gated {
+			k.v = float64(dst[i].PredictedTTFT)
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	tmp := append(r.tmp[:0], dst...)
+	for i, k := range keys {
+		dst[i] = tmp[k.pos]
+	}
+	r.keys, r.tmp = keys, tmp
+}
+
+// tieBreakLocked moves the chosen candidate to the front: the session's last peer if it is
+// not gated, else the better of two random picks among the ungated candidates within
+// Epsilon of the best score (lower token load, then lower predicted TTFT; on a full tie the
+// first pick, so equal peers are chosen uniformly).
+func (r *Router) tieBreakLocked(req Request, dst []Candidate) {
+	pick := -1
+	if req.Session != "" {
+		if name, ok := r.sess.get(req.Session); ok {
+			for i := range dst {
+				if dst[i].Gated {
+					break
+				}
+				if dst[i].Name == name {
+					pick = i
+					dst[i].Sticky = true
+					break
+				}
+			}
+		}
+	}
+	if pick < 0 {
+		k := 1
+		for k < len(dst) && !dst[k].Gated && dst[0].Score-dst[k].Score <= r.cfg.Epsilon {
+			k++
+		}
+		if k < 2 {
+			return
+		}
+		a := r.rng.IntN(k)
+		b := r.rng.IntN(k - 1)
+		if b >= a {
+			b++
+		}
+		pick = a
+		if lessLoaded(&dst[b], &dst[a]) {
+			pick = b
+		}
+	}
+	if pick > 0 {
+		c := dst[pick]
+		copy(dst[1:pick+1], dst[:pick])
+		dst[0] = c
+	}
+}
+
+func lessLoaded(a, b *Candidate) bool {
+	if a.Terms.LoadTokens != b.Terms.LoadTokens {
+		return a.Terms.LoadTokens < b.Terms.LoadTokens
+	}
+	return a.PredictedTTFT < b.PredictedTTFT
+}

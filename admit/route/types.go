@@ -1,0 +1,215 @@
+package route
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Request is what routing needs to know about one request.
+type Request struct {
+	Model        string
+	PromptTokens int
+	MaxTokens    int
+	Priority     int
+	// Session is the agent or session id (X-Kvmesh-Agent); empty means none.
+	Session string
+	// BlockTokens is the KV block size the prompt was hashed with (≤ 0: kvindex's default).
+	BlockTokens int
+}
+
+// Peer is one node's view of a peer (or of itself), mapped from its gossiped state record.
+type Peer struct {
+	Name    string
+	Self    bool // this node: its state is exact, so it is never stale
+	Models  []string
+	Age     time.Duration // since its last state record was received
+	Stale   bool          // marked stale by the gossip layer, whatever its Age
+	Healthy bool
+	Role    string
+	Vendor  string
+
+	VRAMTotalBytes, VRAMFreeBytes uint64
+	KVBlocksTotal, KVBlocksUsed   int
+	HitRate                       float64
+	Running, Waiting, MaxRunning  int
+	QueuedPrefillTokens           int
+	InFlightTokens                int
+	PrefillTokensPerSecond        float64
+	DecodeStepSeconds             float64
+	PowerWatts, PowerCapWatts     float64
+	TempC                         float64
+	CarbonIntensity               float64
+
+	// PrefixBlocks is the longest contiguous run of this request's blocks, from block 0, that
+	// the peer holds (kvindex lookup).
+	PrefixBlocks int
+}
+
+// Terms are the parts of a candidate's score, for logs and the explain header.
+type Terms struct {
+	PrefixTokens   int           // cached prompt tokens on the peer (PrefixBlocks × BlockTokens, ≤ prompt)
+	PrefixSaved    time.Duration // prefill time those tokens save on the peer
+	Prefix         float64       // PrefixTokens / PromptTokens, in [0,1]
+	LoadTokens     int           // queued prefill + in-flight + reserved prefill tokens
+	Load           float64       // LoadTokens/(LoadTokens+LoadHalfTokens), in [0,1)
+	FreeKV         float64       // free KV fraction after reservations, 0.5 when unknown
+	Power          float64       // power headroom 1−W/cap, 0.5 when unknown
+	Thermal        float64       // penalty in [0,1] between the soft and hard limits
+	ReservedTokens int           // prefill tokens this node reserved on the peer
+	ReservedBlocks int           // KV blocks this node reserved on the peer
+}
+
+// Candidate is one peer that survived the filters.
+type Candidate struct {
+	Peer          int // index into the peers slice given to Route
+	Name          string
+	Score         float64
+	Terms         Terms
+	PredictedTTFT time.Duration
+	PredictedTPOT time.Duration
+	// Gated is set when the load gate moved this candidate behind the others.
+	Gated bool
+	// Sticky is set on the candidate chosen because it served the session last.
+	Sticky bool
+
+	overCap, tooHot bool
+}
+
+// String is a compact one-line form for logs and the explain header, e.g.
+// "n2 score=0.820 prefix=1536 load=0.10 kv=0.55 ttft=120ms tpot=20ms".
+func (c Candidate) String() string {
+	var b []byte
+	return string(c.appendTo(b))
+}
+
+func (c Candidate) appendTo(b []byte) []byte {
+	b = append(b, c.Name...)
+	b = append(b, " score="...)
+	b = strconv.AppendFloat(b, c.Score, 'f', 3, 64)
+	b = append(b, " prefix="...)
+	b = strconv.AppendInt(b, int64(c.Terms.PrefixTokens), 10)
+	b = append(b, " load="...)
+	b = strconv.AppendFloat(b, c.Terms.Load, 'f', 2, 64)
+	b = append(b, " kv="...)
+	b = strconv.AppendFloat(b, c.Terms.FreeKV, 'f', 2, 64)
+	if c.Terms.ReservedTokens > 0 {
+		b = append(b, " rsv="...)
+		b = strconv.AppendInt(b, int64(c.Terms.ReservedTokens), 10)
+	}
+	if c.Terms.Thermal > 0 {
+		b = append(b, " hot="...)
+		b = strconv.AppendFloat(b, c.Terms.Thermal, 'f', 2, 64)
+	}
+	b = append(b, " ttft="...)
+	b = append(b, c.PredictedTTFT.Round(time.Millisecond).String()...)
+	b = append(b, " tpot="...)
+	b = append(b, c.PredictedTPOT.Round(time.Millisecond).String()...)
+	if c.Gated {
+		b = append(b, " gated"...)
+	}
+	if c.Sticky {
+		b = append(b, " sticky"...)
+	}
+	return b
+}
+
+// Explain renders the first n candidates for the X-Kvmesh-Explain header, separated by "; ".
+// Control characters in names are replaced so the result is a valid header value.
+func Explain(cands []Candidate, n int) string {
+	n = min(n, len(cands))
+	var b []byte
+	for i := range n {
+		if i > 0 {
+			b = append(b, "; "...)
+		}
+		b = cands[i].appendTo(b)
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, string(b))
+}
+
+// Reason is why a filter dropped a peer, in filter order.
+type Reason uint8
+
+// Filter reasons, in the order the filters run.
+const (
+	ReasonModel      Reason = iota // does not host the model
+	ReasonStale                    // state too old (StaleClosed)
+	ReasonUnhealthy                // engine reports unhealthy
+	ReasonCapability               // VRAM too small, wrong vendor or role
+	ReasonBusy                     // KV use or queued prefill tokens over threshold
+	ReasonPowerCap                 // at its power cap while another peer is under its cap
+	ReasonThermal                  // at or above the thermal hard limit
+	NumReasons
+)
+
+var reasonNames = [NumReasons]string{"model", "stale", "unhealthy", "capability", "busy", "power_cap", "thermal"}
+
+// String is the reason's metric label value.
+func (r Reason) String() string {
+	if r < NumReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// FilterCounts counts dropped peers by Reason.
+type FilterCounts [NumReasons]int
+
+// ErrNoCandidate is wrapped by *NoCandidateError.
+var ErrNoCandidate = errors.New("route: no candidate")
+
+// NoCandidateError says why no peer survived the filters.
+type NoCandidateError struct {
+	Model  string
+	Peers  int // peers considered
+	Counts FilterCounts
+}
+
+func (e *NoCandidateError) Error() string {
+	b := []byte("route: no candidate for model ")
+	b = strconv.AppendQuote(b, e.Model)
+	b = append(b, " among "...)
+	b = strconv.AppendInt(b, int64(e.Peers), 10)
+	b = append(b, " peers:"...)
+	for r, n := range e.Counts {
+		if n > 0 {
+			b = append(b, ' ')
+			b = append(b, Reason(r).String()...)
+			b = append(b, '=')
+			b = strconv.AppendInt(b, int64(n), 10)
+		}
+	}
+	return string(b)
+}
+
+// Unwrap makes errors.Is(err, ErrNoCandidate) true.
+func (e *NoCandidateError) Unwrap() error { return ErrNoCandidate }
+
+// NoHost reports that no peer hosts the model at all: the node answers 503 no_capacity.
+func (e *NoCandidateError) NoHost() bool { return e.Counts[ReasonModel] == e.Peers }
+
+// Busy reports that some peer hosting the model was dropped for a passing reason (busy,
+// power cap, thermal): admission should queue or answer 429 with Retry-After, not 503.
+// When neither NoHost nor Busy holds, every host is stale, unhealthy or incapable: 503.
+func (e *NoCandidateError) Busy() bool {
+	return !e.NoHost() && e.Counts[ReasonBusy]+e.Counts[ReasonPowerCap]+e.Counts[ReasonThermal] > 0
+}
+
+// toDuration converts seconds to a Duration, saturating instead of overflowing.
+func toDuration(s float64) time.Duration {
+	if !(s < float64(math.MaxInt64)/1e9) {
+		return time.Duration(math.MaxInt64)
+	}
+	if s < 0 {
+		return 0
+	}
+	return time.Duration(s * 1e9)
+}

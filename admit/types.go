@@ -1,0 +1,147 @@
+package admit
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig reports an invalid Config.
+	ErrConfig = errors.New("admit: invalid config")
+	// ErrQueueFull reports a Push refused by the waiting room's caps.
+	ErrQueueFull = errors.New("admit: queue full")
+	// ErrKeys reports an unparsable API key file.
+	ErrKeys = errors.New("admit: invalid key file")
+	// ErrHeader reports an unparsable request header value.
+	ErrHeader = errors.New("admit: invalid header value")
+)
+
+// Request is what admission needs to know about one request. The node fills it from the
+// decoded body and the X-Kvmesh-* headers.
+type Request struct {
+	ID       string
+	Model    string
+	Role     string // pool role from routing ("prefill", "decode", "" = both)
+	Endpoint string // "chat" or "completions"
+
+	PromptTokens int
+	MaxTokens    *int // nil: not given (a default is filled)
+	N            *int
+	StopCount    int
+	Temperature  *float64
+	TopP         *float64
+	// Logprobs is the number of top log-probabilities asked for (chat: top_logprobs when
+	// logprobs is true; completions: logprobs); nil: none.
+	Logprobs *int
+
+	Priority int    // ParsePriority of X-Kvmesh-Priority; 0 when absent
+	Tenant   string // trusted tenant (set by Identify; Admit uses it as given)
+	APIKey   string // raw bearer key; only its SHA-256 is compared
+
+	TTFTSLO  time.Duration // 0: the priority class default
+	TPOTSLO  time.Duration // 0: the priority class default
+	QueueTTL time.Duration // 0: Queue.TTL; a larger value is cut to Queue.TTL
+	Agent    string
+	Arrived  time.Time
+}
+
+// Action is what a Decision tells the node to do.
+type Action uint8
+
+// Actions.
+const (
+	Accept Action = iota // dispatch now to Decision.Option
+	Queue                // put into the waiting room (WaitingRoom.Push)
+	Refuse               // answer Status with Code now
+)
+
+func (a Action) String() string {
+	switch a {
+	case Accept:
+		return "accept"
+	case Queue:
+		return "queue"
+	default:
+		return "refuse"
+	}
+}
+
+// Layers, the bounded values of Decision.Layer (the "layer" metric label).
+const (
+	LayerValidation = "validation"
+	LayerIdentity   = "identity"
+	LayerBudget     = "budget"
+	LayerRoute      = "route"
+	LayerKV         = "kv"
+	LayerQueue      = "queue"
+	LayerPriority   = "priority"
+	LayerSLO        = "slo"
+)
+
+// Codes, the bounded values of Decision.Code (the "reason" label and the OpenAI error code).
+const (
+	CodeInvalidParameter      = "invalid_parameter"
+	CodeModelNotFound         = "model_not_found"
+	CodeInvalidAPIKey         = "invalid_api_key"
+	CodeRateLimited           = "rate_limited"
+	CodeContextLengthExceeded = "context_length_exceeded"
+	CodeNoCapacity            = "no_capacity"
+	CodeKVBudget              = "kv_budget"
+	CodeQueueFull             = "queue_full"
+	CodeQueueTTLExpired       = "queue_ttl_expired"
+	CodeSLOUnattainable       = "slo_unattainable"
+
+	// Codes of non-refusals, for metrics.
+	CodeAccepted     = "accepted"
+	CodeWaitKV       = "wait_kv"     // queued: no candidate has KV room now
+	CodeWaitBehind   = "wait_behind" // queued: equal or higher rank is already waiting
+	CodeEvicted      = "evicted"     // message of a queue_full sent to an evicted waiter
+	evictedMessage   = "evicted by higher priority"
+	shedMessage      = "sheddable request shed: the queue for this model is busy"
+	defaultTenant    = "default"
+	maxPriorityValue = 1000
+)
+
+// Decision is one stage's verdict.
+type Decision struct {
+	Action     Action
+	Status     int    // HTTP status of a refusal (0 otherwise)
+	Code       string // stable reason (Code* constants)
+	Message    string // human-readable, for the error body
+	Param      string // the offending request field, if any
+	RetryAfter time.Duration
+	Layer      string // Layer* constant
+
+	// Filled as the stages run.
+	Tenant         string // tenant identified (Identify) or given (Admit)
+	MaxTokens      int    // effective max_tokens after defaults (budget)
+	ExpectedTokens int    // output tokens reserved for KV (≤ MaxTokens)
+	Option         int    // index into options of the chosen candidate; -1 when none
+	KVBlocks       int    // predicted KV blocks on the chosen candidate
+}
+
+// Refused reports whether d is a refusal.
+func (d Decision) Refused() bool { return d.Action == Refuse }
+
+// Option is one routing candidate as admission sees it, in routing's preference order.
+type Option struct {
+	Peer          string
+	PredictedTTFT time.Duration // routing's estimate on this peer, cached prefix deducted
+	PredictedTPOT time.Duration // routing's estimate of the peer's batch step time; 0: unknown
+	// FreeKVBlocks are free after the peer's running and queued work and after this node's own
+	// reservations on it since the peer's last state record.
+	FreeKVBlocks  int
+	TotalKVBlocks int // 0: unknown (then only FreeKVBlocks is checked)
+	BlockTokens   int // ≤ 0: the model's block size
+	CachedTokens  int // prompt tokens the peer already holds (longest cached prefix)
+	// PrefillTokensPerSecond is the peer's measured prefill rate; it prices the tokens queued
+	// ahead in the waiting room. 0: unknown (the queue term is left out).
+	PrefillTokensPerSecond float64
+}
+
+// RetryAfterSeconds renders d for the Retry-After header: whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}

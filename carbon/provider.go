@@ -1,0 +1,60 @@
+package carbon
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Provider kinds accepted by NewProvider (the --carbon-provider values).
+const (
+	KindStatic          = "static"
+	KindElectricityMaps = "electricitymaps"
+	KindWattTime        = "watttime"
+)
+
+// ProviderConfig maps the node's carbon flags to a Provider.
+type ProviderConfig struct {
+	Kind string // KindStatic, KindElectricityMaps or KindWattTime
+	Zone string // Electricity Maps zone or WattTime region; Static's reported zone
+
+	StaticIntensity float64 // static: the fixed value
+	StaticSchedule  string  // static: ParseSchedule syntax; overrides StaticIntensity
+
+	Token    string // electricitymaps: auth-token
+	Username string // watttime
+	Password string // watttime
+
+	BaseURL    string // empty: the provider's public API
+	HTTPClient *http.Client
+}
+
+// NewProvider validates cfg and builds its provider. It does no I/O.
+func NewProvider(cfg ProviderConfig) (Provider, error) {
+	switch strings.ToLower(cfg.Kind) {
+	case KindStatic:
+		if cfg.StaticIntensity < 0 {
+			return nil, fmt.Errorf("%w: static intensity must be ≥ 0", ErrConfig)
+		}
+		s := &Static{Intensity: cfg.StaticIntensity, Zone: cfg.Zone}
+		if cfg.StaticSchedule != "" {
+			sch, err := ParseSchedule(cfg.StaticSchedule)
+			if err != nil {
+				return nil, err
+			}
+			s.Schedule = &sch
+		}
+		return s, nil
+	case KindElectricityMaps:
+		if cfg.Zone == "" || cfg.Token == "" {
+			return nil, fmt.Errorf("%w: electricitymaps needs a zone and a token", ErrConfig)
+		}
+		return &ElectricityMaps{BaseURL: cfg.BaseURL, Zone: cfg.Zone, Token: cfg.Token, HTTPClient: cfg.HTTPClient}, nil
+	case KindWattTime:
+		if cfg.Zone == "" || cfg.Username == "" || cfg.Password == "" {
+			return nil, fmt.Errorf("%w: watttime needs a region, a username and a password", ErrConfig)
+		}
+		return &WattTime{BaseURL: cfg.BaseURL, Region: cfg.Zone, Username: cfg.Username, Password: cfg.Password, HTTPClient: cfg.HTTPClient}, nil
+	}
+	return nil, fmt.Errorf("%w: unknown provider %q: want static, electricitymaps or watttime", ErrConfig, cfg.Kind)
+}

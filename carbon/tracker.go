@@ -1,0 +1,243 @@
+package carbon
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+)
+
+// FailMode says how a node behaves with no fresh reading.
+type FailMode int
+
+const (
+	// FailOpen treats the node as clean: nothing is shed for want of data.
+	FailOpen FailMode = iota
+	// FailClosed treats the node as dirty: sheddable traffic goes elsewhere or is deferred.
+	FailClosed
+)
+
+func (m FailMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// ParseFailMode reads "open" or "closed".
+func ParseFailMode(s string) (FailMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, fmt.Errorf("%w: fail mode %q: want open or closed", ErrConfig, s)
+}
+
+// Freshness says what the tracker holds.
+type Freshness int
+
+const (
+	FreshnessNone  Freshness = iota // no reading yet
+	FreshnessFresh                  // a reading no older than MaxAge
+	FreshnessStale                  // a reading older than MaxAge
+)
+
+func (f Freshness) String() string {
+	switch f {
+	case FreshnessFresh:
+		return "fresh"
+	case FreshnessStale:
+		return "stale"
+	}
+	return "none"
+}
+
+// Status describes the tracker's state at a moment.
+type Status struct {
+	Freshness Freshness
+	// FailModeActive is true when there is no fresh reading, so FailMode decides Dirty.
+	FailModeActive bool
+	FailMode       FailMode
+	Age            time.Duration // now − reading's At (or Fetched); 0 with no reading
+	Failures       int           // consecutive provider errors since the last good reading
+	LastError      error         // the latest provider error, nil after a good reading
+}
+
+// Config configures a Tracker.
+type Config struct {
+	// Threshold: intensities strictly above it are dirty. In the provider's unit
+	// (gCO2eq/kWh, or a 0–100 percentile with WattTime).
+	Threshold    float64
+	PollInterval time.Duration // between good polls
+	MaxAge       time.Duration // a reading older than this (by its own At) is stale
+	FailMode     FailMode      // applies before the first reading and once stale
+	BackoffMin   time.Duration // delay after the first consecutive error
+	BackoffMax   time.Duration // cap of the doubling backoff (a 429's Retry-After may exceed it)
+}
+
+// DefaultConfig polls every 5 minutes, treats readings older than 2 hours as stale (Electricity
+// Maps values are hourly and stamped at the start of their hour), fails open, and backs off
+// from 10 s to 10 minutes. The threshold is 300 gCO2eq/kWh.
+func DefaultConfig() Config {
+	return Config{
+		Threshold:    300,
+		PollInterval: 5 * time.Minute,
+		MaxAge:       2 * time.Hour,
+		FailMode:     FailOpen,
+		BackoffMin:   10 * time.Second,
+		BackoffMax:   10 * time.Minute,
+	}
+}
+
+// Tracker holds the latest reading, the poll schedule and the fail mode. Safe for concurrent use.
+type Tracker struct {
+	cfg Config
+
+	mu       sync.Mutex
+	have     bool
+	reading  Reading
+	next     time.Time // zero: poll now
+	failures int
+	lastErr  error
+}
+
+// New validates cfg. It does no I/O.
+func New(cfg Config) (*Tracker, error) {
+	switch {
+	case cfg.Threshold < 0 || math.IsNaN(cfg.Threshold) || math.IsInf(cfg.Threshold, 0):
+		return nil, fmt.Errorf("%w: threshold %v must be a finite number ≥ 0", ErrConfig, cfg.Threshold)
+	case cfg.PollInterval <= 0:
+		return nil, fmt.Errorf("%w: poll interval must be > 0", ErrConfig)
+	case cfg.MaxAge <= 0:
+		return nil, fmt.Errorf("%w: max age must be > 0", ErrConfig)
+	case cfg.BackoffMin <= 0 || cfg.BackoffMax < cfg.BackoffMin:
+		return nil, fmt.Errorf("%w: backoff needs 0 < min ≤ max", ErrConfig)
+	case cfg.FailMode != FailOpen && cfg.FailMode != FailClosed:
+		return nil, fmt.Errorf("%w: unknown fail mode %d", ErrConfig, cfg.FailMode)
+	}
+	return &Tracker{cfg: cfg}, nil
+}
+
+// Config returns the tracker's configuration.
+func (t *Tracker) Config() Config { return t.cfg }
+
+// Record stores a good reading and schedules the next poll after PollInterval, or at the
+// provider's NextChange when that comes sooner.
+func (t *Tracker) Record(now time.Time, r Reading) {
+	if r.Fetched.IsZero() {
+		r.Fetched = now
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.have, t.reading = true, r
+	t.failures, t.lastErr = 0, nil
+	t.next = now.Add(t.cfg.PollInterval)
+	if r.NextChange.After(now) && r.NextChange.Before(t.next) {
+		t.next = r.NextChange
+	}
+}
+
+// RecordError counts a failed poll and schedules the next one after an exponential backoff
+// (BackoffMin·2^(n−1), capped at BackoffMax), or after the provider's Retry-After when a 429
+// asks for longer. The last good reading is kept; MaxAge decides when it stops counting.
+func (t *Tracker) RecordError(now time.Time, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures++
+	t.lastErr = err
+	delay := t.cfg.BackoffMin
+	for i := 1; i < t.failures && delay < t.cfg.BackoffMax; i++ {
+		delay *= 2
+	}
+	delay = min(delay, t.cfg.BackoffMax)
+	var rl *RateLimitedError
+	if errors.As(err, &rl) && rl.RetryAfter > delay {
+		delay = rl.RetryAfter
+	}
+	t.next = now.Add(delay)
+}
+
+// NextPoll is when the node should fetch next; now itself before the first poll.
+func (t *Tracker) NextPoll(now time.Time) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.next.IsZero() {
+		return now
+	}
+	return t.next
+}
+
+// Current returns the latest reading (zero if none) and the status at now.
+func (t *Tracker) Current(now time.Time) (Reading, Status) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reading, t.statusLocked(now)
+}
+
+func (t *Tracker) statusLocked(now time.Time) Status {
+	st := Status{FailMode: t.cfg.FailMode, Failures: t.failures, LastError: t.lastErr}
+	if !t.have {
+		st.Freshness, st.FailModeActive = FreshnessNone, true
+		return st
+	}
+	at := t.reading.At
+	if at.IsZero() {
+		at = t.reading.Fetched
+	}
+	st.Age = max(now.Sub(at), 0)
+	if st.Age > t.cfg.MaxAge {
+		st.Freshness, st.FailModeActive = FreshnessStale, true
+	} else {
+		st.Freshness = FreshnessFresh
+	}
+	return st
+}
+
+// Dirty reports whether sheddable traffic should leave this node: the fresh intensity is above
+// Threshold, or, with no fresh reading, the fail mode is FailClosed.
+func (t *Tracker) Dirty(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dirtyLocked(now)
+}
+
+func (t *Tracker) dirtyLocked(now time.Time) bool {
+	if t.statusLocked(now).FailModeActive {
+		return t.cfg.FailMode == FailClosed
+	}
+	return t.reading.Intensity > t.cfg.Threshold
+}
+
+// RetryAfter is how long a deferred request should wait: until the provider's NextChange of a
+// fresh reading when that is ahead, else PollInterval; never under a second.
+func (t *Tracker) RetryAfter(now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.retryAfterLocked(now)
+}
+
+func (t *Tracker) retryAfterLocked(now time.Time) time.Duration {
+	d := t.cfg.PollInterval
+	if !t.statusLocked(now).FailModeActive && t.reading.NextChange.After(now) {
+		d = t.reading.NextChange.Sub(now)
+	}
+	return max(d, time.Second)
+}
+
+// Decide applies the shedding rule with this node's dirtiness at now and fills RetryAfter
+// when the request is deferred.
+func (t *Tracker) Decide(now time.Time, priority int, others []Option) Decision {
+	t.mu.Lock()
+	dirty := t.dirtyLocked(now)
+	retry := t.retryAfterLocked(now)
+	t.mu.Unlock()
+	d := Decide(priority, dirty, others)
+	if d.Action == ActionDefer {
+		d.RetryAfter = retry
+	}
+	return d
+}

@@ -1,0 +1,407 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+)
+
+// memberlist's listeners exit on Shutdown; VerifyTestMain's built-in retries give them the
+// moment they need, so no goroutine is ignored.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// testConfig is a loopback member with timers shortened about tenfold.
+func testConfig(name string) Config {
+	c := DefaultConfig()
+	c.Name = name
+	c.BindAddr = "127.0.0.1"
+	c.BindPort = 0
+	c.Key = testKey
+	c.PublishInterval = 200 * time.Millisecond
+	c.MinPublishInterval = 20 * time.Millisecond
+	c.FlushInterval = 10 * time.Millisecond
+	c.StaleAfter = time.Second
+	c.PushPullInterval = 300 * time.Millisecond
+	c.ProbeInterval = 100 * time.Millisecond
+	c.ProbeTimeout = 50 * time.Millisecond
+	c.GossipInterval = 20 * time.Millisecond
+	c.SuspicionMult = 2
+	c.TCPTimeout = 500 * time.Millisecond
+	c.DeadNodeReclaimTime = time.Millisecond
+	c.JoinRetryMax = 200 * time.Millisecond
+	return c
+}
+
+func startNode(t *testing.T, cfg Config) *Gossip {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.UpdateLocal(State{HTTPAddr: "127.0.0.1:0", Models: []ModelInfo{{"m", 8192}}, EngineHealthy: true})
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// startCluster starts n members, each joining the first.
+func startCluster(t *testing.T, n int, mod func(i int, c *Config)) []*Gossip {
+	t.Helper()
+	var gs []*Gossip
+	for i := 0; i < n; i++ {
+		c := testConfig(fmt.Sprintf("n%d", i))
+		if i > 0 {
+			c.Join = []string{gs[0].LocalAddr()}
+		}
+		if mod != nil {
+			mod(i, &c)
+		}
+		gs = append(gs, startNode(t, c))
+	}
+	return gs
+}
+
+// kill stops a member without leaving, as a crash would.
+func kill(g *Gossip) { _ = g.shutdown(false, 0) }
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the condition
+	}
+}
+
+func member(g *Gossip, name string) (Member, bool) {
+	for _, m := range g.Members() {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+func allAlive(gs []*Gossip, names ...string) bool {
+	for _, g := range gs {
+		for _, n := range names {
+			m, ok := member(g, n)
+			if !ok || m.Liveness != LivenessAlive || m.State.BootID == 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func names(gs []*Gossip) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.Name())
+	}
+	return out
+}
+
+func prefixLen(g *Gossip, peer string, blocks []uint64) int {
+	for _, m := range g.LongestPrefix(blocks, nil) {
+		if m.Peer == peer {
+			return m.Blocks
+		}
+	}
+	return 0
+}
+
+func everyoneSees(gs []*Gossip, peer string, blocks []uint64, want int) bool {
+	for _, g := range gs {
+		if prefixLen(g, peer, blocks) != want {
+			return false
+		}
+	}
+	return true
+}
+
+func promptBlocks(text string) []uint64 {
+	p := make([]byte, 0, 64*40)
+	for len(p) < 64*40 {
+		p = append(p, text...)
+	}
+	return kvindex.Blocks("m", p, 16) // 40 blocks
+}
+
+func TestMeshLifecycle(t *testing.T) {
+	gs := startCluster(t, 5, nil)
+	all := names(gs)
+	eventually(t, "5 nodes all alive in every view", func() bool { return allAlive(gs, all...) })
+	for _, g := range gs {
+		if got := len(g.Members()); got != 5 {
+			t.Fatalf("%s lists %d members", g.Name(), got)
+		}
+		if v := testutil.ToFloat64(g.met.members.WithLabelValues("alive")); v != 5 {
+			t.Fatalf("%s members{alive} = %v", g.Name(), v)
+		}
+	}
+
+	blocks := promptBlocks("a long system prompt shared by a session. ")
+	t.Run("stored prefix reaches every index", func(t *testing.T) {
+		gs[1].PrefixStored(blocks)
+		eventually(t, "n1's prefix everywhere", func() bool { return everyoneSees(gs, "n1", blocks, len(blocks)) })
+		if m, _ := member(gs[0], "n1"); m.PrefixBlocks != len(blocks) {
+			t.Fatalf("PrefixBlocks = %d", m.PrefixBlocks)
+		}
+	})
+	t.Run("eviction deltas propagate", func(t *testing.T) {
+		gs[1].PrefixEvicted(blocks[30:])
+		eventually(t, "eviction everywhere", func() bool { return everyoneSees(gs, "n1", blocks, 30) })
+	})
+
+	victim := gs[4]
+	victim.PrefixStored(blocks[:10])
+	eventually(t, "n4's prefix everywhere", func() bool { return everyoneSees(gs, "n4", blocks, 10) })
+	t.Run("killed node becomes dead and its prefixes are dropped", func(t *testing.T) {
+		kill(victim)
+		eventually(t, "n4 dead everywhere", func() bool {
+			for _, g := range gs[:4] {
+				m, _ := member(g, "n4")
+				if m.Liveness != LivenessDead || m.PrefixBlocks != 0 || prefixLen(g, "n4", blocks) != 0 || m.Candidate {
+					return false
+				}
+			}
+			return true
+		})
+	})
+	t.Run("restarted node rejoins with a new incarnation and no stale prefixes", func(t *testing.T) {
+		c := testConfig("n4")
+		c.Join = []string{gs[0].LocalAddr()}
+		reborn := startNode(t, c)
+		fresh := promptBlocks("something else entirely. ")
+		reborn.PrefixStored(fresh[:5])
+		rest := append(slices.Clone(gs[:4]), reborn)
+		eventually(t, "n4 alive again with its new prefix", func() bool {
+			for _, g := range rest[:4] {
+				m, _ := member(g, "n4")
+				if m.Liveness != LivenessAlive || m.State.BootID != reborn.bootID || m.Incarnation != 2 ||
+					prefixLen(g, "n4", fresh) != 5 {
+					return false
+				}
+			}
+			return true
+		})
+		for _, g := range rest[:4] {
+			if n := prefixLen(g, "n4", blocks); n != 0 {
+				t.Fatalf("%s still credits n4 with %d old blocks", g.Name(), n)
+			}
+		}
+	})
+}
+
+func TestSnapshotRepairsDroppedDeltas(t *testing.T) {
+	gs := startCluster(t, 3, nil)
+	eventually(t, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
+	blocks := promptBlocks("repair me. ")
+	gs[2].dropDeltas.Store(true) // every delta of n2 is lost on the way out
+	gs[2].PrefixStored(blocks)
+	eventually(t, "push/pull delivers n2's residency", func() bool { return everyoneSees(gs, "n2", blocks, len(blocks)) })
+	gs[2].PrefixEvicted(blocks[5:])
+	eventually(t, "push/pull delivers n2's eviction", func() bool { return everyoneSees(gs, "n2", blocks, 5) })
+}
+
+func TestSnapshotFunction(t *testing.T) {
+	gs := startCluster(t, 2, nil)
+	blocks := promptBlocks("engine-reported residency. ")
+	gs[1].SetSnapshot(func() []uint64 { return blocks[:7] })
+	eventually(t, "n0 learns n1's snapshot", func() bool { return prefixLen(gs[0], "n1", blocks) == 7 })
+}
+
+func TestStaleHandling(t *testing.T) {
+	gs := startCluster(t, 3, func(i int, c *Config) {
+		c.StaleAfter = 300 * time.Millisecond
+		switch i {
+		case 0:
+			c.StalePolicy = FailClosed
+		case 1:
+			c.StalePolicy = FailOpen
+		case 2:
+			c.PublishInterval = time.Hour // n2 publishes only when its state changes
+		}
+	})
+	eventually(t, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
+	cases := []struct {
+		g             *Gossip
+		policy        string
+		candidateWhen bool
+	}{{gs[0], "closed", false}, {gs[1], "open", true}}
+	for _, tc := range cases {
+		t.Run(tc.policy, func(t *testing.T) {
+			if v := testutil.ToFloat64(tc.g.met.policy.WithLabelValues(tc.policy)); v != 1 {
+				t.Fatalf("stale_policy{%s} = %v", tc.policy, v)
+			}
+			eventually(t, "n2 stale", func() bool { m, _ := member(tc.g, "n2"); return m.Stale })
+			m, _ := member(tc.g, "n2")
+			if m.Candidate != tc.candidateWhen || m.Liveness != LivenessAlive {
+				t.Fatalf("stale n2 under %s: candidate=%v liveness=%s", tc.policy, m.Candidate, m.Liveness)
+			}
+			eventually(t, "stale gauge", func() bool { return testutil.ToFloat64(tc.g.met.stale) >= 1 })
+		})
+	}
+	gs[2].UpdateLocal(State{Running: 9})
+	eventually(t, "n2 fresh again", func() bool {
+		for _, g := range gs[:2] {
+			m, _ := member(g, "n2")
+			if m.Stale || !m.Candidate || m.State.Running != 9 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestWrongKeyRejected(t *testing.T) {
+	gs := startCluster(t, 2, nil)
+	eventually(t, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
+	c := testConfig("intruder")
+	c.Key = []byte("fedcba9876543210fedcba9876543210")
+	bad := startNode(t, c)
+	if _, err := bad.ml.Join([]string{gs[0].LocalAddr()}); err == nil {
+		t.Fatal("join with the wrong key succeeded")
+	}
+	// Forged records for n1, sent as n1 would: a new boot id (which would wipe n1's residency)
+	// and a delta crediting n1 with blocks it does not hold.
+	forged := promptBlocks("forged. ")
+	st, _ := AppendState([]byte{wireVersion, msgState}, State{Name: "n1", BootID: 42, Seq: 1 << 40})
+	delta, _ := kvindex.Summary{Seq: 1 << 40, Added: forged[:3]}.AppendBinary(deltaHeader("n1", 42))
+	to := memberlist.Address{Addr: gs[0].LocalAddr(), Name: "n0"}
+	for _, msg := range [][]byte{st, delta} {
+		if err := bad.ml.SendToAddress(to, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A legitimate change after the forgery: once it arrived, the forgery had its chance.
+	legit := promptBlocks("legit. ")
+	gs[1].PrefixStored(legit[:4])
+	eventually(t, "legit delta", func() bool { return prefixLen(gs[0], "n1", legit) == 4 })
+	m, _ := member(gs[0], "n1")
+	if m.State.BootID != gs[1].bootID || m.Incarnation != 1 || prefixLen(gs[0], "n1", forged) != 0 {
+		t.Fatalf("forged state accepted: boot %d incarnation %d", m.State.BootID, m.Incarnation)
+	}
+	for _, g := range gs {
+		if _, ok := member(g, "intruder"); ok {
+			t.Fatalf("%s lists the intruder", g.Name())
+		}
+	}
+	if got := len(bad.Members()); got != 1 {
+		t.Fatalf("intruder sees %d members", got)
+	}
+}
+
+func TestMalformedMessagesDropped(t *testing.T) {
+	gs := startCluster(t, 2, func(_ int, c *Config) { c.Key, c.Insecure = nil, true })
+	eventually(t, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
+	goodDelta, _ := kvindex.Summary{Seq: 1, Added: []uint64{1}}.AppendBinary(deltaHeader("n1", 7))
+	futureSummary := slices.Clone(goodDelta)
+	futureSummary[len(deltaHeader("n1", 7))] = 9 // summary version 9
+	tests := []struct {
+		reason string
+		msg    []byte
+	}{
+		{dropMalformed, []byte{wireVersion}},
+		{dropVersion, []byte{7, msgState, 1}},
+		{dropType, []byte{wireVersion, 99}},
+		{dropMalformed, []byte{wireVersion, msgState, 1, tagName, 9}},
+		{dropVersion, []byte{wireVersion, msgState, 2, tagName, 1, 'x'}},
+		{dropMalformed, goodDelta[:len(goodDelta)-1]},
+		{dropVersion, futureSummary},
+		{dropUnknownMember, func() []byte {
+			b, _ := AppendState([]byte{wireVersion, msgState}, State{Name: "ghost", BootID: 1, Seq: 1})
+			return b
+		}()},
+	}
+	var node *memberlist.Node
+	for _, n := range gs[1].ml.Members() {
+		if n.Name == "n0" {
+			node = n
+		}
+	}
+	if node == nil {
+		t.Fatal("n1 does not know n0")
+	}
+	want := map[string]float64{}
+	for _, r := range dropReasons {
+		want[r] = testutil.ToFloat64(gs[0].met.dropped.WithLabelValues(r))
+	}
+	for _, tt := range tests {
+		want[tt.reason]++
+		if err := gs[1].ml.SendReliable(node, tt.msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "every malformed message counted", func() bool {
+		for _, tt := range tests {
+			if testutil.ToFloat64(gs[0].met.dropped.WithLabelValues(tt.reason)) < want[tt.reason] {
+				return false
+			}
+		}
+		return true
+	})
+	if m, _ := member(gs[0], "n1"); m.Liveness != LivenessAlive {
+		t.Fatalf("n1 is %s after malformed messages", m.Liveness)
+	}
+}
+
+func TestLifecycleErrors(t *testing.T) {
+	c := testConfig("solo")
+	g, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatalf("Close before Start: %v", err)
+	}
+	if err := g.Start(context.Background()); err != ErrClosed {
+		t.Fatalf("Start after Close = %v", err)
+	}
+	g2 := startNode(t, testConfig("solo2"))
+	if err := g2.Start(context.Background()); err != ErrStarted {
+		t.Fatalf("second Start = %v", err)
+	}
+	if err := g2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if len(g2.Members()) != 1 {
+		t.Fatal("Members unreadable after Close")
+	}
+}
+
+func TestJoinBeforeSeedRetries(t *testing.T) {
+	// Reserve a port for the seed by starting and stopping a member on it.
+	probe := startNode(t, testConfig("probe"))
+	addr := probe.LocalAddr()
+	_ = probe.Close()
+	c := testConfig("early")
+	c.Join = []string{addr}
+	early := startNode(t, c)
+	sc := testConfig("seed")
+	var port int
+	if _, err := fmt.Sscanf(addr[len("127.0.0.1:"):], "%d", &port); err != nil {
+		t.Fatal(err)
+	}
+	sc.BindPort = port
+	seed := startNode(t, sc)
+	eventually(t, "the early node joins the late seed", func() bool { return allAlive([]*Gossip{early, seed}, "early", "seed") })
+}

@@ -1,0 +1,41 @@
+// Package gossip is kvmesh's mesh membership over hashicorp/memberlist (SWIM): who is alive,
+// each node's state record (load, capacity, GPU, carbon) and which KV prefix blocks each
+// node's engine holds.
+//
+// # Messages
+//
+// Every kvmesh message starts with a version byte and a kind. A state record (EncodeState:
+// tagged fields, unknown tags skipped, another major version refused) is broadcast when it
+// changes (at most every MinPublishInterval) and at least every PublishInterval. Prefix deltas
+// from PrefixStored and PrefixEvicted are coalesced every FlushInterval and broadcast as
+// kvindex summaries cut to fit one UDP packet. Receivers apply what is new and relay it, so
+// messages spread epidemically through memberlist's TransmitLimitedQueue; broadcast bytes per
+// node are bounded by MaxBytesPerSecond. The push/pull sync carries this node's record and a
+// full residency snapshot, which repairs lost deltas and brings new members up to date.
+// Messages of an unknown version or malformed bytes are dropped and counted in
+// kvmesh_gossip_dropped_messages_total{reason}; decoders never panic.
+//
+// # Restarts and failures
+//
+// Every process has a random boot id in its record. A dead or left member's prefixes are
+// dropped from the index; a new boot id drops the old residency and retires the old id, so a
+// late message of the previous process cannot resurrect it. Member.Incarnation counts boots.
+//
+// # Staleness
+//
+// A peer whose last record is older than StaleAfter is Stale. Under FailClosed (default) it is
+// not a Candidate; under FailOpen it stays one at its last known load. The policy in force is
+// the gauge kvmesh_gossip_stale_policy{policy}; kvmesh_gossip_stale_peers counts stale peers.
+//
+// # Security
+//
+// With Config.Key every packet and stream is AES-GCM encrypted and verified both ways
+// (memberlist keyring, GossipVerifyIncoming/Outgoing), so a node without the key can neither
+// join nor inject state. No key is accepted only with Insecure.
+//
+// # Concurrency and zero value
+//
+// All methods of Gossip are safe for concurrent use. The zero Gossip is not usable: call New,
+// then Start; Close and Leave are safe to call twice, and Members and Index remain readable
+// after Close.
+package gossip

@@ -1,0 +1,907 @@
+package gossip
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+)
+
+// Wire envelope of every kvmesh gossip message: version byte, kind byte, body.
+const (
+	wireVersion = 1
+	msgState    = 1
+	msgDelta    = 2
+	msgPushPull = 3
+
+	// maxMessage keeps every broadcast well inside one memberlist UDP packet (1400 bytes less
+	// compound, label and encryption overhead); a larger broadcast would never be sent.
+	maxMessage   = 1024
+	maxNameBytes = 128
+)
+
+// Liveness is a member's failure-detector state.
+type Liveness string
+
+// Liveness values, as memberlist's SWIM reports them. memberlist v0.7.0 reports joins and
+// deaths to its event delegate but not the transient suspect state, so a suspected member
+// shows as alive until it is declared dead; LivenessSuspect is part of the vocabulary (the
+// /v1/mesh/peers JSON) for when that signal is available.
+const (
+	LivenessAlive   Liveness = "alive"
+	LivenessSuspect Liveness = "suspect"
+	LivenessDead    Liveness = "dead"
+	LivenessLeft    Liveness = "left"
+)
+
+// Member is one node in this node's view of the mesh.
+type Member struct {
+	Name string
+	// Addr is the member's gossip address (host:port).
+	Addr     string
+	Liveness Liveness
+	// State is the member's last state record (zero if none arrived yet).
+	State State
+	// Updated is when this node received that record; Age is now minus Updated.
+	Updated time.Time
+	Age     time.Duration
+	// Stale: no record for longer than StaleAfter (or none at all).
+	Stale bool
+	// Candidate: alive with a record, and fresh or stale under FailOpen; the router may send it work.
+	Candidate bool
+	// PrefixBlocks is how many of the member's prefix blocks this node's index holds.
+	PrefixBlocks int
+	// Incarnation counts the boots (distinct BootIDs) of the member this node has seen,
+	// from 1; a restart increments it. memberlist's internal SWIM incarnation is not exported.
+	Incarnation uint32
+	Self        bool
+}
+
+// Errors of the Gossip lifecycle.
+var (
+	ErrStarted = errors.New("gossip: already started")
+	ErrClosed  = errors.New("gossip: closed")
+)
+
+// Drop reasons, the label values of kvmesh_gossip_dropped_messages_total.
+const (
+	dropVersion       = "version"
+	dropMalformed     = "malformed"
+	dropType          = "unknown_type"
+	dropUnknownMember = "unknown_member"
+	dropDeadMember    = "dead_member"
+	dropStaleBoot     = "stale_boot"
+	dropBandwidth     = "bandwidth"
+)
+
+var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth}
+
+// Gossip is this node's mesh membership: it publishes the local state and prefix residency and
+// keeps every peer's. Create it with New, run it with Start, stop it with Close or Leave.
+type Gossip struct {
+	cfg    Config
+	log    *slog.Logger
+	idx    *kvindex.Index
+	met    *metrics
+	bootID uint64
+	queue  *memberlist.TransmitLimitedQueue
+	// alive counts alive members including this one: the queue's NumNodes, kept here so the
+	// queue never calls into memberlist's locks.
+	alive atomic.Int32
+	// dropDeltas is a test hook: flushed deltas are discarded instead of broadcast.
+	dropDeltas atomic.Bool
+
+	mu         sync.Mutex
+	started    bool
+	closed     bool
+	ml         *memberlist.Memberlist
+	localFn    func() State
+	local      State
+	pub        State  // last published record
+	pubBody    []byte // its encoding with Seq zeroed, for change detection
+	pubAt      time.Time
+	deltaSeq   uint64
+	pend       map[uint64]bool // block → stored (true) or evicted (false) since the last flush
+	pendOrder  []uint64
+	snapshotFn func() []uint64
+	peers      map[string]*peerInfo
+	tokens     float64
+	tokensAt   time.Time
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type peerInfo struct {
+	addr        string
+	liveness    Liveness
+	changed     time.Time
+	state       State
+	hasState    bool
+	updated     time.Time
+	bootID      uint64
+	retired     []uint64 // superseded boot ids: their late messages are dropped
+	incarnation uint32
+	// Delta dedup: the highest delta seq applied and a bitmap of the 64 below it, so deltas
+	// that arrive out of order (the queue sends newest first) are still applied once.
+	maxDelta uint64
+	seen     uint64
+}
+
+// New validates cfg and returns a Gossip that has not touched the network.
+func New(cfg Config) (*Gossip, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Name) > maxNameBytes {
+		return nil, fmt.Errorf("%w: name longer than %d bytes", ErrConfig, maxNameBytes)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	met, err := newMetrics(cfg.Registerer, cfg.StalePolicy)
+	if err != nil {
+		return nil, err
+	}
+	var boot [8]byte
+	_, _ = rand.Read(boot[:])
+	g := &Gossip{
+		cfg:    cfg,
+		log:    log.With("component", "gossip"),
+		idx:    kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
+		met:    met,
+		bootID: binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
+		pend:   make(map[uint64]bool),
+		peers:  make(map[string]*peerInfo),
+	}
+	g.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(g.alive.Load()) },
+		RetransmitMult: 4,
+	}
+	if cfg.RetransmitMult > 0 {
+		g.queue.RetransmitMult = cfg.RetransmitMult
+	}
+	return g, nil
+}
+
+// Index returns every member's prefix residency, this node's included. Use it for
+// LongestPrefix and AddSpeculative.
+func (g *Gossip) Index() *kvindex.Index { return g.idx }
+
+// LongestPrefix is Index().LongestPrefix at the current time.
+func (g *Gossip) LongestPrefix(blocks []uint64, dst []kvindex.Match) []kvindex.Match {
+	return g.idx.LongestPrefix(blocks, time.Now(), dst)
+}
+
+// Name returns this member's name.
+func (g *Gossip) Name() string { return g.cfg.Name }
+
+// SetLocal sets the function gossip calls (at most every FlushInterval, never with gossip's
+// locks held) for this node's current state. Name, BootID and Seq are overwritten.
+func (g *Gossip) SetLocal(fn func() State) {
+	g.mu.Lock()
+	g.localFn = fn
+	g.mu.Unlock()
+}
+
+// UpdateLocal sets this node's state to s (replacing any SetLocal function); it is published at
+// the next flush if it changed.
+func (g *Gossip) UpdateLocal(s State) {
+	g.mu.Lock()
+	g.localFn = nil
+	g.local = s
+	g.mu.Unlock()
+}
+
+// SetSnapshot sets the function that returns this node's full residency (least recent first)
+// for push/pull. Without one, the index's own record of PrefixStored/PrefixEvicted is used.
+func (g *Gossip) SetSnapshot(fn func() []uint64) {
+	g.mu.Lock()
+	g.snapshotFn = fn
+	g.mu.Unlock()
+}
+
+// PrefixStored records that this node's engine stored blocks; they are in the local index at
+// once and broadcast, coalesced, at the next flush.
+func (g *Gossip) PrefixStored(blocks []uint64) { g.queueDelta(blocks, true) }
+
+// PrefixEvicted records that this node's engine evicted blocks.
+func (g *Gossip) PrefixEvicted(blocks []uint64) { g.queueDelta(blocks, false) }
+
+func (g *Gossip) queueDelta(blocks []uint64, stored bool) {
+	if len(blocks) == 0 {
+		return
+	}
+	if stored {
+		g.idx.Add(g.cfg.Name, blocks)
+	} else {
+		g.idx.Remove(g.cfg.Name, blocks)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, h := range blocks {
+		if _, ok := g.pend[h]; !ok {
+			g.pendOrder = append(g.pendOrder, h)
+		}
+		g.pend[h] = stored
+	}
+	if limit := g.idx.MaxBlocksPerPeer(); len(g.pend) > limit {
+		// More change than one snapshot holds: send none of it; push/pull repairs the view.
+		g.met.dropped.WithLabelValues(dropBandwidth).Inc()
+		clear(g.pend)
+		g.pendOrder = g.pendOrder[:0]
+	}
+}
+
+// Start creates the memberlist (binding its sockets), publishes the local state, joins the
+// seeds and starts the publish loop. A failed join is retried in the background with backoff,
+// so a node started before its seeds still converges. A ctx already done refuses to start.
+func (g *Gossip) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("gossip: start: %w", err)
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	if g.started {
+		g.mu.Unlock()
+		return ErrStarted
+	}
+	g.started = true
+	g.mu.Unlock()
+
+	mlc := memberlist.DefaultLANConfig()
+	mlc.Name = g.cfg.Name
+	mlc.BindAddr = g.cfg.BindAddr
+	mlc.BindPort = g.cfg.BindPort
+	mlc.AdvertiseAddr = g.cfg.AdvertiseAddr
+	mlc.AdvertisePort = g.cfg.AdvertisePort
+	mlc.PushPullInterval = g.cfg.PushPullInterval
+	setDur(&mlc.ProbeInterval, g.cfg.ProbeInterval)
+	setDur(&mlc.ProbeTimeout, g.cfg.ProbeTimeout)
+	setDur(&mlc.GossipInterval, g.cfg.GossipInterval)
+	setDur(&mlc.TCPTimeout, g.cfg.TCPTimeout)
+	setDur(&mlc.DeadNodeReclaimTime, g.cfg.DeadNodeReclaimTime)
+	if g.cfg.GossipNodes > 0 {
+		mlc.GossipNodes = g.cfg.GossipNodes
+	}
+	if g.cfg.SuspicionMult > 0 {
+		mlc.SuspicionMult = g.cfg.SuspicionMult
+	}
+	if g.cfg.RetransmitMult > 0 {
+		mlc.RetransmitMult = g.cfg.RetransmitMult
+	}
+	if len(g.cfg.Key) > 0 {
+		kr, err := memberlist.NewKeyring(nil, g.cfg.Key)
+		if err != nil {
+			return fmt.Errorf("gossip: keyring: %w", err)
+		}
+		mlc.Keyring = kr
+		mlc.GossipVerifyIncoming = true
+		mlc.GossipVerifyOutgoing = true
+	}
+	mlc.Delegate = &delegate{g}
+	mlc.Events = &events{g}
+	mlc.LogOutput = io.Discard
+	if g.cfg.Logger != nil {
+		mlc.LogOutput = logWriter{g.log.With("component", "memberlist")}
+	}
+	ml, err := memberlist.Create(mlc)
+	if err != nil {
+		return fmt.Errorf("gossip: start memberlist: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	g.mu.Lock()
+	g.ml = ml
+	g.cancel = cancel
+	g.mu.Unlock()
+	g.flush(time.Now())
+
+	g.wg.Add(1)
+	go g.publishLoop(lctx)
+	if len(g.cfg.Join) > 0 {
+		// memberlist's Join takes no context; each seed attempt is bounded by TCPTimeout.
+		if _, err := ml.Join(g.cfg.Join); err != nil {
+			g.log.Warn("join failed, retrying in background", "seeds", g.cfg.Join, "err", err)
+			g.wg.Add(1)
+			go g.joinLoop(lctx)
+		}
+	}
+	return nil
+}
+
+func setDur(dst *time.Duration, v time.Duration) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+// LocalAddr returns the bound gossip address (host:port), or "" before Start.
+func (g *Gossip) LocalAddr() string {
+	g.mu.Lock()
+	ml := g.ml
+	g.mu.Unlock()
+	if ml == nil {
+		return ""
+	}
+	return ml.LocalNode().Address()
+}
+
+func (g *Gossip) joinLoop(ctx context.Context) {
+	defer g.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		g.mu.Lock()
+		ml := g.ml
+		g.mu.Unlock()
+		n, err := ml.Join(g.cfg.Join)
+		if err == nil {
+			g.log.Info("joined", "contacted", n)
+			return
+		}
+		g.log.Debug("join retry failed", "err", err)
+		backoff = min(2*backoff, g.cfg.JoinRetryMax)
+	}
+}
+
+func (g *Gossip) publishLoop(ctx context.Context) {
+	defer g.wg.Done()
+	t := time.NewTicker(g.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			g.flush(now)
+		}
+	}
+}
+
+// flush turns pending deltas into messages, publishes the state if it changed or is due,
+// bounds the queue and refreshes the gauges.
+func (g *Gossip) flush(now time.Time) {
+	g.mu.Lock()
+	fn := g.localFn
+	g.mu.Unlock()
+	var st State
+	if fn != nil {
+		st = fn()
+	}
+
+	g.mu.Lock()
+	if fn == nil {
+		st = g.local
+	}
+	st.Name, st.BootID, st.Seq = g.cfg.Name, g.bootID, 0
+	var out []memberlist.Broadcast
+	body, err := EncodeState(st)
+	if err != nil {
+		g.log.Error("local state not encodable", "err", err)
+	} else if due := now.Sub(g.pubAt) >= g.cfg.PublishInterval; due ||
+		(!slices.Equal(body, g.pubBody) && now.Sub(g.pubAt) >= g.cfg.MinPublishInterval) {
+		st.Seq = g.pub.Seq + 1
+		msg, _ := AppendState([]byte{wireVersion, msgState}, st)
+		g.pub, g.pubBody, g.pubAt = st, body, now
+		out = append(out, &namedBroadcast{name: g.cfg.Name, msg: msg})
+	}
+	out = append(out, g.deltaMessagesLocked()...)
+	g.markStaleLocked(now)
+	g.mu.Unlock()
+
+	for _, b := range out {
+		g.queue.QueueBroadcast(b)
+	}
+	maxQueued := max(16, 2*g.cfg.MaxBytesPerSecond/maxMessage)
+	if n := g.queue.NumQueued(); n > maxQueued {
+		g.queue.Prune(maxQueued)
+		g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(n - g.queue.NumQueued()))
+	}
+	g.idx.Expire(now)
+}
+
+// deltaMessagesLocked cuts the pending deltas into messages that each fit one packet.
+func (g *Gossip) deltaMessagesLocked() []memberlist.Broadcast {
+	if len(g.pendOrder) == 0 {
+		return nil
+	}
+	var added, evicted []uint64
+	for _, h := range g.pendOrder {
+		if g.pend[h] {
+			added = append(added, h)
+		} else {
+			evicted = append(evicted, h)
+		}
+	}
+	clear(g.pend)
+	g.pendOrder = g.pendOrder[:0]
+	if g.dropDeltas.Load() {
+		return nil
+	}
+	head := deltaHeader(g.cfg.Name, g.bootID)
+	per := (maxMessage - len(head) - 32) / 8
+	var out []memberlist.Broadcast
+	for len(added)+len(evicted) > 0 {
+		var s kvindex.Summary
+		n := min(per, len(added))
+		s.Added, added = added[:n], added[n:]
+		m := min(per-n, len(evicted))
+		s.Evicted, evicted = evicted[:m], evicted[m:]
+		g.deltaSeq++
+		s.Seq = g.deltaSeq
+		msg, _ := s.AppendBinary(slices.Clip(head))
+		out = append(out, &uniqueBroadcast{msg: msg})
+	}
+	return out
+}
+
+func deltaHeader(name string, boot uint64) []byte {
+	b := []byte{wireVersion, msgDelta}
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	return binary.LittleEndian.AppendUint64(b, boot)
+}
+
+// decodeDelta parses a delta body (after the envelope): origin, boot id, summary.
+func decodeDelta(b []byte) (string, uint64, kvindex.Summary, error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l == 0 || l > maxNameBytes || uint64(len(b)-n) < l+8 {
+		return "", 0, kvindex.Summary{}, fmt.Errorf("%w: delta header", ErrMalformed)
+	}
+	name := string(b[n : n+int(l)])
+	b = b[n+int(l):]
+	boot := binary.LittleEndian.Uint64(b)
+	s, err := kvindex.DecodeSummary(b[8:])
+	if err != nil {
+		return "", 0, s, err
+	}
+	if s.Snapshot || s.Seq == 0 || boot == 0 {
+		return "", 0, s, fmt.Errorf("%w: delta fields", ErrMalformed)
+	}
+	return name, boot, s, nil
+}
+
+func (g *Gossip) markStaleLocked(now time.Time) {
+	stale := 0
+	for name, p := range g.peers {
+		if name == g.cfg.Name {
+			continue
+		}
+		if p.liveness == LivenessDead || p.liveness == LivenessLeft {
+			if now.Sub(p.changed) > g.cfg.DeadRetention {
+				delete(g.peers, name)
+			}
+			continue
+		}
+		if !p.hasState || now.Sub(p.updated) > g.cfg.StaleAfter {
+			stale++
+		}
+	}
+	g.met.stale.Set(float64(stale))
+}
+
+// Members returns this node's view of the mesh, itself included, sorted by name.
+func (g *Gossip) Members() []Member {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]Member, 0, len(g.peers)+1)
+	self := Member{
+		Name: g.cfg.Name, Liveness: LivenessAlive, State: g.pub, Updated: g.pubAt,
+		Age: now.Sub(g.pubAt), Candidate: true, Incarnation: 1, Self: true,
+	}
+	if p := g.peers[g.cfg.Name]; p != nil {
+		self.Addr, self.Liveness = p.addr, p.liveness
+	}
+	self.PrefixBlocks = g.idx.PeerBlocks(g.cfg.Name)
+	out = append(out, self)
+	for name, p := range g.peers {
+		if name == g.cfg.Name {
+			continue
+		}
+		m := Member{
+			Name: name, Addr: p.addr, Liveness: p.liveness, State: p.state, Updated: p.updated,
+			Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name),
+		}
+		if p.hasState {
+			m.Age = now.Sub(p.updated)
+		}
+		m.Stale = !p.hasState || m.Age > g.cfg.StaleAfter
+		m.Candidate = p.liveness == LivenessAlive && p.hasState && (!m.Stale || g.cfg.StalePolicy == FailOpen)
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Close leaves the mesh gracefully (up to one second) and shuts down. Safe to call twice.
+func (g *Gossip) Close() error { return g.Leave(time.Second) }
+
+// Leave broadcasts this node's departure (waiting up to timeout), then shuts down. Safe to
+// call twice; later calls return the first result.
+func (g *Gossip) Leave(timeout time.Duration) error { return g.shutdown(true, timeout) }
+
+func (g *Gossip) shutdown(leave bool, timeout time.Duration) error {
+	g.closeOnce.Do(func() {
+		g.mu.Lock()
+		g.closed = true
+		ml, cancel := g.ml, g.cancel
+		g.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		g.wg.Wait()
+		if ml == nil {
+			return
+		}
+		var errs []error
+		if leave {
+			if err := ml.Leave(timeout); err != nil {
+				errs = append(errs, fmt.Errorf("gossip: leave: %w", err))
+			}
+		}
+		if err := ml.Shutdown(); err != nil {
+			errs = append(errs, fmt.Errorf("gossip: shutdown: %w", err))
+		}
+		g.closeErr = errors.Join(errs...)
+	})
+	return g.closeErr
+}
+
+// handleMsg is a user message from memberlist (a broadcast from any member).
+func (g *Gossip) handleMsg(b []byte) {
+	g.met.received.Add(float64(len(b)))
+	if len(b) < 2 {
+		g.drop(dropMalformed)
+		return
+	}
+	if b[0] != wireVersion {
+		g.drop(dropVersion)
+		return
+	}
+	now := time.Now()
+	switch b[1] {
+	case msgState:
+		st, err := DecodeState(b[2:])
+		if err != nil {
+			g.drop(reasonOf(err))
+			return
+		}
+		if relay, reason := g.applyState(st, now); reason != "" {
+			g.drop(reason)
+		} else if relay {
+			g.queue.QueueBroadcast(&namedBroadcast{name: st.Name, msg: slices.Clone(b)})
+		}
+	case msgDelta:
+		origin, boot, s, err := decodeDelta(b[2:])
+		if err != nil {
+			g.drop(reasonOf(err))
+			return
+		}
+		if relay, reason := g.applyDelta(origin, boot, s); reason != "" {
+			g.drop(reason)
+		} else if relay {
+			g.queue.QueueBroadcast(&uniqueBroadcast{msg: slices.Clone(b)})
+		}
+	default:
+		g.drop(dropType)
+	}
+}
+
+func reasonOf(err error) string {
+	if errors.Is(err, ErrVersion) || errors.Is(err, kvindex.ErrVersion) {
+		return dropVersion
+	}
+	return dropMalformed
+}
+
+func (g *Gossip) drop(reason string) { g.met.dropped.WithLabelValues(reason).Inc() }
+
+// applyState stores a peer's record if it is new; relay says whether to pass it on.
+func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st.Name == g.cfg.Name {
+		return false, ""
+	}
+	p, reason := g.originLocked(st.Name, st.BootID)
+	if reason != "" {
+		return false, reason
+	}
+	if p.hasState && st.Seq <= p.state.Seq {
+		return false, ""
+	}
+	p.state, p.hasState, p.updated = st, true, now
+	return true, ""
+}
+
+func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (relay bool, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if origin == g.cfg.Name {
+		return false, ""
+	}
+	p, reason := g.originLocked(origin, boot)
+	if reason != "" {
+		return false, reason
+	}
+	if !p.markSeen(s.Seq) {
+		return false, ""
+	}
+	g.idx.Add(origin, s.Added)
+	g.idx.Remove(origin, s.Evicted)
+	return true, ""
+}
+
+// originLocked checks a message's origin and boot id. A new boot id means the member
+// restarted: its old residency is dropped and the old id retired, so late messages of the
+// previous process cannot bring it back.
+func (g *Gossip) originLocked(name string, boot uint64) (*peerInfo, string) {
+	p := g.peers[name]
+	switch {
+	case name == "" || boot == 0:
+		return nil, dropMalformed
+	case p == nil:
+		return nil, dropUnknownMember
+	case slices.Contains(p.retired, boot):
+		return nil, dropStaleBoot
+	case p.liveness == LivenessDead || p.liveness == LivenessLeft:
+		return nil, dropDeadMember
+	}
+	if p.bootID != boot {
+		if p.bootID != 0 {
+			p.retired = append(p.retired, p.bootID)
+			if len(p.retired) > 8 {
+				p.retired = p.retired[1:]
+			}
+			g.idx.DropPeer(name)
+			p.hasState, p.maxDelta, p.seen = false, 0, 0
+			g.log.Info("member restarted", "member", name)
+		}
+		p.bootID = boot
+		p.incarnation++
+	}
+	return p, ""
+}
+
+func (p *peerInfo) markSeen(seq uint64) bool {
+	if seq > p.maxDelta {
+		if d := seq - p.maxDelta; d >= 64 {
+			p.seen = 0
+		} else {
+			p.seen <<= d
+		}
+		p.seen |= 1
+		p.maxDelta = seq
+		return true
+	}
+	d := p.maxDelta - seq
+	if d >= 64 || p.seen&(1<<d) != 0 {
+		return false
+	}
+	p.seen |= 1 << d
+	return true
+}
+
+// localState is the push/pull payload: this node's record and its full residency.
+func (g *Gossip) localState() []byte {
+	g.mu.Lock()
+	fn, st, seq := g.snapshotFn, g.pub, g.deltaSeq
+	g.mu.Unlock()
+	var blocks []uint64
+	if fn != nil {
+		blocks = fn()
+	} else {
+		blocks = g.idx.AppendPeerBlocks(nil, g.cfg.Name)
+	}
+	if limit := g.idx.MaxBlocksPerPeer(); len(blocks) > limit {
+		blocks = blocks[len(blocks)-limit:]
+	}
+	rec, err := EncodeState(st)
+	if err != nil {
+		return nil
+	}
+	b := []byte{wireVersion, msgPushPull}
+	b = binary.AppendUvarint(b, uint64(len(rec)))
+	b = append(b, rec...)
+	b, err = kvindex.Summary{Snapshot: true, Seq: seq, Added: blocks}.AppendBinary(b)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func (g *Gossip) mergeRemoteState(b []byte) {
+	g.met.received.Add(float64(len(b)))
+	if len(b) < 2 {
+		g.drop(dropMalformed)
+		return
+	}
+	if b[0] != wireVersion {
+		g.drop(dropVersion)
+		return
+	}
+	if b[1] != msgPushPull {
+		g.drop(dropType)
+		return
+	}
+	l, n := binary.Uvarint(b[2:])
+	if n <= 0 || l > uint64(len(b)-2-n) {
+		g.drop(dropMalformed)
+		return
+	}
+	rest := b[2+n:]
+	st, err := DecodeState(rest[:l])
+	if err != nil {
+		g.drop(reasonOf(err))
+		return
+	}
+	s, err := kvindex.DecodeSummary(rest[l:])
+	if err == nil && !s.Snapshot {
+		err = fmt.Errorf("%w: push/pull without snapshot", ErrMalformed)
+	}
+	if err != nil {
+		g.drop(reasonOf(err))
+		return
+	}
+	if _, reason := g.applyState(st, time.Now()); reason != "" {
+		g.drop(reason)
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.peers[st.Name]
+	if p == nil || st.Name == g.cfg.Name || s.Seq < p.maxDelta {
+		return // ours, or older than deltas already applied
+	}
+	g.idx.Replace(st.Name, s.Added)
+	p.maxDelta, p.seen = s.Seq, math.MaxUint64
+}
+
+// getBroadcasts hands memberlist queued messages within the bandwidth budget.
+func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
+	now := time.Now()
+	g.mu.Lock()
+	rate := float64(g.cfg.MaxBytesPerSecond)
+	if g.tokensAt.IsZero() {
+		g.tokens = rate
+	} else {
+		g.tokens = min(rate, g.tokens+rate*now.Sub(g.tokensAt).Seconds())
+	}
+	g.tokensAt = now
+	limit = min(limit, int(g.tokens))
+	g.mu.Unlock()
+	if limit <= overhead {
+		return nil
+	}
+	msgs := g.queue.GetBroadcasts(overhead, limit)
+	sent := 0
+	for _, m := range msgs {
+		sent += len(m) + overhead
+	}
+	if sent > 0 {
+		g.mu.Lock()
+		g.tokens -= float64(sent)
+		g.mu.Unlock()
+		g.met.sent.Add(float64(sent))
+	}
+	return msgs
+}
+
+func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.peers[n.Name]
+	if p == nil {
+		p = &peerInfo{}
+		g.peers[n.Name] = p
+	}
+	p.addr = n.Address()
+	if live != "" && live != p.liveness {
+		if live == LivenessAlive {
+			// Back from dead or new: residency was dropped, so accept the next snapshot.
+			p.maxDelta, p.seen = 0, 0
+		} else if n.Name != g.cfg.Name {
+			g.idx.DropPeer(n.Name)
+		}
+		p.liveness, p.changed = live, time.Now()
+	}
+	counts := map[Liveness]int{}
+	for _, q := range g.peers {
+		counts[q.liveness]++
+	}
+	g.alive.Store(int32(counts[LivenessAlive]))
+	for _, l := range []Liveness{LivenessAlive, LivenessSuspect, LivenessDead, LivenessLeft} {
+		g.met.members.WithLabelValues(string(l)).Set(float64(counts[l]))
+	}
+}
+
+// delegate adapts memberlist.Delegate to Gossip.
+type delegate struct{ g *Gossip }
+
+func (d *delegate) NodeMeta(int) []byte                 { return nil }
+func (d *delegate) NotifyMsg(b []byte)                  { d.g.handleMsg(b) }
+func (d *delegate) GetBroadcasts(o, limit int) [][]byte { return d.g.getBroadcasts(o, limit) }
+func (d *delegate) LocalState(bool) []byte              { return d.g.localState() }
+func (d *delegate) MergeRemoteState(b []byte, _ bool)   { d.g.mergeRemoteState(b) }
+
+// events adapts memberlist.EventDelegate to Gossip.
+type events struct{ g *Gossip }
+
+func (e *events) NotifyJoin(n *memberlist.Node) { e.g.memberEvent(n, LivenessAlive) }
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.g.memberEvent(n, "")
+}
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	live := LivenessDead
+	if n.State == memberlist.StateLeft {
+		live = LivenessLeft
+	}
+	e.g.memberEvent(n, live)
+}
+
+// namedBroadcast is a state record: a newer one from the same origin replaces it in the queue.
+type namedBroadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *namedBroadcast) Name() string { return "state/" + b.name }
+func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*namedBroadcast)
+	return ok && ob.name == b.name
+}
+func (b *namedBroadcast) Message() []byte { return b.msg }
+func (b *namedBroadcast) Finished()       {}
+
+// uniqueBroadcast is a delta: never replaced by another message.
+type uniqueBroadcast struct{ msg []byte }
+
+func (b *uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
+func (b *uniqueBroadcast) UniqueBroadcast()                      {}
+func (b *uniqueBroadcast) Message() []byte                       { return b.msg }
+func (b *uniqueBroadcast) Finished()                             {}
+
+// logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") into slog.
+type logWriter struct{ l *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelDebug
+	switch {
+	case strings.Contains(msg, "[ERR]"):
+		level = slog.LevelError
+	case strings.Contains(msg, "[WARN]"):
+		level = slog.LevelWarn
+	case strings.Contains(msg, "[INFO]"):
+		level = slog.LevelInfo
+	}
+	w.l.Log(context.Background(), level, msg)
+	return len(p), nil
+}

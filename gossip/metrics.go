@@ -1,0 +1,59 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	members  *prometheus.GaugeVec
+	sent     prometheus.Counter
+	received prometheus.Counter
+	dropped  *prometheus.CounterVec
+	stale    prometheus.Gauge
+	policy   *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error) {
+	m := &metrics{
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_members", Help: "Members in this node's view, by liveness.",
+		}, []string{"liveness"}),
+		sent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvmesh_gossip_sent_bytes_total", Help: "kvmesh broadcast bytes handed to memberlist.",
+		}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvmesh_gossip_received_bytes_total", Help: "kvmesh message and push/pull bytes received.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_gossip_dropped_messages_total", Help: "Gossip messages dropped, by reason.",
+		}, []string{"reason"}),
+		stale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_stale_peers", Help: "Live peers whose last state record is older than StaleAfter.",
+		}),
+		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_stale_policy", Help: "1 for the stale-peer policy in force (closed or open).",
+		}, []string{"policy"}),
+	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(r)
+	}
+	for _, p := range []StalePolicy{FailClosed, FailOpen} {
+		v := 0.0
+		if p == policy {
+			v = 1
+		}
+		m.policy.WithLabelValues(string(p)).Set(v)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.stale, m.policy} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gossip: register metrics: %w", errors.Join(ErrConfig, err))
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,418 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// StateVersion is the major version of the state record encoding. Fields are tagged, so a
+// minor addition (a new tag) needs no bump: older nodes skip tags they do not know. A record of
+// another major version is refused.
+const StateVersion = 1
+
+// Bounds on a decoded record, so a hostile peer cannot make a node allocate without limit.
+const (
+	MaxStateBytes  = 16 << 10
+	maxModels      = 64
+	maxStringBytes = 1024
+)
+
+// Decoding errors.
+var (
+	// ErrMalformed: truncated, trailing or duplicate fields, a wrong-sized value, an
+	// out-of-range count.
+	ErrMalformed = errors.New("gossip: malformed message")
+	// ErrVersion: a major version this build does not speak.
+	ErrVersion = errors.New("gossip: unknown message version")
+)
+
+// ModelInfo is one model a node serves.
+type ModelInfo struct {
+	Name          string
+	ContextTokens int
+}
+
+// State is the record a node publishes about itself (DESIGN.md, Gossip): identity and
+// addresses, the models it serves, its engine's load in the units that run out, its GPU and
+// its grid's carbon intensity. Gossip sets BootID and Seq on publish.
+type State struct {
+	Name string
+	// HTTPAddr and QUICAddr are where peers reach this node's API and forward port.
+	HTTPAddr   string
+	QUICAddr   string
+	Models     []ModelInfo
+	Role       string
+	EngineKind string
+
+	EngineHealthy          bool
+	BlockTokens            int
+	KVBlocksTotal          int
+	KVBlocksUsed           int
+	HitRate                float64
+	Running                int
+	Waiting                int
+	QueuedPrefillTokens    int
+	InFlightTokens         int
+	PrefillTokensPerSecond float64
+	DecodeStepSeconds      float64
+	MaxRunning             int
+
+	PowerWatts     float64
+	PowerCapWatts  float64
+	TempC          float64
+	VRAMTotalBytes uint64
+	VRAMUsedBytes  uint64
+	Vendor         string
+	GPUName        string
+
+	// CarbonIntensity is in gCO2eq/kWh.
+	CarbonIntensity  float64
+	CarbonZone       string
+	CarbonAgeSeconds float64
+	CarbonStale      bool
+
+	SoftwareVersion string
+	// BootID is random per process, so a restart is told apart from a late message.
+	BootID uint64
+	// Seq increases with every record a process publishes.
+	Seq uint64
+}
+
+// Field tags. Never reuse a number; add new fields with new tags.
+const (
+	tagName = iota + 1
+	tagHTTPAddr
+	tagQUICAddr
+	tagModel
+	tagRole
+	tagEngineKind
+	tagEngineHealthy
+	tagBlockTokens
+	tagKVBlocksTotal
+	tagKVBlocksUsed
+	tagHitRate
+	tagRunning
+	tagWaiting
+	tagQueuedPrefillTokens
+	tagInFlightTokens
+	tagPrefillTokensPerSecond
+	tagDecodeStepSeconds
+	tagMaxRunning
+	tagPowerWatts
+	tagPowerCapWatts
+	tagTempC
+	tagVRAMTotalBytes
+	tagVRAMUsedBytes
+	tagVendor
+	tagGPUName
+	tagCarbonIntensity
+	tagCarbonZone
+	tagCarbonAgeSeconds
+	tagCarbonStale
+	tagSoftwareVersion
+	tagBootID
+	tagSeq
+	tagLast = tagSeq
+)
+
+const (
+	modelTagName = 1
+	modelTagCtx  = 2
+)
+
+// EncodeState returns s's encoding: the version byte, then (uvarint tag, uvarint length,
+// value) per non-zero field. Strings are raw bytes, ints zigzag varints, uint64 counts
+// uvarints, floats 8 little-endian IEEE bytes, bools one byte, a model a nested field list.
+func EncodeState(s State) ([]byte, error) { return AppendState(make([]byte, 0, 256), s) }
+
+// AppendState appends s's encoding to b.
+func AppendState(b []byte, s State) ([]byte, error) {
+	if len(s.Models) > maxModels {
+		return b, fmt.Errorf("%w: %d models", ErrMalformed, len(s.Models))
+	}
+	start := len(b)
+	e := enc{b: append(b, StateVersion)}
+	e.str(tagName, s.Name)
+	e.str(tagHTTPAddr, s.HTTPAddr)
+	e.str(tagQUICAddr, s.QUICAddr)
+	for _, m := range s.Models {
+		var me enc
+		me.str(modelTagName, m.Name)
+		me.int(modelTagCtx, m.ContextTokens)
+		e.field(tagModel, me.b)
+		e.err = errors.Join(e.err, me.err)
+	}
+	e.str(tagRole, s.Role)
+	e.str(tagEngineKind, s.EngineKind)
+	e.bool(tagEngineHealthy, s.EngineHealthy)
+	e.int(tagBlockTokens, s.BlockTokens)
+	e.int(tagKVBlocksTotal, s.KVBlocksTotal)
+	e.int(tagKVBlocksUsed, s.KVBlocksUsed)
+	e.float(tagHitRate, s.HitRate)
+	e.int(tagRunning, s.Running)
+	e.int(tagWaiting, s.Waiting)
+	e.int(tagQueuedPrefillTokens, s.QueuedPrefillTokens)
+	e.int(tagInFlightTokens, s.InFlightTokens)
+	e.float(tagPrefillTokensPerSecond, s.PrefillTokensPerSecond)
+	e.float(tagDecodeStepSeconds, s.DecodeStepSeconds)
+	e.int(tagMaxRunning, s.MaxRunning)
+	e.float(tagPowerWatts, s.PowerWatts)
+	e.float(tagPowerCapWatts, s.PowerCapWatts)
+	e.float(tagTempC, s.TempC)
+	e.uint(tagVRAMTotalBytes, s.VRAMTotalBytes)
+	e.uint(tagVRAMUsedBytes, s.VRAMUsedBytes)
+	e.str(tagVendor, s.Vendor)
+	e.str(tagGPUName, s.GPUName)
+	e.float(tagCarbonIntensity, s.CarbonIntensity)
+	e.str(tagCarbonZone, s.CarbonZone)
+	e.float(tagCarbonAgeSeconds, s.CarbonAgeSeconds)
+	e.bool(tagCarbonStale, s.CarbonStale)
+	e.str(tagSoftwareVersion, s.SoftwareVersion)
+	if s.BootID != 0 {
+		e.field(tagBootID, binary.LittleEndian.AppendUint64(nil, s.BootID))
+	}
+	e.uint(tagSeq, s.Seq)
+	if e.err != nil {
+		return b, e.err
+	}
+	if len(e.b)-start > MaxStateBytes {
+		return b, fmt.Errorf("%w: record of %d bytes", ErrMalformed, len(e.b)-start)
+	}
+	return e.b, nil
+}
+
+type enc struct {
+	b   []byte
+	err error
+}
+
+func (e *enc) field(tag int, v []byte) {
+	e.b = binary.AppendUvarint(e.b, uint64(tag))
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	e.b = append(e.b, v...)
+}
+
+func (e *enc) str(tag int, s string) {
+	if s == "" {
+		return
+	}
+	if len(s) > maxStringBytes {
+		e.err = errors.Join(e.err, fmt.Errorf("%w: field %d is %d bytes", ErrMalformed, tag, len(s)))
+		return
+	}
+	e.b = binary.AppendUvarint(e.b, uint64(tag))
+	e.b = binary.AppendUvarint(e.b, uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *enc) int(tag, v int) {
+	if v != 0 {
+		e.field(tag, binary.AppendVarint(nil, int64(v)))
+	}
+}
+
+func (e *enc) uint(tag int, v uint64) {
+	if v != 0 {
+		e.field(tag, binary.AppendUvarint(nil, v))
+	}
+}
+
+func (e *enc) float(tag int, v float64) {
+	if math.Float64bits(v) != 0 {
+		e.field(tag, binary.LittleEndian.AppendUint64(nil, math.Float64bits(v)))
+	}
+}
+
+func (e *enc) bool(tag int, v bool) {
+	if v {
+		e.field(tag, []byte{1})
+	}
+}
+
+// DecodeState decodes a record that fills b exactly. Unknown tags are skipped; a known tag
+// twice (other than Model), a wrong-sized value or a different major version is an error. It
+// never panics.
+func DecodeState(b []byte) (State, error) {
+	var s State
+	if len(b) == 0 {
+		return s, fmt.Errorf("%w: empty record", ErrMalformed)
+	}
+	if b[0] != StateVersion {
+		return s, fmt.Errorf("%w: state %d", ErrVersion, b[0])
+	}
+	if len(b) > MaxStateBytes {
+		return s, fmt.Errorf("%w: record of %d bytes", ErrMalformed, len(b))
+	}
+	var seen [tagLast + 1]bool
+	err := fields(b[1:], func(tag uint64, v []byte) error {
+		if tag <= tagLast {
+			if seen[tag] && tag != tagModel {
+				return fmt.Errorf("%w: duplicate field %d", ErrMalformed, tag)
+			}
+			seen[tag] = true
+		}
+		var err error
+		switch tag {
+		case tagName:
+			s.Name, err = str(v)
+		case tagHTTPAddr:
+			s.HTTPAddr, err = str(v)
+		case tagQUICAddr:
+			s.QUICAddr, err = str(v)
+		case tagModel:
+			if len(s.Models) == maxModels {
+				return fmt.Errorf("%w: more than %d models", ErrMalformed, maxModels)
+			}
+			var m ModelInfo
+			err = decodeModel(v, &m)
+			s.Models = append(s.Models, m)
+		case tagRole:
+			s.Role, err = str(v)
+		case tagEngineKind:
+			s.EngineKind, err = str(v)
+		case tagEngineHealthy:
+			s.EngineHealthy, err = boolean(v)
+		case tagBlockTokens:
+			s.BlockTokens, err = integer(v)
+		case tagKVBlocksTotal:
+			s.KVBlocksTotal, err = integer(v)
+		case tagKVBlocksUsed:
+			s.KVBlocksUsed, err = integer(v)
+		case tagHitRate:
+			s.HitRate, err = float(v)
+		case tagRunning:
+			s.Running, err = integer(v)
+		case tagWaiting:
+			s.Waiting, err = integer(v)
+		case tagQueuedPrefillTokens:
+			s.QueuedPrefillTokens, err = integer(v)
+		case tagInFlightTokens:
+			s.InFlightTokens, err = integer(v)
+		case tagPrefillTokensPerSecond:
+			s.PrefillTokensPerSecond, err = float(v)
+		case tagDecodeStepSeconds:
+			s.DecodeStepSeconds, err = float(v)
+		case tagMaxRunning:
+			s.MaxRunning, err = integer(v)
+		case tagPowerWatts:
+			s.PowerWatts, err = float(v)
+		case tagPowerCapWatts:
+			s.PowerCapWatts, err = float(v)
+		case tagTempC:
+			s.TempC, err = float(v)
+		case tagVRAMTotalBytes:
+			s.VRAMTotalBytes, err = unsigned(v)
+		case tagVRAMUsedBytes:
+			s.VRAMUsedBytes, err = unsigned(v)
+		case tagVendor:
+			s.Vendor, err = str(v)
+		case tagGPUName:
+			s.GPUName, err = str(v)
+		case tagCarbonIntensity:
+			s.CarbonIntensity, err = float(v)
+		case tagCarbonZone:
+			s.CarbonZone, err = str(v)
+		case tagCarbonAgeSeconds:
+			s.CarbonAgeSeconds, err = float(v)
+		case tagCarbonStale:
+			s.CarbonStale, err = boolean(v)
+		case tagSoftwareVersion:
+			s.SoftwareVersion, err = str(v)
+		case tagBootID:
+			if len(v) != 8 {
+				return fmt.Errorf("%w: boot id of %d bytes", ErrMalformed, len(v))
+			}
+			s.BootID = binary.LittleEndian.Uint64(v)
+		case tagSeq:
+			s.Seq, err = unsigned(v)
+		}
+		if err != nil {
+			return fmt.Errorf("field %d: %w", tag, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return State{}, err
+	}
+	return s, nil
+}
+
+func decodeModel(b []byte, m *ModelInfo) error {
+	var seen [3]bool
+	return fields(b, func(tag uint64, v []byte) error {
+		if tag < uint64(len(seen)) {
+			if seen[tag] {
+				return fmt.Errorf("%w: duplicate model field %d", ErrMalformed, tag)
+			}
+			seen[tag] = true
+		}
+		var err error
+		switch tag {
+		case modelTagName:
+			m.Name, err = str(v)
+		case modelTagCtx:
+			m.ContextTokens, err = integer(v)
+		}
+		return err
+	})
+}
+
+// fields walks a tag-length-value list that must end exactly at the end of b.
+func fields(b []byte, f func(tag uint64, v []byte) error) error {
+	for len(b) > 0 {
+		tag, n := binary.Uvarint(b)
+		if n <= 0 || tag == 0 {
+			return fmt.Errorf("%w: bad tag", ErrMalformed)
+		}
+		b = b[n:]
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return fmt.Errorf("%w: field %d length", ErrMalformed, tag)
+		}
+		b = b[n:]
+		if err := f(tag, b[:l]); err != nil {
+			return err
+		}
+		b = b[l:]
+	}
+	return nil
+}
+
+func str(v []byte) (string, error) {
+	if len(v) > maxStringBytes {
+		return "", fmt.Errorf("%w: string of %d bytes", ErrMalformed, len(v))
+	}
+	return string(v), nil
+}
+
+func integer(v []byte) (int, error) {
+	x, n := binary.Varint(v)
+	if n <= 0 || n != len(v) || x > math.MaxInt || x < math.MinInt {
+		return 0, fmt.Errorf("%w: integer", ErrMalformed)
+	}
+	return int(x), nil
+}
+
+func unsigned(v []byte) (uint64, error) {
+	x, n := binary.Uvarint(v)
+	if n <= 0 || n != len(v) {
+		return 0, fmt.Errorf("%w: unsigned", ErrMalformed)
+	}
+	return x, nil
+}
+
+func float(v []byte) (float64, error) {
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: float of %d bytes", ErrMalformed, len(v))
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(v)), nil
+}
+
+func boolean(v []byte) (bool, error) {
+	if len(v) != 1 || v[0] > 1 {
+		return false, fmt.Errorf("%w: bool", ErrMalformed)
+	}
+	return v[0] == 1, nil
+}

@@ -1,0 +1,162 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func fullState() State {
+	return State{
+		Name: "gpu-07", HTTPAddr: "10.0.0.7:8080", QUICAddr: "10.0.0.7:7443",
+		Models: []ModelInfo{{"llama-3.1-8b", 131072}, {"qwen2.5-7b", 32768}},
+		Role:   "mixed", EngineKind: "sim", EngineHealthy: true, BlockTokens: 16,
+		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
+		QueuedPrefillTokens: 9000, InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5,
+		DecodeStepSeconds: 0.021, MaxRunning: 256, PowerWatts: 612.5, PowerCapWatts: 700,
+		TempC: 71, VRAMTotalBytes: 80 << 30, VRAMUsedBytes: 70 << 30, Vendor: "nvidia",
+		GPUName: "H100 SXM", CarbonIntensity: 231, CarbonZone: "DE", CarbonAgeSeconds: 120,
+		CarbonStale: true, SoftwareVersion: "v0.3.0", BootID: 0xdeadbeefcafe, Seq: 77,
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	for _, s := range []State{{}, {Name: "a", Running: -1}, fullState()} {
+		b, err := EncodeState(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeState(b)
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Fatalf("round trip\n got %+v\nwant %+v", got, s)
+		}
+	}
+	b, _ := EncodeState(fullState())
+	if len(b) > 400 {
+		t.Errorf("full record is %d bytes, want a few hundred at most", len(b))
+	}
+}
+
+func TestDecodeStateUnknownTagSkipped(t *testing.T) {
+	b, _ := EncodeState(State{Name: "a", Running: 3})
+	// A newer node's field 200 of 3 bytes, in the middle of the record.
+	ext := append([]byte{}, b...)
+	ext = binary.AppendUvarint(ext, 200)
+	ext = append(ext, 3, 'x', 'y', 'z')
+	ext = append(ext, tagName, 1, 'b') // tagName again: a duplicate, see below
+	got, err := DecodeState(ext[:len(ext)-3])
+	if err != nil || got.Name != "a" || got.Running != 3 {
+		t.Fatalf("unknown tag: %+v, %v", got, err)
+	}
+	if _, err := DecodeState(ext); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("duplicate name accepted: %v", err)
+	}
+}
+
+func TestDecodeStateMalformed(t *testing.T) {
+	good, _ := EncodeState(fullState())
+	tests := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"major 2", append([]byte{2}, good[1:]...), ErrVersion},
+		{"truncated", good[:len(good)-1], ErrMalformed},
+		{"tag zero", []byte{1, 0, 0}, ErrMalformed},
+		{"length beyond end", []byte{1, tagName, 5, 'a'}, ErrMalformed},
+		{"float of 4 bytes", []byte{1, tagHitRate, 4, 0, 0, 0, 0}, ErrMalformed},
+		{"bool of 2", []byte{1, tagEngineHealthy, 1, 2}, ErrMalformed},
+		{"int with trailing byte", []byte{1, tagRunning, 2, 2, 0}, ErrMalformed},
+		{"boot id of 3 bytes", []byte{1, tagBootID, 3, 1, 2, 3}, ErrMalformed},
+		{"bad model", []byte{1, tagModel, 2, modelTagCtx, 9}, ErrMalformed},
+		{"oversized", append([]byte{1}, make([]byte, MaxStateBytes)...), ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := DecodeState(tt.in); !errors.Is(err, tt.want) {
+				t.Fatalf("DecodeState = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	many := State{Models: make([]ModelInfo, maxModels+1)}
+	if _, err := EncodeState(many); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("too many models encoded: %v", err)
+	}
+}
+
+func FuzzDecodeState(f *testing.F) {
+	good, _ := EncodeState(fullState())
+	f.Add(good)
+	f.Add([]byte{1})
+	f.Add([]byte{1, tagModel, 3, modelTagName, 1, 'm'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeState(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+				t.Fatalf("unexpected error class: %v", err)
+			}
+			return
+		}
+		// Whatever decodes re-encodes to a record that decodes to the same encoding.
+		b1, err := EncodeState(s)
+		if err != nil {
+			t.Fatalf("decoded state does not encode: %v", err)
+		}
+		s2, err := DecodeState(b1)
+		if err != nil {
+			t.Fatalf("re-encoded state does not decode: %v", err)
+		}
+		if b2, _ := EncodeState(s2); !bytes.Equal(b1, b2) {
+			t.Fatalf("encoding not stable: %x vs %x", b1, b2)
+		}
+	})
+}
+
+func FuzzDecodeDelta(f *testing.F) {
+	f.Add(append(deltaHeader("n1", 5), 1, 0, 1, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 2 {
+			return
+		}
+		name, boot, s, err := decodeDelta(b[2:])
+		if err == nil && (name == "" || boot == 0 || s.Seq == 0 || s.Snapshot) {
+			t.Fatalf("accepted invalid delta %q %d %+v", name, boot, s)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		ok   bool
+	}{
+		{"key", func(c *Config) { c.Key = make([]byte, 32) }, true},
+		{"insecure", func(c *Config) { c.Insecure = true }, true},
+		{"no key", func(c *Config) {}, false},
+		{"bad key", func(c *Config) { c.Key = make([]byte, 20) }, false},
+		{"no name", func(c *Config) { c.Insecure, c.Name = true, "" }, false},
+		{"bad policy", func(c *Config) { c.Insecure, c.StalePolicy = true, "maybe" }, false},
+		{"tiny bandwidth", func(c *Config) { c.Insecure, c.MaxBytesPerSecond = true, 100 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Name = "n"
+			tt.mod(&c)
+			_, err := New(c)
+			if (err == nil) != tt.ok {
+				t.Fatalf("New = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrConfig) {
+				t.Fatalf("error %v is not ErrConfig", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,31 @@
+// Package kvindex is kvmesh's prefix knowledge: the rule that turns a prompt into chained KV
+// block hashes, a per-peer index of which blocks each peer's engine holds, the longest
+// contiguous prefix lookup, and the binary encoding of prefix summaries that travel in gossip.
+//
+// It is a pure library: no sockets, no goroutines, no clock of its own.
+//
+// # Prefix rule
+//
+// A prompt is text (chat messages are rendered by RenderChat). Tokens are BytesPerToken bytes.
+// The text is cut into blocks of blockTokens tokens; block i's hash covers the whole prefix
+// before it, so a peer can reuse block i only if it holds blocks 0..i. The model name seeds the
+// chain. The embedded engine (node/engine/sim) uses these same functions, so a request's blocks
+// and an engine's residency match exactly.
+//
+// # Index
+//
+// Index holds, per peer, the confirmed block hashes its engine reported (LRU-bounded by
+// IndexConfig.MaxBlocksPerPeer) and speculative ones an ingress just forwarded there (valid
+// until their expiry, superseded by confirmation). LongestPrefix scores a request's blocks
+// against every peer at once: the score is the contiguous run from block 0.
+//
+// # Summaries
+//
+// Summary is the wire form of a peer's residency change (delta) or full residency
+// (snapshot); DecodeSummary is strict and never panics.
+//
+// # Concurrency and zero value
+//
+// An Index is safe for concurrent use; create it with NewIndex (the zero Index is not
+// usable). Summary is a plain value. The hashing functions are pure.
+package kvindex

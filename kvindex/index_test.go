@@ -1,0 +1,228 @@
+package kvindex
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func seq(from, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(1000 + from + i)
+	}
+	return out
+}
+
+func TestLongestPrefixContiguousRule(t *testing.T) {
+	req := seq(0, 5) // B0..B4
+	tests := []struct {
+		name  string
+		setup func(x *Index)
+		want  []Match
+	}{
+		{"empty", func(x *Index) {}, nil},
+		{"full", func(x *Index) { x.Add("a", req) }, []Match{{"a", 5}}},
+		{"B3 and B4 without B0..B2 scores zero", func(x *Index) { x.Add("a", req[3:]) }, nil},
+		{"gap stops the run", func(x *Index) { x.Add("a", []uint64{req[0], req[1], req[3], req[4]}) }, []Match{{"a", 2}}},
+		{"order of adding is irrelevant", func(x *Index) { x.Add("a", []uint64{req[2], req[0], req[1]}) }, []Match{{"a", 3}}},
+		{"several peers sorted longest first then name", func(x *Index) {
+			x.Add("c", req[:1])
+			x.Add("b", req[:4])
+			x.Add("a", req[:1])
+			x.Add("z", req[1:]) // no block 0
+		}, []Match{{"b", 4}, {"a", 1}, {"c", 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := NewIndex(IndexConfig{})
+			tt.setup(x)
+			got := x.LongestPrefix(req, t0, nil)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("LongestPrefix = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLongestPrefixManyPeersBitset(t *testing.T) {
+	// More holders than smallSet forces the bitset path; mix it with slice-held blocks.
+	x := NewIndex(IndexConfig{})
+	req := seq(0, 50)
+	var want []Match
+	for p := 0; p < 200; p++ {
+		n := p % 51
+		name := fmt.Sprintf("p%03d", p)
+		x.Add(name, req[:n])
+		x.Add(name, seq(10_000*(p+1), 5)) // unrelated residency
+		if n > 0 {
+			want = append(want, Match{name, n})
+		}
+	}
+	slices.SortStableFunc(want, func(a, b Match) int { return b.Blocks - a.Blocks })
+	got := x.LongestPrefix(req, t0, nil)
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %d matches, want %d; first %v vs %v", len(got), len(want), got[:3], want[:3])
+	}
+	// dst is appended to, not overwritten.
+	pre := []Match{{"keep", 9}}
+	if got := x.LongestPrefix(req, t0, pre); got[0] != pre[0] || len(got) != len(want)+1 {
+		t.Fatalf("dst not preserved: %v", got[:2])
+	}
+}
+
+func TestLRUCap(t *testing.T) {
+	x := NewIndex(IndexConfig{MaxBlocksPerPeer: 3})
+	x.Add("a", []uint64{1, 2, 3})
+	x.Add("a", []uint64{1}) // refresh: 2 is now least recent
+	x.Add("a", []uint64{4})
+	if got, want := x.AppendPeerBlocks(nil, "a"), []uint64{3, 1, 4}; !slices.Equal(got, want) {
+		t.Fatalf("residency %v, want %v", got, want)
+	}
+	if n := x.PeerBlocks("a"); n != 3 {
+		t.Fatalf("PeerBlocks = %d, want 3", n)
+	}
+	if m := x.LongestPrefix([]uint64{2}, t0, nil); len(m) != 0 {
+		t.Fatalf("evicted block still matches: %v", m)
+	}
+	x.Add("a", seq(0, 10)) // more than the cap in one call keeps the last 3
+	if got := x.AppendPeerBlocks(nil, "a"); !slices.Equal(got, seq(7, 3)) {
+		t.Fatalf("after big add: %v", got)
+	}
+	if len(x.holders) != 3 {
+		t.Fatalf("holders map leaks: %d entries", len(x.holders))
+	}
+}
+
+func TestReplaceRemoveDropPeer(t *testing.T) {
+	x := NewIndex(IndexConfig{})
+	x.Add("a", seq(0, 4))
+	x.Add("b", seq(0, 4))
+	x.Remove("a", seq(1, 1))
+	x.Remove("nobody", seq(0, 1))
+	if m := x.LongestPrefix(seq(0, 4), t0, nil); !slices.Equal(m, []Match{{"b", 4}, {"a", 1}}) {
+		t.Fatalf("after Remove: %v", m)
+	}
+	x.Replace("a", seq(0, 2))
+	if got := x.AppendPeerBlocks(nil, "a"); !slices.Equal(got, seq(0, 2)) {
+		t.Fatalf("after Replace: %v", got)
+	}
+	x.Replace("b", nil)
+	if n := x.PeerBlocks("b"); n != 0 {
+		t.Fatalf("Replace(nil) left %d blocks", n)
+	}
+	x.DropPeer("a")
+	x.DropPeer("a")
+	if m := x.LongestPrefix(seq(0, 4), t0, nil); len(m) != 0 {
+		t.Fatalf("after DropPeer: %v", m)
+	}
+	if len(x.holders) != 0 {
+		t.Fatalf("holders left: %d", len(x.holders))
+	}
+	// A dropped id is reused without inheriting residency.
+	x.Add("c", seq(100, 1))
+	if m := x.LongestPrefix(seq(0, 1), t0, nil); len(m) != 0 {
+		t.Fatalf("reused id inherited residency: %v", m)
+	}
+	if got := x.Peers(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("Peers = %v", got)
+	}
+}
+
+func TestSpeculative(t *testing.T) {
+	x := NewIndex(IndexConfig{MaxBlocksPerPeer: 4})
+	req := seq(0, 3)
+	x.Add("a", req[:1])
+	x.AddSpeculative("a", req, t0.Add(time.Second))
+	tests := []struct {
+		name string
+		now  time.Time
+		want []Match
+	}{
+		{"before expiry counts", t0, []Match{{"a", 3}}},
+		{"at expiry gone", t0.Add(time.Second), []Match{{"a", 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := x.LongestPrefix(req, tt.now, nil); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if n := x.PeerBlocks("a"); n != 1 {
+		t.Fatalf("speculation counted as confirmed: %d", n)
+	}
+	// Confirmation supersedes speculation: it outlives the expiry.
+	x.Add("a", req[1:2])
+	if got := x.LongestPrefix(req, t0.Add(time.Hour), nil); !slices.Equal(got, []Match{{"a", 2}}) {
+		t.Fatalf("confirmed block lost: %v", got)
+	}
+	x.Expire(t0.Add(time.Hour))
+	if len(x.peers[0].spec) != 0 || len(x.holders) != 2 {
+		t.Fatalf("Expire left spec=%d holders=%d", len(x.peers[0].spec), len(x.holders))
+	}
+	// Speculation is bounded per peer too, and repeated refreshes do not grow the FIFO.
+	for i := 0; i < 1000; i++ {
+		x.AddSpeculative("b", seq(i%10, 1), t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	p := x.peers[x.ids["b"]]
+	if len(p.spec) > 4 || len(p.specQ) > 2*4+64+1 {
+		t.Fatalf("speculation unbounded: spec=%d fifo=%d", len(p.spec), len(p.specQ))
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	x := NewIndex(IndexConfig{MaxBlocksPerPeer: 256})
+	req := seq(0, 64)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("w%d", g)
+			for i := 0; i < 300; i++ {
+				x.Add(name, req[:i%64])
+				x.AddSpeculative(name, req, t0.Add(time.Duration(i)))
+				x.Remove(name, req[i%64:])
+				if i%50 == 0 {
+					x.DropPeer(name)
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			var dst []Match
+			for i := 0; i < 300; i++ {
+				dst = x.LongestPrefix(req, t0, dst[:0])
+				for _, m := range dst {
+					if m.Blocks < 1 || m.Blocks > len(req) {
+						t.Errorf("bad match %v", m)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	x.Add("final", req)
+	if m := x.LongestPrefix(req, t0.Add(time.Hour), nil); len(m) == 0 || m[0] != (Match{"final", 64}) {
+		t.Fatalf("after concurrent use: %v", m)
+	}
+}
+
+func TestLongestPrefixNoAllocs(t *testing.T) {
+	x := NewIndex(IndexConfig{})
+	req := seq(0, 100)
+	for p := 0; p < 100; p++ {
+		x.Add(fmt.Sprintf("p%d", p), req[:p])
+	}
+	dst := make([]Match, 0, 128)
+	x.LongestPrefix(req, t0, dst) // warm the scratch pool
+	if n := testing.AllocsPerRun(100, func() { dst = x.LongestPrefix(req, t0, dst[:0]) }); n > 0 {
+		t.Fatalf("LongestPrefix allocates %.1f times per call", n)
+	}
+}

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"errors"
+)
+
+// Endpoint says which OpenAI API a request came in on.
+type Endpoint uint8
+
+const (
+	// Chat is POST /v1/chat/completions.
+	Chat Endpoint = iota
+	// Completion is POST /v1/completions.
+	Completion
+)
+
+// Request is one generation, decoded and validated by the node.
+type Request struct {
+	ID       string
+	Endpoint Endpoint
+	Model    string
+	// Body is the client's JSON request. External engines forward it (with streaming forced
+	// on); the embedded engine ignores it.
+	Body []byte
+	// Prompt is the rendered prompt text (kvindex.RenderChat for chat); PromptTokens counts it
+	// under kvindex's tokenisation and Blocks holds its chained block hashes.
+	Prompt       []byte
+	PromptTokens int
+	Blocks       []uint64
+	// MaxTokens is the cap on generated tokens (≥ 1).
+	MaxTokens int
+	// Stop sequences end the output early; the stop text itself is not returned.
+	Stop []string
+	// Seed makes the embedded engine's output text deterministic per request.
+	Seed uint64
+}
+
+// Finish reasons, as in the OpenAI API.
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+)
+
+// Usage counts a finished request's tokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens is how many prompt tokens were served from the prefix cache.
+	CachedTokens int
+}
+
+// Chunk is one piece of a generation. The last chunk of a stream has FinishReason set and
+// carries the request's Usage; Recv returns io.EOF after it.
+type Chunk struct {
+	Text         string
+	FinishReason string
+	Usage        *Usage
+}
+
+// Stream is a generation in progress. Recv blocks for the next chunk; Close cancels the
+// generation (freeing its engine work) and is safe to call more than once and after io.EOF.
+type Stream interface {
+	Recv() (Chunk, error)
+	Close() error
+}
+
+// Model describes one model an engine serves.
+type Model struct {
+	Name string
+	// ContextTokens is the model's context window (prompt + output), in tokens.
+	ContextTokens int
+}
+
+// State is a snapshot of an engine's load and capacity, in the units that run out.
+type State struct {
+	Healthy bool
+	// KV cache, in blocks of BlockTokens tokens.
+	BlockTokens   int
+	KVBlocksTotal int
+	KVBlocksUsed  int
+	// HitRate is the prefix cache hit rate over recent prompt tokens, 0..1.
+	HitRate float64
+	// Requests running in the batch and waiting to start.
+	Running int
+	Waiting int
+	// QueuedPrefillTokens are prompt tokens admitted but not yet prefilled.
+	QueuedPrefillTokens int
+	// PrefillTokensPerSecond is the engine's measured (or modelled) prefill throughput and
+	// DecodeStepSeconds its current decode step time; admission predicts TTFT and TPOT from them.
+	PrefillTokensPerSecond float64
+	DecodeStepSeconds      float64
+	// MaxRunning is the cap on running sequences (max_num_seqs).
+	MaxRunning int
+}
+
+// Engine is what a node runs requests on: the embedded simulator or an external server.
+// Implementations are safe for concurrent use.
+type Engine interface {
+	// Generate starts a generation. It returns before the first token; errors returned here
+	// happened before any output (the node answers 502). ctx cancels the generation.
+	Generate(ctx context.Context, req *Request) (Stream, error)
+	// State returns the current load snapshot.
+	State() State
+	// Models lists the models served.
+	Models() []Model
+}
+
+// Errors engines return from Generate.
+var (
+	// ErrUnavailable: the engine cannot take work now (down, restarting, draining).
+	ErrUnavailable = errors.New("engine: unavailable")
+	// ErrRejected: the engine refused the request (its own validation or capacity).
+	ErrRejected = errors.New("engine: request rejected")
+)

@@ -1,0 +1,586 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/kvmesh/kvmesh/node/engine"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fake is an httptest engine whose /metrics text and generation handler tests change.
+type fake struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	metrics string
+	status  int // of /metrics; 0 = 200
+	gen     http.HandlerFunc
+	bodies  chan []byte
+	scrapes atomic.Int64
+}
+
+func newFake(t *testing.T) *fake {
+	t.Helper()
+	f := &fake{bodies: make(chan []byte, 16)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		f.scrapes.Add(1)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.status != 0 {
+			w.WriteHeader(f.status)
+			return
+		}
+		io.WriteString(w, f.metrics)
+	})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"object":"list","data":[{"id":"a","object":"model","created":1,"owned_by":"x","max_model_len":4096},{"id":"b","object":"model"}]}`)
+	})
+	h := func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		select {
+		case f.bodies <- b:
+		default:
+		}
+		f.mu.Lock()
+		g := f.gen
+		f.mu.Unlock()
+		g(w, r)
+	}
+	mux.HandleFunc("POST /v1/chat/completions", h)
+	mux.HandleFunc("POST /v1/completions", h)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fake) set(metrics string) {
+	f.mu.Lock()
+	f.metrics = metrics
+	f.mu.Unlock()
+}
+
+func newEngine(t *testing.T, f *fake, kind string, mod func(*Config)) *Engine {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.BaseURL = f.srv.URL
+	cfg.Kind = kind
+	cfg.ScrapeInterval = time.Hour // tests scrape by hand unless they shorten it
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return e
+}
+
+func TestStateByKind(t *testing.T) {
+	tests := []struct {
+		kind     string
+		first    string
+		second   string // scraped next; "" = first again
+		want     engine.State
+		nominal  bool
+		wantHits float64
+	}{
+		{kind: KindVLLM,
+			first: `# HELP vllm:num_requests_waiting x
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 3.0
+vllm:num_requests_running{model_name="m"} 7
+vllm:kv_cache_usage_perc{model_name="m"} 0.5
+vllm:cache_config_info{block_size="32",num_gpu_blocks="1000",enable_prefix_caching="True"} 1.0
+vllm:prefix_cache_queries_total{model_name="m"} 1000
+vllm:prefix_cache_hits_total{model_name="m"} 100
+`,
+			second: `vllm:num_requests_waiting{model_name="m"} 3
+vllm:num_requests_running{model_name="m"} 7
+vllm:kv_cache_usage_perc{model_name="m"} 0.5
+vllm:cache_config_info{block_size="32",num_gpu_blocks="1000"} 1
+vllm:prefix_cache_queries_total{model_name="m"} 2000
+vllm:prefix_cache_hits_total{model_name="m"} 850
+`,
+			// 32×1000 tokens = 2000 blocks of 16; hit rate (850-100)/(2000-1000).
+			want: engine.State{Waiting: 3, Running: 7, KVBlocksTotal: 2000, KVBlocksUsed: 1000, QueuedPrefillTokens: 3 * 512}, wantHits: 0.75},
+		{kind: KindVLLM, first: "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.25\n",
+			want: engine.State{Waiting: 1, KVBlocksTotal: 4096, KVBlocksUsed: 1024, QueuedPrefillTokens: 512}},
+		{kind: KindSGLang, first: `sglang:num_queue_reqs{tp_rank="0"} 2
+sglang:num_running_reqs{tp_rank="0"} 5
+sglang:token_usage 0.1
+sglang:cache_hit_rate 0.4
+sglang:cache_config_info{page_size="1",num_pages="16000"} 1
+`, want: engine.State{Waiting: 2, Running: 5, KVBlocksTotal: 1000, KVBlocksUsed: 100, QueuedPrefillTokens: 1024}, wantHits: 0.4},
+		{kind: KindLlamaCpp, first: "llamacpp:requests_deferred 4\nllamacpp:requests_processing 1\nllamacpp:kv_cache_usage_ratio 0.5\n",
+			want: engine.State{Waiting: 4, Running: 1, KVBlocksTotal: 4096, KVBlocksUsed: 2048, QueuedPrefillTokens: 2048}},
+		{kind: KindTGI, first: "tgi_queue_size 6\ntgi_batch_current_size 2\n",
+			want: engine.State{Waiting: 6, Running: 2, KVBlocksTotal: 4096, QueuedPrefillTokens: 3072}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			f := newFake(t)
+			f.set(tt.first)
+			e := newEngine(t, f, tt.kind, nil)
+			if tt.second != "" {
+				f.set(tt.second)
+				e.scrape(context.Background())
+			}
+			got := e.State()
+			want := tt.want
+			want.Healthy, want.BlockTokens, want.MaxRunning, want.HitRate = true, 16, 256, tt.wantHits
+			if got != want {
+				t.Errorf("state\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestStateOpenAIKindCountsInflight(t *testing.T) {
+	f := newFake(t)
+	release := make(chan struct{})
+	f.gen = func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	e := newEngine(t, f, KindOpenAI, nil)
+	if s := e.State(); !s.Healthy || s.Running != 0 || f.scrapes.Load() != 0 {
+		t.Fatalf("state %+v, scrapes %d", s, f.scrapes.Load())
+	}
+	st, err := e.Generate(context.Background(), &engine.Request{Body: []byte(`{"model":"a","messages":[]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.State().Running; got != 1 {
+		t.Errorf("running = %d, want 1", got)
+	}
+	st.Close()
+	st.Close()
+	close(release)
+	if got := e.State().Running; got != 0 {
+		t.Errorf("running after close = %d, want 0", got)
+	}
+}
+
+func TestUnhealthyAfterFailedScrapes(t *testing.T) {
+	f := newFake(t)
+	f.set("vllm:num_requests_waiting 0\n")
+	reg := prometheus.NewRegistry()
+	e := newEngine(t, f, KindVLLM, func(c *Config) { c.MaxScrapeFailures = 2; c.Registerer = reg })
+	if !e.State().Healthy {
+		t.Fatal("not healthy after a good scrape")
+	}
+	f.mu.Lock()
+	f.status = 500
+	f.mu.Unlock()
+	e.scrape(context.Background())
+	if !e.State().Healthy {
+		t.Error("unhealthy after one failure, want MaxScrapeFailures = 2")
+	}
+	f.set("") // 200 but none of the kind's metrics: also a failure
+	f.mu.Lock()
+	f.status = 0
+	f.mu.Unlock()
+	e.scrape(context.Background())
+	if e.State().Healthy {
+		t.Error("healthy after two failures")
+	}
+	if got := counter(t, reg, "kvmesh_engine_scrape_errors_total"); got != 2 {
+		t.Errorf("scrape errors = %v, want 2", got)
+	}
+	f.set("vllm:num_requests_running 1\n")
+	e.scrape(context.Background())
+	if s := e.State(); !s.Healthy || s.Running != 1 {
+		t.Errorf("after recovery %+v", s)
+	}
+}
+
+func counter(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+func TestScrapeLoopRuns(t *testing.T) {
+	f := newFake(t)
+	f.set("vllm:num_requests_waiting 1\n")
+	e := newEngine(t, f, KindVLLM, func(c *Config) { c.ScrapeInterval = 5 * time.Millisecond })
+	f.set("vllm:num_requests_waiting 9\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for e.State().Waiting != 9 {
+		if time.Now().After(deadline) {
+			t.Fatalf("scrape loop never picked up the change: %+v", e.State())
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline, not waiting blind
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := f.scrapes.Load()
+	e.Close()
+	if f.scrapes.Load() != n {
+		t.Error("scrapes continued after Close")
+	}
+}
+
+func TestModelsFetchedAtStart(t *testing.T) {
+	f := newFake(t)
+	f.set("vllm:num_requests_waiting 0\n")
+	e := newEngine(t, f, KindVLLM, func(c *Config) { c.DefaultContextTokens = 1000 })
+	want := []engine.Model{{Name: "a", ContextTokens: 4096}, {Name: "b", ContextTokens: 1000}}
+	if got := e.Models(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("models = %v, want %v", got, want)
+	}
+	e2 := newEngine(t, f, KindVLLM, func(c *Config) { c.Models = []engine.Model{{Name: "z", ContextTokens: 5}} })
+	if got := e2.Models(); len(got) != 1 || got[0].Name != "z" {
+		t.Errorf("configured models replaced: %v", got)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"kind", func(c *Config) { c.Kind = "triton" }},
+		{"scheme", func(c *Config) { c.BaseURL = "ftp://x" }},
+		{"no host", func(c *Config) { c.BaseURL = "http://" }},
+		{"model", func(c *Config) { c.Models = []engine.Model{{Name: "m"}} }},
+		{"negative", func(c *Config) { c.ScrapeInterval = -1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			if _, err := New(cfg); err == nil {
+				t.Error("New accepted a bad config")
+			}
+		})
+	}
+	e, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Close() != nil || e.Close() != nil {
+		t.Error("Close before Start failed")
+	}
+	if !errors.Is(e.Start(context.Background()), ErrStarted) {
+		t.Error("Start after Close did not fail")
+	}
+}
+
+func TestForceStreaming(t *testing.T) {
+	tests := []struct {
+		name string
+		req  engine.Request
+		want string
+	}{
+		{"non-streaming client", engine.Request{Body: []byte(`{"model":"m","stream":false,"temperature":0.5,"messages":[{"role":"user","content":"x"}]}`)},
+			`{"messages":[{"role":"user","content":"x"}],"model":"m","stream":true,"stream_options":{"include_usage":true},"temperature":0.5}`},
+		{"keeps other stream options", engine.Request{Body: []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false,"include_obfuscation":false}}`)},
+			`{"model":"m","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}`},
+		{"null stream options", engine.Request{Body: []byte(`{"model":"m","stream_options":null}`)},
+			`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+		{"synthesised completion", engine.Request{Endpoint: engine.Completion, Model: "m", Prompt: []byte("hi"), MaxTokens: 3, Stop: []string{"."}},
+			`{"max_tokens":3,"model":"m","prompt":"hi","stop":["."],"stream":true,"stream_options":{"include_usage":true}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ForceStreaming(&tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+	if _, err := ForceStreaming(&engine.Request{Body: []byte(`[1]`)}); !errors.Is(err, engine.ErrRejected) {
+		t.Errorf("array body: %v", err)
+	}
+}
+
+func sse(w http.ResponseWriter, events ...string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, e := range events {
+		fmt.Fprintf(w, "data: %s\n\n", e)
+		w.(http.Flusher).Flush()
+	}
+}
+
+const (
+	usageEvent = `{"id":"x","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":8}}}`
+)
+
+func TestGenerateStreams(t *testing.T) {
+	tests := []struct {
+		name     string
+		endpoint engine.Endpoint
+		path     string
+		events   []string
+		want     []engine.Chunk
+		wantErr  error
+	}{
+		{name: "chat", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}`,
+			`{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}],"usage":null}`,
+			`{"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}],"usage":null}`,
+			`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":null}`,
+			usageEvent, "[DONE]"},
+			want: []engine.Chunk{{Text: "Hel"}, {Text: "lo"}, {FinishReason: "length",
+				Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8}}}},
+		{name: "completion", endpoint: engine.Completion, path: "/v1/completions", events: []string{
+			`{"choices":[{"index":0,"text":"ab","finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"c","finish_reason":"stop"}]}`,
+			usageEvent, "[DONE]"},
+			want: []engine.Chunk{{Text: "ab"}, {Text: "c", FinishReason: "stop",
+				Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8}}}},
+		{name: "no usage chunk", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}`, "[DONE]"},
+			want: []engine.Chunk{{Text: "x", FinishReason: "stop"}}},
+		{name: "truncated", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`},
+			want: []engine.Chunk{{Text: "x"}}, wantErr: ErrTruncated},
+		{name: "done without finish", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{"[DONE]"},
+			wantErr: ErrTruncated},
+		{name: "error event", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"error":{"message":"oom","type":"server_error","code":500}}`}, wantErr: ErrStream},
+		{name: "garbage", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{`{`}, wantErr: errors.New("any")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			var path atomic.Value
+			f.gen = func(w http.ResponseWriter, r *http.Request) {
+				path.Store(r.URL.Path)
+				sse(w, tt.events...)
+			}
+			e := newEngine(t, f, KindOpenAI, nil)
+			st, err := e.Generate(context.Background(), &engine.Request{ID: "r1", Endpoint: tt.endpoint,
+				Body: []byte(`{"model":"a","stream":false,"seed":3}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			body := <-f.bodies
+			var sent map[string]any
+			if err := json.Unmarshal(body, &sent); err != nil || sent["stream"] != true || sent["seed"] != 3.0 ||
+				sent["stream_options"].(map[string]any)["include_usage"] != true {
+				t.Errorf("engine got body %s", body)
+			}
+			if p := path.Load(); p != tt.path {
+				t.Errorf("path %v, want %s", p, tt.path)
+			}
+			var got []engine.Chunk
+			for {
+				c, err := st.Recv()
+				if err == io.EOF {
+					if tt.wantErr != nil {
+						t.Errorf("io.EOF, want %v", tt.wantErr)
+					}
+					break
+				}
+				if err != nil {
+					if tt.wantErr == nil || (tt.wantErr.Error() != "any" && !errors.Is(err, tt.wantErr)) {
+						t.Errorf("Recv: %v, want %v", err, tt.wantErr)
+					}
+					break
+				}
+				got = append(got, c)
+			}
+			if fmt.Sprintf("%+v", deref(got)) != fmt.Sprintf("%+v", deref(tt.want)) {
+				t.Errorf("chunks\n got %+v\nwant %+v", deref(got), deref(tt.want))
+			}
+			if _, err := st.Recv(); err != io.EOF {
+				t.Errorf("Recv after end = %v, want io.EOF", err)
+			}
+		})
+	}
+}
+
+func deref(cs []engine.Chunk) []string {
+	var out []string
+	for _, c := range cs {
+		s := fmt.Sprintf("%q/%s", c.Text, c.FinishReason)
+		if c.Usage != nil {
+			s += fmt.Sprintf("/%+v", *c.Usage)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestGenerateErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		status   int
+		body     string
+		sentinel error
+		apiCode  string
+		apiMsg   string
+	}{
+		{"openai 400", 400, `{"error":{"message":"max_tokens too big","type":"BadRequestError","param":"max_tokens","code":400}}`,
+			engine.ErrRejected, "invalid_request", "max_tokens too big"},
+		{"string code 404", 404, `{"error":{"message":"no such model","type":"invalid_request_error","param":null,"code":"model_not_found"}}`,
+			engine.ErrRejected, "model_not_found", "no such model"},
+		{"tgi 422", 422, `{"error":"Input validation error","error_type":"validation"}`, engine.ErrRejected, "invalid_request", "Input validation error"},
+		{"plain 429", 429, `overloaded`, engine.ErrRejected, "invalid_request", "overloaded"},
+		{"503", 503, `{"error":{"message":"down"}}`, engine.ErrUnavailable, "engine_error", ""},
+		{"500", 500, ``, engine.ErrUnavailable, "engine_error", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			f.gen = func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			}
+			e := newEngine(t, f, KindOpenAI, nil)
+			_, err := e.Generate(context.Background(), &engine.Request{Body: []byte(`{"model":"a"}`)})
+			var se *StatusError
+			if !errors.Is(err, tt.sentinel) || !errors.As(err, &se) || se.Status != tt.status {
+				t.Fatalf("err = %v, want %v with status %d", err, tt.sentinel, tt.status)
+			}
+			api := se.APIError()
+			if api.Code != tt.apiCode || (tt.apiMsg != "" && api.Message != tt.apiMsg) {
+				t.Errorf("api error %+v", api)
+			}
+			if tt.status < 500 && api.Status != tt.status {
+				t.Errorf("relayed status %d, want %d", api.Status, tt.status)
+			}
+			if tt.status >= 500 && api.Status != http.StatusBadGateway {
+				t.Errorf("5xx relayed as %d, want 502", api.Status)
+			}
+			if got := e.State().Running; got != 0 {
+				t.Errorf("in flight after refusal = %d", got)
+			}
+		})
+	}
+}
+
+func TestGenerateConnectionRefused(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	cfg := DefaultConfig()
+	cfg.BaseURL, cfg.Kind = url, KindOpenAI
+	cfg.Models = []engine.Model{{Name: "a", ContextTokens: 10}}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, err = e.Generate(context.Background(), &engine.Request{Body: []byte(`{"model":"a"}`)})
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("err = %v, want ErrUnavailable", err)
+	}
+	cfg.Kind = KindVLLM
+	e2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	if err := e2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e2.State().Healthy {
+		t.Error("healthy with the engine down")
+	}
+}
+
+func TestCancellationReachesEngine(t *testing.T) {
+	tests := []struct {
+		name   string
+		cancel func(context.CancelFunc, engine.Stream)
+	}{
+		{"context", func(c context.CancelFunc, _ engine.Stream) { c() }},
+		{"close", func(_ context.CancelFunc, s engine.Stream) { s.Close() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			gone := make(chan struct{})
+			f.gen = func(w http.ResponseWriter, r *http.Request) {
+				sse(w, `{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`)
+				<-r.Context().Done()
+				close(gone)
+			}
+			e := newEngine(t, f, KindOpenAI, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := e.Generate(ctx, &engine.Request{Body: []byte(`{"model":"a"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if c, err := st.Recv(); err != nil || c.Text != "x" {
+				t.Fatalf("Recv = %+v, %v", c, err)
+			}
+			tt.cancel(cancel, st)
+			select {
+			case <-gone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("engine never saw the cancellation")
+			}
+			if _, err := st.Recv(); !errors.Is(err, context.Canceled) {
+				t.Errorf("Recv after cancel = %v, want a cancellation error", err)
+			}
+			if got := e.State().Running; got != 0 {
+				t.Errorf("in flight after cancel = %d", got)
+			}
+		})
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP a x
+a{l="q\"uo,te}",m="2"} 1.5 1700000000
+b 2
+b{x="y"} NaN
+c{broken 3
+d{} +Inf
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m["a"]) != 1 || m["a"][0].labels["l"] != `q"uo,te}` || m["a"][0].labels["m"] != "2" || m["a"][0].value != 1.5 {
+		t.Errorf("a = %+v", m["a"])
+	}
+	if len(m["b"]) != 2 || m["c"] != nil || len(m["d"]) != 1 {
+		t.Errorf("parsed %+v", m)
+	}
+}

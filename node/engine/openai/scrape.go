@@ -1,0 +1,243 @@
+package openai
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// sample is one series of the text exposition format.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// parseMetrics reads the Prometheus text exposition format into samples by metric name. It is
+// lenient: lines it cannot parse are skipped, since one odd family must not blind the scrape.
+func parseMetrics(r io.Reader) (map[string][]sample, error) {
+	out := map[string][]sample{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, labels, rest, ok := splitSeries(line)
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		out[name] = append(out[name], sample{labels: labels, value: v})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("openai: reading metrics: %w", err)
+	}
+	return out, nil
+}
+
+// splitSeries splits `name{a="b",c="d"} rest` into its parts.
+func splitSeries(line string) (name string, labels map[string]string, rest string, ok bool) {
+	i := strings.IndexAny(line, "{ \t")
+	if i <= 0 {
+		return "", nil, "", false
+	}
+	name = line[:i]
+	if line[i] != '{' {
+		return name, nil, line[i:], true
+	}
+	labels = map[string]string{}
+	s := line[i+1:]
+	for {
+		s = strings.TrimLeft(s, " ,")
+		if s == "" {
+			return "", nil, "", false
+		}
+		if s[0] == '}' {
+			return name, labels, s[1:], true
+		}
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			return "", nil, "", false
+		}
+		key := strings.TrimSpace(s[:eq])
+		s = s[eq+2:]
+		var val strings.Builder
+		j := 0
+		for ; j < len(s) && s[j] != '"'; j++ {
+			if s[j] == '\\' && j+1 < len(s) {
+				j++
+				switch s[j] {
+				case 'n':
+					val.WriteByte('\n')
+				default:
+					val.WriteByte(s[j])
+				}
+				continue
+			}
+			val.WriteByte(s[j])
+		}
+		if j >= len(s) {
+			return "", nil, "", false
+		}
+		labels[key] = val.String()
+		s = s[j+1:]
+	}
+}
+
+// sum adds a family's series (one per model or engine replica) and says whether it exists.
+func sum(m map[string][]sample, names ...string) (float64, bool) {
+	for _, n := range names {
+		if ss, ok := m[n]; ok {
+			t := 0.0
+			for _, s := range ss {
+				t += s.value
+			}
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// mean averages a 0..1 gauge over its series.
+func mean(m map[string][]sample, names ...string) (float64, bool) {
+	for _, n := range names {
+		if ss, ok := m[n]; ok && len(ss) > 0 {
+			t, _ := sum(m, n)
+			return t / float64(len(ss)), true
+		}
+	}
+	return 0, false
+}
+
+// kvTokens reads a cache_config_info family's size labels: the total KV tokens.
+func kvTokens(m map[string][]sample, name, sizeLabel, countLabel string) (int, bool) {
+	total := 0
+	for _, s := range m[name] {
+		size, err1 := strconv.Atoi(s.labels[sizeLabel])
+		count, err2 := strconv.Atoi(s.labels[countLabel])
+		if err1 == nil && err2 == nil && size > 0 && count > 0 {
+			total += size * count
+		}
+	}
+	return total, total > 0
+}
+
+// kindNames are the metric names of one engine kind.
+type kindNames struct {
+	waiting, running, kvUse []string
+	cacheInfo               string
+	sizeLabel, countLabel   string
+}
+
+var kinds = map[string]kindNames{
+	KindVLLM: {waiting: []string{"vllm:num_requests_waiting"}, running: []string{"vllm:num_requests_running"},
+		kvUse:     []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+		cacheInfo: "vllm:cache_config_info", sizeLabel: "block_size", countLabel: "num_gpu_blocks"},
+	KindSGLang: {waiting: []string{"sglang:num_queue_reqs"}, running: []string{"sglang:num_running_reqs"},
+		kvUse:     []string{"sglang:token_usage"},
+		cacheInfo: "sglang:cache_config_info", sizeLabel: "page_size", countLabel: "num_pages"},
+	KindLlamaCpp: {waiting: []string{"llamacpp:requests_deferred"}, running: []string{"llamacpp:requests_processing"},
+		kvUse: []string{"llamacpp:kv_cache_usage_ratio"}},
+	KindTGI: {waiting: []string{"tgi_queue_size"}, running: []string{"tgi_batch_current_size"}},
+}
+
+var errNoMetrics = errors.New("openai: engine exports none of the expected metrics")
+
+// scrape fetches /metrics once and updates the state; failures count toward unhealthy.
+func (e *Engine) scrape(ctx context.Context) {
+	m, err := e.fetchMetrics(ctx)
+	if err == nil {
+		err = e.apply(m)
+	}
+	if err != nil {
+		e.scrapeErrors.Inc()
+		e.mu.Lock()
+		e.fails++
+		if e.fails >= e.cfg.MaxScrapeFailures {
+			if e.state.Healthy {
+				e.log.Warn("engine unhealthy", "url", e.base.String(), "failures", e.fails, "err", err)
+			}
+			e.state.Healthy = false
+		}
+		e.mu.Unlock()
+		e.log.Debug("engine scrape failed", "url", e.base.String(), "err", err)
+	}
+}
+
+func (e *Engine) fetchMetrics(ctx context.Context) (map[string][]sample, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.ScrapeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url("/metrics"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("openai: metrics request: %w", err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("openai: scraping metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("openai: scraping metrics: status %d", resp.StatusCode)
+	}
+	return parseMetrics(io.LimitReader(resp.Body, 16<<20))
+}
+
+// apply maps one scrape into the state.
+func (e *Engine) apply(m map[string][]sample) error {
+	names := kinds[e.cfg.Kind]
+	waiting, okW := sum(m, names.waiting...)
+	running, okR := sum(m, names.running...)
+	if !okW && !okR {
+		return errNoMetrics
+	}
+	use, _ := mean(m, names.kvUse...)
+	use = math.Min(math.Max(use, 0), 1)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := &e.state
+	s.Waiting, s.Running = int(waiting), int(running)
+	s.QueuedPrefillTokens = s.Waiting * e.cfg.AvgPromptTokens
+	s.BlockTokens = e.cfg.BlockTokens
+	s.KVBlocksTotal = e.cfg.NominalKVBlocks
+	if names.cacheInfo != "" {
+		if tokens, ok := kvTokens(m, names.cacheInfo, names.sizeLabel, names.countLabel); ok {
+			s.KVBlocksTotal = max(1, tokens/e.cfg.BlockTokens)
+		}
+	}
+	s.KVBlocksUsed = int(math.Round(use * float64(s.KVBlocksTotal)))
+	switch e.cfg.Kind {
+	case KindVLLM:
+		hits, okH := sum(m, "vllm:prefix_cache_hits_total")
+		queries, okQ := sum(m, "vllm:prefix_cache_queries_total")
+		if okH && okQ {
+			// Counters reset when the engine restarts: skip that interval rather than go negative.
+			if e.haveLast && queries > e.lastQ && hits >= e.lastHits {
+				s.HitRate = math.Min(1, (hits-e.lastHits)/(queries-e.lastQ))
+			}
+			e.lastHits, e.lastQ, e.haveLast = hits, queries, true
+		}
+	case KindSGLang:
+		if r, ok := mean(m, "sglang:cache_hit_rate"); ok {
+			s.HitRate = math.Min(math.Max(r, 0), 1)
+		}
+	}
+	s.Healthy = true
+	e.fails = 0
+	return nil
+}

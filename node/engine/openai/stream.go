@@ -1,0 +1,146 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/kvmesh/kvmesh/node/engine"
+	wire "github.com/kvmesh/kvmesh/node/openai"
+)
+
+// stream turns the engine's SSE chunks into engine.Chunks. The finishing chunk is held back
+// until the usage chunk after it arrives, so the last engine.Chunk carries both.
+type stream struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	body    io.Closer
+	sse     *wire.SSEReader
+	onClose func()
+
+	pending *engine.Chunk
+	usage   *engine.Usage
+	done    bool
+	once    sync.Once
+}
+
+// sseChunk covers both chat and completion chunks: only choice 0 is read (kvmesh forwards n=1).
+type sseChunk struct {
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Text         *string `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *wire.Usage     `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+func (s *stream) Recv() (engine.Chunk, error) {
+	if s.done {
+		return engine.Chunk{}, io.EOF
+	}
+	for {
+		data, err := s.sse.Next()
+		if err != nil {
+			return s.endOfInput(err)
+		}
+		var c sseChunk
+		if err := json.Unmarshal(data, &c); err != nil {
+			s.finish()
+			return engine.Chunk{}, fmt.Errorf("openai: bad chunk from engine: %w", err)
+		}
+		if len(c.Error) > 0 && string(c.Error) != "null" {
+			s.finish()
+			var d wire.ErrorDetail
+			if json.Unmarshal(c.Error, &d) != nil || d.Message == "" {
+				d.Message = string(c.Error)
+			}
+			return engine.Chunk{}, fmt.Errorf("%w: %s", ErrStream, d.Message)
+		}
+		if c.Usage != nil {
+			u := &engine.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
+			if c.Usage.PromptTokensDetails != nil {
+				u.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
+			}
+			s.usage = u
+		}
+		var text, reason string
+		for _, ch := range c.Choices {
+			if ch.Index != 0 {
+				continue
+			}
+			if ch.Delta.Content != nil {
+				text += *ch.Delta.Content
+			}
+			if ch.Text != nil {
+				text += *ch.Text
+			}
+			if ch.FinishReason != nil {
+				reason = *ch.FinishReason
+			}
+		}
+		switch {
+		case reason != "":
+			s.pending = &engine.Chunk{Text: text, FinishReason: reason}
+			if s.usage != nil {
+				return s.emitPending(), nil
+			}
+		case s.pending != nil && s.usage != nil:
+			s.pending.Text += text
+			return s.emitPending(), nil
+		case s.pending != nil:
+			s.pending.Text += text
+		case text != "":
+			return engine.Chunk{Text: text}, nil
+		}
+	}
+}
+
+func (s *stream) emitPending() engine.Chunk {
+	c := *s.pending
+	c.Usage = s.usage
+	s.finish()
+	return c
+}
+
+// endOfInput handles the end of the SSE input: a held finish chunk is still a complete answer
+// (some engines send no usage chunk); anything else is a truncated stream.
+func (s *stream) endOfInput(err error) (engine.Chunk, error) {
+	if s.ctx.Err() != nil {
+		s.finish()
+		return engine.Chunk{}, fmt.Errorf("openai: stream cancelled: %w", context.Cause(s.ctx))
+	}
+	if s.pending != nil && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return s.emitPending(), nil
+	}
+	s.finish()
+	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+		return engine.Chunk{}, ErrTruncated
+	}
+	return engine.Chunk{}, fmt.Errorf("openai: reading engine stream: %w", err)
+}
+
+func (s *stream) finish() {
+	s.done = true
+	s.release()
+}
+
+func (s *stream) release() {
+	s.once.Do(func() {
+		s.cancel()
+		s.body.Close()
+		s.onClose()
+	})
+}
+
+// Close cancels the upstream request; safe twice and after io.EOF.
+func (s *stream) Close() error {
+	s.release()
+	return nil
+}

@@ -1,0 +1,177 @@
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Sentinel errors; returned errors wrap them.
+var (
+	// ErrConfig reports an invalid Config.
+	ErrConfig = errors.New("loadgen: invalid config")
+	// ErrTrace reports a malformed trace file; the message names the line.
+	ErrTrace = errors.New("loadgen: malformed trace")
+	// ErrUnknownWorkload reports a workload name that is not one of Workloads().
+	ErrUnknownWorkload = errors.New("loadgen: unknown workload")
+)
+
+// Class is a priority class with its own SLOs. A completed request counts towards goodput when
+// its TTFT ≤ TTFT and its TPOT ≤ TPOT.
+type Class struct {
+	Name string `json:"name"`
+	// Priority is sent as X-Kvmesh-Priority: 0 as "normal", others as the integer (negative is
+	// sheddable).
+	Priority int           `json:"priority"`
+	TTFT     time.Duration `json:"ttft_slo"`
+	TPOT     time.Duration `json:"tpot_slo"`
+}
+
+// DefaultInteractive and DefaultBatch are the classes DefaultConfig uses.
+var (
+	DefaultInteractive = Class{Name: "interactive", Priority: 0, TTFT: 2 * time.Second, TPOT: 100 * time.Millisecond}
+	DefaultBatch       = Class{Name: "batch", Priority: -1, TTFT: 30 * time.Second, TPOT: 500 * time.Millisecond}
+)
+
+// Config describes one load run.
+type Config struct {
+	// Targets are base URLs (http://host:port); requests are spread over them round-robin.
+	Targets []string
+	// Model is the "model" field of every request.
+	Model string
+	// Workload names a synthetic workload (see Workloads); ignored when Trace is set.
+	Workload string
+	// Trace is a Mooncake JSONL or Azure CSV file to replay (the format is sniffed).
+	Trace string
+	// Rate is the mean offered load in requests/s for synthetic workloads (for "agents" it
+	// counts steps: sessions start at Rate/5.5 a second, the mean session length); for a trace
+	// it multiplies the trace's own rate (0 means 1), so a benchmark can sweep loads.
+	Rate float64
+	// Duration bounds the arrival window: no request is started after it (0 = the whole trace;
+	// a synthetic workload needs Duration or MaxRequests). Requests in flight are waited for.
+	Duration time.Duration
+	// Seed makes the workload deterministic.
+	Seed int64
+	// Speedup divides trace timestamps (2 = twice as fast); Scale multiplies trace token lengths
+	// (0.1 = a tenth), block size included, so shared prefixes stay shared.
+	Speedup float64
+	Scale   float64
+	// TraceBatchFraction marks this fraction of trace requests as Batch (chosen under Seed).
+	TraceBatchFraction float64
+	// MaxRequests caps the requests sent (0 = no cap).
+	MaxRequests int
+	// Concurrency caps requests in flight (0 = no cap).
+	Concurrency int
+	// Timeout bounds one request attempt, stream included.
+	Timeout time.Duration
+	// Retries is how many times a refusal carrying Retry-After (429 or 503) is retried, on the
+	// next target, after waiting as told (capped by MaxRetryWait); 0 never retries.
+	Retries int
+	// MaxRetryWait caps an honoured Retry-After.
+	MaxRetryWait time.Duration
+	// ToolWait is the mean pause between an agent's steps (exponentially distributed).
+	ToolWait time.Duration
+	// Interactive and Batch are the two classes the workloads use.
+	Interactive, Batch Class
+	// HTTPClient sends the requests (nil = a client with a pooled transport, closed at the end).
+	HTTPClient *http.Client
+	// Progress receives a live progress line every ProgressInterval (nil = none).
+	Progress         io.Writer
+	ProgressInterval time.Duration
+	// APIKey is sent as "Authorization: Bearer KEY" when set.
+	APIKey string
+	// Logger receives one line per failed request (nil = discard).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config for a 30 s run of the mixed workload at 1 request/s; set
+// Targets.
+func DefaultConfig() Config {
+	return Config{
+		Model:            "sim",
+		Workload:         "mixed",
+		Rate:             1,
+		Duration:         30 * time.Second,
+		Seed:             1,
+		Speedup:          1,
+		Scale:            1,
+		Timeout:          5 * time.Minute,
+		MaxRetryWait:     30 * time.Second,
+		ToolWait:         time.Second,
+		Interactive:      DefaultInteractive,
+		Batch:            DefaultBatch,
+		ProgressInterval: time.Second,
+	}
+}
+
+// validate checks cfg and fills the defaults a zero field stands for.
+func (cfg Config) validate() (Config, error) {
+	bad := func(format string, a ...any) (Config, error) {
+		return cfg, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	}
+	if len(cfg.Targets) == 0 {
+		return bad("no targets")
+	}
+	for _, t := range cfg.Targets {
+		u, err := url.Parse(t)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("target %q is not an http(s) base URL", t)
+		}
+	}
+	if cfg.Model == "" {
+		return bad("no model")
+	}
+	if cfg.Trace == "" && cfg.Workload == "" {
+		return bad("neither workload nor trace")
+	}
+	if cfg.Rate < 0 || cfg.Speedup < 0 || cfg.Scale < 0 || cfg.Scale > 1 {
+		return bad("rate, speedup must be ≥ 0 and scale in (0, 1]")
+	}
+	if cfg.Trace == "" && cfg.Rate == 0 {
+		return bad("a synthetic workload needs a rate > 0")
+	}
+	if cfg.Trace == "" && cfg.Duration <= 0 && cfg.MaxRequests <= 0 {
+		return bad("a synthetic workload needs a duration or max requests")
+	}
+	if cfg.Duration < 0 || cfg.MaxRequests < 0 || cfg.Concurrency < 0 || cfg.Retries < 0 || cfg.Timeout < 0 {
+		return bad("duration, max requests, concurrency, retries and timeout must be ≥ 0")
+	}
+	if cfg.TraceBatchFraction < 0 || cfg.TraceBatchFraction > 1 {
+		return bad("trace batch fraction must be in [0, 1]")
+	}
+	if cfg.Rate == 0 {
+		cfg.Rate = 1
+	}
+	if cfg.Speedup == 0 {
+		cfg.Speedup = 1
+	}
+	if cfg.Scale == 0 {
+		cfg.Scale = 1
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	if cfg.MaxRetryWait == 0 {
+		cfg.MaxRetryWait = 30 * time.Second
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = time.Second
+	}
+	if cfg.Interactive.Name == "" {
+		cfg.Interactive = DefaultInteractive
+	}
+	if cfg.Batch.Name == "" {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Interactive.Name == cfg.Batch.Name {
+		return bad("interactive and batch classes share the name %q", cfg.Batch.Name)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}

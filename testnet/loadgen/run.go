@@ -1,0 +1,208 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// runner is one Run in progress.
+type runner struct {
+	cfg    Config
+	c      client
+	col    *collector
+	rr     atomic.Uint64 // round-robin over targets
+	sent   atomic.Int64  // requests reserved against MaxRequests
+	issued atomic.Int64  // requests actually sent
+	sem    chan struct{}
+	start  time.Time
+}
+
+// Run plans cfg's workload, sends it and returns the measurements once every request sent has
+// ended. When ctx ends early, the requests in flight are cancelled (counted as failed) and the
+// partial report is returned with ctx's error.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	items, err := Plan(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 1024
+		defer tr.CloseIdleConnections()
+		hc = &http.Client{Transport: tr}
+	}
+	r := &runner{cfg: cfg, c: client{http: hc, model: cfg.Model, apiKey: cfg.APIKey}, col: newCollector()}
+	if cfg.Concurrency > 0 {
+		r.sem = make(chan struct{}, cfg.Concurrency)
+	}
+	r.start = time.Now()
+
+	stopProgress := r.progress()
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var window time.Duration
+dispatch:
+	for i := range items {
+		it := &items[i]
+		if wait := time.Until(r.start.Add(it.At)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				break dispatch
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil || !r.reserve() {
+			break
+		}
+		window = it.At
+		wg.Go(func() { r.serve(ctx, it) })
+	}
+	wg.Wait()
+	elapsed := time.Since(r.start)
+	stopProgress()
+	if cfg.Duration > 0 && cfg.Trace == "" {
+		window = cfg.Duration
+	}
+	rep := r.col.report(window, elapsed)
+	rep.Workload, rep.Targets, rep.Seed = cfg.Workload, append([]string(nil), cfg.Targets...), cfg.Seed
+	if cfg.Trace != "" {
+		rep.Workload = "trace:" + cfg.Trace
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("loadgen: run stopped early: %w", err)
+	}
+	return rep, nil
+}
+
+// reserve counts one request against MaxRequests, reporting whether it may be sent.
+func (r *runner) reserve() bool {
+	n := r.sent.Add(1)
+	return r.cfg.MaxRequests <= 0 || n <= int64(r.cfg.MaxRequests)
+}
+
+// serve runs one item: a request, or an agent session step by step. A session ends at its last
+// step, at its first step that does not complete, or when the arrival window has closed.
+func (r *runner) serve(ctx context.Context, it *Item) {
+	msgs := it.Messages()
+	res, ok := r.request(ctx, it, msgs)
+	if !ok {
+		return
+	}
+	r.col.add(&res)
+	a := it.Agent
+	if a == nil {
+		return
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for step := 1; step < a.Steps && res.Outcome == Completed; step++ {
+		msgs = append(msgs, Message{Role: "assistant", Content: res.Output}, Message{Role: "tool", Content: a.ToolResult(step - 1)})
+		timer.Reset(a.ToolWaits[step-1])
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if r.cfg.Duration > 0 && time.Since(r.start) >= r.cfg.Duration || !r.reserve() {
+			return
+		}
+		if res, ok = r.request(ctx, it, msgs); !ok {
+			return
+		}
+		r.col.add(&res)
+	}
+}
+
+// request sends msgs, retrying a refusal that carries Retry-After up to cfg.Retries times after
+// waiting as told. It is measured from the first attempt. It reports false, with nothing sent,
+// when ctx ended while it waited for a concurrency slot.
+func (r *runner) request(ctx context.Context, it *Item, msgs []Message) (Result, bool) {
+	if r.sem != nil {
+		select {
+		case r.sem <- struct{}{}:
+			defer func() { <-r.sem }()
+		case <-ctx.Done():
+			return Result{}, false
+		}
+	}
+	r.issued.Add(1)
+	start := time.Now()
+	retried := false
+	for attempt := 0; ; attempt++ {
+		target := r.cfg.Targets[int(r.rr.Add(1)-1)%len(r.cfg.Targets)]
+		actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		res := r.c.attempt(actx, target, it, msgs, start)
+		cancel()
+		res.Retried = retried
+		if res.Outcome == Failed && res.Failure == FailTimeout && ctx.Err() != nil {
+			res.Failure = FailCanceled // the run ended, not this request's Timeout
+		}
+		if res.Outcome == Failed {
+			r.cfg.Logger.Debug("loadgen: request failed", "target", target, "kind", it.Kind, "failure", res.Failure)
+		}
+		retryable := res.Outcome == Refused && res.HasRetryAfter &&
+			(res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable)
+		if !retryable || attempt >= r.cfg.Retries {
+			return res, true
+		}
+		wait := min(res.RetryAfter, r.cfg.MaxRetryWait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, true
+		case <-t.C:
+		}
+		retried = true
+	}
+}
+
+// progress writes a live line to cfg.Progress until the returned func is called, which writes
+// the final line and a newline.
+func (r *runner) progress() (stop func()) {
+	w := r.cfg.Progress
+	if w == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	line := func(rate float64) {
+		ended, completed, good, refused, failed := r.col.counts()
+		sent := int(r.issued.Load())
+		el := time.Since(r.start)
+		fmt.Fprintf(w, "\r[%6.1fs] rate %6.1f req/s  sent %d  in flight %d  completed %d  goodput %d (%.1f req/s)  refused %d  failed %d ",
+			el.Seconds(), rate, sent, sent-ended, completed, good, ratio(float64(good), el.Seconds()), refused, failed)
+	}
+	wg.Go(func() {
+		t := time.NewTicker(r.cfg.ProgressInterval)
+		defer t.Stop()
+		last, lastAt := 0, time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				sent := int(r.issued.Load())
+				line(ratio(float64(sent-last), now.Sub(lastAt).Seconds()))
+				last, lastAt = sent, now
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		line(ratio(float64(r.issued.Load()), time.Since(r.start).Seconds()))
+		fmt.Fprintln(w)
+	}
+}

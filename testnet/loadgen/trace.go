@@ -1,0 +1,203 @@
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TraceRecord is one request of a trace.
+type TraceRecord struct {
+	// At is the arrival time relative to the trace's first request.
+	At           time.Duration
+	InputTokens  int
+	OutputTokens int
+	// HashIDs are the Mooncake prefix block ids, one per 512-token block (nil for Azure).
+	HashIDs []int64
+}
+
+// maxTraceLine bounds one trace line; a Mooncake line of a 128k-token prompt is ~2 KB.
+const maxTraceLine = 1 << 20
+
+// ReadTraceFile reads a Mooncake JSONL or Azure CSV trace, telling them apart by the first
+// non-blank byte ('{' is Mooncake).
+func ReadTraceFile(path string) ([]TraceRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: trace: %w", err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	for {
+		b, err := br.Peek(1)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: empty file", ErrTrace, path)
+		}
+		if c := b[0]; c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			_, _ = br.ReadByte()
+			continue
+		}
+		if b[0] == '{' {
+			return ReadMooncake(br)
+		}
+		return ReadAzure(br)
+	}
+}
+
+// ReadMooncake parses a Mooncake JSONL trace: one object a line with timestamp (ms),
+// input_length, output_length and hash_ids. Blank lines are allowed; any other malformed line
+// is an error naming its line. Records are returned sorted by arrival.
+func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxTraceLine)
+	var recs []TraceRecord
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var v struct {
+			Timestamp    *float64 `json:"timestamp"`
+			InputLength  *int     `json:"input_length"`
+			OutputLength *int     `json:"output_length"`
+			HashIDs      []int64  `json:"hash_ids"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
+		}
+		switch {
+		case v.Timestamp == nil || v.InputLength == nil || v.OutputLength == nil:
+			return nil, fmt.Errorf("%w: line %d: missing timestamp, input_length or output_length", ErrTrace, line)
+		case *v.Timestamp < 0 || math.IsNaN(*v.Timestamp) || *v.Timestamp > 1e12:
+			return nil, fmt.Errorf("%w: line %d: timestamp %v out of range", ErrTrace, line, *v.Timestamp)
+		case *v.InputLength < 1 || *v.OutputLength < 0:
+			return nil, fmt.Errorf("%w: line %d: input_length must be ≥ 1 and output_length ≥ 0", ErrTrace, line)
+		case len(v.HashIDs) > (*v.InputLength+MooncakeBlockTokens-1)/MooncakeBlockTokens:
+			return nil, fmt.Errorf("%w: line %d: %d hash_ids for %d tokens", ErrTrace, line, len(v.HashIDs), *v.InputLength)
+		}
+		recs = append(recs, TraceRecord{
+			At:           time.Duration(*v.Timestamp * float64(time.Millisecond)),
+			InputTokens:  *v.InputLength,
+			OutputTokens: *v.OutputLength,
+			HashIDs:      v.HashIDs,
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line+1, err)
+	}
+	slices.SortStableFunc(recs, func(a, b TraceRecord) int { return cmp.Compare(a.At, b.At) })
+	return recs, nil
+}
+
+// azureLayouts are the TIMESTAMP formats of the public Azure LLM inference traces
+// ("2023-11-16 18:15:46.6805900") and their ISO variants.
+var azureLayouts = []string{
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999 -07:00",
+	"2006-01-02T15:04:05.999999999",
+	time.RFC3339Nano,
+}
+
+// parseAzureTime returns a timestamp as an offset from an arbitrary origin: plain seconds
+// (fractions allowed) are taken as-is, datetimes as time since the Unix epoch.
+func parseAzureTime(s string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 || math.IsNaN(f) || f > 1e10 {
+			return 0, fmt.Errorf("timestamp %q out of range", s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	for _, l := range azureLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return time.Duration(t.UnixNano()), nil
+		}
+	}
+	return 0, fmt.Errorf("timestamp %q is neither seconds nor a datetime", s)
+}
+
+// ReadAzure parses an Azure LLM inference trace CSV: TIMESTAMP,ContextTokens,GeneratedTokens.
+// A header line (names in any order and case) is optional; without one the columns are in that
+// order. Timestamps are datetimes or plain seconds; arrivals are relative to the earliest.
+// Malformed lines are errors naming their line. Records are returned sorted by arrival.
+func ReadAzure(r io.Reader) ([]TraceRecord, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	cr.ReuseRecord = true
+	col := [3]int{0, 1, 2} // timestamp, context, generated
+	var recs []TraceRecord
+	first := true
+	for {
+		row, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			line := 0
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.StartLine
+			}
+			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
+		}
+		line, _ := cr.FieldPos(0) // FieldPos is valid only after a successful Read
+		if first {
+			first = false
+			if isAzureHeader(row, &col) {
+				continue
+			}
+		}
+		if len(row) <= slices.Max(col[:]) {
+			return nil, fmt.Errorf("%w: line %d: %d fields, want TIMESTAMP,ContextTokens,GeneratedTokens", ErrTrace, line, len(row))
+		}
+		at, err := parseAzureTime(strings.TrimSpace(row[col[0]]))
+		if err != nil {
+			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
+		}
+		in, err1 := strconv.Atoi(strings.TrimSpace(row[col[1]]))
+		out, err2 := strconv.Atoi(strings.TrimSpace(row[col[2]]))
+		if err1 != nil || err2 != nil || in < 1 || out < 0 {
+			return nil, fmt.Errorf("%w: line %d: ContextTokens must be ≥ 1 and GeneratedTokens ≥ 0, got %q, %q",
+				ErrTrace, line, row[col[1]], row[col[2]])
+		}
+		recs = append(recs, TraceRecord{At: at, InputTokens: in, OutputTokens: out})
+	}
+	slices.SortStableFunc(recs, func(a, b TraceRecord) int { return cmp.Compare(a.At, b.At) })
+	if len(recs) > 0 {
+		t0 := recs[0].At
+		for i := range recs {
+			recs[i].At -= t0
+		}
+	}
+	return recs, nil
+}
+
+// isAzureHeader reports whether row is a header and, if so, maps the column positions.
+func isAzureHeader(row []string, col *[3]int) bool {
+	idx := map[string]int{}
+	for i, f := range row {
+		idx[strings.ToLower(strings.TrimSpace(strings.TrimPrefix(f, "\ufeff")))] = i
+	}
+	ts, ok1 := idx["timestamp"]
+	in, ok2 := idx["contexttokens"]
+	out, ok3 := idx["generatedtokens"]
+	if !ok1 || !ok2 || !ok3 {
+		return false
+	}
+	*col = [3]int{ts, in, out}
+	return true
+}

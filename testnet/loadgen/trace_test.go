@@ -1,0 +1,234 @@
+package loadgen
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const mooncakeTrace = "/work/shared/traces/mooncake_conversation_trace.jsonl"
+
+func TestReadMooncake(t *testing.T) {
+	in := `{"timestamp": 0, "input_length": 1100, "output_length": 20, "hash_ids": [0, 1, 2]}
+
+{"timestamp": 1500, "input_length": 600, "output_length": 0, "hash_ids": [0, 3], "extra": true}
+{"timestamp": 700, "input_length": 10, "output_length": 5, "hash_ids": []}
+`
+	recs, err := ReadMooncake(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []TraceRecord{
+		{At: 0, InputTokens: 1100, OutputTokens: 20, HashIDs: []int64{0, 1, 2}},
+		{At: 700 * time.Millisecond, InputTokens: 10, OutputTokens: 5, HashIDs: []int64{}},
+		{At: 1500 * time.Millisecond, InputTokens: 600, OutputTokens: 0, HashIDs: []int64{0, 3}},
+	}
+	if len(recs) != len(want) {
+		t.Fatalf("got %d records, want %d", len(recs), len(want))
+	}
+	for i := range want {
+		g, w := recs[i], want[i]
+		if g.At != w.At || g.InputTokens != w.InputTokens || g.OutputTokens != w.OutputTokens || len(g.HashIDs) != len(w.HashIDs) {
+			t.Errorf("record %d: got %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func TestReadMooncakeMalformed(t *testing.T) {
+	good := `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}` + "\n"
+	for _, c := range []struct {
+		name, line string
+	}{
+		{"not json", `{"timestamp": 0, "input_length": 10,`},
+		{"missing input", `{"timestamp": 0, "output_length": 5, "hash_ids": [1]}`},
+		{"missing timestamp", `{"input_length": 10, "output_length": 5}`},
+		{"negative timestamp", `{"timestamp": -1, "input_length": 10, "output_length": 5}`},
+		{"zero input", `{"timestamp": 0, "input_length": 0, "output_length": 5}`},
+		{"negative output", `{"timestamp": 0, "input_length": 10, "output_length": -5}`},
+		{"wrong type", `{"timestamp": "x", "input_length": 10, "output_length": 5}`},
+		{"too many hash ids", `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1, 2]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ReadMooncake(strings.NewReader(good + good + "\n" + c.line + "\n" + good))
+			if !errors.Is(err, ErrTrace) {
+				t.Fatalf("got %v, want ErrTrace", err)
+			}
+			if !strings.Contains(err.Error(), "line 4:") {
+				t.Fatalf("error %q does not name line 4", err)
+			}
+		})
+	}
+}
+
+func TestMooncakeBlocksSharedExactlyWhereHashIDs(t *testing.T) {
+	recs := []TraceRecord{
+		{InputTokens: 3 * 512, OutputTokens: 1, HashIDs: []int64{7, 8, 9}},
+		{InputTokens: 3*512 - 100, OutputTokens: 1, HashIDs: []int64{7, 8, 10}},
+		{InputTokens: 2 * 512, OutputTokens: 1, HashIDs: []int64{11, 8}},
+	}
+	cfg := planCfg("", 1, 0, 1)
+	items := TraceItems(cfg, recs)
+	p := make([]string, len(items))
+	for i, it := range items {
+		m := it.Messages()
+		if len(m) != 1 {
+			t.Fatalf("trace prompt has %d messages", len(m))
+		}
+		p[i] = m[0].Content
+		if len(p[i]) != recs[i].InputTokens*bytesPerToken {
+			t.Fatalf("prompt %d: %d bytes for %d tokens", i, len(p[i]), recs[i].InputTokens)
+		}
+	}
+	const block = 512 * bytesPerToken
+	if p[0][:2*block] != p[1][:2*block] {
+		t.Error("requests sharing hash ids 7, 8 do not share their first two blocks")
+	}
+	if p[0][2*block:3*block-400] == p[1][2*block:] {
+		t.Error("hash ids 9 and 10 gave the same text")
+	}
+	// Same id at a different position is the same text, but the prefix differs from block 0.
+	if p[2][block:] != p[0][block:2*block] {
+		t.Error("hash id 8 did not give the same text in another request")
+	}
+	if p[2][:block] == p[0][:block] {
+		t.Error("hash ids 11 and 7 gave the same text")
+	}
+}
+
+func TestTraceItemsScaleSpeedup(t *testing.T) {
+	recs := []TraceRecord{
+		{At: 0, InputTokens: 1024, OutputTokens: 200, HashIDs: []int64{1, 2}},
+		{At: 10 * time.Second, InputTokens: 1000, OutputTokens: 3, HashIDs: []int64{1, 3}},
+		{At: 40 * time.Second, InputTokens: 100, OutputTokens: 0},
+	}
+	cfg := planCfg("", 1, 0, 1)
+	cfg.Speedup, cfg.Rate, cfg.Scale = 5, 2, 0.25
+	items := TraceItems(cfg, recs)
+	if len(items) != 3 || items[1].At != time.Second || items[2].At != 4*time.Second {
+		t.Fatalf("speedup 5 × rate 2: arrivals %v, %v", items[1].At, items[2].At)
+	}
+	if items[0].PromptTokens != 256 || items[0].MaxTokens != 50 || items[2].MaxTokens != 1 {
+		t.Fatalf("scale 0.25: tokens %d, max %d, %d", items[0].PromptTokens, items[0].MaxTokens, items[2].MaxTokens)
+	}
+	a, b := items[0].Messages()[0].Content, items[1].Messages()[0].Content
+	if a[:128*bytesPerToken] != b[:128*bytesPerToken] || a[128*bytesPerToken:] == b[128*bytesPerToken:250*bytesPerToken] {
+		t.Fatal("scaled blocks are not shared exactly on hash id 1")
+	}
+	cfg.Duration = 3 * time.Second
+	if n := len(TraceItems(cfg, recs)); n != 2 {
+		t.Fatalf("duration cut kept %d items, want 2", n)
+	}
+	cfg.Duration, cfg.MaxRequests = 0, 1
+	if n := len(TraceItems(cfg, recs)); n != 1 {
+		t.Fatalf("max requests 1 kept %d", n)
+	}
+}
+
+func TestRealMooncakeTrace(t *testing.T) {
+	if _, err := os.Stat(mooncakeTrace); err != nil {
+		t.Skip("trace not present")
+	}
+	recs, err := ReadTraceFile(mooncakeTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 12031 {
+		t.Fatalf("read %d records, want 12031", len(recs))
+	}
+	if last := recs[len(recs)-1].At; last < 50*time.Minute || last > 61*time.Minute {
+		t.Fatalf("trace spans %v, want about an hour", last)
+	}
+	cfg := planCfg("", 1, 0, 1)
+	cfg.Trace, cfg.Scale, cfg.MaxRequests = mooncakeTrace, 0.01, 20
+	items := mustPlan(t, cfg)
+	if len(items) != 20 {
+		t.Fatalf("planned %d", len(items))
+	}
+	// Every conversation in the trace starts with hash id 0: one shared first block.
+	bt := 5 * bytesPerToken // round(512 × 0.01) tokens a block
+	first := items[0].Messages()[0].Content[:bt]
+	for _, it := range items {
+		if c := it.Messages()[0].Content; len(c) >= bt && c[:bt] != first {
+			t.Fatal("requests do not share hash id 0's block")
+		}
+	}
+}
+
+func TestReadAzure(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		at       []time.Duration
+		in0      int
+	}{
+		{"datetime with header", "TIMESTAMP,ContextTokens,GeneratedTokens\n" +
+			"2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:46.1805900,100,1\n",
+			[]time.Duration{0, 500 * time.Millisecond, 4814579 * time.Microsecond}, 100},
+		{"seconds without header", "10.5,20,3\n12,30,4\n", []time.Duration{0, 1500 * time.Millisecond}, 20},
+		{"reordered header", "GeneratedTokens,TIMESTAMP,ContextTokens\n5,0,77\n6,2,88\n", []time.Duration{0, 2 * time.Second}, 77},
+		{"datetime with offset", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.0090000+00:00,5,5\n2024-05-10 02:00:00.0090000+02:00,6,6\n",
+			[]time.Duration{0, 0}, 5},
+		{"iso", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10T00:00:00Z,5,5\n2024-05-10T00:00:01.25Z,6,6\n",
+			[]time.Duration{0, 1250 * time.Millisecond}, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			recs, err := ReadAzure(strings.NewReader(c.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != len(c.at) {
+				t.Fatalf("got %d records, want %d", len(recs), len(c.at))
+			}
+			for i, at := range c.at {
+				if d := recs[i].At - at; d < -time.Microsecond || d > time.Microsecond {
+					t.Errorf("record %d at %v, want %v", i, recs[i].At, at)
+				}
+			}
+			if recs[0].InputTokens != c.in0 {
+				t.Errorf("first context tokens %d, want %d", recs[0].InputTokens, c.in0)
+			}
+		})
+	}
+}
+
+func TestReadAzureMalformed(t *testing.T) {
+	head := "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"
+	for _, c := range []struct{ name, line string }{
+		{"bad time", "yesterday,10,2"},
+		{"too few fields", "2023-11-16 18:15:46.68,10"},
+		{"bad tokens", "2023-11-16 18:15:46.68,ten,2"},
+		{"zero context", "2023-11-16 18:15:46.68,0,2"},
+		{"negative generated", "2023-11-16 18:15:46.68,5,-2"},
+		{"bad quote", `"2023-11-16 18:15:46.68,5,2`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ReadAzure(strings.NewReader(head + c.line + "\n"))
+			if !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 3") {
+				t.Fatalf("got %v, want ErrTrace naming line 3", err)
+			}
+		})
+	}
+}
+
+func TestReadTraceFileSniffs(t *testing.T) {
+	dir := t.TempDir()
+	az := filepath.Join(dir, "a.txt")
+	mc := filepath.Join(dir, "m.txt")
+	if err := os.WriteFile(az, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mc, []byte("\n{\"timestamp\":1,\"input_length\":2,\"output_length\":3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{az, mc} {
+		recs, err := ReadTraceFile(p)
+		if err != nil || len(recs) != 1 || recs[0].InputTokens != 2 || recs[0].OutputTokens != 3 {
+			t.Fatalf("%s: %v %+v", p, err, recs)
+		}
+	}
+	if _, err := ReadTraceFile(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("missing file read without error")
+	}
+}

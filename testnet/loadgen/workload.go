@@ -1,0 +1,301 @@
+package loadgen
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Message is one chat message of a request.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request kinds.
+const (
+	KindChat  = "chat"  // a short chat turn, ~100 tokens
+	KindRAG   = "rag"   // ~4k tokens: a shared document then a question
+	KindRepo  = "repo"  // ~100k tokens: a shared repository then a question; rare
+	KindAgent = "agent" // one session of steps whose context grows
+	KindTrace = "trace" // a replayed trace record
+)
+
+// Item is one planned arrival: a single request, or an agent session whose first step is sent
+// at At and whose later steps follow each answer after a tool wait.
+type Item struct {
+	At    time.Duration
+	Kind  string
+	Class Class
+	// PromptTokens counts the content tokens of the (first) prompt.
+	PromptTokens int
+	MaxTokens    int
+	// Agent is set for agent sessions.
+	Agent *AgentPlan
+
+	p promptSpec
+}
+
+// AgentPlan is the fixed part of an agent session: step i+1's prompt is step i's prompt, the
+// output step i returned and ToolResult(i).
+type AgentPlan struct {
+	ID        string
+	Steps     int
+	ToolWaits []time.Duration // len Steps-1: the pause after step i's answer
+
+	toolKeys  []uint64
+	toolBytes []int
+}
+
+// ToolResult returns the tool output appended after step i's answer.
+func (a *AgentPlan) ToolResult(i int) string { return Text(a.toolKeys[i], a.toolBytes[i]) }
+
+// promptSpec describes a prompt compactly; the text is built only when the request is sent,
+// so a plan of 100k-token prompts costs little memory.
+type promptSpec struct {
+	sysKey    uint64
+	sysBytes  int
+	userKey   uint64
+	userBytes int
+	// trace prompts: blocks of hash ids, cut to userBytes.
+	hashIDs     []int64
+	blockTokens int
+	trace       bool
+}
+
+// Messages returns the (first) prompt of the item.
+func (it Item) Messages() []Message {
+	p := it.p
+	if p.trace {
+		var b strings.Builder
+		b.Grow(p.userBytes)
+		for _, id := range p.hashIDs {
+			if b.Len() >= p.userBytes {
+				break
+			}
+			b.WriteString(BlockText(id, p.blockTokens))
+		}
+		// A record whose hash ids do not cover its length is padded with text unique to it.
+		if b.Len() < p.userBytes {
+			b.WriteString(Text(p.userKey, p.userBytes-b.Len()))
+		}
+		return []Message{{Role: "user", Content: b.String()[:p.userBytes]}}
+	}
+	var msgs []Message
+	if p.sysBytes > 0 {
+		msgs = append(msgs, Message{Role: "system", Content: Text(p.sysKey, p.sysBytes)})
+	}
+	return append(msgs, Message{Role: "user", Content: Text(p.userKey, p.userBytes)})
+}
+
+// Workloads lists the synthetic workload names.
+func Workloads() []string { return []string{"chat", "rag", "mixed", "bursty", "agents"} }
+
+// Burst shape of the "bursty" workload: BurstOn of every BurstPeriod at BurstHigh×rate, the rest
+// at BurstLow×rate, which averages to the configured rate.
+const (
+	BurstPeriod = 4 * time.Second
+	BurstOn     = time.Second
+	BurstHigh   = 3.4
+	BurstLow    = 0.2
+)
+
+// Sizes of the synthetic prompts, in tokens.
+const (
+	ragDocs        = 16
+	ragDocTokens   = 3600
+	repos          = 2
+	repoTokens     = 98000
+	agentSysTokens = 1500
+)
+
+// Plan returns the arrivals cfg describes, sorted by At, without sending anything. It reads
+// cfg.Trace when set. Plan is deterministic: the same cfg gives the same items.
+func Plan(cfg Config) ([]Item, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Trace != "" {
+		recs, err := ReadTraceFile(cfg.Trace)
+		if err != nil {
+			return nil, err
+		}
+		return TraceItems(cfg, recs), nil
+	}
+	return synthetic(cfg)
+}
+
+// generator holds one synthetic plan's random state.
+type generator struct {
+	cfg      Config
+	r        *rand.Rand
+	zipf     *rand.Zipf
+	seed     uint64
+	sessions int
+}
+
+func synthetic(cfg Config) ([]Item, error) {
+	if !slices.Contains(Workloads(), cfg.Workload) {
+		return nil, fmt.Errorf("%w: %q (have %s)", ErrUnknownWorkload, cfg.Workload, strings.Join(Workloads(), ", "))
+	}
+	g := &generator{cfg: cfg, seed: uint64(cfg.Seed)}
+	g.r = rand.New(rand.NewPCG(g.seed, 0x6c6f616467656e))
+	g.zipf = rand.NewZipf(g.r, 1.2, 1, ragDocs-1)
+
+	rate := cfg.Rate
+	if cfg.Workload == "agents" {
+		rate /= 5.5 // sessions/s: the mean session has 5.5 steps
+	}
+	var items []Item
+	planned := 0 // requests, counting every agent step
+	t := time.Duration(0)
+	for {
+		t = g.nextArrival(t, rate)
+		if cfg.Duration > 0 && t >= cfg.Duration {
+			break
+		}
+		if cfg.MaxRequests > 0 && planned >= cfg.MaxRequests {
+			break
+		}
+		it := g.item(t)
+		planned++
+		if it.Agent != nil {
+			planned += it.Agent.Steps - 1
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+// nextArrival draws the next arrival after t: Poisson at rate, or for "bursty" a Poisson process
+// whose rate switches between BurstHigh and BurstLow times rate (sampled by thinning).
+func (g *generator) nextArrival(t time.Duration, rate float64) time.Duration {
+	if g.cfg.Workload != "bursty" {
+		return t + seconds(g.r.ExpFloat64()/rate)
+	}
+	peak := BurstHigh * rate
+	for {
+		t += seconds(g.r.ExpFloat64() / peak)
+		r := BurstLow * rate
+		if t%BurstPeriod < BurstOn {
+			r = peak
+		}
+		if g.r.Float64()*peak < r {
+			return t
+		}
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// between draws an integer uniformly in [lo, hi].
+func (g *generator) between(lo, hi int) int { return lo + g.r.IntN(hi-lo+1) }
+
+// key derives a text key for a named shared thing (a document, a repo) under the seed.
+func (g *generator) key(kind, id uint64) uint64 { return mix(g.seed ^ mix(kind<<32|id)) }
+
+func (g *generator) class(interactive float64) Class {
+	if g.r.Float64() < interactive {
+		return g.cfg.Interactive
+	}
+	return g.cfg.Batch
+}
+
+func (g *generator) item(at time.Duration) Item {
+	kind := KindChat
+	switch g.cfg.Workload {
+	case "rag":
+		kind = KindRAG
+	case "agents":
+		kind = KindAgent
+	case "mixed", "bursty":
+		switch u := g.r.Float64(); {
+		case u < 0.01:
+			kind = KindRepo
+		case u < 0.20:
+			kind = KindRAG
+		}
+	}
+	it := Item{At: at, Kind: kind}
+	sysTokens, userTokens := 0, 0
+	switch kind {
+	case KindChat:
+		it.Class = g.class(0.8)
+		userTokens = g.between(60, 140)
+		it.MaxTokens = g.between(32, 128)
+	case KindRAG:
+		it.Class = g.class(0.5)
+		doc := g.zipf.Uint64()
+		sysTokens, it.p.sysKey = ragDocTokens, g.key(1, doc)
+		userTokens = g.between(100, 500)
+		it.MaxTokens = g.between(128, 256)
+	case KindRepo:
+		it.Class = g.cfg.Batch
+		repo := uint64(g.r.IntN(repos))
+		sysTokens, it.p.sysKey = repoTokens, g.key(2, repo)
+		userTokens = g.between(200, 2000)
+		it.MaxTokens = g.between(256, 512)
+	case KindAgent:
+		it.Class = g.cfg.Interactive
+		sysTokens, it.p.sysKey = agentSysTokens, g.key(3, 0)
+		userTokens = g.between(100, 300)
+		it.MaxTokens = g.between(64, 192)
+		steps := g.between(3, 8)
+		g.sessions++
+		a := &AgentPlan{ID: fmt.Sprintf("agent-%d-%d", g.cfg.Seed, g.sessions), Steps: steps}
+		for range steps - 1 {
+			a.ToolWaits = append(a.ToolWaits, time.Duration(g.r.ExpFloat64()*float64(g.cfg.ToolWait)))
+			a.toolKeys = append(a.toolKeys, g.r.Uint64())
+			a.toolBytes = append(a.toolBytes, g.between(100, 800)*bytesPerToken)
+		}
+		it.Agent = a
+	}
+	it.p.sysBytes = sysTokens * bytesPerToken
+	it.p.userKey = g.r.Uint64()
+	it.p.userBytes = userTokens * bytesPerToken
+	it.PromptTokens = sysTokens + userTokens
+	return it
+}
+
+// TraceItems turns trace records into items under cfg's Speedup, Rate (a load multiplier),
+// Scale, Duration, MaxRequests and TraceBatchFraction.
+func TraceItems(cfg Config, recs []TraceRecord) []Item {
+	speed := cfg.Speedup * cfg.Rate
+	if speed <= 0 {
+		speed = 1
+	}
+	scale := cfg.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	scaled := func(n int) int { return max(1, int(math.Round(float64(n)*scale))) }
+	blockTokens := scaled(MooncakeBlockTokens)
+	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7472616365))
+	items := make([]Item, 0, len(recs))
+	for i, rec := range recs {
+		at := time.Duration(float64(rec.At) / speed)
+		if cfg.Duration > 0 && at >= cfg.Duration {
+			break
+		}
+		if cfg.MaxRequests > 0 && len(items) >= cfg.MaxRequests {
+			break
+		}
+		class := cfg.Interactive
+		if r.Float64() < cfg.TraceBatchFraction {
+			class = cfg.Batch
+		}
+		in := scaled(rec.InputTokens)
+		items = append(items, Item{
+			At: at, Kind: KindTrace, Class: class, PromptTokens: in, MaxTokens: scaled(rec.OutputTokens),
+			p: promptSpec{
+				trace: true, hashIDs: rec.HashIDs, blockTokens: blockTokens,
+				userKey: mix(uint64(cfg.Seed) ^ mix(uint64(i)+1<<40)), userBytes: in * bytesPerToken,
+			},
+		})
+	}
+	return items
+}
