@@ -1,0 +1,582 @@
+package agent
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrFull: the registry holds MaxAgents agents and every one of them is mid-step, so none
+	// can leave to make room. The node answers 429.
+	ErrFull = errors.New("agent: registry full of agents mid-step")
+	// ErrInvalid: an empty agent id, or a new agent without a home.
+	ErrInvalid = errors.New("agent: invalid argument")
+)
+
+// State is where an agent stands relative to its home's window.
+type State uint8
+
+const (
+	Absent  State = iota // not in the registry
+	Waiting              // new, its first step held until the window has room
+	Active               // in the window: its steps are admitted and its prefix protected
+	Paused               // was active, taken out at a step boundary; its next step waits
+)
+
+func (s State) String() string {
+	switch s {
+	case Waiting:
+		return "waiting"
+	case Active:
+		return "active"
+	case Paused:
+		return "paused"
+	default:
+		return "absent"
+	}
+}
+
+// Agent is a snapshot of one agent's bookkeeping.
+type Agent struct {
+	ID            string
+	Home          string    // node whose KV holds the agent's prefix; every step routes there
+	ContextTokens int       // the latest context length seen (at arrival or step end)
+	Steps         int       // completed steps
+	LastStep      time.Time // the last boundary: a step's arrival or its end
+	State         State
+	InStep        bool      // a step is generating; an agent in step is never paused
+	Pending       bool      // a step is held in the node's waiting room for this agent
+	PausedAt      time.Time // when it was paused; zero unless Paused
+	CachedTokens  int64     // prompt tokens served from cache, over all Observe calls
+	PromptTokens  int64     // prompt tokens, over all Observe calls
+}
+
+// Action is the verdict on a step.
+type Action uint8
+
+const (
+	// Admit: run the step now, routed to Decision.Home. Either the agent is active (its step is
+	// part of the agent and pays no new admission cost) or it is new and the window had room.
+	Admit Action = iota + 1
+	// Wait: hold the step in the waiting room until Resumable lists the agent (or CanStart
+	// turns true), then call Arrive again. A new agent with no room, or a paused one.
+	Wait
+)
+
+func (a Action) String() string {
+	switch a {
+	case Admit:
+		return "admit"
+	case Wait:
+		return "wait"
+	default:
+		return "invalid"
+	}
+}
+
+// Decision is Arrive's answer.
+type Decision struct {
+	Action Action
+	Home   string // where the agent's prefix lives: route the step here
+	New    bool   // the agent was not known before this step
+	// Evicted names an agent removed from the full registry to make room for this one (the
+	// idle longest); a step the node holds for it will never be listed by Resumable.
+	Evicted string
+}
+
+type entry struct {
+	Agent
+	inflight int // steps admitted and not yet done
+	reusable int // context at the end of the last step: what a cache could give back
+	lru      *list.Element
+	slot     *list.Element // in its home's active, paused or waiting list
+	ready    bool          // listed in Admitter.ready, not yet handed out
+}
+
+type home struct {
+	ctl                     *Controller
+	active, paused, waiting list.List // active: least recently at a boundary first; others FIFO
+}
+
+func (h *home) listOf(s State) *list.List {
+	switch s {
+	case Active:
+		return &h.active
+	case Paused:
+		return &h.paused
+	case Waiting:
+		return &h.waiting
+	}
+	return nil
+}
+
+// Admitter is the registry of agents and the windows of their home nodes. Build it with New;
+// all methods are safe for concurrent use.
+type Admitter struct {
+	cfg Config
+
+	mu     sync.Mutex
+	agents map[string]*entry
+	lru    list.List // every agent, least recent LastStep first
+	homes  map[string]*home
+	ready  []string
+	inStep int
+
+	admitted, pauses, resumes, evicted, swept, finished uint64
+	avoided, recomputed                                 uint64
+}
+
+// New validates cfg and returns an empty Admitter. It does no I/O and starts nothing.
+func New(cfg Config) (*Admitter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Admitter{cfg: cfg, agents: make(map[string]*entry), homes: make(map[string]*home)}, nil
+}
+
+// Arrive is called when a step of agent id arrives, at a step boundary. home is where routing
+// would place a new agent; a known agent keeps the home it has, which Decision.Home returns.
+// contextTokens is the step's prompt length (0: unknown, keep the last).
+func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int) (Decision, error) {
+	if id == "" {
+		return Decision{}, fmt.Errorf("%w: empty agent id", ErrInvalid)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	if e != nil {
+		if contextTokens > 0 {
+			e.ContextTokens = contextTokens
+		}
+		a.touchLocked(e, now)
+		if e.State == Active {
+			a.setInflightLocked(e, e.inflight+1)
+			return Decision{Action: Admit, Home: e.Home}, nil
+		}
+		e.Pending = true
+		return Decision{Action: Wait, Home: e.Home}, nil
+	}
+	if homeName == "" {
+		return Decision{}, fmt.Errorf("%w: new agent %q without a home", ErrInvalid, id)
+	}
+	d := Decision{Home: homeName, New: true}
+	if len(a.agents) >= a.cfg.MaxAgents {
+		victim := a.victimLocked()
+		if victim == nil {
+			return Decision{}, ErrFull
+		}
+		d.Evicted = victim.ID
+		a.evicted++
+		a.removeLocked(victim, now)
+	}
+	h := a.homeLocked(homeName)
+	e = &entry{Agent: Agent{ID: id, Home: homeName, ContextTokens: max(contextTokens, 0), LastStep: now}}
+	e.lru = a.lru.PushBack(e)
+	a.agents[id] = e
+	a.fillLocked(h, now) // no one queued ahead may be overtaken
+	if h.active.Len() < h.ctl.Window() {
+		a.setStateLocked(h, e, Active, now)
+		a.setInflightLocked(e, 1)
+		a.admitted++
+		d.Action = Admit
+		return d, nil
+	}
+	a.setStateLocked(h, e, Waiting, now)
+	e.Pending = true
+	d.Action = Wait
+	return d, nil
+}
+
+// StepDone is called when a step of id ended (the boundary) with the agent's context now
+// contextTokens long (prompt plus output; 0: unknown). This is where pauses of agents that were
+// mid-step take effect: if the home's window is smaller than its active agents, the agent is
+// paused here. It returns the agent's state after the boundary (Absent if unknown); Paused
+// tells the node to drop the agent's prefix protection.
+func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	if e == nil {
+		return Absent
+	}
+	if e.inflight == 0 {
+		return e.State // a duplicate or stray boundary: nothing was running
+	}
+	a.setInflightLocked(e, e.inflight-1)
+	e.Steps++
+	if contextTokens > 0 {
+		e.ContextTokens = contextTokens
+	}
+	e.reusable = e.ContextTokens
+	a.touchLocked(e, now)
+	if e.State == Active {
+		a.enforceLocked(a.homes[e.Home], now)
+	}
+	return e.State
+}
+
+// Abandon is called when the step the node held for id left the waiting room without running
+// (its TTL expired, the client went away). A new agent that never ran leaves the registry.
+func (a *Admitter) Abandon(now time.Time, id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	if e == nil {
+		return
+	}
+	e.Pending, e.ready = false, false
+	if e.State == Waiting {
+		a.removeLocked(e, now)
+	}
+}
+
+// Finish removes id (the agent is done) and gives its slot to the next agent. It reports
+// whether id was known.
+func (a *Admitter) Finish(now time.Time, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	if e == nil {
+		return false
+	}
+	a.finished++
+	a.removeLocked(e, now)
+	return true
+}
+
+// Sweep removes agents silent for longer than IdleTimeout, and agents mid-step for longer than
+// StepTimeout (a lost boundary), and returns their ids so the node can drop their pins and
+// any held step.
+func (a *Admitter) Sweep(now time.Time) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	idleCut, stepCut := now.Add(-a.cfg.IdleTimeout), now.Add(-a.cfg.StepTimeout)
+	var out []string
+	for el := a.lru.Front(); el != nil; {
+		e := el.Value.(*entry)
+		el = el.Next()
+		if !e.LastStep.Before(idleCut) {
+			break // the list is in LastStep order: everyone after is fresher
+		}
+		if e.InStep && !e.LastStep.Before(stepCut) {
+			continue
+		}
+		out = append(out, e.ID)
+		a.swept++
+		a.removeLocked(e, now)
+	}
+	return out
+}
+
+// Tick feeds one control interval's signals of home (KV use u and prefix hit rate h, 0..1) to
+// its window controller, then applies the new window: idle active agents beyond it are paused
+// now (they are between steps), agents mid-step beyond it are paused at their StepDone, and
+// room is given to paused agents (longest paused first) and then to waiting ones (first come
+// first). It returns the window.
+func (a *Admitter) Tick(now time.Time, homeName string, u, h float64) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	hm := a.homeLocked(homeName)
+	demand := hm.active.Len() + hm.paused.Len() + hm.waiting.Len()
+	w, _ := hm.ctl.TickDemand(now, u, h, demand)
+	a.enforceLocked(hm, now)
+	a.fillLocked(hm, now)
+	return w
+}
+
+// Resumable returns, once each, the agents whose held step may now start because they entered
+// the window (room grew, an agent left, or a paused agent resumed), longest paused first, then
+// new agents in arrival order. The node releases each one's held step by calling Arrive again,
+// which now answers Admit.
+func (a *Admitter) Resumable() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, id := range a.ready {
+		e := a.agents[id]
+		if e == nil || !e.ready {
+			continue
+		}
+		e.ready = false
+		if e.State == Active {
+			out = append(out, id)
+		}
+	}
+	a.ready = a.ready[:0]
+	return out
+}
+
+// CanStart reports whether a step of id would be admitted now (the agent is active); the
+// node's waiting room can use it as its can-run test.
+func (a *Admitter) CanStart(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	return e != nil && e.State == Active
+}
+
+// Active returns the active agents of home, the most recently at a boundary first, so a node
+// pinning prefixes under a bound pins the likeliest to return soonest.
+func (a *Admitter) Active(homeName string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.homes[homeName]
+	if h == nil {
+		return nil
+	}
+	out := make([]string, 0, h.active.Len())
+	for el := h.active.Back(); el != nil; el = el.Prev() {
+		out = append(out, el.Value.(*entry).ID)
+	}
+	return out
+}
+
+// Window returns home's current window (the initial window for a home not seen yet).
+func (a *Admitter) Window(homeName string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if h := a.homes[homeName]; h != nil {
+		return h.ctl.Window()
+	}
+	return a.cfg.Controller.InitialWindow
+}
+
+// Get returns a snapshot of id.
+func (a *Admitter) Get(id string) (Agent, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e := a.agents[id]; e != nil {
+		return e.Agent, true
+	}
+	return Agent{}, false
+}
+
+// Observe records a step's cache outcome: of promptTokens, cachedTokens came from the prefix
+// cache. Call it before that step's StepDone. The part of the prompt the agent had already
+// computed (its context at the end of its previous step) is what agent admission protects: of
+// it, the cached tokens are recompute avoided and the rest was recomputed. Both are returned
+// and added to Stats. An unknown agent counts nothing.
+func (a *Admitter) Observe(id string, cachedTokens, promptTokens int) (avoided, recomputed int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	if e == nil || promptTokens <= 0 {
+		return 0, 0
+	}
+	cachedTokens = min(max(cachedTokens, 0), promptTokens)
+	reuse := min(e.reusable, promptTokens)
+	avoided = min(cachedTokens, reuse)
+	recomputed = reuse - avoided
+	e.CachedTokens += int64(cachedTokens)
+	e.PromptTokens += int64(promptTokens)
+	a.avoided += uint64(avoided)
+	a.recomputed += uint64(recomputed)
+	return avoided, recomputed
+}
+
+// ForgetHome drops home (a node that left the mesh) with its window and every agent homed
+// there, whose prefixes left with it, and returns those agents' ids so the node can fail any
+// step it holds for them. Their next steps arrive as new agents and are routed afresh.
+func (a *Admitter) ForgetHome(now time.Time, homeName string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.homes[homeName]
+	if h == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range []*list.List{&h.active, &h.paused, &h.waiting} {
+		for el := l.Front(); el != nil; el = l.Front() {
+			e := el.Value.(*entry)
+			out = append(out, e.ID)
+			a.removeLockedFrom(l, e)
+		}
+	}
+	delete(a.homes, homeName)
+	return out
+}
+
+// HomeStats is one home's window and agents.
+type HomeStats struct {
+	Home                    string
+	Active, Paused, Waiting int
+	Controller              ControllerStats // Window, and the last U and H it saw
+}
+
+// Stats is what the node exports as kvmesh_agent_* metrics.
+type Stats struct {
+	Agents, Active, Paused, Waiting, InStep int
+	AdmittedTotal                           uint64 // agents that entered the window for the first time
+	PausesTotal, ResumesTotal               uint64
+	EvictedTotal, SweptTotal, FinishedTotal uint64
+	RecomputeAvoidedTokens                  uint64 // see Observe
+	RecomputedTokens                        uint64
+	Homes                                   []HomeStats // sorted by Home
+}
+
+// Stats returns current counts and totals.
+func (a *Admitter) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Stats{Agents: len(a.agents), InStep: a.inStep, AdmittedTotal: a.admitted,
+		PausesTotal: a.pauses, ResumesTotal: a.resumes, EvictedTotal: a.evicted,
+		SweptTotal: a.swept, FinishedTotal: a.finished,
+		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed}
+	for name, h := range a.homes {
+		hs := HomeStats{Home: name, Active: h.active.Len(), Paused: h.paused.Len(),
+			Waiting: h.waiting.Len(), Controller: h.ctl.Stats()}
+		s.Active += hs.Active
+		s.Paused += hs.Paused
+		s.Waiting += hs.Waiting
+		s.Homes = append(s.Homes, hs)
+	}
+	slices.SortFunc(s.Homes, func(x, y HomeStats) int {
+		if x.Home < y.Home {
+			return -1
+		}
+		if x.Home > y.Home {
+			return 1
+		}
+		return 0
+	})
+	return s
+}
+
+func (a *Admitter) homeLocked(name string) *home {
+	h := a.homes[name]
+	if h == nil {
+		// The config was validated in New, so this cannot fail.
+		ctl, _ := NewController(a.cfg.Controller)
+		h = &home{ctl: ctl}
+		a.homes[name] = h
+	}
+	return h
+}
+
+func (a *Admitter) touchLocked(e *entry, now time.Time) {
+	e.LastStep = now
+	a.lru.MoveToBack(e.lru)
+	if e.State == Active {
+		a.homes[e.Home].active.MoveToBack(e.slot)
+	}
+}
+
+func (a *Admitter) setInflightLocked(e *entry, n int) {
+	switch {
+	case e.inflight == 0 && n > 0:
+		a.inStep++
+	case e.inflight > 0 && n == 0:
+		a.inStep--
+	}
+	e.inflight, e.InStep = n, n > 0
+}
+
+// setStateLocked moves e to state s, at the back of s's list in its home.
+func (a *Admitter) setStateLocked(h *home, e *entry, s State, now time.Time) {
+	if e.slot != nil {
+		h.listOf(e.State).Remove(e.slot)
+		e.slot = nil
+	}
+	e.State = s
+	e.PausedAt = time.Time{}
+	if s == Paused {
+		e.PausedAt = now
+		if e.ready {
+			// Resumed and paused again before the node took its held step: it still waits.
+			e.ready, e.Pending = false, true
+		}
+	}
+	if l := h.listOf(s); l != nil {
+		e.slot = l.PushBack(e)
+	}
+}
+
+// enforceLocked pauses the idle-longest active agents that are between steps until the home
+// is back within its window. Agents mid-step are skipped: their StepDone calls this again.
+func (a *Admitter) enforceLocked(h *home, now time.Time) {
+	w := h.ctl.Window()
+	for h.active.Len() > w {
+		var victim *entry
+		for el := h.active.Front(); el != nil; el = el.Next() {
+			if e := el.Value.(*entry); !e.InStep {
+				victim = e
+				break
+			}
+		}
+		if victim == nil {
+			return
+		}
+		a.setStateLocked(h, victim, Paused, now)
+		a.pauses++
+	}
+}
+
+// fillLocked gives free slots to paused agents, longest paused first, then to waiting ones.
+func (a *Admitter) fillLocked(h *home, now time.Time) {
+	w := h.ctl.Window()
+	for h.active.Len() < w {
+		var el *list.Element
+		if el = h.paused.Front(); el != nil {
+			a.resumes++
+		} else if el = h.waiting.Front(); el != nil {
+			a.admitted++
+		} else {
+			return
+		}
+		e := el.Value.(*entry)
+		a.setStateLocked(h, e, Active, now)
+		if e.Pending {
+			e.Pending = false
+			if !e.ready {
+				e.ready = true
+				a.ready = append(a.ready, e.ID)
+				a.compactReadyLocked()
+			}
+		}
+	}
+}
+
+// victimLocked is the agent idle longest that is not mid-step, or nil.
+func (a *Admitter) victimLocked() *entry {
+	for el := a.lru.Front(); el != nil; el = el.Next() {
+		if e := el.Value.(*entry); !e.InStep {
+			return e
+		}
+	}
+	return nil
+}
+
+func (a *Admitter) removeLocked(e *entry, now time.Time) {
+	h := a.homes[e.Home]
+	wasActive := e.State == Active
+	a.removeLockedFrom(h.listOf(e.State), e)
+	if wasActive {
+		a.fillLocked(h, now)
+	}
+}
+
+// removeLockedFrom takes e out of the registry and its home list l, without refilling.
+func (a *Admitter) removeLockedFrom(l *list.List, e *entry) {
+	a.setInflightLocked(e, 0)
+	l.Remove(e.slot)
+	e.slot = nil
+	a.lru.Remove(e.lru)
+	delete(a.agents, e.ID)
+	e.ready = false
+}
+
+// compactReadyLocked drops stale ids (agents removed or paused since) once the list is
+// long, so a node that rarely calls Resumable cannot grow it without bound.
+func (a *Admitter) compactReadyLocked() {
+	if len(a.ready) < 2*a.cfg.MaxAgents+16 {
+		return
+	}
+	a.ready = slices.DeleteFunc(a.ready, func(id string) bool {
+		e := a.agents[id]
+		return e == nil || !e.ready
+	})
+}

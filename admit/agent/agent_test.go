@@ -1,0 +1,562 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func newAdmitter(t testing.TB, mod func(*Config)) *Admitter {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Controller.CooldownTicks = 0
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return a
+}
+
+func window(n int) func(*Config) {
+	return func(c *Config) { c.Controller.InitialWindow = n }
+}
+
+func arrive(t *testing.T, a *Admitter, now time.Time, id, home string, want Action) Decision {
+	t.Helper()
+	d, err := a.Arrive(now, id, home, 100)
+	if err != nil {
+		t.Fatalf("Arrive(%s): %v", id, err)
+	}
+	if d.Action != want {
+		t.Fatalf("Arrive(%s) = %v, want %v", id, d.Action, want)
+	}
+	return d
+}
+
+func state(t *testing.T, a *Admitter, id string) State {
+	t.Helper()
+	ag, ok := a.Get(id)
+	if !ok {
+		return Absent
+	}
+	return ag.State
+}
+
+// shrink drives home's window down to n with thrashing samples.
+func shrink(t *testing.T, a *Admitter, now time.Time, home string, n int) {
+	t.Helper()
+	a.Tick(now, home, 0.95, 0.9)
+	for h := 0.8; a.Window(home) > n; h -= 0.1 {
+		if h < 0 {
+			t.Fatalf("window stuck at %d, want %d", a.Window(home), n)
+		}
+		a.Tick(now, home, 0.95, h)
+	}
+	if a.Window(home) != n {
+		t.Fatalf("window %d, want exactly %d (pick another n)", a.Window(home), n)
+	}
+}
+
+func TestArriveAdmitsWithinWindow(t *testing.T) {
+	a := newAdmitter(t, window(2))
+	d := arrive(t, a, t0, "a", "n1", Admit)
+	if !d.New || d.Home != "n1" {
+		t.Fatalf("first step: %+v", d)
+	}
+	arrive(t, a, t0, "b", "n1", Admit)
+	if d := arrive(t, a, t0, "c", "n1", Wait); !d.New || d.Home != "n1" {
+		t.Fatalf("third agent: %+v", d)
+	}
+	// Another home has its own window.
+	arrive(t, a, t0, "d", "n2", Admit)
+	// An active agent's next step is admitted and routed home whatever routing suggests.
+	a.StepDone(t0, "a", 200)
+	if d := arrive(t, a, t0.Add(time.Second), "a", "n2", Admit); d.New || d.Home != "n1" {
+		t.Fatalf("active agent's next step: %+v", d)
+	}
+	// A second concurrent step of an active agent is part of the agent too.
+	arrive(t, a, t0.Add(time.Second), "a", "", Admit)
+	if ag, _ := a.Get("a"); !ag.InStep || ag.Steps != 1 || ag.ContextTokens != 100 {
+		t.Fatalf("agent a: %+v", ag)
+	}
+	if got := a.Active("n1"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Active(n1) = %v", got)
+	}
+	if !a.CanStart("a") || a.CanStart("c") || a.CanStart("zz") {
+		t.Fatal("CanStart disagrees with the window")
+	}
+	s := a.Stats()
+	if s.Agents != 4 || s.Active != 3 || s.Waiting != 1 || s.InStep != 3 || s.AdmittedTotal != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestArriveErrors(t *testing.T) {
+	a := newAdmitter(t, nil)
+	if _, err := a.Arrive(t0, "", "n1", 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty id: %v", err)
+	}
+	if _, err := a.Arrive(t0, "a", "", 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("new agent without home: %v", err)
+	}
+	if a.StepDone(t0, "nobody", 1) != Absent || a.Finish(t0, "nobody") {
+		t.Fatal("unknown agent reported as known")
+	}
+}
+
+// TestPauseOnlyAtBoundary pins that a shrinking window never pauses an agent mid-step: the
+// idle agents go first, the busy ones at their StepDone.
+func TestPauseOnlyAtBoundary(t *testing.T) {
+	a := newAdmitter(t, window(4))
+	for i, id := range []string{"a", "b", "c", "d"} {
+		arrive(t, a, t0.Add(time.Duration(i)*time.Second), id, "n1", Admit)
+	}
+	// b and d finish their steps (d last); a and c stay mid-step.
+	a.StepDone(t0.Add(5*time.Second), "b", 0)
+	a.StepDone(t0.Add(6*time.Second), "d", 0)
+
+	shrink(t, a, t0.Add(7*time.Second), "n1", 2) // 4 -> 2
+	for id, want := range map[string]State{"a": Active, "b": Paused, "c": Active, "d": Paused} {
+		if got := state(t, a, id); got != want {
+			t.Fatalf("after shrink to 2: %s is %v, want %v", id, got, want)
+		}
+	}
+	shrink(t, a, t0.Add(8*time.Second), "n1", 1)
+	if state(t, a, "a") != Active || state(t, a, "c") != Active {
+		t.Fatal("an agent mid-step was paused")
+	}
+	// c's step ends first: it is the one paused, at its boundary.
+	if got := a.StepDone(t0.Add(9*time.Second), "c", 300); got != Paused {
+		t.Fatalf("StepDone(c) = %v, want paused", got)
+	}
+	if got := a.StepDone(t0.Add(10*time.Second), "a", 300); got != Active {
+		t.Fatalf("StepDone(a) = %v, want active (window 1 holds it)", got)
+	}
+	if s := a.Stats(); s.PausesTotal != 3 || s.Active != 1 || s.Paused != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestPausedStepWaitsThenResumes pins that a paused agent's step waits (never fails) and is
+// listed by Resumable once the window grows, after which Arrive admits it.
+func TestPausedStepWaitsThenResumes(t *testing.T) {
+	a := newAdmitter(t, window(2))
+	arrive(t, a, t0, "a", "n1", Admit)
+	arrive(t, a, t0.Add(time.Second), "b", "n1", Admit)
+	a.StepDone(t0.Add(2*time.Second), "a", 0)
+	a.StepDone(t0.Add(3*time.Second), "b", 0)
+	shrink(t, a, t0.Add(4*time.Second), "n1", 1)
+	if state(t, a, "a") != Paused {
+		t.Fatalf("a is %v, want paused (idle longest)", state(t, a, "a"))
+	}
+	d := arrive(t, a, t0.Add(5*time.Second), "a", "n2", Wait)
+	if d.Home != "n1" {
+		t.Fatalf("paused agent's home %q", d.Home)
+	}
+	if ag, _ := a.Get("a"); !ag.Pending || ag.PausedAt != t0.Add(4*time.Second) {
+		t.Fatalf("paused agent: %+v", ag)
+	}
+	if got := a.Resumable(); len(got) != 0 {
+		t.Fatalf("Resumable before room = %v", got)
+	}
+	a.Tick(t0.Add(6*time.Second), "n1", 0.5, 0.9) // 1 -> 2
+	if got := a.Resumable(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Resumable = %v, want [a]", got)
+	}
+	if got := a.Resumable(); len(got) != 0 {
+		t.Fatalf("Resumable listed again: %v", got)
+	}
+	arrive(t, a, t0.Add(7*time.Second), "a", "", Admit)
+	if s := a.Stats(); s.ResumesTotal != 1 || s.Paused != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestResumeOrder pins longest paused first, then new agents in arrival order, and that an
+// agent without a held step resumes without being listed.
+func TestResumeOrder(t *testing.T) {
+	a := newAdmitter(t, window(4))
+	for i, id := range []string{"a", "b", "c", "d"} {
+		arrive(t, a, t0.Add(time.Duration(i)*time.Second), id, "n1", Admit)
+	}
+	a.StepDone(t0.Add(10*time.Second), "c", 0)
+	a.StepDone(t0.Add(11*time.Second), "a", 0)
+	a.StepDone(t0.Add(12*time.Second), "b", 0)
+	shrink(t, a, t0.Add(13*time.Second), "n1", 2) // pauses c then a (idle longest)
+	a.StepDone(t0.Add(14*time.Second), "b", 0)    // stray boundary: nothing running, no change
+	shrink(t, a, t0.Add(15*time.Second), "n1", 1) // pauses b
+	for _, id := range []string{"c", "a", "b"} {
+		if state(t, a, id) != Paused {
+			t.Fatalf("%s is %v, want paused", id, state(t, a, id))
+		}
+	}
+	// Steps arrive from b, c, then two new agents; a stays in its tool call.
+	arrive(t, a, t0.Add(16*time.Second), "b", "n1", Wait)
+	arrive(t, a, t0.Add(17*time.Second), "c", "n1", Wait)
+	arrive(t, a, t0.Add(18*time.Second), "e", "n1", Wait)
+	arrive(t, a, t0.Add(19*time.Second), "f", "n1", Wait)
+
+	var order []string
+	for i := 0; len(order) < 4 && i < 10; i++ {
+		a.Tick(t0.Add(time.Duration(20+i)*time.Second), "n1", 0.5, 0.9) // +1 per tick
+		order = append(order, a.Resumable()...)
+	}
+	if want := []string{"c", "b", "e", "f"}; !slices.Equal(order, want) {
+		t.Fatalf("release order %v, want %v", order, want)
+	}
+	if state(t, a, "a") != Active {
+		t.Fatalf("a (paused before b) is %v, want resumed", state(t, a, "a"))
+	}
+}
+
+func TestFinishGivesRoom(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	arrive(t, a, t0, "a", "n1", Admit)
+	arrive(t, a, t0, "b", "n1", Wait)
+	if !a.Finish(t0, "a") {
+		t.Fatal("Finish(a) = false")
+	}
+	if got := a.Resumable(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Resumable = %v", got)
+	}
+	if a.Stats().FinishedTotal != 1 {
+		t.Fatal("finish not counted")
+	}
+}
+
+func TestAbandon(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	arrive(t, a, t0, "a", "n1", Admit)
+	arrive(t, a, t0, "b", "n1", Wait)
+	a.Abandon(t0, "b") // new agent whose held step expired: it leaves
+	if _, ok := a.Get("b"); ok {
+		t.Fatal("abandoned new agent still registered")
+	}
+	a.StepDone(t0, "a", 0)
+	a.Tick(t0, "n1", 0.95, 0.9)
+	arrive(t, a, t0, "c", "n1", Wait)
+	a.Finish(t0, "a")
+	a.Abandon(t0, "c") // promoted but its step went away before the node took it
+	if _, ok := a.Get("c"); !ok {
+		t.Fatal("active agent removed by Abandon")
+	}
+	if got := a.Resumable(); len(got) != 0 {
+		t.Fatalf("Resumable lists an abandoned step: %v", got)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	a := newAdmitter(t, func(c *Config) {
+		c.Controller.InitialWindow = 2
+		c.IdleTimeout = time.Minute
+		c.StepTimeout = 10 * time.Minute
+	})
+	arrive(t, a, t0, "idle", "n1", Admit)
+	a.StepDone(t0, "idle", 0)
+	arrive(t, a, t0, "busy", "n1", Admit)                    // mid-step: not idle
+	arrive(t, a, t0.Add(30*time.Second), "late", "n1", Wait) // waiting its turn
+	arrive(t, a, t0.Add(50*time.Second), "fresh", "n2", Admit)
+	a.StepDone(t0.Add(50*time.Second), "fresh", 0)
+
+	if got := a.Sweep(t0.Add(time.Minute)); len(got) != 0 {
+		t.Fatalf("swept at exactly the timeout: %v", got)
+	}
+	got := a.Sweep(t0.Add(61 * time.Second))
+	if !slices.Equal(got, []string{"idle"}) {
+		t.Fatalf("swept %v, want [idle]", got)
+	}
+	// idle's slot went to late.
+	if r := a.Resumable(); !slices.Equal(r, []string{"late"}) {
+		t.Fatalf("Resumable after sweep = %v", r)
+	}
+	got = a.Sweep(t0.Add(10*time.Minute + time.Second))
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"busy", "fresh", "late"}) {
+		t.Fatalf("swept %v, want busy (lost boundary), fresh, late", got)
+	}
+	if s := a.Stats(); s.Agents != 0 || s.SweptTotal != 4 || s.InStep != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if got := a.ForgetHome(t0, "n2"); len(got) != 0 {
+		t.Fatalf("ForgetHome of an empty home removed %v", got)
+	}
+	if got := a.ForgetHome(t0, "n2"); got != nil {
+		t.Fatalf("ForgetHome twice: %v", got)
+	}
+}
+
+func TestRegistryBound(t *testing.T) {
+	a := newAdmitter(t, func(c *Config) { c.MaxAgents = 3; c.Controller.InitialWindow = 2 })
+	arrive(t, a, t0, "a", "n1", Admit)
+	a.StepDone(t0.Add(1*time.Second), "a", 0)
+	arrive(t, a, t0.Add(2*time.Second), "b", "n1", Admit) // stays mid-step
+	arrive(t, a, t0.Add(3*time.Second), "c", "n1", Wait)
+	// Full: the idle-longest agent not mid-step (a) leaves, its slot goes to c.
+	d := arrive(t, a, t0.Add(4*time.Second), "d", "n1", Wait)
+	if d.Evicted != "a" {
+		t.Fatalf("evicted %q, want a", d.Evicted)
+	}
+	if state(t, a, "c") != Active {
+		t.Fatalf("c is %v, want active in a's slot", state(t, a, "c"))
+	}
+	arrive(t, a, t0.Add(5*time.Second), "c", "", Admit) // c's held step runs
+	// Now b and c are mid-step; d is the only candidate.
+	if d := arrive(t, a, t0.Add(6*time.Second), "e", "n1", Wait); d.Evicted != "d" {
+		t.Fatalf("evicted %q, want d", d.Evicted)
+	}
+	arrive(t, a, t0.Add(7*time.Second), "e", "", Wait)
+	a.Abandon(t0, "e")
+	arrive(t, a, t0.Add(8*time.Second), "f", "n1", Wait) // room again without eviction
+	if _, err := a.Arrive(t0.Add(9*time.Second), "g", "n1", 1); err != nil {
+		t.Fatalf("f not mid-step, so g should evict it: %v", err)
+	}
+	a.Abandon(t0, "g")
+	arrive(t, a, t0.Add(10*time.Second), "h", "n1", Wait)
+	if s := a.Stats(); s.Agents != 3 || s.EvictedTotal != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Everyone mid-step: a newcomer is refused.
+	a2 := newAdmitter(t, func(c *Config) { c.MaxAgents = 2 })
+	arrive(t, a2, t0, "a", "n1", Admit)
+	arrive(t, a2, t0, "b", "n1", Admit)
+	if _, err := a2.Arrive(t0, "c", "n1", 1); !errors.Is(err, ErrFull) {
+		t.Fatalf("full of busy agents: %v, want ErrFull", err)
+	}
+}
+
+func TestObserve(t *testing.T) {
+	a := newAdmitter(t, nil)
+	arrive(t, a, t0, "a", "n1", Admit)
+	tests := []struct {
+		name                  string
+		cached, prompt        int
+		stepEnd               int // context at the step's end; 0: no StepDone
+		wantAvoid, wantRecomp int
+	}{
+		{"first step computes, nothing to reuse", 0, 100, 150, 0, 0},
+		{"full reuse", 150, 180, 250, 150, 0},
+		{"evicted prefix recomputed", 50, 300, 400, 50, 200},
+		{"cached beyond prompt clamped", 900, 400, 0, 400, 0},
+		{"negative cached", -5, 400, 0, 0, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			av, rc := a.Observe("a", tt.cached, tt.prompt)
+			if av != tt.wantAvoid || rc != tt.wantRecomp {
+				t.Fatalf("Observe = %d, %d; want %d, %d", av, rc, tt.wantAvoid, tt.wantRecomp)
+			}
+			if tt.stepEnd > 0 {
+				a.StepDone(t0, "a", tt.stepEnd)
+				arrive(t, a, t0, "a", "", Admit)
+			}
+		})
+	}
+	if s := a.Stats(); s.RecomputeAvoidedTokens != 600 || s.RecomputedTokens != 600 {
+		t.Fatalf("stats avoided %d recomputed %d", s.RecomputeAvoidedTokens, s.RecomputedTokens)
+	}
+	if av, rc := a.Observe("nobody", 10, 10); av != 0 || rc != 0 {
+		t.Fatal("unknown agent counted")
+	}
+}
+
+func TestStatsHomes(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	arrive(t, a, t0, "a", "n2", Admit)
+	arrive(t, a, t0, "b", "n1", Admit)
+	arrive(t, a, t0, "c", "n1", Wait)
+	a.Tick(t0, "n1", 0.5, 0.7)
+	s := a.Stats()
+	if len(s.Homes) != 2 || s.Homes[0].Home != "n1" || s.Homes[1].Home != "n2" {
+		t.Fatalf("homes %+v", s.Homes)
+	}
+	n1 := s.Homes[0]
+	if n1.Controller.Window != 2 || n1.Controller.U != 0.5 || n1.Controller.H != 0.7 || n1.Active != 2 {
+		t.Fatalf("n1 %+v", n1)
+	}
+	if a.Window("n1") != 2 || a.Window("unknown") != 1 {
+		t.Fatal("Window disagrees with stats")
+	}
+}
+
+func TestForgetHome(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	arrive(t, a, t0, "a", "gone", Admit)
+	arrive(t, a, t0, "b", "gone", Wait)
+	arrive(t, a, t0, "c", "kept", Admit)
+	got := a.ForgetHome(t0, "gone")
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("ForgetHome = %v", got)
+	}
+	if s := a.Stats(); s.Agents != 1 || len(s.Homes) != 1 || s.InStep != 1 || len(a.Resumable()) != 0 {
+		t.Fatalf("stats after ForgetHome %+v", s)
+	}
+	// a comes back as a new agent, routed to a live node.
+	if d := arrive(t, a, t0, "a", "kept", Wait); !d.New || d.Home != "kept" {
+		t.Fatalf("returning agent %+v", d)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"max agents", func(c *Config) { c.MaxAgents = 0 }},
+		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }},
+		{"step timeout", func(c *Config) { c.StepTimeout = -1 }},
+		{"controller", func(c *Config) { c.Controller.Beta = 2 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			if _, err := New(cfg); !errors.Is(err, ErrConfig) {
+				t.Fatalf("New: %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+// TestInvariantsRandom runs random operations and checks, after each, that the bookkeeping
+// agrees with itself and that no home is over its window with an idle active agent, or under
+// it with anyone paused or waiting.
+func TestInvariantsRandom(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			a := newAdmitter(t, func(c *Config) {
+				c.MaxAgents = 30
+				c.Controller.InitialWindow = 4
+				c.Controller.MaxWindow = 12
+				c.IdleTimeout = 20 * time.Second
+				c.StepTimeout = 60 * time.Second
+			})
+			homes := []string{"n1", "n2", "n3"}
+			now := t0
+			for op := range 3000 {
+				now = now.Add(time.Duration(r.IntN(1000)) * time.Millisecond)
+				id := fmt.Sprintf("g%d", r.IntN(40))
+				switch k := r.IntN(100); {
+				case k < 40:
+					_, err := a.Arrive(now, id, homes[r.IntN(3)], r.IntN(5000))
+					if err != nil && !errors.Is(err, ErrFull) {
+						t.Fatalf("op %d: %v", op, err)
+					}
+				case k < 75:
+					a.StepDone(now, id, r.IntN(5000))
+				case k < 85:
+					a.Tick(now, homes[r.IntN(3)], r.Float64(), r.Float64())
+				case k < 88:
+					a.Finish(now, id)
+				case k < 91:
+					a.Abandon(now, id)
+				case k < 94:
+					a.Sweep(now)
+				case k < 95:
+					a.ForgetHome(now, homes[r.IntN(3)])
+				default:
+					for _, rid := range a.Resumable() {
+						if !a.CanStart(rid) {
+							t.Fatalf("op %d: Resumable listed %s which cannot start", op, rid)
+						}
+					}
+				}
+				checkInvariants(t, a, op)
+			}
+		})
+	}
+}
+
+func checkInvariants(t *testing.T, a *Admitter, op int) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lru.Len() != len(a.agents) || len(a.agents) > a.cfg.MaxAgents {
+		t.Fatalf("op %d: lru %d agents %d", op, a.lru.Len(), len(a.agents))
+	}
+	inStep := 0
+	count := map[string]map[State]int{}
+	for id, e := range a.agents {
+		if e.ID != id || e.InStep != (e.inflight > 0) {
+			t.Fatalf("op %d: entry %s inconsistent: %+v", op, id, e.Agent)
+		}
+		if e.InStep {
+			inStep++
+		}
+		if e.InStep && e.State != Active {
+			t.Fatalf("op %d: %s mid-step while %v", op, id, e.State)
+		}
+		if count[e.Home] == nil {
+			count[e.Home] = map[State]int{}
+		}
+		count[e.Home][e.State]++
+	}
+	if inStep != a.inStep {
+		t.Fatalf("op %d: inStep %d, counted %d", op, a.inStep, inStep)
+	}
+	for name, h := range a.homes {
+		c := count[name]
+		if h.active.Len() != c[Active] || h.paused.Len() != c[Paused] || h.waiting.Len() != c[Waiting] {
+			t.Fatalf("op %d: home %s lists %d/%d/%d, agents say %v", op, name,
+				h.active.Len(), h.paused.Len(), h.waiting.Len(), c)
+		}
+		w := h.ctl.Window()
+		if h.active.Len() < w && h.paused.Len()+h.waiting.Len() > 0 {
+			t.Fatalf("op %d: home %s has room (%d < %d) while agents wait", op, name, h.active.Len(), w)
+		}
+		if h.active.Len() > w {
+			for el := h.active.Front(); el != nil; el = el.Next() {
+				if e := el.Value.(*entry); !e.InStep {
+					t.Fatalf("op %d: home %s over window %d with idle active %s", op, name, w, e.ID)
+				}
+			}
+		}
+	}
+}
+
+// TestReadyBounded pins that a node that never calls Resumable cannot grow the ready list
+// without bound, and that compaction keeps the live entry.
+func TestReadyBounded(t *testing.T) {
+	a := newAdmitter(t, func(c *Config) { c.MaxAgents = 2; c.Controller.InitialWindow = 1 })
+	arrive(t, a, t0, "x", "n1", Admit)
+	for i := range 100 {
+		id := fmt.Sprintf("w%d", i)
+		arrive(t, a, t0, id, "n1", Wait)
+		a.Finish(t0, "x") // id takes the slot and is listed ready
+		a.StepDone(t0, id, 0)
+		a.Finish(t0, id)
+		arrive(t, a, t0, "x", "n1", Admit)
+	}
+	arrive(t, a, t0, "last", "n1", Wait)
+	a.Finish(t0, "x")
+	a.mu.Lock()
+	n := len(a.ready)
+	a.mu.Unlock()
+	if n > 2*2+16 {
+		t.Fatalf("ready list holds %d ids", n)
+	}
+	if got := a.Resumable(); !slices.Equal(got, []string{"last"}) {
+		t.Fatalf("Resumable = %v, want [last]", got)
+	}
+}
+
+func TestStrings(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{Absent.String(), "absent"}, {Waiting.String(), "waiting"}, {Active.String(), "active"},
+		{Paused.String(), "paused"}, {Admit.String(), "admit"}, {Wait.String(), "wait"},
+		{Action(0).String(), "invalid"}, {Increase.String(), "increase"},
+		{Decrease.String(), "decrease"}, {Hold.String(), "hold"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("String() = %q, want %q", tt.got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrConfig is wrapped by every configuration error New and NewController return.
+var ErrConfig = errors.New("agent: invalid config")
+
+// ControllerConfig sets the AIMD rule of one home's window; see the package documentation for
+// why each default is what it is.
+type ControllerConfig struct {
+	// Alpha is the additive increase per control tick while U < TargetU. Default 1: one more
+	// agent per interval, so the window probes for room slowly and each step's effect on U is
+	// visible before the next.
+	Alpha float64
+	// Beta is the multiplicative decrease on thrashing, 0 < Beta < 1. Default 0.7: a 30% cut
+	// leaves the thrashing regime within a few intervals; recompute cost grows with the square
+	// of context length, so a gentle cut would keep paying it.
+	Beta float64
+	// TargetU is the KV use below which the window grows. Default 0.8: the start of the band
+	// where, for agents, KV fills with idle prefixes.
+	TargetU float64
+	// HighU is the KV use at or above which a falling hit rate means thrashing. Default 0.9.
+	// Between TargetU and HighU the window holds.
+	HighU float64
+	// HitWeight is the weight of a new sample in the hit-rate EWMA, 0 < HitWeight <= 1.
+	// Default 0.2: the average remembers about five intervals, long enough that one noisy
+	// sample is not a trend, short enough to follow a collapse.
+	HitWeight float64
+	// HitMargin is how far H must sit below its EWMA to count as falling, in [0, 1).
+	// Default 0.05: five points of hit rate, above the sampling noise of a busy engine.
+	HitMargin float64
+	// CooldownTicks is the number of ticks after a decrease during which the window holds.
+	// Default 1: KV is freed only as paused agents' prefixes age out, so U lags a cut by about
+	// an interval; without the cooldown the controller would cut again on the same symptom.
+	CooldownTicks int
+	// MinWindow and MaxWindow bound the window, 1 <= MinWindow <= MaxWindow. Defaults 1 and
+	// 512: one agent always makes progress; 512 is far above the agents one GPU host's KV pool
+	// holds, so in practice U, not the bound, limits growth.
+	MinWindow, MaxWindow int
+	// InitialWindow is a new home's window before its first tick, in [MinWindow, MaxWindow].
+	// Default 8: a small start, grown by Alpha per tick, like a congestion window.
+	InitialWindow int
+}
+
+// DefaultControllerConfig returns the documented controller defaults.
+func DefaultControllerConfig() ControllerConfig {
+	return ControllerConfig{
+		Alpha:         1,
+		Beta:          0.7,
+		TargetU:       0.8,
+		HighU:         0.9,
+		HitWeight:     0.2,
+		HitMargin:     0.05,
+		CooldownTicks: 1,
+		MinWindow:     1,
+		MaxWindow:     512,
+		InitialWindow: 8,
+	}
+}
+
+func (c ControllerConfig) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	switch {
+	case !finite(c.Alpha) || c.Alpha <= 0:
+		return bad("alpha %v must be > 0", c.Alpha)
+	case !finite(c.Beta) || c.Beta <= 0 || c.Beta >= 1:
+		return bad("beta %v must be in (0, 1)", c.Beta)
+	case !finite(c.TargetU) || c.TargetU <= 0 || c.TargetU > 1:
+		return bad("target u %v must be in (0, 1]", c.TargetU)
+	case !finite(c.HighU) || c.HighU < c.TargetU || c.HighU > 1:
+		return bad("high u %v must be in [target u %v, 1]", c.HighU, c.TargetU)
+	case !finite(c.HitWeight) || c.HitWeight <= 0 || c.HitWeight > 1:
+		return bad("hit weight %v must be in (0, 1]", c.HitWeight)
+	case !finite(c.HitMargin) || c.HitMargin < 0 || c.HitMargin >= 1:
+		return bad("hit margin %v must be in [0, 1)", c.HitMargin)
+	case c.CooldownTicks < 0:
+		return bad("cooldown ticks %d must be >= 0", c.CooldownTicks)
+	case c.MinWindow < 1 || c.MaxWindow < c.MinWindow:
+		return bad("window bounds [%d, %d] must satisfy 1 <= min <= max", c.MinWindow, c.MaxWindow)
+	case c.InitialWindow < c.MinWindow || c.InitialWindow > c.MaxWindow:
+		return bad("initial window %d must be in [%d, %d]", c.InitialWindow, c.MinWindow, c.MaxWindow)
+	}
+	return nil
+}
+
+// Config configures an Admitter. Start from DefaultConfig; New rejects zero fields rather than
+// guessing what they meant.
+type Config struct {
+	// MaxAgents bounds the registry. When it is full a new agent takes the place of the agent
+	// idle longest (one not mid-step). Default 16384: about 3 MiB of bookkeeping.
+	MaxAgents int
+	// IdleTimeout: an agent with no step for this long leaves the window at the next Sweep.
+	// Default 5m: longer than typical tool calls, shorter than an idle prefix survives in a
+	// busy KV pool, so a window slot is not held for an agent whose cache is gone anyway.
+	IdleTimeout time.Duration
+	// StepTimeout: an agent mid-step for this long is presumed lost (its StepDone never came)
+	// and leaves at the next Sweep, so a dropped boundary cannot hold a slot forever.
+	// Default 15m, above any single generation.
+	StepTimeout time.Duration
+	// Controller is the window rule applied to every home.
+	Controller ControllerConfig
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxAgents:   16384,
+		IdleTimeout: 5 * time.Minute,
+		StepTimeout: 15 * time.Minute,
+		Controller:  DefaultControllerConfig(),
+	}
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.MaxAgents < 1:
+		return fmt.Errorf("%w: max agents %d must be >= 1", ErrConfig, c.MaxAgents)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("%w: idle timeout %v must be > 0", ErrConfig, c.IdleTimeout)
+	case c.StepTimeout <= 0:
+		return fmt.Errorf("%w: step timeout %v must be > 0", ErrConfig, c.StepTimeout)
+	}
+	return c.Controller.validate()
+}

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"math"
+	"time"
+)
+
+// Move says what one tick did to the window.
+type Move int8
+
+const (
+	Hold     Move = 0  // the window kept its size
+	Increase Move = 1  // additive increase: U below target
+	Decrease Move = -1 // multiplicative decrease: thrashing
+)
+
+func (m Move) String() string {
+	switch m {
+	case Increase:
+		return "increase"
+	case Decrease:
+		return "decrease"
+	default:
+		return "hold"
+	}
+}
+
+// Controller is the AIMD window of one home node. The zero value is not usable; build one
+// with NewController. It is not safe for concurrent use on its own; the Admitter serialises it.
+type Controller struct {
+	cfg ControllerConfig
+	w   float64 // kept fractional so several small increases add up
+
+	ewma     float64
+	haveEWMA bool
+	cooldown int
+
+	lastU, lastH float64
+	lastTick     time.Time
+	lastMove     Move
+	ticks        uint64
+	decreases    uint64
+}
+
+// NewController validates cfg and returns a controller at cfg.InitialWindow.
+func NewController(cfg ControllerConfig) (*Controller, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow)}, nil
+}
+
+// Tick feeds one control interval's KV use u and prefix hit rate h (both 0..1, clamped) and
+// returns the window. A NaN sample (an engine that has not reported yet) is ignored.
+func (c *Controller) Tick(now time.Time, u, h float64) int {
+	w, _ := c.TickDemand(now, u, h, -1)
+	return w
+}
+
+// TickDemand is Tick that also knows demand, the agents that want a slot (active, paused and
+// waiting); demand < 0 means unknown. The window grows only while demand fills it, so a
+// quiet period cannot inflate it to MaxWindow and admit a burst of new agents all at once
+// (the congestion-window validation rule of TCP). It also returns what the tick did.
+func (c *Controller) TickDemand(now time.Time, u, h float64, demand int) (int, Move) {
+	if math.IsNaN(u) || math.IsNaN(h) {
+		return c.Window(), Hold
+	}
+	u, h = clamp01(u), clamp01(h)
+	c.ticks++
+	c.lastU, c.lastH, c.lastTick = u, h, now
+
+	// Falling is judged against the average of earlier samples, before this one joins it.
+	falling := c.haveEWMA && h < c.ewma-c.cfg.HitMargin
+	if c.haveEWMA {
+		c.ewma += c.cfg.HitWeight * (h - c.ewma)
+	} else {
+		c.ewma, c.haveEWMA = h, true
+	}
+
+	move := Hold
+	switch {
+	case c.cooldown > 0:
+		c.cooldown--
+	case u >= c.cfg.HighU && falling:
+		c.w = math.Max(float64(c.cfg.MinWindow), c.w*c.cfg.Beta)
+		c.cooldown = c.cfg.CooldownTicks
+		c.decreases++
+		move = Decrease
+	case u < c.cfg.TargetU && (demand < 0 || demand >= c.Window()) && c.Window() < c.cfg.MaxWindow:
+		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.cfg.Alpha)
+		move = Increase
+	}
+	c.lastMove = move
+	return c.Window(), move
+}
+
+// Window returns the current number of agents allowed to be active.
+func (c *Controller) Window() int {
+	w := int(math.Floor(c.w + 1e-9)) // 1e-9: 0.7*10/0.7 style float noise must not lose a slot
+	return min(max(w, c.cfg.MinWindow), c.cfg.MaxWindow)
+}
+
+// ControllerStats is what a controller last saw and did.
+type ControllerStats struct {
+	Window    int
+	U, H      float64 // the last sample
+	HitEWMA   float64 // the hit-rate average H is compared against
+	LastTick  time.Time
+	LastMove  Move
+	Ticks     uint64
+	Decreases uint64
+}
+
+// Stats returns the controller's state.
+func (c *Controller) Stats() ControllerStats {
+	return ControllerStats{Window: c.Window(), U: c.lastU, H: c.lastH, HitEWMA: c.ewma,
+		LastTick: c.lastTick, LastMove: c.lastMove, Ticks: c.ticks, Decreases: c.decreases}
+}
+
+func clamp01(f float64) float64 { return min(max(f, 0), 1) }

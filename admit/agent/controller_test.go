@@ -1,0 +1,202 @@
+package agent
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+type sample struct {
+	u, h   float64
+	demand int // -1: unknown
+}
+
+func newController(t *testing.T, mod func(*ControllerConfig)) *Controller {
+	t.Helper()
+	cfg := DefaultControllerConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatalf("NewController: %v", err)
+	}
+	return c
+}
+
+func TestControllerRule(t *testing.T) {
+	steady := func(u, h float64, n int) []sample {
+		s := make([]sample, n)
+		for i := range s {
+			s[i] = sample{u, h, -1}
+		}
+		return s
+	}
+	tests := []struct {
+		name    string
+		mod     func(*ControllerConfig)
+		samples []sample
+		want    []int // window after each sample
+	}{
+		{"increase below target", nil, steady(0.5, 0.9, 3), []int{9, 10, 11}},
+		{"hold in the band", nil, steady(0.85, 0.9, 3), []int{8, 8, 8}},
+		{"hold at high u with steady h", nil, steady(0.95, 0.6, 3), []int{8, 8, 8}},
+		{"hold at high u with h inside the margin", nil,
+			[]sample{{0.95, 0.6, -1}, {0.95, 0.56, -1}}, []int{8, 8}},
+		{"decrease on thrashing then cooldown", func(c *ControllerConfig) { c.InitialWindow = 20 },
+			[]sample{{0.95, 0.9, -1}, {0.97, 0.4, -1}, {0.97, 0.3, -1}, {0.97, 0.2, -1}},
+			[]int{20, 14, 14, 9}}, // 20*0.7=14, cooldown hold, 14*0.7=9.8
+		{"no cooldown cuts every tick", func(c *ControllerConfig) { c.InitialWindow = 20; c.CooldownTicks = 0 },
+			[]sample{{0.95, 0.9, -1}, {0.97, 0.4, -1}, {0.97, 0.3, -1}},
+			[]int{20, 14, 9}},
+		{"falling h at moderate u holds", nil,
+			[]sample{{0.85, 0.9, -1}, {0.85, 0.3, -1}}, []int{8, 8}},
+		{"falling h below target still increases", nil,
+			[]sample{{0.5, 0.9, -1}, {0.5, 0.3, -1}}, []int{9, 10}},
+		{"max bound", func(c *ControllerConfig) { c.MaxWindow = 10 }, steady(0.1, 0.9, 4), []int{9, 10, 10, 10}},
+		{"min bound", func(c *ControllerConfig) { c.InitialWindow = 3; c.MinWindow = 2; c.CooldownTicks = 0 },
+			[]sample{{1, 1, -1}, {1, 0.5, -1}, {1, 0.2, -1}, {1, 0, -1}}, []int{3, 2, 2, 2}},
+		{"fractional alpha accumulates", func(c *ControllerConfig) { c.Alpha = 0.5 }, steady(0.1, 0.9, 4), []int{8, 9, 9, 10}},
+		{"demand below window holds", nil,
+			[]sample{{0.1, 0.9, 3}, {0.1, 0.9, 8}, {0.1, 0.9, 9}, {0.1, 0.9, 5}}, []int{8, 9, 10, 10}},
+		{"nan sample ignored", nil,
+			[]sample{{math.NaN(), 0.9, -1}, {0.5, math.NaN(), -1}, {0.5, 0.9, -1}}, []int{8, 8, 9}},
+		{"out of range clamped", func(c *ControllerConfig) { c.InitialWindow = 10 },
+			[]sample{{-3, 2, -1}, {7, -1, -1}}, []int{11, 7}}, // u=0 grows; u=1 with h 1->0 cuts
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, tt.mod)
+			for i, s := range tt.samples {
+				got, _ := c.TickDemand(t0.Add(time.Duration(i)*time.Second), s.u, s.h, s.demand)
+				if got != tt.want[i] {
+					t.Fatalf("tick %d (u=%v h=%v): window %d, want %d", i, s.u, s.h, got, tt.want[i])
+				}
+				if got != c.Window() {
+					t.Fatalf("tick %d: returned %d but Window() is %d", i, got, c.Window())
+				}
+			}
+		})
+	}
+}
+
+// TestControllerConstantLoad pins that a constant load never makes the window flip between
+// increase and decrease, and that it settles.
+func TestControllerConstantLoad(t *testing.T) {
+	for _, u := range []float64{0, 0.3, 0.79, 0.8, 0.85, 0.9, 0.95, 1} {
+		for _, h := range []float64{0, 0.35, 0.9, 1} {
+			c := newController(t, func(c *ControllerConfig) { c.MaxWindow = 64 })
+			var dirs []Move
+			var windows []int
+			for i := range 100 {
+				w, m := c.TickDemand(t0.Add(time.Duration(i)*time.Second), u, h, -1)
+				windows = append(windows, w)
+				if m != Hold {
+					dirs = append(dirs, m)
+				}
+			}
+			for i := 1; i < len(dirs); i++ {
+				if dirs[i] != dirs[0] {
+					t.Fatalf("u=%v h=%v: moves %v change direction", u, h, dirs)
+				}
+			}
+			last := windows[len(windows)-20:]
+			for _, w := range last {
+				if w != last[0] {
+					t.Fatalf("u=%v h=%v: window not settled over the last 20 ticks: %v", u, h, last)
+				}
+			}
+			want := 8
+			if u < 0.8 {
+				want = 64 // one agent per tick from 8 reaches the bound in 56 ticks
+			}
+			if windows[99] != want {
+				t.Fatalf("u=%v h=%v: window %d, want %d", u, h, windows[99], want)
+			}
+		}
+	}
+}
+
+// TestControllerClosedLoop drives a toy KV pool through the agent phases: every active
+// agent's prefix grows for 100 ticks (warmup into the middle phase) and then stays put, and
+// the hit rate collapses once the prefixes no longer fit. The controller must cut when
+// thrashing starts, spend little time over-full, and end holding, not sawing up and down.
+func TestControllerClosedLoop(t *testing.T) {
+	c := newController(t, nil)
+	load := func(w, tick int) float64 {
+		perAgent := 0.01 + 0.0002*float64(min(tick, 100)) // 1% of the pool, growing to 3%
+		return float64(w) * perAgent
+	}
+	var windows []int
+	deep := 0 // ticks in deep thrashing, hit rate under 0.6
+	w := c.Window()
+	var h float64
+	for i := range 300 {
+		l := load(w, i)
+		h = 0.9
+		if l > 1 { // over-full: prefixes evicted before reuse
+			h = 0.9 / (l * l)
+		}
+		if h < 0.6 {
+			deep++
+		}
+		w = c.Tick(t0.Add(time.Duration(i)*time.Second), math.Min(1, l), h)
+		windows = append(windows, w)
+	}
+	final := windows[len(windows)-1]
+	// A slow drift a little past full lowers H by less than the margin and is held; what the
+	// rule must prevent is the collapse (a fixed window of 46 ends at load 1.38, H 0.47).
+	if l := load(final, 300); l < 0.8 || l > 1.05 || h < 0.8 {
+		t.Fatalf("settled at window %d (load %.2f, hit %.2f), want load in [0.8, 1.05]: %v", final, l, h, windows)
+	}
+	for _, x := range windows[200:] {
+		if x != final {
+			t.Fatalf("window still moving after 200 ticks: %v", windows[200:])
+		}
+	}
+	if c.Stats().Decreases == 0 {
+		t.Fatalf("never cut: %v", windows)
+	}
+	if deep > 5 {
+		t.Fatalf("deep thrashing for %d of 300 ticks: %v", deep, windows)
+	}
+}
+
+func TestControllerConfigValidation(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*ControllerConfig)
+	}{
+		{"alpha zero", func(c *ControllerConfig) { c.Alpha = 0 }},
+		{"alpha nan", func(c *ControllerConfig) { c.Alpha = math.NaN() }},
+		{"beta one", func(c *ControllerConfig) { c.Beta = 1 }},
+		{"beta zero", func(c *ControllerConfig) { c.Beta = 0 }},
+		{"target zero", func(c *ControllerConfig) { c.TargetU = 0 }},
+		{"high below target", func(c *ControllerConfig) { c.HighU = 0.7 }},
+		{"high above one", func(c *ControllerConfig) { c.HighU = 1.1 }},
+		{"hit weight zero", func(c *ControllerConfig) { c.HitWeight = 0 }},
+		{"hit margin negative", func(c *ControllerConfig) { c.HitMargin = -0.1 }},
+		{"cooldown negative", func(c *ControllerConfig) { c.CooldownTicks = -1 }},
+		{"min zero", func(c *ControllerConfig) { c.MinWindow = 0 }},
+		{"max below min", func(c *ControllerConfig) { c.MinWindow = 5; c.MaxWindow = 4; c.InitialWindow = 4 }},
+		{"initial above max", func(c *ControllerConfig) { c.InitialWindow = 1000 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultControllerConfig()
+			tt.mod(&cfg)
+			if _, err := NewController(cfg); !errors.Is(err, ErrConfig) {
+				t.Fatalf("NewController: %v, want ErrConfig", err)
+			}
+		})
+	}
+	if _, err := NewController(DefaultControllerConfig()); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+	if _, err := NewController(ControllerConfig{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero config accepted: %v", err)
+	}
+}

@@ -1,0 +1,59 @@
+// Package agent is agent-level admission: for agentic workloads the unit of admission is the
+// agent (a loop of generate, call a tool, generate again with a longer context), not the
+// request. Each home node (the node whose KV cache holds an agent's prefix) has a window W of
+// active agents. An active agent's steps are admitted without new admission cost and routed
+// home, and its prefix is protected from eviction; agents beyond the window wait, so the
+// prefixes of the agents that are running stay cached instead of being evicted by newcomers
+// and recomputed when their owners return from a tool call (middle-phase thrashing).
+//
+// # The window rule
+//
+// Controller regulates W by AIMD from two engine signals sampled once per control interval,
+// KV use U and prefix hit rate H (both 0..1):
+//
+//   - increase W by Alpha (1) while U < TargetU (0.8) and the agents wanting a slot fill W;
+//   - multiply W by Beta (0.7) when U >= HighU (0.9) and H is falling, that is H is below the
+//     EWMA of earlier samples (weight HitWeight 0.2) by more than HitMargin (0.05): KV full
+//     while hits collapse is thrashing;
+//   - hold otherwise, including U high with H steady (a full cache that is still being hit is
+//     doing its job) and the band TargetU <= U < HighU;
+//   - hold for CooldownTicks (1) ticks after a decrease, because U falls only as the paused
+//     agents' prefixes age out, about an interval after the cut;
+//   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8).
+//
+// Why these shapes: additive increase probes slowly because one agent's context can be tens
+// of thousands of tokens; the multiplicative cut leaves thrashing fast because recompute cost
+// grows with the square of context length. With constant U and H the window only moves one
+// way (the EWMA equals H, so H never falls) and settles at a bound or holds, so a constant
+// load cannot make it oscillate.
+//
+// # Step boundaries
+//
+// The node calls Arrive when an agent's step arrives and StepDone when it ends; these are the
+// only points at which an agent changes state, so no generation is ever interrupted. When W
+// shrinks below the active count, Tick pauses the active agents idle longest among those
+// between steps; agents mid-step are paused at their StepDone if the home is still over its
+// window. A paused agent's next step gets Wait, never an error. When room appears (W grew, an
+// agent finished, left or was swept) paused agents resume longest paused first, then waiting
+// new agents in arrival order; Resumable lists those with a held step, and the node calls
+// Arrive again for each, which admits it.
+//
+// # Bounds
+//
+// The registry holds at most MaxAgents agents; a new agent beyond that evicts the agent idle
+// longest that is not mid-step (ErrFull when all are). Sweep removes agents silent past
+// IdleTimeout and agents whose StepDone never came within StepTimeout. ForgetHome drops a
+// node that left the mesh with its agents. Homes are node names, so their number is bounded
+// by the membership.
+//
+// # Concurrency
+//
+// Admitter is safe for concurrent use; one mutex guards it and no method blocks or starts a
+// goroutine. Controller is not safe for concurrent use on its own. The package is pure: time
+// is passed in, it does no I/O.
+//
+// # Zero value
+//
+// The zero Admitter and Controller are not usable; build them with New and NewController from
+// DefaultConfig and DefaultControllerConfig.
+package agent

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet/loadgen"
+)
+
+func loadFlags() []cli.Flag {
+	d := loadgen.DefaultConfig()
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "target", Usage: "base URL of an ingress node (repeatable; requests are spread round-robin)", EnvVars: env("load-target")},
+		&cli.StringFlag{Name: "model", Value: node.DefaultModel, Usage: "model name sent in each request", EnvVars: env("load-model")},
+		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("load-workload")},
+		&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake JSONL or Azure CSV trace instead of a workload", EnvVars: env("load-trace")},
+		&cli.Float64Flag{Name: "rate", Value: d.Rate, Usage: "requests per second (a multiplier of the trace's own rate with --trace)", EnvVars: env("load-rate")},
+		&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "arrival window", EnvVars: env("load-duration")},
+		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("load-seed")},
+		&cli.Float64Flag{Name: "speedup", Value: 1, Usage: "trace time compression", EnvVars: env("load-speedup")},
+		&cli.Float64Flag{Name: "scale", Value: 1, Usage: "trace token-length scale", EnvVars: env("load-scale")},
+		&cli.IntFlag{Name: "max-requests", Usage: "cap on requests sent (0: none)", EnvVars: env("load-max-requests")},
+		&cli.IntFlag{Name: "concurrency", Usage: "cap on requests in flight (0: none)", EnvVars: env("load-concurrency")},
+		&cli.IntFlag{Name: "retries", Usage: "retries of a refusal that carries Retry-After", EnvVars: env("load-retries")},
+		&cli.DurationFlag{Name: "ttft-slo", Value: d.Interactive.TTFT, Usage: "interactive class TTFT SLO", EnvVars: env("load-ttft-slo")},
+		&cli.DurationFlag{Name: "tpot-slo", Value: d.Interactive.TPOT, Usage: "interactive class TPOT SLO", EnvVars: env("load-tpot-slo")},
+		&cli.StringFlag{Name: "json", Usage: "write the report as JSON to this file", EnvVars: env("load-json")},
+		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT to this file", EnvVars: env("load-plot")},
+		&cli.BoolFlag{Name: "quiet", Usage: "no progress line", EnvVars: env("load-quiet")},
+	}
+}
+
+func loadConfig(c *cli.Context) loadgen.Config {
+	cfg := loadgen.DefaultConfig()
+	cfg.Targets = c.StringSlice("target")
+	cfg.Model = c.String("model")
+	cfg.Workload = c.String("workload")
+	cfg.Trace = c.String("trace")
+	cfg.Rate = c.Float64("rate")
+	cfg.Duration = c.Duration("duration")
+	cfg.Seed = c.Int64("seed")
+	cfg.Speedup = c.Float64("speedup")
+	cfg.Scale = c.Float64("scale")
+	cfg.MaxRequests = c.Int("max-requests")
+	cfg.Concurrency = c.Int("concurrency")
+	cfg.Retries = c.Int("retries")
+	cfg.Interactive.TTFT = c.Duration("ttft-slo")
+	cfg.Interactive.TPOT = c.Duration("tpot-slo")
+	if !c.Bool("quiet") {
+		cfg.Progress = os.Stderr
+	}
+	return cfg
+}
+
+func loadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "load",
+		Usage: "drive OpenAI-compatible endpoints with a workload or trace and report latency and goodput",
+		Flags: loadFlags(),
+		Action: func(c *cli.Context) error {
+			cfg := loadConfig(c)
+			if len(cfg.Targets) == 0 {
+				return fmt.Errorf("load: at least one --target is required")
+			}
+			start := time.Now()
+			rep, err := loadgen.Run(c.Context, cfg)
+			if rep == nil {
+				return err
+			}
+			if werr := writeReport(rep, c.String("json"), c.String("plot"), []loadgen.LoadPoint{rep.Point("run", rep.OfferedRate)}); werr != nil {
+				return werr
+			}
+			fmt.Fprintf(os.Stderr, "load: finished in %s\n", time.Since(start).Round(time.Millisecond))
+			return err
+		},
+	}
+}
+
+// writeReport prints the table and writes the optional JSON and SVG files.
+func writeReport(rep *loadgen.Report, jsonPath, plotPath string, points []loadgen.LoadPoint) error {
+	if err := rep.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(jsonPath, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if plotPath != "" {
+		f, err := os.Create(plotPath)
+		if err != nil {
+			return err
+		}
+		if err := loadgen.WriteSVG(f, points); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
+)
+
+func testnetCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "testnet",
+		Usage: "run a local mesh of N nodes on loopback on the embedded engine (mTLS, gossip key), until Ctrl-C",
+		Flags: append([]cli.Flag{
+			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes", EnvVars: env("testnet-nodes")},
+			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
+			&cli.StringFlag{Name: "policy", Value: "kvmesh", Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
+		}, simFlags()...),
+		Action: func(c *cli.Context) error {
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			tc := testnet.Config{
+				Nodes:    c.Int("nodes"),
+				HTTPBase: c.Int("http-base"),
+				Logger:   log,
+				Configure: func(i int, cfg *node.Config) {
+					simConfig(c, cfg)
+					cfg.Policy = c.String("policy")
+				},
+			}
+			tn, err := testnet.Start(c.Context, tc)
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+			err = tn.WaitConverged(wctx)
+			cancel()
+			if err != nil {
+				log.Warn("mesh not converged yet", "err", err)
+			}
+			for i, u := range tn.URLs() {
+				fmt.Printf("%s  %s\n", testnet.Name(i), u)
+			}
+			fmt.Printf("\ntry:\n  curl -s %s/v1/chat/completions -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"stream\":true}'\n", tn.URLs()[0], node.DefaultModel)
+			fmt.Printf("  bin/kvmesh status --node %s\n", tn.URLs()[0])
+			fmt.Fprintln(os.Stderr, "\nCtrl-C stops the mesh")
+			<-c.Context.Done()
+			fmt.Fprintln(os.Stderr, "stopping")
+			return tn.Close()
+		},
+	}
+}

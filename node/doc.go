@@ -1,0 +1,12 @@
+// Package node is kvmesh's composition root: one Node wires the HTTP ingress (the OpenAI API),
+// the host side that runs requests on the local engine, the gossip member, QUIC forwarding,
+// routing, admission, GPU telemetry and the carbon signal.
+//
+// Only cmd/kvmesh, testnet and tests import it: it depends on nearly every other package.
+//
+// # Lifetime
+//
+// New validates a Config and builds the parts without I/O. Start binds the listeners and joins
+// the mesh; Shutdown stops taking new requests, drains in-flight ones within a deadline, leaves
+// the mesh and closes everything. A Node is safe for concurrent use.
+package node

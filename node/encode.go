@@ -1,0 +1,135 @@
+package node
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// encoder turns engine chunks into the OpenAI objects of one request's endpoint.
+type encoder struct {
+	p       *prepared
+	id      string
+	created int64
+}
+
+func newEncoder(p *prepared, now time.Time) *encoder {
+	prefix := "chatcmpl-"
+	if p.endpoint == engine.Completion {
+		prefix = "cmpl-"
+	}
+	return &encoder{p: p, id: prefix + p.req.ID, created: now.Unix()}
+}
+
+func usageOf(u *engine.Usage) *openai.Usage {
+	if u == nil {
+		return nil
+	}
+	return openai.NewUsage(u.PromptTokens, u.CompletionTokens, u.CachedTokens)
+}
+
+func finishOf(c engine.Chunk) *string {
+	if c.FinishReason == "" {
+		return nil
+	}
+	return openai.StringPtr(c.FinishReason)
+}
+
+// roleChunk opens a chat stream (the assistant role, no content); completions have none.
+func (e *encoder) roleChunk() any {
+	if e.p.endpoint == engine.Completion {
+		return nil
+	}
+	return openai.ChatCompletionChunk{
+		ID: e.id, Object: openai.ObjectChatCompletionChunk, Created: e.created, Model: e.p.model.Name,
+		Choices:      []openai.ChunkChoice{{Delta: openai.Delta{Role: "assistant", Content: openai.StringPtr("")}}},
+		IncludeUsage: e.p.includeUsage,
+	}
+}
+
+// chunk is one streamed piece of text, or the finishing piece (text may ride along with it).
+func (e *encoder) chunk(c engine.Chunk) any {
+	if e.p.endpoint == engine.Completion {
+		return openai.CompletionChunk{
+			ID: e.id, Object: openai.ObjectTextCompletion, Created: e.created, Model: e.p.model.Name,
+			Choices:      []openai.CompletionChoice{{Text: c.Text, FinishReason: finishOf(c)}},
+			IncludeUsage: e.p.includeUsage,
+		}
+	}
+	var d openai.Delta
+	if c.Text != "" {
+		d.Content = openai.StringPtr(c.Text)
+	}
+	return openai.ChatCompletionChunk{
+		ID: e.id, Object: openai.ObjectChatCompletionChunk, Created: e.created, Model: e.p.model.Name,
+		Choices:      []openai.ChunkChoice{{Delta: d, FinishReason: finishOf(c)}},
+		IncludeUsage: e.p.includeUsage,
+	}
+}
+
+// usageChunk is the final chunk of a stream that asked for usage: no choices, only usage.
+func (e *encoder) usageChunk(u *engine.Usage) any {
+	if e.p.endpoint == engine.Completion {
+		return openai.CompletionChunk{
+			ID: e.id, Object: openai.ObjectTextCompletion, Created: e.created, Model: e.p.model.Name,
+			Choices: []openai.CompletionChoice{}, Usage: usageOf(u), IncludeUsage: true,
+		}
+	}
+	return openai.ChatCompletionChunk{
+		ID: e.id, Object: openai.ObjectChatCompletionChunk, Created: e.created, Model: e.p.model.Name,
+		Choices: []openai.ChunkChoice{}, Usage: usageOf(u), IncludeUsage: true,
+	}
+}
+
+// complete is the non-streaming response.
+func (e *encoder) complete(text string, last engine.Chunk) any {
+	if e.p.endpoint == engine.Completion {
+		return openai.Completion{
+			ID: e.id, Object: openai.ObjectTextCompletion, Created: e.created, Model: e.p.model.Name,
+			Choices: []openai.CompletionChoice{{Text: text, FinishReason: finishOf(last)}},
+			Usage:   usageOf(last.Usage),
+		}
+	}
+	return openai.ChatCompletion{
+		ID: e.id, Object: openai.ObjectChatCompletion, Created: e.created, Model: e.p.model.Name,
+		Choices: []openai.ChatChoice{{Message: openai.ResponseMessage{Role: "assistant", Content: &text}, FinishReason: last.FinishReason}},
+		Usage:   usageOf(last.Usage),
+	}
+}
+
+func (n *Node) handleModels(w http.ResponseWriter, r *http.Request) {
+	list := openai.ModelList{Object: "list", Data: []openai.Model{}}
+	for _, m := range n.meshModels() {
+		list.Data = append(list.Data, openai.Model{ID: m.Name, Object: "model", Created: 0, OwnedBy: "kvmesh", MaxModelLen: m.ContextTokens})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (n *Node) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.cfg.Name})
+}
+
+// handleReadyz is 200 while the node takes new requests and its engine is healthy.
+func (n *Node) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case n.isDraining():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+	case !n.eng.State().Healthy:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "engine unhealthy"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+func (n *Node) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	openai.WriteError(w, openai.NewError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

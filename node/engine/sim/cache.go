@@ -1,0 +1,198 @@
+package sim
+
+// blockCache is the paged KV pool's accounting. It does not track physical block numbers, only
+// counts: a block is private (held by one sequence, not hashed: partial prompt blocks, output
+// blocks, prompt blocks whose prefill is still running), cached (hashed prompt block, possibly
+// shared by several sequences through refs), or free. Cached blocks that no sequence holds and
+// no pin protects sit on an LRU list and are evicted from its front when space is needed.
+type blockCache struct {
+	total   int
+	private int // blocks held privately by sequences
+	entries map[uint64]*centry
+	// LRU of evictable entries (refs == 0 && pins == 0): head is evicted first.
+	head, tail *centry
+	evictable  int
+	pinned     int // entries with pins > 0
+	held       int // entries with refs > 0
+}
+
+type centry struct {
+	hash       uint64
+	refs       int
+	pins       int
+	prev, next *centry
+	inLRU      bool
+}
+
+func newBlockCache(total int) *blockCache {
+	return &blockCache{total: total, entries: make(map[uint64]*centry)}
+}
+
+// free is the number of blocks neither private nor cached.
+func (c *blockCache) free() int { return c.total - c.private - len(c.entries) }
+
+// available is how many blocks an allocation can obtain, evicting if needed.
+func (c *blockCache) available() int { return c.free() + c.evictable }
+
+// used is vLLM's kv_cache_usage numerator: blocks held by running sequences.
+func (c *blockCache) used() int { return c.private + c.held }
+
+func (c *blockCache) pushBack(e *centry) {
+	e.prev, e.next = c.tail, nil
+	if c.tail != nil {
+		c.tail.next = e
+	} else {
+		c.head = e
+	}
+	c.tail = e
+	e.inLRU = true
+	c.evictable++
+}
+
+func (c *blockCache) unlink(e *centry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		c.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		c.tail = e.prev
+	}
+	e.prev, e.next, e.inLRU = nil, nil, false
+	c.evictable--
+}
+
+// lookup returns how many of blocks, contiguous from block 0, are cached, up to max.
+func (c *blockCache) lookup(blocks []uint64, max int) (hits, evictableHits int) {
+	for _, h := range blocks {
+		if hits >= max {
+			break
+		}
+		e, ok := c.entries[h]
+		if !ok {
+			break
+		}
+		if e.inLRU {
+			evictableHits++
+		}
+		hits++
+	}
+	return hits, evictableHits
+}
+
+// acquire takes a reference on each of blocks, which must all be cached.
+func (c *blockCache) acquire(blocks []uint64) {
+	for _, h := range blocks {
+		e := c.entries[h]
+		if e.inLRU {
+			c.unlink(e)
+		}
+		if e.refs == 0 {
+			c.held++
+		}
+		e.refs++
+	}
+}
+
+// release drops a reference on each of blocks. It walks them tail first so that, once nothing
+// holds them, a prefix's last blocks are evicted before its first (the head blocks are the ones
+// other requests share).
+func (c *blockCache) release(blocks []uint64) {
+	for i := len(blocks) - 1; i >= 0; i-- {
+		e := c.entries[blocks[i]]
+		e.refs--
+		if e.refs == 0 {
+			c.held--
+			if e.pins == 0 {
+				c.pushBack(e)
+			}
+		}
+	}
+}
+
+// allocate makes n private blocks, evicting LRU entries as needed and appending their hashes
+// to evicted. It reports false, changing nothing, if n blocks cannot be had.
+func (c *blockCache) allocate(n int, evicted []uint64) ([]uint64, bool) {
+	if n > c.available() {
+		return evicted, false
+	}
+	for c.free() < n {
+		e := c.head
+		c.unlink(e)
+		delete(c.entries, e.hash)
+		evicted = append(evicted, e.hash)
+	}
+	c.private += n
+	return evicted, true
+}
+
+// freePrivate returns n private blocks to the free pool.
+func (c *blockCache) freePrivate(n int) { c.private -= n }
+
+// store turns one private block holding hash h into a cached block the caller keeps a
+// reference on. If h is already cached (another sequence computed the same prefix
+// concurrently) the private copy is freed and the existing entry shared. It reports whether
+// the hash is new to the cache.
+func (c *blockCache) store(h uint64) bool {
+	c.private--
+	if e, ok := c.entries[h]; ok {
+		if e.inLRU {
+			c.unlink(e)
+		}
+		if e.refs == 0 {
+			c.held++
+		}
+		e.refs++
+		return false
+	}
+	c.entries[h] = &centry{hash: h, refs: 1}
+	c.held++
+	return true
+}
+
+// pin protects cached blocks, contiguous from block 0, from eviction, stopping at the first
+// block not cached or when the pinned count would exceed limit. It returns the blocks pinned.
+func (c *blockCache) pin(blocks []uint64, limit int) []uint64 {
+	n := 0
+	for _, h := range blocks {
+		e, ok := c.entries[h]
+		if !ok {
+			break
+		}
+		if e.pins == 0 {
+			if c.pinned >= limit {
+				break
+			}
+			c.pinned++
+			if e.inLRU {
+				c.unlink(e)
+			}
+		}
+		e.pins++
+		n++
+	}
+	return blocks[:n:n]
+}
+
+func (c *blockCache) unpin(blocks []uint64) {
+	for i := len(blocks) - 1; i >= 0; i-- {
+		e := c.entries[blocks[i]]
+		e.pins--
+		if e.pins == 0 {
+			c.pinned--
+			if e.refs == 0 {
+				c.pushBack(e)
+			}
+		}
+	}
+}
+
+// resident appends every cached hash to dst.
+func (c *blockCache) resident(dst []uint64) []uint64 {
+	for h := range c.entries {
+		dst = append(dst, h)
+	}
+	return dst
+}

@@ -1,0 +1,128 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/engine"
+)
+
+// Config configures a Sim. The defaults model Llama-3.1-8B in BF16 on one H100 SXM 80 GB
+// (see the package doc for where each number comes from). New fills zero fields with the
+// defaults; the three step coefficients are defaulted together, only when all are zero.
+type Config struct {
+	// Models served. Default: one model "llama-3.1-8b" with a 131072-token context.
+	Models []engine.Model
+	// BlockTokens is the KV block size in tokens. Default kvindex.DefaultBlockTokens.
+	BlockTokens int
+	// KVBlocks is the size of the KV pool in blocks. 0 derives it from the GPU memory inputs
+	// below: (GPUMemoryBytes × GPUMemoryUtilization − WeightBytes) / (KVBytesPerToken × BlockTokens).
+	KVBlocks int
+	// Inputs of the derived pool size.
+	GPUMemoryBytes       int64
+	GPUMemoryUtilization float64
+	WeightBytes          int64
+	KVBytesPerToken      int64
+	// MaxNumBatchedTokens is the per-step token budget (vLLM max_num_batched_tokens).
+	MaxNumBatchedTokens int
+	// MaxNumSeqs caps running sequences (vLLM max_num_seqs).
+	MaxNumSeqs int
+	// Step time = StepFixed + StepPerToken·(tokens computed in the step) +
+	// StepPerContextToken·(context tokens of every sequence in the batch).
+	StepFixed           time.Duration
+	StepPerToken        time.Duration
+	StepPerContextToken time.Duration
+	// TimeScale runs the simulator this many times faster than real time: a step sleeps
+	// stepTime/TimeScale. Default 1.
+	TimeScale float64
+	// PinFraction bounds the pool share Pin may protect from eviction. Default 0.5.
+	PinFraction float64
+	// HitRateWindow is how many recent prompt tokens State's HitRate covers. Default 65536.
+	HitRateWindow int
+	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
+	// evicted from the prefix cache. It must not block and must not keep the slices.
+	OnPrefix func(stored, evicted []uint64)
+	// Registerer receives the vLLM-named metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the Llama-3.1-8B on H100 SXM 80 GB configuration.
+func DefaultConfig() Config {
+	return Config{
+		Models:               []engine.Model{{Name: "llama-3.1-8b", ContextTokens: 131072}},
+		BlockTokens:          kvindex.DefaultBlockTokens,
+		GPUMemoryBytes:       80 << 30,
+		GPUMemoryUtilization: 0.9,
+		WeightBytes:          16_060_000_000, // 8.03e9 parameters × 2 bytes (BF16)
+		KVBytesPerToken:      2 * 32 * 8 * 128 * 2,
+		MaxNumBatchedTokens:  8192,
+		MaxNumSeqs:           256,
+		StepFixed:            5 * time.Millisecond,
+		StepPerToken:         30 * time.Microsecond,
+		StepPerContextToken:  40 * time.Nanosecond,
+		TimeScale:            1,
+		PinFraction:          0.5,
+		HitRateWindow:        65536,
+	}
+}
+
+// ErrConfig wraps every configuration error New returns.
+var ErrConfig = errors.New("sim: invalid config")
+
+// kvBlocks returns the pool size: KVBlocks if set, else derived from the memory inputs.
+func (c *Config) kvBlocks() (int, error) {
+	if c.KVBlocks > 0 {
+		return c.KVBlocks, nil
+	}
+	if c.GPUMemoryBytes <= 0 || c.KVBytesPerToken <= 0 || c.WeightBytes < 0 ||
+		c.GPUMemoryUtilization <= 0 || c.GPUMemoryUtilization > 1 {
+		return 0, fmt.Errorf("%w: KVBlocks unset and GPU memory inputs invalid", ErrConfig)
+	}
+	kv := float64(c.GPUMemoryBytes)*c.GPUMemoryUtilization - float64(c.WeightBytes)
+	n := int(kv / float64(c.KVBytesPerToken*int64(c.BlockTokens)))
+	if n < 1 {
+		return 0, fmt.Errorf("%w: weights leave no memory for the KV cache", ErrConfig)
+	}
+	return n, nil
+}
+
+func (c *Config) validate() error {
+	if len(c.Models) == 0 {
+		return fmt.Errorf("%w: no models", ErrConfig)
+	}
+	seen := make(map[string]bool, len(c.Models))
+	for _, m := range c.Models {
+		if m.Name == "" || m.ContextTokens < 1 || seen[m.Name] {
+			return fmt.Errorf("%w: model %q: empty, duplicate or without context", ErrConfig, m.Name)
+		}
+		seen[m.Name] = true
+	}
+	switch {
+	case c.BlockTokens < 1:
+		return fmt.Errorf("%w: BlockTokens %d < 1", ErrConfig, c.BlockTokens)
+	case c.KVBlocks < 0:
+		return fmt.Errorf("%w: KVBlocks %d < 0", ErrConfig, c.KVBlocks)
+	case c.MaxNumBatchedTokens < 1:
+		return fmt.Errorf("%w: MaxNumBatchedTokens %d < 1", ErrConfig, c.MaxNumBatchedTokens)
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("%w: MaxNumSeqs %d < 1", ErrConfig, c.MaxNumSeqs)
+	case c.StepFixed < 0 || c.StepPerToken < 0 || c.StepPerContextToken < 0:
+		return fmt.Errorf("%w: negative step time coefficient", ErrConfig)
+	case c.StepFixed+c.StepPerToken <= 0:
+		return fmt.Errorf("%w: a step must take time (StepFixed + StepPerToken > 0)", ErrConfig)
+	case !(c.TimeScale > 0):
+		return fmt.Errorf("%w: TimeScale %v must be > 0", ErrConfig, c.TimeScale)
+	case c.PinFraction < 0 || c.PinFraction > 1:
+		return fmt.Errorf("%w: PinFraction %v outside 0..1", ErrConfig, c.PinFraction)
+	case c.HitRateWindow < 1:
+		return fmt.Errorf("%w: HitRateWindow %d < 1", ErrConfig, c.HitRateWindow)
+	}
+	return nil
+}

@@ -1,0 +1,486 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/engine"
+)
+
+// Errors.
+var (
+	// ErrClosed fails Generate after Close and every stream still in flight at Close.
+	ErrClosed = fmt.Errorf("sim: closed: %w", engine.ErrUnavailable)
+	// ErrStreamClosed is what Recv returns after the caller closed the stream.
+	ErrStreamClosed = errors.New("sim: stream closed")
+)
+
+type seqState uint8
+
+const (
+	waiting seqState = iota
+	running
+	done
+)
+
+// seq is one request inside the engine.
+type seq struct {
+	id           uint64 // arrival order: preemption picks the highest running id
+	model        string
+	blocks       []uint64 // full prompt blocks' chained hashes
+	promptTokens int
+	maxTokens    int
+	natural      int
+	tseed        uint64
+	out          *output
+
+	state     seqState
+	gen       int // tokens generated so far (kept across preemption)
+	computed  int // tokens whose KV is in the cache
+	shared    int // blocks[:shared] are referenced in the prefix cache
+	own       int // private blocks held
+	estHit    int // cache-hit tokens expected when waiting (for QueuedPrefillTokens)
+	scheduled bool
+	cached    int // CachedTokens reported in Usage: hits at first scheduling
+
+	arrivalSim  time.Duration
+	arrivalWall time.Time
+	stream      *Stream
+	stopCtx     func() bool
+}
+
+type planItem struct {
+	q *seq
+	n int
+}
+
+// Sim is the simulated engine. Create it with New.
+type Sim struct {
+	cfg      Config
+	kvBlocks int
+	pinLimit int
+	models   map[string]engine.Model
+	log      *slog.Logger
+	met      *metrics
+
+	wake chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	nextID  uint64
+	cache   *blockCache
+	running []*seq // sorted by id
+	waiting []*seq // head first
+	plan    []planItem
+	simNow  time.Duration
+	// Recent prompt tokens and their cache hits, for HitRate.
+	hitWin        []hitSample
+	hitTok, hitOK int
+	stored        []uint64
+	evicted       []uint64
+	// Counters exported as vLLM metrics.
+	nPreempt, nQueries, nHits, nPrompt, nGen uint64
+}
+
+type hitSample struct{ tokens, hits int }
+
+var _ engine.Engine = (*Sim)(nil)
+
+// New validates cfg, fills its defaults and builds a Sim. It starts no goroutine: the step
+// loop starts with Start or the first Generate.
+func New(cfg Config) (*Sim, error) {
+	def := DefaultConfig()
+	if cfg.Models == nil {
+		cfg.Models = def.Models
+	}
+	if cfg.BlockTokens == 0 {
+		cfg.BlockTokens = def.BlockTokens
+	}
+	if cfg.KVBlocks == 0 {
+		if cfg.GPUMemoryBytes == 0 {
+			cfg.GPUMemoryBytes = def.GPUMemoryBytes
+		}
+		if cfg.GPUMemoryUtilization == 0 {
+			cfg.GPUMemoryUtilization = def.GPUMemoryUtilization
+		}
+		if cfg.WeightBytes == 0 {
+			cfg.WeightBytes = def.WeightBytes
+		}
+		if cfg.KVBytesPerToken == 0 {
+			cfg.KVBytesPerToken = def.KVBytesPerToken
+		}
+	}
+	if cfg.MaxNumBatchedTokens == 0 {
+		cfg.MaxNumBatchedTokens = def.MaxNumBatchedTokens
+	}
+	if cfg.MaxNumSeqs == 0 {
+		cfg.MaxNumSeqs = def.MaxNumSeqs
+	}
+	if cfg.StepFixed == 0 && cfg.StepPerToken == 0 && cfg.StepPerContextToken == 0 {
+		cfg.StepFixed, cfg.StepPerToken, cfg.StepPerContextToken = def.StepFixed, def.StepPerToken, def.StepPerContextToken
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = def.TimeScale
+	}
+	if cfg.PinFraction == 0 {
+		cfg.PinFraction = def.PinFraction
+	}
+	if cfg.HitRateWindow == 0 {
+		cfg.HitRateWindow = def.HitRateWindow
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n, err := cfg.kvBlocks()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sim{
+		cfg:      cfg,
+		kvBlocks: n,
+		pinLimit: int(cfg.PinFraction * float64(n)),
+		models:   make(map[string]engine.Model, len(cfg.Models)),
+		log:      cfg.Logger,
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		cache:    newBlockCache(n),
+	}
+	s.cfg.Models = slices.Clone(cfg.Models)
+	for _, m := range cfg.Models {
+		s.models[m.Name] = m
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.met = newMetrics(s)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.met); err != nil {
+			return nil, fmt.Errorf("sim: register metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// KVBlocks returns the pool size in blocks (configured or derived).
+func (s *Sim) KVBlocks() int { return s.kvBlocks }
+
+// Start starts the step loop if it is not running. Generate calls it, so calling it is
+// optional. It does nothing after Close.
+func (s *Sim) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.startLocked()
+}
+
+func (s *Sim) startLocked() {
+	if s.started || s.closed {
+		return
+	}
+	s.started = true
+	s.wg.Add(1)
+	go s.loop()
+}
+
+// Close stops the step loop, fails every in-flight stream with ErrClosed and unregisters the
+// metrics. Safe twice.
+func (s *Sim) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.wg.Wait()
+
+	s.mu.Lock()
+	all := append(slices.Clone(s.running), s.waiting...)
+	for _, q := range all {
+		s.dropLocked(q)
+	}
+	s.mu.Unlock()
+	for _, q := range all {
+		q.stream.end(ErrClosed)
+	}
+	if s.cfg.Registerer != nil {
+		// A node that replaces its engine can register the next one on the same registry.
+		s.cfg.Registerer.Unregister(s.met)
+	}
+	s.log.Debug("sim: closed", "failed_streams", len(all))
+	return nil
+}
+
+// Models lists the models served.
+func (s *Sim) Models() []engine.Model { return slices.Clone(s.cfg.Models) }
+
+// Generate queues req and returns its stream. It refuses, wrapping engine.ErrRejected, an
+// unknown model, max_tokens < 1, a request over the model's context, and one whose prompt
+// plus max_tokens needs more blocks than the whole pool (it could never run).
+func (s *Sim) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	st, err := s.submit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	s.Start()
+	return st, nil
+}
+
+// submit does Generate's work without starting the loop (benchmarks drive steps directly).
+func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	m, ok := s.models[req.Model]
+	if !ok {
+		return nil, fmt.Errorf("sim: unknown model %q: %w", req.Model, engine.ErrRejected)
+	}
+	if req.MaxTokens < 1 {
+		return nil, fmt.Errorf("sim: max_tokens %d < 1: %w", req.MaxTokens, engine.ErrRejected)
+	}
+	p := req.PromptTokens
+	if p <= 0 {
+		p = kvindex.Tokens(len(req.Prompt))
+	}
+	p = max(p, 1) // an empty prompt still has a start token to compute
+	if p+req.MaxTokens > m.ContextTokens {
+		return nil, fmt.Errorf("sim: %d prompt + %d max tokens over the %d-token context: %w",
+			p, req.MaxTokens, m.ContextTokens, engine.ErrRejected)
+	}
+	bt := s.cfg.BlockTokens
+	if need := (p + req.MaxTokens + bt - 1) / bt; need > s.kvBlocks {
+		return nil, fmt.Errorf("sim: request needs %d KV blocks, pool has %d: %w", need, s.kvBlocks, engine.ErrRejected)
+	}
+	blocks := req.Blocks
+	if blocks == nil {
+		blocks = kvindex.AppendBlocks(nil, req.Model, req.Prompt, bt)
+	}
+	// Never more full blocks than the token count allows (PromptTokens may be given).
+	blocks = blocks[:min(len(blocks), p/bt)]
+	tseed := textSeed(req.Seed, req.Prompt)
+	q := &seq{
+		model:        req.Model,
+		blocks:       blocks,
+		promptTokens: p,
+		maxTokens:    req.MaxTokens,
+		natural:      naturalLength(tseed, req.MaxTokens),
+		tseed:        tseed,
+		out:          newOutput(req.Stop),
+		arrivalWall:  time.Now(),
+	}
+	st := newStream(s)
+	st.seq, q.stream = q, st
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.nextID++
+	q.id = s.nextID
+	q.arrivalSim = s.simNow
+	q.estHit, _ = s.cache.lookup(q.blocks, (p-1)/bt)
+	q.estHit *= bt
+	s.waiting = append(s.waiting, q)
+	s.mu.Unlock()
+
+	q.stopCtx = context.AfterFunc(ctx, func() { s.cancel(q, fmt.Errorf("sim: %w", ctx.Err())) })
+	s.kick()
+	return st, nil
+}
+
+func (s *Sim) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// cancel takes q out of the engine and ends its stream with err.
+func (s *Sim) cancel(q *seq, err error) {
+	s.mu.Lock()
+	if q.state == done {
+		s.mu.Unlock()
+		return
+	}
+	s.dropLocked(q)
+	s.mu.Unlock()
+	q.stream.end(err)
+	s.kick() // freed blocks may let a waiting request in
+}
+
+// dropLocked frees q's blocks and removes it from whichever queue holds it.
+func (s *Sim) dropLocked(q *seq) {
+	switch q.state {
+	case waiting:
+		if i := slices.Index(s.waiting, q); i >= 0 {
+			s.waiting = slices.Delete(s.waiting, i, i+1)
+		}
+	case running:
+		s.freeLocked(q)
+		s.removeRunningLocked(q)
+	}
+	q.state = done
+	if q.stopCtx != nil {
+		q.stopCtx()
+	}
+}
+
+func (s *Sim) freeLocked(q *seq) {
+	s.cache.release(q.blocks[:q.shared])
+	s.cache.freePrivate(q.own)
+	q.shared, q.own, q.computed = 0, 0, 0
+}
+
+func (s *Sim) removeRunningLocked(q *seq) {
+	i, ok := slices.BinarySearchFunc(s.running, q.id, func(e *seq, id uint64) int { return cmpU64(e.id, id) })
+	if ok {
+		s.running = slices.Delete(s.running, i, i+1)
+	}
+}
+
+func (s *Sim) insertRunningLocked(q *seq) {
+	i, _ := slices.BinarySearchFunc(s.running, q.id, func(e *seq, id uint64) int { return cmpU64(e.id, id) })
+	s.running = slices.Insert(s.running, i, q)
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// loop is the one goroutine: schedule a step, sleep its scaled duration, complete it.
+func (s *Sim) loop() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		d, ok := s.scheduleLocked()
+		evicted := s.evicted
+		s.mu.Unlock()
+		s.report(nil, evicted)
+		if !ok {
+			select {
+			case <-s.wake:
+				continue
+			case <-s.done:
+				return
+			}
+		}
+		timer.Reset(time.Duration(float64(d) / s.cfg.TimeScale))
+		select {
+		case <-timer.C:
+		case <-s.done:
+			return
+		}
+		s.mu.Lock()
+		ends := s.completeLocked(d)
+		stored := s.stored
+		s.mu.Unlock()
+		s.report(stored, nil)
+		for _, q := range ends {
+			q.stream.end(io.EOF)
+		}
+	}
+}
+
+func (s *Sim) report(stored, evicted []uint64) {
+	if s.cfg.OnPrefix != nil && (len(stored) > 0 || len(evicted) > 0) {
+		s.cfg.OnPrefix(stored, evicted)
+	}
+}
+
+// State returns the engine's load snapshot.
+func (s *Sim) State() engine.State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	queued := 0
+	for _, q := range s.waiting {
+		queued += max(0, q.promptTokens+q.gen-q.estHit)
+	}
+	var ctx int
+	for _, q := range s.running {
+		if r := q.promptTokens + q.gen - q.computed; r > 1 {
+			queued += r
+		}
+		ctx += q.promptTokens + q.gen
+	}
+	hit := 0.0
+	if s.hitTok > 0 {
+		hit = float64(s.hitOK) / float64(s.hitTok)
+	}
+	c := &s.cfg
+	full := c.StepFixed + time.Duration(c.MaxNumBatchedTokens)*(c.StepPerToken+c.StepPerContextToken)
+	decode := c.StepFixed + time.Duration(max(1, len(s.running)))*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken
+	return engine.State{
+		Healthy:                !s.closed,
+		BlockTokens:            c.BlockTokens,
+		KVBlocksTotal:          s.kvBlocks,
+		KVBlocksUsed:           s.cache.used(),
+		HitRate:                hit,
+		Running:                len(s.running),
+		Waiting:                len(s.waiting),
+		QueuedPrefillTokens:    queued,
+		PrefillTokensPerSecond: float64(c.MaxNumBatchedTokens) / full.Seconds() * c.TimeScale,
+		DecodeStepSeconds:      decode.Seconds() / c.TimeScale,
+		MaxRunning:             c.MaxNumSeqs,
+	}
+}
+
+// CachedBlocks returns how many blocks the prefix cache holds (shared by running sequences
+// or resident and evictable).
+func (s *Sim) CachedBlocks() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.cache.entries)
+}
+
+// ResidentBlocks returns a snapshot of every cached block hash, in no particular order.
+func (s *Sim) ResidentBlocks() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache.resident(make([]uint64, 0, len(s.cache.entries)))
+}
+
+// SimTime returns the simulated engine time elapsed: the sum of modelled step durations.
+func (s *Sim) SimTime() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.simNow
+}
+
+// Pin protects the cached prefix of blocks (contiguous from block 0, as far as it is
+// resident) from eviction until release is called. Pins never cover more than PinFraction of
+// the pool: Pin stops at that bound, so n may be less than len(blocks). release is safe to call
+// more than once.
+func (s *Sim) Pin(blocks []uint64) (n int, release func()) {
+	s.mu.Lock()
+	pinned := slices.Clone(s.cache.pin(blocks, s.pinLimit))
+	s.mu.Unlock()
+	var once sync.Once
+	return len(pinned), func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.cache.unpin(pinned)
+			s.mu.Unlock()
+			s.kick()
+		})
+	}
+}

@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// vocab holds the output words: each is exactly kvindex.BytesPerToken bytes, so one generated
+// token is one word and the output re-tokenises to the same count.
+var vocab = [...]string{
+	"the ", "and ", "for ", "you ", "not ", "are ", "but ", "can ",
+	"was ", "one ", "all ", "new ", "may ", "use ", "get ", "way ",
+	"has ", "two ", "how ", "out ", "day ", "see ", "now ", "any ",
+	"its ", "our ", "set ", "run ", "key ", "end ", "top ", "map ",
+}
+
+// splitmix64 is a fast, well-mixed bijection: token i's word is splitmix64(stream seed + i).
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// textSeed mixes the request's seed with its prompt so equal seeds on different prompts differ.
+func textSeed(seed uint64, prompt []byte) uint64 {
+	return splitmix64(seed ^ xxhash.Sum64(prompt))
+}
+
+// naturalLength is where a request's output ends on its own. The rule: 70% of requests run to
+// maxTokens; the other 30% end after a uniform 1..maxTokens tokens (finishing "stop" when that
+// is below maxTokens).
+func naturalLength(seed uint64, maxTokens int) int {
+	h := splitmix64(seed ^ 0x6e61747572616c) // "natural"
+	if h%10 < 7 {
+		return maxTokens
+	}
+	return 1 + int((h>>8)%uint64(maxTokens))
+}
+
+// word returns the text of generated token i.
+func word(seed uint64, i int) string {
+	return vocab[splitmix64(seed+uint64(i))%uint64(len(vocab))]
+}
+
+// output accumulates a sequence's generated text and decides what may be sent: text that could
+// still be the start of a stop sequence is held back until it cannot be, so a stop string that
+// spans tokens is caught and never sent.
+type output struct {
+	stops   []string
+	maxStop int
+	text    strings.Builder
+	sent    int // bytes of text already handed out
+}
+
+func newOutput(stops []string) *output {
+	o := &output{}
+	for _, s := range stops {
+		if s == "" {
+			continue
+		}
+		o.stops = append(o.stops, s)
+		o.maxStop = max(o.maxStop, len(s))
+	}
+	return o
+}
+
+// add appends a token's text. It returns the text now safe to send and whether a stop
+// sequence matched (the returned text then ends just before it).
+func (o *output) add(tok string) (string, bool) {
+	before := o.text.Len()
+	o.text.WriteString(tok)
+	if len(o.stops) == 0 {
+		return o.flush(), false
+	}
+	all := o.text.String()
+	// Only a match ending in the new text is new; start far enough back to catch one that
+	// began in earlier tokens.
+	from := max(0, before-o.maxStop+1, o.sent)
+	cut := -1
+	for _, s := range o.stops {
+		if i := strings.Index(all[from:], s); i >= 0 && (cut < 0 || from+i < cut) {
+			cut = from + i
+		}
+	}
+	if cut >= 0 {
+		out := all[o.sent:cut]
+		o.sent = len(all)
+		return out, true
+	}
+	safe := max(o.sent, len(all)-o.maxStop+1)
+	out := all[o.sent:safe]
+	o.sent = safe
+	return out, false
+}
+
+// flush returns everything not yet sent.
+func (o *output) flush() string {
+	all := o.text.String()
+	out := all[o.sent:]
+	o.sent = len(all)
+	return out
+}

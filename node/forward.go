@@ -1,0 +1,257 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
+const MaxHops = 1
+
+// maxAttempts bounds how many candidates one dispatch tries before the request goes back to
+// the waiting room.
+const maxAttempts = 3
+
+// Meta keys of a forward header: what the owner needs to judge the request's SLOs the way the
+// ingress would.
+const (
+	metaWaited  = "waited_ms" // time since the request reached the ingress
+	metaTTFTSLO = "ttft_slo_ms"
+	metaTPOTSLO = "tpot_slo_ms"
+)
+
+// dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) every
+// candidate refused before the first byte and nothing was written.
+type dispatchResult struct {
+	o        outcome
+	requeue  bool
+	lastCode string
+	retry    time.Duration
+}
+
+// dispatch runs p on the first candidate of order that takes it: this node's engine, or a peer
+// over QUIC. A refusal or a connect failure before the first byte moves on to the next
+// candidate; nothing reaches the client until some owner accepted.
+func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, pl *plan, order []route.Candidate, start time.Time) dispatchResult {
+	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
+	for i := range order {
+		if i >= maxAttempts {
+			break
+		}
+		c := &order[i]
+		now := time.Now()
+		if i > 0 {
+			pl.res = n.policy.Reserve(now, c.Name, max(p.adm.PromptTokens-c.Terms.PrefixTokens, 0), pl.d.KVBlocks)
+			pl.reserved = true
+		}
+		if pl.v.peers[c.Peer].Self {
+			n.m.forwards.WithLabelValues("local").Inc()
+			o := n.serveLocal(ctx, w, p, start, "local")
+			n.releasePlan(pl)
+			n.stick(p, c.Name)
+			return dispatchResult{o: o}
+		}
+		o, done := n.forward(ctx, w, p, c, pl.v.quic[c.Peer], start, &res)
+		n.releasePlan(pl)
+		if done {
+			n.stick(p, c.Name)
+			return dispatchResult{o: o}
+		}
+		if ctx.Err() != nil {
+			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
+		}
+	}
+	return res
+}
+
+func (n *Node) stick(p *prepared, peer string) {
+	if p.adm.Agent == "" {
+		return
+	}
+	if r, ok := n.policy.(*route.Router); ok {
+		r.Stick(p.adm.Agent, peer)
+	}
+}
+
+// forward sends p to the candidate's owner. done reports that the client got an answer (relayed
+// from the owner); otherwise the owner refused or could not be reached before any byte.
+func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
+	ttft, tpot := n.adm.SLOFor(p.adm)
+	h := transport.Header{
+		RequestID: p.req.ID,
+		Hops:      1,
+		Priority:  p.adm.Priority,
+		Tenant:    p.adm.Tenant,
+		Deadline:  start.Add(ttft),
+		AgentID:   p.adm.Agent,
+		Blocks:    p.req.Blocks,
+		Ingress:   n.cfg.Name,
+		Path:      pathOf(p.endpoint),
+		Meta: map[string]string{
+			metaWaited:  strconv.FormatInt(time.Since(start).Milliseconds(), 10),
+			metaTTFTSLO: strconv.FormatInt(ttft.Milliseconds(), 10),
+			metaTPOTSLO: strconv.FormatInt(tpot.Milliseconds(), 10),
+		},
+	}
+	if addr == "" {
+		n.m.forwards.WithLabelValues("no_address").Inc()
+		return outcome{}, false
+	}
+	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
+	var ref *transport.Refusal
+	switch {
+	case err == nil:
+	case errors.As(err, &ref):
+		n.m.forwards.WithLabelValues("refused").Inc()
+		n.log.Debug("owner refused", "id", p.req.ID, "owner", c.Name, "code", ref.Code)
+		res.lastCode, res.retry = ref.Code, ref.RetryAfter
+		if ref.Status == http.StatusBadRequest {
+			// The owner found the request itself invalid: no other node will think otherwise.
+			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
+			return outcome{code: ref.Code, refused: true}, true
+		}
+		return outcome{}, false
+	default:
+		n.m.forwards.WithLabelValues("unreachable").Inc()
+		n.log.Info("owner unreachable", "id", p.req.ID, "owner", c.Name, "err", err)
+		return outcome{}, false
+	}
+	if resp.Status >= 500 {
+		// The owner's engine failed before the first token: another node may do better.
+		_ = resp.Body.Close()
+		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		res.lastCode = resp.Headers[HeaderReason]
+		return outcome{}, false
+	}
+	n.m.forwards.WithLabelValues("accepted").Inc()
+	if n.g != nil {
+		// The owner now holds (or is computing) this prefix: the next turn of the session
+		// should follow before the owner's own summary arrives.
+		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+	}
+	return n.relay(w, resp, p, start), true
+}
+
+func pathOf(ep engine.Endpoint) string {
+	if ep == engine.Completion {
+		return "/v1/completions"
+	}
+	return "/v1/chat/completions"
+}
+
+// relay copies the owner's response to the client as it arrives, byte for byte. If the owner
+// dies mid-stream the client's stream ends with an explicit error event, never silently.
+func (n *Node) relay(w http.ResponseWriter, resp *transport.Response, p *prepared, start time.Time) outcome {
+	defer resp.Body.Close()
+	for k, v := range resp.Headers {
+		if k == HeaderRequestID {
+			continue // the client keeps this node's id
+		}
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(resp.Status)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	first := true
+	for {
+		nr, err := resp.Body.Read(buf)
+		if nr > 0 {
+			if first && resp.Status == http.StatusOK {
+				n.m.ttft.Observe(time.Since(start).Seconds())
+				first = false
+			}
+			if _, werr := w.Write(buf[:nr]); werr != nil {
+				return outcome{code: openai.CodeClientClosed}
+			}
+			_ = rc.Flush()
+		}
+		if err == io.EOF {
+			if resp.Status != http.StatusOK {
+				return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
+			}
+			return outcome{completed: true}
+		}
+		if err != nil {
+			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
+			if p.stream {
+				_ = openai.NewSSEWriter(w).WriteError(e)
+			}
+			return outcome{code: e.Code}
+		}
+	}
+}
+
+// ServeForward runs a request a peer forwarded here: the owner's authoritative check with exact
+// local state, then the same local serving path as a client request, relayed back as it is
+// written. It implements transport.Handler.
+func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter) {
+	n.forwarded.Add(1)
+	defer n.forwarded.Add(-1)
+	refuse := func(status int, code, msg string, retry time.Duration) {
+		st, _ := gossip.EncodeState(n.localState())
+		_ = fw.Refuse(transport.Refusal{Status: status, Code: code, Message: msg, RetryAfter: retry, State: st})
+	}
+	if h.Hops > MaxHops {
+		refuse(http.StatusLoopDetected, "hop_limit", fmt.Sprintf("forwarded %d times; the limit is %d", h.Hops, MaxHops), 0)
+		return
+	}
+	if n.isDraining() {
+		refuse(http.StatusServiceUnavailable, "draining", "the node is shutting down", time.Second)
+		return
+	}
+	ep := engine.Chat
+	switch h.Path {
+	case "/v1/chat/completions":
+	case "/v1/completions":
+		ep = engine.Completion
+	default:
+		refuse(http.StatusNotFound, "not_found", "no such endpoint: "+h.Path, 0)
+		return
+	}
+	p, oerr := n.prepare(ep, h.RequestID, body)
+	if oerr != nil {
+		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
+		return
+	}
+	ms := func(k string) time.Duration {
+		v, _ := strconv.ParseInt(h.Meta[k], 10, 64)
+		return time.Duration(max(v, 0)) * time.Millisecond
+	}
+	now := time.Now()
+	start := now.Add(-ms(metaWaited))
+	a := &p.adm
+	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
+	a.TTFTSLO, a.TPOTSLO = ms(metaTTFTSLO), ms(metaTPOTSLO)
+	if _, ok := n.models[a.Model]; !ok {
+		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
+		return
+	}
+	if n.carbon != nil && a.Priority < 0 && n.carbon.Dirty(now) {
+		refuse(http.StatusTooManyRequests, CodeCarbonDeferred, "this node's grid is over the carbon threshold", n.carbon.RetryAfter(now))
+		return
+	}
+	d := n.adm.Admit(now, *a, []admit.Option{n.localOption()})
+	n.m.decisionOf(d)
+	if d.Action != admit.Accept && (n.cfg.Admission == AdmissionKvmesh || d.Status == http.StatusBadRequest) {
+		status := d.Status
+		if d.Action == admit.Queue {
+			status = http.StatusTooManyRequests
+		}
+		refuse(status, d.Code, d.Message, d.RetryAfter)
+		return
+	}
+	p.req.MaxTokens = d.MaxTokens
+	n.serveLocal(ctx, transport.HTTPResponseWriter(fw), p, start, "peer")
+}

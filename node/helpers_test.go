@@ -1,0 +1,227 @@
+package node_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
+)
+
+const model = node.DefaultModel
+
+// startNet starts n nodes with fast gossip and a fast simulated engine and waits for the mesh
+// to converge.
+func startNet(t *testing.T, n int, configure func(i int, cfg *node.Config)) *testnet.Net {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tn, err := testnet.Start(ctx, testnet.Config{
+		Nodes: n,
+		Fast:  true,
+		Configure: func(i int, cfg *node.Config) {
+			cfg.Sim.TimeScale = 20
+			cfg.Sim.KVBlocks = 4096
+			cfg.DrainTimeout = 5 * time.Second
+			if os.Getenv("KVMESH_TEST_LOG") != "" {
+				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}
+			if configure != nil {
+				configure(i, cfg)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tn.Close(); err != nil {
+			t.Logf("close: %v", err)
+		}
+	})
+	if err := tn.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for time to pass
+	}
+}
+
+func chatBody(content string, maxTokens int, stream bool) string {
+	b, _ := json.Marshal(map[string]any{
+		"model":          model,
+		"messages":       []map[string]string{{"role": "user", "content": content}},
+		"max_tokens":     maxTokens,
+		"stream":         stream,
+		"stream_options": map[string]bool{"include_usage": stream},
+	})
+	if !stream {
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		delete(m, "stream_options")
+		b, _ = json.Marshal(m)
+	}
+	return string(b)
+}
+
+func post(t *testing.T, url, path, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sseEvents splits an SSE body into its data payloads.
+func sseEvents(t *testing.T, body []byte) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// streamUsage returns the usage of a stream that asked for it.
+func streamUsage(t *testing.T, events []string) usage {
+	t.Helper()
+	for _, e := range events {
+		var c struct {
+			Choices []json.RawMessage `json:"choices"`
+			Usage   *usage            `json:"usage"`
+		}
+		if json.Unmarshal([]byte(e), &c) == nil && c.Usage != nil && len(c.Choices) == 0 {
+			return *c.Usage
+		}
+	}
+	t.Fatalf("no usage chunk in %d events", len(events))
+	return usage{}
+}
+
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+func decodeError(t *testing.T, b []byte) errorBody {
+	t.Helper()
+	var e errorBody
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("error body %q: %v", b, err)
+	}
+	return e
+}
+
+// peers fetches a node's /v1/mesh/peers.
+func peers(t *testing.T, url string) node.PeersResponse {
+	t.Helper()
+	resp, err := http.Get(url + "/v1/mesh/peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr node.PeersResponse
+	if err := json.Unmarshal(readAll(t, resp), &pr); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
+func selfOf(pr node.PeersResponse) node.PeerInfo {
+	for _, p := range pr.Peers {
+		if p.Self {
+			return p
+		}
+	}
+	return node.PeerInfo{}
+}
+
+// longPrompt is deterministic text of about tokens tokens (4 bytes each).
+func longPrompt(seed string, tokens int) string {
+	var b strings.Builder
+	for b.Len() < tokens*4 {
+		b.WriteString(seed)
+		b.WriteString(" lorem ipsum dolor sit amet ")
+	}
+	return b.String()[:tokens*4]
+}
+
+// metric sums the samples of family name on a node's /metrics whose labels contain match
+// (e.g. `code="queue_full"`; empty matches all). Absent families read 0.
+func metric(t *testing.T, url, name, match string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(readAll(t, resp)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		series, labels, _ := strings.Cut(f[0], "{")
+		if series != name || !strings.Contains(labels, match) {
+			continue
+		}
+		var v float64
+		if err := json.Unmarshal([]byte(f[1]), &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}

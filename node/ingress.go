@@ -1,0 +1,202 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// Response headers.
+const (
+	HeaderNode      = "X-Kvmesh-Node"
+	HeaderRequestID = "X-Kvmesh-Request-Id"
+	HeaderReason    = "X-Kvmesh-Reason"
+)
+
+// prepared is a decoded request ready to admit and run: the same function builds it at the
+// ingress and, from the forwarded body, on the owner, so both agree on tokens and blocks.
+type prepared struct {
+	endpoint     engine.Endpoint
+	stream       bool
+	includeUsage bool
+	user         string
+	model        engine.Model
+	req          engine.Request
+	adm          admit.Request // the fields admission checks (the node adds headers and identity)
+}
+
+func endpointName(ep engine.Endpoint) string {
+	if ep == engine.Completion {
+		return "completions"
+	}
+	return "chat"
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// readBody reads at most limit bytes; a longer body is a 413.
+func readBody(r io.Reader, limit int64) ([]byte, *openai.Error) {
+	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, "reading request body: "+err.Error())
+	}
+	if int64(len(body)) > limit {
+		return nil, openai.NewError(http.StatusRequestEntityTooLarge, openai.CodeBodyTooLarge,
+			fmt.Sprintf("request body is larger than %d bytes", limit))
+	}
+	return body, nil
+}
+
+// prepare decodes body, renders the prompt and hashes its blocks. Bounds, the model and the
+// context budget are admission's to check.
+func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *openai.Error) {
+	p := &prepared{endpoint: ep}
+	var (
+		seed   *int64
+		prompt []byte
+		a      = &p.adm
+	)
+	switch ep {
+	case engine.Chat:
+		cr, oerr := openai.DecodeChat(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		if oerr != nil {
+			return nil, oerr
+		}
+		a.Model, a.N, a.Temperature, a.TopP, a.StopCount = cr.Model, cr.N, cr.Temperature, cr.TopP, len(cr.Stop)
+		a.MaxTokens = cr.MaxCompletionTokens
+		if a.MaxTokens == nil {
+			a.MaxTokens = cr.MaxTokens
+		}
+		if cr.Logprobs != nil && *cr.Logprobs {
+			lp := 0
+			if cr.TopLogprobs != nil {
+				lp = *cr.TopLogprobs
+			}
+			a.Logprobs = &lp
+		}
+		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
+		p.stream = cr.Stream
+		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
+		msgs := make([]kvindex.Message, len(cr.Messages))
+		for i, m := range cr.Messages {
+			msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
+		}
+		prompt = kvindex.RenderChat(nil, msgs)
+	case engine.Completion:
+		cr, oerr := openai.DecodeCompletion(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		if oerr != nil {
+			return nil, oerr
+		}
+		a.Model, a.N, a.Temperature, a.TopP, a.StopCount = cr.Model, cr.N, cr.Temperature, cr.TopP, len(cr.Stop)
+		a.MaxTokens, a.Logprobs = cr.MaxTokens, cr.Logprobs
+		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
+		p.stream = cr.Stream
+		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
+		prompt = []byte(cr.PromptText())
+	}
+	ctxTokens, _ := n.meshModelInfo(a.Model)
+	p.model = engine.Model{Name: a.Model, ContextTokens: ctxTokens}
+	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), kvindex.Tokens(len(prompt))
+	s := xxhash.Sum64(prompt)
+	if seed != nil {
+		s = uint64(*seed)
+	}
+	p.req = engine.Request{
+		ID:           id,
+		Endpoint:     ep,
+		Model:        a.Model,
+		Body:         body,
+		Prompt:       prompt,
+		PromptTokens: a.PromptTokens,
+		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, n.blockTokens()),
+		Stop:         p.req.Stop,
+		Seed:         s,
+	}
+	return p, nil
+}
+
+func (n *Node) blockTokens() int {
+	if st := n.eng.State(); st.BlockTokens > 0 {
+		return st.BlockTokens
+	}
+	return kvindex.DefaultBlockTokens
+}
+
+// outcome is how one request ended, for the reconciling counters.
+type outcome struct {
+	completed bool
+	code      string // error code when not completed
+	refused   bool   // refused before the first byte (else failed)
+}
+
+func (n *Node) account(ep engine.Endpoint, o outcome) {
+	switch {
+	case o.completed:
+		n.m.completed.WithLabelValues(endpointName(ep)).Inc()
+	case o.refused:
+		n.m.refused.WithLabelValues(o.code).Inc()
+	default:
+		n.m.failed.WithLabelValues(o.code).Inc()
+	}
+}
+
+func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		n.m.received.WithLabelValues(endpointName(ep)).Inc()
+		n.m.inFlight.Inc()
+		defer n.m.inFlight.Dec()
+		id := newRequestID()
+		w.Header().Set(HeaderRequestID, id)
+		o := n.ingest(r.Context(), w, r, ep, id, start)
+		n.account(ep, o)
+		n.m.e2e.Observe(time.Since(start).Seconds())
+		if !o.completed {
+			n.log.Info("request ended", "id", id, "code", o.code, "refused", o.refused)
+		}
+	}
+}
+
+// writeRefusal answers with an OpenAI error body, X-Kvmesh-Reason and, for 429 and 503,
+// Retry-After in whole seconds (at least 1).
+func writeRefusal(w http.ResponseWriter, e *openai.Error, retryAfter time.Duration) {
+	h := w.Header()
+	h.Set(HeaderReason, e.Code)
+	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		secs := int((retryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", fmt.Sprint(max(secs, 1)))
+	}
+	openai.WriteError(w, e)
+}
+
+// engineError maps an error from Engine.Generate (before any output) to the client's answer.
+func engineError(err error) *openai.Error {
+	var re interface{ HTTPStatus() int }
+	switch {
+	case errors.As(err, &re) && re.HTTPStatus() >= 400 && re.HTTPStatus() < 500:
+		return openai.NewError(re.HTTPStatus(), openai.CodeInvalidRequest, err.Error())
+	case errors.Is(err, engine.ErrRejected):
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return openai.NewError(http.StatusGatewayTimeout, openai.CodeEngineTimeout, "engine did not answer in time")
+	default:
+		return openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "engine failed before the first token: "+err.Error())
+	}
+}

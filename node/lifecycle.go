@@ -1,0 +1,133 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// buildMesh builds routing, admission, telemetry and, outside Standalone, the gossip member
+// and the QUIC transport. Nothing is bound yet.
+func (n *Node) buildMesh() error {
+	var err error
+	if n.policy, err = route.NewPolicy(n.cfg.Policy, n.cfg.Route); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	ac := n.cfg.Admit
+	ac.ModelInfo = n.meshModelInfo
+	if n.adm, err = admit.New(ac); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.reg.MustRegister(newStateCollector(n))
+	if err := n.buildTelemetry(); err != nil {
+		return err
+	}
+	if n.cfg.Standalone {
+		return nil
+	}
+	gc := n.cfg.Gossip
+	gc.Name, gc.Logger, gc.Registerer = n.cfg.Name, n.log, n.reg
+	if n.g, err = gossip.New(gc); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.tr, err = transport.New(transport.Config{
+		TLS: n.cfg.TLS, ListenAddr: n.cfg.QUICAddr, Handler: n, Logger: n.log, Registerer: n.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	return nil
+}
+
+// advertise picks the address peers reach this node at for a bound listener.
+func (n *Node) advertise(bound net.Addr) string {
+	host := n.cfg.AdvertiseHost
+	if host == "" {
+		host = n.cfg.Gossip.AdvertiseAddr
+	}
+	var port string
+	switch a := bound.(type) {
+	case *net.TCPAddr:
+		port = strconv.Itoa(a.Port)
+		if host == "" && !a.IP.IsUnspecified() {
+			host = a.IP.String()
+		}
+	case *net.UDPAddr:
+		port = strconv.Itoa(a.Port)
+		if host == "" && !a.IP.IsUnspecified() {
+			host = a.IP.String()
+		}
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// startMesh starts the transport and the gossip member, then the background loops.
+func (n *Node) startMesh(ctx context.Context) error {
+	bg, cancel := context.WithCancel(context.Background())
+	n.bgCancel = cancel
+	if n.cfg.APIKeysFile != "" {
+		loaded, err := n.loadKeys(time.Now())
+		if err != nil {
+			return err
+		}
+		n.goBG(func() { n.watchKeys(bg, loaded) })
+	}
+	n.goBG(func() { n.runRoom(bg) })
+	n.goBG(func() { _ = n.gpu.Run(bg) })
+	if n.carbon != nil {
+		n.exportCarbon(time.Now())
+		n.goBG(func() { n.runCarbon(bg) })
+	}
+	if n.cfg.Standalone {
+		return nil
+	}
+	// The transport serves until Close; ctx only bounds starting up.
+	if err := n.tr.Start(bg); err != nil {
+		return fmt.Errorf("node: quic: %w", err)
+	}
+	n.advertiseQUIC = n.advertise(n.tr.Addr())
+	n.g.SetLocal(n.localState)
+	if n.sim != nil {
+		n.g.SetSnapshot(n.sim.ResidentBlocks)
+	}
+	if err := n.g.Start(ctx); err != nil {
+		return fmt.Errorf("node: gossip: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) goBG(f func()) {
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		f()
+	}()
+}
+
+// stopMesh leaves the mesh and stops the background loops and the transport.
+func (n *Node) stopMesh() error {
+	var errs []error
+	if n.g != nil {
+		errs = append(errs, n.g.Leave(time.Second))
+	}
+	if n.tr != nil {
+		errs = append(errs, n.tr.Close())
+	}
+	if n.bgCancel != nil {
+		n.bgCancel()
+	}
+	n.bg.Wait()
+	errs = append(errs, n.gpu.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,276 @@
+package node
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/engine"
+)
+
+// localState is this node's state record: the engine's load, what it is forwarding, its GPU
+// and its grid. Gossip publishes it on change and at least every PublishInterval.
+func (n *Node) localState() gossip.State {
+	st := n.eng.State()
+	s := gossip.State{
+		Name:                   n.cfg.Name,
+		HTTPAddr:               n.advertiseHTTP,
+		QUICAddr:               n.advertiseQUIC,
+		Role:                   n.cfg.Role,
+		EngineKind:             n.engineKind(),
+		EngineHealthy:          st.Healthy && !n.isDraining(),
+		BlockTokens:            st.BlockTokens,
+		KVBlocksTotal:          st.KVBlocksTotal,
+		KVBlocksUsed:           st.KVBlocksUsed,
+		HitRate:                st.HitRate,
+		Running:                st.Running,
+		Waiting:                st.Waiting,
+		QueuedPrefillTokens:    st.QueuedPrefillTokens,
+		InFlightTokens:         int(n.inFlightTokens.Load()),
+		PrefillTokensPerSecond: st.PrefillTokensPerSecond,
+		DecodeStepSeconds:      st.DecodeStepSeconds,
+		MaxRunning:             st.MaxRunning,
+		SoftwareVersion:        Version,
+	}
+	for _, m := range n.eng.Models() {
+		s.Models = append(s.Models, gossip.ModelInfo{Name: m.Name, ContextTokens: m.ContextTokens})
+	}
+	n.fillTelemetry(&s)
+	return s
+}
+
+func (n *Node) engineKind() string {
+	if n.sim != nil {
+		return "sim"
+	}
+	return n.cfg.EngineKind
+}
+
+func (n *Node) isDraining() bool { return n.draining.Load() }
+
+// peerOf maps a member's record into routing's view of it.
+func peerOf(m *gossip.Member) route.Peer {
+	s := &m.State
+	p := route.Peer{
+		Name:                   m.Name,
+		Self:                   m.Self,
+		Age:                    m.Age,
+		Stale:                  m.Stale,
+		Healthy:                s.EngineHealthy,
+		Role:                   s.Role,
+		Vendor:                 s.Vendor,
+		VRAMTotalBytes:         s.VRAMTotalBytes,
+		KVBlocksTotal:          s.KVBlocksTotal,
+		KVBlocksUsed:           s.KVBlocksUsed,
+		HitRate:                s.HitRate,
+		Running:                s.Running,
+		Waiting:                s.Waiting,
+		MaxRunning:             s.MaxRunning,
+		QueuedPrefillTokens:    s.QueuedPrefillTokens,
+		InFlightTokens:         s.InFlightTokens,
+		PrefillTokensPerSecond: s.PrefillTokensPerSecond,
+		DecodeStepSeconds:      s.DecodeStepSeconds,
+		PowerWatts:             s.PowerWatts,
+		PowerCapWatts:          s.PowerCapWatts,
+		TempC:                  s.TempC,
+		CarbonIntensity:        s.CarbonIntensity,
+	}
+	if s.VRAMTotalBytes >= s.VRAMUsedBytes {
+		p.VRAMFreeBytes = s.VRAMTotalBytes - s.VRAMUsedBytes
+	}
+	for _, mi := range s.Models {
+		p.Models = append(p.Models, mi.Name)
+	}
+	return p
+}
+
+// view is one routing decision's picture of the mesh: the candidate peers (this node with its
+// exact state, the others as gossiped) and where to reach them.
+type view struct {
+	peers   []route.Peer
+	quic    []string // QUIC address per peer ("" for this node)
+	carbon  []bool   // the peer's grid is over the carbon threshold
+	matches []kvindex.Match
+}
+
+// buildView fills v for a request whose prompt hashes to blocks.
+func (n *Node) buildView(v *view, blocks []uint64) {
+	v.peers, v.quic, v.carbon = v.peers[:0], v.quic[:0], v.carbon[:0]
+	self := n.localState()
+	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
+	v.add(&selfMember, "", n.carbonDirty(self))
+	if n.g != nil {
+		for _, m := range n.g.Members() {
+			if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale {
+				continue
+			}
+			v.add(&m, m.State.QUICAddr, n.carbonDirty(m.State))
+		}
+		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
+		for _, mt := range v.matches {
+			for i := range v.peers {
+				if v.peers[i].Name == mt.Peer {
+					v.peers[i].PrefixBlocks = mt.Blocks
+				}
+			}
+		}
+	}
+}
+
+func (v *view) add(m *gossip.Member, quic string, dirty bool) {
+	v.peers = append(v.peers, peerOf(m))
+	v.quic = append(v.quic, quic)
+	v.carbon = append(v.carbon, dirty)
+}
+
+// meshModelInfo reports whether some node in the mesh serves model, and its context size.
+func (n *Node) meshModelInfo(model string) (int, bool) {
+	if m, ok := n.models[model]; ok {
+		return m.ContextTokens, true
+	}
+	if n.g == nil {
+		return 0, false
+	}
+	for _, m := range n.g.Members() {
+		if m.Liveness != gossip.LivenessAlive {
+			continue
+		}
+		for _, mi := range m.State.Models {
+			if mi.Name == model {
+				return mi.ContextTokens, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// meshModels lists the models served anywhere in the mesh this node sees.
+func (n *Node) meshModels() []engine.Model {
+	seen := map[string]bool{}
+	var out []engine.Model
+	for _, m := range n.eng.Models() {
+		seen[m.Name] = true
+		out = append(out, m)
+	}
+	if n.g != nil {
+		for _, m := range n.g.Members() {
+			if m.Liveness != gossip.LivenessAlive {
+				continue
+			}
+			for _, mi := range m.State.Models {
+				if !seen[mi.Name] {
+					seen[mi.Name] = true
+					out = append(out, engine.Model{Name: mi.Name, ContextTokens: mi.ContextTokens})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// PeerInfo is one node in GET /v1/mesh/peers.
+type PeerInfo struct {
+	Name         string  `json:"name"`
+	Self         bool    `json:"self"`
+	GossipAddr   string  `json:"gossip_addr"`
+	HTTPAddr     string  `json:"http_addr"`
+	QUICAddr     string  `json:"quic_addr"`
+	Liveness     string  `json:"liveness"`
+	AgeSeconds   float64 `json:"age_seconds"`
+	Stale        bool    `json:"stale"`
+	Candidate    bool    `json:"candidate"`
+	Incarnation  uint32  `json:"incarnation"`
+	PrefixBlocks int     `json:"prefix_blocks"`
+
+	Models                 []gossip.ModelInfo `json:"models"`
+	Role                   string             `json:"role"`
+	EngineKind             string             `json:"engine_kind"`
+	EngineHealthy          bool               `json:"engine_healthy"`
+	BlockTokens            int                `json:"block_tokens"`
+	KVBlocksTotal          int                `json:"kv_blocks_total"`
+	KVBlocksUsed           int                `json:"kv_blocks_used"`
+	KVUse                  float64            `json:"kv_use"`
+	HitRate                float64            `json:"hit_rate"`
+	Running                int                `json:"running"`
+	Waiting                int                `json:"waiting"`
+	QueuedPrefillTokens    int                `json:"queued_prefill_tokens"`
+	InFlightTokens         int                `json:"in_flight_tokens"`
+	PrefillTokensPerSecond float64            `json:"prefill_tokens_per_second"`
+	DecodeStepSeconds      float64            `json:"decode_step_seconds"`
+	MaxRunning             int                `json:"max_running"`
+	PowerWatts             float64            `json:"power_watts"`
+	PowerCapWatts          float64            `json:"power_cap_watts"`
+	TempC                  float64            `json:"temp_c"`
+	VRAMTotalBytes         uint64             `json:"vram_total_bytes"`
+	VRAMUsedBytes          uint64             `json:"vram_used_bytes"`
+	Vendor                 string             `json:"vendor"`
+	GPUName                string             `json:"gpu_name"`
+	CarbonIntensity        float64            `json:"carbon_intensity"`
+	CarbonZone             string             `json:"carbon_zone"`
+	CarbonAgeSeconds       float64            `json:"carbon_age_seconds"`
+	CarbonStale            bool               `json:"carbon_stale"`
+	SoftwareVersion        string             `json:"software_version"`
+	Seq                    uint64             `json:"seq"`
+}
+
+// PeersResponse is the body of GET /v1/mesh/peers.
+type PeersResponse struct {
+	Node  string     `json:"node"`
+	Peers []PeerInfo `json:"peers"`
+}
+
+func peerInfo(m *gossip.Member) PeerInfo {
+	s := &m.State
+	pi := PeerInfo{
+		Name: m.Name, Self: m.Self, GossipAddr: m.Addr, HTTPAddr: s.HTTPAddr, QUICAddr: s.QUICAddr,
+		Liveness: string(m.Liveness), AgeSeconds: m.Age.Seconds(), Stale: m.Stale, Candidate: m.Candidate,
+		Incarnation: m.Incarnation, PrefixBlocks: m.PrefixBlocks,
+		Models: s.Models, Role: s.Role, EngineKind: s.EngineKind, EngineHealthy: s.EngineHealthy,
+		BlockTokens: s.BlockTokens, KVBlocksTotal: s.KVBlocksTotal, KVBlocksUsed: s.KVBlocksUsed,
+		HitRate: s.HitRate, Running: s.Running, Waiting: s.Waiting, QueuedPrefillTokens: s.QueuedPrefillTokens,
+		InFlightTokens: s.InFlightTokens, PrefillTokensPerSecond: s.PrefillTokensPerSecond,
+		DecodeStepSeconds: s.DecodeStepSeconds, MaxRunning: s.MaxRunning, PowerWatts: s.PowerWatts,
+		PowerCapWatts: s.PowerCapWatts, TempC: s.TempC, VRAMTotalBytes: s.VRAMTotalBytes,
+		VRAMUsedBytes: s.VRAMUsedBytes, Vendor: s.Vendor, GPUName: s.GPUName,
+		CarbonIntensity: s.CarbonIntensity, CarbonZone: s.CarbonZone, CarbonAgeSeconds: s.CarbonAgeSeconds,
+		CarbonStale: s.CarbonStale, SoftwareVersion: s.SoftwareVersion, Seq: s.Seq,
+	}
+	if s.KVBlocksTotal > 0 {
+		pi.KVUse = float64(s.KVBlocksUsed) / float64(s.KVBlocksTotal)
+	}
+	if pi.Models == nil {
+		pi.Models = []gossip.ModelInfo{}
+	}
+	return pi
+}
+
+func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
+	resp := PeersResponse{Node: n.cfg.Name, Peers: []PeerInfo{}}
+	if n.g == nil {
+		self := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: n.localState(), Self: true, Candidate: true, Updated: time.Now()}
+		resp.Peers = append(resp.Peers, peerInfo(&self))
+	} else {
+		for _, m := range n.g.Members() {
+			resp.Peers = append(resp.Peers, peerInfo(&m))
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// GossipAddr is the bound gossip address ("" in Standalone).
+func (n *Node) GossipAddr() string {
+	if n.g == nil {
+		return ""
+	}
+	return n.g.LocalAddr()
+}
+
+// Members is this node's view of the mesh (nil in Standalone).
+func (n *Node) Members() []gossip.Member {
+	if n.g == nil {
+		return nil
+	}
+	return n.g.Members()
+}

@@ -1,0 +1,184 @@
+package node_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
+)
+
+// indexOf finds the testnet index of a node name.
+func indexOf(t *testing.T, tn *testnet.Net, name string) int {
+	t.Helper()
+	for i, n := range tn.Nodes {
+		if n.Name() == name {
+			return i
+		}
+	}
+	t.Fatalf("no node %q", name)
+	return -1
+}
+
+// knowsPrefix reports whether the node at url sees owner holding at least blocks blocks.
+func knowsPrefix(t *testing.T, url, owner string, blocks int) bool {
+	for _, p := range peers(t, url).Peers {
+		if p.Name == owner && p.PrefixBlocks >= blocks {
+			return true
+		}
+	}
+	return false
+}
+
+// warm runs body once on the node at url and returns the node that ran it.
+func warm(t *testing.T, url, body string) string {
+	t.Helper()
+	resp := post(t, url, "/v1/chat/completions", body, nil)
+	if b := readAll(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("warm-up: %d %s", resp.StatusCode, b)
+	}
+	return resp.Header.Get(node.HeaderNode)
+}
+
+func TestSecondTurnFollowsThePrefixAcrossIngresses(t *testing.T) {
+	tn := startNet(t, 3, nil)
+	urls := tn.URLs()
+	body := chatBody(longPrompt("follow", 3000), 4, true)
+	owner := warm(t, urls[0], body)
+	if owner == "" {
+		t.Fatal("no X-Kvmesh-Node")
+	}
+	// The second turn enters at a node that is not the owner, and not the first ingress when
+	// there is a third: only gossip can have told it where the prefix is.
+	o := indexOf(t, tn, owner)
+	b := (o + 1) % 3
+	if b == 0 {
+		b = (o + 2) % 3
+	}
+	eventually(t, 5*time.Second, "the prefix to reach the other ingress", func() bool { return knowsPrefix(t, urls[b], owner, 100) })
+	resp := post(t, urls[b], "/v1/chat/completions", body, nil)
+	ev := sseEvents(t, readAll(t, resp))
+	if got := resp.Header.Get(node.HeaderNode); got != owner {
+		t.Fatalf("second request ran on %s, want the prefix owner %s", got, owner)
+	}
+	if u := streamUsage(t, ev); u.PromptTokensDetails.CachedTokens < 2900 {
+		t.Errorf("cached %d of %d prompt tokens", u.PromptTokensDetails.CachedTokens, u.PromptTokens)
+	}
+}
+
+var volatileFields = regexp.MustCompile(`"(id|created)":("[^"]*"|[0-9]+)`)
+
+func TestForwardedStreamIsByteIdenticalToTheOwners(t *testing.T) {
+	tn := startNet(t, 3, nil)
+	urls := tn.URLs()
+	body := chatBody(longPrompt("identical", 2000), 16, true)
+	owner := warm(t, urls[0], body)
+	o := indexOf(t, tn, owner)
+	ingress := (o + 1) % 3
+	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	direct := readAll(t, post(t, urls[o], "/v1/chat/completions", body, nil))
+	resp := post(t, urls[ingress], "/v1/chat/completions", body, nil)
+	forwarded := readAll(t, resp)
+	if resp.Header.Get(node.HeaderNode) != owner {
+		t.Fatalf("forwarded request ran on %s, want %s", resp.Header.Get(node.HeaderNode), owner)
+	}
+	// Each request has its own id and timestamp; every other byte must match.
+	d := volatileFields.ReplaceAll(direct, []byte(`"$1":0`))
+	f := volatileFields.ReplaceAll(forwarded, []byte(`"$1":0`))
+	if string(d) != string(f) {
+		t.Errorf("forwarded stream differs from the owner's:\n direct:    %q\n forwarded: %q", d, f)
+	}
+}
+
+func TestOwnerDeadBeforeFirstByteIsRetriedElsewhere(t *testing.T) {
+	tn := startNet(t, 3, nil)
+	urls := tn.URLs()
+	body := chatBody(longPrompt("retry", 3000), 4, false)
+	owner := warm(t, urls[0], body)
+	o := indexOf(t, tn, owner)
+	ingress := (o + 1) % 3
+	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	if err := tn.Nodes[o].KillTransport(); err != nil {
+		t.Fatal(err)
+	}
+	resp := post(t, urls[ingress], "/v1/chat/completions", body, map[string]string{node.HeaderExplain: "1"})
+	b := readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if got := resp.Header.Get(node.HeaderNode); got == owner || got == "" {
+		t.Errorf("ran on %q; the dead owner %s cannot have run it", got, owner)
+	}
+	if !strings.Contains(resp.Header.Get(node.HeaderExplain), owner) {
+		t.Errorf("explain %q does not show the owner was the first choice", resp.Header.Get(node.HeaderExplain))
+	}
+}
+
+func TestOwnerDeathMidStreamEndsWithAnErrorEvent(t *testing.T) {
+	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Sim.TimeScale = 1 })
+	urls := tn.URLs()
+	prompt := longPrompt("midstream", 3000)
+	owner := warm(t, urls[0], chatBody(prompt, 2, false))
+	o := indexOf(t, tn, owner)
+	ingress := 1 - o
+	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	resp := post(t, urls[ingress], "/v1/chat/completions", chatBody(prompt, 4000, true), nil)
+	if resp.StatusCode != 200 || resp.Header.Get(node.HeaderNode) != owner {
+		t.Fatalf("status %d on %s", resp.StatusCode, resp.Header.Get(node.HeaderNode))
+	}
+	buf := make([]byte, 512)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.Nodes[o].KillTransport(); err != nil {
+		t.Fatal(err)
+	}
+	ev := sseEvents(t, readAll(t, resp))
+	if len(ev) == 0 || ev[len(ev)-1] == "[DONE]" || !strings.Contains(ev[len(ev)-1], `"error"`) {
+		t.Fatalf("stream ended with %q, want an error event", ev[max(len(ev)-1, 0):])
+	}
+}
+
+func TestClientDisconnectCancelsWorkOnTheOwner(t *testing.T) {
+	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Sim.TimeScale = 1 })
+	urls := tn.URLs()
+	prompt := longPrompt("cancel", 3000)
+	owner := warm(t, urls[0], chatBody(prompt, 2, false))
+	o := indexOf(t, tn, owner)
+	ingress := 1 - o
+	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[ingress]+"/v1/chat/completions", strings.NewReader(chatBody(prompt, 4000, true)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Get(node.HeaderNode) != owner {
+		t.Fatalf("ran on %s, want %s", resp.Header.Get(node.HeaderNode), owner)
+	}
+	buf := make([]byte, 512)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the owner to run it", func() bool { return selfOf(peers(t, urls[o])).Running == 1 })
+	cancel()
+	resp.Body.Close()
+	eventually(t, 5*time.Second, "the owner's engine to drop the work", func() bool { return selfOf(peers(t, urls[o])).Running == 0 })
+}
+
+func TestMeshPeersView(t *testing.T) {
+	tn := startNet(t, 3, nil)
+	pr := peers(t, tn.URLs()[1])
+	if pr.Node != "n2" || len(pr.Peers) != 3 {
+		t.Fatalf("view %+v", pr)
+	}
+	for _, p := range pr.Peers {
+		if p.Liveness != "alive" || p.QUICAddr == "" || p.HTTPAddr == "" || len(p.Models) != 1 || p.KVBlocksTotal == 0 {
+			t.Errorf("peer %+v", p)
+		}
+	}
+}

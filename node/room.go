@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/gossip"
+)
+
+// waiter is a request parked in the waiting room. The room loop settles its plan (an accept
+// with candidates, or a refusal) and then closes ready; the handler goroutine waits on it.
+type waiter struct {
+	p     *prepared
+	pl    *plan
+	ready chan struct{}
+}
+
+// waitResult says how a wait ended: settled (pl.d is final) or the client went away.
+type waitResult struct{ gone bool }
+
+// kickRoom asks the room loop for a pass now (a request arrived or finished).
+func (n *Node) kickRoom() {
+	select {
+	case n.roomKick <- struct{}{}:
+	default:
+	}
+}
+
+// wait parks p until the room loop dispatches or refuses it, or the client goes away.
+func (n *Node) wait(ctx context.Context, p *prepared, pl *plan) waitResult {
+	now := time.Now()
+	wt := &waiter{p: p, pl: pl, ready: make(chan struct{})}
+	it := n.adm.Item(p.adm, pl.d)
+	it.Value = wt
+	evicted, err := n.adm.Room().Push(now, it)
+	for _, ev := range evicted {
+		n.settle(ev, n.adm.Evicted(now))
+	}
+	if err != nil {
+		pl.d = admit.Decision{Action: admit.Refuse, Status: 429, Layer: admit.LayerQueue, Code: admit.CodeQueueFull,
+			Message: "the waiting room is full", RetryAfter: n.adm.Room().RetryAfter(now)}
+		if !errors.Is(err, admit.ErrQueueFull) {
+			pl.d.Message = err.Error()
+		}
+		n.m.decisionOf(pl.d)
+		return waitResult{}
+	}
+	n.m.queued.Inc()
+	n.kickRoom()
+	select {
+	case <-wt.ready:
+	case <-ctx.Done():
+		if _, ok := n.adm.Room().Remove(it.ID); ok {
+			return waitResult{gone: true}
+		}
+		<-wt.ready // settled at the same moment: take the decision's reservation back
+		n.releasePlan(pl)
+		return waitResult{gone: true}
+	}
+	n.m.queueTime.Observe(time.Since(now).Seconds())
+	return waitResult{}
+}
+
+// settle ends a waiter's wait with decision d (already removed from the room).
+func (n *Node) settle(it *admit.Item, d admit.Decision) {
+	wt := it.Value.(*waiter)
+	wt.pl.d = d
+	n.m.decisionOf(d)
+	close(wt.ready)
+}
+
+// runRoom is the waiting room's dispatcher: on every kick or tick it expires waiters past
+// their TTL and dispatches, best first, each waiter that now has a candidate with room.
+func (n *Node) runRoom(ctx context.Context) {
+	room := n.adm.Room()
+	t := time.NewTicker(n.cfg.RoomTick)
+	defer t.Stop()
+	var lastRate time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			n.drainRoom()
+			return
+		case <-t.C:
+		case <-n.roomKick:
+		}
+		now := time.Now()
+		if now.Sub(lastRate) >= time.Second {
+			n.updatePrefillRates()
+			lastRate = now
+		}
+		for _, it := range room.Expire(now) {
+			n.settle(it, n.adm.Expired(now))
+		}
+		for room.Len() > 0 {
+			it, ok := room.Next(now, func(it *admit.Item) bool {
+				wt := it.Value.(*waiter)
+				n.decideQueued(now, wt.p, wt.pl, it)
+				return wt.pl.d.Action != admit.Queue
+			})
+			if !ok {
+				break
+			}
+			wt := it.Value.(*waiter)
+			n.m.decisionOf(wt.pl.d)
+			close(wt.ready)
+		}
+	}
+}
+
+// drainRoom refuses every waiter when the node stops.
+func (n *Node) drainRoom() {
+	room := n.adm.Room()
+	for {
+		it, ok := room.Next(time.Now(), func(*admit.Item) bool { return true })
+		if !ok {
+			return
+		}
+		n.settle(it, admit.Decision{Action: admit.Refuse, Status: 503, Layer: admit.LayerQueue, Code: "draining",
+			Message: "the node is shutting down", RetryAfter: time.Second})
+	}
+}
+
+// updatePrefillRates tells the waiting room each model's prefill throughput across the mesh,
+// from which it derives its token cap (target TTFT × rate).
+func (n *Node) updatePrefillRates() {
+	rates := map[string]float64{}
+	add := func(s gossip.State) {
+		for _, m := range s.Models {
+			rates[m.Name] += s.PrefillTokensPerSecond
+		}
+	}
+	if n.g == nil {
+		add(n.localState())
+	} else {
+		for _, m := range n.g.Members() {
+			if m.Candidate {
+				add(m.State)
+			}
+		}
+	}
+	for model, r := range rates {
+		n.adm.Room().SetPrefillRate(model, "", r)
+	}
+}

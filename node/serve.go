@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// serveLocal runs p on this node's engine and writes the OpenAI response to w. Nothing is
+// written until the first token exists, so an engine failure before it is still a clean 502
+// (and, for a forwarded request, lets the ingress try another peer).
+func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) outcome {
+	n.m.served.WithLabelValues(origin).Inc()
+	st, err := n.eng.Generate(ctx, &p.req)
+	if err != nil {
+		e := engineError(err)
+		writeRefusal(w, e, 0)
+		return outcome{code: e.Code}
+	}
+	defer st.Close()
+	first, err := st.Recv()
+	if err != nil {
+		e := engineError(err)
+		if ctx.Err() != nil {
+			e = openai.NewError(499, openai.CodeClientClosed, "client closed the request")
+		}
+		writeRefusal(w, e, 0)
+		return outcome{code: e.Code}
+	}
+	firstAt := time.Now()
+	if origin == "local" {
+		n.m.ttft.Observe(firstAt.Sub(start).Seconds())
+	}
+	n.inFlightTokens.Add(int64(p.req.MaxTokens))
+	defer n.inFlightTokens.Add(-int64(p.req.MaxTokens))
+	w.Header().Set(HeaderNode, n.cfg.Name)
+	enc := newEncoder(p, firstAt)
+	var o outcome
+	var u *engine.Usage
+	if p.stream {
+		o, u = n.stream(ctx, w, st, first, enc)
+	} else {
+		o, u = n.collect(w, st, first, enc)
+	}
+	if o.completed && u != nil {
+		n.finished(p, start, firstAt, time.Now(), u)
+	}
+	return o
+}
+
+// finished learns the request's output length and counts whether it met its SLOs (goodput).
+// The node that ran it counts it, with the time the request spent at its ingress included.
+func (n *Node) finished(p *prepared, start, firstAt, end time.Time, u *engine.Usage) {
+	n.adm.Observe(p.adm.Model, p.adm.Tenant, u.CompletionTokens)
+	ttft := firstAt.Sub(start)
+	var tpot time.Duration
+	if u.CompletionTokens > 1 {
+		tpot = end.Sub(firstAt) / time.Duration(u.CompletionTokens-1)
+	}
+	ttftSLO, tpotSLO := n.adm.SLOFor(p.adm)
+	class := admit.Class(p.adm.Priority)
+	n.m.sloFinished.WithLabelValues(class).Inc()
+	if (ttftSLO == 0 || ttft <= ttftSLO) && (tpotSLO == 0 || tpot <= tpotSLO) {
+		n.m.sloMet.WithLabelValues(class).Inc()
+	}
+}
+
+// stream relays chunks as server-sent events. An engine failure after the 200 ends the stream
+// with an error event instead of [DONE], so the client knows the output is incomplete.
+func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
+	sse := openai.NewSSEWriter(w)
+	if rc := enc.roleChunk(); rc != nil {
+		if err := sse.WriteData(rc); err != nil {
+			return outcome{code: openai.CodeClientClosed}, nil
+		}
+	}
+	for {
+		if c.Text != "" || c.FinishReason != "" {
+			if err := sse.WriteData(enc.chunk(c)); err != nil {
+				return outcome{code: openai.CodeClientClosed}, nil
+			}
+		}
+		if c.FinishReason != "" {
+			if enc.p.includeUsage {
+				if err := sse.WriteData(enc.usageChunk(c.Usage)); err != nil {
+					return outcome{code: openai.CodeClientClosed}, nil
+				}
+			}
+			if err := sse.WriteDone(); err != nil {
+				return outcome{code: openai.CodeClientClosed}, nil
+			}
+			return outcome{completed: true}, c.Usage
+		}
+		var err error
+		c, err = st.Recv()
+		if err != nil {
+			code := openai.CodeEngineError
+			if ctx.Err() != nil {
+				return outcome{code: openai.CodeClientClosed}, nil
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			_ = sse.WriteError(openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error()))
+			return outcome{code: code}, nil
+		}
+	}
+}
+
+// collect gathers the whole generation into one JSON response.
+func (n *Node) collect(w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
+	var text strings.Builder
+	for {
+		text.WriteString(c.Text)
+		if c.FinishReason != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_ = json.NewEncoder(w).Encode(enc.complete(text.String(), c))
+			return outcome{completed: true}, c.Usage
+		}
+		var err error
+		c, err = st.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error())
+			writeRefusal(w, e, 0)
+			return outcome{code: e.Code}, nil
+		}
+	}
+}

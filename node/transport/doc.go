@@ -1,0 +1,35 @@
+// Package transport forwards requests between kvmesh nodes over QUIC with mutual TLS.
+//
+// One node runs one Transport: a single UDP socket that serves inbound forwards and dials
+// peers. Each peer address gets one QUIC connection, opened on first use, kept alive by pings
+// and redialed when it has died; each forwarded request is one bidirectional stream.
+//
+// # Wire format
+//
+// Every frame is a type byte, a uvarint length and a payload. The ingress writes a header
+// frame (Header, versioned: Version), a body frame (the client's JSON) and ends its side. The
+// owner answers with one accept frame (status, headers) or one refuse frame (status, code,
+// message, retry-after, opaque state), before any token. After an accept come data frames,
+// relayed as the owner writes them, and an end frame: clean, or the owner's failure message.
+// A stream that ends without an end frame is truncated, never silently short. Decoders are
+// strict and bounded (MaxHeaderBytes, MaxDataFrameBytes, MaxAnswerBytes, Config.MaxBodyBytes).
+//
+// # Trust
+//
+// InitCA, IssueNode and LoadTLS manage a cluster CA and node certificates. Both ends of every
+// connection present a certificate and verify the other's chain against the cluster CA; the
+// client verifies the owner under PeerServerName, a SAN every node certificate carries, since
+// peers are known by gossiped address, not by DNS. ALPN is kvmesh/1, TLS is 1.3 only.
+// Datagrams that are not QUIC, failed handshakes and malformed streams are dropped and counted
+// in kvmesh_transport_rejected_total{reason}.
+//
+// # Concurrency
+//
+// All Transport methods are safe for concurrent use; concurrent first forwards to one peer
+// share one dial. A ResponseWriter may be used from several goroutines. A Response.Body is
+// read by one goroutine, and may be closed from another to abort it.
+//
+// # Zero value
+//
+// The zero Transport is not usable: build one with New, then Start it. Close is safe twice.
+package transport

@@ -1,0 +1,478 @@
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Version is the frame format version this package writes and the only one it reads. A peer on
+// another version is refused at its first header, never half-understood.
+const Version = 1
+
+// Wire limits. They bound what a reader allocates before it has judged the peer, so they are
+// constants of the format rather than per-node settings that two peers could disagree on.
+const (
+	// MaxHeaderBytes bounds an encoded Header (room for 64Ki block hashes plus strings).
+	MaxHeaderBytes = 1 << 20
+	// MaxDataFrameBytes bounds one data frame; larger writes are split.
+	MaxDataFrameBytes = 1 << 20
+	// MaxAnswerBytes bounds an Accept, Refuse or end frame.
+	MaxAnswerBytes = 256 << 10
+	// MaxBlocks bounds Header.Blocks.
+	MaxBlocks = 1 << 16
+	// MaxMeta bounds the entries of Header.Meta and of Accept headers.
+	MaxMeta = 64
+	// MaxStateBytes bounds Refusal.State.
+	MaxStateBytes = 64 << 10
+
+	maxShortString = 4 << 10
+	maxMetaKey     = 256
+	maxMetaValue   = 8 << 10
+	maxHops        = 255
+)
+
+// Frame types. A stream carries, client to owner: header, body, FIN; owner to client: accept
+// then data* then end, or a single refuse.
+const (
+	frameHeader byte = 1
+	frameBody   byte = 2
+	frameAccept byte = 3
+	frameRefuse byte = 4
+	frameData   byte = 5
+	frameEnd    byte = 6
+)
+
+// maxFrameHead is a frame's type byte plus its length as a uvarint.
+const maxFrameHead = 1 + binary.MaxVarintLen64
+
+// ErrMalformed is wrapped by every decoding error.
+var ErrMalformed = errors.New("transport: malformed frame")
+
+// ErrVersion is returned for a header of an unsupported frame version.
+var ErrVersion = errors.New("transport: unsupported frame version")
+
+// Header is what the ingress node tells the owner about a forwarded request, ahead of its body.
+type Header struct {
+	// Version is the frame version; zero when encoding means the current Version.
+	Version int
+	// RequestID is the ingress node's id for the request (for logs on both sides).
+	RequestID string
+	// Hops counts forwards so far, so the owner can enforce the hop limit.
+	Hops int
+	// Priority is the admitted priority (negative is sheddable).
+	Priority int
+	Tenant   string
+	// Deadline is the client's deadline; zero means none.
+	Deadline time.Time
+	AgentID  string
+	// Blocks are the prompt's chained block hashes, computed once at the ingress.
+	Blocks []uint64
+	// Ingress is the name of the node the client reached.
+	Ingress string
+	// Path is the API path, e.g. "/v1/chat/completions".
+	Path string
+	// Meta is a small extension slot (at most MaxMeta entries).
+	Meta map[string]string
+}
+
+// Refusal is the owner's "no" before any token; it is also the error Forward returns for it.
+type Refusal struct {
+	// Status is the HTTP status the owner would have answered (429, 503, ...).
+	Status  int
+	Code    string
+	Message string
+	// RetryAfter is the owner's hint; zero means none.
+	RetryAfter time.Duration
+	// State is the owner's fresh state record, opaque to this package.
+	State []byte
+}
+
+// Error implements error.
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("transport: refused by owner: %d %s: %s", r.Status, r.Code, r.Message)
+}
+
+type encoder struct{ b []byte }
+
+func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) bytes(p []byte)   { e.uvarint(uint64(len(p))); e.b = append(e.b, p...) }
+func (e *encoder) strMap(m map[string]string) {
+	e.uvarint(uint64(len(m)))
+	for k, v := range m {
+		e.str(k)
+		e.str(v)
+	}
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint for %s", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint for %s", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) raw(what string, limit int) []byte {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(limit) {
+		d.fail("%s too long (%d > %d)", what, n, limit)
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("%s truncated", what)
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) str(what string, limit int) string {
+	p := d.raw(what, limit)
+	if d.err == nil && !utf8.Valid(p) {
+		d.fail("%s is not utf-8", what)
+	}
+	return string(p)
+}
+
+func (d *decoder) strMap(what string, maxKey, maxValue int) map[string]string {
+	n := d.uvarint(what)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	if n > MaxMeta {
+		d.fail("%s has %d entries (> %d)", what, n, MaxMeta)
+		return nil
+	}
+	m := make(map[string]string, n)
+	for range n {
+		k := d.str(what+" key", maxKey)
+		v := d.str(what+" value", maxValue)
+		if d.err != nil {
+			return nil
+		}
+		if _, dup := m[k]; dup {
+			d.fail("%s repeats key %q", what, k)
+			return nil
+		}
+		m[k] = v
+	}
+	return m
+}
+
+func (d *decoder) end(what string) {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes after %s", len(d.b), what)
+	}
+}
+
+func validStatus(s int) bool { return s >= 200 && s <= 599 }
+
+// EncodeHeader appends h's encoding to dst. It rejects what DecodeHeader would reject, so a
+// sender learns about an oversized header before the owner does.
+func EncodeHeader(dst []byte, h Header) ([]byte, error) {
+	v := h.Version
+	if v == 0 {
+		v = Version
+	}
+	switch {
+	case v != Version:
+		return dst, fmt.Errorf("%w: %d", ErrVersion, v)
+	case h.Hops < 0 || h.Hops > maxHops:
+		return dst, fmt.Errorf("%w: hops %d out of range", ErrMalformed, h.Hops)
+	case h.Priority < math.MinInt32 || h.Priority > math.MaxInt32:
+		return dst, fmt.Errorf("%w: priority %d out of range", ErrMalformed, h.Priority)
+	case len(h.Blocks) > MaxBlocks:
+		return dst, fmt.Errorf("%w: %d blocks (> %d)", ErrMalformed, len(h.Blocks), MaxBlocks)
+	case len(h.Meta) > MaxMeta:
+		return dst, fmt.Errorf("%w: %d meta entries (> %d)", ErrMalformed, len(h.Meta), MaxMeta)
+	}
+	start := len(dst)
+	e := encoder{b: dst}
+	e.b = append(e.b, byte(v))
+	e.str(h.RequestID)
+	e.uvarint(uint64(h.Hops))
+	e.varint(int64(h.Priority))
+	e.str(h.Tenant)
+	var dl int64
+	if !h.Deadline.IsZero() {
+		dl = h.Deadline.UnixNano()
+	}
+	e.varint(dl)
+	e.str(h.AgentID)
+	e.uvarint(uint64(len(h.Blocks)))
+	for _, b := range h.Blocks {
+		e.b = binary.LittleEndian.AppendUint64(e.b, b)
+	}
+	e.str(h.Ingress)
+	e.str(h.Path)
+	e.strMap(h.Meta)
+	if len(e.b)-start > MaxHeaderBytes {
+		return dst, fmt.Errorf("%w: header of %d bytes (> %d)", ErrMalformed, len(e.b)-start, MaxHeaderBytes)
+	}
+	// Decoding our own output catches strings that are too long or not UTF-8 at the sender.
+	if _, err := DecodeHeader(e.b[start:]); err != nil {
+		return dst, err
+	}
+	return e.b, nil
+}
+
+// DecodeHeader decodes a header strictly: unknown version, out-of-range numbers, oversized or
+// non-UTF-8 strings, repeated meta keys and trailing bytes are all errors.
+func DecodeHeader(p []byte) (Header, error) {
+	if len(p) > MaxHeaderBytes {
+		return Header{}, fmt.Errorf("%w: header of %d bytes (> %d)", ErrMalformed, len(p), MaxHeaderBytes)
+	}
+	if len(p) == 0 {
+		return Header{}, fmt.Errorf("%w: empty header", ErrMalformed)
+	}
+	if p[0] != Version {
+		return Header{}, fmt.Errorf("%w: %d", ErrVersion, p[0])
+	}
+	d := decoder{b: p[1:]}
+	h := Header{Version: int(p[0])}
+	h.RequestID = d.str("request id", maxShortString)
+	hops := d.uvarint("hops")
+	if hops > maxHops {
+		d.fail("hops %d out of range", hops)
+	}
+	h.Hops = int(hops)
+	prio := d.varint("priority")
+	if prio < math.MinInt32 || prio > math.MaxInt32 {
+		d.fail("priority %d out of range", prio)
+	}
+	h.Priority = int(prio)
+	h.Tenant = d.str("tenant", maxShortString)
+	if dl := d.varint("deadline"); dl != 0 {
+		h.Deadline = time.Unix(0, dl)
+	}
+	h.AgentID = d.str("agent id", maxShortString)
+	nb := d.uvarint("blocks")
+	switch {
+	case d.err != nil:
+	case nb > MaxBlocks:
+		d.fail("%d blocks (> %d)", nb, MaxBlocks)
+	case nb*8 > uint64(len(d.b)):
+		d.fail("blocks truncated")
+	case nb > 0:
+		h.Blocks = make([]uint64, nb)
+		for i := range h.Blocks {
+			h.Blocks[i] = binary.LittleEndian.Uint64(d.b[i*8:])
+		}
+		d.b = d.b[nb*8:]
+	}
+	h.Ingress = d.str("ingress", maxShortString)
+	h.Path = d.str("path", maxShortString)
+	h.Meta = d.strMap("meta", maxMetaKey, maxMetaValue)
+	d.end("header")
+	if d.err != nil {
+		return Header{}, d.err
+	}
+	return h, nil
+}
+
+func encodeAccept(status int, headers map[string]string) ([]byte, error) {
+	if !validStatus(status) {
+		return nil, fmt.Errorf("%w: accept status %d", ErrMalformed, status)
+	}
+	if len(headers) > MaxMeta {
+		return nil, fmt.Errorf("%w: %d headers (> %d)", ErrMalformed, len(headers), MaxMeta)
+	}
+	e := encoder{}
+	e.uvarint(uint64(status))
+	e.strMap(headers)
+	if _, _, err := decodeAccept(e.b); err != nil {
+		return nil, err
+	}
+	return e.b, nil
+}
+
+func decodeAccept(p []byte) (int, map[string]string, error) {
+	d := decoder{b: p}
+	status := d.uvarint("status")
+	if d.err == nil && !validStatus(int(min(status, 1000))) {
+		d.fail("accept status %d", status)
+	}
+	hdr := d.strMap("headers", maxMetaKey, maxMetaValue)
+	d.end("accept")
+	if d.err != nil {
+		return 0, nil, d.err
+	}
+	return int(status), hdr, nil
+}
+
+func encodeRefuse(r Refusal) ([]byte, error) {
+	if !validStatus(r.Status) {
+		return nil, fmt.Errorf("%w: refuse status %d", ErrMalformed, r.Status)
+	}
+	if r.RetryAfter < 0 {
+		return nil, fmt.Errorf("%w: negative retry-after", ErrMalformed)
+	}
+	e := encoder{}
+	e.uvarint(uint64(r.Status))
+	e.str(r.Code)
+	e.str(r.Message)
+	e.uvarint(uint64(r.RetryAfter))
+	e.bytes(r.State)
+	if _, err := decodeRefuse(e.b); err != nil {
+		return nil, err
+	}
+	return e.b, nil
+}
+
+func decodeRefuse(p []byte) (*Refusal, error) {
+	d := decoder{b: p}
+	status := d.uvarint("status")
+	if d.err == nil && !validStatus(int(min(status, 1000))) {
+		d.fail("refuse status %d", status)
+	}
+	r := &Refusal{Status: int(status)}
+	r.Code = d.str("code", maxShortString)
+	r.Message = d.str("message", maxShortString)
+	ra := d.uvarint("retry-after")
+	if ra > math.MaxInt64 {
+		d.fail("retry-after out of range")
+	}
+	r.RetryAfter = time.Duration(ra)
+	if st := d.raw("state", MaxStateBytes); len(st) > 0 {
+		r.State = append([]byte(nil), st...)
+	}
+	d.end("refuse")
+	if d.err != nil {
+		return nil, d.err
+	}
+	return r, nil
+}
+
+// An end frame is a flag (0 clean, 1 failed) and, when failed, the owner's message.
+func encodeEnd(failure string) []byte {
+	if failure == "" {
+		return []byte{0}
+	}
+	// The reader insists on valid UTF-8 within the limit; a cut rune is dropped.
+	failure = strings.ToValidUTF8(failure, "?")
+	if len(failure) > maxShortString {
+		failure = strings.ToValidUTF8(failure[:maxShortString], "")
+	}
+	e := encoder{b: []byte{1}}
+	e.str(failure)
+	return e.b
+}
+
+// decodeEnd returns the owner's failure message, "" for a clean end.
+func decodeEnd(p []byte) (string, error) {
+	if len(p) == 1 && p[0] == 0 {
+		return "", nil
+	}
+	if len(p) == 0 || p[0] != 1 {
+		return "", fmt.Errorf("%w: bad end flag", ErrMalformed)
+	}
+	d := decoder{b: p[1:]}
+	msg := d.str("end message", maxShortString)
+	d.end("end")
+	if d.err == nil && msg == "" {
+		d.fail("empty end message")
+	}
+	return msg, d.err
+}
+
+// appendFrameHead appends a frame's type and payload length.
+func appendFrameHead(dst []byte, typ byte, n int) []byte {
+	return binary.AppendUvarint(append(dst, typ), uint64(n))
+}
+
+// readFrameHead reads a frame's type and length; limit is checked per type so a peer cannot
+// make the reader allocate more than the format allows.
+func readFrameHead(r *bufio.Reader) (byte, int, error) {
+	typ, err := r.ReadByte()
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, fmt.Errorf("%w: frame length: %w", ErrMalformed, err)
+	}
+	var limit uint64
+	switch typ {
+	case frameHeader:
+		limit = MaxHeaderBytes
+	case frameBody:
+		limit = math.MaxInt32
+	case frameAccept, frameRefuse, frameEnd:
+		limit = MaxAnswerBytes
+	case frameData:
+		limit = MaxDataFrameBytes
+	default:
+		return 0, 0, fmt.Errorf("%w: unknown frame type %d", ErrMalformed, typ)
+	}
+	if n > limit {
+		return 0, 0, fmt.Errorf("%w: frame type %d of %d bytes (> %d)", ErrMalformed, typ, n, limit)
+	}
+	return typ, int(n), nil
+}
+
+// readFrame reads a whole frame of at most limit payload bytes. io.EOF means the stream ended
+// cleanly before the frame started; a frame cut short is io.ErrUnexpectedEOF.
+func readFrame(r *bufio.Reader, limit int) (byte, []byte, error) {
+	typ, n, err := readFrameHead(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if n > limit {
+		return 0, nil, fmt.Errorf("%w: frame type %d of %d bytes (> %d)", ErrMalformed, typ, n, limit)
+	}
+	// Memory grows with the bytes that actually arrive, not with what the length claims.
+	buf := bytes.NewBuffer(make([]byte, 0, min(n, 64<<10)))
+	if m, err := io.CopyN(buf, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) && m < int64(n) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return typ, buf.Bytes(), nil
+}

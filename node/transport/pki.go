@@ -1,0 +1,241 @@
+package transport
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// ALPN is the application protocol every kvmesh peer connection negotiates.
+const ALPN = "kvmesh/1"
+
+// PeerServerName is a DNS name every node certificate carries. Clients verify the owner's
+// certificate chain against the cluster CA under this name, so a peer is trusted for being in
+// the cluster, not for which address it happens to answer on (addresses come from gossip).
+const PeerServerName = "peer.kvmesh.internal"
+
+// Validity of generated certificates.
+const (
+	CAValidity   = 10 * 365 * 24 * time.Hour
+	NodeValidity = 2 * 365 * 24 * time.Hour
+)
+
+// ErrExists is returned instead of overwriting a key or certificate.
+var ErrExists = errors.New("transport: file exists")
+
+// DefaultHosts are the SANs a node certificate gets when no hosts are given.
+var DefaultHosts = []string{"127.0.0.1", "::1", "localhost"}
+
+var nodeNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,62})$`)
+
+// InitCA creates dir (0700) and a self-signed ECDSA P-256 cluster CA in it: ca.crt and ca.key
+// (0600). It refuses to overwrite an existing CA.
+func InitCA(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("transport: ca dir: %w", err)
+	}
+	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	for _, p := range []string{certPath, keyPath} {
+		if _, err := os.Stat(p); err == nil {
+			return fmt.Errorf("%w: %s", ErrExists, p)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("transport: ca key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "kvmesh cluster CA", Organization: []string{"kvmesh"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(CAValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return fmt.Errorf("transport: ca cert: %w", err)
+	}
+	return writePair(certPath, keyPath, der, key)
+}
+
+// IssueNode issues NAME.crt and NAME.key in dir, signed by the CA there, valid for both server
+// and client auth. SANs are name (when it is a DNS name), PeerServerName and hosts (IPs or DNS
+// names; DefaultHosts when empty). It refuses to overwrite an existing node certificate.
+func IssueNode(dir, name string, hosts []string) error {
+	if !nodeNameRE.MatchString(name) || name == "ca" {
+		return fmt.Errorf("transport: invalid node name %q", name)
+	}
+	caCert, caKey, err := loadCA(dir)
+	if err != nil {
+		return err
+	}
+	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for _, p := range []string{certPath, keyPath} {
+		if _, err := os.Stat(p); err == nil {
+			return fmt.Errorf("%w: %s", ErrExists, p)
+		}
+	}
+	if len(hosts) == 0 {
+		hosts = DefaultHosts
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"kvmesh"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(NodeValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{PeerServerName},
+	}
+	if net.ParseIP(name) == nil && name != PeerServerName {
+		tmpl.DNSNames = append(tmpl.DNSNames, name)
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("transport: node key: %w", err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("transport: node cert: %w", err)
+	}
+	return writePair(certPath, keyPath, der, key)
+}
+
+// NewDevCA makes a throwaway CA in dir and one certificate per name with DefaultHosts, for the
+// testnet and tests.
+func NewDevCA(dir string, names ...string) error {
+	if err := InitCA(dir); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := IssueNode(dir, n, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadTLS loads the cluster CA and node name's key pair from dir and returns one config for
+// both ends of a peer connection: TLS 1.3 only, ALPN kvmesh/1, client certificates required and
+// verified against the CA, the server verified against the CA under PeerServerName.
+func LoadTLS(dir, name string) (*tls.Config, error) {
+	if !nodeNameRE.MatchString(name) || name == "ca" {
+		return nil, fmt.Errorf("transport: invalid node name %q", name)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("transport: read ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("transport: no certificate in %s", filepath.Join(dir, "ca.crt"))
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
+	if err != nil {
+		return nil, fmt.Errorf("transport: load node %q: %w", name, err)
+	}
+	// Refuse a pair the cluster itself would reject, at startup rather than at first dial.
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("transport: parse node %q: %w", name, err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots:     pool,
+		DNSName:   PeerServerName,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, fmt.Errorf("transport: node %q not valid under the cluster ca: %w", name, err)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		MaxVersion:   tls.VersionTLS13,
+		NextProtos:   []string{ALPN},
+		Certificates: []tls.Certificate{pair},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ServerName:   PeerServerName,
+	}, nil
+}
+
+func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("transport: load ca: %w", err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, nil, fmt.Errorf("transport: parse ca: %w", err)
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok || !cert.IsCA {
+		return nil, nil, fmt.Errorf("transport: %s is not an ecdsa ca", dir)
+	}
+	return cert, key, nil
+}
+
+func writePair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey) error {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("transport: marshal key: %w", err)
+	}
+	// The key goes first and exclusively, so a race with another issuer fails rather than mixes.
+	if err := writeExcl(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return err
+	}
+	if err := writeExcl(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		_ = os.Remove(keyPath)
+		return err
+	}
+	return nil
+}
+
+func writeExcl(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%w: %s", ErrExists, path)
+		}
+		return fmt.Errorf("transport: create %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("transport: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("transport: write %s: %w", path, err)
+	}
+	return nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return n
+}

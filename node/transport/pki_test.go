@@ -1,0 +1,130 @@
+package transport
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(path, path[:len(path)-len(".crt")]+".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestInitCA(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	if err := InitCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "ca.key"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("ca.key mode %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+	ca := readCert(t, filepath.Join(dir, "ca.crt"))
+	if !ca.IsCA || ca.PublicKeyAlgorithm != x509.ECDSA {
+		t.Errorf("ca: IsCA=%v alg=%v", ca.IsCA, ca.PublicKeyAlgorithm)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err := InitCA(dir); !errors.Is(err, ErrExists) {
+		t.Errorf("second InitCA = %v, want ErrExists", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if string(before) != string(after) {
+		t.Error("InitCA overwrote the CA key")
+	}
+}
+
+func TestIssueNode(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	if err := InitCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		hosts   []string
+		wantDNS []string
+		wantIPs []string
+	}{
+		{"node-1", nil, []string{PeerServerName, "node-1", "localhost"}, []string{"127.0.0.1", "::1"}},
+		{"gpu7.dc1", []string{"10.0.0.7", "gpu7.example.com"}, []string{PeerServerName, "gpu7.dc1", "gpu7.example.com"}, []string{"10.0.0.7"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := IssueNode(dir, tt.name, tt.hosts); err != nil {
+				t.Fatal(err)
+			}
+			c := readCert(t, filepath.Join(dir, tt.name+".crt"))
+			if !slices.Equal(c.DNSNames, tt.wantDNS) {
+				t.Errorf("DNS SANs %v, want %v", c.DNSNames, tt.wantDNS)
+			}
+			var ips []string
+			for _, ip := range c.IPAddresses {
+				ips = append(ips, ip.String())
+			}
+			if !slices.Equal(ips, tt.wantIPs) {
+				t.Errorf("IP SANs %v, want %v", ips, tt.wantIPs)
+			}
+			if !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+				t.Errorf("ext key usage %v, want server and client auth", c.ExtKeyUsage)
+			}
+			if c.Subject.CommonName != tt.name {
+				t.Errorf("CN %q", c.Subject.CommonName)
+			}
+			if st, err := os.Stat(filepath.Join(dir, tt.name+".key")); err != nil || st.Mode().Perm() != 0o600 {
+				t.Errorf("key mode: %v %v", st.Mode().Perm(), err)
+			}
+			if err := IssueNode(dir, tt.name, nil); !errors.Is(err, ErrExists) {
+				t.Errorf("reissue = %v, want ErrExists", err)
+			}
+		})
+	}
+	for _, bad := range []string{"", "ca", "../x", "a/b", "-x", string(make([]byte, 80))} {
+		if err := IssueNode(dir, bad, nil); err == nil {
+			t.Errorf("IssueNode(%q) accepted", bad)
+		}
+	}
+	if err := IssueNode(t.TempDir(), "n", nil); err == nil {
+		t.Error("IssueNode without a CA succeeded")
+	}
+}
+
+func TestLoadTLS(t *testing.T) {
+	dir := pki(t, "a")
+	c, err := LoadTLS(dir, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MinVersion != tls.VersionTLS13 || c.ClientAuth != tls.RequireAndVerifyClientCert ||
+		!slices.Equal(c.NextProtos, []string{ALPN}) || c.ServerName != PeerServerName || c.RootCAs == nil || c.ClientCAs == nil {
+		t.Errorf("config %+v", c)
+	}
+	if _, err := LoadTLS(dir, "missing"); err == nil {
+		t.Error("LoadTLS of a missing node succeeded")
+	}
+	// A node pair copied in from another cluster is refused at load time.
+	other := pki(t, "b")
+	for _, ext := range []string{".crt", ".key"} {
+		data, err := os.ReadFile(filepath.Join(other, "b"+ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "b"+ext), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := LoadTLS(dir, "b"); err == nil {
+		t.Error("LoadTLS accepted a certificate from another CA")
+	}
+}

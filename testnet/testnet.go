@@ -1,0 +1,191 @@
+package testnet
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// Config describes a testnet.
+type Config struct {
+	// Nodes is how many nodes to start (default 3).
+	Nodes int
+	// Host is the loopback address every listener binds (default 127.0.0.1).
+	Host string
+	// HTTPBase gives node i the HTTP port HTTPBase+i; 0 picks free ports.
+	HTTPBase int
+	// Dir holds the throwaway CA and certificates; empty means a temporary directory that
+	// Close removes.
+	Dir string
+	// Fast shortens gossip's timers for tests (tens of milliseconds instead of LAN defaults).
+	Fast bool
+	// Configure, if set, adjusts node i's configuration before it is built.
+	Configure func(i int, cfg *node.Config)
+	// Logger receives every node's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Net is a running testnet.
+type Net struct {
+	Nodes  []*node.Node
+	tmpDir string
+}
+
+// Name is node i's name.
+func Name(i int) string { return "n" + strconv.Itoa(i+1) }
+
+// FastGossip shortens memberlist's and kvmesh's gossip timers for loopback tests.
+func FastGossip(g *gossip.Config) {
+	g.ProbeInterval = 100 * time.Millisecond
+	g.ProbeTimeout = 50 * time.Millisecond
+	g.GossipInterval = 20 * time.Millisecond
+	g.SuspicionMult = 2
+	g.PushPullInterval = time.Second
+	g.PublishInterval = 200 * time.Millisecond
+	g.MinPublishInterval = 20 * time.Millisecond
+	g.FlushInterval = 10 * time.Millisecond
+	g.StaleAfter = time.Second
+	g.TCPTimeout = time.Second
+	g.DeadNodeReclaimTime = time.Millisecond
+	g.MaxBytesPerSecond = 1 << 20
+}
+
+// Start starts cfg.Nodes nodes, each joining the first, and returns once all are serving.
+// It does not wait for gossip to converge: see WaitConverged.
+func Start(ctx context.Context, cfg Config) (*Net, error) {
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	t := &Net{}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "kvmesh-testnet-")
+		if err != nil {
+			return nil, fmt.Errorf("testnet: %w", err)
+		}
+		dir, t.tmpDir = d, d
+	}
+	names := make([]string, cfg.Nodes)
+	for i := range names {
+		names[i] = Name(i)
+	}
+	if err := transport.NewDevCA(dir, names...); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	var seed string
+	for i := range cfg.Nodes {
+		nc := node.DefaultConfig()
+		nc.Name = names[i]
+		port := 0
+		if cfg.HTTPBase > 0 {
+			port = cfg.HTTPBase + i
+		}
+		nc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(port))
+		nc.QUICAddr = net.JoinHostPort(cfg.Host, "0")
+		nc.AdvertiseHost = cfg.Host
+		nc.Gossip.BindAddr, nc.Gossip.BindPort, nc.Gossip.Key = cfg.Host, 0, key
+		if seed != "" {
+			nc.Gossip.Join = []string{seed}
+		}
+		if cfg.Fast {
+			FastGossip(&nc.Gossip)
+		}
+		nc.GPU = "sim"
+		nc.DrainTimeout = 5 * time.Second
+		if cfg.Logger != nil {
+			nc.Logger = cfg.Logger
+		}
+		tlsCfg, err := transport.LoadTLS(dir, names[i])
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("testnet: %w", err)
+		}
+		nc.TLS = tlsCfg
+		if cfg.Configure != nil {
+			cfg.Configure(i, &nc)
+		}
+		n, err := node.New(nc)
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("testnet: %s: %w", names[i], err)
+		}
+		if err := n.Start(ctx); err != nil {
+			_ = n.Shutdown(context.Background())
+			t.Close()
+			return nil, fmt.Errorf("testnet: %s: %w", names[i], err)
+		}
+		t.Nodes = append(t.Nodes, n)
+		if seed == "" {
+			seed = n.GossipAddr()
+		}
+	}
+	return t, nil
+}
+
+// URLs are the nodes' API base URLs.
+func (t *Net) URLs() []string {
+	out := make([]string, len(t.Nodes))
+	for i, n := range t.Nodes {
+		out[i] = "http://" + n.HTTPAddr()
+	}
+	return out
+}
+
+// WaitConverged polls until every node sees every other alive with a fresh state record.
+func (t *Net) WaitConverged(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if t.converged() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testnet: not converged: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func (t *Net) converged() bool {
+	for _, n := range t.Nodes {
+		fresh := 0
+		for _, m := range n.Members() {
+			if m.Liveness == gossip.LivenessAlive && m.Candidate && m.State.QUICAddr != "" {
+				fresh++
+			}
+		}
+		if fresh != len(t.Nodes) {
+			return false
+		}
+	}
+	return true
+}
+
+// Close shuts every node down (draining in-flight requests) and removes a temporary directory.
+func (t *Net) Close() error {
+	var errs []error
+	for i := len(t.Nodes) - 1; i >= 0; i-- {
+		errs = append(errs, t.Nodes[i].Shutdown(context.Background()))
+	}
+	if t.tmpDir != "" {
+		errs = append(errs, os.RemoveAll(t.tmpDir))
+	}
+	return errors.Join(errs...)
+}
