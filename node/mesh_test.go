@@ -2,9 +2,11 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +182,48 @@ func TestMeshPeersView(t *testing.T) {
 		if p.Liveness != "alive" || p.QUICAddr == "" || p.HTTPAddr == "" || len(p.Models) != 1 || p.KVBlocksTotal == 0 {
 			t.Errorf("peer %+v", p)
 		}
+	}
+}
+
+func TestHotPrefixSpreadsUnderLoadAndReturnsWhenDrained(t *testing.T) {
+	tn := startNet(t, 4, func(i int, cfg *node.Config) {
+		cfg.Sim.KVBlocks = 1024
+		cfg.Sim.TimeScale = 2
+	})
+	urls := tn.URLs()
+	shared := longPrompt("hot system prompt", 2000)
+	owner := warm(t, urls[0], chatBody(shared, 2, false))
+	for _, u := range urls {
+		eventually(t, 5*time.Second, "the prefix to spread", func() bool { return u == urls[indexOf(t, tn, owner)] || knowsPrefix(t, u, owner, 100) })
+	}
+	// A burst of 16 requests sharing the hot prefix, each with 1,500 tokens of its own: the
+	// owner can hold about seven at once.
+	var mu sync.Mutex
+	ran := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := post(t, urls[i%4], "/v1/chat/completions", chatBody(shared+longPrompt(fmt.Sprint("user ", i), 1500), 200, false), nil)
+			readAll(t, resp)
+			mu.Lock()
+			ran[resp.Header.Get(node.HeaderNode)]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.Logf("burst of 16 ran %v; prefix owner %s", ran, owner)
+	if len(ran) < 2 || ran[owner] == 16 {
+		t.Fatalf("burst ran %v: it should spread beyond the busy prefix owner %s", ran, owner)
+	}
+	if ran[owner] < 3 {
+		t.Errorf("burst ran %v: the prefix owner should still take its share", ran)
+	}
+	// Drained, the next turn goes back to a node holding the prefix.
+	resp := post(t, urls[3], "/v1/chat/completions", chatBody(shared+"one more question", 4, true), nil)
+	u := streamUsage(t, sseEvents(t, readAll(t, resp)))
+	if u.PromptTokensDetails.CachedTokens < 1990 {
+		t.Errorf("after the burst the request ran on %s with %d cached tokens; want a prefix holder", resp.Header.Get(node.HeaderNode), u.PromptTokensDetails.CachedTokens)
 	}
 }

@@ -1,0 +1,115 @@
+package node_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node"
+)
+
+func TestSLOUnattainableIsRefusedWithoutRunningThePrefill(t *testing.T) {
+	tn := startNet(t, 1, nil)
+	url := tn.URLs()[0]
+	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("slo", 3000), 4, false), map[string]string{node.HeaderTTFTSLO: "1ms"})
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusTooManyRequests || decodeError(t, b).Error.Code != "slo_unattainable" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if got := metric(t, url, "vllm:prompt_tokens_total", ""); got != 0 {
+		t.Errorf("the engine prefilled %v tokens of a refused request", got)
+	}
+}
+
+func TestKVBudgetAndNoCapacity(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.Sim.KVBlocks = 64 }) // 1,024 tokens of KV
+	url := tn.URLs()[0]
+	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("kv", 2000), 4, false), nil)
+	if b := readAll(t, resp); resp.StatusCode != 400 || decodeError(t, b).Error.Code != "kv_budget" {
+		t.Errorf("a request larger than every KV pool: status %d: %s", resp.StatusCode, b)
+	}
+	resp = post(t, url, "/v1/chat/completions", chatBody("hi", 4, false), map[string]string{node.HeaderPriority: "high"})
+	if readAll(t, resp); resp.StatusCode != 200 {
+		t.Errorf("a small request on the same node: status %d", resp.StatusCode)
+	}
+}
+
+// fill starts n long requests in the background and returns once they hold over kvUse of the
+// engine's KV blocks.
+func fill(t *testing.T, url string, n, tokens, maxTokens int, kvUse float64) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			readAll(t, post(t, url, "/v1/chat/completions", chatBody(longPrompt(string(rune('a'+i)), tokens), maxTokens, false), map[string]string{node.HeaderPriority: "high"}))
+		}()
+	}
+	eventually(t, 10*time.Second, "the engine to fill up", func() bool { return selfOf(peers(t, url)).KVUse > kvUse })
+	return &wg
+}
+
+func TestQueuedRequestExpiresAtItsTTLWithoutEngineWork(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) {
+		cfg.Sim.KVBlocks = 256 // 4,096 tokens
+		cfg.Sim.TimeScale = 1
+	})
+	url := tn.URLs()[0]
+	// 188 of 256 blocks held for about two seconds: the next request's 69 blocks do not fit.
+	wg := fill(t, url, 1, 3000, 400, 0.7)
+	served := metric(t, url, "kvmesh_engine_requests_total", "")
+	start := time.Now()
+	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("late", 1000), 100, false), map[string]string{node.HeaderQueueTTL: "300ms"})
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusTooManyRequests || decodeError(t, b).Error.Code != "queue_ttl_expired" {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Errorf("refused after %v, before its 300ms TTL", waited)
+	}
+	if got := metric(t, url, "kvmesh_engine_requests_total", ""); got != served {
+		t.Errorf("the engine took %v requests while the queued one waited; want none", got-served)
+	}
+	tn.Nodes[0].Shutdown(t.Context()) // stop the long requests rather than wait them out
+	wg.Wait()
+}
+
+func TestHighPriorityIsServedWhileSheddableTrafficIsShed(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) {
+		cfg.Sim.KVBlocks = 512
+		cfg.Sim.TimeScale = 5
+		cfg.Admit.Queue.MaxRequests = 8 // sheddable requests queue only while fewer than 4 wait
+	})
+	url := tn.URLs()[0]
+	var mu sync.Mutex
+	status := map[string]map[int]int{"high": {}, "low": {}}
+	var wg sync.WaitGroup
+	send := func(class string, i int) {
+		defer wg.Done()
+		resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt(class+string(rune('a'+i)), 1000), 200, false), map[string]string{node.HeaderPriority: class})
+		readAll(t, resp)
+		mu.Lock()
+		status[class][resp.StatusCode]++
+		mu.Unlock()
+	}
+	for i := range 24 {
+		wg.Add(1)
+		go send("low", i)
+	}
+	for i := range 4 {
+		wg.Add(1)
+		go send("high", i)
+	}
+	wg.Wait()
+	if status["high"][200] != 4 {
+		t.Errorf("high priority: %v, want all 4 served", status["high"])
+	}
+	if status["low"][429] == 0 {
+		t.Errorf("low priority: %v, want some shed with 429", status["low"])
+	}
+	if got := metric(t, url, "kvmesh_requests_refused_total", `code="queue_full"`); got != float64(status["low"][429]) {
+		t.Errorf("queue_full refusals counted %v, low-priority 429s %d", got, status["low"][429])
+	}
+}
