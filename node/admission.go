@@ -314,6 +314,12 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 			n.kickRoom()
 			return res.o
 		}
+		if res.lastCode == CodeAgentPaused && n.agents != nil {
+			if o, done := n.awaitAgent(ctx, w, p, pl); done {
+				return o
+			}
+			continue
+		}
 		// Every owner said no: wait for room like any queued request.
 		pl.d = admit.Decision{Action: admit.Queue, Layer: admit.LayerQueue, Code: admit.CodeWaitKV, Option: -1,
 			Tenant: p.adm.Tenant, MaxTokens: pl.d.MaxTokens, ExpectedTokens: pl.d.ExpectedTokens}

@@ -58,8 +58,13 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 		}
 		if pl.v.peers[c.Peer].Self {
 			n.m.forwards.WithLabelValues("local").Inc()
-			o := n.serveLocal(ctx, w, p, start, "local")
+			o, ran := n.agentStep(ctx, w, p, start, "local")
 			n.releasePlan(pl)
+			if !ran {
+				res.lastCode = CodeAgentPaused
+				n.agentRefused(p, c.Name, &res)
+				return res
+			}
 			n.stick(p, c.Name)
 			return dispatchResult{o: o}
 		}
@@ -68,6 +73,9 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 		if done {
 			n.stick(p, c.Name)
 			return dispatchResult{o: o}
+		}
+		if n.agentRefused(p, c.Name, &res) {
+			return res
 		}
 		if ctx.Err() != nil {
 			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
@@ -253,5 +261,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	p.req.MaxTokens = d.MaxTokens
-	n.serveLocal(ctx, transport.HTTPResponseWriter(fw), p, start, "peer")
+	if _, ran := n.agentStep(ctx, transport.HTTPResponseWriter(fw), p, start, "peer"); !ran {
+		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)
+	}
 }

@@ -27,6 +27,9 @@ func (n *Node) buildMesh() error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.reg.MustRegister(newStateCollector(n))
+	if err := n.buildAgents(); err != nil {
+		return err
+	}
 	if err := n.buildTelemetry(); err != nil {
 		return err
 	}
@@ -88,6 +91,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.carbon != nil {
 		n.exportCarbon(time.Now())
 		n.goBG(func() { n.runCarbon(bg) })
+	}
+	if n.agents != nil {
+		n.goBG(func() { n.runAgents(bg) })
 	}
 	if n.cfg.Standalone {
 		return nil

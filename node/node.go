@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
@@ -78,6 +79,11 @@ type Config struct {
 	APIKeysFile string
 	// AgentFromUser takes the agent id from the OpenAI "user" field when X-Kvmesh-Agent is absent.
 	AgentFromUser bool
+	// Agents turns on agent-level admission (a window of active agents per home node, see
+	// package admit/agent); nil leaves it off. AgentInterval is its control interval
+	// (default DefaultAgentInterval).
+	Agents        *agent.Config
+	AgentInterval time.Duration
 
 	// GPU is the telemetry source: auto (NVML when the driver loads, else none), nvml, none or sim.
 	GPU string
@@ -143,6 +149,7 @@ type Node struct {
 	tr       *transport.Transport
 	policy   route.Policy
 	adm      *admit.Admitter
+	agents   *agentGate // nil: agent admission off
 	roomKick chan struct{}
 	gpu      *gpu.Sampler
 	carbon   *carbon.Tracker

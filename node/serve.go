@@ -59,6 +59,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 // The node that ran it counts it, with the time the request spent at its ingress included.
 func (n *Node) finished(p *prepared, start, firstAt, end time.Time, u *engine.Usage) {
 	n.adm.Observe(p.adm.Model, p.adm.Tenant, u.CompletionTokens)
+	n.observeAgent(p, u)
 	ttft := firstAt.Sub(start)
 	var tpot time.Duration
 	if u.CompletionTokens > 1 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -44,6 +45,9 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "config", Usage: "admission config file (JSON; see README)", EnvVars: env("config")},
 		&cli.StringFlag{Name: "api-keys", Usage: "API key file (sha256 tenant [rate burst] per line), hot-reloaded; none means open", EnvVars: env("api-keys")},
 		&cli.BoolFlag{Name: "agent-from-user", Usage: "take the agent id from the OpenAI user field when X-Kvmesh-Agent is absent", EnvVars: env("agent-from-user")},
+		&cli.IntFlag{Name: "agent-window", Usage: "turn on agent-level admission with at most this many active agents per node (0: off)", EnvVars: env("agent-window")},
+		&cli.DurationFlag{Name: "agent-idle-timeout", Value: agent.DefaultConfig().IdleTimeout, Usage: "an agent silent this long leaves the window", EnvVars: env("agent-idle-timeout")},
+		&cli.DurationFlag{Name: "agent-interval", Value: node.DefaultAgentInterval, Usage: "control interval of the agent window", EnvVars: env("agent-interval")},
 		&cli.StringFlag{Name: "gpu", Value: "auto", Usage: "GPU telemetry: auto, nvml, none or sim", EnvVars: env("gpu")},
 	}, append(carbonFlags(), simFlags()...)...)
 }
@@ -77,6 +81,14 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	if err := meshConfig(c, &cfg); err != nil {
 		return cfg, err
 	}
+	if w := c.Int("agent-window"); w > 0 {
+		ac := agent.DefaultConfig()
+		ac.Controller.MaxWindow = w
+		ac.Controller.InitialWindow = min(ac.Controller.InitialWindow, w)
+		ac.IdleTimeout = c.Duration("agent-idle-timeout")
+		cfg.Agents = &ac
+	}
+	cfg.AgentInterval = c.Duration("agent-interval")
 	return cfg, nil
 }
 

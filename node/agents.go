@@ -1,0 +1,379 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// CodeAgentPaused is an owner's refusal of an agent step whose agent is outside its window
+// (paused, or new and waiting for a slot). The ingress holds the step and retries it at the
+// same owner; the client never sees this code unless the step's queue TTL runs out.
+const CodeAgentPaused = "agent_paused"
+
+// DefaultAgentInterval is the agent window's control interval when Config.AgentInterval is 0.
+const DefaultAgentInterval = 500 * time.Millisecond
+
+// agentGate is the node's side of agent-level admission: this node is the home of every agent
+// whose steps run on its engine, so it owns their window (agent.Admitter), pins the active
+// agents' prefixes in the embedded engine, and wakes the ingress handlers holding a step of
+// an agent that re-entered the window. All fields are guarded by mu.
+type agentGate struct {
+	a    *agent.Admitter
+	home string // this node's name: the only home its Admitter knows
+
+	mu      sync.Mutex
+	pins    map[string]func()        // agent → release of its prefix pin
+	wake    map[string]chan struct{} // agent → closed when its held step may start
+	held    map[*prepared]heldStep   // steps held for this node's window
+	context map[*prepared]int        // a step's context at its end (prompt + output), from finished
+	stop    chan struct{}            // closed when the control loop ends (node shutdown)
+}
+
+// heldStep is a step of an agent outside this node's window, held by its ingress handler.
+type heldStep struct {
+	id   string
+	wake chan struct{}
+}
+
+// buildAgents sets up agent admission when cfg.Agents is set. It does no I/O.
+func (n *Node) buildAgents() error {
+	if n.cfg.AgentInterval <= 0 {
+		n.cfg.AgentInterval = DefaultAgentInterval
+	}
+	if n.cfg.Agents == nil {
+		return nil
+	}
+	a, err := agent.New(*n.cfg.Agents)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.agents = &agentGate{a: a, home: n.cfg.Name, pins: map[string]func(){}, wake: map[string]chan struct{}{},
+		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{})}
+	n.reg.MustRegister(newAgentCollector(n.agents))
+	return nil
+}
+
+// agentStep is what the local serving path does with an agent step: run it (serveLocal with
+// the window's bookkeeping around it) or, when the agent is outside the window, report held
+// so the caller answers "wait". Requests without an agent, or with agent admission off, run.
+func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) (outcome, bool) {
+	g := n.agents
+	if g == nil || p.adm.Agent == "" {
+		return n.serveLocal(ctx, w, p, start, origin), true
+	}
+	id := p.adm.Agent
+	now := time.Now()
+	g.mu.Lock()
+	d, err := g.a.Arrive(now, id, g.home, p.adm.PromptTokens)
+	if err == nil && d.Evicted != "" {
+		g.releaseLocked(d.Evicted)
+	}
+	if err == nil && d.Action == agent.Wait {
+		if origin == "local" {
+			// A peer's step is held by its ingress, which polls; only a local one is woken.
+			if g.wake[id] == nil {
+				g.wake[id] = make(chan struct{})
+			}
+			g.held[p] = heldStep{id: id, wake: g.wake[id]}
+		}
+		g.wakeLocked()
+		g.mu.Unlock()
+		return outcome{}, false
+	}
+	delete(g.held, p)
+	g.wakeLocked()
+	g.mu.Unlock()
+	if err != nil {
+		// ErrFull: every registered agent is mid-step; run the step unprotected rather than
+		// fail it, as request-level admission already accepted it.
+		n.log.Debug("agent registry", "agent", id, "err", err)
+		o := n.serveLocal(ctx, w, p, start, origin)
+		g.mu.Lock()
+		delete(g.context, p)
+		g.mu.Unlock()
+		return o, true
+	}
+	o := n.serveLocal(ctx, w, p, start, origin)
+	g.mu.Lock()
+	ctxTokens := g.context[p]
+	delete(g.context, p)
+	st := g.a.StepDone(time.Now(), id, ctxTokens)
+	if st == agent.Active && n.sim != nil {
+		// Between steps the prompt is no longer referenced by a running sequence: the pin is
+		// what keeps it from being evicted while the agent waits for its tool.
+		_, rel := n.sim.Pin(p.req.Blocks)
+		g.releaseLocked(id)
+		g.pins[id] = rel
+	} else if st != agent.Active {
+		g.releaseLocked(id)
+	}
+	g.wakeLocked()
+	g.mu.Unlock()
+	return o, true
+}
+
+// observeAgent records a completed step's cache outcome (called from finished, before the
+// step's StepDone) for the recompute-avoided count, and its final context length.
+func (n *Node) observeAgent(p *prepared, u *engine.Usage) {
+	g := n.agents
+	if g == nil || p.adm.Agent == "" || n.cfg.Standalone {
+		return // Standalone serves without the window (no agentStep to collect the context)
+	}
+	g.a.Observe(p.adm.Agent, u.CachedTokens, u.PromptTokens)
+	g.mu.Lock()
+	g.context[p] = u.PromptTokens + u.CompletionTokens
+	g.mu.Unlock()
+}
+
+// agentRefused handles a dispatch attempt the agent window turned down: the step must wait,
+// at the same home, so dispatch must not try other candidates. It reports whether it was
+// such a refusal.
+func (n *Node) agentRefused(p *prepared, peer string, res *dispatchResult) bool {
+	if n.agents == nil || p.adm.Agent == "" || res.lastCode != CodeAgentPaused {
+		return false
+	}
+	res.requeue = true
+	n.stick(p, peer) // the window and the prefix are there: the retry must go there too
+	return true
+}
+
+// awaitAgent holds a step whose agent is outside its home's window until the agent is
+// resumed (this node is the home), AgentInterval passes (a peer is, and is polled), the
+// step's queue TTL ends, the client leaves or the node drains. It then decides again, or
+// answers the client and reports done. The step is held here, not in the waiting room, so
+// it cannot block the requests queued behind it there.
+func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepared, pl *plan) (outcome, bool) {
+	g := n.agents
+	expires := n.adm.Item(p.adm, pl.d).Expires
+	for {
+		g.mu.Lock()
+		h, here := g.held[p]
+		g.mu.Unlock()
+		ch := h.wake
+		if !here {
+			ch = make(chan struct{}) // a peer is the home: poll it each interval
+		}
+		t := time.NewTimer(min(n.cfg.AgentInterval, max(time.Until(expires), 0)))
+		var giveUp *admit.Decision
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			n.abandonAgent(p)
+			return outcome{code: openai.CodeClientClosed, refused: true}, true
+		case <-g.stop:
+			giveUp = &admit.Decision{Status: http.StatusServiceUnavailable, Code: "draining",
+				Message: "the node is shutting down", RetryAfter: time.Second}
+		}
+		t.Stop()
+		now := time.Now()
+		switch {
+		case giveUp != nil:
+		case n.isDraining():
+			giveUp = &admit.Decision{Status: http.StatusServiceUnavailable, Code: "draining",
+				Message: "the node is shutting down", RetryAfter: time.Second}
+		case !now.Before(expires):
+			d := n.adm.Expired(now)
+			giveUp = &d
+		}
+		if giveUp != nil {
+			n.abandonAgent(p)
+			n.m.decisionOf(*giveUp)
+			writeRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
+			return outcome{code: giveUp.Code, refused: true}, true
+		}
+		if here {
+			if ag, ok := g.a.Get(h.id); ok && ag.State != agent.Active {
+				continue // the interval passed, still outside the window: no need to re-route
+			}
+			// Active now, or gone from the registry (evicted): dispatch again, which admits
+			// it or registers it afresh (and holds it again if it must still wait). Routing
+			// may now send it elsewhere, so this node stops tracking the step.
+			g.mu.Lock()
+			delete(g.held, p)
+			g.mu.Unlock()
+		}
+		n.decide(now, p, pl)
+		n.m.decisionOf(pl.d)
+		return outcome{}, false
+	}
+}
+
+// abandonAgent tells the window that a step held on this node left without running, so a
+// new agent that never ran does not keep a place in the queue for its slot.
+func (n *Node) abandonAgent(p *prepared) {
+	g := n.agents
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h, ok := g.held[p]; ok {
+		delete(g.held, p)
+		g.a.Abandon(time.Now(), h.id)
+		g.wakeLocked()
+	}
+}
+
+// runAgents is the window's control loop: every AgentInterval it feeds the engine's KV use
+// and prefix hit rate to the controller, removes silent agents, drops the pins of agents no
+// longer active and wakes the steps of agents that re-entered the window.
+func (n *Node) runAgents(ctx context.Context) {
+	g := n.agents
+	defer close(g.stop)
+	t := time.NewTicker(n.cfg.AgentInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			g.mu.Lock()
+			for id := range g.pins {
+				g.releaseLocked(id)
+			}
+			g.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		n.agentTick(time.Now())
+	}
+}
+
+// agentTick is one control interval.
+func (n *Node) agentTick(now time.Time) {
+	g := n.agents
+	st := n.eng.State()
+	u := 0.0
+	if st.KVBlocksTotal > 0 {
+		u = float64(st.KVBlocksUsed) / float64(st.KVBlocksTotal)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.a.Tick(now, g.home, u, st.HitRate)
+	// A held step is a step boundary that has arrived, not silence: refresh its agent so the
+	// idle sweep does not drop it (and its place in the queue) while it waits. A peer's
+	// held step refreshes itself each time its ingress retries.
+	for _, h := range g.held {
+		if ag, ok := g.a.Get(h.id); ok && ag.State != agent.Active {
+			_, _ = g.a.Arrive(now, h.id, g.home, 0)
+		}
+	}
+	for _, id := range g.a.Sweep(now) {
+		g.releaseLocked(id)
+	}
+	if len(g.pins) > 0 {
+		active := map[string]bool{}
+		for _, id := range g.a.Active(g.home) {
+			active[id] = true
+		}
+		for id := range g.pins {
+			if !active[id] {
+				g.releaseLocked(id) // paused by the tick: its prefix may age out
+			}
+		}
+	}
+	g.wakeLocked()
+}
+
+// releaseLocked drops id's pin.
+func (g *agentGate) releaseLocked(id string) {
+	if rel := g.pins[id]; rel != nil {
+		rel()
+		delete(g.pins, id)
+	}
+}
+
+// wakeLocked releases the held steps of the agents the window let in since the last call.
+func (g *agentGate) wakeLocked() {
+	for _, id := range g.a.Resumable() {
+		if ch := g.wake[id]; ch != nil {
+			close(ch)
+			delete(g.wake, id)
+		}
+	}
+	// An agent that left the registry (swept, evicted, abandoned) will never be resumed: its
+	// held step retries on its interval timer, so its channel can go.
+	if len(g.wake) > 64 {
+		for id := range g.wake {
+			if _, ok := g.a.Get(id); !ok {
+				delete(g.wake, id)
+			}
+		}
+	}
+}
+
+// agentCollector exports the window's state at scrape time.
+type agentCollector struct {
+	g                                             *agentGate
+	window, active, paused, waiting, agents       *prometheus.Desc
+	pauses, resumes, admitted, swept              *prometheus.Desc
+	kvUse, hitRate, avoided, recomputed, pinnedAg *prometheus.Desc
+}
+
+func newAgentCollector(g *agentGate) *agentCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("kvmesh_agent_"+name, help, nil, nil)
+	}
+	return &agentCollector{
+		g:          g,
+		window:     d("window", "Agents this node's window lets be active at once."),
+		active:     d("active", "Agents in the window."),
+		paused:     d("paused", "Agents taken out of the window at a step boundary."),
+		waiting:    d("waiting", "New agents whose first step waits for a window slot."),
+		agents:     d("registered", "Agents this node remembers."),
+		pauses:     d("pauses_total", "Agents paused because the window shrank."),
+		resumes:    d("resumes_total", "Paused agents put back in the window."),
+		admitted:   d("admitted_total", "Agents that entered the window for the first time."),
+		swept:      d("swept_total", "Agents removed after going silent past the idle timeout."),
+		kvUse:      d("kv_use", "KV cache use (0..1) the window controller last saw."),
+		hitRate:    d("hit_rate", "Prefix hit rate (0..1) the window controller last saw."),
+		avoided:    d("recompute_avoided_tokens_total", "Tokens of agents' earlier context served from cache instead of recomputed."),
+		recomputed: d("recomputed_tokens_total", "Tokens of agents' earlier context that had to be recomputed."),
+		pinnedAg:   d("pinned", "Active agents whose prefix is pinned in the embedded engine."),
+	}
+}
+
+func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
+		c.admitted, c.swept, c.kvUse, c.hitRate, c.avoided, c.recomputed, c.pinnedAg} {
+		ch <- d
+	}
+}
+
+func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.g.a.Stats()
+	u, h := 0.0, 0.0
+	for _, hs := range s.Homes {
+		if hs.Home == c.g.home {
+			u, h = hs.Controller.U, hs.Controller.H
+		}
+	}
+	c.g.mu.Lock()
+	pinned := len(c.g.pins)
+	c.g.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	gauge(c.window, float64(c.g.a.Window(c.g.home)))
+	gauge(c.active, float64(s.Active))
+	gauge(c.paused, float64(s.Paused))
+	gauge(c.waiting, float64(s.Waiting))
+	gauge(c.agents, float64(s.Agents))
+	gauge(c.kvUse, u)
+	gauge(c.hitRate, h)
+	gauge(c.pinnedAg, float64(pinned))
+	counter(c.pauses, s.PausesTotal)
+	counter(c.resumes, s.ResumesTotal)
+	counter(c.admitted, s.AdmittedTotal)
+	counter(c.swept, s.SweptTotal)
+	counter(c.avoided, s.RecomputeAvoidedTokens)
+	counter(c.recomputed, s.RecomputedTokens)
+}

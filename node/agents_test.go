@@ -1,0 +1,234 @@
+package node_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
+)
+
+// agentConfig is agent admission with a fixed window of w and a short idle timeout.
+func agentConfig(w int, idle time.Duration) *agent.Config {
+	c := agent.DefaultConfig()
+	c.Controller.MinWindow, c.Controller.MaxWindow, c.Controller.InitialWindow = 1, w, w
+	c.IdleTimeout = idle
+	return &c
+}
+
+// agentStep sends step k of agent id (its prompt extends the previous step's) and returns
+// the response status, the node that ran it and its cached prompt tokens.
+func agentStep(t *testing.T, url, id string, k int) (int, string, int) {
+	t.Helper()
+	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt(id, 400+300*k), 8, true), map[string]string{node.HeaderAgent: id})
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, resp.Header.Get(node.HeaderNode), 0
+	}
+	return resp.StatusCode, resp.Header.Get(node.HeaderNode), streamUsage(t, sseEvents(t, body)).PromptTokensDetails.CachedTokens
+}
+
+func TestAgentStepsStayOnTheirHomeAcrossIngresses(t *testing.T) {
+	tn := startNet(t, 3, func(i int, cfg *node.Config) {
+		cfg.Agents = agentConfig(8, time.Minute)
+		cfg.AgentInterval = 20 * time.Millisecond
+	})
+	urls := tn.URLs()
+	tests := []struct{ agent string }{{"agent-a"}, {"agent-b"}}
+	registered := map[string]float64{} // per node, over the subtests so far
+	for _, tt := range tests {
+		t.Run(tt.agent, func(t *testing.T) {
+			home := ""
+			for k := range 6 {
+				url := urls[k%len(urls)]
+				if k > 0 {
+					// The tool call between steps: long enough for gossip to tell the next
+					// ingress where the agent's prefix lives.
+					eventually(t, 5*time.Second, "the next ingress to learn the prefix", func() bool {
+						return knowsPrefix(t, url, home, (400+300*(k-1))/16)
+					})
+				}
+				status, ran, cached := agentStep(t, url, tt.agent, k)
+				if status != http.StatusOK {
+					t.Fatalf("step %d: status %d", k, status)
+				}
+				if k == 0 {
+					home = ran
+					continue
+				}
+				if ran != home {
+					t.Fatalf("step %d ran on %s, want the agent's home %s", k, ran, home)
+				}
+				if cached < 300 {
+					t.Errorf("step %d: %d cached prompt tokens, want the previous step's prefix", k, cached)
+				}
+			}
+			// Only the home keeps the agent's window; the other ingresses just forwarded.
+			registered[home]++
+			for i, u := range urls {
+				want := registered[testnet.Name(i)]
+				if got := metric(t, u, "kvmesh_agent_registered", ""); got != want {
+					t.Errorf("%s registers %v agents, want %v", testnet.Name(i), got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	tests := []struct {
+		name    string
+		ingress int // where agent b's step enters: the home (held locally) or a peer (polls the home)
+	}{{"local", 0}, {"forwarded", 1}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tn := startNet(t, 2, func(i int, cfg *node.Config) {
+				cfg.Agents = agentConfig(1, idle)
+				cfg.AgentInterval = 20 * time.Millisecond
+				if i == 1 {
+					cfg.Models = []string{"another-model"} // an ingress only: every agent homes on n1
+				}
+			})
+			urls := tn.URLs()
+			home := urls[0]
+			if status, ran, _ := agentStep(t, home, "a", 0); status != http.StatusOK || ran != testnet.Name(0) {
+				t.Fatalf("agent a: status %d on %q", status, ran)
+			}
+			eventually(t, 5*time.Second, "agent a's prefix pinned", func() bool { return metric(t, home, "kvmesh_agent_pinned", "") == 1 })
+
+			type result struct {
+				status int
+				ran    string
+				at     time.Time
+			}
+			done := make(chan result, 1)
+			go func() {
+				resp, err := http.Post(urls[tt.ingress]+"/v1/chat/completions", "application/json",
+					strings.NewReader(chatBody(longPrompt("b", 500), 8, false)))
+				if err != nil {
+					done <- result{}
+					return
+				}
+				resp.Body.Close()
+				done <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), time.Now()}
+			}()
+			// The step above has no agent header; this one is agent b's first step.
+			bDone := make(chan result, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, urls[tt.ingress]+"/v1/chat/completions",
+					strings.NewReader(chatBody(longPrompt("agent-b", 500), 8, false)))
+				req.Header.Set(node.HeaderAgent, "b")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					bDone <- result{}
+					return
+				}
+				resp.Body.Close()
+				bDone <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), time.Now()}
+			}()
+			if r := <-done; r.status != http.StatusOK {
+				t.Fatalf("a request without an agent got %d: agent admission must not hold it", r.status)
+			}
+			eventually(t, 5*time.Second, "agent b waiting for a slot", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
+
+			// Agent a is active: its next steps run at once while b waits.
+			var lastA time.Time
+			for k := 1; k <= 2; k++ {
+				if status, _, _ := agentStep(t, home, "a", k); status != http.StatusOK {
+					t.Fatalf("agent a step %d: status %d", k, status)
+				}
+				lastA = time.Now()
+			}
+			select {
+			case r := <-bDone:
+				t.Fatalf("agent b's first step finished (status %d) while the window of 1 was agent a's", r.status)
+			default:
+			}
+			// Agent a goes silent: the sweep frees its slot and b's held step runs.
+			var r result
+			select {
+			case r = <-bDone:
+			case <-time.After(15 * time.Second):
+				t.Fatal("agent b's step never ran")
+			}
+			if r.status != http.StatusOK || r.ran != testnet.Name(0) {
+				t.Fatalf("agent b: status %d on %q, want 200 on the home", r.status, r.ran)
+			}
+			if gap := r.at.Sub(lastA); gap < idle/2 {
+				t.Errorf("agent b ran %v after agent a's last step, before a's idle timeout %v freed the slot", gap, idle)
+			}
+			if got := metric(t, home, "kvmesh_agent_swept_total", ""); got != 1 {
+				t.Errorf("kvmesh_agent_swept_total = %v, want 1 (agent a)", got)
+			}
+			if got := metric(t, home, "kvmesh_agent_admitted_total", ""); got != 2 {
+				t.Errorf("kvmesh_agent_admitted_total = %v, want 2", got)
+			}
+			requireAgentMetrics(t, home)
+		})
+	}
+}
+
+// requireAgentMetrics fails unless every kvmesh_agent_* family is exported.
+func requireAgentMetrics(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readAll(t, resp))
+	for _, name := range []string{"window", "active", "paused", "waiting", "registered", "pinned", "pauses_total",
+		"resumes_total", "admitted_total", "swept_total", "kv_use", "hit_rate",
+		"recompute_avoided_tokens_total", "recomputed_tokens_total"} {
+		if !strings.Contains(text, "\nkvmesh_agent_"+name+" ") {
+			t.Errorf("metric kvmesh_agent_%s missing", name)
+		}
+	}
+	if metric(t, url, "kvmesh_agent_window", "") != 1 {
+		t.Errorf("kvmesh_agent_window = %v, want the configured 1", metric(t, url, "kvmesh_agent_window", ""))
+	}
+}
+
+func TestAgentAdmissionConfig(t *testing.T) {
+	bad := agent.DefaultConfig()
+	bad.IdleTimeout = 0
+	tests := []struct {
+		name        string
+		agents      *agent.Config
+		wantErr     error
+		wantMetrics bool
+	}{
+		{"off", nil, nil, false},
+		{"on", agentConfig(4, time.Minute), nil, true},
+		{"invalid", &bad, agent.ErrConfig, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := node.DefaultConfig()
+			cfg.Name, cfg.Standalone, cfg.GPU, cfg.Agents = "n", true, "none", tt.agents
+			n, err := node.New(cfg)
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Fatalf("New: %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = n.Shutdown(t.Context()) })
+			fams, err := n.Registry().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := false
+			for _, f := range fams {
+				got = got || strings.HasPrefix(f.GetName(), "kvmesh_agent_")
+			}
+			if got != tt.wantMetrics {
+				t.Errorf("kvmesh_agent_* metrics registered: %v, want %v", got, tt.wantMetrics)
+			}
+		})
+	}
+}
