@@ -421,7 +421,9 @@ func (g *Gossip) flush(now time.Time) {
 	maxQueued := max(16, 2*g.cfg.MaxBytesPerSecond/maxMessage)
 	if n := g.queue.NumQueued(); n > maxQueued {
 		g.queue.Prune(maxQueued)
-		g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(n - g.queue.NumQueued()))
+		// Relayed messages may be queued concurrently, so the queue can have regrown already;
+		// count what Prune removed at most, never a negative number.
+		g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(max(0, n-maxQueued)))
 	}
 	g.idx.Expire(now)
 }

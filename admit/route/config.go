@@ -81,6 +81,11 @@ type Config struct {
 	// prompt is not counted, so an idle peer always takes a long prompt (a queue threshold that
 	// counted it starved long prompts: Dynamo PR #8163).
 	BusyQueuedPrefillTokens int
+	// BusyWaiting is the engine queue depth (requests waiting to be scheduled) at which a peer
+	// is busy. Default 5, llm-d's queueDepthThreshold: an engine's own queue is first come first
+	// served, so past a few waiting requests new work is better held in kvmesh's waiting room,
+	// where priority and deadlines order it. 0 takes the default; negative turns the check off.
+	BusyWaiting int
 	// PowerCapFilter enables the soft power cap: peers drawing at least PowerCapFraction of
 	// their cap are dropped, but only if some remaining peer is under its cap. Default true.
 	PowerCapFilter bool
@@ -151,6 +156,7 @@ func DefaultConfig() Config {
 		StalePolicy:                   StaleClosed,
 		BusyKVUse:                     0.85,
 		BusyQueuedPrefillTokens:       16384,
+		BusyWaiting:                   5,
 		PowerCapFilter:                true,
 		PowerCapFraction:              1.0,
 		ThermalSoftC:                  80,
@@ -192,6 +198,7 @@ func (c *Config) fill() error {
 	fillDur(&c.MaxAge, d.MaxAge)
 	fillF(&c.BusyKVUse, d.BusyKVUse)
 	fillI(&c.BusyQueuedPrefillTokens, d.BusyQueuedPrefillTokens)
+	fillI(&c.BusyWaiting, d.BusyWaiting)
 	fillF(&c.PowerCapFraction, d.PowerCapFraction)
 	if c.ThermalSoftC == 0 && c.ThermalHardC == 0 {
 		c.ThermalSoftC, c.ThermalHardC = d.ThermalSoftC, d.ThermalHardC

@@ -160,6 +160,9 @@ func busy(cfg *Config, p *Peer, rv reserved) bool {
 	if p.KVBlocksTotal > 0 && float64(p.KVBlocksUsed+rv.blocks)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
 		return true
 	}
+	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting {
+		return true
+	}
 	return p.QueuedPrefillTokens+rv.prefill > cfg.BusyQueuedPrefillTokens
 }
 

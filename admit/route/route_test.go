@@ -85,6 +85,7 @@ func TestFilters(t *testing.T) {
 		{name: "busy kv with own reservations", bad: func(p *Peer) { p.KVBlocksUsed = 800 },
 			reserve: func(r *Router) { r.Reserve(t0, "bad", 0, 100) }, want: []string{"good"}, wantDrop: ReasonBusy},
 		{name: "busy queued prefill", bad: func(p *Peer) { p.QueuedPrefillTokens = 20000 }, want: []string{"good"}, wantDrop: ReasonBusy},
+		{name: "busy engine queue", bad: func(p *Peer) { p.Waiting = 5 }, want: []string{"good"}, wantDrop: ReasonBusy},
 		{name: "busy queued with own reservations", bad: func(p *Peer) { p.QueuedPrefillTokens = 10000 },
 			reserve: func(r *Router) { r.Reserve(t0, "bad", 8000, 0) }, want: []string{"good"}, wantDrop: ReasonBusy},
 		{name: "long prompt on idle peer not busy", prompt: 100000, want: []string{"bad", "good"}},

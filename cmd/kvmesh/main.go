@@ -31,6 +31,7 @@ func main() {
 			testnetCommand(),
 			statusCommand(),
 			loadCommand(),
+			benchCommand(),
 			caCommand(),
 			versionCommand(),
 		},

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvmesh/kvmesh/testnet/bench"
+	"github.com/kvmesh/kvmesh/testnet/loadgen"
+)
+
+func benchFlags() []cli.Flag {
+	d := bench.DefaultConfig()
+	loads := make([]string, len(d.Loads))
+	for i, l := range d.Loads {
+		loads[i] = strconv.FormatFloat(l, 'g', -1, 64)
+	}
+	return []cli.Flag{
+		&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "nodes in every run's testnet", EnvVars: env("bench-nodes")},
+		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "run the simulated engines this many times faster than real time (SLOs scale with it)", EnvVars: env("bench-time-scale")},
+		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("bench-workload")},
+		&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake JSONL or Azure CSV trace instead of a workload", EnvVars: env("bench-trace")},
+		&cli.Float64Flag{Name: "speedup", Value: d.Speedup, Usage: "trace time compression (the bench re-paces the trace to each load)", EnvVars: env("bench-speedup")},
+		&cli.Float64Flag{Name: "scale", Value: d.Scale, Usage: "trace token-length scale, in (0, 1]", EnvVars: env("bench-scale")},
+		&cli.Float64Flag{Name: "batch-fraction", Value: d.TraceBatchFraction, Usage: "fraction of trace requests sent as the sheddable batch class", EnvVars: env("bench-batch-fraction")},
+		&cli.StringFlag{Name: "loads", Value: strings.Join(loads, ","), Usage: "offered loads, comma-separated multiples of the measured capacity", EnvVars: env("bench-loads")},
+		&cli.StringFlag{Name: "policies", Value: strings.Join(bench.PolicyNames(), ","), Usage: "policies to compare, comma-separated", EnvVars: env("bench-policies")},
+		&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "arrival window of each run (wall time)", EnvVars: env("bench-duration")},
+		&cli.DurationFlag{Name: "probe-duration", Usage: "length of the capacity probe (wall time; default --duration)", EnvVars: env("bench-probe-duration")},
+		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},
+		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
+		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
+		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines", EnvVars: env("bench-quiet")},
+	}
+}
+
+func parseLoads(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(v > 0) {
+			return nil, fmt.Errorf("bench: --loads: %q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parsePolicies(s string) ([]bench.Policy, error) {
+	var out []bench.Policy
+	for _, name := range strings.Split(s, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		p, ok := bench.PolicyByName(name)
+		if !ok {
+			return nil, fmt.Errorf("bench: --policies: unknown policy %q (have %s)", name, strings.Join(bench.PolicyNames(), ", "))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func benchConfig(c *cli.Context) (bench.Config, error) {
+	cfg := bench.DefaultConfig()
+	var err error
+	if cfg.Loads, err = parseLoads(c.String("loads")); err != nil {
+		return cfg, err
+	}
+	if cfg.Policies, err = parsePolicies(c.String("policies")); err != nil {
+		return cfg, err
+	}
+	cfg.Nodes = c.Int("nodes")
+	cfg.TimeScale = c.Float64("time-scale")
+	cfg.Workload = c.String("workload")
+	cfg.Trace = c.String("trace")
+	cfg.Speedup = c.Float64("speedup")
+	cfg.Scale = c.Float64("scale")
+	cfg.TraceBatchFraction = c.Float64("batch-fraction")
+	cfg.Duration = c.Duration("duration")
+	cfg.ProbeDuration = c.Duration("probe-duration")
+	cfg.Seed = c.Int64("seed")
+	cfg.KVBlocks = c.Int("kv-blocks")
+	if !c.Bool("quiet") {
+		cfg.Progress = os.Stderr
+	}
+	// Node logs would bury the table; only warnings and errors are kept.
+	log, err := newLogger(c)
+	if err != nil {
+		return cfg, err
+	}
+	if !log.Enabled(c.Context, slog.LevelDebug) {
+		log = slog.New(&minLevel{log.Handler(), slog.LevelWarn})
+	}
+	cfg.Logger = log
+	return cfg, nil
+}
+
+// minLevel drops records below level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h *minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h *minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return &minLevel{h.Handler.WithAttrs(as), h.level}
+}
+
+func (h *minLevel) WithGroup(name string) slog.Handler {
+	return &minLevel{h.Handler.WithGroup(name), h.level}
+}
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure a testnet's capacity, then compare goodput of routing and admission policies at multiples of it",
+		Flags: benchFlags(),
+		Action: func(c *cli.Context) error {
+			cfg, err := benchConfig(c)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			res, err := bench.Run(c.Context, cfg)
+			if res == nil {
+				return err
+			}
+			if werr := writeBench(res, os.Stdout, c.String("json"), c.String("plot")); werr != nil {
+				return werr
+			}
+			fmt.Fprintf(os.Stderr, "bench: finished in %s\n", time.Since(start).Round(time.Second))
+			return err
+		},
+	}
+}
+
+// writeBench prints res's table and writes the optional JSON and SVG files.
+func writeBench(res *bench.Result, out io.Writer, jsonPath, plotPath string) error {
+	if err := res.WriteTable(out); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path  string
+		write func(io.Writer) error
+	}{{jsonPath, res.WriteJSON}, {plotPath, res.WriteSVG}} {
+		if f.path == "" {
+			continue
+		}
+		fh, err := os.Create(f.path)
+		if err != nil {
+			return err
+		}
+		if err := f.write(fh); err != nil {
+			fh.Close()
+			return err
+		}
+		if err := fh.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,456 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/testnet"
+	"github.com/kvmesh/kvmesh/testnet/loadgen"
+)
+
+// Sentinel errors; returned errors wrap them.
+var (
+	// ErrConfig reports an invalid Config.
+	ErrConfig = errors.New("bench: invalid config")
+	// ErrProbe reports a capacity probe that measured nothing usable.
+	ErrProbe = errors.New("bench: capacity probe failed")
+)
+
+// Policy is one routing and admission setup, applied to every node of a run.
+type Policy struct {
+	// Name labels the policy in the table, the JSON and the plot; it must be unique in a run.
+	Name string `json:"name"`
+	// Route is the routing policy (route.PolicyNames).
+	Route string `json:"route"`
+	// Admission is node.AdmissionKvmesh, node.AdmissionNone or node.AdmissionQueueCap.
+	Admission string `json:"admission"`
+	// QueueCap is the per-engine waiting limit of node.AdmissionQueueCap (0 = the node's default).
+	QueueCap int `json:"queue_cap,omitempty"`
+}
+
+// KvmeshPolicy is the name of the policy Result.Ratios compares with the others.
+const KvmeshPolicy = "kvmesh"
+
+// DefaultQueueCap is the queue cap of the "cache-aware-qcap" policy: requests waiting in one
+// engine beyond which it refuses with 429, as a TGI- or vLLM-style fixed queue limit does.
+const DefaultQueueCap = 64
+
+// DefaultPolicies returns the policies a user would otherwise run, then kvmesh:
+// round-robin and least-load without admission, cache-aware without admission (what
+// cache-aware routers do), cache-aware with a fixed per-engine queue cap, and kvmesh routing
+// with kvmesh admission.
+func DefaultPolicies() []Policy {
+	return []Policy{
+		{Name: "round-robin", Route: route.PolicyRoundRobin, Admission: node.AdmissionNone},
+		{Name: "least-load", Route: route.PolicyLeastLoad, Admission: node.AdmissionNone},
+		{Name: "cache-aware", Route: route.PolicyCacheAware, Admission: node.AdmissionNone},
+		{Name: "cache-aware-qcap", Route: route.PolicyCacheAware, Admission: node.AdmissionQueueCap, QueueCap: DefaultQueueCap},
+		{Name: KvmeshPolicy, Route: route.PolicyKvmesh, Admission: node.AdmissionKvmesh},
+	}
+}
+
+// PolicyByName returns the DefaultPolicies entry called name.
+func PolicyByName(name string) (Policy, bool) {
+	i := slices.IndexFunc(DefaultPolicies(), func(p Policy) bool { return p.Name == name })
+	if i < 0 {
+		return Policy{}, false
+	}
+	return DefaultPolicies()[i], true
+}
+
+// PolicyNames lists the names of DefaultPolicies.
+func PolicyNames() []string {
+	var out []string
+	for _, p := range DefaultPolicies() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// Config describes a benchmark.
+type Config struct {
+	// Nodes is the testnet size of every run.
+	Nodes int
+	// TimeScale runs the simulated engines this many times faster than real time; SLOs and
+	// tool waits are scaled with it (see the package doc).
+	TimeScale float64
+	// Workload names a loadgen workload; Trace, if set, replays a trace file instead, with
+	// loadgen's Speedup and Scale.
+	Workload string
+	Trace    string
+	Speedup  float64
+	Scale    float64
+	// TraceBatchFraction of trace requests are sent as the sheddable batch class (0: none).
+	TraceBatchFraction float64
+	// Loads are offered loads as multiples of the measured capacity.
+	Loads []float64
+	// Policies are compared, each on its own fresh testnet.
+	Policies []Policy
+	// Duration is each run's arrival window, in wall time (requests in flight are waited for).
+	Duration time.Duration
+	// Seed makes the workload deterministic; every run uses the same.
+	Seed int64
+	// KVBlocks is every engine's KV pool in blocks, kept small so that the prefix cache is
+	// contended and where a request runs matters.
+	KVBlocks int
+	// Interactive and Batch are the classes' SLOs in simulated time (divided by TimeScale on
+	// the wire).
+	Interactive, Batch loadgen.Class
+	// ProbeDuration is how long the capacity probe runs (wall time; default Duration). It must
+	// span many request lifetimes at saturation, or the warm-up dominates. ProbeConcurrency is the requests it keeps in flight (default Nodes ×
+	// the engines' max_num_seqs). ProbeRate is the probe's initial offered rate in simulated
+	// requests per second (default 50 per node), doubled while the workload runs dry.
+	ProbeDuration    time.Duration
+	ProbeConcurrency int
+	ProbeRate        float64
+	// Configure, if set, adjusts node i's configuration after the benchmark's own settings.
+	Configure func(i int, cfg *node.Config)
+	// Progress receives one line per phase and loadgen's live progress line (nil = none).
+	Progress io.Writer
+	// Logger receives the nodes' logs (nil = discard).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a 4-node benchmark of the bursty mix at TimeScale 10, 20 s per run.
+func DefaultConfig() Config {
+	return Config{
+		Nodes:              4,
+		TimeScale:          10,
+		Workload:           "bursty",
+		Speedup:            1,
+		Scale:              1,
+		TraceBatchFraction: 0.3,
+		Loads:              []float64{0.5, 1.0, 1.5},
+		Policies:           DefaultPolicies(),
+		Duration:           20 * time.Second,
+		Seed:               1,
+		// 131,072 tokens: one repository prompt of the mixed workloads (about 100k tokens) fits,
+		// two do not; the simulated H100's derived pool is over three times larger.
+		KVBlocks:    8192,
+		Interactive: loadgen.DefaultInteractive,
+		Batch:       loadgen.DefaultBatch,
+	}
+}
+
+const maxProbeAttempts = 4
+
+// validate checks cfg and fills zero fields from DefaultConfig.
+func (cfg Config) validate() (Config, error) {
+	def := DefaultConfig()
+	bad := func(format string, a ...any) (Config, error) {
+		return cfg, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	}
+	if cfg.Nodes < 0 || cfg.TimeScale < 0 || cfg.Duration < 0 || cfg.KVBlocks < 0 || cfg.Speedup < 0 ||
+		cfg.Scale < 0 || cfg.Scale > 1 || cfg.ProbeDuration < 0 || cfg.ProbeConcurrency < 0 || cfg.ProbeRate < 0 {
+		return bad("nodes, time scale, duration, kv blocks, speedup, probe settings must be ≥ 0 and scale in (0, 1]")
+	}
+	if math.IsNaN(cfg.TimeScale) || math.IsInf(cfg.TimeScale, 0) {
+		return bad("time scale %v", cfg.TimeScale)
+	}
+	if cfg.TraceBatchFraction < 0 || cfg.TraceBatchFraction > 1 {
+		return bad("trace batch fraction %v outside [0, 1]", cfg.TraceBatchFraction)
+	}
+	if cfg.Nodes == 0 {
+		cfg.Nodes = def.Nodes
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = def.TimeScale
+	}
+	if cfg.Workload == "" && cfg.Trace == "" {
+		cfg.Workload = def.Workload
+	}
+	if cfg.Trace == "" && !slices.Contains(loadgen.Workloads(), cfg.Workload) {
+		return bad("unknown workload %q (have %s)", cfg.Workload, strings.Join(loadgen.Workloads(), ", "))
+	}
+	if cfg.Speedup == 0 {
+		cfg.Speedup = 1
+	}
+	if cfg.Scale == 0 {
+		cfg.Scale = 1
+	}
+	if len(cfg.Loads) == 0 {
+		cfg.Loads = def.Loads
+	}
+	for _, l := range cfg.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			return bad("load %v must be a positive multiple of capacity", l)
+		}
+	}
+	if len(cfg.Policies) == 0 {
+		cfg.Policies = def.Policies
+	}
+	seen := map[string]bool{}
+	for _, p := range cfg.Policies {
+		if p.Name == "" || seen[p.Name] {
+			return bad("policy name %q empty or repeated", p.Name)
+		}
+		seen[p.Name] = true
+		if !slices.Contains(route.PolicyNames, p.Route) {
+			return bad("policy %s: route %q is not one of %s", p.Name, p.Route, strings.Join(route.PolicyNames, ", "))
+		}
+		switch p.Admission {
+		case node.AdmissionKvmesh, node.AdmissionNone, node.AdmissionQueueCap:
+		default:
+			return bad("policy %s: admission %q", p.Name, p.Admission)
+		}
+		if p.QueueCap < 0 {
+			return bad("policy %s: queue cap %d < 0", p.Name, p.QueueCap)
+		}
+	}
+	if cfg.Duration == 0 {
+		cfg.Duration = def.Duration
+	}
+	if cfg.KVBlocks == 0 {
+		cfg.KVBlocks = def.KVBlocks
+	}
+	if cfg.Interactive.Name == "" {
+		cfg.Interactive = def.Interactive
+	}
+	if cfg.Batch.Name == "" {
+		cfg.Batch = def.Batch
+	}
+	if cfg.Interactive.Name == cfg.Batch.Name {
+		return bad("interactive and batch classes share the name %q", cfg.Batch.Name)
+	}
+	if cfg.ProbeDuration == 0 {
+		cfg.ProbeDuration = cfg.Duration
+	}
+	if cfg.ProbeConcurrency == 0 {
+		cfg.ProbeConcurrency = cfg.Nodes * sim.DefaultConfig().MaxNumSeqs
+	}
+	if cfg.ProbeRate == 0 {
+		cfg.ProbeRate = 50 * float64(cfg.Nodes)
+	}
+	return cfg, nil
+}
+
+// Run measures capacity, then runs every policy at every load (see the package doc). When ctx
+// ends or a run fails, it returns what it has measured so far with the error.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{
+		Nodes: cfg.Nodes, TimeScale: cfg.TimeScale, Workload: cfg.Workload, Trace: cfg.Trace,
+		Speedup: cfg.Speedup, Scale: cfg.Scale, Seed: cfg.Seed, Duration: cfg.Duration.Seconds(),
+		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
+		Interactive: cfg.Interactive.Name,
+	}
+	if cfg.Trace != "" {
+		res.Workload = "trace"
+	}
+	b := &bencher{cfg: cfg}
+	if cfg.Trace != "" {
+		if b.traceRate, err = traceRate(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if res.Probe, err = b.probe(ctx); err != nil {
+		return res, err
+	}
+	res.Capacity = res.Probe.Capacity
+	for _, p := range cfg.Policies {
+		rows, err := b.policy(ctx, p, res.Probe.wallCapacity)
+		res.Rows = append(res.Rows, rows...)
+		if err != nil {
+			res.Ratios = Ratios(res.Rows)
+			return res, err
+		}
+	}
+	res.Ratios = Ratios(res.Rows)
+	return res, nil
+}
+
+// bencher is one Run in progress.
+type bencher struct {
+	cfg Config
+	// traceRate is the trace's mean wall rate at Speedup and multiplier 1 (req/s).
+	traceRate float64
+}
+
+func (b *bencher) progressf(format string, a ...any) {
+	if b.cfg.Progress != nil {
+		fmt.Fprintf(b.cfg.Progress, "bench: "+format+"\n", a...)
+	}
+}
+
+// start starts a fresh testnet with p on every node and waits for it to converge.
+func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
+	tc := testnet.Config{
+		Nodes:  b.cfg.Nodes,
+		Fast:   true, // gossip's timers on the same footing as the sped-up engines
+		Logger: b.cfg.Logger,
+		Configure: func(i int, nc *node.Config) {
+			nc.Policy, nc.Admission = p.Route, p.Admission
+			if p.QueueCap > 0 {
+				nc.QueueCap = p.QueueCap
+			}
+			nc.Sim.TimeScale = b.cfg.TimeScale
+			nc.Sim.KVBlocks = b.cfg.KVBlocks
+			scaleAdmission(&nc.Admit, b.cfg.TimeScale)
+			if b.cfg.Configure != nil {
+				b.cfg.Configure(i, nc)
+			}
+		},
+	}
+	tn, err := testnet.Start(ctx, tc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", p.Name, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := tn.WaitConverged(wctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: %s: %w", p.Name, err), tn.Close())
+	}
+	return tn, nil
+}
+
+// load returns the loadgen config of a run against urls at wallRate requests per second.
+func (b *bencher) load(urls []string, wallRate float64, window time.Duration) loadgen.Config {
+	s := b.cfg.TimeScale
+	lc := loadgen.DefaultConfig()
+	lc.Targets = urls
+	lc.Model = node.DefaultModel
+	lc.Workload, lc.Trace = b.cfg.Workload, b.cfg.Trace
+	lc.Speedup, lc.Scale, lc.TraceBatchFraction = b.cfg.Speedup, b.cfg.Scale, b.cfg.TraceBatchFraction
+	lc.Seed = b.cfg.Seed
+	lc.Duration = window
+	lc.Rate = wallRate
+	if b.cfg.Trace != "" {
+		lc.Rate = wallRate / b.traceRate // loadgen's trace rate is a multiplier of the trace's own
+	}
+	lc.Interactive, lc.Batch = scaleClass(b.cfg.Interactive, s), scaleClass(b.cfg.Batch, s)
+	lc.ToolWait = scaleDur(lc.ToolWait, s)
+	lc.Progress = b.cfg.Progress
+	return lc
+}
+
+// scaleAdmission divides admission's durations that stand for the hardware's time (the queue's
+// TTL and target TTFT, the drain-rate window, the class SLO defaults) by s, so that kvmesh's
+// admission sees the same situation as at TimeScale 1. Retry-After's clamps are left alone: the
+// header carries whole seconds and the bench does not retry.
+func scaleAdmission(a *admit.Config, s float64) {
+	sc := func(d *admit.Duration) { *d = admit.Duration(scaleDur(time.Duration(*d), s)) }
+	sc(&a.Queue.TTL)
+	sc(&a.Queue.TargetTTFT)
+	sc(&a.Queue.DrainWindow)
+	a.Queue.DrainWindow = max(a.Queue.DrainWindow, admit.Duration(time.Second)) // admit's floor
+	for _, c := range []*admit.ClassSLO{&a.SLO.High, &a.SLO.Normal, &a.SLO.Low} {
+		sc(&c.TTFT)
+		sc(&c.TPOT)
+	}
+}
+
+func scaleDur(d time.Duration, s float64) time.Duration { return time.Duration(float64(d) / s) }
+
+func scaleClass(c loadgen.Class, s float64) loadgen.Class {
+	c.TTFT, c.TPOT = scaleDur(c.TTFT, s), scaleDur(c.TPOT, s)
+	return c
+}
+
+// traceRate is the trace's mean rate, in wall requests per second, at cfg's Speedup and Scale
+// and multiplier 1, over the whole trace.
+func traceRate(cfg Config) (float64, error) {
+	lc := loadgen.DefaultConfig()
+	lc.Targets = []string{"http://127.0.0.1"} // Plan validates a target it never contacts
+	lc.Trace, lc.Speedup, lc.Scale, lc.Duration, lc.Rate = cfg.Trace, cfg.Speedup, cfg.Scale, 0, 1
+	items, err := loadgen.Plan(lc)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	if len(items) < 2 || items[len(items)-1].At <= 0 {
+		return 0, fmt.Errorf("%w: trace %s has no time span to take a rate from", ErrConfig, cfg.Trace)
+	}
+	return float64(len(items)) / items[len(items)-1].At.Seconds(), nil
+}
+
+// probe measures the mesh's capacity (see the package doc) on its own testnet.
+func (b *bencher) probe(ctx context.Context) (*Probe, error) {
+	p := Policy{Name: "probe", Route: route.PolicyRoundRobin, Admission: node.AdmissionNone}
+	tn, err := b.start(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer tn.Close()
+	s := b.cfg.TimeScale
+	rate := b.cfg.ProbeRate * s
+	for attempt := 1; ; attempt++ {
+		b.progressf("capacity probe: %d in flight for %s, offered %.0f req/s (simulated)",
+			b.cfg.ProbeConcurrency, b.cfg.ProbeDuration, rate/s)
+		lc := b.load(tn.URLs(), rate, b.cfg.ProbeDuration)
+		lc.Concurrency = b.cfg.ProbeConcurrency
+		pctx, cancel := context.WithTimeout(ctx, b.cfg.ProbeDuration)
+		rep, err := loadgen.Run(pctx, lc)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: probe: %w", ctx.Err())
+		}
+		if rep == nil {
+			return nil, fmt.Errorf("bench: probe: %w", err)
+		}
+		if err == nil && attempt < maxProbeAttempts {
+			// Every planned request finished before the cut: the probe never saturated.
+			rate *= 2
+			continue
+		}
+		pr := &Probe{
+			Concurrency: b.cfg.ProbeConcurrency, OfferedRPS: rate / s, Attempts: attempt,
+			Completed: rep.Completed, Elapsed: rep.Elapsed * s, Report: rep,
+		}
+		if err == nil {
+			return pr, fmt.Errorf("%w: %d planned requests all completed at %.0f req/s: raise ProbeRate",
+				ErrProbe, rep.Completed, rate/s)
+		}
+		pr.wallCapacity = probeCapacity(rep.Completed, rep.Elapsed, rep.E2E.Mean)
+		pr.Capacity = pr.wallCapacity / s
+		if !(pr.wallCapacity > 0) {
+			return pr, fmt.Errorf("%w: no request completed in %s (failures %v, refusals %v)",
+				ErrProbe, b.cfg.ProbeDuration, rep.Failures, rep.RefusalsByReason)
+		}
+		b.progressf("capacity: %.2f req/s (simulated), %d completed", pr.Capacity, rep.Completed)
+		return pr, nil
+	}
+}
+
+// probeCapacity is the closed-loop completion rate: completed over the probe's elapsed time
+// less half a mean request, the work each in-flight slot loses on average when the probe is cut.
+func probeCapacity(completed int, elapsed, meanE2E float64) float64 {
+	if completed <= 0 || elapsed <= 0 {
+		return 0
+	}
+	return float64(completed) / max(elapsed-meanE2E/2, elapsed/2)
+}
+
+// policy runs every load under p on a fresh testnet.
+func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (rows []Row, err error) {
+	b.progressf("policy %s: starting %d nodes (route %s, admission %s)", p.Name, b.cfg.Nodes, p.Route, p.Admission)
+	tn, err := b.start(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, tn.Close()) }()
+	for _, l := range b.cfg.Loads {
+		b.progressf("policy %s: load %.2g× capacity (%.2f req/s simulated)", p.Name, l, l*wallCapacity/b.cfg.TimeScale)
+		lc := b.load(tn.URLs(), l*wallCapacity, b.cfg.Duration)
+		rep, err := loadgen.Run(ctx, lc)
+		if rep != nil {
+			rows = append(rows, newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name))
+		}
+		if err != nil {
+			return rows, fmt.Errorf("bench: %s at %.2g×: %w", p.Name, l, err)
+		}
+	}
+	return rows, nil
+}

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet/loadgen"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Config)
+		ok   bool
+	}{
+		{"zero takes defaults", func(c *Config) {}, true},
+		{"default", func(c *Config) { *c = DefaultConfig() }, true},
+		{"negative nodes", func(c *Config) { c.Nodes = -1 }, false},
+		{"NaN time scale", func(c *Config) { c.TimeScale = math.NaN() }, false},
+		{"scale above one", func(c *Config) { c.Scale = 1.5 }, false},
+		{"zero load", func(c *Config) { c.Loads = []float64{0.5, 0} }, false},
+		{"unknown workload", func(c *Config) { c.Workload = "nope" }, false},
+		{"unknown route", func(c *Config) { c.Policies = []Policy{{Name: "x", Route: "nope", Admission: node.AdmissionNone}} }, false},
+		{"unknown admission", func(c *Config) { c.Policies = []Policy{{Name: "x", Route: "round-robin", Admission: "nope"}} }, false},
+		{"repeated policy", func(c *Config) {
+			p, _ := PolicyByName("kvmesh")
+			c.Policies = []Policy{p, p}
+		}, false},
+		{"batch fraction", func(c *Config) { c.TraceBatchFraction = 2 }, false},
+		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name; c.Interactive.Name = "x"; c.Batch.Name = "x" }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cfg Config
+			tt.edit(&cfg)
+			got, err := cfg.validate()
+			if tt.ok != (err == nil) {
+				t.Fatalf("validate: err = %v, want ok %v", err, tt.ok)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrConfig) {
+					t.Errorf("err %v does not wrap ErrConfig", err)
+				}
+				return
+			}
+			if got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
+				got.Duration <= 0 || got.KVBlocks <= 0 || got.ProbeDuration <= 0 || got.ProbeConcurrency <= 0 || got.ProbeRate <= 0 {
+				t.Errorf("defaults not filled: %+v", got)
+			}
+		})
+	}
+}
+
+func TestDefaultPolicies(t *testing.T) {
+	ps := DefaultPolicies()
+	want := map[string][2]string{
+		"round-robin":      {"round-robin", node.AdmissionNone},
+		"least-load":       {"least-load", node.AdmissionNone},
+		"cache-aware":      {"cache-aware", node.AdmissionNone},
+		"cache-aware-qcap": {"cache-aware", node.AdmissionQueueCap},
+		"kvmesh":           {"kvmesh", node.AdmissionKvmesh},
+	}
+	if len(ps) != len(want) {
+		t.Fatalf("%d policies, want %d", len(ps), len(want))
+	}
+	for _, p := range ps {
+		w, ok := want[p.Name]
+		if !ok || p.Route != w[0] || p.Admission != w[1] {
+			t.Errorf("policy %+v, want route/admission %v", p, w)
+		}
+		if got, ok := PolicyByName(p.Name); !ok || got != p {
+			t.Errorf("PolicyByName(%q) = %+v, %v", p.Name, got, ok)
+		}
+	}
+	if _, ok := PolicyByName("nope"); ok {
+		t.Error("PolicyByName found an unknown policy")
+	}
+	if p, _ := PolicyByName("cache-aware-qcap"); p.QueueCap <= 0 {
+		t.Error("the queue-cap policy has no cap")
+	}
+}
+
+func TestRatios(t *testing.T) {
+	rows := []Row{
+		{Policy: "round-robin", Load: 0.5, GoodputRPS: 4},
+		{Policy: "cache-aware", Load: 0.5, GoodputRPS: 5},
+		{Policy: "kvmesh", Load: 0.5, GoodputRPS: 5},
+		{Policy: "round-robin", Load: 1.5, GoodputRPS: 0},
+		{Policy: "cache-aware", Load: 1.5, GoodputRPS: 2},
+		{Policy: "kvmesh", Load: 1.5, GoodputRPS: 7},
+		{Policy: "round-robin", Load: 2, GoodputRPS: 0},
+		{Policy: "kvmesh", Load: 2, GoodputRPS: 3},
+		{Policy: "round-robin", Load: 3, GoodputRPS: 1}, // no kvmesh row: left out
+	}
+	got := Ratios(rows)
+	want := []Ratio{
+		{Load: 0.5, KvmeshGoodput: 5, Best: "cache-aware", BestGoodput: 5, Ratio: 1},
+		{Load: 1.5, KvmeshGoodput: 7, Best: "cache-aware", BestGoodput: 2, Ratio: 3.5},
+		{Load: 2, KvmeshGoodput: 3, Best: "round-robin", BestGoodput: 0, Ratio: 0},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Ratios = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("ratio %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestNewRowScalesToSimulatedTime(t *testing.T) {
+	rep := &loadgen.Report{
+		Sent: 10, Completed: 7, Refused: 2, Failed: 1, Good: 5, OfferedRate: 20, Goodput: 10,
+		Attainment: 0.5, CachedRatio: 0.25, TTFT: loadgen.Percentiles{P99: 0.2},
+		Classes: map[string]*loadgen.ClassReport{
+			"interactive": {Name: "interactive", GroupReport: loadgen.GroupReport{Sent: 6, Attainment: 0.75}},
+		},
+	}
+	r := newRow("kvmesh", 1.5, rep, 10, "interactive")
+	if r.OfferedRPS != 2 || r.GoodputRPS != 1 || math.Abs(r.P99TTFT-2) > 1e-9 {
+		t.Errorf("rates and latency not in simulated time: %+v", r)
+	}
+	if r.RefusalRate != 0.2 || r.HighSent != 6 || r.HighAttainment != 0.75 || r.CacheHitRatio != 0.25 {
+		t.Errorf("row %+v", r)
+	}
+	if r.Sent != r.Completed+r.Refused+r.Failed {
+		t.Errorf("counts not copied: %+v", r)
+	}
+}
+
+func TestProbeCapacity(t *testing.T) {
+	tests := []struct {
+		completed    int
+		elapsed, e2e float64
+		want         float64
+		name         string
+	}{
+		{100, 10, 0, 10, "no correction without latency"},
+		{90, 10, 2, 10, "half a request per slot is lost at the cut"},
+		{10, 10, 30, 2, "correction capped at half the probe"},
+		{0, 10, 1, 0, "nothing completed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := probeCapacity(tt.completed, tt.elapsed, tt.e2e); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("probeCapacity(%d, %g, %g) = %g, want %g", tt.completed, tt.elapsed, tt.e2e, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunShort runs the whole benchmark in miniature: a probe and two policies on two-node
+// testnets, one load, about a second per run.
+func TestRunShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three testnets")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	rr, _ := PolicyByName("round-robin")
+	km, _ := PolicyByName("kvmesh")
+	cfg := Config{
+		Nodes: 2, TimeScale: 50, Workload: "chat", Loads: []float64{1}, Policies: []Policy{rr, km},
+		Duration: 1500 * time.Millisecond, ProbeDuration: time.Second, ProbeConcurrency: 64, Seed: 3,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if res.Capacity <= 0 || res.Probe == nil || res.Probe.Completed == 0 {
+		t.Fatalf("no capacity measured: %+v", res.Probe)
+	}
+	if len(res.Rows) != 2 {
+		t.Fatalf("%d rows, want one per policy", len(res.Rows))
+	}
+	for i, row := range res.Rows {
+		if row.Policy != cfg.Policies[i].Name || row.Load != 1 || row.Report == nil {
+			t.Errorf("row %d: %s at %g, report %v", i, row.Policy, row.Load, row.Report != nil)
+			continue
+		}
+		if row.Sent == 0 || row.Sent != row.Completed+row.Refused+row.Failed {
+			t.Errorf("%s: sent %d != completed %d + refused %d + failed %d", row.Policy, row.Sent, row.Completed, row.Refused, row.Failed)
+		}
+		if row.Completed == 0 || row.Good > row.Completed || row.HighSent == 0 || row.HighSent > row.Sent {
+			t.Errorf("%s: completed %d good %d high sent %d", row.Policy, row.Completed, row.Good, row.HighSent)
+		}
+		if row.Report.Sent != row.Sent || row.P99TTFT <= 0 || row.OfferedRPS <= 0 {
+			t.Errorf("%s: row %+v does not summarise its report", row.Policy, row)
+		}
+	}
+	if len(res.Ratios) != 1 || res.Ratios[0].Best != "round-robin" || res.Ratios[0].KvmeshGoodput != res.Rows[1].GoodputRPS {
+		t.Errorf("ratios %+v", res.Ratios)
+	}
+
+	var table bytes.Buffer
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"capacity", "round-robin", "kvmesh", "best other"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+
+	var js bytes.Buffer
+	if err := res.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	for _, k := range []string{"nodes", "time_scale", "capacity_rps", "probe", "rows", "ratios"} {
+		if _, ok := back[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	var typed Result
+	if err := json.Unmarshal(js.Bytes(), &typed); err != nil || len(typed.Rows) != 2 || typed.Rows[0].Sent != res.Rows[0].Sent {
+		t.Errorf("JSON does not round-trip: %v", err)
+	}
+
+	var svg bytes.Buffer
+	if err := res.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	checkXML(t, svg.Bytes())
+	for _, p := range cfg.Policies {
+		if !strings.Contains(svg.String(), ">"+p.Name+"<") {
+			t.Errorf("SVG has no series %q", p.Name)
+		}
+	}
+}
+
+// checkXML fails unless b is well-formed XML with an svg root.
+func checkXML(t *testing.T, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("SVG root %q", root)
+	}
+}

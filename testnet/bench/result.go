@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kvmesh/kvmesh/testnet/loadgen"
+)
+
+// Probe is the capacity measurement. Rates and times are simulated (see the package doc).
+type Probe struct {
+	// Capacity is the sustained completion rate, in requests per simulated second.
+	Capacity float64 `json:"capacity_rps"`
+	// Concurrency is the requests kept in flight; OfferedRPS the rate the last attempt offered;
+	// Attempts how many probes it took to saturate.
+	Concurrency int     `json:"concurrency"`
+	OfferedRPS  float64 `json:"offered_rps"`
+	Attempts    int     `json:"attempts"`
+	Completed   int     `json:"completed"`
+	Elapsed     float64 `json:"elapsed_s"`
+	// Report is the last attempt's loadgen report, in wall time.
+	Report *loadgen.Report `json:"report"`
+
+	wallCapacity float64
+}
+
+// Row is one policy at one load. Rates and latencies are in simulated time.
+type Row struct {
+	Policy string `json:"policy"`
+	// Load is the offered load as a multiple of capacity; OfferedRPS what was actually offered.
+	Load       float64 `json:"load"`
+	OfferedRPS float64 `json:"offered_rps"`
+	// Sent = Completed + Refused + Failed.
+	Sent      int `json:"sent"`
+	Completed int `json:"completed"`
+	Refused   int `json:"refused"`
+	Failed    int `json:"failed"`
+	Good      int `json:"good"`
+	// GoodputRPS is requests that met both SLOs per second; Attainment is Good/Sent, and
+	// HighAttainment the same for the interactive (high-priority) class alone, of HighSent.
+	GoodputRPS     float64 `json:"goodput_rps"`
+	Attainment     float64 `json:"slo_attainment"`
+	HighSent       int     `json:"high_sent"`
+	HighAttainment float64 `json:"high_slo_attainment"`
+	// P99TTFT is over completed requests, in seconds.
+	P99TTFT float64 `json:"p99_ttft_s"`
+	// RefusalRate is Refused/Sent; CacheHitRatio cached over prompt tokens of completed requests.
+	RefusalRate   float64 `json:"refusal_rate"`
+	CacheHitRatio float64 `json:"cache_hit_ratio"`
+	// RefusalsByReason and Failures are copied from the report, for the table.
+	RefusalsByReason map[string]int `json:"refusals_by_reason"`
+	Failures         map[string]int `json:"failures"`
+	// Report is loadgen's report of the run, in wall time.
+	Report *loadgen.Report `json:"report"`
+}
+
+func frac(a, b int) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// newRow summarises rep, a run at wall rates, in simulated time.
+func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64, interactive string) Row {
+	r := Row{
+		Policy: policy, Load: load, OfferedRPS: rep.OfferedRate / timeScale,
+		Sent: rep.Sent, Completed: rep.Completed, Refused: rep.Refused, Failed: rep.Failed, Good: rep.Good,
+		GoodputRPS: rep.Goodput / timeScale, Attainment: rep.Attainment,
+		P99TTFT:     rep.TTFT.P99 * timeScale,
+		RefusalRate: frac(rep.Refused, rep.Sent), CacheHitRatio: rep.CachedRatio,
+		RefusalsByReason: rep.RefusalsByReason, Failures: rep.Failures,
+		Report: rep,
+	}
+	if c := rep.Classes[interactive]; c != nil {
+		r.HighSent, r.HighAttainment = c.Sent, c.Attainment
+	}
+	return r
+}
+
+// Ratio compares kvmesh's goodput with the best other policy's at one load.
+type Ratio struct {
+	Load          float64 `json:"load"`
+	KvmeshGoodput float64 `json:"kvmesh_goodput_rps"`
+	Best          string  `json:"best_other"`
+	BestGoodput   float64 `json:"best_other_goodput_rps"`
+	// Ratio is KvmeshGoodput/BestGoodput; 0 when the best other policy's goodput is 0.
+	Ratio float64 `json:"ratio"`
+}
+
+// Ratios compares the KvmeshPolicy row of each load with the best other row at that load,
+// in the order loads first appear. Loads without a kvmesh row or without another row are left
+// out.
+func Ratios(rows []Row) []Ratio {
+	var loads []float64
+	for _, r := range rows {
+		if !slices.Contains(loads, r.Load) {
+			loads = append(loads, r.Load)
+		}
+	}
+	var out []Ratio
+	for _, l := range loads {
+		var km *Row
+		best := Ratio{Load: l, BestGoodput: -1}
+		for i := range rows {
+			r := &rows[i]
+			switch {
+			case r.Load != l:
+			case r.Policy == KvmeshPolicy:
+				km = r
+			case r.GoodputRPS > best.BestGoodput:
+				best.Best, best.BestGoodput = r.Policy, r.GoodputRPS
+			}
+		}
+		if km == nil || best.Best == "" {
+			continue
+		}
+		best.KvmeshGoodput = km.GoodputRPS
+		if best.BestGoodput > 0 {
+			best.Ratio = km.GoodputRPS / best.BestGoodput
+		}
+		out = append(out, best)
+	}
+	return out
+}
+
+// Result is a benchmark's outcome. Its JSON field names are stable.
+type Result struct {
+	Nodes     int     `json:"nodes"`
+	TimeScale float64 `json:"time_scale"`
+	// Workload is the synthetic workload's name, or "trace" with Trace the file.
+	Workload string  `json:"workload"`
+	Trace    string  `json:"trace,omitempty"`
+	Speedup  float64 `json:"speedup"`
+	Scale    float64 `json:"scale"`
+	Seed     int64   `json:"seed"`
+	// Duration is each run's arrival window in wall seconds.
+	Duration    float64   `json:"duration_s"`
+	KVBlocks    int       `json:"kv_blocks"`
+	Loads       []float64 `json:"loads"`
+	Policies    []Policy  `json:"policies"`
+	Interactive string    `json:"interactive_class"`
+	// Capacity is Probe.Capacity, requests per simulated second.
+	Capacity float64 `json:"capacity_rps"`
+	Probe    *Probe  `json:"probe"`
+	// Rows holds one row per policy and load, policies in order, loads in order within each.
+	Rows   []Row   `json:"rows"`
+	Ratios []Ratio `json:"ratios"`
+}
+
+// WriteJSON writes r as indented JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Points returns one plot point per row: series = policy, load = multiple of capacity, goodput
+// and p99 TTFT in simulated time.
+func (r *Result) Points() []loadgen.LoadPoint {
+	out := make([]loadgen.LoadPoint, 0, len(r.Rows))
+	for _, row := range r.Rows {
+		out = append(out, loadgen.LoadPoint{Series: row.Policy, Load: row.Load, Goodput: row.GoodputRPS, P99TTFT: row.P99TTFT})
+	}
+	return out
+}
+
+// WriteSVG writes loadgen's goodput and p99 TTFT plot, one series per policy, against offered
+// load in multiples of capacity.
+func (r *Result) WriteSVG(w io.Writer) error { return loadgen.WriteSVG(w, r.Points()) }
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// WriteTable writes the per-policy, per-load table and kvmesh's goodput ratios.
+func (r *Result) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
+	src := r.Workload
+	if r.Trace != "" {
+		src = fmt.Sprintf("trace %s (speedup %g, scale %g)", r.Trace, r.Speedup, r.Scale)
+	}
+	p("kvmesh bench: %d nodes, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
+		r.Nodes, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
+	p("rates, latencies in simulated time (wall × time scale)\n")
+	if r.Probe != nil {
+		p("capacity %.2f req/s (closed-loop probe, round-robin, no admission, %d in flight, %d completed)\n",
+			r.Capacity, r.Probe.Concurrency, r.Probe.Completed)
+	}
+	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tp99 TTFT\trefusals\tcache hit\trefusal reasons\tfailures\n", r.Interactive)
+	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\ts\t\t\t\t\n")
+	for _, row := range r.Rows {
+		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n",
+			row.Policy, row.Load, row.OfferedRPS, row.Sent, row.Completed, row.Refused, row.Failed,
+			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), row.P99TTFT,
+			pct(row.RefusalRate), pct(row.CacheHitRatio), counts(row.RefusalsByReason), counts(row.Failures))
+	}
+	if len(r.Ratios) > 0 {
+		p("\nload\tkvmesh goodput\tbest other\tits goodput\tkvmesh / best other\n")
+		for _, q := range r.Ratios {
+			ratio := "n/a"
+			if q.BestGoodput > 0 {
+				ratio = fmt.Sprintf("%.2f×", q.Ratio)
+			}
+			p("%.2g\t%.2f\t%s\t%.2f\t%s\n", q.Load, q.KvmeshGoodput, q.Best, q.BestGoodput, ratio)
+		}
+	}
+	return tw.Flush()
+}
