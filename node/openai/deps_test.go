@@ -1,20 +1,12 @@
 package openai
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/kvmesh/kvmesh/internal/deptest"
 )
 
-// TestStdOnly keeps the wire package importable by clients (loadgen) without the world.
-func TestStdOnly(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p != "github.com/kvmesh/kvmesh/node/openai" {
-			t.Errorf("node/openai imports non-std package %s", p)
-		}
-	}
+// TestDeps keeps openai to the standard library: wire types need nothing else.
+func TestDeps(t *testing.T) {
+	deptest.Check(t, nil, nil)
 }

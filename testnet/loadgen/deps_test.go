@@ -1,25 +1,13 @@
 package loadgen
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/kvmesh/kvmesh/internal/deptest"
 )
 
-// TestDeps keeps the load generator a client of the public API only: std, plus kvmesh's OpenAI
-// wire types. It must not link the node, the mesh or their transports.
+// TestDeps keeps loadgen to the standard library and node/openai: it drives any
+// OpenAI-compatible endpoint and must not depend on the node.
 func TestDeps(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	allowed := map[string]bool{
-		"github.com/kvmesh/kvmesh/testnet/loadgen": true,
-		"github.com/kvmesh/kvmesh/node/openai":     true,
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if !allowed[p] {
-			t.Errorf("forbidden dependency %s", p)
-		}
-	}
+	deptest.Check(t, []string{"github.com/kvmesh/kvmesh/node/openai"}, nil)
 }
