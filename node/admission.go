@@ -108,15 +108,12 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	a.APIKey = "" // identified; the raw key goes no further
 	explain := r.Header.Get(HeaderExplain) == "1"
 	if n.cfg.Standalone {
+		// kvmesh engine is an engine, not a mesh: like vLLM it queues whatever can ever run and
+		// refuses only what cannot (context, KV budget).
 		d := n.adm.Admit(start, *a, []admit.Option{n.localOption()})
 		n.m.decisionOf(d)
-		if d.Refused() || d.Action == admit.Queue {
-			// kvmesh engine has no waiting room of its own: it queues in the engine, like vLLM.
-			if d.Refused() && d.Code != admit.CodeKVBudget && d.Status != http.StatusBadRequest {
-				d = admit.Decision{Action: admit.Accept, MaxTokens: d.MaxTokens}
-			} else if d.Refused() {
-				return refuse(refusalOf(d), d.RetryAfter)
-			}
+		if d.Refused() && d.Status == http.StatusBadRequest {
+			return refuse(refusalOf(d), 0)
 		}
 		p.req.MaxTokens = d.MaxTokens
 		return n.serveLocal(ctx, w, p, start, "local")
