@@ -294,7 +294,16 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	s.waiting = append(s.waiting, q)
 	s.mu.Unlock()
 
-	q.stopCtx = context.AfterFunc(ctx, func() { s.cancel(q, fmt.Errorf("sim: %w", ctx.Err())) })
+	// The callback may run at once (ctx already done) on another goroutine, and dropLocked
+	// reads stopCtx under the lock: set it under the lock too.
+	stop := context.AfterFunc(ctx, func() { s.cancel(q, fmt.Errorf("sim: %w", ctx.Err())) })
+	s.mu.Lock()
+	q.stopCtx = stop
+	finished := q.state == done
+	s.mu.Unlock()
+	if finished {
+		stop()
+	}
 	s.kick()
 	return st, nil
 }
