@@ -22,7 +22,7 @@ func TestSLOUnattainableIsRefusedWithoutRunningThePrefill(t *testing.T) {
 	}
 }
 
-func TestKVBudgetAndNoCapacity(t *testing.T) {
+func TestKVBudgetRefusesWhatNoPoolCanHold(t *testing.T) {
 	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.Sim.KVBlocks = 64 }) // 1,024 tokens of KV
 	url := tn.URLs()[0]
 	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("kv", 2000), 4, false), nil)
@@ -111,5 +111,23 @@ func TestHighPriorityIsServedWhileSheddableTrafficIsShed(t *testing.T) {
 	}
 	if got := metric(t, url, "kvmesh_requests_refused_total", `code="queue_full"`); got != float64(status["low"][429]) {
 		t.Errorf("queue_full refusals counted %v, low-priority 429s %d", got, status["low"][429])
+	}
+}
+
+func TestNoCapacityWhenNoHealthyNodeServesTheModel(t *testing.T) {
+	// The only node's engine is an external server that is not there: it never turns healthy.
+	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.Engine, cfg.Models = "http://127.0.0.1:1", []string{model} })
+	url := tn.URLs()[0]
+	resp := post(t, url, "/v1/chat/completions", chatBody("hi", 4, false), nil)
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || decodeError(t, b).Error.Code != "no_capacity" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	ready, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readAll(t, ready); ready.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with an unhealthy engine: %d", ready.StatusCode)
 	}
 }
