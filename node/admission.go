@@ -172,6 +172,10 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	if n.cfg.Admission != AdmissionKvmesh {
 		n.plainAdmission(pl)
 	}
+	if pl.d.Action == admit.Accept && pl.d.Option >= len(pl.cands) {
+		// Only busy hosts were offered (no room by construction); never run on one of them.
+		pl.d.Action, pl.d.Code, pl.d.Option = admit.Queue, admit.CodeWaitKV, -1
+	}
 	if pl.d.Action == admit.Accept {
 		c := &pl.cands[pl.d.Option]
 		pl.res = n.policy.Reserve(now, c.Name, max(a.PromptTokens-c.Terms.PrefixTokens, 0), pl.d.KVBlocks)
