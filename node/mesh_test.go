@@ -118,6 +118,9 @@ func TestOwnerDeadBeforeFirstByteIsRetriedElsewhere(t *testing.T) {
 	if !strings.Contains(resp.Header.Get(node.HeaderExplain), owner) {
 		t.Errorf("explain %q does not show the owner was the first choice", resp.Header.Get(node.HeaderExplain))
 	}
+	if got := metric(t, urls[ingress], "kvmesh_forward_attempts_total", `result="unreachable"`); got < 1 {
+		t.Errorf("the ingress never tried the dead owner (unreachable attempts %v)", got)
+	}
 }
 
 func TestOwnerDeathMidStreamEndsWithAnErrorEvent(t *testing.T) {
