@@ -263,6 +263,15 @@ func fits(o Option, need int, thr float64) bool {
 }
 
 // feasible reports whether o can meet the SLOs given tokens queued ahead and time waited.
+// spare reports whether a request of priority may start on o now. Sheddable work runs only on
+// spare capacity: on a candidate whose predicted TTFT still meets the normal class's TTFT SLO.
+// Otherwise its own loose SLO would let it fill the engine and push normal traffic past its
+// SLO; it waits in the room instead, behind every higher band, until the candidate has room.
+func (a *Admitter) spare(priority int, o Option) bool {
+	normal := time.Duration(a.cfg.SLO.Normal.TTFT)
+	return priority >= 0 || normal <= 0 || o.PredictedTTFT <= normal
+}
+
 func feasible(o Option, aheadTokens int, waited, ttftSLO, tpotSLO time.Duration) (time.Duration, bool) {
 	ttft := o.PredictedTTFT + max(waited, 0)
 	if aheadTokens > 0 && o.PrefillTokensPerSecond > 0 {
@@ -369,7 +378,7 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 		}
 		if ok {
 			anyFeasible = true
-			if chosen < 0 && queueCode == "" && fits(o, needs[i], a.cfg.KV.QueueOn) {
+			if chosen < 0 && queueCode == "" && fits(o, needs[i], a.cfg.KV.QueueOn) && a.spare(req.Priority, o) {
 				chosen = i
 			}
 		}
@@ -417,7 +426,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		}
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
-		if fits(o, need, a.cfg.KV.QueueOff) {
+		if fits(o, need, a.cfg.KV.QueueOff) && a.spare(it.Priority, o) {
 			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
 				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
 		}

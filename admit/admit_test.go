@@ -388,7 +388,11 @@ func TestSLOStage(t *testing.T) {
 		{"ttft over class default", nil, func(*Request) {}, []Option{slow(3*time.Second, 0)}, CodeSLOUnattainable, -1},
 		{"header slo looser", nil, func(r *Request) { r.TTFTSLO = 5 * time.Second }, []Option{slow(3*time.Second, 0)}, CodeAccepted, 0},
 		{"header slo tighter", nil, func(r *Request) { r.TTFTSLO = 50 * time.Millisecond }, []Option{slow(100*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
-		{"batch class default 30s", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second)}, CodeAccepted, 0},
+		// Batch meets its own 30 s SLO on a 20 s queue, but runs only on spare capacity: a
+		// candidate that would still serve normal traffic within its 2 s.
+		{"batch waits for spare capacity", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second)}, CodeWaitKV, -1},
+		{"batch on spare capacity", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second), slow(time.Second, time.Second)}, CodeAccepted, 1},
+		{"batch over its own slo", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(40*time.Second, 0)}, CodeSLOUnattainable, -1},
 		{"high class default 1s", nil, func(r *Request) { r.Priority = 1 }, []Option{slow(1500*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
 		{"tpot over", nil, func(*Request) {}, []Option{slow(100*time.Millisecond, 300*time.Millisecond)}, CodeSLOUnattainable, -1},
 		{"second option meets", nil, func(*Request) {}, []Option{slow(5*time.Second, 0), slow(time.Second, 0)}, CodeAccepted, 1},
