@@ -46,6 +46,19 @@ func warm(t *testing.T, url, body string) string {
 	return resp.Header.Get(node.HeaderNode)
 }
 
+// placePrefix runs body once (at the first node), then picks another node as the ingress and
+// waits until gossip has told it where the prompt's prefix lives. It returns the owner's and
+// the ingress's indexes.
+func placePrefix(t *testing.T, tn *testnet.Net, body string) (owner, ingress int) {
+	t.Helper()
+	urls := tn.URLs()
+	name := warm(t, urls[0], body)
+	owner = indexOf(t, tn, name)
+	ingress = (owner + 1) % len(urls)
+	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], name, 100) })
+	return owner, ingress
+}
+
 func TestSecondTurnFollowsThePrefixAcrossIngresses(t *testing.T) {
 	tn := startNet(t, 3, nil)
 	urls := tn.URLs()
@@ -78,10 +91,8 @@ func TestForwardedStreamIsByteIdenticalToTheOwners(t *testing.T) {
 	tn := startNet(t, 3, nil)
 	urls := tn.URLs()
 	body := chatBody(longPrompt("identical", 2000), 16, true)
-	owner := warm(t, urls[0], body)
-	o := indexOf(t, tn, owner)
-	ingress := (o + 1) % 3
-	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	o, ingress := placePrefix(t, tn, body)
+	owner := tn.Nodes[o].Name()
 	direct := readAll(t, post(t, urls[o], "/v1/chat/completions", body, nil))
 	resp := post(t, urls[ingress], "/v1/chat/completions", body, nil)
 	forwarded := readAll(t, resp)
@@ -100,10 +111,8 @@ func TestOwnerDeadBeforeFirstByteIsRetriedElsewhere(t *testing.T) {
 	tn := startNet(t, 3, nil)
 	urls := tn.URLs()
 	body := chatBody(longPrompt("retry", 3000), 4, false)
-	owner := warm(t, urls[0], body)
-	o := indexOf(t, tn, owner)
-	ingress := (o + 1) % 3
-	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	o, ingress := placePrefix(t, tn, body)
+	owner := tn.Nodes[o].Name()
 	if err := tn.Nodes[o].KillTransport(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +136,8 @@ func TestOwnerDeathMidStreamEndsWithAnErrorEvent(t *testing.T) {
 	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Sim.TimeScale = 1 })
 	urls := tn.URLs()
 	prompt := longPrompt("midstream", 3000)
-	owner := warm(t, urls[0], chatBody(prompt, 2, false))
-	o := indexOf(t, tn, owner)
-	ingress := 1 - o
-	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	o, ingress := placePrefix(t, tn, chatBody(prompt, 2, false))
+	owner := tn.Nodes[o].Name()
 	resp := post(t, urls[ingress], "/v1/chat/completions", chatBody(prompt, 4000, true), nil)
 	if resp.StatusCode != 200 || resp.Header.Get(node.HeaderNode) != owner {
 		t.Fatalf("status %d on %s", resp.StatusCode, resp.Header.Get(node.HeaderNode))
@@ -152,10 +159,8 @@ func TestClientDisconnectCancelsWorkOnTheOwner(t *testing.T) {
 	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Sim.TimeScale = 1 })
 	urls := tn.URLs()
 	prompt := longPrompt("cancel", 3000)
-	owner := warm(t, urls[0], chatBody(prompt, 2, false))
-	o := indexOf(t, tn, owner)
-	ingress := 1 - o
-	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], owner, 100) })
+	o, ingress := placePrefix(t, tn, chatBody(prompt, 2, false))
+	owner := tn.Nodes[o].Name()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[ingress]+"/v1/chat/completions", strings.NewReader(chatBody(prompt, 4000, true)))
 	resp, err := http.DefaultClient.Do(req)
