@@ -22,7 +22,7 @@ test:
 # goodput benchmark of the mesh.
 bench: build
 	$(GO) test -run '^$$' -bench . -skip 'Agents|PrefixPropagation16|ForwardHop' -benchmem -benchtime 500ms ./...
-	bin/kvmesh --log-level error bench --nodes 2 --time-scale 20 --duration 5s --loads 0.5,1.5 --policies cache-aware,kvmesh
+	bin/kvmesh --log-level error bench --nodes 2 --duration 5s --probe-duration 5s --loads 0.5,1.5 --policies cache-aware,kvmesh
 
 # Each fuzz target runs for FUZZTIME; go test -fuzz takes one target at a time.
 fuzz:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -33,11 +34,13 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "loads", Value: strings.Join(loads, ","), Usage: "offered loads, comma-separated multiples of the measured capacity", EnvVars: env("bench-loads")},
 		&cli.StringFlag{Name: "policies", Value: strings.Join(bench.PolicyNames(), ","), Usage: "policies to compare, comma-separated", EnvVars: env("bench-policies")},
 		&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "arrival window of each run (wall time)", EnvVars: env("bench-duration")},
-		&cli.DurationFlag{Name: "probe-duration", Usage: "length of the capacity probe (wall time; default --duration)", EnvVars: env("bench-probe-duration")},
+		&cli.DurationFlag{Name: "probe-duration", Usage: "arrival window of each capacity probe step (wall time; default --duration)", EnvVars: env("bench-probe-duration")},
+		&cli.Float64Flag{Name: "probe-attainment", Value: d.ProbeAttainment, Usage: "capacity is the highest rate at which cache-aware routing without admission meets this share of SLOs", EnvVars: env("bench-probe-attainment")},
 		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the whole run to this file (the bench's own cost on a shared machine)", EnvVars: env("bench-cpu-profile")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines", EnvVars: env("bench-quiet")},
 	}
 }
@@ -90,6 +93,7 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.TraceBatchFraction = c.Float64("batch-fraction")
 	cfg.Duration = c.Duration("duration")
 	cfg.ProbeDuration = c.Duration("probe-duration")
+	cfg.ProbeAttainment = c.Float64("probe-attainment")
 	cfg.Seed = c.Int64("seed")
 	cfg.KVBlocks = c.Int("kv-blocks")
 	if !c.Bool("quiet") {
@@ -135,6 +139,13 @@ func benchCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if path := c.String("cpu-profile"); path != "" {
+				stop, err := startCPUProfile(path)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			start := time.Now()
 			res, err := bench.Run(c.Context, cfg)
 			if res == nil {
@@ -147,6 +158,19 @@ func benchCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// startCPUProfile profiles the process into path until the returned stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: --cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // writeBench prints res's table and writes the optional JSON and SVG files.

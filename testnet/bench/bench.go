@@ -14,7 +14,6 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node"
-	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
@@ -38,6 +37,12 @@ type Policy struct {
 	// QueueCap is the per-engine waiting limit of node.AdmissionQueueCap (0 = the node's default).
 	QueueCap int `json:"queue_cap,omitempty"`
 }
+
+// ClientTimeout is how long, in simulated time, the load generator's clients wait for a whole
+// answer before they give up, as common client timeouts do (and as long as kvmesh's default
+// queue TTL). It bounds a run's drain: a policy that lets its queues grow without bound is
+// charged with timeouts rather than with a benchmark that never ends.
+const ClientTimeout = time.Minute
 
 // KvmeshPolicy is the name of the policy Result.Ratios compares with the others.
 const KvmeshPolicy = "kvmesh"
@@ -107,13 +112,14 @@ type Config struct {
 	// Interactive and Batch are the classes' SLOs in simulated time (divided by TimeScale on
 	// the wire).
 	Interactive, Batch loadgen.Class
-	// ProbeDuration is how long the capacity probe runs (wall time; default Duration). It must
-	// span many request lifetimes at saturation, or the warm-up dominates. ProbeConcurrency is the requests it keeps in flight (default Nodes ×
-	// the engines' max_num_seqs). ProbeRate is the probe's initial offered rate in simulated
-	// requests per second (default 50 per node), doubled while the workload runs dry.
-	ProbeDuration    time.Duration
-	ProbeConcurrency int
-	ProbeRate        float64
+	// ProbeDuration is the arrival window of each step of the capacity probe (wall time;
+	// default Duration). ProbeRate is its first offered rate in simulated requests per second
+	// (default 2.5 per node). ProbeAttainment is the SLO attainment that defines capacity
+	// (default 0.9), and ProbeSteps how many bisection steps refine it (default 3).
+	ProbeDuration   time.Duration
+	ProbeRate       float64
+	ProbeAttainment float64
+	ProbeSteps      int
 	// Configure, if set, adjusts node i's configuration after the benchmark's own settings.
 	Configure func(i int, cfg *node.Config)
 	// Progress receives one line per phase and loadgen's live progress line (nil = none).
@@ -122,11 +128,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns a 4-node benchmark of the bursty mix at TimeScale 10, 20 s per run.
+// DefaultConfig returns a 4-node benchmark of the bursty mix in real time, 20 s per run.
 func DefaultConfig() Config {
 	return Config{
-		Nodes:              4,
-		TimeScale:          10,
+		Nodes: 4,
+		// Real time: a faster run divides the SLOs by the time scale while this machine's own
+		// latencies (every token is an SSE event through a node, QUIC and the load generator,
+		// on shared cores) stay as they are, so past a few hundred requests a second they, not
+		// the simulated GPUs, decide who meets a sub-second SLO.
+		TimeScale:          1,
 		Workload:           "bursty",
 		Speedup:            1,
 		Scale:              1,
@@ -137,13 +147,16 @@ func DefaultConfig() Config {
 		Seed:               1,
 		// 131,072 tokens: one repository prompt of the mixed workloads (about 100k tokens) fits,
 		// two do not; the simulated H100's derived pool is over three times larger.
-		KVBlocks:    8192,
-		Interactive: loadgen.DefaultInteractive,
-		Batch:       loadgen.DefaultBatch,
+		KVBlocks:        8192,
+		Interactive:     loadgen.DefaultInteractive,
+		Batch:           loadgen.DefaultBatch,
+		ProbeAttainment: 0.9,
+		ProbeSteps:      3,
 	}
 }
 
-const maxProbeAttempts = 4
+// maxProbeDoublings bounds the probe's search for a rate the baseline cannot serve.
+const maxProbeDoublings = 8
 
 // validate checks cfg and fills zero fields from DefaultConfig.
 func (cfg Config) validate() (Config, error) {
@@ -152,8 +165,9 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 	}
 	if cfg.Nodes < 0 || cfg.TimeScale < 0 || cfg.Duration < 0 || cfg.KVBlocks < 0 || cfg.Speedup < 0 ||
-		cfg.Scale < 0 || cfg.Scale > 1 || cfg.ProbeDuration < 0 || cfg.ProbeConcurrency < 0 || cfg.ProbeRate < 0 {
-		return bad("nodes, time scale, duration, kv blocks, speedup, probe settings must be ≥ 0 and scale in (0, 1]")
+		cfg.Scale < 0 || cfg.Scale > 1 || cfg.ProbeDuration < 0 || cfg.ProbeRate < 0 || cfg.ProbeSteps < 0 ||
+		cfg.ProbeAttainment < 0 || cfg.ProbeAttainment >= 1 {
+		return bad("nodes, time scale, duration, kv blocks, speedup, probe settings must be ≥ 0, scale in (0, 1] and probe attainment below 1")
 	}
 	if math.IsNaN(cfg.TimeScale) || math.IsInf(cfg.TimeScale, 0) {
 		return bad("time scale %v", cfg.TimeScale)
@@ -226,11 +240,14 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.ProbeDuration == 0 {
 		cfg.ProbeDuration = cfg.Duration
 	}
-	if cfg.ProbeConcurrency == 0 {
-		cfg.ProbeConcurrency = cfg.Nodes * sim.DefaultConfig().MaxNumSeqs
-	}
 	if cfg.ProbeRate == 0 {
-		cfg.ProbeRate = 50 * float64(cfg.Nodes)
+		cfg.ProbeRate = 2.5 * float64(cfg.Nodes)
+	}
+	if cfg.ProbeAttainment == 0 {
+		cfg.ProbeAttainment = 0.9
+	}
+	if cfg.ProbeSteps == 0 {
+		cfg.ProbeSteps = 3
 	}
 	return cfg, nil
 }
@@ -297,6 +314,10 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			if p.QueueCap > 0 {
 				nc.QueueCap = p.QueueCap
 			}
+			// The failure detector keeps LAN-like patience: a process saturated by a burst
+			// answers a probe late, and a peer wrongly suspected loses its prefixes for every
+			// policy alike. State and prefixes still spread at the fast timers.
+			nc.Gossip.ProbeInterval, nc.Gossip.ProbeTimeout, nc.Gossip.SuspicionMult = 500*time.Millisecond, 250*time.Millisecond, 4
 			nc.Sim.TimeScale = b.cfg.TimeScale
 			nc.Sim.KVBlocks = b.cfg.KVBlocks
 			scaleAdmission(&nc.Admit, b.cfg.TimeScale)
@@ -333,6 +354,7 @@ func (b *bencher) load(urls []string, wallRate float64, window time.Duration) lo
 	}
 	lc.Interactive, lc.Batch = scaleClass(b.cfg.Interactive, s), scaleClass(b.cfg.Batch, s)
 	lc.ToolWait = scaleDur(lc.ToolWait, s)
+	lc.Timeout = scaleDur(ClientTimeout, s)
 	lc.Progress = b.cfg.Progress
 	return lc
 }
@@ -376,61 +398,80 @@ func traceRate(cfg Config) (float64, error) {
 	return float64(len(items)) / items[len(items)-1].At.Seconds(), nil
 }
 
-// probe measures the mesh's capacity (see the package doc) on its own testnet.
+// ProbePolicy is the baseline whose SLO knee defines capacity: cache-aware routing without
+// admission, what a fleet would run without kvmesh.
+var ProbePolicy = Policy{Name: "probe", Route: route.PolicyCacheAware, Admission: node.AdmissionNone}
+
+// probe measures the mesh's capacity (see the package doc) on its own testnet: the highest
+// offered rate at which ProbePolicy still meets ProbeAttainment, found by doubling the rate
+// until a step misses it and then bisecting.
 func (b *bencher) probe(ctx context.Context) (*Probe, error) {
-	p := Policy{Name: "probe", Route: route.PolicyRoundRobin, Admission: node.AdmissionNone}
-	tn, err := b.start(ctx, p)
+	tn, err := b.start(ctx, ProbePolicy)
 	if err != nil {
 		return nil, err
 	}
 	defer tn.Close()
-	s := b.cfg.TimeScale
-	rate := b.cfg.ProbeRate * s
-	for attempt := 1; ; attempt++ {
-		b.progressf("capacity probe: %d in flight for %s, offered %.0f req/s (simulated)",
-			b.cfg.ProbeConcurrency, b.cfg.ProbeDuration, rate/s)
-		lc := b.load(tn.URLs(), rate, b.cfg.ProbeDuration)
-		lc.Concurrency = b.cfg.ProbeConcurrency
-		pctx, cancel := context.WithTimeout(ctx, b.cfg.ProbeDuration)
-		rep, err := loadgen.Run(pctx, lc)
+	pr := &Probe{Policy: ProbePolicy.Route, Attainment: b.cfg.ProbeAttainment}
+	step := func(rate float64) (bool, error) {
+		s := b.cfg.TimeScale
+		b.progressf("capacity probe: %.2f req/s (simulated) for %s", rate, b.cfg.ProbeDuration)
+		// A request with no answer a batch TTFT SLO after the window has missed its SLO
+		// whatever its class: the step is cut there, and what it cut counts as missed.
+		sctx, cancel := context.WithTimeout(ctx, b.cfg.ProbeDuration+scaleDur(b.cfg.Batch.TTFT, s))
+		rep, err := loadgen.Run(sctx, b.load(tn.URLs(), rate*s, b.cfg.ProbeDuration))
 		cancel()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("bench: probe: %w", ctx.Err())
+			return false, fmt.Errorf("bench: probe: %w", ctx.Err())
 		}
 		if rep == nil {
-			return nil, fmt.Errorf("bench: probe: %w", err)
+			return false, fmt.Errorf("bench: probe: %w", err)
 		}
-		if err == nil && attempt < maxProbeAttempts {
-			// Every planned request finished before the cut: the probe never saturated.
-			rate *= 2
-			continue
-		}
-		pr := &Probe{
-			Concurrency: b.cfg.ProbeConcurrency, OfferedRPS: rate / s, Attempts: attempt,
-			Completed: rep.Completed, Elapsed: rep.Elapsed * s, Report: rep,
-		}
-		if err == nil {
-			return pr, fmt.Errorf("%w: %d planned requests all completed at %.0f req/s: raise ProbeRate",
-				ErrProbe, rep.Completed, rate/s)
-		}
-		pr.wallCapacity = probeCapacity(rep.Completed, rep.Elapsed, rep.E2E.Mean)
-		pr.Capacity = pr.wallCapacity / s
-		if !(pr.wallCapacity > 0) {
-			return pr, fmt.Errorf("%w: no request completed in %s (failures %v, refusals %v)",
-				ErrProbe, b.cfg.ProbeDuration, rep.Failures, rep.RefusalsByReason)
-		}
-		b.progressf("capacity: %.2f req/s (simulated), %d completed", pr.Capacity, rep.Completed)
-		return pr, nil
+		st := ProbeStep{OfferedRPS: rate, Sent: rep.Sent, Good: rep.Good, Attainment: rep.Attainment}
+		pr.Steps = append(pr.Steps, st)
+		return rep.Sent > 0 && st.Attainment >= b.cfg.ProbeAttainment, nil
 	}
+	lo, err := searchKnee(b.cfg.ProbeRate, b.cfg.ProbeSteps, step)
+	if err != nil {
+		return pr, err
+	}
+	pr.Capacity, pr.wallCapacity = lo, lo*b.cfg.TimeScale
+	b.progressf("capacity: %.2f req/s (simulated)", pr.Capacity)
+	return pr, nil
 }
 
-// probeCapacity is the closed-loop completion rate: completed over the probe's elapsed time
-// less half a mean request, the work each in-flight slot loses on average when the probe is cut.
-func probeCapacity(completed int, elapsed, meanE2E float64) float64 {
-	if completed <= 0 || elapsed <= 0 {
-		return 0
+// searchKnee returns the highest rate at which met holds, assuming it holds below some knee and
+// not above: from start it doubles (or halves) the rate until one rate meets and its double
+// does not, then bisects that octave geometrically steps times.
+func searchKnee(start float64, steps int, met func(rate float64) (bool, error)) (float64, error) {
+	lo, hi := 0.0, 0.0 // the highest rate met, the lowest missed
+	for rate, n := start, 0; lo == 0 || hi == 0; n++ {
+		if n >= maxProbeDoublings {
+			return 0, fmt.Errorf("%w: after %d steps from %.3g req/s, no rate met the SLO target below one that missed it",
+				ErrProbe, n, start)
+		}
+		ok, err := met(rate)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo, rate = rate, rate*2
+		} else {
+			hi, rate = rate, rate/2
+		}
 	}
-	return float64(completed) / max(elapsed-meanE2E/2, elapsed/2)
+	for range steps {
+		mid := math.Sqrt(lo * hi)
+		ok, err := met(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // policy runs every load under p on a fresh testnet.

@@ -54,7 +54,7 @@ func TestValidate(t *testing.T) {
 				return
 			}
 			if got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
-				got.Duration <= 0 || got.KVBlocks <= 0 || got.ProbeDuration <= 0 || got.ProbeConcurrency <= 0 || got.ProbeRate <= 0 {
+				got.Duration <= 0 || got.KVBlocks <= 0 || got.ProbeDuration <= 0 || got.ProbeRate <= 0 || got.ProbeAttainment <= 0 || got.ProbeSteps <= 0 {
 				t.Errorf("defaults not filled: %+v", got)
 			}
 		})
@@ -138,25 +138,51 @@ func TestNewRowScalesToSimulatedTime(t *testing.T) {
 	}
 }
 
-func TestProbeCapacity(t *testing.T) {
+func TestSearchKnee(t *testing.T) {
 	tests := []struct {
-		completed    int
-		elapsed, e2e float64
-		want         float64
-		name         string
+		name        string
+		start, knee float64
+		steps       int
+		want        float64 // the last rate met
+		tried       []float64
 	}{
-		{100, 10, 0, 10, "no correction without latency"},
-		{90, 10, 2, 10, "half a request per slot is lost at the cut"},
-		{10, 10, 30, 2, "correction capped at half the probe"},
-		{0, 10, 1, 0, "nothing completed"},
+		{"doubles up to the knee, then bisects", 10, 50, 2, 40 * math.Pow(2, 0.25), []float64{10, 20, 40, 80, 40 * math.Sqrt2, 40 * math.Pow(2, 0.25)}},
+		{"halves down from an overloaded start", 10, 3, 0, 2.5, []float64{10, 5, 2.5}},
+		{"knee exactly on a tried rate counts as met", 10, 20, 0, 20, []float64{10, 20, 40}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := probeCapacity(tt.completed, tt.elapsed, tt.e2e); math.Abs(got-tt.want) > 1e-9 {
-				t.Errorf("probeCapacity(%d, %g, %g) = %g, want %g", tt.completed, tt.elapsed, tt.e2e, got, tt.want)
+			var tried []float64
+			got, err := searchKnee(tt.start, tt.steps, func(rate float64) (bool, error) {
+				tried = append(tried, rate)
+				return rate <= tt.knee, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got-tt.want) > 1e-9 || len(tried) != len(tt.tried) {
+				t.Fatalf("searchKnee = %g after %v, want %g after %v", got, tried, tt.want, tt.tried)
+			}
+			for i := range tried {
+				if math.Abs(tried[i]-tt.tried[i]) > 1e-9 {
+					t.Errorf("step %d tried %g, want %g", i, tried[i], tt.tried[i])
+				}
 			}
 		})
 	}
+	t.Run("never met nor missed", func(t *testing.T) {
+		n := 0
+		_, err := searchKnee(1, 3, func(float64) (bool, error) { n++; return true, nil })
+		if !errors.Is(err, ErrProbe) || n != maxProbeDoublings {
+			t.Errorf("err %v after %d steps, want ErrProbe after %d", err, n, maxProbeDoublings)
+		}
+	})
+	t.Run("a step's error stops the search", func(t *testing.T) {
+		boom := errors.New("boom")
+		if _, err := searchKnee(1, 3, func(float64) (bool, error) { return false, boom }); !errors.Is(err, boom) {
+			t.Errorf("err %v", err)
+		}
+	})
 }
 
 // TestRunShort runs the whole benchmark in miniature: a probe and two policies on two-node
@@ -170,8 +196,8 @@ func TestRunShort(t *testing.T) {
 	rr, _ := PolicyByName("round-robin")
 	km, _ := PolicyByName("kvmesh")
 	cfg := Config{
-		Nodes: 2, TimeScale: 50, Workload: "chat", Loads: []float64{1}, Policies: []Policy{rr, km},
-		Duration: 1500 * time.Millisecond, ProbeDuration: time.Second, ProbeConcurrency: 64, Seed: 3,
+		Nodes: 2, TimeScale: 20, Workload: "chat", Loads: []float64{1}, Policies: []Policy{rr, km}, ProbeAttainment: 0.5,
+		Duration: 1500 * time.Millisecond, ProbeDuration: time.Second, ProbeSteps: 1, Seed: 3,
 		Logger: slog.New(slog.DiscardHandler),
 	}
 	var progress bytes.Buffer
@@ -180,7 +206,7 @@ func TestRunShort(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
-	if res.Capacity <= 0 || res.Probe == nil || res.Probe.Completed == 0 {
+	if res.Capacity <= 0 || res.Probe == nil || len(res.Probe.Steps) < 3 || res.Capacity != maxMet(res.Probe) {
 		t.Fatalf("no capacity measured: %+v", res.Probe)
 	}
 	if len(res.Rows) != 2 {
@@ -243,6 +269,17 @@ func TestRunShort(t *testing.T) {
 			t.Errorf("SVG has no series %q", p.Name)
 		}
 	}
+}
+
+// maxMet is the highest rate of p's steps that met its attainment.
+func maxMet(p *Probe) float64 {
+	best := 0.0
+	for _, st := range p.Steps {
+		if st.Sent > 0 && st.Attainment >= p.Attainment {
+			best = max(best, st.OfferedRPS)
+		}
+	}
+	return best
 }
 
 // checkXML fails unless b is well-formed XML with an svg root.

@@ -4,15 +4,15 @@
 //
 // # Method
 //
-// Run first measures capacity once, on a dedicated probe testnet (round-robin routing, no
-// admission, so no policy's cache or refusals shape the yardstick). The probe is closed-loop:
-// the workload is offered far faster than any mesh can serve it (ProbeRate) while loadgen keeps
-// ProbeConcurrency requests in flight, which by default is every engine's max_num_seqs, so every
-// engine's batch stays full and its queue non-empty, exactly as under an open-loop load well past
-// saturation. After ProbeDuration the probe is cut. Capacity is the completed requests divided
-// by (elapsed − mean E2E / 2): the half-request each slot loses when the probe is cut would
-// otherwise bias the rate low. If the workload ran dry before the cut, the probe rate is doubled
-// and the probe repeated.
+// Run first measures capacity once, on a dedicated probe testnet running ProbePolicy:
+// cache-aware routing without admission, what a fleet runs without kvmesh. Capacity is the
+// highest offered rate of the workload at which that baseline still meets ProbeAttainment (90%)
+// of SLOs: the knee of its goodput curve, the usual definition of a serving system's SLO
+// capacity. A closed-loop probe is no yardstick for a mix whose costs span three orders of
+// magnitude: short requests cycle through its slots while long ones park in them, so what it
+// counts depends on its concurrency. The probe offers ProbeRate for ProbeDuration, doubles (or
+// halves) the rate until one rate meets the target and its double does not, then bisects that
+// octave ProbeSteps times. A step is cut a batch TTFT SLO after its window; what it cut missed.
 //
 // Then, for each Policy, a fresh testnet is started with that policy on every node (runs of
 // different policies share no cache), and for each load L the workload is replayed at L ×
@@ -21,17 +21,21 @@
 //
 // # Time
 //
-// TimeScale speeds the simulated engines up so that a run takes minutes. Everything the
-// workload carries is scaled with it so that the simulated GPUs see the same situation as at
-// TimeScale 1: the SLOs (a TTFT SLO of 2 s at TimeScale 10 becomes 200 ms of wall time) and
+// TimeScale speeds the simulated engines up. Everything the workload carries is scaled with it
+// so that the simulated GPUs see the same situation as at TimeScale 1: the SLOs (a TTFT SLO of
+// 2 s at TimeScale 4 becomes 500 ms of wall time), the clients' patience (ClientTimeout) and
 // agents' tool waits are divided by TimeScale, so are the nodes' admission durations that stand
 // for the hardware's time (queue TTL, target TTFT, drain window, class SLO defaults), and gossip
-// runs with the testnet's fast timers.
+// runs with the testnet's fast timers (its failure detector less hasty, so that a burst that
+// saturates this machine does not get a healthy peer declared dead).
 // Duration and ProbeDuration are wall time. Result's table is in simulated time: rates are wall
 // rates ÷ TimeScale, latencies wall latencies × TimeScale, so they read as figures of the
 // modelled hardware; each Row keeps loadgen's raw Report in wall time. What is not simulated
 // (HTTP, QUIC, gossip, the load generator itself, all sharing this machine's cores) is not
-// scaled, so a high TimeScale inflates the mesh's own overhead in simulated time.
+// scaled, so a high TimeScale inflates the mesh's own overhead in simulated time. The default
+// is real time: on two cores, 4 nodes past their capacity carry a few hundred requests a second,
+// and at TimeScale 4 the machine's own latency under that load already decided who met a 500 ms
+// TTFT SLO while the simulated engines were far from saturated.
 //
 // With a Trace, the trace's own pacing is replaced: the replay's speed is chosen so that its mean
 // rate over the arrival window is L × capacity; Speedup only sets the reference the multiplier is

@@ -12,21 +12,25 @@ import (
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
-// Probe is the capacity measurement. Rates and times are simulated (see the package doc).
+// Probe is the capacity measurement. Rates are simulated (see the package doc).
 type Probe struct {
-	// Capacity is the sustained completion rate, in requests per simulated second.
-	Capacity float64 `json:"capacity_rps"`
-	// Concurrency is the requests kept in flight; OfferedRPS the rate the last attempt offered;
-	// Attempts how many probes it took to saturate.
-	Concurrency int     `json:"concurrency"`
-	OfferedRPS  float64 `json:"offered_rps"`
-	Attempts    int     `json:"attempts"`
-	Completed   int     `json:"completed"`
-	Elapsed     float64 `json:"elapsed_s"`
-	// Report is the last attempt's loadgen report, in wall time.
-	Report *loadgen.Report `json:"report"`
+	// Capacity is the highest offered rate, in requests per simulated second, at which Policy
+	// (routing, no admission) met Attainment of SLOs.
+	Capacity   float64 `json:"capacity_rps"`
+	Policy     string  `json:"policy"`
+	Attainment float64 `json:"attainment"`
+	// Steps are the rates tried, in order.
+	Steps []ProbeStep `json:"steps"`
 
 	wallCapacity float64
+}
+
+// ProbeStep is one rate the probe offered and how the baseline did.
+type ProbeStep struct {
+	OfferedRPS float64 `json:"offered_rps"`
+	Sent       int     `json:"sent"`
+	Good       int     `json:"good"`
+	Attainment float64 `json:"slo_attainment"`
 }
 
 // Row is one policy at one load. Rates and latencies are in simulated time.
@@ -199,8 +203,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		r.Nodes, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
 	p("rates, latencies in simulated time (wall × time scale)\n")
 	if r.Probe != nil {
-		p("capacity %.2f req/s (closed-loop probe, round-robin, no admission, %d in flight, %d completed)\n",
-			r.Capacity, r.Probe.Concurrency, r.Probe.Completed)
+		var steps []string
+		for _, st := range r.Probe.Steps {
+			steps = append(steps, fmt.Sprintf("%.2f:%s", st.OfferedRPS, pct(st.Attainment)))
+		}
+		p("capacity %.2f req/s: the highest rate at which %s routing without admission met %s of SLOs (probed %s)\n",
+			r.Capacity, r.Probe.Policy, pct(r.Probe.Attainment), strings.Join(steps, " "))
 	}
 	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tp99 TTFT\trefusals\tcache hit\trefusal reasons\tfailures\n", r.Interactive)
 	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\ts\t\t\t\t\n")

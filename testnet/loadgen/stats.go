@@ -105,10 +105,10 @@ func (g *group) add(r *Result) {
 	}
 }
 
-func (g *group) report(elapsed float64) GroupReport {
+func (g *group) report(window float64) GroupReport {
 	return GroupReport{
 		Sent: g.sent, Completed: g.completed, Refused: g.refused, Failed: g.failed, Good: g.good,
-		Goodput: ratio(float64(g.good), elapsed), Attainment: ratio(float64(g.good), float64(g.sent)),
+		Goodput: ratio(float64(g.good), window), Attainment: ratio(float64(g.good), float64(g.sent)),
 		TTFT: g.ttft.summary(), TPOT: g.tpot.summary(), E2E: g.e2e.summary(),
 	}
 }
@@ -194,7 +194,7 @@ type GroupReport struct {
 	Refused   int `json:"refused"`
 	Failed    int `json:"failed"`
 	Good      int `json:"good"`
-	// Goodput is Good per second of Report.Elapsed; Attainment is Good/Sent.
+	// Goodput is Good per second of Report.Window; Attainment is Good/Sent.
 	Goodput    float64     `json:"goodput_rps"`
 	Attainment float64     `json:"slo_attainment"`
 	TTFT       Percentiles `json:"ttft"`
@@ -230,7 +230,9 @@ type Report struct {
 	Retried          int `json:"retried"`
 	RetriedCompleted int `json:"retried_completed"`
 	// Good is the completed requests that met both SLOs of their class; Goodput is Good per
-	// second of Elapsed; Attainment is Good/Sent.
+	// second of Window (of Elapsed when Window is 0): the same offered work divides every
+	// policy's count, so a policy that serves sheddable work late but within its SLO is not
+	// charged for the drain. Attainment is Good/Sent.
 	Good       int     `json:"good"`
 	Goodput    float64 `json:"goodput_rps"`
 	Attainment float64 `json:"slo_attainment"`
@@ -272,11 +274,15 @@ func (c *collector) report(window, elapsed time.Duration) *Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el := elapsed.Seconds()
+	per := window.Seconds() // goodput's denominator
+	if per <= 0 {
+		per = el
+	}
 	r := &Report{
 		Window: window.Seconds(), Elapsed: el, OfferedRate: ratio(float64(c.sent), window.Seconds()),
 		Sent: c.sent, Completed: c.completed, Refused: c.refused, Failed: c.failed,
 		Retried: c.retried, RetriedCompleted: c.retriedCompleted,
-		Good: c.good, Goodput: ratio(float64(c.good), el), Attainment: ratio(float64(c.good), float64(c.sent)),
+		Good: c.good, Goodput: ratio(float64(c.good), per), Attainment: ratio(float64(c.good), float64(c.sent)),
 		OutputTokens: c.outTokens, OutputTokensPerSec: ratio(float64(c.outTokens), el),
 		PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
 		CachedRatio: ratio(float64(c.cachedTokens), float64(c.promptTokens)),
@@ -292,11 +298,11 @@ func (c *collector) report(window, elapsed time.Duration) *Report {
 	for name, g := range c.classes {
 		r.Classes[name] = &ClassReport{
 			Name: name, Priority: g.class.Priority, TTFTSLO: g.class.TTFT.Seconds(), TPOTSLO: g.class.TPOT.Seconds(),
-			GroupReport: g.report(el),
+			GroupReport: g.report(per),
 		}
 	}
 	for name, g := range c.kinds {
-		gr := g.report(el)
+		gr := g.report(per)
 		r.Kinds[name] = &gr
 	}
 	return r

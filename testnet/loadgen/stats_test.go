@@ -76,12 +76,12 @@ func TestCollectorGoodputArithmetic(t *testing.T) {
 	c.add(&Result{Class: lo, Outcome: Refused, Status: 429, Reason: "queue_full", Retried: true, HasRetryAfter: true, RetryAfter: 4 * time.Second})
 	c.add(&Result{Class: hi, Outcome: Refused, Status: 503, Reason: "no_capacity"})
 	c.add(&Result{Class: hi, Outcome: Failed, Failure: FailStream + ":engine_error"})
-	r := c.report(2*time.Second, 4*time.Second)
+	r := c.report(2*time.Second, 4*time.Second) // goodput is per second of the arrival window
 
 	if r.Sent != 7 || r.Completed != 3 || r.Refused != 3 || r.Failed != 1 || r.Sent != r.Completed+r.Refused+r.Failed {
 		t.Fatalf("counts sent %d completed %d refused %d failed %d", r.Sent, r.Completed, r.Refused, r.Failed)
 	}
-	if r.Good != 2 || r.Goodput != 0.5 || r.Attainment != 2.0/7 || r.OfferedRate != 3.5 {
+	if r.Good != 2 || r.Goodput != 1 || r.Attainment != 2.0/7 || r.OfferedRate != 3.5 {
 		t.Errorf("good %d goodput %v attainment %v offered %v", r.Good, r.Goodput, r.Attainment, r.OfferedRate)
 	}
 	ci, cb := r.Classes["interactive"], r.Classes["batch"]

@@ -373,12 +373,21 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// loop is the one goroutine: schedule a step, sleep its scaled duration, complete it.
+// maxLag bounds how far the step loop may run behind its wall-clock schedule and still catch
+// up by running steps back to back; a longer stall (a paused process) is forgotten.
+const maxLag = 50 * time.Millisecond
+
+// loop is the one goroutine: schedule a step, sleep until its scaled end, complete it.
+//
+// Steps are paced against a wall-clock schedule, not by sleeping each step's duration: the
+// CPU time of scheduling and delivering tokens, and a busy host's late timer wake-ups, would
+// otherwise add to every step, so a loaded machine would model a slower GPU than configured.
 func (s *Sim) loop() {
 	defer s.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var due time.Time // the scheduled wall-clock end of the previous step; zero when idle
 	for {
 		s.mu.Lock()
 		d, ok := s.scheduleLocked()
@@ -386,6 +395,7 @@ func (s *Sim) loop() {
 		s.mu.Unlock()
 		s.report(nil, evicted)
 		if !ok {
+			due = time.Time{}
 			select {
 			case <-s.wake:
 				continue
@@ -393,7 +403,12 @@ func (s *Sim) loop() {
 				return
 			}
 		}
-		timer.Reset(time.Duration(float64(d) / s.cfg.TimeScale))
+		now := time.Now()
+		if due.IsZero() || now.Sub(due) > maxLag {
+			due = now
+		}
+		due = due.Add(time.Duration(float64(d) / s.cfg.TimeScale))
+		timer.Reset(due.Sub(now))
 		select {
 		case <-timer.C:
 		case <-s.done:
