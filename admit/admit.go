@@ -262,16 +262,35 @@ func fits(o Option, need int, thr float64) bool {
 	return float64(o.TotalKVBlocks-free) <= thr*float64(o.TotalKVBlocks)
 }
 
-// feasible reports whether o can meet the SLOs given tokens queued ahead and time waited.
-// spare reports whether a request of priority may start on o now. Sheddable work runs only on
-// spare capacity: on a candidate whose predicted TTFT still meets the normal class's TTFT SLO.
+// spare reports whether a request of priority with prompt tokens may start on o now.
+// Sheddable work runs only on spare capacity: on a candidate whose queue ahead of it (the
+// predicted TTFT less its own prefill) would still let a normal request meet its TTFT SLO.
 // Otherwise its own loose SLO would let it fill the engine and push normal traffic past its
 // SLO; it waits in the room instead, behind every higher band, until the candidate has room.
-func (a *Admitter) spare(priority int, o Option) bool {
+// Its own prefill is left out so that a long prompt is not held forever on an idle mesh.
+func (a *Admitter) spare(priority, prompt int, o Option) bool {
 	normal := time.Duration(a.cfg.SLO.Normal.TTFT)
-	return priority >= 0 || normal <= 0 || o.PredictedTTFT <= normal
+	if priority >= 0 || normal <= 0 {
+		return true
+	}
+	ahead := o.PredictedTTFT
+	if o.PrefillTokensPerSecond > 0 {
+		own := float64(max(prompt-o.CachedTokens, 0)) / o.PrefillTokensPerSecond
+		ahead -= time.Duration(own * float64(time.Second))
+	}
+	return ahead <= normal
 }
 
+// prefillTokens is the prompt less the longest prefix any option holds.
+func prefillTokens(prompt int, options []Option) int {
+	cached := 0
+	for _, o := range options {
+		cached = max(cached, o.CachedTokens)
+	}
+	return max(prompt-cached, 0)
+}
+
+// feasible reports whether o can meet the SLOs given tokens queued ahead and time waited.
 func feasible(o Option, aheadTokens int, waited, ttftSLO, tpotSLO time.Duration) (time.Duration, bool) {
 	ttft := o.PredictedTTFT + max(waited, 0)
 	if aheadTokens > 0 && o.PrefillTokensPerSecond > 0 {
@@ -319,8 +338,9 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 		r.Tenant, r.MaxTokens, r.ExpectedTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens
 		return r
 	}
+	prefill := prefillTokens(req.PromptTokens, options)
 	out := func(r Decision) Decision {
-		r.Tenant, r.MaxTokens, r.ExpectedTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens
+		r.Tenant, r.MaxTokens, r.ExpectedTokens, r.PrefillTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens, prefill
 		if r.Refused() && r.Status == statusTooManyRequests && r.RetryAfter == 0 {
 			r.RetryAfter = a.room.RetryAfter(now)
 		}
@@ -355,7 +375,7 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 		queueCode = CodeWaitBehind
 	}
 	if queueCode != "" {
-		ok, shed := a.room.canQueue(req.Model, req.Role, req.Priority, req.PromptTokens)
+		ok, shed := a.room.canQueue(req.Model, req.Role, req.Priority, prefill)
 		switch {
 		case shed:
 			return out(refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", shedMessage))
@@ -378,7 +398,7 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 		}
 		if ok {
 			anyFeasible = true
-			if chosen < 0 && queueCode == "" && fits(o, needs[i], a.cfg.KV.QueueOn) && a.spare(req.Priority, o) {
+			if chosen < 0 && queueCode == "" && fits(o, needs[i], a.cfg.KV.QueueOn) && a.spare(req.Priority, req.PromptTokens, o) {
 				chosen = i
 			}
 		}
@@ -404,9 +424,13 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 // Item builds the waiting-room item for a request Admit answered Queue.
 func (a *Admitter) Item(req Request, d Decision) *Item {
 	req.Tenant = d.Tenant
+	tokens := req.PromptTokens // a decision that does not say (or a prompt wholly cached)
+	if d.PrefillTokens > 0 {
+		tokens = d.PrefillTokens
+	}
 	return &Item{
 		ID: req.ID, Model: req.Model, Role: req.Role, Tenant: d.Tenant, Priority: req.Priority,
-		Tokens: req.PromptTokens, Arrived: req.Arrived, Deadline: a.deadline(req),
+		Tokens: tokens, Arrived: req.Arrived, Deadline: a.deadline(req),
 		Expires: req.Arrived.Add(a.ttl(req)), Req: req, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens,
 	}
 }
@@ -426,7 +450,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		}
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
-		if fits(o, need, a.cfg.KV.QueueOff) && a.spare(it.Priority, o) {
+		if fits(o, need, a.cfg.KV.QueueOff) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
 				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
 		}

@@ -318,6 +318,7 @@ func TestKVStage(t *testing.T) {
 
 func TestQueueStage(t *testing.T) {
 	full := func() Option { o := idle(); o.FreeKVBlocks = 0; return o }
+	cached := func(o Option, tokens int) Option { o.CachedTokens = tokens; return o }
 	tests := []struct {
 		name    string
 		cfg     func(*Config)
@@ -338,6 +339,10 @@ func TestQueueStage(t *testing.T) {
 		{"other model not blocked", nil, items("a", 3, 0, 10), func(r *Request) { r.Model = "small" }, []Option{idle()}, Accept, CodeAccepted, LayerSLO},
 		{"sheddable shed when busy", func(c *Config) { c.Queue.MaxRequests = 4 }, items("a", 2, 0, 10), func(r *Request) { r.Priority = -1 }, []Option{full()}, Refuse, CodeQueueFull, LayerPriority},
 		{"sheddable queues when quiet", func(c *Config) { c.Queue.MaxRequests = 4 }, items("a", 1, 0, 10), func(r *Request) { r.Priority = -1; r.TTFTSLO = time.Hour }, []Option{full()}, Queue, CodeWaitKV, LayerKV},
+		// The token caps count prefill work: 4000 prompt tokens over a 500-token sheddable cap,
+		// but 3800 of them cached on a candidate.
+		{"sheddable prompt over the cap is shed", func(c *Config) { c.Queue.MaxTokens = 1000 }, items("a", 1, 0, 10), func(r *Request) { r.Priority, r.PromptTokens, r.TTFTSLO = -1, 4000, time.Hour }, []Option{full()}, Refuse, CodeQueueFull, LayerPriority},
+		{"sheddable prompt mostly cached queues", func(c *Config) { c.Queue.MaxTokens = 1000 }, items("a", 1, 0, 10), func(r *Request) { r.Priority, r.PromptTokens, r.TTFTSLO = -1, 4000, time.Hour }, []Option{cached(full(), 3800)}, Queue, CodeWaitKV, LayerKV},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -392,6 +397,10 @@ func TestSLOStage(t *testing.T) {
 		// candidate that would still serve normal traffic within its 2 s.
 		{"batch waits for spare capacity", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second)}, CodeWaitKV, -1},
 		{"batch on spare capacity", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second), slow(time.Second, time.Second)}, CodeAccepted, 1},
+		// Its own prefill is not held against it: 6000 tokens at 10000/s are 0.6 s of the
+		// 2.5 s predicted, so 1.9 s wait ahead of it, within normal's 2 s.
+		{"batch's own long prefill still spare", nil, func(r *Request) { r.Priority, r.PromptTokens = -1, 6000 }, []Option{slow(2500*time.Millisecond, time.Second)}, CodeAccepted, 0},
+		{"batch short prompt on the same queue waits", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(2500*time.Millisecond, time.Second)}, CodeWaitKV, -1},
 		{"batch over its own slo", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(40*time.Second, 0)}, CodeSLOUnattainable, -1},
 		{"high class default 1s", nil, func(r *Request) { r.Priority = 1 }, []Option{slow(1500*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
 		{"tpot over", nil, func(*Request) {}, []Option{slow(100*time.Millisecond, 300*time.Millisecond)}, CodeSLOUnattainable, -1},
@@ -496,5 +505,22 @@ func TestLoadConfig(t *testing.T) {
 		if _, err := LoadConfig([]byte(bad)); !errors.Is(err, ErrConfig) {
 			t.Errorf("LoadConfig(%s) accepted", bad)
 		}
+	}
+}
+
+// TestItemCountsPrefillWork pins down that a queued request enters the room priced in the
+// prefill work it brings (the prompt less the longest cached prefix), not its whole prompt.
+func TestItemCountsPrefillWork(t *testing.T) {
+	a := newAdmitter(t, nil)
+	r := baseReq()
+	r.PromptTokens = 4000
+	o := idle()
+	o.FreeKVBlocks, o.CachedTokens = 0, 3800
+	d := a.Admit(t0, r, []Option{o})
+	if d.Action != Queue || d.PrefillTokens != 200 {
+		t.Fatalf("want queue with 200 prefill tokens, got %+v", d)
+	}
+	if it := a.Item(r, d); it.Tokens != 200 {
+		t.Errorf("item tokens %d, want 200", it.Tokens)
 	}
 }

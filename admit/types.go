@@ -119,6 +119,9 @@ type Decision struct {
 	ExpectedTokens int    // output tokens reserved for KV (≤ MaxTokens)
 	Option         int    // index into options of the chosen candidate; -1 when none
 	KVBlocks       int    // predicted KV blocks on the chosen candidate
+	// PrefillTokens is the prompt less the longest prefix any candidate holds: the prefill
+	// work the request brings, which the waiting room's token caps and fairness count.
+	PrefillTokens int
 }
 
 // Refused reports whether d is a refusal.

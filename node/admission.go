@@ -323,7 +323,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 		}
 		// Every owner said no: wait for room like any queued request.
 		pl.d = admit.Decision{Action: admit.Queue, Layer: admit.LayerQueue, Code: admit.CodeWaitKV, Option: -1,
-			Tenant: p.adm.Tenant, MaxTokens: pl.d.MaxTokens, ExpectedTokens: pl.d.ExpectedTokens}
+			Tenant: p.adm.Tenant, MaxTokens: pl.d.MaxTokens, ExpectedTokens: pl.d.ExpectedTokens, PrefillTokens: pl.d.PrefillTokens}
 	}
 }
 
