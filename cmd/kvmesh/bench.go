@@ -35,6 +35,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "policies", Value: strings.Join(bench.PolicyNames(), ","), Usage: "policies to compare, comma-separated", EnvVars: env("bench-policies")},
 		&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "arrival window of each run (wall time)", EnvVars: env("bench-duration")},
 		&cli.DurationFlag{Name: "probe-duration", Usage: "arrival window of each capacity probe step (wall time; default --duration)", EnvVars: env("bench-probe-duration")},
+		&cli.Float64Flag{Name: "capacity", Usage: "skip the probe and take this capacity (requests per simulated second)", EnvVars: env("bench-capacity")},
 		&cli.Float64Flag{Name: "probe-attainment", Value: d.ProbeAttainment, Usage: "capacity is the highest rate at which cache-aware routing without admission meets this share of SLOs", EnvVars: env("bench-probe-attainment")},
 		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
@@ -94,6 +95,7 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.Duration = c.Duration("duration")
 	cfg.ProbeDuration = c.Duration("probe-duration")
 	cfg.ProbeAttainment = c.Float64("probe-attainment")
+	cfg.Capacity = c.Float64("capacity")
 	cfg.Seed = c.Int64("seed")
 	cfg.KVBlocks = c.Int("kv-blocks")
 	if !c.Bool("quiet") {

@@ -116,6 +116,9 @@ type Config struct {
 	// default Duration). ProbeRate is its first offered rate in simulated requests per second
 	// (default 2.5 per node). ProbeAttainment is the SLO attainment that defines capacity
 	// (default 0.9), and ProbeSteps how many bisection steps refine it (default 3).
+	// Capacity, if set, is taken as measured (requests per simulated second) and the probe is
+	// skipped: runs of one setup on different days compare at the same offered rates.
+	Capacity        float64
 	ProbeDuration   time.Duration
 	ProbeRate       float64
 	ProbeAttainment float64
@@ -165,7 +168,7 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 	}
 	if cfg.Nodes < 0 || cfg.TimeScale < 0 || cfg.Duration < 0 || cfg.KVBlocks < 0 || cfg.Speedup < 0 ||
-		cfg.Scale < 0 || cfg.Scale > 1 || cfg.ProbeDuration < 0 || cfg.ProbeRate < 0 || cfg.ProbeSteps < 0 ||
+		cfg.Scale < 0 || cfg.Scale > 1 || cfg.ProbeDuration < 0 || cfg.ProbeRate < 0 || cfg.Capacity < 0 || cfg.ProbeSteps < 0 ||
 		cfg.ProbeAttainment < 0 || cfg.ProbeAttainment >= 1 {
 		return bad("nodes, time scale, duration, kv blocks, speedup, probe settings must be ≥ 0, scale in (0, 1] and probe attainment below 1")
 	}
@@ -274,12 +277,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
-	if res.Probe, err = b.probe(ctx); err != nil {
-		return res, err
+	if cfg.Capacity > 0 {
+		res.Capacity = cfg.Capacity
+	} else {
+		if res.Probe, err = b.probe(ctx); err != nil {
+			return res, err
+		}
+		res.Capacity = res.Probe.Capacity
 	}
-	res.Capacity = res.Probe.Capacity
 	for _, p := range cfg.Policies {
-		rows, err := b.policy(ctx, p, res.Probe.wallCapacity)
+		rows, err := b.policy(ctx, p, res.Capacity*cfg.TimeScale)
 		res.Rows = append(res.Rows, rows...)
 		if err != nil {
 			res.Ratios = Ratios(res.Rows)
@@ -434,7 +441,7 @@ func (b *bencher) probe(ctx context.Context) (*Probe, error) {
 	if err != nil {
 		return pr, err
 	}
-	pr.Capacity, pr.wallCapacity = lo, lo*b.cfg.TimeScale
+	pr.Capacity = lo
 	b.progressf("capacity: %.2f req/s (simulated)", pr.Capacity)
 	return pr, nil
 }

@@ -21,8 +21,6 @@ type Probe struct {
 	Attainment float64 `json:"attainment"`
 	// Steps are the rates tried, in order.
 	Steps []ProbeStep `json:"steps"`
-
-	wallCapacity float64
 }
 
 // ProbeStep is one rate the probe offered and how the baseline did.
@@ -149,7 +147,8 @@ type Result struct {
 	Loads       []float64 `json:"loads"`
 	Policies    []Policy  `json:"policies"`
 	Interactive string    `json:"interactive_class"`
-	// Capacity is Probe.Capacity, requests per simulated second.
+	// Capacity is Probe.Capacity, or Config.Capacity when it was given (Probe is then nil),
+	// in requests per simulated second.
 	Capacity float64 `json:"capacity_rps"`
 	Probe    *Probe  `json:"probe"`
 	// Rows holds one row per policy and load, policies in order, loads in order within each.
@@ -202,7 +201,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	p("kvmesh bench: %d nodes, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
 		r.Nodes, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
 	p("rates, latencies in simulated time (wall × time scale)\n")
-	if r.Probe != nil {
+	if r.Probe == nil {
+		p("capacity %.2f req/s: given\n", r.Capacity)
+	} else {
 		var steps []string
 		for _, st := range r.Probe.Steps {
 			steps = append(steps, fmt.Sprintf("%.2f:%s", st.OfferedRPS, pct(st.Attainment)))
