@@ -95,6 +95,7 @@ type entry struct {
 	lru      *list.Element
 	slot     *list.Element // in its home's active, paused or waiting list
 	ready    bool          // listed in Admitter.ready, not yet handed out
+	granted  bool          // let into the window for a held step that has not arrived again yet
 }
 
 type home struct {
@@ -154,6 +155,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 		}
 		a.touchLocked(e, now)
 		if e.State == Active {
+			e.granted = false
 			a.setInflightLocked(e, e.inflight+1)
 			return Decision{Action: Admit, Home: e.Home}, nil
 		}
@@ -219,8 +221,12 @@ func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 	return e.State
 }
 
-// Abandon is called when the step the node held for id left the waiting room without running
-// (its TTL expired, the client went away). A new agent that never ran leaves the registry.
+// Abandon is called when the step the node held for id left without running (its TTL
+// expired, the client went away, its ingress stopped asking). The agent leaves the registry
+// unless it is active on its own account (let in before this step was held): a waiting agent
+// never ran, a paused one would be resumed into a slot for a step that is not coming, and one
+// let in for this very step would hold that slot until the idle timeout. Its slot goes to the
+// next agent. If the client comes back, its step arrives as a new agent's.
 func (a *Admitter) Abandon(now time.Time, id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -229,9 +235,11 @@ func (a *Admitter) Abandon(now time.Time, id string) {
 		return
 	}
 	e.Pending, e.ready = false, false
-	if e.State == Waiting {
-		a.removeLocked(e, now)
+	if e.State == Active && (!e.granted || e.InStep) {
+		e.granted = false
+		return
 	}
+	a.removeLocked(e, now)
 }
 
 // Finish removes id (the agent is done) and gives its slot to the next agent. It reports
@@ -483,6 +491,7 @@ func (a *Admitter) setStateLocked(h *home, e *entry, s State, now time.Time) {
 	}
 	e.State = s
 	e.PausedAt = time.Time{}
+	e.granted = false
 	if s == Paused {
 		e.PausedAt = now
 		if e.ready {
@@ -529,6 +538,7 @@ func (a *Admitter) fillLocked(h *home, now time.Time) {
 		}
 		e := el.Value.(*entry)
 		a.setStateLocked(h, e, Active, now)
+		e.granted = e.Pending
 		if e.Pending {
 			e.Pending = false
 			if !e.ready {

@@ -242,12 +242,36 @@ func TestAbandon(t *testing.T) {
 	a.Tick(t0, "n1", 0.95, 0.9)
 	arrive(t, a, t0, "c", "n1", Wait)
 	a.Finish(t0, "a")
-	a.Abandon(t0, "c") // promoted but its step went away before the node took it
-	if _, ok := a.Get("c"); !ok {
-		t.Fatal("active agent removed by Abandon")
+	arrive(t, a, t0, "d", "n1", Wait)
+	a.Abandon(t0, "c") // promoted but its step went away before the node took it: the slot is d's
+	if _, ok := a.Get("c"); ok {
+		t.Fatal("an agent let in for a step that never came keeps its slot")
 	}
-	if got := a.Resumable(); len(got) != 0 {
-		t.Fatalf("Resumable lists an abandoned step: %v", got)
+	if state(t, a, "d") != Active {
+		t.Fatalf("d is %v, want active in c's slot", state(t, a, "d"))
+	}
+	if got := a.Resumable(); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("Resumable = %v, want only d (not the abandoned c)", got)
+	}
+	arrive(t, a, t0, "d", "", Admit)
+	a.Abandon(t0, "d") // a stray abandon of an agent active on its own account changes nothing
+	if state(t, a, "d") != Active {
+		t.Fatalf("d is %v after a stray Abandon, want active", state(t, a, "d"))
+	}
+	// A paused agent whose held step is abandoned leaves too, so it is not resumed into a slot.
+	b := newAdmitter(t, window(2))
+	arrive(t, b, t0, "p", "n1", Admit)
+	b.StepDone(t0, "p", 0)
+	arrive(t, b, t0, "q", "n1", Admit)
+	b.StepDone(t0, "q", 0)
+	b.Tick(t0, "n1", 0.95, 0.1) // 2*0.7 = 1: the idle-longest (p) is paused
+	if state(t, b, "p") != Paused {
+		t.Fatalf("p is %v, want paused", state(t, b, "p"))
+	}
+	arrive(t, b, t0, "p", "", Wait)
+	b.Abandon(t0, "p")
+	if _, ok := b.Get("p"); ok {
+		t.Fatal("a paused agent whose step was abandoned stays registered")
 	}
 }
 
