@@ -95,6 +95,15 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if a.Agent == "" && n.cfg.AgentFromUser {
 		a.Agent = p.user
 	}
+	switch v := r.Header.Get(HeaderAgentFinal); v {
+	case "", "0", "false":
+	case "1", "true":
+		p.agentFinal = a.Agent != ""
+	default:
+		n.m.decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
+		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			HeaderAgentFinal+" must be 1 or 0").WithParam(HeaderAgentFinal), 0)
+	}
 	if d := n.adm.Validate(*a); d.Refused() {
 		n.m.decisionOf(d)
 		return refuse(refusalOf(d), 0)

@@ -298,7 +298,7 @@ type client struct {
 
 // attempt sends one request to target and measures it from start. A context error ends it as
 // a failure.
-func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Message, start time.Time) Result {
+func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Message, start time.Time, final bool) Result {
 	res := Result{Kind: it.Kind, Class: it.Class}
 	fail := func(kind string) Result {
 		res.Outcome, res.Failure = Failed, kind
@@ -334,6 +334,9 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 	}
 	if it.Agent != nil {
 		h.Set("X-Kvmesh-Agent", it.Agent.ID)
+		if final {
+			h.Set("X-Kvmesh-Agent-Final", "1")
+		}
 	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {
