@@ -96,6 +96,7 @@ type entry struct {
 	slot     *list.Element // in its home's active, paused or waiting list
 	ready    bool          // listed in Admitter.ready, not yet handed out
 	granted  bool          // let into the window for a held step that has not arrived again yet
+	kept     bool          // active without a break since its last step ended
 }
 
 type home struct {
@@ -129,6 +130,7 @@ type Admitter struct {
 
 	admitted, pauses, resumes, evicted, swept, finished uint64
 	avoided, recomputed                                 uint64
+	keptAvoided, keptRecomputed                         uint64
 }
 
 // New validates cfg and returns an empty Admitter. It does no I/O and starts nothing.
@@ -218,6 +220,7 @@ func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 	if e.State == Active {
 		a.enforceLocked(a.homes[e.Home], now)
 	}
+	e.kept = e.State == Active
 	return e.State
 }
 
@@ -383,6 +386,10 @@ func (a *Admitter) Observe(id string, cachedTokens, promptTokens int) (avoided, 
 	e.PromptTokens += int64(promptTokens)
 	a.avoided += uint64(avoided)
 	a.recomputed += uint64(recomputed)
+	if e.kept {
+		a.keptAvoided += uint64(avoided)
+		a.keptRecomputed += uint64(recomputed)
+	}
 	return avoided, recomputed
 }
 
@@ -423,6 +430,11 @@ type Stats struct {
 	EvictedTotal, SweptTotal, FinishedTotal uint64
 	RecomputeAvoidedTokens                  uint64 // see Observe
 	RecomputedTokens                        uint64
+	// KeptAvoidedTokens and KeptRecomputedTokens are the part of the two above from agents
+	// that stayed in the window since their previous step: the context the window means to
+	// keep. Their ratio is the hit rate to feed Tick; an agent that was paused is expected to
+	// lose its prefix, and counting that would make each cut look like more thrashing.
+	KeptAvoidedTokens, KeptRecomputedTokens uint64
 	Homes                                   []HomeStats // sorted by Home
 }
 
@@ -433,7 +445,8 @@ func (a *Admitter) Stats() Stats {
 	s := Stats{Agents: len(a.agents), InStep: a.inStep, AdmittedTotal: a.admitted,
 		PausesTotal: a.pauses, ResumesTotal: a.resumes, EvictedTotal: a.evicted,
 		SweptTotal: a.swept, FinishedTotal: a.finished,
-		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed}
+		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed,
+		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed}
 	for name, h := range a.homes {
 		hs := HomeStats{Home: name, Active: h.active.Len(), Paused: h.paused.Len(),
 			Waiting: h.waiting.Len(), Controller: h.ctl.Stats()}
@@ -492,6 +505,9 @@ func (a *Admitter) setStateLocked(h *home, e *entry, s State, now time.Time) {
 	e.State = s
 	e.PausedAt = time.Time{}
 	e.granted = false
+	if s != Active {
+		e.kept = false
+	}
 	if s == Paused {
 		e.PausedAt = now
 		if e.ready {

@@ -584,3 +584,31 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveKeptCountsOnlyAgentsThatStayed pins that the kept counts, the controller's hit
+// rate, leave out an agent that was paused between its steps: it is expected to lose its
+// prefix, and counting it would make each cut look like more thrashing.
+func TestObserveKeptCountsOnlyAgentsThatStayed(t *testing.T) {
+	a := newAdmitter(t, window(2))
+	arrive(t, a, t0, "a", "n1", Admit)
+	a.StepDone(t0, "a", 200)
+	arrive(t, a, t0.Add(time.Second), "b", "n1", Admit)
+	a.StepDone(t0.Add(time.Second), "b", 200)
+	arrive(t, a, t0.Add(2*time.Second), "b", "", Admit)
+	a.Observe("b", 100, 300) // b stayed active: 100 avoided, 100 recomputed, kept
+	a.Tick(t0.Add(2*time.Second), "n1", 0.95, 0.1)
+	if state(t, a, "a") != Paused {
+		t.Fatalf("a is %v, want paused by the cut", state(t, a, "a"))
+	}
+	a.StepDone(t0.Add(3*time.Second), "b", 400)
+	a.Finish(t0.Add(3*time.Second), "b") // room: a resumes
+	arrive(t, a, t0.Add(3*time.Second), "a", "", Admit)
+	a.Observe("a", 0, 300) // a was paused: 200 recomputed, not kept
+	s := a.Stats()
+	if s.RecomputeAvoidedTokens != 100 || s.RecomputedTokens != 300 {
+		t.Fatalf("totals avoided %d recomputed %d, want 100 and 300", s.RecomputeAvoidedTokens, s.RecomputedTokens)
+	}
+	if s.KeptAvoidedTokens != 100 || s.KeptRecomputedTokens != 100 {
+		t.Fatalf("kept avoided %d recomputed %d, want b's 100 and 100 only", s.KeptAvoidedTokens, s.KeptRecomputedTokens)
+	}
+}
