@@ -49,6 +49,10 @@ type Result struct {
 	// ITL are the gaps between consecutive content chunks.
 	ITL                                      []time.Duration
 	OutputTokens, PromptTokens, CachedTokens int
+	// RecomputedTokens, for an agent step after the first, is how much of the agent's earlier
+	// context (the previous step's prompt and output) was not served from the prefix cache and
+	// had to be prefilled again: the cost of thrashing.
+	RecomputedTokens int
 	// Retried is set when a refusal was retried after Retry-After; RetryAfter is the last
 	// Retry-After seen (HasRetryAfter tells a zero value from none).
 	Retried       bool

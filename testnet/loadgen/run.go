@@ -117,8 +117,12 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 		if r.cfg.Duration > 0 && time.Since(r.start) >= r.cfg.Duration || !r.reserve() {
 			return
 		}
+		prev := res
 		if res, ok = r.request(ctx, it, msgs, step == a.Steps-1); !ok {
 			return
+		}
+		if res.Outcome == Completed {
+			res.RecomputedTokens = max(0, min(prev.PromptTokens+prev.OutputTokens, res.PromptTokens)-res.CachedTokens)
 		}
 		r.col.add(&res)
 	}

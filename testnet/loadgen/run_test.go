@@ -367,6 +367,16 @@ func TestAgentSessionsGrowTheirPrefix(t *testing.T) {
 	if finals == 0 {
 		t.Fatal("no session sent its last step")
 	}
+	// Nothing came from cache, so every later step prefilled its earlier context again.
+	if rep.RecomputedTokens <= 0 {
+		t.Fatalf("recomputed tokens %d with no cache hits, want > 0", rep.RecomputedTokens)
+	}
+	g := newFake(t, func(int, chatRequest) step { return step{tokens: 2, cachedPct: 100} }, nil)
+	cfg = runCfg("agents", g.srv.URL)
+	cfg.Rate, cfg.MaxRequests = 500, 20
+	if rep := mustRun(t, cfg); rep.RecomputedTokens != 0 || rep.Completed == 0 {
+		t.Fatalf("recomputed %d tokens (completed %d) with every prompt token cached, want 0", rep.RecomputedTokens, rep.Completed)
+	}
 }
 
 func TestRunTimeoutAndCancel(t *testing.T) {
