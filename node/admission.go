@@ -151,7 +151,7 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	n.buildView(&pl.v, p.req.Blocks)
 	rreq := route.Request{
 		Model: a.Model, PromptTokens: a.PromptTokens, MaxTokens: deref(a.MaxTokens), Priority: a.Priority,
-		Session: a.Agent, BlockTokens: n.blockTokens(),
+		Session: a.Agent, BlockTokens: n.blockTokens(), StayHome: n.agents != nil && a.Agent != "",
 	}
 	var err error
 	pl.cands, err = n.policy.Route(now, rreq, pl.v.peers, pl.cands[:0])
@@ -169,6 +169,12 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	}
 	if n.carbon != nil && a.Priority < 0 && len(pl.cands) > 0 && !n.carbonFilter(now, pl) {
 		return
+	}
+	// A step of an agent goes to its home and nowhere else, where its context and its window
+	// are; it still waits here for KV room there like any request, so the window's agents
+	// cannot push the engine into preemption.
+	if rreq.StayHome && len(pl.cands) > 0 && pl.cands[0].Sticky {
+		pl.cands = pl.cands[:1]
 	}
 	for i := range pl.cands {
 		pl.opts = append(pl.opts, n.optionOf(now, &pl.cands[i], &pl.v))

@@ -38,15 +38,17 @@ const metaAgentFinal = "agent_final"
 const agentLeaseIntervals = 5
 
 // agentGate is the node's side of agent-level admission: this node is the home of every agent
-// whose steps run on its engine, so it owns their window (agent.Admitter), pins the active
-// agents' prefixes in the embedded engine, and wakes the ingress handlers holding a step of
-// an agent that re-entered the window. All fields are guarded by mu.
+// whose steps run on its engine, so it owns their window (agent.Admitter), feeds it the
+// engine's signals, and wakes the ingress handlers holding a step of an agent that re-entered
+// the window. It does not pin prefixes: the window is sized so that the active agents'
+// prefixes stay in an LRU cache on their own, and if they do not, the falling hit rate is the
+// signal to cut (a pin would hide it and push the running sequences into preemption). All
+// fields are guarded by mu.
 type agentGate struct {
 	a    *agent.Admitter
 	home string // this node's name: the only home its Admitter knows
 
 	mu      sync.Mutex
-	pins    map[string]func()        // agent → release of its prefix pin
 	wake    map[string]chan struct{} // agent → closed when its held step may start
 	held    map[*prepared]heldStep   // steps held for this node's window
 	context map[*prepared]int        // a step's context at its end (prompt + output), from finished
@@ -80,7 +82,7 @@ func (n *Node) buildAgents() error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.agents = &agentGate{a: a, home: n.cfg.Name, pins: map[string]func(){}, wake: map[string]chan struct{}{},
+	n.agents = &agentGate{a: a, home: n.cfg.Name, wake: map[string]chan struct{}{},
 		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{}),
 		asked: map[string]time.Time{}, prefix: map[string][]uint64{}, h: 1}
 	n.reg.MustRegister(newAgentCollector(n.agents))
@@ -100,7 +102,7 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 	g.mu.Lock()
 	d, err := g.a.Arrive(now, id, g.home, p.adm.PromptTokens)
 	if err == nil && d.Evicted != "" {
-		g.releaseLocked(d.Evicted)
+		delete(g.prefix, d.Evicted)
 	}
 	if err == nil && d.Action == agent.Wait {
 		g.asked[id] = now
@@ -141,18 +143,10 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 		g.a.Finish(now, id)
 		st = agent.Absent
 	}
-	switch {
-	case st == agent.Active && n.sim != nil:
-		// Between steps the prompt is no longer referenced by a running sequence: the pin is
-		// what keeps it from being evicted while the agent waits for its tool.
-		_, rel := n.sim.Pin(p.req.Blocks)
-		g.releaseLocked(id)
-		g.pins[id] = rel
+	if st == agent.Active {
 		g.prefix[id] = p.req.Blocks
-	case st == agent.Active:
-		g.prefix[id] = p.req.Blocks
-	default:
-		g.releaseLocked(id)
+	} else {
+		delete(g.prefix, id)
 	}
 	g.wakeLocked()
 	g.mu.Unlock()
@@ -274,11 +268,6 @@ func (n *Node) runAgents(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			g.mu.Lock()
-			for id := range g.pins {
-				g.releaseLocked(id)
-			}
-			g.mu.Unlock()
 			return
 		case <-t.C:
 		}
@@ -314,17 +303,10 @@ func (n *Node) agentTick(now time.Time) {
 			g.a.Abandon(now, id)
 		}
 	}
-	for _, id := range g.a.Sweep(now) {
-		g.releaseLocked(id)
-	}
+	g.a.Sweep(now)
 	active := map[string]bool{}
 	for _, id := range g.a.Active(g.home) {
 		active[id] = true
-	}
-	for id := range g.pins {
-		if !active[id] {
-			g.releaseLocked(id) // paused by the tick, finished, swept: its prefix may age out
-		}
 	}
 	for id := range g.prefix {
 		if !active[id] {
@@ -339,7 +321,9 @@ func (n *Node) agentTick(now time.Time) {
 // H is the hit rate on the agents' own earlier context over the last interval: of the tokens
 // the agents had already computed (their context at the end of their previous step), the
 // share their next step found in the prefix cache, from the cached-token counts the engine
-// reports per request. That is exactly what thrashing destroys; the engine's own hit rate is
+// reports per request; only agents that stayed in the window since their previous step
+// count (a paused agent is expected to lose its prefix; counting it would make each cut look
+// like more thrashing and cut again). That is exactly what thrashing destroys; the engine's own hit rate is
 // not, because it is dominated by prefixes every agent shares (a system prompt stays hot
 // while each agent's history is evicted) and averages over many seconds. With no agent step
 // in the interval H keeps its last value.
@@ -351,8 +335,8 @@ func (n *Node) agentTick(now time.Time) {
 // evicted; U counts them, because the window means to keep them.
 func (g *agentGate) signalsLocked(st engine.State) (u, h float64) {
 	s := g.a.Stats()
-	avoided, recomputed := s.RecomputeAvoidedTokens-g.lastAvoided, s.RecomputedTokens-g.lastRecomputed
-	g.lastAvoided, g.lastRecomputed = s.RecomputeAvoidedTokens, s.RecomputedTokens
+	avoided, recomputed := s.KeptAvoidedTokens-g.lastAvoided, s.KeptRecomputedTokens-g.lastRecomputed
+	g.lastAvoided, g.lastRecomputed = s.KeptAvoidedTokens, s.KeptRecomputedTokens
 	if avoided+recomputed > 0 {
 		g.h = float64(avoided) / float64(avoided+recomputed)
 	}
@@ -382,14 +366,6 @@ func (g *agentGate) signalsLocked(st engine.State) (u, h float64) {
 	return float64(st.KVBlocksUsed+len(protected)) / float64(st.KVBlocksTotal), g.h
 }
 
-// releaseLocked drops id's pin.
-func (g *agentGate) releaseLocked(id string) {
-	if rel := g.pins[id]; rel != nil {
-		rel()
-		delete(g.pins, id)
-	}
-}
-
 // wakeLocked releases the held steps of the agents the window let in since the last call.
 func (g *agentGate) wakeLocked() {
 	for _, id := range g.a.Resumable() {
@@ -411,10 +387,10 @@ func (g *agentGate) wakeLocked() {
 
 // agentCollector exports the window's state at scrape time.
 type agentCollector struct {
-	g                                             *agentGate
-	window, active, paused, waiting, agents       *prometheus.Desc
-	pauses, resumes, admitted, swept, finished    *prometheus.Desc
-	kvUse, hitRate, avoided, recomputed, pinnedAg *prometheus.Desc
+	g                                          *agentGate
+	window, active, paused, waiting, agents    *prometheus.Desc
+	pauses, resumes, admitted, swept, finished *prometheus.Desc
+	kvUse, hitRate, avoided, recomputed        *prometheus.Desc
 }
 
 func newAgentCollector(g *agentGate) *agentCollector {
@@ -437,13 +413,12 @@ func newAgentCollector(g *agentGate) *agentCollector {
 		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
 		avoided:    d("recompute_avoided_tokens_total", "Tokens of agents' earlier context served from cache instead of recomputed."),
 		recomputed: d("recomputed_tokens_total", "Tokens of agents' earlier context that had to be recomputed."),
-		pinnedAg:   d("pinned", "Active agents whose prefix is pinned in the embedded engine."),
 	}
 }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.finished, c.kvUse, c.hitRate, c.avoided, c.recomputed, c.pinnedAg} {
+		c.admitted, c.swept, c.finished, c.kvUse, c.hitRate, c.avoided, c.recomputed} {
 		ch <- d
 	}
 }
@@ -456,9 +431,6 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 			u, h = hs.Controller.U, hs.Controller.H
 		}
 	}
-	c.g.mu.Lock()
-	pinned := len(c.g.pins)
-	c.g.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	counter := func(d *prometheus.Desc, v uint64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
@@ -470,7 +442,6 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.agents, float64(s.Agents))
 	gauge(c.kvUse, u)
 	gauge(c.hitRate, h)
-	gauge(c.pinnedAg, float64(pinned))
 	counter(c.pauses, s.PausesTotal)
 	counter(c.resumes, s.ResumesTotal)
 	counter(c.admitted, s.AdmittedTotal)

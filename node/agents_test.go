@@ -100,7 +100,7 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			if status, ran, _ := agentStep(t, home, "a", 0); status != http.StatusOK || ran != testnet.Name(0) {
 				t.Fatalf("agent a: status %d on %q", status, ran)
 			}
-			eventually(t, 5*time.Second, "agent a's prefix pinned", func() bool { return metric(t, home, "kvmesh_agent_pinned", "") == 1 })
+			eventually(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
 
 			type result struct {
 				status int
@@ -182,7 +182,7 @@ func requireAgentMetrics(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	text := string(readAll(t, resp))
-	for _, name := range []string{"window", "active", "paused", "waiting", "registered", "pinned", "pauses_total",
+	for _, name := range []string{"window", "active", "paused", "waiting", "registered", "pauses_total",
 		"resumes_total", "admitted_total", "swept_total", "finished_total", "kv_use", "hit_rate",
 		"recompute_avoided_tokens_total", "recomputed_tokens_total"} {
 		if !strings.Contains(text, "\nkvmesh_agent_"+name+" ") {

@@ -257,7 +257,13 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	d := n.adm.Admit(now, *a, []admit.Option{n.localOption()})
 	n.m.decisionOf(d)
-	if d.Action != admit.Accept && (n.cfg.Admission == AdmissionKvmesh || d.Status == http.StatusBadRequest) {
+	// The steps of an agent this node's window knows are admitted by the window, not per
+	// request (a new agent's first step passes both).
+	known := false
+	if g := n.agents; g != nil && a.Agent != "" {
+		_, known = g.a.Get(a.Agent)
+	}
+	if d.Action != admit.Accept && ((n.cfg.Admission == AdmissionKvmesh && !known) || d.Status == http.StatusBadRequest) {
 		status := d.Status
 		if d.Action == admit.Queue {
 			status = http.StatusTooManyRequests
