@@ -139,7 +139,7 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 	st := g.a.StepDone(now, id, ctxTokens)
 	if p.agentFinal {
 		// The client said this was the agent's last step, whatever its outcome: the slot and
-		// the prefix's protection go to the next agent now.
+		// the KV the window kept for it go to the next agent now.
 		g.a.Finish(now, id)
 		st = agent.Absent
 	}
@@ -257,9 +257,10 @@ func (n *Node) abandonAgent(p *prepared) {
 	}
 }
 
-// runAgents is the window's control loop: every AgentInterval it feeds the engine's KV use
-// and prefix hit rate to the controller, removes silent agents, drops the pins of agents no
-// longer active and wakes the steps of agents that re-entered the window.
+// runAgents is the window's control loop: every AgentInterval it feeds U and H to the
+// controller, abandons held steps that stopped asking, removes silent agents, forgets the
+// prefixes of agents no longer active and wakes the steps of agents that re-entered the
+// window.
 func (n *Node) runAgents(ctx context.Context) {
 	g := n.agents
 	defer close(g.stop)

@@ -31,18 +31,25 @@ func benchEnv(name string, def float64) float64 {
 // last step (a refused step is retried after its Retry-After, the way an agent framework
 // does, and the queue TTL is long), so each mode completes the same steps and the figure is
 // steps over the time it took. Each sub-benchmark iteration is one run; use -benchtime 1x.
-// Knobs (env KVMESH_AGENTS_*): RATE steps/s, STEPS, KV blocks per node, SCALE (sim time
-// scale), TOOLWAIT ms, WINDOW (MaxWindow; 0 leaves the default).
 //
-//	go test -run '^$' -bench Agents -benchtime 1x ./node/
+// The defaults are the thrashing regime: tool results 8 times the workload's default (800 to
+// 6,400 tokens, as agents reading files get), so contexts reach 30k tokens and recomputing
+// one costs more than decoding a step's output; 157 sessions start within a second, and their
+// combined context (about 2.9M tokens at their last steps) is 11 times the two pools of 8,192
+// blocks (131k tokens) each. Knobs (env
+// KVMESH_AGENTS_*): RATE steps/s, STEPS, KV blocks per node, TOOLSCALE, SCALE (sim time
+// scale), TOOLWAIT ms, INTERVAL (agent control interval, ms), WINDOW (MaxWindow; 0 leaves
+// the default), TRACE (log each node's window every second).
+//
+//	go test -run '^$' -bench Agents -benchtime 1x -timeout 30m ./node/
 func BenchmarkAgents(b *testing.B) {
 	var (
-		rate     = benchEnv("RATE", 80)
-		steps    = int(benchEnv("STEPS", 1000))
-		kv       = int(benchEnv("KV", 1024))
+		rate     = benchEnv("RATE", 900)
+		steps    = int(benchEnv("STEPS", 900))
+		kv       = int(benchEnv("KV", 8192))
 		scale    = benchEnv("SCALE", 1)
 		toolWait = time.Duration(benchEnv("TOOLWAIT", 1000)) * time.Millisecond
-		tools    = benchEnv("TOOLSCALE", 1)
+		tools    = benchEnv("TOOLSCALE", 8)
 		window   = int(benchEnv("WINDOW", 0)) // 0: the controller's default bounds
 	)
 	const patience = 10 * time.Minute // queue TTL and client timeout: nothing is given up

@@ -199,7 +199,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 // contextTokens long (prompt plus output; 0: unknown). This is where pauses of agents that were
 // mid-step take effect: if the home's window is smaller than its active agents, the agent is
 // paused here. It returns the agent's state after the boundary (Absent if unknown); Paused
-// tells the node to drop the agent's prefix protection.
+// tells the node the agent's prefix is no longer the window's to keep.
 func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -260,7 +260,7 @@ func (a *Admitter) Finish(now time.Time, id string) bool {
 }
 
 // Sweep removes agents silent for longer than IdleTimeout, and agents mid-step for longer than
-// StepTimeout (a lost boundary), and returns their ids so the node can drop their pins and
+// StepTimeout (a lost boundary), and returns their ids so the node can drop their state and
 // any held step.
 func (a *Admitter) Sweep(now time.Time) []string {
 	a.mu.Lock()
@@ -331,7 +331,7 @@ func (a *Admitter) CanStart(id string) bool {
 }
 
 // Active returns the active agents of home, the most recently at a boundary first, so a node
-// pinning prefixes under a bound pins the likeliest to return soonest.
+// keeping prefixes under a bound keeps the likeliest to return soonest.
 func (a *Admitter) Active(homeName string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -2,9 +2,10 @@
 // agent (a loop of generate, call a tool, generate again with a longer context), not the
 // request. Each home node (the node whose KV cache holds an agent's prefix) has a window W of
 // active agents. An active agent's steps are admitted without new admission cost and routed
-// home, and its prefix is protected from eviction; agents beyond the window wait, so the
-// prefixes of the agents that are running stay cached instead of being evicted by newcomers
-// and recomputed when their owners return from a tool call (middle-phase thrashing).
+// home, and its prefix stays cached while it waits for a tool; agents beyond the window wait,
+// so the prefixes of the agents that are running stay cached instead of being evicted by
+// newcomers and recomputed when their owners return from a tool call (middle-phase
+// thrashing).
 //
 // # The window rule
 //
