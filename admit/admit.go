@@ -233,7 +233,7 @@ func (a *Admitter) deadline(req Request) time.Time {
 	if ttft == 0 {
 		return req.Arrived.Add(a.ttl(req))
 	}
-	return req.Arrived.Add(ttft)
+	return req.SLOClock().Add(ttft)
 }
 
 // blocks is the KV the request needs on o: uncached prompt plus expected output, in blocks.
@@ -388,7 +388,7 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 
 	// Layer 7: SLO feasibility, counting the prefill queued ahead of it in deadline order.
 	ttftSLO, tpotSLO := a.SLOFor(req)
-	waited := now.Sub(req.Arrived)
+	waited := now.Sub(req.SLOClock())
 	best, chosen := time.Duration(-1), -1
 	anyFeasible := false
 	for i, o := range options {
@@ -442,7 +442,11 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 // be met anywhere: the node removes it and answers now rather than serve it late.
 func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 	ttftSLO, tpotSLO := a.SLOFor(it.Req)
-	waited := now.Sub(it.Arrived)
+	clock := it.Arrived
+	if !it.Req.SLOStart.IsZero() {
+		clock = it.Req.SLOStart
+	}
+	waited := now.Sub(clock)
 	anyFeasible := false
 	for i, o := range options {
 		if _, ok := feasible(o, 0, waited, ttftSLO, tpotSLO); !ok {

@@ -406,6 +406,13 @@ func TestSLOStage(t *testing.T) {
 		{"tpot over", nil, func(*Request) {}, []Option{slow(100*time.Millisecond, 300*time.Millisecond)}, CodeSLOUnattainable, -1},
 		{"second option meets", nil, func(*Request) {}, []Option{slow(5*time.Second, 0), slow(time.Second, 0)}, CodeAccepted, 1},
 		{"already waited too long", nil, func(r *Request) { r.Arrived = t0.Add(-1900 * time.Millisecond) }, []Option{slow(200*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
+		// An agent step held for its window: the SLO counts from when the window let it in.
+		{"slo clock starts after the agent window", nil, func(r *Request) {
+			r.Arrived, r.SLOStart = t0.Add(-10*time.Second), t0.Add(-100*time.Millisecond)
+		}, []Option{slow(200*time.Millisecond, 0)}, CodeAccepted, 0},
+		{"slo clock after the window still counts", nil, func(r *Request) {
+			r.Arrived, r.SLOStart = t0.Add(-10*time.Second), t0.Add(-1900*time.Millisecond)
+		}, []Option{slow(200*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
 		// SCORPIO: 15000 prefill tokens with earlier deadlines wait ahead at 10000 tokens/s:
 		// 1.5 s + 1 s predicted > 2 s.
 		{"queue ahead makes it late", items("a", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0)}, CodeSLOUnattainable, -1},

@@ -43,7 +43,20 @@ type Request struct {
 	TPOTSLO  time.Duration // 0: the priority class default
 	QueueTTL time.Duration // 0: Queue.TTL; a larger value is cut to Queue.TTL
 	Agent    string
-	Arrived  time.Time
+	Arrived  time.Time // the queue TTL counts from here
+	// SLOStart is when the TTFT SLO starts counting, for the feasibility checks and the
+	// deadline order; zero means Arrived. The node sets it for an agent step that waited for
+	// its agent's window (agent-level admission), to the moment the window let it in: that
+	// wait is admission's own doing, bounded by the queue TTL, not service time.
+	SLOStart time.Time
+}
+
+// SLOClock returns the instant r's TTFT SLO counts from: SLOStart if set, else Arrived.
+func (r *Request) SLOClock() time.Time {
+	if r.SLOStart.IsZero() {
+		return r.Arrived
+	}
+	return r.SLOStart
 }
 
 // Action is what a Decision tells the node to do.

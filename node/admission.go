@@ -95,6 +95,15 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if a.Agent == "" && n.cfg.AgentFromUser {
 		a.Agent = p.user
 	}
+	switch v := r.Header.Get(HeaderAgentFinal); v {
+	case "", "0", "false":
+	case "1", "true":
+		p.agentFinal = a.Agent != ""
+	default:
+		n.m.decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
+		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			HeaderAgentFinal+" must be 1 or 0").WithParam(HeaderAgentFinal), 0)
+	}
 	if d := n.adm.Validate(*a); d.Refused() {
 		n.m.decisionOf(d)
 		return refuse(refusalOf(d), 0)
@@ -142,7 +151,7 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	n.buildView(&pl.v, p.req.Blocks)
 	rreq := route.Request{
 		Model: a.Model, PromptTokens: a.PromptTokens, MaxTokens: deref(a.MaxTokens), Priority: a.Priority,
-		Session: a.Agent, BlockTokens: n.blockTokens(),
+		Session: a.Agent, BlockTokens: n.blockTokens(), StayHome: n.agents != nil && a.Agent != "",
 	}
 	var err error
 	pl.cands, err = n.policy.Route(now, rreq, pl.v.peers, pl.cands[:0])
@@ -160,6 +169,12 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	}
 	if n.carbon != nil && a.Priority < 0 && len(pl.cands) > 0 && !n.carbonFilter(now, pl) {
 		return
+	}
+	// A step of an agent goes to its home and nowhere else, where its context and its window
+	// are; it still waits here for KV room there like any request, so the window's agents
+	// cannot push the engine into preemption.
+	if rreq.StayHome && len(pl.cands) > 0 && pl.cands[0].Sticky {
+		pl.cands = pl.cands[:1]
 	}
 	for i := range pl.cands {
 		pl.opts = append(pl.opts, n.optionOf(now, &pl.cands[i], &pl.v))

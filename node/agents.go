@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -23,20 +24,44 @@ const CodeAgentPaused = "agent_paused"
 // DefaultAgentInterval is the agent window's control interval when Config.AgentInterval is 0.
 const DefaultAgentInterval = 500 * time.Millisecond
 
+// HeaderAgentFinal, set to 1 on an agent's last step, ends the agent at its home once that
+// step is done, so its window slot goes to the next agent at once instead of after the idle
+// timeout.
+const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
+
+// metaAgentFinal carries HeaderAgentFinal in a forward.
+const metaAgentFinal = "agent_final"
+
+// agentLeaseIntervals is how many control intervals a step held for this node's window may go
+// without asking again (its ingress retries every interval) before the window gives up on it:
+// an ingress that stopped asking gave the step up, and the agent must not keep its place.
+const agentLeaseIntervals = 5
+
 // agentGate is the node's side of agent-level admission: this node is the home of every agent
-// whose steps run on its engine, so it owns their window (agent.Admitter), pins the active
-// agents' prefixes in the embedded engine, and wakes the ingress handlers holding a step of
-// an agent that re-entered the window. All fields are guarded by mu.
+// whose steps run on its engine, so it owns their window (agent.Admitter), feeds it the
+// engine's signals, and wakes the ingress handlers holding a step of an agent that re-entered
+// the window. It does not pin prefixes: the window is sized so that the active agents'
+// prefixes stay in an LRU cache on their own, and if they do not, the falling hit rate is the
+// signal to cut (a pin would hide it and push the running sequences into preemption). All
+// fields are guarded by mu.
 type agentGate struct {
 	a    *agent.Admitter
 	home string // this node's name: the only home its Admitter knows
 
 	mu      sync.Mutex
-	pins    map[string]func()        // agent → release of its prefix pin
 	wake    map[string]chan struct{} // agent → closed when its held step may start
 	held    map[*prepared]heldStep   // steps held for this node's window
 	context map[*prepared]int        // a step's context at its end (prompt + output), from finished
 	stop    chan struct{}            // closed when the control loop ends (node shutdown)
+	// asked is when a step of an agent outside the window last asked (arrived or retried):
+	// the lease a held step keeps; see agentLeaseIntervals.
+	asked map[string]time.Time
+	// prefix is the prompt blocks of each active agent's last step: what the window protects,
+	// counted in U.
+	prefix map[string][]uint64
+	// The recompute counters at the last tick, and the hit rate H they gave.
+	lastAvoided, lastRecomputed uint64
+	h                           float64
 }
 
 // heldStep is a step of an agent outside this node's window, held by its ingress handler.
@@ -57,8 +82,9 @@ func (n *Node) buildAgents() error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.agents = &agentGate{a: a, home: n.cfg.Name, pins: map[string]func(){}, wake: map[string]chan struct{}{},
-		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{})}
+	n.agents = &agentGate{a: a, home: n.cfg.Name, wake: map[string]chan struct{}{},
+		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{}),
+		asked: map[string]time.Time{}, prefix: map[string][]uint64{}, h: 1}
 	n.reg.MustRegister(newAgentCollector(n.agents))
 	return nil
 }
@@ -76,9 +102,10 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 	g.mu.Lock()
 	d, err := g.a.Arrive(now, id, g.home, p.adm.PromptTokens)
 	if err == nil && d.Evicted != "" {
-		g.releaseLocked(d.Evicted)
+		delete(g.prefix, d.Evicted)
 	}
 	if err == nil && d.Action == agent.Wait {
+		g.asked[id] = now
 		if origin == "local" {
 			// A peer's step is held by its ingress, which polls; only a local one is woken.
 			if g.wake[id] == nil {
@@ -91,6 +118,7 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 		return outcome{}, false
 	}
 	delete(g.held, p)
+	delete(g.asked, id)
 	g.wakeLocked()
 	g.mu.Unlock()
 	if err != nil {
@@ -107,15 +135,18 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 	g.mu.Lock()
 	ctxTokens := g.context[p]
 	delete(g.context, p)
-	st := g.a.StepDone(time.Now(), id, ctxTokens)
-	if st == agent.Active && n.sim != nil {
-		// Between steps the prompt is no longer referenced by a running sequence: the pin is
-		// what keeps it from being evicted while the agent waits for its tool.
-		_, rel := n.sim.Pin(p.req.Blocks)
-		g.releaseLocked(id)
-		g.pins[id] = rel
-	} else if st != agent.Active {
-		g.releaseLocked(id)
+	now = time.Now()
+	st := g.a.StepDone(now, id, ctxTokens)
+	if p.agentFinal {
+		// The client said this was the agent's last step, whatever its outcome: the slot and
+		// the KV the window kept for it go to the next agent now.
+		g.a.Finish(now, id)
+		st = agent.Absent
+	}
+	if st == agent.Active {
+		g.prefix[id] = p.req.Blocks
+	} else {
+		delete(g.prefix, id)
 	}
 	g.wakeLocked()
 	g.mu.Unlock()
@@ -204,6 +235,9 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 			delete(g.held, p)
 			g.mu.Unlock()
 		}
+		// The window wait is admission's own doing, bounded by the queue TTL: the step's TTFT
+		// SLO counts from here, so the checks ahead do not refuse it for time spent held.
+		p.adm.SLOStart = now
 		n.decide(now, p, pl)
 		n.m.decisionOf(pl.d)
 		return outcome{}, false
@@ -223,9 +257,10 @@ func (n *Node) abandonAgent(p *prepared) {
 	}
 }
 
-// runAgents is the window's control loop: every AgentInterval it feeds the engine's KV use
-// and prefix hit rate to the controller, removes silent agents, drops the pins of agents no
-// longer active and wakes the steps of agents that re-entered the window.
+// runAgents is the window's control loop: every AgentInterval it feeds U and H to the
+// controller, abandons held steps that stopped asking, removes silent agents, forgets the
+// prefixes of agents no longer active and wakes the steps of agents that re-entered the
+// window.
 func (n *Node) runAgents(ctx context.Context) {
 	g := n.agents
 	defer close(g.stop)
@@ -234,11 +269,6 @@ func (n *Node) runAgents(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			g.mu.Lock()
-			for id := range g.pins {
-				g.releaseLocked(id)
-			}
-			g.mu.Unlock()
 			return
 		case <-t.C:
 		}
@@ -250,44 +280,91 @@ func (n *Node) runAgents(ctx context.Context) {
 func (n *Node) agentTick(now time.Time) {
 	g := n.agents
 	st := n.eng.State()
-	u := 0.0
-	if st.KVBlocksTotal > 0 {
-		u = float64(st.KVBlocksUsed) / float64(st.KVBlocksTotal)
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.a.Tick(now, g.home, u, st.HitRate)
+	u, h := g.signalsLocked(st)
+	g.a.Tick(now, g.home, u, h)
 	// A held step is a step boundary that has arrived, not silence: refresh its agent so the
 	// idle sweep does not drop it (and its place in the queue) while it waits. A peer's
 	// held step refreshes itself each time its ingress retries.
+	heldHere := map[string]bool{}
 	for _, h := range g.held {
+		heldHere[h.id] = true
 		if ag, ok := g.a.Get(h.id); ok && ag.State != agent.Active {
 			_, _ = g.a.Arrive(now, h.id, g.home, 0)
+			g.asked[h.id] = now
 		}
 	}
-	for _, id := range g.a.Sweep(now) {
-		g.releaseLocked(id)
-	}
-	if len(g.pins) > 0 {
-		active := map[string]bool{}
-		for _, id := range g.a.Active(g.home) {
-			active[id] = true
+	// A step that stopped asking was given up by its ingress (queue TTL, client gone, ingress
+	// down): the agent must not keep its place, or a slot it was let into for that step.
+	lease := agentLeaseIntervals * n.cfg.AgentInterval
+	for id, at := range g.asked {
+		if now.Sub(at) > lease && !heldHere[id] {
+			delete(g.asked, id)
+			g.a.Abandon(now, id)
 		}
-		for id := range g.pins {
-			if !active[id] {
-				g.releaseLocked(id) // paused by the tick: its prefix may age out
-			}
+	}
+	g.a.Sweep(now)
+	active := map[string]bool{}
+	for _, id := range g.a.Active(g.home) {
+		active[id] = true
+	}
+	for id := range g.prefix {
+		if !active[id] {
+			delete(g.prefix, id)
 		}
 	}
 	g.wakeLocked()
 }
 
-// releaseLocked drops id's pin.
-func (g *agentGate) releaseLocked(id string) {
-	if rel := g.pins[id]; rel != nil {
-		rel()
-		delete(g.pins, id)
+// signalsLocked computes the window controller's two signals.
+//
+// H is the hit rate on the agents' own earlier context over the last interval: of the tokens
+// the agents had already computed (their context at the end of their previous step), the
+// share their next step found in the prefix cache, from the cached-token counts the engine
+// reports per request; only agents that stayed in the window since their previous step
+// count (a paused agent is expected to lose its prefix; counting it would make each cut look
+// like more thrashing and cut again). That is exactly what thrashing destroys; the engine's own hit rate is
+// not, because it is dominated by prefixes every agent shares (a system prompt stays hot
+// while each agent's history is evicted) and averages over many seconds. With no agent step
+// in the interval H keeps its last value.
+//
+// U is the share of the KV pool the window needs: the engine's KV use (blocks of running
+// sequences, as vLLM and the simulator report it) plus the blocks of the active agents'
+// prefixes that no running step holds. An engine counts an idle cached prefix as free,
+// because it may evict it, so its own KV use stays low while the agents' prefixes are being
+// evicted; U counts them, because the window means to keep them.
+func (g *agentGate) signalsLocked(st engine.State) (u, h float64) {
+	s := g.a.Stats()
+	avoided, recomputed := s.KeptAvoidedTokens-g.lastAvoided, s.KeptRecomputedTokens-g.lastRecomputed
+	g.lastAvoided, g.lastRecomputed = s.KeptAvoidedTokens, s.KeptRecomputedTokens
+	if avoided+recomputed > 0 {
+		g.h = float64(avoided) / float64(avoided+recomputed)
 	}
+	if st.KVBlocksTotal <= 0 {
+		return math.NaN(), g.h // no engine state yet: the controller skips the tick
+	}
+	running := map[uint64]bool{}
+	var idle [][]uint64
+	for _, id := range g.a.Active(g.home) {
+		ag, _ := g.a.Get(id)
+		if ag.InStep {
+			for _, b := range g.prefix[id] {
+				running[b] = true
+			}
+		} else {
+			idle = append(idle, g.prefix[id])
+		}
+	}
+	protected := map[uint64]bool{}
+	for _, bs := range idle {
+		for _, b := range bs {
+			if !running[b] {
+				protected[b] = true
+			}
+		}
+	}
+	return float64(st.KVBlocksUsed+len(protected)) / float64(st.KVBlocksTotal), g.h
 }
 
 // wakeLocked releases the held steps of the agents the window let in since the last call.
@@ -311,10 +388,10 @@ func (g *agentGate) wakeLocked() {
 
 // agentCollector exports the window's state at scrape time.
 type agentCollector struct {
-	g                                             *agentGate
-	window, active, paused, waiting, agents       *prometheus.Desc
-	pauses, resumes, admitted, swept              *prometheus.Desc
-	kvUse, hitRate, avoided, recomputed, pinnedAg *prometheus.Desc
+	g                                          *agentGate
+	window, active, paused, waiting, agents    *prometheus.Desc
+	pauses, resumes, admitted, swept, finished *prometheus.Desc
+	kvUse, hitRate, avoided, recomputed        *prometheus.Desc
 }
 
 func newAgentCollector(g *agentGate) *agentCollector {
@@ -332,17 +409,17 @@ func newAgentCollector(g *agentGate) *agentCollector {
 		resumes:    d("resumes_total", "Paused agents put back in the window."),
 		admitted:   d("admitted_total", "Agents that entered the window for the first time."),
 		swept:      d("swept_total", "Agents removed after going silent past the idle timeout."),
-		kvUse:      d("kv_use", "KV cache use (0..1) the window controller last saw."),
-		hitRate:    d("hit_rate", "Prefix hit rate (0..1) the window controller last saw."),
+		finished:   d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
+		kvUse:      d("kv_use", "KV use (0..1) the window controller last saw: running sequences plus the active agents' idle prefixes."),
+		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
 		avoided:    d("recompute_avoided_tokens_total", "Tokens of agents' earlier context served from cache instead of recomputed."),
 		recomputed: d("recomputed_tokens_total", "Tokens of agents' earlier context that had to be recomputed."),
-		pinnedAg:   d("pinned", "Active agents whose prefix is pinned in the embedded engine."),
 	}
 }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.kvUse, c.hitRate, c.avoided, c.recomputed, c.pinnedAg} {
+		c.admitted, c.swept, c.finished, c.kvUse, c.hitRate, c.avoided, c.recomputed} {
 		ch <- d
 	}
 }
@@ -355,9 +432,6 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 			u, h = hs.Controller.U, hs.Controller.H
 		}
 	}
-	c.g.mu.Lock()
-	pinned := len(c.g.pins)
-	c.g.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	counter := func(d *prometheus.Desc, v uint64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
@@ -369,11 +443,11 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.agents, float64(s.Agents))
 	gauge(c.kvUse, u)
 	gauge(c.hitRate, h)
-	gauge(c.pinnedAg, float64(pinned))
 	counter(c.pauses, s.PausesTotal)
 	counter(c.resumes, s.ResumesTotal)
 	counter(c.admitted, s.AdmittedTotal)
 	counter(c.swept, s.SweptTotal)
+	counter(c.finished, s.FinishedTotal)
 	counter(c.avoided, s.RecomputeAvoidedTokens)
 	counter(c.recomputed, s.RecomputedTokens)
 }

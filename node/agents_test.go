@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -99,7 +100,7 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			if status, ran, _ := agentStep(t, home, "a", 0); status != http.StatusOK || ran != testnet.Name(0) {
 				t.Fatalf("agent a: status %d on %q", status, ran)
 			}
-			eventually(t, 5*time.Second, "agent a's prefix pinned", func() bool { return metric(t, home, "kvmesh_agent_pinned", "") == 1 })
+			eventually(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
 
 			type result struct {
 				status int
@@ -181,8 +182,8 @@ func requireAgentMetrics(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	text := string(readAll(t, resp))
-	for _, name := range []string{"window", "active", "paused", "waiting", "registered", "pinned", "pauses_total",
-		"resumes_total", "admitted_total", "swept_total", "kv_use", "hit_rate",
+	for _, name := range []string{"window", "active", "paused", "waiting", "registered", "pauses_total",
+		"resumes_total", "admitted_total", "swept_total", "finished_total", "kv_use", "hit_rate",
 		"recompute_avoided_tokens_total", "recomputed_tokens_total"} {
 		if !strings.Contains(text, "\nkvmesh_agent_"+name+" ") {
 			t.Errorf("metric kvmesh_agent_%s missing", name)
@@ -230,5 +231,147 @@ func TestAgentAdmissionConfig(t *testing.T) {
 				t.Errorf("kvmesh_agent_* metrics registered: %v, want %v", got, tt.wantMetrics)
 			}
 		})
+	}
+}
+
+// stepResult is how an agent step sent from a goroutine ended.
+type stepResult struct {
+	status int
+	ran    string
+	reason string
+	err    error
+}
+
+// sendStep posts step k of agent id to url with extra headers and returns how it ended. It
+// does not use t, so it can run on another goroutine.
+func sendStep(url, id string, k int, hdr map[string]string) stepResult {
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions",
+		strings.NewReader(chatBody(longPrompt(id, 400+300*k), 8, false)))
+	if err != nil {
+		return stepResult{err: err}
+	}
+	req.Header.Set(node.HeaderAgent, id)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return stepResult{err: err}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return stepResult{status: resp.StatusCode, ran: resp.Header.Get(node.HeaderNode), reason: resp.Header.Get(node.HeaderReason)}
+}
+
+// oneHome starts two nodes whose window of one agent is on n1: n2 serves another model, so it
+// is an ingress only and forwards every agent step to n1.
+func oneHome(t *testing.T) []string {
+	t.Helper()
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		cfg.Agents = agentConfig(1, time.Minute) // only a final step or an abandon frees the slot
+		cfg.AgentInterval = 20 * time.Millisecond
+		if i == 1 {
+			cfg.Models = []string{"another-model"}
+		}
+	})
+	return tn.URLs()
+}
+
+// TestAgentFinalStepFreesTheSlotAndWindowWaitIsNotSLOTime pins two things: a step marked
+// X-Kvmesh-Agent-Final ends its agent at once (the next agent runs long before the idle
+// timeout), and a new agent's first step held by the window longer than its TTFT SLO runs
+// when let in instead of being refused slo_unattainable, because its SLO counts from then.
+func TestAgentFinalStepFreesTheSlotAndWindowWaitIsNotSLOTime(t *testing.T) {
+	const slo = 300 * time.Millisecond
+	tests := []struct {
+		name    string
+		ingress int // where the steps enter: the home, or the peer that forwards them
+	}{{"local", 0}, {"forwarded", 1}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			urls := oneHome(t)
+			home, in := urls[0], urls[tt.ingress]
+			if r := sendStep(in, "a", 0, nil); r.status != http.StatusOK || r.ran != testnet.Name(0) {
+				t.Fatalf("agent a step 0: %+v", r)
+			}
+			sent := time.Now()
+			bDone := make(chan stepResult, 1)
+			go func() { bDone <- sendStep(in, "b", 0, map[string]string{node.HeaderTTFTSLO: slo.String()}) }()
+			// b is held by the window (a holds its only slot) for longer than its TTFT SLO.
+			eventually(t, 10*time.Second, "agent b held past its TTFT SLO", func() bool {
+				return metric(t, home, "kvmesh_agent_waiting", "") == 1 && time.Since(sent) > 2*slo
+			})
+			select {
+			case r := <-bDone:
+				t.Fatalf("agent b ended (%+v) while agent a held the window of 1", r)
+			default:
+			}
+			if r := sendStep(in, "a", 1, map[string]string{node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
+				t.Fatalf("agent a's final step: %+v", r)
+			}
+			var r stepResult
+			select {
+			case r = <-bDone:
+			case <-time.After(15 * time.Second):
+				t.Fatal("agent b's step never ran after agent a's final step")
+			}
+			if r.status != http.StatusOK || r.ran != testnet.Name(0) {
+				t.Fatalf("agent b: %+v, want 200 on the home (its SLO counts from the window's admission)", r)
+			}
+			for name, want := range map[string]float64{
+				"kvmesh_agent_finished_total": 1, // a, by its final step
+				"kvmesh_agent_swept_total":    0, // nobody waited out the idle timeout
+				"kvmesh_agent_admitted_total": 2,
+				"kvmesh_agent_registered":     1, // b
+			} {
+				if got := metric(t, home, name, ""); got != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestAgentStepGivenUpAtTheIngressLeavesTheHome pins that when an ingress gives up on a step
+// held at a peer (here its queue TTL runs out), the home stops keeping the agent's place: the
+// next agent gets the slot when it frees, instead of the abandoned one holding it until the
+// idle timeout.
+func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
+	urls := oneHome(t)
+	home, in := urls[0], urls[1]
+	if r := sendStep(in, "a", 0, nil); r.status != http.StatusOK {
+		t.Fatalf("agent a step 0: %+v", r)
+	}
+	r := sendStep(in, "b", 0, map[string]string{node.HeaderQueueTTL: "300ms"})
+	if r.status != http.StatusTooManyRequests || r.reason != "queue_ttl_expired" {
+		t.Fatalf("agent b: %+v, want 429 queue_ttl_expired while a holds the window", r)
+	}
+	eventually(t, 5*time.Second, "the home to drop the abandoned agent b", func() bool {
+		return metric(t, home, "kvmesh_agent_waiting", "") == 0 && metric(t, home, "kvmesh_agent_registered", "") == 1
+	})
+	cDone := make(chan stepResult, 1)
+	go func() { cDone <- sendStep(in, "c", 0, nil) }()
+	eventually(t, 5*time.Second, "agent c waiting", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
+	if r := sendStep(in, "a", 1, map[string]string{node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
+		t.Fatalf("agent a's final step: %+v", r)
+	}
+	select {
+	case r := <-cDone:
+		if r.status != http.StatusOK {
+			t.Fatalf("agent c: %+v", r)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent c never ran: the slot went to the abandoned agent b")
+	}
+	if got := metric(t, home, "kvmesh_agent_admitted_total", ""); got != 2 {
+		t.Errorf("kvmesh_agent_admitted_total = %v, want 2 (a and c; b never ran)", got)
+	}
+}
+
+func TestAgentFinalHeaderValidated(t *testing.T) {
+	urls := oneHome(t)
+	r := sendStep(urls[0], "a", 0, map[string]string{node.HeaderAgentFinal: "yes"})
+	if r.status != http.StatusBadRequest || r.reason != "invalid_parameter" {
+		t.Fatalf("X-Kvmesh-Agent-Final: yes gave %+v, want 400 invalid_parameter", r)
 	}
 }

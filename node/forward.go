@@ -27,7 +27,7 @@ const maxAttempts = 3
 // Meta keys of a forward header: what the owner needs to judge the request's SLOs the way the
 // ingress would.
 const (
-	metaWaited  = "waited_ms" // time since the request reached the ingress
+	metaWaited  = "waited_ms" // time since the request's SLO clock started (its arrival at the ingress, or its agent window's admission)
 	metaTTFTSLO = "ttft_slo_ms"
 	metaTPOTSLO = "tpot_slo_ms"
 )
@@ -97,21 +97,25 @@ func (n *Node) stick(p *prepared, peer string) {
 // from the owner); otherwise the owner refused or could not be reached before any byte.
 func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
 	ttft, tpot := n.adm.SLOFor(p.adm)
+	clock := p.adm.SLOClock() // the arrival, or when the agent window let the step in
 	h := transport.Header{
 		RequestID: p.req.ID,
 		Hops:      1,
 		Priority:  p.adm.Priority,
 		Tenant:    p.adm.Tenant,
-		Deadline:  start.Add(ttft),
+		Deadline:  clock.Add(ttft),
 		AgentID:   p.adm.Agent,
 		Blocks:    p.req.Blocks,
 		Ingress:   n.cfg.Name,
 		Path:      pathOf(p.endpoint),
 		Meta: map[string]string{
-			metaWaited:  strconv.FormatInt(time.Since(start).Milliseconds(), 10),
+			metaWaited:  strconv.FormatInt(time.Since(clock).Milliseconds(), 10),
 			metaTTFTSLO: strconv.FormatInt(ttft.Milliseconds(), 10),
 			metaTPOTSLO: strconv.FormatInt(tpot.Milliseconds(), 10),
 		},
+	}
+	if p.agentFinal {
+		h.Meta[metaAgentFinal] = "1"
 	}
 	if addr == "" {
 		n.m.forwards.WithLabelValues("no_address").Inc()
@@ -242,6 +246,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	a := &p.adm
 	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
 	a.TTFTSLO, a.TPOTSLO = ms(metaTTFTSLO), ms(metaTPOTSLO)
+	p.agentFinal = a.Agent != "" && h.Meta[metaAgentFinal] == "1"
 	if _, ok := n.models[a.Model]; !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
 		return
@@ -252,7 +257,13 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	d := n.adm.Admit(now, *a, []admit.Option{n.localOption()})
 	n.m.decisionOf(d)
-	if d.Action != admit.Accept && (n.cfg.Admission == AdmissionKvmesh || d.Status == http.StatusBadRequest) {
+	// The steps of an agent this node's window knows are admitted by the window, not per
+	// request (a new agent's first step passes both).
+	known := false
+	if g := n.agents; g != nil && a.Agent != "" {
+		_, known = g.a.Get(a.Agent)
+	}
+	if d.Action != admit.Accept && ((n.cfg.Admission == AdmissionKvmesh && !known) || d.Status == http.StatusBadRequest) {
 		status := d.Status
 		if d.Action == admit.Queue {
 			status = http.StatusTooManyRequests

@@ -36,6 +36,7 @@ type prepared struct {
 	model        engine.Model
 	req          engine.Request
 	adm          admit.Request // the fields admission checks (the node adds headers and identity)
+	agentFinal   bool          // HeaderAgentFinal: the agent's last step
 }
 
 func endpointName(ep engine.Endpoint) string {

@@ -50,17 +50,19 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 		o, u = n.collect(w, st, first, enc)
 	}
 	if o.completed && u != nil {
-		n.finished(p, start, firstAt, time.Now(), u)
+		n.finished(p, firstAt, time.Now(), u)
 	}
 	return o
 }
 
 // finished learns the request's output length and counts whether it met its SLOs (goodput).
 // The node that ran it counts it, with the time the request spent at its ingress included.
-func (n *Node) finished(p *prepared, start, firstAt, end time.Time, u *engine.Usage) {
+func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 	n.adm.Observe(p.adm.Model, p.adm.Tenant, u.CompletionTokens)
 	n.observeAgent(p, u)
-	ttft := firstAt.Sub(start)
+	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
+	// window let it in (see admit.Request.SLOStart).
+	ttft := firstAt.Sub(p.adm.SLOClock())
 	var tpot time.Duration
 	if u.CompletionTokens > 1 {
 		tpot = end.Sub(firstAt) / time.Duration(u.CompletionTokens-1)

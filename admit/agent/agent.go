@@ -95,6 +95,8 @@ type entry struct {
 	lru      *list.Element
 	slot     *list.Element // in its home's active, paused or waiting list
 	ready    bool          // listed in Admitter.ready, not yet handed out
+	granted  bool          // let into the window for a held step that has not arrived again yet
+	kept     bool          // active without a break since its last step ended
 }
 
 type home struct {
@@ -128,6 +130,7 @@ type Admitter struct {
 
 	admitted, pauses, resumes, evicted, swept, finished uint64
 	avoided, recomputed                                 uint64
+	keptAvoided, keptRecomputed                         uint64
 }
 
 // New validates cfg and returns an empty Admitter. It does no I/O and starts nothing.
@@ -154,6 +157,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 		}
 		a.touchLocked(e, now)
 		if e.State == Active {
+			e.granted = false
 			a.setInflightLocked(e, e.inflight+1)
 			return Decision{Action: Admit, Home: e.Home}, nil
 		}
@@ -195,7 +199,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 // contextTokens long (prompt plus output; 0: unknown). This is where pauses of agents that were
 // mid-step take effect: if the home's window is smaller than its active agents, the agent is
 // paused here. It returns the agent's state after the boundary (Absent if unknown); Paused
-// tells the node to drop the agent's prefix protection.
+// tells the node the agent's prefix is no longer the window's to keep.
 func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -216,11 +220,16 @@ func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 	if e.State == Active {
 		a.enforceLocked(a.homes[e.Home], now)
 	}
+	e.kept = e.State == Active
 	return e.State
 }
 
-// Abandon is called when the step the node held for id left the waiting room without running
-// (its TTL expired, the client went away). A new agent that never ran leaves the registry.
+// Abandon is called when the step the node held for id left without running (its TTL
+// expired, the client went away, its ingress stopped asking). The agent leaves the registry
+// unless it is active on its own account (let in before this step was held): a waiting agent
+// never ran, a paused one would be resumed into a slot for a step that is not coming, and one
+// let in for this very step would hold that slot until the idle timeout. Its slot goes to the
+// next agent. If the client comes back, its step arrives as a new agent's.
 func (a *Admitter) Abandon(now time.Time, id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -229,9 +238,11 @@ func (a *Admitter) Abandon(now time.Time, id string) {
 		return
 	}
 	e.Pending, e.ready = false, false
-	if e.State == Waiting {
-		a.removeLocked(e, now)
+	if e.State == Active && (!e.granted || e.InStep) {
+		e.granted = false
+		return
 	}
+	a.removeLocked(e, now)
 }
 
 // Finish removes id (the agent is done) and gives its slot to the next agent. It reports
@@ -249,7 +260,7 @@ func (a *Admitter) Finish(now time.Time, id string) bool {
 }
 
 // Sweep removes agents silent for longer than IdleTimeout, and agents mid-step for longer than
-// StepTimeout (a lost boundary), and returns their ids so the node can drop their pins and
+// StepTimeout (a lost boundary), and returns their ids so the node can drop their state and
 // any held step.
 func (a *Admitter) Sweep(now time.Time) []string {
 	a.mu.Lock()
@@ -320,7 +331,7 @@ func (a *Admitter) CanStart(id string) bool {
 }
 
 // Active returns the active agents of home, the most recently at a boundary first, so a node
-// pinning prefixes under a bound pins the likeliest to return soonest.
+// keeping prefixes under a bound keeps the likeliest to return soonest.
 func (a *Admitter) Active(homeName string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -375,6 +386,10 @@ func (a *Admitter) Observe(id string, cachedTokens, promptTokens int) (avoided, 
 	e.PromptTokens += int64(promptTokens)
 	a.avoided += uint64(avoided)
 	a.recomputed += uint64(recomputed)
+	if e.kept {
+		a.keptAvoided += uint64(avoided)
+		a.keptRecomputed += uint64(recomputed)
+	}
 	return avoided, recomputed
 }
 
@@ -415,6 +430,11 @@ type Stats struct {
 	EvictedTotal, SweptTotal, FinishedTotal uint64
 	RecomputeAvoidedTokens                  uint64 // see Observe
 	RecomputedTokens                        uint64
+	// KeptAvoidedTokens and KeptRecomputedTokens are the part of the two above from agents
+	// that stayed in the window since their previous step: the context the window means to
+	// keep. Their ratio is the hit rate to feed Tick; an agent that was paused is expected to
+	// lose its prefix, and counting that would make each cut look like more thrashing.
+	KeptAvoidedTokens, KeptRecomputedTokens uint64
 	Homes                                   []HomeStats // sorted by Home
 }
 
@@ -425,7 +445,8 @@ func (a *Admitter) Stats() Stats {
 	s := Stats{Agents: len(a.agents), InStep: a.inStep, AdmittedTotal: a.admitted,
 		PausesTotal: a.pauses, ResumesTotal: a.resumes, EvictedTotal: a.evicted,
 		SweptTotal: a.swept, FinishedTotal: a.finished,
-		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed}
+		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed,
+		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed}
 	for name, h := range a.homes {
 		hs := HomeStats{Home: name, Active: h.active.Len(), Paused: h.paused.Len(),
 			Waiting: h.waiting.Len(), Controller: h.ctl.Stats()}
@@ -483,6 +504,10 @@ func (a *Admitter) setStateLocked(h *home, e *entry, s State, now time.Time) {
 	}
 	e.State = s
 	e.PausedAt = time.Time{}
+	e.granted = false
+	if s != Active {
+		e.kept = false
+	}
 	if s == Paused {
 		e.PausedAt = now
 		if e.ready {
@@ -529,6 +554,7 @@ func (a *Admitter) fillLocked(h *home, now time.Time) {
 		}
 		e := el.Value.(*entry)
 		a.setStateLocked(h, e, Active, now)
+		e.granted = e.Pending
 		if e.Pending {
 			e.Pending = false
 			if !e.ready {

@@ -242,12 +242,36 @@ func TestAbandon(t *testing.T) {
 	a.Tick(t0, "n1", 0.95, 0.9)
 	arrive(t, a, t0, "c", "n1", Wait)
 	a.Finish(t0, "a")
-	a.Abandon(t0, "c") // promoted but its step went away before the node took it
-	if _, ok := a.Get("c"); !ok {
-		t.Fatal("active agent removed by Abandon")
+	arrive(t, a, t0, "d", "n1", Wait)
+	a.Abandon(t0, "c") // promoted but its step went away before the node took it: the slot is d's
+	if _, ok := a.Get("c"); ok {
+		t.Fatal("an agent let in for a step that never came keeps its slot")
 	}
-	if got := a.Resumable(); len(got) != 0 {
-		t.Fatalf("Resumable lists an abandoned step: %v", got)
+	if state(t, a, "d") != Active {
+		t.Fatalf("d is %v, want active in c's slot", state(t, a, "d"))
+	}
+	if got := a.Resumable(); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("Resumable = %v, want only d (not the abandoned c)", got)
+	}
+	arrive(t, a, t0, "d", "", Admit)
+	a.Abandon(t0, "d") // a stray abandon of an agent active on its own account changes nothing
+	if state(t, a, "d") != Active {
+		t.Fatalf("d is %v after a stray Abandon, want active", state(t, a, "d"))
+	}
+	// A paused agent whose held step is abandoned leaves too, so it is not resumed into a slot.
+	b := newAdmitter(t, window(2))
+	arrive(t, b, t0, "p", "n1", Admit)
+	b.StepDone(t0, "p", 0)
+	arrive(t, b, t0, "q", "n1", Admit)
+	b.StepDone(t0, "q", 0)
+	b.Tick(t0, "n1", 0.95, 0.1) // 2*0.7 = 1: the idle-longest (p) is paused
+	if state(t, b, "p") != Paused {
+		t.Fatalf("p is %v, want paused", state(t, b, "p"))
+	}
+	arrive(t, b, t0, "p", "", Wait)
+	b.Abandon(t0, "p")
+	if _, ok := b.Get("p"); ok {
+		t.Fatal("a paused agent whose step was abandoned stays registered")
 	}
 }
 
@@ -558,5 +582,33 @@ func TestStrings(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("String() = %q, want %q", tt.got, tt.want)
 		}
+	}
+}
+
+// TestObserveKeptCountsOnlyAgentsThatStayed pins that the kept counts, the controller's hit
+// rate, leave out an agent that was paused between its steps: it is expected to lose its
+// prefix, and counting it would make each cut look like more thrashing.
+func TestObserveKeptCountsOnlyAgentsThatStayed(t *testing.T) {
+	a := newAdmitter(t, window(2))
+	arrive(t, a, t0, "a", "n1", Admit)
+	a.StepDone(t0, "a", 200)
+	arrive(t, a, t0.Add(time.Second), "b", "n1", Admit)
+	a.StepDone(t0.Add(time.Second), "b", 200)
+	arrive(t, a, t0.Add(2*time.Second), "b", "", Admit)
+	a.Observe("b", 100, 300) // b stayed active: 100 avoided, 100 recomputed, kept
+	a.Tick(t0.Add(2*time.Second), "n1", 0.95, 0.1)
+	if state(t, a, "a") != Paused {
+		t.Fatalf("a is %v, want paused by the cut", state(t, a, "a"))
+	}
+	a.StepDone(t0.Add(3*time.Second), "b", 400)
+	a.Finish(t0.Add(3*time.Second), "b") // room: a resumes
+	arrive(t, a, t0.Add(3*time.Second), "a", "", Admit)
+	a.Observe("a", 0, 300) // a was paused: 200 recomputed, not kept
+	s := a.Stats()
+	if s.RecomputeAvoidedTokens != 100 || s.RecomputedTokens != 300 {
+		t.Fatalf("totals avoided %d recomputed %d, want 100 and 300", s.RecomputeAvoidedTokens, s.RecomputedTokens)
+	}
+	if s.KeptAvoidedTokens != 100 || s.KeptRecomputedTokens != 100 {
+		t.Fatalf("kept avoided %d recomputed %d, want b's 100 and 100 only", s.KeptAvoidedTokens, s.KeptRecomputedTokens)
 	}
 }

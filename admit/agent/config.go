@@ -34,6 +34,11 @@ type ControllerConfig struct {
 	// HitMargin is how far H must sit below its EWMA to count as falling, in [0, 1).
 	// Default 0.05: five points of hit rate, above the sampling noise of a busy engine.
 	HitMargin float64
+	// HitFloor is the hit rate under which, with U >= HighU, the window is cut even when H is
+	// not falling, in [0, 1). Default 0.5: when H is the hit rate on the agents' own earlier
+	// context (what the node feeds it), a window that fits is near 1, and a window that has
+	// been thrashing long enough for the average to catch up with it would otherwise hold.
+	HitFloor float64
 	// CooldownTicks is the number of ticks after a decrease during which the window holds.
 	// Default 1: KV is freed only as paused agents' prefixes age out, so U lags a cut by about
 	// an interval; without the cooldown the controller would cut again on the same symptom.
@@ -56,6 +61,7 @@ func DefaultControllerConfig() ControllerConfig {
 		HighU:         0.9,
 		HitWeight:     0.2,
 		HitMargin:     0.05,
+		HitFloor:      0.5,
 		CooldownTicks: 1,
 		MinWindow:     1,
 		MaxWindow:     512,
@@ -81,6 +87,8 @@ func (c ControllerConfig) validate() error {
 		return bad("hit weight %v must be in (0, 1]", c.HitWeight)
 	case !finite(c.HitMargin) || c.HitMargin < 0 || c.HitMargin >= 1:
 		return bad("hit margin %v must be in [0, 1)", c.HitMargin)
+	case !finite(c.HitFloor) || c.HitFloor < 0 || c.HitFloor >= 1:
+		return bad("hit floor %v must be in [0, 1)", c.HitFloor)
 	case c.CooldownTicks < 0:
 		return bad("cooldown ticks %d must be >= 0", c.CooldownTicks)
 	case c.MinWindow < 1 || c.MaxWindow < c.MinWindow:

@@ -81,7 +81,7 @@ func (c *Controller) TickDemand(now time.Time, u, h float64, demand int) (int, M
 	switch {
 	case c.cooldown > 0:
 		c.cooldown--
-	case u >= c.cfg.HighU && falling:
+	case u >= c.cfg.HighU && (falling || h < c.cfg.HitFloor):
 		c.w = math.Max(float64(c.cfg.MinWindow), c.w*c.cfg.Beta)
 		c.cooldown = c.cfg.CooldownTicks
 		c.decreases++

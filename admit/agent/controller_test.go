@@ -52,6 +52,10 @@ func TestControllerRule(t *testing.T) {
 		{"no cooldown cuts every tick", func(c *ControllerConfig) { c.InitialWindow = 20; c.CooldownTicks = 0 },
 			[]sample{{0.95, 0.9, -1}, {0.97, 0.4, -1}, {0.97, 0.3, -1}},
 			[]int{20, 14, 9}},
+		{"decrease at high u with h under the floor though steady", func(c *ControllerConfig) { c.InitialWindow = 20 },
+			steady(0.95, 0.3, 4), []int{14, 14, 9, 9}},
+		{"zero floor: steady low h holds", func(c *ControllerConfig) { c.HitFloor = 0 }, steady(0.95, 0.3, 3), []int{8, 8, 8}},
+		{"h under the floor at moderate u holds", nil, steady(0.85, 0.1, 3), []int{8, 8, 8}},
 		{"falling h at moderate u holds", nil,
 			[]sample{{0.85, 0.9, -1}, {0.85, 0.3, -1}}, []int{8, 8}},
 		{"falling h below target still increases", nil,
@@ -110,8 +114,11 @@ func TestControllerConstantLoad(t *testing.T) {
 				}
 			}
 			want := 8
-			if u < 0.8 {
+			switch {
+			case u < 0.8:
 				want = 64 // one agent per tick from 8 reaches the bound in 56 ticks
+			case u >= 0.9 && h < 0.5:
+				want = 1 // under the hit floor at full KV: cut to the bound, never back up
 			}
 			if windows[99] != want {
 				t.Fatalf("u=%v h=%v: window %d, want %d", u, h, windows[99], want)
@@ -179,6 +186,8 @@ func TestControllerConfigValidation(t *testing.T) {
 		{"high above one", func(c *ControllerConfig) { c.HighU = 1.1 }},
 		{"hit weight zero", func(c *ControllerConfig) { c.HitWeight = 0 }},
 		{"hit margin negative", func(c *ControllerConfig) { c.HitMargin = -0.1 }},
+		{"hit floor one", func(c *ControllerConfig) { c.HitFloor = 1 }},
+		{"hit floor nan", func(c *ControllerConfig) { c.HitFloor = math.NaN() }},
 		{"cooldown negative", func(c *ControllerConfig) { c.CooldownTicks = -1 }},
 		{"min zero", func(c *ControllerConfig) { c.MinWindow = 0 }},
 		{"max below min", func(c *ControllerConfig) { c.MinWindow = 5; c.MaxWindow = 4; c.InitialWindow = 4 }},

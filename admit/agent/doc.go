@@ -2,9 +2,10 @@
 // agent (a loop of generate, call a tool, generate again with a longer context), not the
 // request. Each home node (the node whose KV cache holds an agent's prefix) has a window W of
 // active agents. An active agent's steps are admitted without new admission cost and routed
-// home, and its prefix is protected from eviction; agents beyond the window wait, so the
-// prefixes of the agents that are running stay cached instead of being evicted by newcomers
-// and recomputed when their owners return from a tool call (middle-phase thrashing).
+// home, and its prefix stays cached while it waits for a tool; agents beyond the window wait,
+// so the prefixes of the agents that are running stay cached instead of being evicted by
+// newcomers and recomputed when their owners return from a tool call (middle-phase
+// thrashing).
 //
 // # The window rule
 //
@@ -13,10 +14,10 @@
 //
 //   - increase W by Alpha (1) while U < TargetU (0.8) and the agents wanting a slot fill W;
 //   - multiply W by Beta (0.7) when U >= HighU (0.9) and H is falling, that is H is below the
-//     EWMA of earlier samples (weight HitWeight 0.2) by more than HitMargin (0.05): KV full
-//     while hits collapse is thrashing;
-//   - hold otherwise, including U high with H steady (a full cache that is still being hit is
-//     doing its job) and the band TargetU <= U < HighU;
+//     EWMA of earlier samples (weight HitWeight 0.2) by more than HitMargin (0.05), or H is
+//     under HitFloor (0.5): KV full while hits collapse, or stay collapsed, is thrashing;
+//   - hold otherwise, including U high with H steady above the floor (a full cache that is
+//     still being hit is doing its job) and the band TargetU <= U < HighU;
 //   - hold for CooldownTicks (1) ticks after a decrease, because U falls only as the paused
 //     agents' prefixes age out, about an interval after the cut;
 //   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8).
@@ -24,8 +25,14 @@
 // Why these shapes: additive increase probes slowly because one agent's context can be tens
 // of thousands of tokens; the multiplicative cut leaves thrashing fast because recompute cost
 // grows with the square of context length. With constant U and H the window only moves one
-// way (the EWMA equals H, so H never falls) and settles at a bound or holds, so a constant
-// load cannot make it oscillate.
+// way (the EWMA equals H, so H never falls, and H is either under the floor or not) and
+// settles at a bound or holds, so a constant load cannot make it oscillate.
+//
+// The package does not say where U and H come from. The node feeds it signals that see
+// thrashing with any engine: U is the share of the KV pool the window needs (the engine's KV
+// use by running sequences plus the blocks of the active agents' prefixes that no running
+// sequence holds), and H is the share of the agents' earlier context served from the prefix
+// cache over the last interval (from the cached-token counts the engine reports per request).
 //
 // # Step boundaries
 //
@@ -42,7 +49,10 @@
 //
 // The registry holds at most MaxAgents agents; a new agent beyond that evicts the agent idle
 // longest that is not mid-step (ErrFull when all are). Sweep removes agents silent past
-// IdleTimeout and agents whose StepDone never came within StepTimeout. ForgetHome drops a
+// IdleTimeout and agents whose StepDone never came within StepTimeout. Abandon removes an agent
+// whose held step left without running (a waiting, paused or just-resumed agent would
+// otherwise keep its place or slot for a step that is not coming). Finish removes an agent
+// whose last step is done. ForgetHome drops a
 // node that left the mesh with its agents. Homes are node names, so their number is bounded
 // by the membership.
 //

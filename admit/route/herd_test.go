@@ -209,6 +209,44 @@ func TestSessionStickiness(t *testing.T) {
 			t.Fatalf("session recorded %q, want %q", p, c[0].Name)
 		}
 	})
+	t.Run("StayHome keeps a busy or gated home first", func(t *testing.T) {
+		peers := idlePeers(3)
+		for i := range peers {
+			peers[i].PrefixBlocks = 10 * (i + 1) // the longest prefix does not decide the home
+		}
+		rq := req(2048)
+		rq.Session, rq.StayHome = "agent-7", true
+		home := rendezvousHome("agent-7", []string{"n0", "n1", "n2"})
+		i := slices.IndexFunc(peers, func(p Peer) bool { return p.Name == home })
+		peers[i].QueuedPrefillTokens = 1 << 20 // busy and gated
+		for range 3 {                          // every ingress (a fresh router each) agrees
+			c := mustRoute(t, newRouter(t, nil), t0, rq, peers)
+			if c[0].Name != home || !c[0].Sticky || c[0].Gated {
+				t.Fatalf("first %s, want home %s first, sticky and not gated: %s", c[0].Name, home, Explain(c, 3))
+			}
+		}
+		rq.StayHome = false
+		if c := mustRoute(t, newRouter(t, nil), t0, rq, peers); slices.ContainsFunc(c, func(c Candidate) bool { return c.Name == home }) {
+			t.Fatalf("without StayHome the busy %s is still a candidate: %s", home, Explain(c, 3))
+		}
+		peers[i].Healthy = false // the home left: the next peer by hash takes over
+		rq.StayHome = true
+		c := mustRoute(t, newRouter(t, nil), t0, rq, peers)
+		if c[0].Name == home || !c[0].Sticky {
+			t.Fatalf("unhealthy home %s still first: %s", home, Explain(c, 3))
+		}
+	})
+	t.Run("new agents spread over the homes", func(t *testing.T) {
+		count := map[string]int{}
+		for i := range 1000 {
+			count[rendezvousHome(fmt.Sprintf("agent-1-%d", i), []string{"n1", "n2", "n3"})]++
+		}
+		for _, p := range []string{"n1", "n2", "n3"} {
+			if count[p] < 250 || count[p] > 420 {
+				t.Fatalf("1000 new agents over 3 peers: %v, want about a third each", count)
+			}
+		}
+	})
 	t.Run("Stick overrides", func(t *testing.T) {
 		r := newRouter(t, nil)
 		rq := req(100)
@@ -381,4 +419,15 @@ func mapValues(m map[string]int) []int {
 		out = append(out, v)
 	}
 	return out
+}
+
+// rendezvousHome is the home Route gives a new agent among peers named names.
+func rendezvousHome(session string, names []string) string {
+	best, home := uint64(0), ""
+	for _, n := range names {
+		if h := rendezvous(session, n); home == "" || h > best {
+			best, home = h, n
+		}
+	}
+	return home
 }

@@ -71,6 +71,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
+	home := r.homeLocked(req, peers)
 	var counts FilterCounts
 	anyCool := false    // some survivor is under its power cap and below the thermal hard limit
 	anyLimited := false // some survivor is over its cap or too hot
@@ -93,7 +94,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			continue
 		}
 		rv := r.reservedLocked(now, p.Name)
-		if busy(cfg, p, rv) {
+		if busy(cfg, p, rv) && p.Name != home {
 			counts[ReasonBusy]++
 			continue
 		}
@@ -134,7 +135,14 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 
 	applyGate(cfg, dst)
 	r.sortLocked(dst)
-	r.tieBreakLocked(req, dst)
+	if i := slices.IndexFunc(dst, func(c Candidate) bool { return c.Name == home }); i >= 0 {
+		h := dst[i]
+		h.Gated, h.Sticky = false, true
+		copy(dst[1:i+1], dst[:i])
+		dst[0] = h
+	} else {
+		r.tieBreakLocked(req, dst)
+	}
 	if req.Session != "" {
 		r.sess.put(req.Session, dst[0].Name)
 	}
@@ -290,6 +298,41 @@ func (r *Router) sortLocked(dst []Candidate) {
 		dst[i] = tmp[k.pos]
 	}
 	r.keys, r.tmp = keys, tmp
+}
+
+// homeLocked is the home of a StayHome request (see Request.StayHome), or "".
+func (r *Router) homeLocked(req Request, peers []Peer) string {
+	if !req.StayHome || req.Session == "" {
+		return ""
+	}
+	home, top := "", uint64(0)
+	for i := range peers {
+		p := &peers[i]
+		if !slices.Contains(p.Models, req.Model) || !p.Healthy {
+			continue
+		}
+		if h := rendezvous(req.Session, p.Name); home == "" || h > top {
+			home, top = p.Name, h
+		}
+	}
+	return home
+}
+
+// rendezvous is FNV-1a of session, a separator and peer, through the splitmix64 finalizer
+// (FNV alone orders peers whose names differ in the last byte the same way for most sessions).
+func rendezvous(session, peer string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, s := range [...]string{session, "\x00", peer} {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
 }
 
 // tieBreakLocked moves the chosen candidate to the front: the session's last peer if it is

@@ -16,6 +16,15 @@ type Request struct {
 	Priority     int
 	// Session is the agent or session id (X-Kvmesh-Agent); empty means none.
 	Session string
+	// StayHome marks a step of an agent (Session) under agent-level admission, which must run
+	// where its context and its window are. Its home is the rendezvous hash of Session over
+	// the healthy peers serving the model: every ingress picks the same home at once, before
+	// gossip has told it where the agent's prefix went, and the home changes only when that
+	// peer leaves. (The longest cached prefix does not do: a prompt prefix shared by every
+	// agent would send them all to whichever peer cached it first.) The home stays a
+	// candidate even when busy or gated and goes first (Sticky), because its agent window,
+	// not the load filters, decides when the step runs.
+	StayHome bool
 	// BlockTokens is the KV block size the prompt was hashed with (≤ 0: kvindex's default).
 	BlockTokens int
 }

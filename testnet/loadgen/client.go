@@ -49,6 +49,10 @@ type Result struct {
 	// ITL are the gaps between consecutive content chunks.
 	ITL                                      []time.Duration
 	OutputTokens, PromptTokens, CachedTokens int
+	// RecomputedTokens, for an agent step after the first, is how much of the agent's earlier
+	// context (the previous step's prompt and output) was not served from the prefix cache and
+	// had to be prefilled again: the cost of thrashing.
+	RecomputedTokens int
 	// Retried is set when a refusal was retried after Retry-After; RetryAfter is the last
 	// Retry-After seen (HasRetryAfter tells a zero value from none).
 	Retried       bool
@@ -298,7 +302,7 @@ type client struct {
 
 // attempt sends one request to target and measures it from start. A context error ends it as
 // a failure.
-func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Message, start time.Time) Result {
+func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Message, start time.Time, final bool) Result {
 	res := Result{Kind: it.Kind, Class: it.Class}
 	fail := func(kind string) Result {
 		res.Outcome, res.Failure = Failed, kind
@@ -334,6 +338,9 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 	}
 	if it.Agent != nil {
 		h.Set("X-Kvmesh-Agent", it.Agent.ID)
+		if final {
+			h.Set("X-Kvmesh-Agent-Final", "1")
+		}
 	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {

@@ -75,6 +75,10 @@ type Config struct {
 	MaxRetryWait time.Duration
 	// ToolWait is the mean pause between an agent's steps (exponentially distributed).
 	ToolWait time.Duration
+	// ToolScale multiplies the size of an agent's tool results (100 to 800 tokens; 0 means 1).
+	// Agents that read files or logs get thousands of tokens back a step, so their context,
+	// and what losing it from the prefix cache costs, grows fast.
+	ToolScale float64
 	// Interactive and Batch are the two classes the workloads use.
 	Interactive, Batch Class
 	// HTTPClient sends the requests (nil = a client with a pooled transport, closed at the end).
@@ -131,6 +135,9 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.Rate < 0 || cfg.Speedup < 0 || cfg.Scale < 0 || cfg.Scale > 1 {
 		return bad("rate, speedup must be ≥ 0 and scale in (0, 1]")
 	}
+	if cfg.ToolScale < 0 || cfg.ToolScale > 100 {
+		return bad("tool scale %v must be in [0, 100]", cfg.ToolScale)
+	}
 	if cfg.Trace == "" && cfg.Rate == 0 {
 		return bad("a synthetic workload needs a rate > 0")
 	}
@@ -151,6 +158,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.Scale == 0 {
 		cfg.Scale = 1
+	}
+	if cfg.ToolScale == 0 {
+		cfg.ToolScale = 1
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Minute

@@ -95,7 +95,7 @@ func (r *runner) reserve() bool {
 // step, at its first step that does not complete, or when the arrival window has closed.
 func (r *runner) serve(ctx context.Context, it *Item) {
 	msgs := it.Messages()
-	res, ok := r.request(ctx, it, msgs)
+	res, ok := r.request(ctx, it, msgs, it.Agent != nil && it.Agent.Steps == 1)
 	if !ok {
 		return
 	}
@@ -117,8 +117,12 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 		if r.cfg.Duration > 0 && time.Since(r.start) >= r.cfg.Duration || !r.reserve() {
 			return
 		}
-		if res, ok = r.request(ctx, it, msgs); !ok {
+		prev := res
+		if res, ok = r.request(ctx, it, msgs, step == a.Steps-1); !ok {
 			return
+		}
+		if res.Outcome == Completed {
+			res.RecomputedTokens = max(0, min(prev.PromptTokens+prev.OutputTokens, res.PromptTokens)-res.CachedTokens)
 		}
 		r.col.add(&res)
 	}
@@ -126,8 +130,9 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 
 // request sends msgs, retrying a refusal that carries Retry-After up to cfg.Retries times after
 // waiting as told. It is measured from the first attempt. It reports false, with nothing sent,
-// when ctx ended while it waited for a concurrency slot.
-func (r *runner) request(ctx context.Context, it *Item, msgs []Message) (Result, bool) {
+// when ctx ended while it waited for a concurrency slot. final marks an agent session's last
+// step (X-Kvmesh-Agent-Final: 1), so the mesh can end the agent as soon as it is done.
+func (r *runner) request(ctx context.Context, it *Item, msgs []Message, final bool) (Result, bool) {
 	if r.sem != nil {
 		select {
 		case r.sem <- struct{}{}:
@@ -142,7 +147,7 @@ func (r *runner) request(ctx context.Context, it *Item, msgs []Message) (Result,
 	for attempt := 0; ; attempt++ {
 		target := r.cfg.Targets[int(r.rr.Add(1)-1)%len(r.cfg.Targets)]
 		actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		res := r.c.attempt(actx, target, it, msgs, start)
+		res := r.c.attempt(actx, target, it, msgs, start, final)
 		cancel()
 		res.Retried = retried
 		if res.Outcome == Failed && res.Failure == FailTimeout && ctx.Err() != nil {

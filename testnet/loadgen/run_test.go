@@ -331,10 +331,20 @@ func TestAgentSessionsGrowTheirPrefix(t *testing.T) {
 	if rep.Sent != 40 || rep.Completed != 40 || len(f.requests()) != 40 {
 		t.Fatalf("sent %d completed %d, server saw %d", rep.Sent, rep.Completed, len(f.requests()))
 	}
-	grown := 0
+	grown, finals := 0, 0
 	for id, reqs := range sessions {
 		if len(reqs) > steps[id] {
 			t.Fatalf("session %s sent %d steps, planned %d", id, len(reqs), steps[id])
+		}
+		// Only the planned last step says it is the last.
+		for i, c := range reqs {
+			final := c.header.Get("X-Kvmesh-Agent-Final") == "1"
+			if final != (i == steps[id]-1) {
+				t.Fatalf("session %s step %d of %d: final header %v", id, i, steps[id], final)
+			}
+			if final {
+				finals++
+			}
 		}
 		for i := 1; i < len(reqs); i++ {
 			prev, next := reqs[i-1].req.Messages, reqs[i].req.Messages
@@ -353,6 +363,19 @@ func TestAgentSessionsGrowTheirPrefix(t *testing.T) {
 	}
 	if grown == 0 {
 		t.Fatal("no session reached a second step")
+	}
+	if finals == 0 {
+		t.Fatal("no session sent its last step")
+	}
+	// Nothing came from cache, so every later step prefilled its earlier context again.
+	if rep.RecomputedTokens <= 0 {
+		t.Fatalf("recomputed tokens %d with no cache hits, want > 0", rep.RecomputedTokens)
+	}
+	g := newFake(t, func(int, chatRequest) step { return step{tokens: 2, cachedPct: 100} }, nil)
+	cfg = runCfg("agents", g.srv.URL)
+	cfg.Rate, cfg.MaxRequests = 500, 20
+	if rep := mustRun(t, cfg); rep.RecomputedTokens != 0 || rep.Completed == 0 {
+		t.Fatalf("recomputed %d tokens (completed %d) with every prompt token cached, want 0", rep.RecomputedTokens, rep.Completed)
 	}
 }
 

@@ -119,6 +119,7 @@ type collector struct {
 	sent, completed, refused, failed      int
 	retried, retriedCompleted, good       int
 	outTokens, promptTokens, cachedTokens int
+	recomputedTokens                      int
 	ttft, tpot, itl, e2e                  samples
 	classes, kinds                        map[string]*group
 	byStatus, byReason, failures, nodes   map[string]int
@@ -167,6 +168,7 @@ func (c *collector) add(r *Result) {
 		c.outTokens += r.OutputTokens
 		c.promptTokens += r.PromptTokens
 		c.cachedTokens += r.CachedTokens
+		c.recomputedTokens += r.RecomputedTokens
 		if r.Node != "" {
 			c.nodes[r.Node]++
 		}
@@ -238,15 +240,17 @@ type Report struct {
 	Attainment float64 `json:"slo_attainment"`
 	// Tokens of completed requests, from their usage chunks (output tokens fall back to the
 	// number of content chunks). CachedRatio is CachedTokens/PromptTokens.
-	OutputTokens       int         `json:"output_tokens"`
-	OutputTokensPerSec float64     `json:"output_tokens_per_s"`
-	PromptTokens       int         `json:"prompt_tokens"`
-	CachedTokens       int         `json:"cached_tokens"`
-	CachedRatio        float64     `json:"cached_ratio"`
-	TTFT               Percentiles `json:"ttft"`
-	TPOT               Percentiles `json:"tpot"`
-	ITL                Percentiles `json:"itl"`
-	E2E                Percentiles `json:"e2e"`
+	OutputTokens       int     `json:"output_tokens"`
+	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
+	PromptTokens       int     `json:"prompt_tokens"`
+	CachedTokens       int     `json:"cached_tokens"`
+	CachedRatio        float64 `json:"cached_ratio"`
+	// RecomputedTokens sums Result.RecomputedTokens: agents' earlier context prefilled again.
+	RecomputedTokens int         `json:"recomputed_tokens"`
+	TTFT             Percentiles `json:"ttft"`
+	TPOT             Percentiles `json:"tpot"`
+	ITL              Percentiles `json:"itl"`
+	E2E              Percentiles `json:"e2e"`
 	// Classes by name; Kinds by request kind (chat, rag, repo, agent, trace), whose costs
 	// differ by orders of magnitude.
 	Classes map[string]*ClassReport `json:"classes"`
@@ -285,8 +289,8 @@ func (c *collector) report(window, elapsed time.Duration) *Report {
 		Good: c.good, Goodput: ratio(float64(c.good), per), Attainment: ratio(float64(c.good), float64(c.sent)),
 		OutputTokens: c.outTokens, OutputTokensPerSec: ratio(float64(c.outTokens), el),
 		PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
-		CachedRatio: ratio(float64(c.cachedTokens), float64(c.promptTokens)),
-		TTFT:        c.ttft.summary(), TPOT: c.tpot.summary(), ITL: c.itl.summary(), E2E: c.e2e.summary(),
+		CachedRatio: ratio(float64(c.cachedTokens), float64(c.promptTokens)), RecomputedTokens: c.recomputedTokens,
+		TTFT: c.ttft.summary(), TPOT: c.tpot.summary(), ITL: c.itl.summary(), E2E: c.e2e.summary(),
 		Classes: map[string]*ClassReport{}, Kinds: map[string]*GroupReport{},
 		RefusalsByStatus: cloneMap(c.byStatus), RefusalsByReason: cloneMap(c.byReason),
 		Failures: cloneMap(c.failures), Nodes: cloneMap(c.nodes),

@@ -250,7 +250,7 @@ func (g *generator) item(at time.Duration) Item {
 		for range steps - 1 {
 			a.ToolWaits = append(a.ToolWaits, time.Duration(g.r.ExpFloat64()*float64(g.cfg.ToolWait)))
 			a.toolKeys = append(a.toolKeys, g.r.Uint64())
-			a.toolBytes = append(a.toolBytes, g.between(100, 800)*bytesPerToken)
+			a.toolBytes = append(a.toolBytes, int(float64(g.between(100, 800))*g.cfg.ToolScale)*bytesPerToken)
 		}
 		it.Agent = a
 	}

@@ -238,6 +238,21 @@ func TestAgentPlans(t *testing.T) {
 	if mean := waits / time.Duration(nw); mean < 150*time.Millisecond || mean > 250*time.Millisecond {
 		t.Errorf("mean tool wait %v, want about 200ms", mean)
 	}
+	// ToolScale multiplies every tool result's size and changes nothing else.
+	cfg.ToolScale = 8
+	scaled := mustPlan(t, cfg)
+	if len(scaled) != len(items) {
+		t.Fatalf("tool scale changed the plan: %d sessions, want %d", len(scaled), len(items))
+	}
+	for i := range items {
+		a, b := items[i].Agent, scaled[i].Agent
+		if a.Steps != b.Steps || a.ToolWaits[0] != b.ToolWaits[0] {
+			t.Fatalf("session %d: tool scale changed steps or waits", i)
+		}
+		if la, lb := len(a.ToolResult(0)), len(b.ToolResult(0)); lb < 7*la || lb > 9*la {
+			t.Fatalf("session %d: tool result %d bytes at scale 8, %d at 1", i, lb, la)
+		}
+	}
 }
 
 func TestPlanLimits(t *testing.T) {
