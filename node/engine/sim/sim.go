@@ -377,6 +377,16 @@ func cmpU64(a, b uint64) int {
 // up by running steps back to back; a longer stall (a paused process) is forgotten.
 const maxLag = 50 * time.Millisecond
 
+// pace returns the wall-clock end of a step of wall duration d scheduled at now, after a
+// previous step due at prev (zero: the engine was idle). A step starts where the previous one
+// was due, so time lost since is made up, unless it is more than maxLag: then it starts now.
+func pace(prev, now time.Time, d time.Duration) time.Time {
+	if prev.IsZero() || now.Sub(prev) > maxLag {
+		prev = now
+	}
+	return prev.Add(d)
+}
+
 // loop is the one goroutine: schedule a step, sleep until its scaled end, complete it.
 //
 // Steps are paced against a wall-clock schedule, not by sleeping each step's duration: the
@@ -404,10 +414,7 @@ func (s *Sim) loop() {
 			}
 		}
 		now := time.Now()
-		if due.IsZero() || now.Sub(due) > maxLag {
-			due = now
-		}
-		due = due.Add(time.Duration(float64(d) / s.cfg.TimeScale))
+		due = pace(due, now, time.Duration(float64(d)/s.cfg.TimeScale))
 		timer.Reset(due.Sub(now))
 		select {
 		case <-timer.C:

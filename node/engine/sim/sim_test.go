@@ -614,3 +614,30 @@ func TestConcurrentSamePrefixSharesBlocks(t *testing.T) {
 		t.Errorf("after finish: used %d, cached %d; want 0, 10", st.KVBlocksUsed, s.CachedBlocks())
 	}
 }
+
+// TestPace pins down the step loop's schedule: a step ends its duration after the previous
+// step was due, so CPU time spent between steps is made up, not added to the modelled GPU's
+// time, except after an idle engine or a stall longer than maxLag.
+func TestPace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := 10 * time.Millisecond
+	tests := []struct {
+		name      string
+		prev, now time.Time
+		want      time.Time
+	}{
+		{"idle engine starts now", time.Time{}, t0, t0.Add(d)},
+		{"on time", t0, t0, t0.Add(d)},
+		{"woken late: the lag is made up", t0, t0.Add(3 * time.Millisecond), t0.Add(d)},
+		{"late by more than the step: due at once", t0, t0.Add(20 * time.Millisecond), t0.Add(d)},
+		{"stall past maxLag is forgotten", t0, t0.Add(maxLag + time.Millisecond), t0.Add(maxLag + time.Millisecond + d)},
+		{"early wake-up keeps the schedule", t0, t0.Add(-time.Millisecond), t0.Add(d)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pace(tt.prev, tt.now, d); !got.Equal(tt.want) {
+				t.Errorf("pace = %v after t0, want %v", got.Sub(t0), tt.want.Sub(t0))
+			}
+		})
+	}
+}
