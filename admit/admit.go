@@ -290,12 +290,24 @@ func prefillTokens(prompt int, options []Option) int {
 	return max(prompt-cached, 0)
 }
 
-// feasible reports whether o can meet the SLOs given tokens queued ahead and time waited.
-func feasible(o Option, aheadTokens int, waited, ttftSLO, tpotSLO time.Duration) (time.Duration, bool) {
-	ttft := o.PredictedTTFT + max(waited, 0)
-	if aheadTokens > 0 && o.PrefillTokensPerSecond > 0 {
-		ttft += time.Duration(float64(aheadTokens) / o.PrefillTokensPerSecond * float64(time.Second))
+// aheadWait is how long tokens of prefill queued in the room take at the candidates'
+// combined prefill rate (0 when no candidate reports one).
+func aheadWait(tokens int, options []Option) time.Duration {
+	rate := 0.0
+	for _, o := range options {
+		rate += max(o.PrefillTokensPerSecond, 0)
 	}
+	if tokens <= 0 || rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(tokens) / rate * float64(time.Second))
+}
+
+// feasible reports whether o can meet the SLOs given time waited and the wait for the room's
+// queue ahead.
+func feasible(o Option, ahead, waited, ttftSLO, tpotSLO time.Duration) (time.Duration, bool) {
+	ttft := o.PredictedTTFT + max(waited, 0) + ahead
+
 	if ttftSLO > 0 && ttft > ttftSLO {
 		return ttft, false
 	}
@@ -386,13 +398,16 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 		}
 	}
 
-	// Layer 7: SLO feasibility, counting the prefill queued ahead of it in deadline order.
+	// Layer 7: SLO feasibility, counting the prefill queued ahead of it in deadline order. The
+	// room drains into every candidate at once, so the queue ahead is priced at their combined
+	// prefill rate, not one candidate's.
+	ahead := aheadWait(aheadTokens, options)
 	ttftSLO, tpotSLO := a.SLOFor(req)
 	waited := now.Sub(req.SLOClock())
 	best, chosen := time.Duration(-1), -1
 	anyFeasible := false
 	for i, o := range options {
-		ttft, ok := feasible(o, aheadTokens, waited, ttftSLO, tpotSLO)
+		ttft, ok := feasible(o, ahead, waited, ttftSLO, tpotSLO)
 		if best < 0 || ttft < best {
 			best = ttft
 		}

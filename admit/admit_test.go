@@ -416,6 +416,8 @@ func TestSLOStage(t *testing.T) {
 		// SCORPIO: 15000 prefill tokens with earlier deadlines wait ahead at 10000 tokens/s:
 		// 1.5 s + 1 s predicted > 2 s.
 		{"queue ahead makes it late", items("a", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0)}, CodeSLOUnattainable, -1},
+		// The same queue drains into two candidates at 20000 tokens/s: 0.75 s + 1 s fits.
+		{"queue ahead drains into every candidate", items("a", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0), slow(time.Second, 0)}, CodeWaitBehind, -1},
 		{"queue ahead but loose slo", items("a", 3, 0, 5000), func(r *Request) { r.TTFTSLO = 10 * time.Second }, []Option{slow(time.Second, 0)}, CodeWaitBehind, -1},
 		{"queue behind does not count", items("a", 3, -1, 5000), func(*Request) {}, []Option{slow(time.Second, 0)}, CodeAccepted, 0},
 	}

@@ -151,8 +151,8 @@ type Option struct {
 	TotalKVBlocks int // 0: unknown (then only FreeKVBlocks is checked)
 	BlockTokens   int // ≤ 0: the model's block size
 	CachedTokens  int // prompt tokens the peer already holds (longest cached prefix)
-	// PrefillTokensPerSecond is the peer's measured prefill rate; it prices the tokens queued
-	// ahead in the waiting room. 0: unknown (the queue term is left out).
+	// PrefillTokensPerSecond is the peer's measured prefill rate; summed over the options, it
+	// prices the tokens queued ahead in the waiting room. 0: unknown (left out of the sum).
 	PrefillTokensPerSecond float64
 }
 
