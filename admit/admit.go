@@ -457,11 +457,7 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 // be met anywhere: the node removes it and answers now rather than serve it late.
 func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 	ttftSLO, tpotSLO := a.SLOFor(it.Req)
-	clock := it.Arrived
-	if !it.Req.SLOStart.IsZero() {
-		clock = it.Req.SLOStart
-	}
-	waited := now.Sub(clock)
+	waited := now.Sub(it.Req.SLOClock())
 	anyFeasible := false
 	for i, o := range options {
 		if _, ok := feasible(o, 0, waited, ttftSLO, tpotSLO); !ok {
