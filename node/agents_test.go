@@ -151,12 +151,7 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			default:
 			}
 			// Agent a goes silent: the sweep frees its slot and b's held step runs.
-			var r result
-			select {
-			case r = <-bDone:
-			case <-time.After(15 * time.Second):
-				t.Fatal("agent b's step never ran")
-			}
+			r := await(t, bDone, "agent b's step never ran")
 			if r.status != http.StatusOK || r.ran != testnet.Name(0) {
 				t.Fatalf("agent b: status %d on %q, want 200 on the home", r.status, r.ran)
 			}
@@ -235,6 +230,18 @@ func TestAgentAdmissionConfig(t *testing.T) {
 }
 
 // stepResult is how an agent step sent from a goroutine ended.
+// await returns the next value from ch, or fails with msg if none comes within 15 s.
+func await[T any](t *testing.T, ch <-chan T, msg string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(15 * time.Second):
+		t.Fatal(msg)
+		panic("unreachable")
+	}
+}
+
 type stepResult struct {
 	status int
 	ran    string
@@ -309,12 +316,7 @@ func TestAgentFinalStepFreesTheSlotAndWindowWaitIsNotSLOTime(t *testing.T) {
 			if r := sendStep(in, "a", 1, map[string]string{node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
 				t.Fatalf("agent a's final step: %+v", r)
 			}
-			var r stepResult
-			select {
-			case r = <-bDone:
-			case <-time.After(15 * time.Second):
-				t.Fatal("agent b's step never ran after agent a's final step")
-			}
+			r := await(t, bDone, "agent b's step never ran after agent a's final step")
 			if r.status != http.StatusOK || r.ran != testnet.Name(0) {
 				t.Fatalf("agent b: %+v, want 200 on the home (its SLO counts from the window's admission)", r)
 			}
@@ -355,13 +357,8 @@ func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	if r := sendStep(in, "a", 1, map[string]string{node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
 		t.Fatalf("agent a's final step: %+v", r)
 	}
-	select {
-	case r := <-cDone:
-		if r.status != http.StatusOK {
-			t.Fatalf("agent c: %+v", r)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("agent c never ran: the slot went to the abandoned agent b")
+	if r := await(t, cDone, "agent c never ran: the slot went to the abandoned agent b"); r.status != http.StatusOK {
+		t.Fatalf("agent c: %+v", r)
 	}
 	if got := metric(t, home, "kvmesh_agent_admitted_total", ""); got != 2 {
 		t.Errorf("kvmesh_agent_admitted_total = %v, want 2 (a and c; b never ran)", got)
