@@ -37,6 +37,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 1024
+		tr.MaxConnsPerHost = connsPerTarget(len(cfg.Targets))
 		defer tr.CloseIdleConnections()
 		hc = &http.Client{Transport: tr}
 	}
