@@ -100,7 +100,11 @@ type Delta struct {
 }
 
 // MarshalJSON applies the usage rule of ChatCompletionChunk.
-func (c ChatCompletionChunk) MarshalJSON() ([]byte, error) {
+func (c ChatCompletionChunk) MarshalJSON() ([]byte, error) { return c.AppendJSON(nil), nil }
+
+// marshalReflect is MarshalJSON by reflection: the reference the hand-written encoder
+// (AppendJSON) must match, and its path for chunks with usage or logprobs.
+func (c ChatCompletionChunk) marshalReflect() ([]byte, error) {
 	if c.Choices == nil {
 		c.Choices = []ChunkChoice{}
 	}

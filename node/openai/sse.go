@@ -13,8 +13,9 @@ import (
 // SSEWriter writes server-sent events of JSON data to an HTTP response, flushing each one so
 // tokens reach the client as they are produced.
 type SSEWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte // the event being written, reused: a stream writes one per token
 }
 
 // NewSSEWriter sets the event-stream headers on w. The status (200) goes out with the first event.
@@ -28,25 +29,32 @@ func NewSSEWriter(w http.ResponseWriter) *SSEWriter {
 
 // WriteData writes "data: <json of v>\n\n" and flushes.
 func (s *SSEWriter) WriteData(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("openai: encoding event: %w", err)
+	s.buf = append(s.buf[:0], "data: "...)
+	if a, ok := v.(jsonAppender); ok {
+		s.buf = a.AppendJSON(s.buf)
+	} else {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("openai: encoding event: %w", err)
+		}
+		s.buf = append(s.buf, b...)
 	}
-	return s.writeEvent(b)
+	return s.flushEvent()
 }
 
 // WriteDone writes the terminating "data: [DONE]\n\n".
-func (s *SSEWriter) WriteDone() error { return s.writeEvent([]byte(doneMarker)) }
+func (s *SSEWriter) WriteDone() error {
+	s.buf = append(append(s.buf[:0], "data: "...), doneMarker...)
+	return s.flushEvent()
+}
 
 // WriteError writes an error event {"error":{...}}, for failures after the 200 went out.
 func (s *SSEWriter) WriteError(e *Error) error { return s.WriteData(e.Body()) }
 
-func (s *SSEWriter) writeEvent(data []byte) error {
-	buf := make([]byte, 0, len(data)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, data...)
-	buf = append(buf, '\n', '\n')
-	if _, err := s.w.Write(buf); err != nil {
+// flushEvent ends the event in s.buf and sends it.
+func (s *SSEWriter) flushEvent() error {
+	s.buf = append(s.buf, '\n', '\n')
+	if _, err := s.w.Write(s.buf); err != nil {
 		return fmt.Errorf("openai: writing event: %w", err)
 	}
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
