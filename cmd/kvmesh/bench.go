@@ -34,7 +34,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "loads", Value: strings.Join(loads, ","), Usage: "offered loads, comma-separated multiples of the measured capacity", EnvVars: env("bench-loads")},
 		&cli.StringFlag{Name: "policies", Value: strings.Join(bench.PolicyNames(), ","), Usage: "policies to compare, comma-separated", EnvVars: env("bench-policies")},
 		&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "arrival window of each run (wall time)", EnvVars: env("bench-duration")},
-		&cli.DurationFlag{Name: "probe-duration", Usage: "arrival window of each capacity probe step (wall time; default --duration)", EnvVars: env("bench-probe-duration")},
+		&cli.DurationFlag{Name: "probe-duration", Usage: "arrival window of each capacity probe step (wall time; default 20s, or --duration if shorter)", EnvVars: env("bench-probe-duration")},
 		&cli.Float64Flag{Name: "capacity", Usage: "skip the probe and take this capacity (requests per simulated second)", EnvVars: env("bench-capacity")},
 		&cli.Float64Flag{Name: "probe-attainment", Value: d.ProbeAttainment, Usage: "capacity is the highest rate at which cache-aware routing without admission meets this share of SLOs", EnvVars: env("bench-probe-attainment")},
 		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},

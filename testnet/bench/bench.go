@@ -113,7 +113,7 @@ type Config struct {
 	// the wire).
 	Interactive, Batch loadgen.Class
 	// ProbeDuration is the arrival window of each step of the capacity probe (wall time;
-	// default Duration). ProbeRate is its first offered rate in simulated requests per second
+	// default 20 s, or Duration if shorter). ProbeRate is its first offered rate in simulated requests per second
 	// (default 2.5 per node). ProbeAttainment is the SLO attainment that defines capacity
 	// (default 0.9), and ProbeSteps how many bisection steps refine it (default 3).
 	// Capacity, if set, is taken as measured (requests per simulated second) and the probe is
@@ -131,7 +131,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns a 4-node benchmark of the bursty mix in real time, 20 s per run.
+// DefaultConfig returns a 4-node benchmark of the bursty mix in real time, 60 s per run.
 func DefaultConfig() Config {
 	return Config{
 		Nodes: 4,
@@ -146,8 +146,11 @@ func DefaultConfig() Config {
 		TraceBatchFraction: 0.3,
 		Loads:              []float64{0.5, 1.0, 1.5},
 		Policies:           DefaultPolicies(),
-		Duration:           20 * time.Second,
-		Seed:               1,
+		// Past saturation a queue without admission grows for as long as the overload lasts: a
+		// window of a few seconds measures how much backlog fits under the SLO, not what the
+		// mesh sustains. A minute of bursty overload is what an operator has to ride out.
+		Duration: time.Minute,
+		Seed:     1,
 		// 131,072 tokens: one repository prompt of the mixed workloads (about 100k tokens) fits,
 		// two do not; the simulated H100's derived pool is over three times larger.
 		KVBlocks:        8192,
@@ -157,6 +160,10 @@ func DefaultConfig() Config {
 		ProbeSteps:      3,
 	}
 }
+
+// DefaultProbeDuration is the arrival window of a probe step when ProbeDuration is zero (or
+// Duration, if shorter): below the knee no backlog builds, so a step needs less than a run.
+const DefaultProbeDuration = 20 * time.Second
 
 // maxProbeDoublings bounds the probe's search for a rate the baseline cannot serve.
 const maxProbeDoublings = 8
@@ -241,7 +248,7 @@ func (cfg Config) validate() (Config, error) {
 		return bad("interactive and batch classes share the name %q", cfg.Batch.Name)
 	}
 	if cfg.ProbeDuration == 0 {
-		cfg.ProbeDuration = cfg.Duration
+		cfg.ProbeDuration = min(DefaultProbeDuration, cfg.Duration)
 	}
 	if cfg.ProbeRate == 0 {
 		cfg.ProbeRate = 2.5 * float64(cfg.Nodes)

@@ -19,6 +19,13 @@
 // capacity, spread round-robin over every node's URL (every node is an ingress). Loads of one
 // policy run back to back on the same testnet, in the order given, with the same seed.
 //
+// Each run's arrival window (Duration, a minute by default) is long on purpose. Past
+// saturation the backlog of a policy without admission grows for as long as the overload
+// lasts, so a window of a few seconds mostly measures how much backlog fits under the SLOs (the
+// README shows plain cache-aware routing at 1.5× keeping most of its goodput over 15 s and
+// losing nearly all of it over 60 s). The probe's steps are shorter (ProbeDuration, 20 s):
+// below the knee there is no backlog to build, and the search takes about seven steps.
+//
 // # Time
 //
 // TimeScale speeds the simulated engines up. Everything the workload carries is scaled with it
