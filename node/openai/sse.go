@@ -75,9 +75,10 @@ const DefaultMaxEventBytes = 1 << 20
 // event-stream format says; comments and event/id/retry fields are skipped; an event left
 // without its closing blank line at the end of input is dropped, as the format requires.
 type SSEReader struct {
-	r    *bufio.Reader
-	max  int
-	done bool
+	r       *bufio.Reader
+	max     int
+	done    bool
+	sawDone bool
 }
 
 // NewSSEReader reads events from r with DefaultMaxEventBytes as the cap.
@@ -110,7 +111,7 @@ func (s *SSEReader) Next() ([]byte, error) {
 				continue
 			}
 			if string(data) == doneMarker {
-				s.done = true
+				s.done, s.sawDone = true, true
 				return nil, io.EOF
 			}
 			return data, nil
@@ -134,6 +135,9 @@ func (s *SSEReader) Next() ([]byte, error) {
 		have = true
 	}
 }
+
+// SawDone reports whether the stream ended with "data: [DONE]" rather than with its input.
+func (s *SSEReader) SawDone() bool { return s.sawDone }
 
 // readLine returns one line without its terminator (\n, \r\n or \r-less \n only), with io.EOF
 // when the input ends, returning any partial last line alongside.

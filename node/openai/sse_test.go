@@ -104,14 +104,15 @@ func TestSSEReader(t *testing.T) {
 		in      string
 		want    []string
 		wantErr error
+		sawDone bool
 	}{
-		{"done", "data: a\n\ndata: b\n\ndata: [DONE]\n\ndata: c\n\n", []string{"a", "b"}, io.EOF},
-		{"crlf, comments, fields", ": ping\r\nevent: x\r\nid: 1\r\ndata:a\r\n\r\n\r\n", []string{"a"}, io.EOF},
-		{"multiline", "data: a\ndata: b\n\n", []string{"a\nb"}, io.EOF},
-		{"end without done", "data: a\n\n", []string{"a"}, io.EOF},
-		{"cut mid event", "data: a\n\ndata: b\n", []string{"a"}, io.ErrUnexpectedEOF},
-		{"cut mid line", "data: a\n\ndata: b", []string{"a"}, io.ErrUnexpectedEOF},
-		{"too large", "data: " + strings.Repeat("x", 100) + "\n\n", nil, ErrEventTooLarge},
+		{"done", "data: a\n\ndata: b\n\ndata: [DONE]\n\ndata: c\n\n", []string{"a", "b"}, io.EOF, true},
+		{"crlf, comments, fields", ": ping\r\nevent: x\r\nid: 1\r\ndata:a\r\n\r\n\r\n", []string{"a"}, io.EOF, false},
+		{"multiline", "data: a\ndata: b\n\n", []string{"a\nb"}, io.EOF, false},
+		{"end without done", "data: a\n\n", []string{"a"}, io.EOF, false},
+		{"cut mid event", "data: a\n\ndata: b\n", []string{"a"}, io.ErrUnexpectedEOF, false},
+		{"cut mid line", "data: a\n\ndata: b", []string{"a"}, io.ErrUnexpectedEOF, false},
+		{"too large", "data: " + strings.Repeat("x", 100) + "\n\n", nil, ErrEventTooLarge, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +133,9 @@ func TestSSEReader(t *testing.T) {
 			}
 			if _, err2 := r.Next(); err2 != io.EOF {
 				t.Errorf("Next after end = %v, want io.EOF", err2)
+			}
+			if r.SawDone() != tt.sawDone {
+				t.Errorf("SawDone = %v, want %v", r.SawDone(), tt.sawDone)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package loadgen
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvmesh/kvmesh/node/openai"
 )
 
 // Outcome is how a request ended. Every request sent has exactly one.
@@ -28,7 +29,7 @@ const (
 	FailTimeout   = "timeout"
 	FailCanceled  = "canceled"
 	FailStream    = "stream_error" // a mid-stream {"error":...} event; its code is appended
-	FailTruncated = "truncated"    // the stream ended before a finish_reason or [DONE]
+	FailTruncated = "truncated"    // the stream ended inside an event, or before a finish_reason or [DONE]
 	FailDecode    = "decode"       // a chunk that is not JSON, or an oversized line
 )
 
@@ -145,43 +146,8 @@ func errorReason(raw json.RawMessage) string {
 	return r
 }
 
-// maxSSELine bounds one SSE line from the server.
+// maxSSELine bounds one SSE event (or non-streamed body) from the server.
 const maxSSELine = 1 << 20
-
-// readSSE calls fn with the data of each server-sent event in r until fn returns false or r
-// ends. Data lines of one event are joined with "\n"; comments and other fields are ignored.
-func readSSE(r io.Reader, fn func(data []byte) bool) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 16<<10), maxSSELine)
-	var data []byte
-	have := false
-	for sc.Scan() {
-		line := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
-		if len(line) == 0 {
-			if have && !fn(data) {
-				return nil
-			}
-			data, have = data[:0], false
-			continue
-		}
-		v, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue
-		}
-		v = bytes.TrimPrefix(v, []byte(" "))
-		if have {
-			data = append(data, '\n')
-		}
-		data, have = append(data, v...), true
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	if have {
-		fn(data)
-	}
-	return nil
-}
 
 // streamStats is what one SSE response stream said.
 type streamStats struct {
@@ -198,19 +164,26 @@ type streamStats struct {
 // consumeStream reads an SSE chat stream, timing content chunks with now.
 func consumeStream(body io.Reader, now func() time.Time) *streamStats {
 	st := &streamStats{}
-	err := readSSE(body, func(data []byte) bool {
-		if string(bytes.TrimSpace(data)) == "[DONE]" {
-			st.finished = true
-			return false
+	r := openai.NewSSEReader(body)
+	r.SetMaxEventBytes(maxSSELine)
+	for {
+		data, err := r.Next()
+		if err == io.EOF {
+			st.finished = st.finished || r.SawDone()
+			return st
+		}
+		if err != nil {
+			st.decodeErr = err
+			return st
 		}
 		var c chunk
 		if err := json.Unmarshal(data, &c); err != nil {
 			st.decodeErr = err
-			return false
+			return st
 		}
 		if len(c.Error) > 0 && string(c.Error) != "null" {
 			st.errReason = errorReason(c.Error)
-			return false
+			return st
 		}
 		if c.Usage != nil {
 			st.usage = c.Usage
@@ -235,12 +208,7 @@ func consumeStream(body io.Reader, now func() time.Time) *streamStats {
 				st.finished = true
 			}
 		}
-		return true
-	})
-	if err != nil && st.decodeErr == nil && st.errReason == "" {
-		st.decodeErr = err
 	}
-	return st
 }
 
 // consumeJSON reads a non-streamed chat completion: one body that is both first and last token.
@@ -386,8 +354,11 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 	case st.errReason != "":
 		return fail(FailStream + ":" + st.errReason)
 	case st.decodeErr != nil:
-		if errors.Is(st.decodeErr, bufio.ErrTooLong) || isJSONError(st.decodeErr) {
+		switch {
+		case errors.Is(st.decodeErr, openai.ErrEventTooLarge) || isJSONError(st.decodeErr):
 			return fail(FailDecode)
+		case errors.Is(st.decodeErr, io.ErrUnexpectedEOF): // the body ended inside an event
+			return fail(FailTruncated)
 		}
 		return fail(FailTransport)
 	case !st.finished:
