@@ -59,6 +59,10 @@ type agentGate struct {
 	// prefix is the prompt blocks of each active agent's last step: what the window protects,
 	// counted in U.
 	prefix map[string][]uint64
+	// demote, with the embedded engine, marks blocks as the first to evict (sim.Demote): the
+	// prefix of an agent the window no longer keeps (finished, paused, gone) goes before the
+	// prefixes of the agents it keeps. Nil with an external engine.
+	demote func([]uint64) int
 	// The recompute counters at the last tick, and the hit rate H they gave.
 	lastAvoided, lastRecomputed uint64
 	h                           float64
@@ -85,6 +89,9 @@ func (n *Node) buildAgents() error {
 	n.agents = &agentGate{a: a, home: n.cfg.Name, wake: map[string]chan struct{}{},
 		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{}),
 		asked: map[string]time.Time{}, prefix: map[string][]uint64{}, h: 1}
+	if n.sim != nil {
+		n.agents.demote = n.sim.Demote
+	}
 	n.reg.MustRegister(newAgentCollector(n.agents))
 	return nil
 }
@@ -147,10 +154,37 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 		g.prefix[id] = p.req.Blocks
 	} else {
 		delete(g.prefix, id)
+		g.releaseLocked(p.req.Blocks)
 	}
 	g.wakeLocked()
 	g.mu.Unlock()
 	return o, true
+}
+
+// releaseLocked gives up the blocks of a prefix the window no longer keeps (its agent
+// finished, was paused or left): with the embedded engine they become the first to evict,
+// except blocks an active agent's prefix shares. An LRU cache alone would keep a finished
+// agent's context, used a moment ago, over the context of an active agent waiting for a tool,
+// and evict the wrong one when the pool is full.
+func (g *agentGate) releaseLocked(blocks []uint64) {
+	if g.demote == nil || len(blocks) == 0 {
+		return
+	}
+	kept := map[uint64]bool{}
+	for _, bs := range g.prefix {
+		for _, b := range bs {
+			kept[b] = true
+		}
+	}
+	out := make([]uint64, 0, len(blocks))
+	for _, b := range blocks {
+		if !kept[b] {
+			out = append(out, b)
+		}
+	}
+	if len(out) > 0 {
+		g.demote(out)
+	}
 }
 
 // observeAgent records a completed step's cache outcome (called from finished, before the
@@ -308,10 +342,15 @@ func (n *Node) agentTick(now time.Time) {
 	for _, id := range g.a.Active(g.home) {
 		active[id] = true
 	}
-	for id := range g.prefix {
+	var released [][]uint64
+	for id, bs := range g.prefix {
 		if !active[id] {
 			delete(g.prefix, id)
+			released = append(released, bs)
 		}
+	}
+	for _, bs := range released {
+		g.releaseLocked(bs)
 	}
 	g.wakeLocked()
 }
