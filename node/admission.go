@@ -184,6 +184,9 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	} else {
 		pl.d = n.adm.Admit(now, *a, pl.opts)
 	}
+	if rreq.StayHome && pl.d.Code == admit.CodeSLOUnattainable {
+		n.decideAgentStep(now, p, pl, it)
+	}
 	if n.cfg.Admission != AdmissionKvmesh {
 		n.plainAdmission(pl)
 	}
@@ -196,6 +199,35 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 		pl.res = n.policy.Reserve(now, c.Name, max(a.PromptTokens-c.Terms.PrefixTokens, 0), pl.d.KVBlocks)
 		pl.reserved = true
 	}
+}
+
+// agentStepSLO is the TTFT and TPOT target an agent step is decided again with when its own
+// cannot be met: none that matters, as the queue TTL bounds the wait.
+const agentStepSLO = 24 * time.Hour
+
+// decideAgentStep decides again, without its SLO, a step of an agent that the SLO check
+// refused. With agent admission on, an agent's steps are admitted by its home's window, not
+// per request: an active agent's step is part of the agent, and refusing it for a predicted
+// TTFT would only send its client away for a Retry-After while its slot, and the KV the
+// window keeps for it, sit idle. Decided again, the step still waits here for KV room at its
+// home (and within the room's caps), so the window's agents cannot push the engine into
+// preemption; the home then runs it if its agent is active, holds it if the agent is outside
+// the window, and checks a new agent's first step the same way (for KV room, not for time).
+func (n *Node) decideAgentStep(now time.Time, p *prepared, pl *plan, it *admit.Item) {
+	req := withoutSLO(p.adm)
+	if it == nil {
+		pl.d = n.adm.Admit(now, req, pl.opts)
+		return
+	}
+	relaxed := *it
+	relaxed.Req = req
+	pl.d = n.adm.Ready(now, &relaxed, pl.opts)
+}
+
+// withoutSLO is req with the SLO of an agent step decided again (agentStepSLO).
+func withoutSLO(req admit.Request) admit.Request {
+	req.TTFTSLO, req.TPOTSLO = agentStepSLO, agentStepSLO
+	return req
 }
 
 // releasePlan gives back the reservation of an accept that will not run.

@@ -59,6 +59,10 @@ type agentGate struct {
 	// prefix is the prompt blocks of each active agent's last step: what the window protects,
 	// counted in U.
 	prefix map[string][]uint64
+	// demote, with the embedded engine, marks blocks as the first to evict (sim.Demote): the
+	// prefix of an agent the window no longer keeps (finished, paused, gone) goes before the
+	// prefixes of the agents it keeps. Nil with an external engine.
+	demote func([]uint64) int
 	// The recompute counters at the last tick, and the hit rate H they gave.
 	lastAvoided, lastRecomputed uint64
 	h                           float64
@@ -85,6 +89,9 @@ func (n *Node) buildAgents() error {
 	n.agents = &agentGate{a: a, home: n.cfg.Name, wake: map[string]chan struct{}{},
 		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{}),
 		asked: map[string]time.Time{}, prefix: map[string][]uint64{}, h: 1}
+	if n.sim != nil {
+		n.agents.demote = n.sim.Demote
+	}
 	n.reg.MustRegister(newAgentCollector(n.agents))
 	return nil
 }
@@ -147,10 +154,37 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 		g.prefix[id] = p.req.Blocks
 	} else {
 		delete(g.prefix, id)
+		g.releaseLocked(p.req.Blocks)
 	}
 	g.wakeLocked()
 	g.mu.Unlock()
 	return o, true
+}
+
+// releaseLocked gives up the blocks of a prefix the window no longer keeps (its agent
+// finished, was paused or left): with the embedded engine they become the first to evict,
+// except blocks an active agent's prefix shares. An LRU cache alone would keep a finished
+// agent's context, used a moment ago, over the context of an active agent waiting for a tool,
+// and evict the wrong one when the pool is full.
+func (g *agentGate) releaseLocked(blocks []uint64) {
+	if g.demote == nil || len(blocks) == 0 {
+		return
+	}
+	kept := map[uint64]bool{}
+	for _, bs := range g.prefix {
+		for _, b := range bs {
+			kept[b] = true
+		}
+	}
+	out := make([]uint64, 0, len(blocks))
+	for _, b := range blocks {
+		if !kept[b] {
+			out = append(out, b)
+		}
+	}
+	if len(out) > 0 {
+		g.demote(out)
+	}
 }
 
 // observeAgent records a completed step's cache outcome (called from finished, before the
@@ -282,8 +316,7 @@ func (n *Node) agentTick(now time.Time) {
 	st := n.eng.State()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	u, h := g.signalsLocked(st)
-	g.a.Tick(now, g.home, u, h)
+	g.a.TickSignals(now, g.home, g.signalsLocked(st))
 	// A held step is a step boundary that has arrived, not silence: refresh its agent so the
 	// idle sweep does not drop it (and its place in the queue) while it waits. A peer's
 	// held step refreshes itself each time its ingress retries.
@@ -309,10 +342,15 @@ func (n *Node) agentTick(now time.Time) {
 	for _, id := range g.a.Active(g.home) {
 		active[id] = true
 	}
-	for id := range g.prefix {
+	var released [][]uint64
+	for id, bs := range g.prefix {
 		if !active[id] {
 			delete(g.prefix, id)
+			released = append(released, bs)
 		}
+	}
+	for _, bs := range released {
+		g.releaseLocked(bs)
 	}
 	g.wakeLocked()
 }
@@ -334,7 +372,14 @@ func (n *Node) agentTick(now time.Time) {
 // prefixes that no running step holds. An engine counts an idle cached prefix as free,
 // because it may evict it, so its own KV use stays low while the agents' prefixes are being
 // evicted; U counts them, because the window means to keep them.
-func (g *agentGate) signalsLocked(st engine.State) (u, h float64) {
+//
+// Next is the share the window will need at its agents' next steps: U plus, for every active
+// agent, the blocks its prompt grows by from one step to the next (the moving average
+// GrowthTokens). Every active agent comes back with a longer context, so a window sized on U
+// lets in agents whose next steps overflow the pool, and the only way back from that is a
+// cut that pauses agents, whose prefixes are then lost and recomputed. The window grows only
+// while Next is under target, so it stops letting agents in a step ahead of the overflow.
+func (g *agentGate) signalsLocked(st engine.State) agent.Signals {
 	s := g.a.Stats()
 	avoided, recomputed := s.KeptAvoidedTokens-g.lastAvoided, s.KeptRecomputedTokens-g.lastRecomputed
 	g.lastAvoided, g.lastRecomputed = s.KeptAvoidedTokens, s.KeptRecomputedTokens
@@ -342,11 +387,12 @@ func (g *agentGate) signalsLocked(st engine.State) (u, h float64) {
 		g.h = float64(avoided) / float64(avoided+recomputed)
 	}
 	if st.KVBlocksTotal <= 0 {
-		return math.NaN(), g.h // no engine state yet: the controller skips the tick
+		return agent.Signals{U: math.NaN(), H: g.h} // no engine state yet: the controller skips the tick
 	}
 	running := map[uint64]bool{}
 	var idle [][]uint64
-	for _, id := range g.a.Active(g.home) {
+	active := g.a.Active(g.home)
+	for _, id := range active {
 		ag, _ := g.a.Get(id)
 		if ag.InStep {
 			for _, b := range g.prefix[id] {
@@ -364,7 +410,13 @@ func (g *agentGate) signalsLocked(st engine.State) (u, h float64) {
 			}
 		}
 	}
-	return float64(st.KVBlocksUsed+len(protected)) / float64(st.KVBlocksTotal), g.h
+	growth := 0
+	if bt := max(st.BlockTokens, 1); s.GrowthTokens > 0 {
+		growth = len(active) * int(math.Ceil(s.GrowthTokens/float64(bt)))
+	}
+	total := float64(st.KVBlocksTotal)
+	now := float64(st.KVBlocksUsed + len(protected))
+	return agent.Signals{U: now / total, Next: (now + float64(growth)) / total, H: g.h}
 }
 
 // wakeLocked releases the held steps of the agents the window let in since the last call.
@@ -388,10 +440,10 @@ func (g *agentGate) wakeLocked() {
 
 // agentCollector exports the window's state at scrape time.
 type agentCollector struct {
-	g                                          *agentGate
-	window, active, paused, waiting, agents    *prometheus.Desc
-	pauses, resumes, admitted, swept, finished *prometheus.Desc
-	kvUse, hitRate, avoided, recomputed        *prometheus.Desc
+	g                                           *agentGate
+	window, active, paused, waiting, agents     *prometheus.Desc
+	pauses, resumes, admitted, swept, finished  *prometheus.Desc
+	kvUse, kvNext, hitRate, avoided, recomputed *prometheus.Desc
 }
 
 func newAgentCollector(g *agentGate) *agentCollector {
@@ -411,6 +463,7 @@ func newAgentCollector(g *agentGate) *agentCollector {
 		swept:      d("swept_total", "Agents removed after going silent past the idle timeout."),
 		finished:   d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
 		kvUse:      d("kv_use", "KV use (0..1) the window controller last saw: running sequences plus the active agents' idle prefixes."),
+		kvNext:     d("kv_use_next", "KV use (0..1) the window controller last predicted for the active agents' next steps: kv_use plus each one's growth."),
 		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
 		avoided:    d("recompute_avoided_tokens_total", "Tokens of agents' earlier context served from cache instead of recomputed."),
 		recomputed: d("recomputed_tokens_total", "Tokens of agents' earlier context that had to be recomputed."),
@@ -419,17 +472,17 @@ func newAgentCollector(g *agentGate) *agentCollector {
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.finished, c.kvUse, c.hitRate, c.avoided, c.recomputed} {
+		c.admitted, c.swept, c.finished, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed} {
 		ch <- d
 	}
 }
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.a.Stats()
-	u, h := 0.0, 0.0
+	u, next, h := 0.0, 0.0, 0.0
 	for _, hs := range s.Homes {
 		if hs.Home == c.g.home {
-			u, h = hs.Controller.U, hs.Controller.H
+			u, next, h = hs.Controller.U, hs.Controller.Next, hs.Controller.H
 		}
 	}
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
@@ -442,6 +495,7 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.waiting, float64(s.Waiting))
 	gauge(c.agents, float64(s.Agents))
 	gauge(c.kvUse, u)
+	gauge(c.kvNext, next)
 	gauge(c.hitRate, h)
 	counter(c.pauses, s.PausesTotal)
 	counter(c.resumes, s.ResumesTotal)

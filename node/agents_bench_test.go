@@ -140,6 +140,7 @@ func BenchmarkAgents(b *testing.B) {
 			// Of those, the agents' earlier context computed again (the client's count).
 			b.ReportMetric(float64(recomputed)/float64(b.N), "recomputed-tok")
 			b.ReportMetric(gathered(b, tn, "vllm:num_preemptions_total")/float64(b.N), "preemptions")
+			b.Logf("%s: refusals by code, summed over the nodes (retried steps included): %v", m.name, gatheredBy(b, tn, "kvmesh_requests_refused_total", "code"))
 			if m.agents {
 				b.ReportMetric(gathered(b, tn, "kvmesh_agent_pauses_total")/float64(b.N), "pauses")
 				b.Logf("summed over the nodes: window %v active %v paused %v waiting %v U %.2f H %.2f finished %v swept %v",
@@ -165,9 +166,10 @@ func traceWindows(b *testing.B, tn *testnet.Net, stop chan struct{}) {
 		line := ""
 		for _, n := range tn.Nodes {
 			one := &testnet.Net{Nodes: []*node.Node{n}}
-			line += fmt.Sprintf(" | W %v act %v pau %v wait %v U %.2f H %.2f", gathered(b, one, "kvmesh_agent_window"),
+			line += fmt.Sprintf(" | W %v act %v pau %v wait %v U %.2f next %.2f H %.2f", gathered(b, one, "kvmesh_agent_window"),
 				gathered(b, one, "kvmesh_agent_active"), gathered(b, one, "kvmesh_agent_paused"),
-				gathered(b, one, "kvmesh_agent_waiting"), gathered(b, one, "kvmesh_agent_kv_use"), gathered(b, one, "kvmesh_agent_hit_rate"))
+				gathered(b, one, "kvmesh_agent_waiting"), gathered(b, one, "kvmesh_agent_kv_use"),
+				gathered(b, one, "kvmesh_agent_kv_use_next"), gathered(b, one, "kvmesh_agent_hit_rate"))
 		}
 		b.Log(line)
 	}
@@ -192,4 +194,29 @@ func gathered(tb testing.TB, tn *testnet.Net, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// gatheredBy sums metric family name over the testnet's nodes by the value of label.
+func gatheredBy(tb testing.TB, tn *testnet.Net, name, label string) map[string]float64 {
+	tb.Helper()
+	out := map[string]float64{}
+	for _, n := range tn.Nodes {
+		fams, err := n.Registry().Gather()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == label {
+						out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return out
 }

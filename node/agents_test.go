@@ -372,3 +372,36 @@ func TestAgentFinalHeaderValidated(t *testing.T) {
 		t.Fatalf("X-Kvmesh-Agent-Final: yes gave %+v, want 400 invalid_parameter", r)
 	}
 }
+
+// TestAgentStepIsNotRefusedForItsSLO pins that with agent admission on, an agent's steps are
+// admitted by its home's window and not refused slo_unattainable per request, at the ingress
+// or at the home (a refused step would send its client away while its slot sat idle); the
+// same request without an agent is refused.
+func TestAgentStepIsNotRefusedForItsSLO(t *testing.T) {
+	tests := []struct {
+		name    string
+		ingress int // where the steps enter: the home, or the peer that forwards them
+	}{{"local", 0}, {"forwarded", 1}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			urls := oneHome(t)
+			in := urls[tt.ingress]
+			step := func(agent string, tokens int) (*http.Response, []byte) {
+				hdr := map[string]string{node.HeaderTTFTSLO: "1ms"}
+				if agent != "" {
+					hdr[node.HeaderAgent] = agent
+				}
+				resp := post(t, in, "/v1/chat/completions", chatBody(longPrompt("slo", tokens), 8, false), hdr)
+				return resp, readAll(t, resp)
+			}
+			if resp, b := step("", 3000); resp.StatusCode != http.StatusTooManyRequests || decodeError(t, b).Error.Code != "slo_unattainable" {
+				t.Fatalf("a request without an agent: status %d: %s, want slo_unattainable", resp.StatusCode, b)
+			}
+			for k, tokens := range []int{3000, 3500} { // a new agent's first step, then an active agent's next
+				if resp, b := step("a", tokens); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != testnet.Name(0) {
+					t.Fatalf("agent step %d: status %d on %q: %s, want 200 on the home", k, resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+				}
+			}
+		})
+	}
+}

@@ -255,7 +255,11 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(http.StatusTooManyRequests, CodeCarbonDeferred, "this node's grid is over the carbon threshold", n.carbon.RetryAfter(now))
 		return
 	}
-	d := n.adm.Admit(now, *a, []admit.Option{n.localOption()})
+	opts := []admit.Option{n.localOption()}
+	d := n.adm.Admit(now, *a, opts)
+	if n.agents != nil && a.Agent != "" && d.Code == admit.CodeSLOUnattainable {
+		d = n.adm.Admit(now, withoutSLO(*a), opts) // as the ingress did: see decideAgentStep
+	}
 	n.m.decisionOf(d)
 	// The steps of an agent this node's window knows are admitted by the window, not per
 	// request (a new agent's first step passes both).

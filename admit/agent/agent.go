@@ -91,6 +91,7 @@ type Decision struct {
 type entry struct {
 	Agent
 	inflight int // steps admitted and not yet done
+	prompt   int // the prompt of its latest step, to measure the next one's growth
 	reusable int // context at the end of the last step: what a cache could give back
 	lru      *list.Element
 	slot     *list.Element // in its home's active, paused or waiting list
@@ -131,7 +132,14 @@ type Admitter struct {
 	admitted, pauses, resumes, evicted, swept, finished uint64
 	avoided, recomputed                                 uint64
 	keptAvoided, keptRecomputed                         uint64
+	growth                                              float64 // EWMA of a step's prompt growth, tokens
+	grown                                               bool    // growth has a sample
 }
+
+// growthWeight is the weight of a new sample in the EWMA of how much an agent's prompt grows
+// from one step to the next (its last output plus the tool result). 0.1: tool results vary
+// several-fold from step to step, so the mean of the last ten or so is what predicts the next.
+const growthWeight = 0.1
 
 // New validates cfg and returns an empty Admitter. It does no I/O and starts nothing.
 func New(cfg Config) (*Admitter, error) {
@@ -154,6 +162,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 	if e != nil {
 		if contextTokens > 0 {
 			e.ContextTokens = contextTokens
+			a.growLocked(e, contextTokens)
 		}
 		a.touchLocked(e, now)
 		if e.State == Active {
@@ -178,7 +187,8 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 		a.removeLocked(victim, now)
 	}
 	h := a.homeLocked(homeName)
-	e = &entry{Agent: Agent{ID: id, Home: homeName, ContextTokens: max(contextTokens, 0), LastStep: now}}
+	e = &entry{Agent: Agent{ID: id, Home: homeName, ContextTokens: max(contextTokens, 0), LastStep: now},
+		prompt: max(contextTokens, 0)}
 	e.lru = a.lru.PushBack(e)
 	a.agents[id] = e
 	a.fillLocked(h, now) // no one queued ahead may be overtaken
@@ -289,11 +299,17 @@ func (a *Admitter) Sweep(now time.Time) []string {
 // room is given to paused agents (longest paused first) and then to waiting ones (first come
 // first). It returns the window.
 func (a *Admitter) Tick(now time.Time, homeName string, u, h float64) int {
+	return a.TickSignals(now, homeName, Signals{U: u, H: h})
+}
+
+// TickSignals is Tick with the predicted KV use s.Next (see Signals). The demand is the
+// home's agents; s.Demand is ignored.
+func (a *Admitter) TickSignals(now time.Time, homeName string, s Signals) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	hm := a.homeLocked(homeName)
-	demand := hm.active.Len() + hm.paused.Len() + hm.waiting.Len()
-	w, _ := hm.ctl.TickDemand(now, u, h, demand)
+	s.Demand = hm.active.Len() + hm.paused.Len() + hm.waiting.Len()
+	w, _ := hm.ctl.TickSignals(now, s)
 	a.enforceLocked(hm, now)
 	a.fillLocked(hm, now)
 	return w
@@ -435,7 +451,11 @@ type Stats struct {
 	// keep. Their ratio is the hit rate to feed Tick; an agent that was paused is expected to
 	// lose its prefix, and counting that would make each cut look like more thrashing.
 	KeptAvoidedTokens, KeptRecomputedTokens uint64
-	Homes                                   []HomeStats // sorted by Home
+	// GrowthTokens is how much an agent's prompt grows from one step to the next (its output
+	// plus the tool result), a moving average over every agent's steps; 0 before any agent's
+	// second step. An active agent's next step needs this much more KV than its last.
+	GrowthTokens float64
+	Homes        []HomeStats // sorted by Home
 }
 
 // Stats returns current counts and totals.
@@ -446,7 +466,7 @@ func (a *Admitter) Stats() Stats {
 		PausesTotal: a.pauses, ResumesTotal: a.resumes, EvictedTotal: a.evicted,
 		SweptTotal: a.swept, FinishedTotal: a.finished,
 		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed,
-		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed}
+		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed, GrowthTokens: a.growth}
 	for name, h := range a.homes {
 		hs := HomeStats{Home: name, Active: h.active.Len(), Paused: h.paused.Len(),
 			Waiting: h.waiting.Len(), Controller: h.ctl.Stats()}
@@ -476,6 +496,21 @@ func (a *Admitter) homeLocked(name string) *home {
 		a.homes[name] = h
 	}
 	return h
+}
+
+// growLocked records that e's new step has a prompt of prompt tokens. A step that asks again
+// (a held step retried) has the prompt it had and is no sample; a shorter prompt (the client
+// cut its context) starts over from it.
+func (a *Admitter) growLocked(e *entry, prompt int) {
+	if e.prompt > 0 && prompt > e.prompt {
+		g := float64(prompt - e.prompt)
+		if a.grown {
+			a.growth += growthWeight * (g - a.growth)
+		} else {
+			a.growth, a.grown = g, true
+		}
+	}
+	e.prompt = prompt
 }
 
 func (a *Admitter) touchLocked(e *entry, now time.Time) {

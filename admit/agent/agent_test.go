@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -610,5 +611,34 @@ func TestObserveKeptCountsOnlyAgentsThatStayed(t *testing.T) {
 	}
 	if s.KeptAvoidedTokens != 100 || s.KeptRecomputedTokens != 100 {
 		t.Fatalf("kept avoided %d recomputed %d, want b's 100 and 100 only", s.KeptAvoidedTokens, s.KeptRecomputedTokens)
+	}
+}
+
+// TestGrowth pins the step-to-step prompt growth the node counts in the predicted KV use: a
+// moving average over every agent's steps, where a step that asks again with the same prompt
+// (a held step retried) and a prompt that shrank are no samples.
+func TestGrowth(t *testing.T) {
+	a := newAdmitter(t, window(4))
+	steps := []struct {
+		id     string
+		prompt int
+		want   float64
+	}{
+		{"a", 1000, 0},    // a first step: nothing to grow from
+		{"a", 3000, 2000}, // the first sample is the average
+		{"a", 3000, 2000}, // the same step asking again
+		{"b", 500, 2000},  // another agent's first step
+		{"b", 1500, 1900}, // 2000 + 0.1 × (1000 − 2000)
+		{"a", 2000, 1900}, // shorter: the client cut its context; no sample
+		{"a", 2500, 1760}, // grows from the cut prompt: 1900 + 0.1 × (500 − 1900)
+		{"a", 0, 1760},    // unknown prompt
+	}
+	for i, s := range steps {
+		if _, err := a.Arrive(t0.Add(time.Duration(i)*time.Second), s.id, "n1", s.prompt); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := a.Stats().GrowthTokens; math.Abs(got-s.want) > 1e-9 {
+			t.Fatalf("step %d (%s, prompt %d): growth %v, want %v", i, s.id, s.prompt, got, s.want)
+		}
 	}
 }

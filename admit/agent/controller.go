@@ -35,11 +35,11 @@ type Controller struct {
 	haveEWMA bool
 	cooldown int
 
-	lastU, lastH float64
-	lastTick     time.Time
-	lastMove     Move
-	ticks        uint64
-	decreases    uint64
+	lastU, lastNext, lastH float64
+	lastTick               time.Time
+	lastMove               Move
+	ticks                  uint64
+	decreases              uint64
 }
 
 // NewController validates cfg and returns a controller at cfg.InitialWindow.
@@ -62,12 +62,38 @@ func (c *Controller) Tick(now time.Time, u, h float64) int {
 // quiet period cannot inflate it to MaxWindow and admit a burst of new agents all at once
 // (the congestion-window validation rule of TCP). It also returns what the tick did.
 func (c *Controller) TickDemand(now time.Time, u, h float64, demand int) (int, Move) {
+	return c.TickSignals(now, Signals{U: u, H: h, Demand: demand})
+}
+
+// Signals is one control interval's samples.
+type Signals struct {
+	// U is the KV use the window's agents need now, 0..1; NaN skips the tick.
+	U float64
+	// Next is the KV use they will need at their next steps, when every active agent comes
+	// back with a longer context, 0..1. Below U (or unset) it is taken to be U. The window
+	// grows only while Next is under TargetU, so it stops letting agents in a step before
+	// their growth would overflow the pool; a cut, which pauses agents, still needs U itself
+	// high, so a growth that is only predicted never pauses anyone.
+	Next float64
+	// H is the prefix hit rate on the agents' earlier context, 0..1; NaN skips the tick.
+	H float64
+	// Demand is the number of agents that want a slot (active, paused, waiting); < 0 unknown.
+	Demand int
+}
+
+// TickSignals is TickDemand with the predicted KV use Signals.Next.
+func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
+	u, h, demand := s.U, s.H, s.Demand
 	if math.IsNaN(u) || math.IsNaN(h) {
 		return c.Window(), Hold
 	}
 	u, h = clamp01(u), clamp01(h)
+	next := u
+	if !math.IsNaN(s.Next) {
+		next = max(clamp01(s.Next), u)
+	}
 	c.ticks++
-	c.lastU, c.lastH, c.lastTick = u, h, now
+	c.lastU, c.lastNext, c.lastH, c.lastTick = u, next, h, now
 
 	// Falling is judged against the average of earlier samples, before this one joins it.
 	falling := c.haveEWMA && h < c.ewma-c.cfg.HitMargin
@@ -86,7 +112,7 @@ func (c *Controller) TickDemand(now time.Time, u, h float64, demand int) (int, M
 		c.cooldown = c.cfg.CooldownTicks
 		c.decreases++
 		move = Decrease
-	case u < c.cfg.TargetU && (demand < 0 || demand >= c.Window()) && c.Window() < c.cfg.MaxWindow:
+	case next < c.cfg.TargetU && (demand < 0 || demand >= c.Window()) && c.Window() < c.cfg.MaxWindow:
 		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.cfg.Alpha)
 		move = Increase
 	}
@@ -104,6 +130,7 @@ func (c *Controller) Window() int {
 type ControllerStats struct {
 	Window    int
 	U, H      float64 // the last sample
+	Next      float64 // the last predicted KV use (Signals.Next)
 	HitEWMA   float64 // the hit-rate average H is compared against
 	LastTick  time.Time
 	LastMove  Move
@@ -113,7 +140,7 @@ type ControllerStats struct {
 
 // Stats returns the controller's state.
 func (c *Controller) Stats() ControllerStats {
-	return ControllerStats{Window: c.Window(), U: c.lastU, H: c.lastH, HitEWMA: c.ewma,
+	return ControllerStats{Window: c.Window(), U: c.lastU, Next: c.lastNext, H: c.lastH, HitEWMA: c.ewma,
 		LastTick: c.lastTick, LastMove: c.lastMove, Ticks: c.ticks, Decreases: c.decreases}
 }
 

@@ -87,6 +87,58 @@ func TestControllerRule(t *testing.T) {
 	}
 }
 
+// TestControllerPredictedUse pins the rule for Signals.Next, the KV use the active agents
+// will need at their next steps: it stops the increase, but a cut still needs U itself high,
+// so a growth that is only predicted never pauses an agent.
+func TestControllerPredictedUse(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(*ControllerConfig)
+		signals []Signals
+		want    []int // window after each tick
+		moves   []Move
+	}{
+		{"next under target increases", nil,
+			[]Signals{{U: 0.3, Next: 0.5, H: 0.9, Demand: -1}, {U: 0.3, Next: 0.79, H: 0.9, Demand: -1}},
+			[]int{9, 10}, []Move{Increase, Increase}},
+		{"next at target holds though u is low", nil,
+			[]Signals{{U: 0.3, Next: 0.8, H: 0.9, Demand: -1}, {U: 0.5, Next: 0.95, H: 0.9, Demand: -1}},
+			[]int{8, 8}, []Move{Hold, Hold}},
+		{"next over high u with the hit rate collapsing holds", nil,
+			[]Signals{{U: 0.6, Next: 1, H: 0.9, Demand: -1}, {U: 0.6, Next: 1, H: 0.2, Demand: -1}, {U: 0.6, Next: 1, H: 0.1, Demand: -1}},
+			[]int{8, 8, 8}, []Move{Hold, Hold, Hold}},
+		{"u itself high with the hit rate collapsing cuts", func(c *ControllerConfig) { c.InitialWindow = 20 },
+			[]Signals{{U: 0.95, Next: 1, H: 0.9, Demand: -1}, {U: 0.95, Next: 1, H: 0.2, Demand: -1}},
+			[]int{20, 14}, []Move{Hold, Decrease}},
+		{"unset next is u", nil,
+			[]Signals{{U: 0.5, H: 0.9, Demand: -1}, {U: 0.85, H: 0.9, Demand: -1}},
+			[]int{9, 9}, []Move{Increase, Hold}},
+		{"next below u is u", nil,
+			[]Signals{{U: 0.85, Next: 0.1, H: 0.9, Demand: -1}},
+			[]int{8}, []Move{Hold}},
+		{"nan next is u", nil,
+			[]Signals{{U: 0.5, Next: math.NaN(), H: 0.9, Demand: -1}},
+			[]int{9}, []Move{Increase}},
+		{"demand below window holds under target", nil,
+			[]Signals{{U: 0.1, Next: 0.2, H: 0.9, Demand: 3}},
+			[]int{8}, []Move{Hold}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, tt.mod)
+			for i, s := range tt.signals {
+				got, move := c.TickSignals(t0.Add(time.Duration(i)*time.Second), s)
+				if got != tt.want[i] || move != tt.moves[i] {
+					t.Fatalf("tick %d (%+v): window %d after %v, want %d after %v", i, s, got, move, tt.want[i], tt.moves[i])
+				}
+			}
+			if last := tt.signals[len(tt.signals)-1]; !math.IsNaN(last.Next) && c.Stats().Next < last.U {
+				t.Fatalf("Stats().Next = %v, below U %v", c.Stats().Next, last.U)
+			}
+		})
+	}
+}
+
 // TestControllerConstantLoad pins that a constant load never makes the window flip between
 // increase and decrease, and that it settles.
 func TestControllerConstantLoad(t *testing.T) {

@@ -12,7 +12,11 @@
 // Controller regulates W by AIMD from two engine signals sampled once per control interval,
 // KV use U and prefix hit rate H (both 0..1):
 //
-//   - increase W by Alpha (1) while U < TargetU (0.8) and the agents wanting a slot fill W;
+//   - increase W by Alpha (1) while the predicted KV use Next (U plus the growth of the active
+//     agents' next steps; U when not given) is under TargetU (0.8) and the agents wanting a
+//     slot fill W: every active agent comes back with a longer context, so a window sized on
+//     the contexts of now overflows the pool a step later, and the way back, a cut, pauses
+//     agents whose prefixes are then lost;
 //   - multiply W by Beta (0.7) when U >= HighU (0.9) and H is falling, that is H is below the
 //     EWMA of earlier samples (weight HitWeight 0.2) by more than HitMargin (0.05), or H is
 //     under HitFloor (0.5): KV full while hits collapse, or stay collapsed, is thrashing;
@@ -31,8 +35,10 @@
 // The package does not say where U and H come from. The node feeds it signals that see
 // thrashing with any engine: U is the share of the KV pool the window needs (the engine's KV
 // use by running sequences plus the blocks of the active agents' prefixes that no running
-// sequence holds), and H is the share of the agents' earlier context served from the prefix
-// cache over the last interval (from the cached-token counts the engine reports per request).
+// sequence holds), Next adds to it each active agent's growth per step (Stats.GrowthTokens,
+// a moving average of how much an agent's prompt grows from one step to the next), and H is
+// the share of the agents' earlier context served from the prefix cache over the last
+// interval (from the cached-token counts the engine reports per request).
 //
 // # Step boundaries
 //

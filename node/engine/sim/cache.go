@@ -3,23 +3,21 @@ package sim
 // blockCache is the paged KV pool's accounting. It does not track physical block numbers, only
 // counts: a block is private (held by one sequence, not hashed: partial prompt blocks, output
 // blocks, prompt blocks whose prefill is still running), cached (hashed prompt block, possibly
-// shared by several sequences through refs), or free. Cached blocks that no sequence holds and
-// no pin protects sit on an LRU list and are evicted from its front when space is needed.
+// shared by several sequences through refs), or free. Cached blocks that no sequence holds sit
+// on an LRU list and are evicted from its front when space is needed.
 type blockCache struct {
 	total   int
 	private int // blocks held privately by sequences
 	entries map[uint64]*centry
-	// LRU of evictable entries (refs == 0 && pins == 0): head is evicted first.
+	// LRU of evictable entries (refs == 0): head is evicted first.
 	head, tail *centry
 	evictable  int
-	pinned     int // entries with pins > 0
 	held       int // entries with refs > 0
 }
 
 type centry struct {
 	hash       uint64
 	refs       int
-	pins       int
 	prev, next *centry
 	inLRU      bool
 }
@@ -105,9 +103,7 @@ func (c *blockCache) release(blocks []uint64) {
 		e.refs--
 		if e.refs == 0 {
 			c.held--
-			if e.pins == 0 {
-				c.pushBack(e)
-			}
+			c.pushBack(e)
 		}
 	}
 }
@@ -152,41 +148,33 @@ func (c *blockCache) store(h uint64) bool {
 	return true
 }
 
-// pin protects cached blocks, contiguous from block 0, from eviction, stopping at the first
-// block not cached or when the pinned count would exceed limit. It returns the blocks pinned.
-func (c *blockCache) pin(blocks []uint64, limit int) []uint64 {
+// demote moves the evictable entries among blocks to the front of the LRU, so that they are
+// evicted before anything else, the last block of the prefix first. Blocks not cached or held
+// by a sequence are left alone. It returns how many it moved.
+func (c *blockCache) demote(blocks []uint64) int {
 	n := 0
 	for _, h := range blocks {
 		e, ok := c.entries[h]
-		if !ok {
-			break
+		if !ok || !e.inLRU {
+			continue
 		}
-		if e.pins == 0 {
-			if c.pinned >= limit {
-				break
-			}
-			c.pinned++
-			if e.inLRU {
-				c.unlink(e)
-			}
-		}
-		e.pins++
+		c.unlink(e)
+		c.pushFront(e)
 		n++
 	}
-	return blocks[:n:n]
+	return n
 }
 
-func (c *blockCache) unpin(blocks []uint64) {
-	for i := len(blocks) - 1; i >= 0; i-- {
-		e := c.entries[blocks[i]]
-		e.pins--
-		if e.pins == 0 {
-			c.pinned--
-			if e.refs == 0 {
-				c.pushBack(e)
-			}
-		}
+func (c *blockCache) pushFront(e *centry) {
+	e.prev, e.next = nil, c.head
+	if c.head != nil {
+		c.head.prev = e
+	} else {
+		c.tail = e
 	}
+	c.head = e
+	e.inLRU = true
+	c.evictable++
 }
 
 // resident appends every cached hash to dst.

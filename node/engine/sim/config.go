@@ -40,8 +40,6 @@ type Config struct {
 	// TimeScale runs the simulator this many times faster than real time: a step sleeps
 	// stepTime/TimeScale. Default 1.
 	TimeScale float64
-	// PinFraction bounds the pool share Pin may protect from eviction. Default 0.5.
-	PinFraction float64
 	// HitRateWindow is how many recent prompt tokens State's HitRate covers. Default 65536.
 	HitRateWindow int
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
@@ -68,7 +66,6 @@ func DefaultConfig() Config {
 		StepPerToken:         30 * time.Microsecond,
 		StepPerContextToken:  40 * time.Nanosecond,
 		TimeScale:            1,
-		PinFraction:          0.5,
 		HitRateWindow:        65536,
 	}
 }
@@ -119,8 +116,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: a step must take time (StepFixed + StepPerToken > 0)", ErrConfig)
 	case !(c.TimeScale > 0):
 		return fmt.Errorf("%w: TimeScale %v must be > 0", ErrConfig, c.TimeScale)
-	case c.PinFraction < 0 || c.PinFraction > 1:
-		return fmt.Errorf("%w: PinFraction %v outside 0..1", ErrConfig, c.PinFraction)
 	case c.HitRateWindow < 1:
 		return fmt.Errorf("%w: HitRateWindow %d < 1", ErrConfig, c.HitRateWindow)
 	}

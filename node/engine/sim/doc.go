@@ -20,11 +20,12 @@
 // blocks are named by kvindex's chained hashes; at admission the longest run of them cached
 // from block 0 is reused (CachedTokens) and not recomputed. When a prefill completes its prompt
 // blocks become cached (reported to OnPrefix as stored). Cached blocks no running request
-// holds and no Pin protects stay resident and are evicted least recently used first, a
-// released prefix tail first, when space is needed (reported to OnPrefix as evicted). When a
-// running sequence needs a block and none can be had, the most recently arrived running
-// sequence is preempted: its blocks are freed, it returns to the head of the waiting queue
-// and its context (prompt and output so far) is recomputed when it is readmitted.
+// holds stay resident and are evicted least recently used first, a released prefix tail
+// first, when space is needed (reported to OnPrefix as evicted); blocks passed to Demote (a
+// prefix its owner is done with) go before all others. When a running sequence needs a block
+// and none can be had, the most recently arrived running sequence is preempted: its blocks
+// are freed, it returns to the head of the waiting queue and its context (prompt and output
+// so far) is recomputed when it is readmitted.
 //
 // # Text
 //

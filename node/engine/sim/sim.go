@@ -65,7 +65,6 @@ type planItem struct {
 type Sim struct {
 	cfg      Config
 	kvBlocks int
-	pinLimit int
 	models   map[string]engine.Model
 	log      *slog.Logger
 	met      *metrics
@@ -132,9 +131,6 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = def.TimeScale
 	}
-	if cfg.PinFraction == 0 {
-		cfg.PinFraction = def.PinFraction
-	}
 	if cfg.HitRateWindow == 0 {
 		cfg.HitRateWindow = def.HitRateWindow
 	}
@@ -148,7 +144,6 @@ func New(cfg Config) (*Sim, error) {
 	s := &Sim{
 		cfg:      cfg,
 		kvBlocks: n,
-		pinLimit: int(cfg.PinFraction * float64(n)),
 		models:   make(map[string]engine.Model, len(cfg.Models)),
 		log:      cfg.Logger,
 		wake:     make(chan struct{}, 1),
@@ -497,21 +492,14 @@ func (s *Sim) SimTime() time.Duration {
 	return s.simNow
 }
 
-// Pin protects the cached prefix of blocks (contiguous from block 0, as far as it is
-// resident) from eviction until release is called. Pins never cover more than PinFraction of
-// the pool: Pin stops at that bound, so n may be less than len(blocks). release is safe to call
-// more than once.
-func (s *Sim) Pin(blocks []uint64) (n int, release func()) {
+// Demote marks the cached blocks among blocks as the first to evict, the last block first: a
+// prefix whose owner is done with it (an agent that finished, or one its window paused) goes
+// before prefixes still in use, which LRU alone would evict first because they were used
+// longer ago. Blocks held by a running sequence are left alone, and the caller must
+// leave out blocks other prefixes share that it wants kept (a common system prompt). It
+// returns how many blocks it demoted.
+func (s *Sim) Demote(blocks []uint64) int {
 	s.mu.Lock()
-	pinned := slices.Clone(s.cache.pin(blocks, s.pinLimit))
-	s.mu.Unlock()
-	var once sync.Once
-	return len(pinned), func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.cache.unpin(pinned)
-			s.mu.Unlock()
-			s.kick()
-		})
-	}
+	defer s.mu.Unlock()
+	return s.cache.demote(blocks)
 }

@@ -53,7 +53,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"utilisation over 1", func(c *Config) { c.GPUMemoryUtilization = 1.5 }},
 		{"negative time scale", func(c *Config) { c.TimeScale = -1 }},
 		{"negative coefficient", func(c *Config) { c.StepPerToken = -1 }},
-		{"pin fraction over 1", func(c *Config) { c.PinFraction = 2 }},
 		{"negative seqs", func(c *Config) { c.MaxNumSeqs = -3 }},
 	}
 	for _, tt := range tests {
@@ -153,63 +152,32 @@ func TestEvictionLRU(t *testing.T) {
 	}
 }
 
-func TestPinProtectsFromEviction(t *testing.T) {
+func TestDemoteEvictsFirst(t *testing.T) {
 	var log prefixLog
 	s := newTestSim(t, func(c *Config) { c.KVBlocks = 20; c.OnPrefix = log.on })
 	ps := map[string][]byte{}
 	for _, tag := range []string{"a", "b", "c", "d"} {
-		ps[tag] = prompt("pin-"+tag, 96)
+		ps[tag] = prompt("demote-"+tag, 96)
 	}
-	gen(t, s, &engine.Request{Model: testModel, Prompt: ps["a"], MaxTokens: 1})
-	a := kvindex.Blocks(testModel, ps["a"], 16)
-	n, release := s.Pin(a)
-	if n != 6 {
-		t.Fatalf("Pin = %d, want 6", n)
-	}
-	for _, tag := range []string{"b", "c", "d"} {
+	for _, tag := range []string{"a", "b", "c"} {
 		gen(t, s, &engine.Request{Model: testModel, Prompt: ps[tag], MaxTokens: 1})
 	}
-	b := kvindex.Blocks(testModel, ps["b"], 16)
-	_, evicted := log.snapshot()
-	if want := []uint64{b[5], b[4], b[3], b[2]}; !slices.Equal(evicted, want) {
-		t.Fatalf("evicted %x, want b's tail %x (a is pinned)", evicted, want)
-	}
-	release()
-	release() // safe twice
-	// Release counts as a use: a goes to the recent end, so e evicts b's rest, then c's tail.
-	e := prompt("pin-e", 96)
-	gen(t, s, &engine.Request{Model: testModel, Prompt: e, MaxTokens: 1})
 	c := kvindex.Blocks(testModel, ps["c"], 16)
-	_, evicted = log.snapshot()
-	if want := []uint64{b[1], b[0], c[5], c[4], c[3], c[2]}; !slices.Equal(evicted[4:], want) {
-		t.Errorf("after release, evicted %x, want %x", evicted[4:], want)
+	if n := s.Demote(append(slices.Clone(c), 42)); n != 6 {
+		t.Fatalf("Demote = %d, want c's 6 cached blocks (42 is not cached)", n)
+	}
+	// c was used last, but demoted it goes first, its tail first; a, the least recently
+	// used, stays.
+	gen(t, s, &engine.Request{Model: testModel, Prompt: ps["d"], MaxTokens: 1})
+	_, evicted := log.snapshot()
+	if want := []uint64{c[5], c[4], c[3], c[2]}; !slices.Equal(evicted, want) {
+		t.Fatalf("evicted %x, want c's tail %x", evicted, want)
 	}
 	res := s.ResidentBlocks()
-	for _, h := range a {
+	for _, h := range kvindex.Blocks(testModel, ps["a"], 16) {
 		if !slices.Contains(res, h) {
-			t.Errorf("a's block %x evicted", h)
+			t.Errorf("a's block %x evicted before the demoted ones", h)
 		}
-	}
-}
-
-func TestPinBound(t *testing.T) {
-	s := newTestSim(t, func(c *Config) { c.KVBlocks = 20; c.PinFraction = 0.25 })
-	p := prompt("bound", 12*16)
-	gen(t, s, &engine.Request{Model: testModel, Prompt: p, MaxTokens: 1})
-	n, release := s.Pin(kvindex.Blocks(testModel, p, 16))
-	defer release()
-	if n != 5 {
-		t.Errorf("Pin = %d of 12, want the bound 5 (0.25 × 20)", n)
-	}
-	// A second pin of the same blocks adds no pinned blocks and so is not limited.
-	n2, release2 := s.Pin(kvindex.Blocks(testModel, p, 16)[:3])
-	defer release2()
-	if n2 != 3 {
-		t.Errorf("re-Pin of pinned blocks = %d, want 3", n2)
-	}
-	if n3, r3 := s.Pin([]uint64{42}); n3 != 0 {
-		r3()
-		t.Errorf("Pin of a non-resident block = %d, want 0", n3)
 	}
 }
 
