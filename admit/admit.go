@@ -341,6 +341,21 @@ func (a *Admitter) Check(now time.Time, req Request, options []Option) Decision 
 // sheddable request while the room is busy), 429 slo_unattainable (no candidate can meet the
 // TTFT or TPOT target even counting the queue ahead), 503 no_capacity (no candidates).
 func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision {
+	return a.admit(now, req, options, true)
+}
+
+// Recheck is the owner's check of a forwarded request against its engine's exact state (a
+// single Option): Admit without the waiting room. The room holds what this node took in as an
+// ingress, waiting for room anywhere in the mesh; the forwarding ingress already ordered the
+// request against its own room. Counting this node's room as well charged the request for a
+// queue it was not in, and its refusal sent it back to an ingress whose view still showed room:
+// the request bounced between them until its deadline. Anything but Accept means "not here,
+// now"; the ingress tries its next candidate or waits in its own room.
+func (a *Admitter) Recheck(now time.Time, req Request, o Option) Decision {
+	return a.admit(now, req, []Option{o}, false)
+}
+
+func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom bool) Decision {
 	d := a.budget(req)
 	if d.Refused() {
 		return d
@@ -377,8 +392,10 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 	}
 
 	// Layers 5 and 6: queue caps and priority, only for a request that has to wait.
-	deadline := a.deadline(req)
-	aheadN, aheadTokens := a.room.ahead(req.Model, req.Role, req.Priority, deadline)
+	var aheadN, aheadTokens int
+	if useRoom {
+		aheadN, aheadTokens = a.room.ahead(req.Model, req.Role, req.Priority, a.deadline(req))
+	}
 	queueCode := ""
 	switch {
 	case fit < 0:
@@ -386,7 +403,7 @@ func (a *Admitter) Admit(now time.Time, req Request, options []Option) Decision 
 	case aheadN > 0:
 		queueCode = CodeWaitBehind
 	}
-	if queueCode != "" {
+	if queueCode != "" && useRoom {
 		ok, shed := a.room.canQueue(req.Model, req.Role, req.Priority, prefill)
 		switch {
 		case shed:

@@ -445,6 +445,54 @@ func TestSLOStage(t *testing.T) {
 	}
 }
 
+// TestRecheck: the owner judges its own engine and leaves its waiting room out; the room's
+// queue is what this node holds as an ingress, and the forwarding ingress ordered the request
+// against its own.
+func TestRecheck(t *testing.T) {
+	slow := func(ttft time.Duration, free int) Option {
+		o := idle()
+		o.PredictedTTFT, o.FreeKVBlocks = ttft, free
+		return o
+	}
+	tests := []struct {
+		name string
+		mod  func(*Request)
+		o    Option
+		code string
+	}{
+		{"room ahead is not counted", func(*Request) {}, slow(time.Second, 1000), CodeAccepted},
+		{"engine too slow", func(*Request) {}, slow(3*time.Second, 1000), CodeSLOUnattainable},
+		{"waited at the ingress counts", func(r *Request) { r.Arrived = t0.Add(-1500 * time.Millisecond) }, slow(time.Second, 1000), CodeSLOUnattainable},
+		{"no kv room", func(*Request) {}, slow(time.Second, 0), CodeWaitKV},
+		{"batch only on spare capacity", func(r *Request) { r.Priority = -1 }, slow(20*time.Second, 1000), CodeWaitKV},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAdmitter(t, func(c *Config) { c.Queue.MaxRequests = 3 })
+			// A full room of equal-rank work with earlier deadlines: Admit would make the
+			// request wait behind it (or shed it), and price 15000 tokens ahead of it.
+			for _, it := range items("a", 3, 0, 5000) {
+				if _, err := a.Room().Push(t0, it); err != nil {
+					t.Fatalf("seeding: %v", err)
+				}
+			}
+			r := baseReq()
+			r.Arrived = t0.Add(time.Millisecond)
+			tt.mod(&r)
+			if d := a.Admit(t0.Add(time.Millisecond), r, []Option{tt.o}); d.Action == Accept {
+				t.Fatalf("Admit with the room = %+v, want no accept", d)
+			}
+			d := a.Recheck(t0.Add(time.Millisecond), r, tt.o)
+			if d.Code != tt.code {
+				t.Fatalf("Recheck = %+v, want %s", d, tt.code)
+			}
+			if n, _ := a.Room().Waiting("m", ""); n != 3 {
+				t.Errorf("room holds %d, want the 3 seeded: Recheck never queues", n)
+			}
+		})
+	}
+}
+
 func TestSLOFor(t *testing.T) {
 	a := newAdmitter(t, nil)
 	for _, tt := range []struct {

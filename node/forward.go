@@ -134,6 +134,12 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
 			return outcome{code: ref.Code, refused: true}, true
 		}
+		if r, ok := n.policy.(*route.Router); ok && ref.Status == http.StatusTooManyRequests &&
+			ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
+			// The owner's engine is busier than its last record: not there again until a
+			// newer record says otherwise (an agent's pause and a dirty grid are not load).
+			r.Refused(time.Now(), c.Name, p.adm.Priority)
+		}
 		return outcome{}, false
 	default:
 		n.m.forwards.WithLabelValues("unreachable").Inc()
@@ -255,10 +261,10 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(http.StatusTooManyRequests, CodeCarbonDeferred, "this node's grid is over the carbon threshold", n.carbon.RetryAfter(now))
 		return
 	}
-	opts := []admit.Option{n.localOption()}
-	d := n.adm.Admit(now, *a, opts)
+	local := n.localOption()
+	d := n.adm.Recheck(now, *a, local)
 	if n.agents != nil && a.Agent != "" && d.Code == admit.CodeSLOUnattainable {
-		d = n.adm.Admit(now, withoutSLO(*a), opts) // as the ingress did: see decideAgentStep
+		d = n.adm.Recheck(now, withoutSLO(*a), local) // as the ingress did: see decideAgentStep
 	}
 	n.m.decisionOf(d)
 	// The steps of an agent this node's window knows are admitted by the window, not per

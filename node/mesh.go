@@ -101,11 +101,15 @@ func (n *Node) buildView(v *view, blocks []uint64) {
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
 	v.add(&selfMember, "", n.carbonDirty(self))
+	// Each record clears the reservations and refusals it already reflects (route.Observe);
+	// this node's own state is read live.
+	n.policy.Observe(n.cfg.Name, time.Now())
 	if n.g != nil {
 		for _, m := range n.g.Members() {
 			if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale {
 				continue
 			}
+			n.policy.Observe(m.Name, m.Updated)
 			v.add(&m, m.State.QUICAddr, n.carbonDirty(m.State))
 		}
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])

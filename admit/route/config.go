@@ -72,9 +72,14 @@ type Config struct {
 	ModelVendors map[string][]string
 	// Roles lists the peer roles that can run a whole request (empty: any role).
 	Roles []string
-	// BusyKVUse is the KV use (blocks used, plus blocks this node reserved, over total) above
-	// which a peer is busy. Default 0.85: between llm-d's 0.8 and the middle of Dynamo's
-	// 0.70–0.95 range, leaving room for the prefix cache vLLM counts as used.
+	// BusyKVUse is the KV use above which a peer is busy for a request: blocks used, plus
+	// blocks this node reserved, plus the blocks the request would add there (its uncached
+	// prompt and max_tokens), over total. Default 0.95, admission's KV.QueueOn: the request
+	// fits with 5% left for the running sequences' growth. Thresholds on use alone (llm-d's
+	// 0.8, Dynamo's 0.70–0.95) turned a short request away from an engine that one long
+	// prompt holds at 80%, and a long prompt away from the engine that caches most of it;
+	// counting the request judges what it costs there. A peer using no blocks is never busy
+	// by KV.
 	BusyKVUse float64
 	// BusyQueuedPrefillTokens is the queued prefill tokens (plus tokens this node reserved)
 	// above which a peer is busy. Default 16384, inside Dynamo's 5,000–20,000. The request's own
@@ -154,7 +159,7 @@ func DefaultConfig() Config {
 	return Config{
 		MaxAge:                        3 * time.Second,
 		StalePolicy:                   StaleClosed,
-		BusyKVUse:                     0.85,
+		BusyKVUse:                     0.95,
 		BusyQueuedPrefillTokens:       16384,
 		BusyWaiting:                   5,
 		PowerCapFilter:                true,

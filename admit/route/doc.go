@@ -16,8 +16,11 @@
 //  3. unhealthy: the peer's engine reports unhealthy.
 //  4. capability: ModelBytes[model] ≤ VRAMTotalBytes, vendor in ModelVendors[model], role in
 //     Roles (each check skipped when unconfigured or unknown).
-//  5. busy: (KVBlocksUsed + reserved blocks)/KVBlocksTotal > BusyKVUse, or
-//     QueuedPrefillTokens + reserved prefill tokens > BusyQueuedPrefillTokens.
+//  5. busy: (KVBlocksUsed + reserved blocks + the request's new blocks)/KVBlocksTotal >
+//     BusyKVUse on a peer using any blocks (new blocks: its uncached prompt and MaxTokens), or
+//     Waiting ≥ BusyWaiting, or QueuedPrefillTokens + reserved prefill tokens >
+//     BusyQueuedPrefillTokens, or the peer's owner refused a request of this priority or
+//     higher since its last record (Refused).
 //  6. power_cap: PowerWatts ≥ PowerCapFraction × PowerCapWatts, dropped only if some other
 //     survivor is under its cap and below the thermal hard limit.
 //  7. thermal: TempC ≥ ThermalHardC.

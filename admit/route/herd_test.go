@@ -33,6 +33,9 @@ func TestBurstSpreadsBeforeGossip(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRouter(t, nil)
 			peers := idlePeers(8)
+			for i := range peers {
+				peers[i].KVBlocksTotal = 4000 // the burst fits: spreading, not KV, is on test
+			}
 			peers[0].PrefixBlocks = tt.holderBlocks
 			got := map[string]int{}
 			for i := range 50 {
@@ -57,7 +60,7 @@ func TestOverloadedPrefixHolderStopsAttracting(t *testing.T) {
 		reason string
 	}{
 		{"queue over busy threshold", func(p *Peer) { p.QueuedPrefillTokens = 20000 }, "busy"},
-		{"kv over busy threshold", func(p *Peer) { p.KVBlocksUsed = 900 }, "busy"},
+		{"kv over busy threshold", func(p *Peer) { p.KVBlocksUsed = 950 }, "busy"},
 		{"queue under threshold but slower than its cache saves", func(p *Peer) { p.QueuedPrefillTokens = 12000 }, "gated"},
 	}
 	for _, tt := range tests {

@@ -63,11 +63,15 @@ func (r *Router) Reserve(now time.Time, peer string, prefillTokens, blocks int) 
 }
 
 // Observe tells the router that a state record of peer was received at received. Every
-// reservation dispatched at least ObserveMargin before received is taken to be included in
-// that record and stops counting. Call it for the node's own state too when it is refreshed.
+// reservation dispatched, and any refusal seen, at least ObserveMargin before received is taken
+// to be included in that record and stops counting. Call it for the node's own state too when
+// it is refreshed.
 func (r *Router) Observe(peer string, received time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ref, ok := r.refs[peer]; ok && !received.Before(ref.at.Add(r.cfg.ObserveMargin)) {
+		delete(r.refs, peer)
+	}
 	p := r.res[peer]
 	if p == nil {
 		return
@@ -82,6 +86,40 @@ func (r *Router) Observe(peer string, received time.Time) {
 	if len(p.entries) == 0 {
 		delete(r.res, peer)
 	}
+}
+
+// refusal is the last time a peer's owner turned down a request this node forwarded, and the
+// highest priority it turned down since its last record.
+type refusal struct {
+	at       time.Time
+	priority int
+}
+
+// Refused records that peer's owner turned down a request of priority at now: its exact state
+// is busier than its last record says. Until a record received ObserveMargin after now (or
+// until ReservationTTL), the peer is busy for requests of that priority and below, so the
+// waiting room does not hand the next one to an owner that has just said no, over and over,
+// on the strength of a record the refusal has already proved out of date.
+func (r *Router) Refused(now time.Time, peer string, priority int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.refs[peer]; ok && now.Before(old.at.Add(r.cfg.ReservationTTL)) {
+		priority = max(priority, old.priority)
+	}
+	r.refs[peer] = refusal{at: now, priority: priority}
+}
+
+// refusedLocked reports whether a refusal still marks peer busy for a request of priority.
+func (r *Router) refusedLocked(now time.Time, peer string, priority int) bool {
+	ref, ok := r.refs[peer]
+	if !ok {
+		return false
+	}
+	if !now.Before(ref.at.Add(r.cfg.ReservationTTL)) {
+		delete(r.refs, peer)
+		return false
+	}
+	return priority <= ref.priority
 }
 
 // Release drops a reservation (request finished, refused or failed). It reports whether the

@@ -19,6 +19,7 @@ type Router struct {
 	rng    *rand.Rand
 	counts FilterCounts
 	res    map[string]*peerRes
+	refs   map[string]refusal
 	nextID uint64
 	sess   sessions
 	keys   []sortKey   // scratch for sortLocked
@@ -36,6 +37,7 @@ func New(cfg Config) (*Router, error) {
 		cfg:  cfg,
 		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		res:  make(map[string]*peerRes),
+		refs: make(map[string]refusal),
 		sess: sessions{max: cfg.MaxSessions, m: make(map[string]*sessEntry)},
 	}, nil
 }
@@ -94,7 +96,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			continue
 		}
 		rv := r.reservedLocked(now, p.Name)
-		if busy(cfg, p, rv) && p.Name != home {
+		if p.Name != home && (busy(cfg, req, bt, p, rv) || r.refusedLocked(now, p.Name, req.Priority)) {
 			counts[ReasonBusy]++
 			continue
 		}
@@ -162,11 +164,20 @@ func capable(cfg *Config, p *Peer, need uint64, vendors []string) bool {
 	return true
 }
 
-// busy counts this node's reservations on top of the peer's last record; the request's own
-// prompt is not counted (see Config.BusyQueuedPrefillTokens).
-func busy(cfg *Config, p *Peer, rv reserved) bool {
-	if p.KVBlocksTotal > 0 && float64(p.KVBlocksUsed+rv.blocks)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
-		return true
+// busy counts this node's reservations on top of the peer's last record. The KV test counts
+// the blocks the request itself would add there (its uncached prompt and output), so a peer
+// busy with one long prompt still takes a short one, and a prefix holder still takes the
+// request that mostly reuses its cache; a peer running nothing is never busy by KV, so a
+// request larger than the threshold still has somewhere to go. The prefill test leaves the
+// request's own prompt out (see Config.BusyQueuedPrefillTokens).
+func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
+	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
+		prompt := max(req.PromptTokens, 0)
+		cached := min(max(p.PrefixBlocks, 0)*bt, prompt)
+		need := (prompt - cached + max(req.MaxTokens, 0) + bt - 1) / bt
+		if float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
+			return true
+		}
 	}
 	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting {
 		return true

@@ -81,7 +81,13 @@ func TestFilters(t *testing.T) {
 		{name: "wrong role", cfg: func(c *Config) { c.Roles = []string{"mixed"} },
 			bad: func(p *Peer) { p.Role = "decode" }, good: func(p *Peer) { p.Role = "mixed" }, want: []string{"good"}, wantDrop: ReasonCapability},
 		{name: "busy kv", bad: func(p *Peer) { p.KVBlocksUsed = 900 }, want: []string{"good"}, wantDrop: ReasonBusy},
-		{name: "kv at threshold is not busy", bad: func(p *Peer) { p.KVBlocksUsed = 850 }, want: []string{"bad", "good"}},
+		// A 2048-token prompt and 128 output tokens add 136 blocks: 814 + 136 is 95% of 1000.
+		{name: "kv at threshold is not busy", bad: func(p *Peer) { p.KVBlocksUsed = 814 }, want: []string{"bad", "good"}},
+		{name: "kv over threshold with the request", bad: func(p *Peer) { p.KVBlocksUsed = 815 }, want: []string{"good"}, wantDrop: ReasonBusy},
+		// One long prompt holds 90% of the pool: a chat turn (12 blocks) still fits.
+		{name: "short prompt beside a long one", bad: func(p *Peer) { p.KVBlocksUsed = 900 }, prompt: 60, want: []string{"bad", "good"}},
+		// The holder of the whole prompt adds only the output's 8 blocks.
+		{name: "prefix holder adds only new blocks", bad: func(p *Peer) { p.KVBlocksUsed, p.PrefixBlocks = 900, 128 }, want: []string{"bad", "good"}},
 		{name: "busy kv with own reservations", bad: func(p *Peer) { p.KVBlocksUsed = 800 },
 			reserve: func(r *Router) { r.Reserve(t0, "bad", 0, 100) }, want: []string{"good"}, wantDrop: ReasonBusy},
 		{name: "busy queued prefill", bad: func(p *Peer) { p.QueuedPrefillTokens = 20000 }, want: []string{"good"}, wantDrop: ReasonBusy},
@@ -321,6 +327,52 @@ func TestLoadGate(t *testing.T) {
 			t.Fatal("the only candidate was gated")
 		}
 	})
+}
+
+// TestRefused: an owner's refusal marks it busy for that priority and below until a record
+// sent after the refusal arrives, or until the reservation TTL.
+func TestRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	type refused struct {
+		at       time.Duration
+		priority int
+	}
+	tests := []struct {
+		name     string
+		refusals []refused
+		observe  time.Duration // a record of "a" received at t0 + observe (0: none)
+		at       time.Duration // when the request is routed
+		priority int
+		busy     bool
+	}{
+		{"refused peer is busy", []refused{{0, 0}}, 0, time.Millisecond, 0, true},
+		{"lower priority too", []refused{{0, 0}}, 0, time.Millisecond, -1, true},
+		{"higher priority still goes", []refused{{0, 0}}, 0, time.Millisecond, 1, false},
+		{"a later refusal of higher priority covers it", []refused{{0, 0}, {time.Millisecond, 1}}, 0, 2 * time.Millisecond, 1, true},
+		{"a record sent before the refusal keeps it", []refused{{0, 0}}, cfg.ObserveMargin - time.Millisecond, cfg.ObserveMargin, 0, true},
+		{"a record after the margin clears it", []refused{{0, 0}}, cfg.ObserveMargin, cfg.ObserveMargin, 0, false},
+		{"ttl clears it", []refused{{0, 0}}, 0, cfg.ReservationTTL, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, nil)
+			for _, f := range tt.refusals {
+				r.Refused(t0.Add(f.at), "a", f.priority)
+			}
+			if tt.observe > 0 {
+				r.Observe("a", t0.Add(tt.observe))
+			}
+			rq := req(2048)
+			rq.Priority = tt.priority
+			cands := mustRoute(t, r, t0.Add(tt.at), rq, []Peer{idle("a"), idle("b")})
+			if got := !slices.Contains(names(cands), "a"); got != tt.busy {
+				t.Fatalf("a busy = %v, want %v (candidates %v)", got, tt.busy, names(cands))
+			}
+			if want := map[bool]int{true: 1}[tt.busy]; r.Counts()[ReasonBusy] != want {
+				t.Fatalf("busy count %d, want %d", r.Counts()[ReasonBusy], want)
+			}
+		})
+	}
 }
 
 func TestReservations(t *testing.T) {
