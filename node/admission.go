@@ -291,12 +291,23 @@ func (n *Node) plainAdmission(pl *plan) {
 // optionOf maps a route candidate into admission's view of it.
 func (n *Node) optionOf(now time.Time, c *route.Candidate, v *view) admit.Option {
 	p := &v.peers[c.Peer]
-	free := p.KVBlocksTotal - p.KVBlocksUsed - c.Terms.ReservedBlocks
+	bt := n.blockTokens()
+	free := p.KVBlocksTotal - p.KVBlocksUsed - queuedBlocks(p.QueuedPrefillTokens, bt) - c.Terms.ReservedBlocks
 	return admit.Option{
 		Peer: c.Name, PredictedTTFT: c.PredictedTTFT, PredictedTPOT: c.PredictedTPOT,
-		FreeKVBlocks: max(free, 0), TotalKVBlocks: p.KVBlocksTotal, BlockTokens: n.blockTokens(),
+		FreeKVBlocks: max(free, 0), TotalKVBlocks: p.KVBlocksTotal, BlockTokens: bt,
 		CachedTokens: c.Terms.PrefixTokens, PrefillTokensPerSecond: p.PrefillTokensPerSecond,
 	}
+}
+
+// queuedBlocks is the KV the engine's queued prefill will take before a new request runs: its
+// queue is first come first served and its head waits for blocks (as vLLM's does), so the blocks
+// free now are not free for a request behind it (admit.Option.FreeKVBlocks).
+func queuedBlocks(tokens, blockTokens int) int {
+	if tokens <= 0 || blockTokens <= 0 {
+		return 0
+	}
+	return (tokens + blockTokens - 1) / blockTokens
 }
 
 // busyOptions lists the busy hosts of model as options without room.
@@ -327,7 +338,7 @@ func (n *Node) localOption() admit.Option {
 		ttft = time.Duration(float64(st.QueuedPrefillTokens) / st.PrefillTokensPerSecond * float64(time.Second))
 	}
 	return admit.Option{Peer: n.cfg.Name, PredictedTTFT: ttft, PredictedTPOT: time.Duration(st.DecodeStepSeconds * float64(time.Second)),
-		FreeKVBlocks: st.KVBlocksTotal - st.KVBlocksUsed, TotalKVBlocks: st.KVBlocksTotal, BlockTokens: st.BlockTokens,
+		FreeKVBlocks: max(st.KVBlocksTotal-st.KVBlocksUsed-queuedBlocks(st.QueuedPrefillTokens, st.BlockTokens), 0), TotalKVBlocks: st.KVBlocksTotal, BlockTokens: st.BlockTokens,
 		PrefillTokensPerSecond: st.PrefillTokensPerSecond}
 }
 
