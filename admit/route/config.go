@@ -142,6 +142,14 @@ type Config struct {
 	// Seed seeds the tie-break's random source: equal seeds and inputs, equal picks.
 	Seed uint64
 
+	// HomeBalance is ε of the bounded-load choice of a new agent's home (Request.StayHome):
+	// a peer takes a new agent only while its agent load is under ceil((1+ε)·(total+1)/peers),
+	// so no home holds more than about 1+ε times the mean. Default 0.25 (with two peers and
+	// 157 agents, at most 99 on one): smaller balances tighter, at the price of moving more new
+	// agents off their first rendezvous choice, a cost only for the prompt prefixes that
+	// agents share. Zero means the default; must not be negative.
+	HomeBalance float64
+
 	// Reservations.
 
 	// ReservationTTL drops a reservation no record or Release has cleared. Default 3 s (MaxAge:
@@ -176,6 +184,7 @@ func DefaultConfig() Config {
 		GateTolerance:                 25 * time.Millisecond,
 		Epsilon:                       0.02,
 		MaxSessions:                   65536,
+		HomeBalance:                   0.25,
 		ReservationTTL:                3 * time.Second,
 		ObserveMargin:                 200 * time.Millisecond,
 		MaxReservationsPerPeer:        4096,
@@ -214,6 +223,7 @@ func (c *Config) fill() error {
 	fillF(&c.GateSlackFactor, d.GateSlackFactor)
 	fillDur(&c.GateMaxSlack, d.GateMaxSlack)
 	fillI(&c.MaxSessions, d.MaxSessions)
+	fillF(&c.HomeBalance, d.HomeBalance)
 	fillDur(&c.ReservationTTL, d.ReservationTTL)
 	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
 	return c.validate()
@@ -254,6 +264,8 @@ func (c *Config) validate() error {
 		return bad("gate slack and tolerance must not be negative")
 	case !finiteNonNeg(c.Epsilon):
 		return bad("Epsilon %v must be finite and non-negative", c.Epsilon)
+	case c.HomeBalance < 0 || math.IsNaN(c.HomeBalance):
+		return bad("HomeBalance %v must not be negative", c.HomeBalance)
 	case c.MaxSessions < 0:
 		return bad("MaxSessions %d is negative", c.MaxSessions)
 	case c.ReservationTTL < 0 || c.ObserveMargin < 0:
