@@ -62,18 +62,20 @@ func TestHomeChoice(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
+		eps   float64 // HomeBalance
 		peers [3]peerSpec
 		want  string
 	}{
-		{"idle mesh: the first by hash", [3]peerSpec{}, "n0"},
-		{"first by hash under the bound", [3]peerSpec{{agents: 4}, {agents: 3}, {agents: 3}}, "n0"}, // bound ceil(1.25·11/3) = 5
-		{"first by hash at the bound: the next", [3]peerSpec{{agents: 5}, {agents: 3}, {agents: 3}}, "n1"},
-		{"first two at the bound: the third", [3]peerSpec{{agents: 9}, {agents: 9}, {agents: 0}}, "n2"}, // bound 8
-		{"an advertised agent stays, however loaded its home", [3]peerSpec{{}, {}, {agents: 50, keys: []uint64{key}}}, "n2"},
-		{"an unhealthy home moves its agents by load", [3]peerSpec{{agents: 9}, {agents: 0}, {agents: 9, keys: []uint64{key}, unhealthy: true}}, "n1"},
-		{"two advertise: the longer prefix", [3]peerSpec{{keys: []uint64{key}, prefix: 3}, {keys: []uint64{key}, prefix: 7}, {}}, "n1"},
-		{"two advertise with equal prefixes: the first by hash", [3]peerSpec{{}, {keys: []uint64{key}, prefix: 2}, {keys: []uint64{key}, prefix: 2}}, "n1"},
-		{"a count under the keys counts the keys", [3]peerSpec{{agents: 0, keys: []uint64{1, 2, 3, 4, 5}}, {agents: 3}, {agents: 3}}, "n1"},
+		{"idle mesh: the first by hash", 0, [3]peerSpec{}, "n0"},
+		{"first by hash under the bound", 0, [3]peerSpec{{agents: 3}, {agents: 3}, {agents: 3}}, "n0"}, // bound ceil(10/3) = 4
+		{"first by hash at the bound: the next", 0, [3]peerSpec{{agents: 4}, {agents: 3}, {agents: 3}}, "n1"},
+		{"a larger ε leaves it on the first", 0.25, [3]peerSpec{{agents: 4}, {agents: 3}, {agents: 3}}, "n0"}, // ceil(1.25·11/3) = 5
+		{"first two at the bound: the third", 0, [3]peerSpec{{agents: 9}, {agents: 9}, {agents: 0}}, "n2"},
+		{"an advertised agent stays, however loaded its home", 0, [3]peerSpec{{}, {}, {agents: 50, keys: []uint64{key}}}, "n2"},
+		{"an unhealthy home moves its agents by load", 0, [3]peerSpec{{agents: 9}, {agents: 0}, {agents: 9, keys: []uint64{key}, unhealthy: true}}, "n1"},
+		{"two advertise: the longer prefix", 0, [3]peerSpec{{keys: []uint64{key}, prefix: 3}, {keys: []uint64{key}, prefix: 7}, {}}, "n1"},
+		{"two advertise with equal prefixes: the first by hash", 0, [3]peerSpec{{}, {keys: []uint64{key}, prefix: 2}, {keys: []uint64{key}, prefix: 2}}, "n1"},
+		{"a count under the keys counts the keys", 0, [3]peerSpec{{agents: 0, keys: []uint64{1, 2, 3, 4, 5}}, {agents: 3}, {agents: 3}}, "n1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,7 +85,8 @@ func TestHomeChoice(t *testing.T) {
 				peers[i].Healthy = !s.unhealthy
 			}
 			for ingress := range 3 { // every ingress (a fresh router each) agrees
-				if got := homeOf(t, newRouter(t, nil), t0, id, peers); got != tt.want {
+				r := newRouter(t, func(c *Config) { c.HomeBalance = tt.eps })
+				if got := homeOf(t, r, t0, id, peers); got != tt.want {
 					t.Fatalf("ingress %d: home %s, want %s", ingress, got, tt.want)
 				}
 			}
@@ -93,7 +96,7 @@ func TestHomeChoice(t *testing.T) {
 
 func TestHomePlacementsCount(t *testing.T) {
 	t.Run("a burst through one ingress balances before any record", func(t *testing.T) {
-		r := newRouter(t, func(c *Config) { c.HomeBalance = 0.01 })
+		r := newRouter(t, nil)
 		peers := idlePeers(2)
 		count, plain := map[string]int{}, map[string]int{}
 		for i := range 157 {
@@ -101,11 +104,11 @@ func TestHomePlacementsCount(t *testing.T) {
 			count[homeOf(t, r, t0, id, peers)]++
 			plain[rendezvousHome(id, []string{"n0", "n1"})]++
 		}
-		if max(plain["n0"], plain["n1"]) <= 80 {
+		if max(plain["n0"], plain["n1"]) <= 79 {
 			t.Fatalf("the plain hash already splits %v: pick other ids", plain)
 		}
-		if n := max(count["n0"], count["n1"]); n > 80 { // ceil(1.01·158/2)
-			t.Fatalf("157 new agents over 2 idle peers: %v (plain hash %v), want at most 80 on one", count, plain)
+		if n := max(count["n0"], count["n1"]); n > 79 {
+			t.Fatalf("157 new agents over 2 idle peers: %v (plain hash %v), want at most 79 on one", count, plain)
 		}
 	})
 	t.Run("a placement stops counting once advertised", func(t *testing.T) {
