@@ -17,6 +17,12 @@ const (
 	MaxStateBytes  = 16 << 10
 	maxModels      = 64
 	maxStringBytes = 1024
+	// MaxAgentKeys bounds State.AgentKeys: 64 keys of 8 bytes add 515 bytes to a record, so
+	// the fullest record (under 400 bytes without them) stays well inside one 1,024-byte
+	// broadcast (maxMessage) and memberlist's 1,400-byte UDP packet. A home with more agents
+	// lists the most recently active: an agent's next step soon after its last is the one an
+	// ingress that never routed it may see, and the ingress that did remembers the home.
+	MaxAgentKeys = 64
 )
 
 // Decoding errors.
@@ -74,6 +80,12 @@ type State struct {
 	CarbonStale      bool
 
 	SoftwareVersion string
+
+	// Agents is how many agents (agent-level admission) this node is home to; AgentKeys the
+	// route.AgentKey of at most MaxAgentKeys of them, sorted ascending, without repeats.
+	Agents    int
+	AgentKeys []uint64
+
 	// BootID is random per process, so a restart is told apart from a late message.
 	BootID uint64
 	// Seq increases with every record a process publishes.
@@ -114,7 +126,9 @@ const (
 	tagSoftwareVersion
 	tagBootID
 	tagSeq
-	tagLast = tagSeq
+	tagAgents
+	tagAgentKeys
+	tagLast = tagAgentKeys
 )
 
 const (
@@ -174,6 +188,17 @@ func AppendState(b []byte, s State) ([]byte, error) {
 		e.field(tagBootID, binary.LittleEndian.AppendUint64(nil, s.BootID))
 	}
 	e.uint(tagSeq, s.Seq)
+	e.int(tagAgents, s.Agents)
+	if len(s.AgentKeys) > 0 {
+		if err := checkAgentKeys(len(s.AgentKeys), func(i int) uint64 { return s.AgentKeys[i] }); err != nil {
+			return b, err
+		}
+		v := make([]byte, 0, 8*len(s.AgentKeys))
+		for _, k := range s.AgentKeys {
+			v = binary.LittleEndian.AppendUint64(v, k)
+		}
+		e.field(tagAgentKeys, v)
+	}
 	if e.err != nil {
 		return b, e.err
 	}
@@ -327,6 +352,10 @@ func DecodeState(b []byte) (State, error) {
 			s.BootID = binary.LittleEndian.Uint64(v)
 		case tagSeq:
 			s.Seq, err = unsigned(v)
+		case tagAgents:
+			s.Agents, err = integer(v)
+		case tagAgentKeys:
+			s.AgentKeys, err = agentKeys(v)
 		}
 		if err != nil {
 			return fmt.Errorf("field %d: %w", tag, err)
@@ -337,6 +366,35 @@ func DecodeState(b []byte) (State, error) {
 		return State{}, err
 	}
 	return s, nil
+}
+
+// checkAgentKeys checks n keys for the bound and strictly ascending order.
+func checkAgentKeys(n int, key func(int) uint64) error {
+	if n > MaxAgentKeys {
+		return fmt.Errorf("%w: %d agent keys", ErrMalformed, n)
+	}
+	for i := 1; i < n; i++ {
+		if key(i) <= key(i-1) {
+			return fmt.Errorf("%w: agent keys not ascending", ErrMalformed)
+		}
+	}
+	return nil
+}
+
+// agentKeys decodes 8 little-endian bytes per key, at most MaxAgentKeys, strictly ascending.
+func agentKeys(v []byte) ([]uint64, error) {
+	if len(v) == 0 || len(v)%8 != 0 {
+		return nil, fmt.Errorf("%w: agent keys of %d bytes", ErrMalformed, len(v))
+	}
+	key := func(i int) uint64 { return binary.LittleEndian.Uint64(v[8*i:]) }
+	if err := checkAgentKeys(len(v)/8, key); err != nil {
+		return nil, err
+	}
+	out := make([]uint64, len(v)/8)
+	for i := range out {
+		out[i] = key(i)
+	}
+	return out, nil
 }
 
 func decodeModel(b []byte, m *ModelInfo) error {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -90,9 +92,87 @@ func TestDecodeStateMalformed(t *testing.T) {
 	}
 }
 
+// agentState is fullState home to 80 agents, advertising the most keys a record may carry.
+func agentState() State {
+	s := fullState()
+	s.Agents = 80
+	for i := range MaxAgentKeys {
+		s.AgentKeys = append(s.AgentKeys, uint64(i+1)*(math.MaxUint64/(MaxAgentKeys+1))) // full-width keys
+	}
+	return s
+}
+
+func TestStateAgentKeys(t *testing.T) {
+	s := agentState()
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeState(b)
+	if err != nil || !reflect.DeepEqual(got, s) {
+		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, s)
+	}
+	if n := 2 + len(b); n > maxMessage {
+		t.Fatalf("a record with %d agent keys is a %d-byte message, over the %d-byte broadcast limit", MaxAgentKeys, n, maxMessage)
+	}
+
+	t.Run("encode refuses", func(t *testing.T) {
+		for name, keys := range map[string][]uint64{
+			"too many":   append(slices.Clone(s.AgentKeys), math.MaxUint64),
+			"unsorted":   {3, 1, 2},
+			"duplicates": {1, 2, 2},
+		} {
+			if _, err := EncodeState(State{Name: "a", AgentKeys: keys}); !errors.Is(err, ErrMalformed) {
+				t.Errorf("%s: EncodeState = %v, want ErrMalformed", name, err)
+			}
+		}
+	})
+
+	keys := func(ks ...uint64) []byte {
+		var v []byte
+		for _, k := range ks {
+			v = binary.LittleEndian.AppendUint64(v, k)
+		}
+		return v
+	}
+	field := func(v []byte) []byte {
+		b := []byte{StateVersion, tagAgentKeys}
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		return append(b, v...)
+	}
+	tooMany := make([]uint64, MaxAgentKeys+1)
+	for i := range tooMany {
+		tooMany[i] = uint64(i + 1)
+	}
+	tests := []struct {
+		name string
+		in   []byte
+	}{
+		{"empty keys", field(nil)},
+		{"7 bytes", field(keys(1)[:7])},
+		{"12 bytes", field(keys(1, 2)[:12])},
+		{"descending", field(keys(2, 1))},
+		{"repeated", field(keys(5, 5))},
+		{"over the bound", field(keys(tooMany...))},
+		{"the field twice", append(field(keys(1)), field(keys(2))[1:]...)},
+	}
+	for _, tt := range tests {
+		t.Run("decode refuses "+tt.name, func(t *testing.T) {
+			if _, err := DecodeState(tt.in); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("DecodeState = %v, want ErrMalformed", err)
+			}
+		})
+	}
+	if got, err := DecodeState(field(keys(1, 7, 9))); err != nil || !slices.Equal(got.AgentKeys, []uint64{1, 7, 9}) {
+		t.Fatalf("three keys: %v, %v", got.AgentKeys, err)
+	}
+}
+
 func FuzzDecodeState(f *testing.F) {
 	good, _ := EncodeState(fullState())
 	f.Add(good)
+	agents, _ := EncodeState(agentState())
+	f.Add(agents)
 	f.Add([]byte{1})
 	f.Add([]byte{1, tagModel, 3, modelTagName, 1, 'm'})
 	f.Fuzz(func(t *testing.T, b []byte) {

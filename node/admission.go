@@ -153,6 +153,9 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 		Model: a.Model, PromptTokens: a.PromptTokens, MaxTokens: deref(a.MaxTokens), Priority: a.Priority,
 		Session: a.Agent, BlockTokens: n.blockTokens(), StayHome: n.agents != nil && a.Agent != "",
 	}
+	if rreq.StayHome {
+		n.homeHere(&pl.v, a.Agent)
+	}
 	var err error
 	pl.cands, err = n.policy.Route(now, rreq, pl.v.peers, pl.cands[:0])
 	pl.opts = pl.opts[:0]

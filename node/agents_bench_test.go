@@ -148,6 +148,13 @@ func BenchmarkAgents(b *testing.B) {
 					gathered(b, tn, "kvmesh_agent_paused"), gathered(b, tn, "kvmesh_agent_waiting"),
 					gathered(b, tn, "kvmesh_agent_kv_use"), gathered(b, tn, "kvmesh_agent_hit_rate"),
 					gathered(b, tn, "kvmesh_agent_finished_total"), gathered(b, tn, "kvmesh_agent_swept_total"))
+				// How the agents split over the homes: an agent homed on two nodes (two
+				// ingresses placed it before gossip) is admitted on both and swept on one.
+				for i, n := range tn.Nodes {
+					one := &testnet.Net{Nodes: []*node.Node{n}}
+					b.Logf("home %s: admitted %v finished %v swept %v", testnet.Name(i), gathered(b, one, "kvmesh_agent_admitted_total"),
+						gathered(b, one, "kvmesh_agent_finished_total"), gathered(b, one, "kvmesh_agent_swept_total"))
+				}
 			}
 		})
 	}
@@ -166,7 +173,7 @@ func traceWindows(b *testing.B, tn *testnet.Net, stop chan struct{}) {
 		line := ""
 		for _, n := range tn.Nodes {
 			one := &testnet.Net{Nodes: []*node.Node{n}}
-			line += fmt.Sprintf(" | W %v act %v pau %v wait %v U %.2f next %.2f H %.2f", gathered(b, one, "kvmesh_agent_window"),
+			line += fmt.Sprintf(" | reg %v W %v act %v pau %v wait %v U %.2f next %.2f H %.2f", gathered(b, one, "kvmesh_agent_registered"), gathered(b, one, "kvmesh_agent_window"),
 				gathered(b, one, "kvmesh_agent_active"), gathered(b, one, "kvmesh_agent_paused"),
 				gathered(b, one, "kvmesh_agent_waiting"), gathered(b, one, "kvmesh_agent_kv_use"),
 				gathered(b, one, "kvmesh_agent_kv_use_next"), gathered(b, one, "kvmesh_agent_hit_rate"))

@@ -2,13 +2,16 @@ package node_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet"
 )
@@ -403,5 +406,83 @@ func TestAgentStepIsNotRefusedForItsSLO(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// rendezvousFirst returns count agent ids whose plain rendezvous home among names (what
+// route gives a new agent on an idle mesh) is names[0].
+func rendezvousFirst(t *testing.T, count int, names ...string) []string {
+	t.Helper()
+	var peers []route.Peer
+	for _, n := range names {
+		peers = append(peers, route.Peer{Name: n, Models: []string{model}, Healthy: true})
+	}
+	var out []string
+	for i := 0; len(out) < count; i++ {
+		id := fmt.Sprintf("balanced-%d", i)
+		r, err := route.New(route.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := r.Route(time.Now(), route.Request{Model: model, Session: id, StayHome: true}, peers, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c[0].Name == names[0] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// advertises reports whether node i's view of the mesh has home listing agent id.
+func advertises(tn *testnet.Net, i int, home, id string) bool {
+	for _, m := range tn.Nodes[i].Members() {
+		if m.Name == home {
+			_, ok := slices.BinarySearch(m.State.AgentKeys, route.AgentKey(id))
+			return ok
+		}
+	}
+	return false
+}
+
+func TestNewAgentsHomeByLoadAndEveryIngressFollows(t *testing.T) {
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		cfg.Agents = agentConfig(8, time.Minute)
+		cfg.AgentInterval = 20 * time.Millisecond
+	})
+	urls := tn.URLs()
+	// Six new agents that the plain hash would all home on n1, through n1's ingress: bounded
+	// loads put 3 of them on each node.
+	ids := rendezvousFirst(t, 6, testnet.Name(0), testnet.Name(1))
+	homes := map[string]string{}
+	count := map[string]int{}
+	for _, id := range ids {
+		status, ran, _ := agentStep(t, urls[0], id, 0)
+		if status != http.StatusOK {
+			t.Fatalf("%s step 0: status %d", id, status)
+		}
+		homes[id] = ran
+		count[ran]++
+	}
+	if count[testnet.Name(0)] != 3 || count[testnet.Name(1)] != 3 {
+		t.Fatalf("homes of 6 new agents hashed to %s: %v, want 3 on each node", testnet.Name(0), count)
+	}
+	// Their next steps enter at the other ingress, once its view lists each agent at its home:
+	// every one runs where its first did.
+	for _, id := range ids {
+		eventually(t, 5*time.Second, "n2 to learn "+id+"'s home", func() bool { return advertises(tn, 1, homes[id], id) })
+		status, ran, cached := agentStep(t, urls[1], id, 1)
+		if status != http.StatusOK || ran != homes[id] {
+			t.Fatalf("%s step 1: status %d on %s, want its home %s", id, status, ran, homes[id])
+		}
+		if cached < 300 {
+			t.Errorf("%s step 1: %d cached prompt tokens, want the previous step's prefix", id, cached)
+		}
+	}
+	for i, u := range urls {
+		if got, want := metric(t, u, "kvmesh_agent_registered", ""), float64(count[testnet.Name(i)]); got != want {
+			t.Errorf("%s registers %v agents, want %v", testnet.Name(i), got, want)
+		}
 	}
 }

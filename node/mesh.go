@@ -2,6 +2,7 @@ package node
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit/route"
@@ -38,7 +39,43 @@ func (n *Node) localState() gossip.State {
 		s.Models = append(s.Models, gossip.ModelInfo{Name: m.Name, ContextTokens: m.ContextTokens})
 	}
 	n.fillTelemetry(&s)
+	n.fillAgents(&s)
 	return s
+}
+
+// fillAgents advertises the agents this node is home to: their count, and the keys of the
+// most recently active gossip.MaxAgentKeys, by which every ingress sends their steps here.
+func (n *Node) fillAgents(s *gossip.State) {
+	if n.agents == nil {
+		return
+	}
+	count, ids := n.agents.a.Homed(n.agents.home, nil, gossip.MaxAgentKeys)
+	if count == 0 {
+		return
+	}
+	s.Agents = count
+	s.AgentKeys = make([]uint64, len(ids))
+	for i, id := range ids {
+		s.AgentKeys[i] = route.AgentKey(id)
+	}
+	slices.Sort(s.AgentKeys)
+	s.AgentKeys = slices.Compact(s.AgentKeys)
+}
+
+// homeHere makes this node's own peer in v (always the first) list agent when this node is its
+// home: its own record lists only the most recent gossip.MaxAgentKeys, but it knows them all.
+func (n *Node) homeHere(v *view, agent string) {
+	if n.agents == nil || agent == "" || len(v.peers) == 0 || !v.peers[0].Self {
+		return
+	}
+	if ag, ok := n.agents.a.Get(agent); !ok || ag.Home != n.agents.home {
+		return
+	}
+	p := &v.peers[0]
+	key := route.AgentKey(agent)
+	if i, found := slices.BinarySearch(p.AgentKeys, key); !found {
+		p.AgentKeys = slices.Insert(slices.Clone(p.AgentKeys), i, key)
+	}
 }
 
 func (n *Node) engineKind() string {
@@ -76,6 +113,8 @@ func peerOf(m *gossip.Member) route.Peer {
 		PowerCapWatts:          s.PowerCapWatts,
 		TempC:                  s.TempC,
 		CarbonIntensity:        s.CarbonIntensity,
+		Agents:                 s.Agents,
+		AgentKeys:              s.AgentKeys,
 	}
 	if s.VRAMTotalBytes >= s.VRAMUsedBytes {
 		p.VRAMFreeBytes = s.VRAMTotalBytes - s.VRAMUsedBytes

@@ -362,6 +362,26 @@ func (a *Admitter) Active(homeName string) []string {
 	return out
 }
 
+// Homed returns how many agents home is home to (waiting, active or paused), and appends to
+// dst the ids of at most max of them, the most recently at a boundary (arrival or step end)
+// first: what a node advertises so that every ingress sends their steps to it.
+func (a *Admitter) Homed(homeName string, dst []string, max int) (int, []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.homes[homeName]
+	if h == nil {
+		return 0, dst
+	}
+	n := h.active.Len() + h.paused.Len() + h.waiting.Len()
+	for el, k := a.lru.Back(), 0; el != nil && k < min(max, n); el = el.Prev() {
+		if e := el.Value.(*entry); e.Home == homeName {
+			dst = append(dst, e.ID)
+			k++
+		}
+	}
+	return n, dst
+}
+
 // Window returns home's current window (the initial window for a home not seen yet).
 func (a *Admitter) Window(homeName string) int {
 	a.mu.Lock()

@@ -642,3 +642,35 @@ func TestGrowth(t *testing.T) {
 		}
 	}
 }
+
+func TestHomed(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	t0 := time.Unix(0, 0)
+	arrive(t, a, t0, "a", "h1", Admit)
+	arrive(t, a, t0.Add(1*time.Second), "b", "h1", Wait)
+	arrive(t, a, t0.Add(2*time.Second), "x", "h2", Admit)
+	arrive(t, a, t0.Add(3*time.Second), "c", "h1", Wait)
+	a.StepDone(t0.Add(4*time.Second), "a", 200) // a is now the most recent of h1
+	tests := []struct {
+		home string
+		max  int
+		n    int
+		want []string
+	}{
+		{"h1", 10, 3, []string{"a", "c", "b"}},
+		{"h1", 2, 3, []string{"a", "c"}},
+		{"h1", 0, 3, nil},
+		{"h2", 10, 1, []string{"x"}},
+		{"h3", 10, 0, nil},
+	}
+	for _, tt := range tests {
+		n, got := a.Homed(tt.home, nil, tt.max)
+		if n != tt.n || !slices.Equal(got, tt.want) {
+			t.Errorf("Homed(%s, %d) = %d %v, want %d %v", tt.home, tt.max, n, got, tt.n, tt.want)
+		}
+	}
+	a.Finish(t0.Add(5*time.Second), "c")
+	if n, got := a.Homed("h1", nil, 10); n != 2 || !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("after c finished: %d %v, want 2 [a b]", n, got)
+	}
+}

@@ -142,6 +142,16 @@ type Config struct {
 	// Seed seeds the tie-break's random source: equal seeds and inputs, equal picks.
 	Seed uint64
 
+	// HomeBalance is ε of the bounded-load choice of a new agent's home (Request.StayHome):
+	// a peer takes a new agent only while its agent load is under ceil((1+ε)·(total+1)/peers).
+	// Default 0: the first peer in the agent's rendezvous order among those under the mean
+	// plus one, so homes differ by at most about one agent. A larger ε leaves more new agents
+	// on their first rendezvous choice, which buys nothing here (a placed agent never moves
+	// while its home is healthy, and a new one has no prefix anywhere) and costs balance: at
+	// 0.25, two peers may hold 99 and 58 of 157 agents, a wider split than the plain hash's
+	// 85 and 72 on the agent benchmark. Must not be negative.
+	HomeBalance float64
+
 	// Reservations.
 
 	// ReservationTTL drops a reservation no record or Release has cleared. Default 3 s (MaxAge:
@@ -254,6 +264,8 @@ func (c *Config) validate() error {
 		return bad("gate slack and tolerance must not be negative")
 	case !finiteNonNeg(c.Epsilon):
 		return bad("Epsilon %v must be finite and non-negative", c.Epsilon)
+	case c.HomeBalance < 0 || math.IsNaN(c.HomeBalance):
+		return bad("HomeBalance %v must not be negative", c.HomeBalance)
 	case c.MaxSessions < 0:
 		return bad("MaxSessions %d is negative", c.MaxSessions)
 	case c.ReservationTTL < 0 || c.ObserveMargin < 0:

@@ -22,8 +22,11 @@ type Router struct {
 	refs   map[string]refusal
 	nextID uint64
 	sess   sessions
-	keys   []sortKey   // scratch for sortLocked
-	tmp    []Candidate // scratch for sortLocked
+	placed map[uint64]placement // new agents this node placed, until their home advertises them
+	keys   []sortKey            // scratch for sortLocked
+	loads  []int                // scratch for agentLoadsLocked
+	order  []ranked             // scratch for homeLocked
+	tmp    []Candidate          // scratch for sortLocked
 }
 
 var _ Policy = (*Router)(nil)
@@ -34,11 +37,12 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	return &Router{
-		cfg:  cfg,
-		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		res:  make(map[string]*peerRes),
-		refs: make(map[string]refusal),
-		sess: sessions{max: cfg.MaxSessions, m: make(map[string]*sessEntry)},
+		cfg:    cfg,
+		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		res:    make(map[string]*peerRes),
+		refs:   make(map[string]refusal),
+		sess:   sessions{max: cfg.MaxSessions, m: make(map[string]*sessEntry)},
+		placed: make(map[uint64]placement),
 	}, nil
 }
 
@@ -73,7 +77,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
-	home := r.homeLocked(req, peers)
+	home := r.homeLocked(now, req, peers)
 	var counts FilterCounts
 	anyCool := false    // some survivor is under its power cap and below the thermal hard limit
 	anyLimited := false // some survivor is over its cap or too hot
@@ -146,7 +150,11 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 		r.tieBreakLocked(req, dst)
 	}
 	if req.Session != "" {
-		r.sess.put(req.Session, dst[0].Name)
+		if home != "" {
+			r.sess.put(req.Session, home) // even when the home was filtered out: see homeLocked
+		} else {
+			r.sess.put(req.Session, dst[0].Name)
+		}
 	}
 	return dst, nil
 }
@@ -309,41 +317,6 @@ func (r *Router) sortLocked(dst []Candidate) {
 		dst[i] = tmp[k.pos]
 	}
 	r.keys, r.tmp = keys, tmp
-}
-
-// homeLocked is the home of a StayHome request (see Request.StayHome), or "".
-func (r *Router) homeLocked(req Request, peers []Peer) string {
-	if !req.StayHome || req.Session == "" {
-		return ""
-	}
-	home, top := "", uint64(0)
-	for i := range peers {
-		p := &peers[i]
-		if !slices.Contains(p.Models, req.Model) || !p.Healthy {
-			continue
-		}
-		if h := rendezvous(req.Session, p.Name); home == "" || h > top {
-			home, top = p.Name, h
-		}
-	}
-	return home
-}
-
-// rendezvous is FNV-1a of session, a separator and peer, through the splitmix64 finalizer
-// (FNV alone orders peers whose names differ in the last byte the same way for most sessions).
-func rendezvous(session, peer string) uint64 {
-	h := uint64(14695981039346656037)
-	for _, s := range [...]string{session, "\x00", peer} {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= 1099511628211
-		}
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	return h ^ h>>31
 }
 
 // tieBreakLocked moves the chosen candidate to the front: the session's last peer if it is

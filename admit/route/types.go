@@ -17,13 +17,16 @@ type Request struct {
 	// Session is the agent or session id (X-Kvmesh-Agent); empty means none.
 	Session string
 	// StayHome marks a step of an agent (Session) under agent-level admission, which must run
-	// where its context and its window are. Its home is the rendezvous hash of Session over
-	// the healthy peers serving the model: every ingress picks the same home at once, before
-	// gossip has told it where the agent's prefix went, and the home changes only when that
-	// peer leaves. (The longest cached prefix does not do: a prompt prefix shared by every
-	// agent would send them all to whichever peer cached it first.) The home stays a
-	// candidate even when busy or gated and goes first (Sticky), because its agent window,
-	// not the load filters, decides when the step runs.
+	// where its context and its window are: its home. A peer that advertises the agent
+	// (AgentKeys) is its home, so an agent stays where it is while that peer is healthy; a new
+	// agent's home is chosen by load, the first peer in the agent's rendezvous order whose
+	// agent load is under ceil((1+HomeBalance)·(total+1)/peers) (see homeLocked). Every
+	// ingress so agrees on an existing agent's home once gossip has carried the home's record,
+	// and on a new agent's as long as its steps do not reach two ingresses before that. (The
+	// longest cached prefix does not do: a prompt prefix shared by every agent would send them
+	// all to whichever peer cached it first.) The home stays a candidate even when busy or
+	// gated and goes first (Sticky), because its agent window, not the load filters, decides
+	// when the step runs.
 	StayHome bool
 	// BlockTokens is the KV block size the prompt was hashed with (≤ 0: kvindex's default).
 	BlockTokens int
@@ -51,6 +54,13 @@ type Peer struct {
 	PowerWatts, PowerCapWatts     float64
 	TempC                         float64
 	CarbonIntensity               float64
+
+	// Agents is how many agents the peer is home to (under agent-level admission), and
+	// AgentKeys the AgentKey of some of them, sorted ascending: all of them, or the most
+	// recently active ones when there are too many to gossip. A StayHome step of an agent a
+	// peer advertises goes there.
+	Agents    int
+	AgentKeys []uint64
 
 	// PrefixBlocks is the longest contiguous run of this request's blocks, from block 0, that
 	// the peer holds (kvindex lookup).
