@@ -184,8 +184,11 @@ func TestDemoteEvictsFirst(t *testing.T) {
 func TestPreemption(t *testing.T) {
 	const maxTok = 64
 	reg := prometheus.NewRegistry()
-	// Four sequences each end at 96 tokens = 6 blocks; 24 > 16 forces preemption.
-	s := newTestSim(t, func(c *Config) { c.KVBlocks = 16; c.Registerer = reg })
+	// Four sequences each end at 96 tokens = 6 blocks; 24 > 16 forces preemption once any three
+	// run together. In real time (a step is over 5 ms) the four submissions below land within
+	// the first steps; at the helpers' 10,000× one sequence could finish before the next
+	// arrived on a loaded machine, and nothing was preempted.
+	s := newTestSim(t, func(c *Config) { c.KVBlocks = 16; c.Registerer = reg; c.TimeScale = 1 })
 	ref := newTestSim(t, func(c *Config) { c.KVBlocks = 1024 })
 	var reqs []*engine.Request
 	for _, tag := range []string{"p0", "p1", "p2", "p3"} {
