@@ -3,7 +3,8 @@
 // near-ties in a way that spreads. Admission (package admit) asks it "where" before it says
 // yes, and uses each candidate's predicted TTFT and TPOT for SLO feasibility.
 //
-// It is a pure library: std and kvindex only, no sockets, no goroutines, time passed in.
+// It is a pure library: std, kvindex and its hash (xxhash) only, no sockets, no goroutines,
+// time passed in.
 //
 // # Filters
 //
