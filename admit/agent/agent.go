@@ -302,13 +302,14 @@ func (a *Admitter) Tick(now time.Time, homeName string, u, h float64) int {
 	return a.TickSignals(now, homeName, Signals{U: u, H: h})
 }
 
-// TickSignals is Tick with the predicted KV use s.Next (see Signals). The demand is the
-// home's agents; s.Demand is ignored.
+// TickSignals is Tick with the predicted KV use s.Next (see Signals). The demand and the
+// active count are the home's; s.Demand and s.Active are ignored.
 func (a *Admitter) TickSignals(now time.Time, homeName string, s Signals) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	hm := a.homeLocked(homeName)
 	s.Demand = hm.active.Len() + hm.paused.Len() + hm.waiting.Len()
+	s.Active = hm.active.Len()
 	w, _ := hm.ctl.TickSignals(now, s)
 	a.enforceLocked(hm, now)
 	a.fillLocked(hm, now)

@@ -13,9 +13,9 @@ var ErrConfig = errors.New("agent: invalid config")
 // ControllerConfig sets the AIMD rule of one home's window; see the package documentation for
 // why each default is what it is.
 type ControllerConfig struct {
-	// Alpha is the additive increase per control tick while U < TargetU. Default 1: one more
-	// agent per interval, so the window probes for room slowly and each step's effect on U is
-	// visible before the next.
+	// Alpha is the additive increase per control tick while U < TargetU, once slow start is
+	// over. Default 1: one more agent per interval, so the window probes for room slowly and
+	// each step's effect on U is visible before the next.
 	Alpha float64
 	// Beta is the multiplicative decrease on thrashing, 0 < Beta < 1. Default 0.7: a 30% cut
 	// leaves the thrashing regime within a few intervals; recompute cost grows with the square
@@ -48,8 +48,18 @@ type ControllerConfig struct {
 	// holds, so in practice U, not the bound, limits growth.
 	MinWindow, MaxWindow int
 	// InitialWindow is a new home's window before its first tick, in [MinWindow, MaxWindow].
-	// Default 8: a small start, grown by Alpha per tick, like a congestion window.
+	// Default 8: a small start, grown by slow start and then by Alpha, like a congestion window.
 	InitialWindow int
+	// SlowStart: until the window's first decrease, or the first tick whose predicted KV use
+	// Next reaches TargetU, an increase adds the agents the predicted headroom holds at the
+	// present use per agent, (TargetU-Next)*Active/Next, capped at doubling the window and at
+	// the agents that want a slot, instead of Alpha. Default true: a burst of new agents
+	// (sessions start together) otherwise waits out a ramp of one agent per interval, 16 s
+	// for 40 agents at 500 ms, while the pool sits empty; sizing each step by the measured
+	// headroom stops short of the pool, as doubling alone would not, so the ramp does not
+	// overshoot into the cut it is meant to avoid. Once the pool has been found full, the
+	// window only probes by Alpha, as TCP's congestion avoidance does after slow start.
+	SlowStart bool
 }
 
 // DefaultControllerConfig returns the documented controller defaults.
@@ -66,6 +76,7 @@ func DefaultControllerConfig() ControllerConfig {
 		MinWindow:     1,
 		MaxWindow:     512,
 		InitialWindow: 8,
+		SlowStart:     true,
 	}
 }
 

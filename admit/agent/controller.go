@@ -10,7 +10,7 @@ type Move int8
 
 const (
 	Hold     Move = 0  // the window kept its size
-	Increase Move = 1  // additive increase: U below target
+	Increase Move = 1  // increase: predicted U below target (by slow start or by Alpha)
 	Decrease Move = -1 // multiplicative decrease: thrashing
 )
 
@@ -34,6 +34,10 @@ type Controller struct {
 	ewma     float64
 	haveEWMA bool
 	cooldown int
+	// slow is true until the first tick that finds no KV headroom (Next >= TargetU, which
+	// every decrease is): until then an increase may double the window (see
+	// ControllerConfig.SlowStart).
+	slow bool
 
 	lastU, lastNext, lastH float64
 	lastTick               time.Time
@@ -47,7 +51,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow)}, nil
+	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStart}, nil
 }
 
 // Tick feeds one control interval's KV use u and prefix hit rate h (both 0..1, clamped) and
@@ -79,6 +83,9 @@ type Signals struct {
 	H float64
 	// Demand is the number of agents that want a slot (active, paused, waiting); < 0 unknown.
 	Demand int
+	// Active is the number of agents in the window now, whose use U and Next measure; 0 is
+	// unknown. Slow start divides Next by it to tell how many more agents the headroom holds.
+	Active int
 }
 
 // TickSignals is TickDemand with the predicted KV use Signals.Next.
@@ -113,11 +120,34 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 		c.decreases++
 		move = Decrease
 	case next < c.cfg.TargetU && (demand < 0 || demand >= c.Window()) && c.Window() < c.cfg.MaxWindow:
-		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.cfg.Alpha)
+		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.increase(next, demand, s.Active))
 		move = Increase
+	}
+	if next >= c.cfg.TargetU {
+		// The headroom is used up: the window has found the pool's size. Every decrease is
+		// such a tick, as a cut needs U >= HighU >= TargetU.
+		c.slow = false
 	}
 	c.lastMove = move
 	return c.Window(), move
+}
+
+// increase is how much an increase adds: Alpha, or in slow start the agents the predicted
+// headroom TargetU-next holds at the window's present use per agent (next/active; with active
+// unknown, as many as the window has), capped at doubling and at the agents that want a slot,
+// and never less than Alpha.
+func (c *Controller) increase(next float64, demand, active int) float64 {
+	if !c.slow {
+		return c.cfg.Alpha
+	}
+	inc := c.w // doubling
+	if active > 0 && next > 0 {
+		inc = math.Min(inc, math.Floor((c.cfg.TargetU-next)*float64(active)/next))
+	}
+	if demand >= 0 {
+		inc = math.Min(inc, float64(demand)-c.w)
+	}
+	return math.Max(inc, c.cfg.Alpha)
 }
 
 // Window returns the current number of agents allowed to be active.
@@ -134,6 +164,7 @@ type ControllerStats struct {
 	HitEWMA   float64 // the hit-rate average H is compared against
 	LastTick  time.Time
 	LastMove  Move
+	SlowStart bool // still in slow start: no decrease yet, and the KV headroom never ran out
 	Ticks     uint64
 	Decreases uint64
 }
@@ -141,7 +172,7 @@ type ControllerStats struct {
 // Stats returns the controller's state.
 func (c *Controller) Stats() ControllerStats {
 	return ControllerStats{Window: c.Window(), U: c.lastU, Next: c.lastNext, H: c.lastH, HitEWMA: c.ewma,
-		LastTick: c.lastTick, LastMove: c.lastMove, Ticks: c.ticks, Decreases: c.decreases}
+		LastTick: c.lastTick, LastMove: c.lastMove, SlowStart: c.slow, Ticks: c.ticks, Decreases: c.decreases}
 }
 
 func clamp01(f float64) float64 { return min(max(f, 0), 1) }

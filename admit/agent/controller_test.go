@@ -27,6 +27,17 @@ func newController(t *testing.T, mod func(*ControllerConfig)) *Controller {
 	return c
 }
 
+// aimd is mod with slow start off: the AIMD rule the window follows once slow start is over.
+func aimd(mod func(*ControllerConfig)) func(*ControllerConfig) {
+	return func(c *ControllerConfig) {
+		c.SlowStart = false
+		if mod != nil {
+			mod(c)
+		}
+	}
+}
+
+// TestControllerRule pins the AIMD rule (slow start off; TestControllerSlowStart pins it).
 func TestControllerRule(t *testing.T) {
 	steady := func(u, h float64, n int) []sample {
 		s := make([]sample, n)
@@ -73,7 +84,7 @@ func TestControllerRule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newController(t, tt.mod)
+			c := newController(t, aimd(tt.mod))
 			for i, s := range tt.samples {
 				got, _ := c.TickDemand(t0.Add(time.Duration(i)*time.Second), s.u, s.h, s.demand)
 				if got != tt.want[i] {
@@ -89,7 +100,7 @@ func TestControllerRule(t *testing.T) {
 
 // TestControllerPredictedUse pins the rule for Signals.Next, the KV use the active agents
 // will need at their next steps: it stops the increase, but a cut still needs U itself high,
-// so a growth that is only predicted never pauses an agent.
+// so a growth that is only predicted never pauses an agent. Slow start off, as above.
 func TestControllerPredictedUse(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -125,7 +136,7 @@ func TestControllerPredictedUse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newController(t, tt.mod)
+			c := newController(t, aimd(tt.mod))
 			for i, s := range tt.signals {
 				got, move := c.TickSignals(t0.Add(time.Duration(i)*time.Second), s)
 				if got != tt.want[i] || move != tt.moves[i] {
@@ -139,43 +150,106 @@ func TestControllerPredictedUse(t *testing.T) {
 	}
 }
 
+// TestControllerSlowStart pins slow start: until the first decrease or the first tick
+// without KV headroom, an increase adds what the headroom holds at the present use per agent,
+// capped at doubling and at demand, and at least Alpha; after that the window grows by Alpha.
+func TestControllerSlowStart(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(*ControllerConfig)
+		signals []Signals
+		want    []int // window after each tick
+		slow    bool  // still in slow start at the end
+	}{
+		{"doubles with the use per agent unknown", nil,
+			[]Signals{{U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}},
+			[]int{16, 32, 64}, true},
+		{"a burst is admitted in a few ticks, not one agent a tick", nil,
+			[]Signals{{U: 0.01, Next: 0.02, H: 1, Demand: 40, Active: 8}, {U: 0.02, Next: 0.04, H: 1, Demand: 40, Active: 16},
+				{U: 0.04, Next: 0.08, H: 1, Demand: 40, Active: 32}, {U: 0.05, Next: 0.1, H: 1, Demand: 40, Active: 40}},
+			[]int{16, 32, 40, 41}, true}, // capped at demand (then Alpha, as the AIMD rule allows)
+		{"capped by the headroom", nil,
+			// (0.8-0.4)*8/0.4 = 8; (0.8-0.6)*16/0.6 = 5.3; (0.8-0.79)*21/0.79 < 1 adds Alpha
+			[]Signals{{U: 0.2, Next: 0.4, H: 0.9, Demand: 100, Active: 8}, {U: 0.3, Next: 0.6, H: 0.9, Demand: 100, Active: 16},
+				{U: 0.5, Next: 0.79, H: 0.9, Demand: 100, Active: 21}},
+			[]int{16, 21, 22}, true},
+		{"no headroom ends it", nil,
+			[]Signals{{U: 0.5, Next: 0.8, H: 0.9, Demand: 100, Active: 8}, {U: 0.2, Next: 0.3, H: 0.9, Demand: 100, Active: 8},
+				{U: 0.2, Next: 0.3, H: 0.9, Demand: 100, Active: 9}},
+			[]int{8, 9, 10}, false},
+		{"a decrease ends it", func(c *ControllerConfig) { c.InitialWindow = 20 },
+			[]Signals{{U: 0.95, H: 0.3, Demand: 100, Active: 20}, {U: 0.3, Next: 0.4, H: 0.9, Demand: 100, Active: 14},
+				{U: 0.3, Next: 0.4, H: 0.9, Demand: 100, Active: 14}},
+			[]int{14, 14, 15}, false}, // cut (H under the floor), cooldown, then Alpha
+		{"a hold for lack of demand keeps it", nil,
+			[]Signals{{U: 0.1, Next: 0.1, H: 0.9, Demand: 3, Active: 3}, {U: 0.1, Next: 0.1, H: 0.9, Demand: 30, Active: 3}},
+			[]int{8, 16}, true},
+		{"max bound", func(c *ControllerConfig) { c.MaxWindow = 12 },
+			[]Signals{{U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}},
+			[]int{12, 12}, true},
+		{"off: Alpha from the start", func(c *ControllerConfig) { c.SlowStart = false },
+			[]Signals{{U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}},
+			[]int{9, 10}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, tt.mod)
+			for i, s := range tt.signals {
+				if got, _ := c.TickSignals(t0.Add(time.Duration(i)*time.Second), s); got != tt.want[i] {
+					t.Fatalf("tick %d (%+v): window %d, want %d", i, s, got, tt.want[i])
+				}
+			}
+			if got := c.Stats().SlowStart; got != tt.slow {
+				t.Fatalf("Stats().SlowStart = %v, want %v", got, tt.slow)
+			}
+		})
+	}
+}
+
 // TestControllerConstantLoad pins that a constant load never makes the window flip between
 // increase and decrease, and that it settles.
 func TestControllerConstantLoad(t *testing.T) {
-	for _, u := range []float64{0, 0.3, 0.79, 0.8, 0.85, 0.9, 0.95, 1} {
-		for _, h := range []float64{0, 0.35, 0.9, 1} {
-			c := newController(t, func(c *ControllerConfig) { c.MaxWindow = 64 })
-			var dirs []Move
-			var windows []int
-			for i := range 100 {
-				w, m := c.TickDemand(t0.Add(time.Duration(i)*time.Second), u, h, -1)
-				windows = append(windows, w)
-				if m != Hold {
-					dirs = append(dirs, m)
-				}
-			}
-			for i := 1; i < len(dirs); i++ {
-				if dirs[i] != dirs[0] {
-					t.Fatalf("u=%v h=%v: moves %v change direction", u, h, dirs)
-				}
-			}
-			last := windows[len(windows)-20:]
-			for _, w := range last {
-				if w != last[0] {
-					t.Fatalf("u=%v h=%v: window not settled over the last 20 ticks: %v", u, h, last)
-				}
-			}
-			want := 8
-			switch {
-			case u < 0.8:
-				want = 64 // one agent per tick from 8 reaches the bound in 56 ticks
-			case u >= 0.9 && h < 0.5:
-				want = 1 // under the hit floor at full KV: cut to the bound, never back up
-			}
-			if windows[99] != want {
-				t.Fatalf("u=%v h=%v: window %d, want %d", u, h, windows[99], want)
+	for _, slow := range []bool{true, false} {
+		for _, u := range []float64{0, 0.3, 0.79, 0.8, 0.85, 0.9, 0.95, 1} {
+			for _, h := range []float64{0, 0.35, 0.9, 1} {
+				constantLoad(t, slow, u, h)
 			}
 		}
+	}
+}
+
+func constantLoad(t *testing.T, slow bool, u, h float64) {
+	t.Helper()
+	c := newController(t, func(c *ControllerConfig) { c.MaxWindow = 64; c.SlowStart = slow })
+	var dirs []Move
+	var windows []int
+	for i := range 100 {
+		w, m := c.TickDemand(t0.Add(time.Duration(i)*time.Second), u, h, -1)
+		windows = append(windows, w)
+		if m != Hold {
+			dirs = append(dirs, m)
+		}
+	}
+	for i := 1; i < len(dirs); i++ {
+		if dirs[i] != dirs[0] {
+			t.Fatalf("slow start %v, u=%v h=%v: moves %v change direction", slow, u, h, dirs)
+		}
+	}
+	last := windows[len(windows)-20:]
+	for _, w := range last {
+		if w != last[0] {
+			t.Fatalf("slow start %v, u=%v h=%v: window not settled over the last 20 ticks: %v", slow, u, h, last)
+		}
+	}
+	want := 8
+	switch {
+	case u < 0.8:
+		want = 64 // from 8, in 3 ticks of slow start or 56 of one agent a tick
+	case u >= 0.9 && h < 0.5:
+		want = 1 // under the hit floor at full KV: cut to the bound, never back up
+	}
+	if windows[99] != want {
+		t.Fatalf("slow start %v, u=%v h=%v: window %d, want %d", slow, u, h, windows[99], want)
 	}
 }
 

@@ -24,11 +24,19 @@
 //     still being hit is doing its job) and the band TargetU <= U < HighU;
 //   - hold for CooldownTicks (1) ticks after a decrease, because U falls only as the paused
 //     agents' prefixes age out, about an interval after the cut;
-//   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8).
+//   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8);
+//   - slow start (SlowStart, on by default): until the first tick whose Next reaches TargetU
+//     (every decrease is one), an increase adds not Alpha but the agents the predicted
+//     headroom holds at the window's present use per agent, (TargetU-Next)*Active/Next,
+//     capped at doubling and at the agents that want a slot, and at least Alpha.
 //
 // Why these shapes: additive increase probes slowly because one agent's context can be tens
 // of thousands of tokens; the multiplicative cut leaves thrashing fast because recompute cost
-// grows with the square of context length. With constant U and H the window only moves one
+// grows with the square of context length. Slow start is there because sessions start in
+// bursts: at one agent an interval, 40 agents arriving together on an empty pool wait 16 s for
+// slots they would have fitted in; measured headroom, not blind doubling, sizes each step, so
+// the ramp stops short of the pool instead of overshooting into a cut, and once the pool has
+// been found full the window is back to probing by Alpha. With constant U and H the window only moves one
 // way (the EWMA equals H, so H never falls, and H is either under the floor or not) and
 // settles at a bound or holds, so a constant load cannot make it oscillate.
 //
