@@ -12,6 +12,8 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
@@ -314,8 +316,10 @@ func (n *Node) runAgents(ctx context.Context) {
 func (n *Node) agentTick(now time.Time) {
 	g := n.agents
 	st := n.eng.State()
+	elsewhere := n.agentsAdvertised()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.releaseElsewhereLocked(now, elsewhere)
 	g.a.TickSignals(now, g.home, g.signalsLocked(st))
 	// A held step is a step boundary that has arrived, not silence: refresh its agent so the
 	// idle sweep does not drop it (and its place in the queue) while it waits. A peer's
@@ -353,6 +357,60 @@ func (n *Node) agentTick(now time.Time) {
 		g.releaseLocked(bs)
 	}
 	g.wakeLocked()
+}
+
+// agentsAdvertised returns, by route.AgentKey, the healthy peers that advertise being home to
+// an agent (gossip State.AgentKeys), or nil when none does.
+func (n *Node) agentsAdvertised() map[uint64][]string {
+	if n.g == nil {
+		return nil
+	}
+	var out map[uint64][]string
+	for _, m := range n.g.Members() {
+		if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale || !m.State.EngineHealthy {
+			continue // the peers routing would send an agent's steps to
+		}
+		for _, k := range m.State.AgentKeys {
+			if out == nil {
+				out = map[uint64][]string{}
+			}
+			out[k] = append(out[k], m.Name)
+		}
+	}
+	return out
+}
+
+// releaseElsewhereLocked lets go of the agents this node is home to that other peers
+// advertise too, when one of those peers, not this node, is route.PreferredHome of them all.
+// An agent gets two homes when its next step reaches another ingress before gossip says where
+// it lives, and both register it; every ingress then sends its steps to the preferred home,
+// so the other would hold a window slot (or a place in the queue) for an agent whose steps no
+// longer come, until the idle timeout. The preferred home keeps it, and each other home
+// releases it at its first tick with the agent between steps, so exactly one keeps it. A step
+// held here for a released agent is woken and routed again, to the preferred home.
+func (g *agentGate) releaseElsewhereLocked(now time.Time, elsewhere map[uint64][]string) {
+	if len(elsewhere) == 0 {
+		return
+	}
+	_, ids := g.a.Homed(g.home, nil, math.MaxInt)
+	for _, id := range ids {
+		peers := elsewhere[route.AgentKey(id)]
+		if len(peers) == 0 || route.PreferredHome(id, append(peers[:len(peers):len(peers)], g.home)) == g.home {
+			continue
+		}
+		if !g.a.Release(now, id) {
+			continue // mid-step: asked again at the next tick
+		}
+		delete(g.asked, id)
+		if bs, ok := g.prefix[id]; ok {
+			delete(g.prefix, id)
+			g.releaseLocked(bs)
+		}
+		if ch := g.wake[id]; ch != nil {
+			close(ch)
+			delete(g.wake, id)
+		}
+	}
 }
 
 // signalsLocked computes the window controller's two signals.
@@ -443,6 +501,7 @@ type agentCollector struct {
 	g                                           *agentGate
 	window, active, paused, waiting, agents     *prometheus.Desc
 	pauses, resumes, admitted, swept, finished  *prometheus.Desc
+	released                                    *prometheus.Desc
 	kvUse, kvNext, hitRate, avoided, recomputed *prometheus.Desc
 }
 
@@ -462,6 +521,7 @@ func newAgentCollector(g *agentGate) *agentCollector {
 		admitted:   d("admitted_total", "Agents that entered the window for the first time."),
 		swept:      d("swept_total", "Agents removed after going silent past the idle timeout."),
 		finished:   d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
+		released:   d("released_total", "Agents let go because a peer registered them too and keeps them."),
 		kvUse:      d("kv_use", "KV use (0..1) the window controller last saw: running sequences plus the active agents' idle prefixes."),
 		kvNext:     d("kv_use_next", "KV use (0..1) the window controller last predicted for the active agents' next steps: kv_use plus each one's growth."),
 		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
@@ -472,7 +532,7 @@ func newAgentCollector(g *agentGate) *agentCollector {
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.finished, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed} {
+		c.admitted, c.swept, c.finished, c.released, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed} {
 		ch <- d
 	}
 }
@@ -502,6 +562,7 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.admitted, s.AdmittedTotal)
 	counter(c.swept, s.SweptTotal)
 	counter(c.finished, s.FinishedTotal)
+	counter(c.released, s.ReleasedTotal)
 	counter(c.avoided, s.RecomputeAvoidedTokens)
 	counter(c.recomputed, s.RecomputedTokens)
 }

@@ -149,11 +149,12 @@ func BenchmarkAgents(b *testing.B) {
 					gathered(b, tn, "kvmesh_agent_kv_use"), gathered(b, tn, "kvmesh_agent_hit_rate"),
 					gathered(b, tn, "kvmesh_agent_finished_total"), gathered(b, tn, "kvmesh_agent_swept_total"))
 				// How the agents split over the homes: an agent homed on two nodes (two
-				// ingresses placed it before gossip) is admitted on both and swept on one.
+				// ingresses placed it before gossip) is registered on both and released by one.
 				for i, n := range tn.Nodes {
 					one := &testnet.Net{Nodes: []*node.Node{n}}
-					b.Logf("home %s: admitted %v finished %v swept %v", testnet.Name(i), gathered(b, one, "kvmesh_agent_admitted_total"),
-						gathered(b, one, "kvmesh_agent_finished_total"), gathered(b, one, "kvmesh_agent_swept_total"))
+					b.Logf("home %s: admitted %v finished %v swept %v released %v", testnet.Name(i), gathered(b, one, "kvmesh_agent_admitted_total"),
+						gathered(b, one, "kvmesh_agent_finished_total"), gathered(b, one, "kvmesh_agent_swept_total"),
+						gathered(b, one, "kvmesh_agent_released_total"))
 				}
 			}
 		})

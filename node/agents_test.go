@@ -486,3 +486,51 @@ func TestNewAgentsHomeByLoadAndEveryIngressFollows(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentHomedTwiceIsKeptByOne pins what happens when two nodes both register an agent (its
+// next step reached another ingress before gossip said where it lives): once each sees the
+// other advertise it, the one that is not route.PreferredHome releases it, the preferred one
+// keeps it, and every ingress sends its next step there.
+func TestAgentHomedTwiceIsKeptByOne(t *testing.T) {
+	names := []string{testnet.Name(0), testnet.Name(1)}
+	for keep := range names {
+		t.Run("kept by "+names[keep], func(t *testing.T) {
+			id := ""
+			for i := 0; id == ""; i++ {
+				if c := fmt.Sprintf("twice-%d", i); route.PreferredHome(c, names) == names[keep] {
+					id = c
+				}
+			}
+			tn := startNet(t, 2, func(i int, cfg *node.Config) {
+				cfg.Agents = agentConfig(8, time.Minute)
+				cfg.AgentInterval = 20 * time.Millisecond
+			})
+			urls := tn.URLs()
+			for _, n := range tn.Nodes {
+				if err := n.RegisterAgent(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := 1 - keep
+			eventually(t, 5*time.Second, names[other]+" to release "+id, func() bool {
+				return metric(t, urls[other], "kvmesh_agent_registered", "") == 0
+			})
+			for i, want := range map[int]float64{keep: 1, other: 0} {
+				if got := metric(t, urls[i], "kvmesh_agent_registered", ""); got != want {
+					t.Errorf("%s registers %v agents, want %v", names[i], got, want)
+				}
+				if got := metric(t, urls[i], "kvmesh_agent_released_total", ""); got != 1-want {
+					t.Errorf("%s released %v agents, want %v", names[i], got, 1-want)
+				}
+			}
+			for i := range urls { // the next step, through either ingress
+				if status, ran, _ := agentStep(t, urls[i], id, 1); status != http.StatusOK || ran != names[keep] {
+					t.Fatalf("step through %s: status %d on %s, want the keeper %s", names[i], status, ran, names[keep])
+				}
+			}
+			if got := metric(t, urls[other], "kvmesh_agent_registered", ""); got != 0 {
+				t.Errorf("%s registers %v agents after the steps, want 0", names[other], got)
+			}
+		})
+	}
+}

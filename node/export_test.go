@@ -1,5 +1,18 @@
 package node
 
+import "time"
+
 // KillTransport closes the node's QUIC transport abruptly, as a crashed process would, while
 // gossip still lists the node as alive: peers' forwards to it fail until they notice.
 func (n *Node) KillTransport() error { return n.tr.Close() }
+
+// RegisterAgent registers agent id at this node as its home, as if one step of it had run
+// here: what an ingress that placed it here before gossip told it otherwise leaves behind.
+func (n *Node) RegisterAgent(id string) error {
+	now := time.Now()
+	if _, err := n.agents.a.Arrive(now, id, n.agents.home, 100); err != nil {
+		return err
+	}
+	n.agents.a.StepDone(now, id, 110)
+	return nil
+}

@@ -130,6 +130,7 @@ type Admitter struct {
 	inStep int
 
 	admitted, pauses, resumes, evicted, swept, finished uint64
+	released                                            uint64
 	avoided, recomputed                                 uint64
 	keptAvoided, keptRecomputed                         uint64
 	growth                                              float64 // EWMA of a step's prompt growth, tokens
@@ -253,6 +254,22 @@ func (a *Admitter) Abandon(now time.Time, id string) {
 		return
 	}
 	a.removeLocked(e, now)
+}
+
+// Release removes id if it is not mid-step, and reports whether it did: the agent is homed
+// elsewhere too (two ingresses registered it before gossip said where it lives), and the
+// other home keeps it. Its slot, or its place in the queue, goes to the next agent; a step
+// held for it is not listed by Resumable and must be routed again.
+func (a *Admitter) Release(now time.Time, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.agents[id]
+	if e == nil || e.InStep {
+		return false
+	}
+	a.released++
+	a.removeLocked(e, now)
+	return true
 }
 
 // Finish removes id (the agent is done) and gives its slot to the next agent. It reports
@@ -465,6 +482,7 @@ type Stats struct {
 	AdmittedTotal                           uint64 // agents that entered the window for the first time
 	PausesTotal, ResumesTotal               uint64
 	EvictedTotal, SweptTotal, FinishedTotal uint64
+	ReleasedTotal                           uint64 // agents let go to another home (Release)
 	RecomputeAvoidedTokens                  uint64 // see Observe
 	RecomputedTokens                        uint64
 	// KeptAvoidedTokens and KeptRecomputedTokens are the part of the two above from agents
@@ -485,7 +503,7 @@ func (a *Admitter) Stats() Stats {
 	defer a.mu.Unlock()
 	s := Stats{Agents: len(a.agents), InStep: a.inStep, AdmittedTotal: a.admitted,
 		PausesTotal: a.pauses, ResumesTotal: a.resumes, EvictedTotal: a.evicted,
-		SweptTotal: a.swept, FinishedTotal: a.finished,
+		SweptTotal: a.swept, FinishedTotal: a.finished, ReleasedTotal: a.released,
 		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed,
 		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed, GrowthTokens: a.growth}
 	for name, h := range a.homes {

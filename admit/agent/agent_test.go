@@ -231,6 +231,43 @@ func TestFinishGivesRoom(t *testing.T) {
 	}
 }
 
+// TestRelease pins that an agent another home keeps leaves this one, unless it is mid-step,
+// and that its slot goes to the next agent.
+func TestRelease(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	arrive(t, a, t0, "a", "n1", Admit)
+	arrive(t, a, t0, "b", "n1", Wait)
+	if a.Release(t0, "a") {
+		t.Fatal("released an agent mid-step")
+	}
+	if state(t, a, "a") != Active {
+		t.Fatalf("a is %v after a refused Release, want active", state(t, a, "a"))
+	}
+	a.StepDone(t0, "a", 0)
+	if !a.Release(t0, "a") {
+		t.Fatal("did not release an idle agent")
+	}
+	if _, ok := a.Get("a"); ok {
+		t.Fatal("released agent still registered")
+	}
+	if state(t, a, "b") != Active {
+		t.Fatalf("b is %v, want active in a's slot", state(t, a, "b"))
+	}
+	if got := a.Resumable(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Resumable = %v, want b", got)
+	}
+	arrive(t, a, t0, "c", "n1", Wait)
+	if !a.Release(t0, "c") { // waiting, its step held: released all the same
+		t.Fatal("did not release a waiting agent")
+	}
+	if a.Release(t0, "c") || a.Release(t0, "nobody") {
+		t.Fatal("released an unknown agent")
+	}
+	if got := a.Stats().ReleasedTotal; got != 2 {
+		t.Fatalf("ReleasedTotal = %d, want 2", got)
+	}
+}
+
 func TestAbandon(t *testing.T) {
 	a := newAdmitter(t, window(1))
 	arrive(t, a, t0, "a", "n1", Admit)

@@ -66,7 +66,8 @@
 // IdleTimeout and agents whose StepDone never came within StepTimeout. Abandon removes an agent
 // whose held step left without running (a waiting, paused or just-resumed agent would
 // otherwise keep its place or slot for a step that is not coming). Finish removes an agent
-// whose last step is done. ForgetHome drops a
+// whose last step is done. Release removes an agent, unless mid-step, that another home keeps
+// (the node registered it twice before gossip said where it lives). ForgetHome drops a
 // node that left the mesh with its agents. Homes are node names, so their number is bounded
 // by the membership.
 //

@@ -71,8 +71,9 @@
 // A StayHome request (a step of an agent under agent-level admission) goes to its agent's
 // home, first and Sticky whatever the filters and the gate say of it. Among the healthy peers
 // serving the model: a peer advertising the agent (Peer.AgentKeys, AgentKey of its id) is the
-// home, so an agent never moves while its home is healthy (several advertising: the longest
-// prefix, then the rendezvous order); else the peer this node last sent the agent to; else,
+// home, so an agent never moves while its home is healthy (several advertising: the first in
+// the agent's rendezvous order, PreferredHome, which the node keeps the agent on and the
+// others release it); else the peer this node last sent the agent to; else,
 // for a new agent, the first peer in the agent's rendezvous order whose agent load (Peer.Agents
 // plus this node's placements it does not advertise yet) is under
 // ceil((1+HomeBalance)·(total+1)/peers). A placement counts until its home advertises the

@@ -3,7 +3,6 @@ package route
 import (
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -26,8 +25,9 @@ type placement struct {
 // healthy peers serving the model (eligible):
 //
 //  1. an eligible peer that advertises the agent (Peer.AgentKeys) is its home; if several do
-//     (two ingresses placed the agent before gossip told either), the one holding the longest
-//     prefix of the request, then the first in the agent's rendezvous order;
+//     (two ingresses placed the agent before gossip told either), the first of them in the
+//     agent's rendezvous order (PreferredHome), which is also the one that keeps the agent:
+//     the others release it once idle, and no ingress sends them its steps meanwhile;
 //  2. else the eligible peer this node last sent the agent to (the session LRU), so a step
 //     this node routes again before the home's record lists the agent, or an agent its home
 //     does not list (past MaxAgentKeys), stays where it is;
@@ -43,7 +43,7 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 	eligible := func(p *Peer) bool { return p.Healthy && slices.Contains(p.Models, req.Model) }
 
 	// 1. Advertised.
-	home, top, prefix, n := "", uint64(0), 0, 0
+	home, top, n := "", uint64(0), 0
 	for i := range peers {
 		p := &peers[i]
 		if !eligible(p) {
@@ -53,9 +53,8 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 		if _, ok := slices.BinarySearch(p.AgentKeys, key); !ok {
 			continue
 		}
-		h := rendezvous(req.Session, p.Name)
-		if home == "" || p.PrefixBlocks > prefix || p.PrefixBlocks == prefix && h > top {
-			home, top, prefix = p.Name, h, p.PrefixBlocks
+		if h := rendezvous(req.Session, p.Name); home == "" || before(h, p.Name, top, home) {
+			home, top = p.Name, h
 		}
 	}
 	if home != "" {
@@ -93,12 +92,12 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 	}
 	slices.SortFunc(order, func(a, b ranked) int {
 		switch {
-		case a.h > b.h:
+		case before(a.h, a.name, b.h, b.name):
 			return -1
-		case a.h < b.h:
+		case before(b.h, b.name, a.h, a.name):
 			return 1
 		}
-		return strings.Compare(a.name, b.name)
+		return 0
 	})
 	r.order = order
 	home = order[0].name // unreachable fallback: some load is always under the bound
@@ -112,6 +111,25 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 		r.placed[key] = placement{peer: home, at: now}
 	}
 	return home
+}
+
+// PreferredHome returns the first of peers in agent id's rendezvous order ("" for none): of
+// several peers advertising the agent, the home every ingress sends its steps to, and so the
+// one that keeps it when each of the others, holding it idle, asks whether to let it go.
+func PreferredHome(id string, peers []string) string {
+	home, top := "", uint64(0)
+	for _, p := range peers {
+		if h := rendezvous(id, p); home == "" || before(h, p, top, home) {
+			home, top = p, h
+		}
+	}
+	return home
+}
+
+// before reports whether the peer named a with rendezvous hash ha goes before the peer named
+// b with hash hb in an agent's rendezvous order.
+func before(ha uint64, a string, hb uint64, b string) bool {
+	return ha > hb || ha == hb && a < b
 }
 
 // ranked is an eligible peer in an agent's rendezvous order: higher hash first, the lower

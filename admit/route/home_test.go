@@ -73,8 +73,8 @@ func TestHomeChoice(t *testing.T) {
 		{"first two at the bound: the third", 0, [3]peerSpec{{agents: 9}, {agents: 9}, {agents: 0}}, "n2"},
 		{"an advertised agent stays, however loaded its home", 0, [3]peerSpec{{}, {}, {agents: 50, keys: []uint64{key}}}, "n2"},
 		{"an unhealthy home moves its agents by load", 0, [3]peerSpec{{agents: 9}, {agents: 0}, {agents: 9, keys: []uint64{key}, unhealthy: true}}, "n1"},
-		{"two advertise: the longer prefix", 0, [3]peerSpec{{keys: []uint64{key}, prefix: 3}, {keys: []uint64{key}, prefix: 7}, {}}, "n1"},
-		{"two advertise with equal prefixes: the first by hash", 0, [3]peerSpec{{}, {keys: []uint64{key}, prefix: 2}, {keys: []uint64{key}, prefix: 2}}, "n1"},
+		{"two advertise: the first by hash, whatever the prefixes", 0, [3]peerSpec{{keys: []uint64{key}, prefix: 3}, {keys: []uint64{key}, prefix: 7}, {}}, "n0"},
+		{"two advertise: the first by hash of the two", 0, [3]peerSpec{{}, {keys: []uint64{key}, prefix: 2}, {keys: []uint64{key}, prefix: 9}}, "n1"},
 		{"a count under the keys counts the keys", 0, [3]peerSpec{{agents: 0, keys: []uint64{1, 2, 3, 4, 5}}, {agents: 3}, {agents: 3}}, "n1"},
 	}
 	for _, tt := range tests {
@@ -164,7 +164,7 @@ func TestHomePlacementsCount(t *testing.T) {
 		// The race the design accepts: ingress A places a new agent, and its next step reaches
 		// ingress B before the home's record lists it. B agrees when its view of the loads
 		// does; when it does not, the agent is registered at two homes, the next step goes to
-		// the one with the longer prefix, and the other sweeps it after its idle timeout.
+		// PreferredHome of the two, and the other releases it once idle.
 		id := agentRanked(t, "n0", "n1")
 		peers := idlePeers(2)
 		a, b := newRouter(t, nil), newRouter(t, nil)
@@ -181,5 +181,37 @@ func TestHomeBalanceValidated(t *testing.T) {
 	cfg.HomeBalance = -0.1
 	if _, err := New(cfg); err == nil {
 		t.Fatal("negative HomeBalance accepted")
+	}
+}
+
+// TestPreferredHome pins that PreferredHome is the advertiser routing sends an agent's steps
+// to, whatever order the peers come in, so the home that keeps a twice-registered agent is
+// the one its steps reach.
+func TestPreferredHome(t *testing.T) {
+	r := newRouter(t, nil)
+	peers := idlePeers(3)
+	for i := range 50 {
+		id := fmt.Sprintf("agent-%d", i)
+		key := AgentKey(id)
+		for _, pair := range [][2]int{{0, 1}, {1, 2}, {0, 2}} {
+			for j := range peers {
+				peers[j].AgentKeys = nil
+			}
+			peers[pair[0]].AgentKeys, peers[pair[1]].AgentKeys = []uint64{key}, []uint64{key}
+			a, b := peers[pair[0]].Name, peers[pair[1]].Name
+			want := PreferredHome(id, []string{a, b})
+			if got := PreferredHome(id, []string{b, a}); got != want {
+				t.Fatalf("%s: PreferredHome depends on the order: %s and %s", id, want, got)
+			}
+			if want != a && want != b {
+				t.Fatalf("%s: PreferredHome(%s, %s) = %q", id, a, b, want)
+			}
+			if got := homeOf(t, r, t0, id, peers); got != want {
+				t.Fatalf("%s advertised by %s and %s: routed to %s, PreferredHome %s", id, a, b, got, want)
+			}
+		}
+	}
+	if got := PreferredHome("a", nil); got != "" {
+		t.Fatalf("PreferredHome of no peers = %q", got)
 	}
 }
