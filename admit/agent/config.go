@@ -50,33 +50,39 @@ type ControllerConfig struct {
 	// InitialWindow is a new home's window before its first tick, in [MinWindow, MaxWindow].
 	// Default 8: a small start, grown by slow start and then by Alpha, like a congestion window.
 	InitialWindow int
-	// SlowStart: until the window's first decrease, or the first tick whose predicted KV use
-	// Next reaches TargetU, an increase adds the agents the predicted headroom holds at the
-	// present use per agent, (TargetU-Next)*Active/Next, capped at doubling the window and at
-	// the agents that want a slot, instead of Alpha. Default true: a burst of new agents
-	// (sessions start together) otherwise waits out a ramp of one agent per interval, 16 s
-	// for 40 agents at 500 ms, while the pool sits empty; sizing each step by the measured
-	// headroom stops short of the pool, as doubling alone would not, so the ramp does not
-	// overshoot into the cut it is meant to avoid. Once the pool has been found full, the
-	// window only probes by Alpha, as TCP's congestion avoidance does after slow start.
-	SlowStart bool
+	// SlowStartSteps is slow start's horizon, >= 0; 0 turns slow start off. Until the first
+	// tick at which the window's agents, after SlowStartSteps more steps each (growing as Next
+	// predicts for one step), would fill the pool to TargetU, an increase adds the agents that
+	// headroom holds at the use per agent it predicts, capped at doubling the window and at the
+	// agents that want a slot, instead of Alpha; without a growth prediction yet (no agent's
+	// second step) it adds Alpha. After that tick the window probes by Alpha only, as TCP's
+	// congestion avoidance does after slow start.
+	//
+	// Why: sessions start in bursts, and at one agent an interval 40 agents arriving together
+	// on an empty pool wait 16 s (at 500 ms) for slots they fit in. Why the horizon: an agent
+	// comes back for several steps, each longer, so a ramp sized on one step of growth admits
+	// in a second more agents than their growth over the next steps leaves room for, and the
+	// cut that follows pauses them and loses their prefixes. Default 4: about the steps a new
+	// agent still has ahead in sessions of a handful of steps (the load generator's run 3 to
+	// 8); where that fills the pool slow start ends at once and the window ramps by Alpha.
+	SlowStartSteps int
 }
 
 // DefaultControllerConfig returns the documented controller defaults.
 func DefaultControllerConfig() ControllerConfig {
 	return ControllerConfig{
-		Alpha:         1,
-		Beta:          0.7,
-		TargetU:       0.8,
-		HighU:         0.9,
-		HitWeight:     0.2,
-		HitMargin:     0.05,
-		HitFloor:      0.5,
-		CooldownTicks: 1,
-		MinWindow:     1,
-		MaxWindow:     512,
-		InitialWindow: 8,
-		SlowStart:     true,
+		Alpha:          1,
+		Beta:           0.7,
+		TargetU:        0.8,
+		HighU:          0.9,
+		HitWeight:      0.2,
+		HitMargin:      0.05,
+		HitFloor:       0.5,
+		CooldownTicks:  1,
+		MinWindow:      1,
+		MaxWindow:      512,
+		InitialWindow:  8,
+		SlowStartSteps: 4,
 	}
 }
 
@@ -104,6 +110,8 @@ func (c ControllerConfig) validate() error {
 		return bad("cooldown ticks %d must be >= 0", c.CooldownTicks)
 	case c.MinWindow < 1 || c.MaxWindow < c.MinWindow:
 		return bad("window bounds [%d, %d] must satisfy 1 <= min <= max", c.MinWindow, c.MaxWindow)
+	case c.SlowStartSteps < 0:
+		return bad("slow start steps %d must be >= 0", c.SlowStartSteps)
 	case c.InitialWindow < c.MinWindow || c.InitialWindow > c.MaxWindow:
 		return bad("initial window %d must be in [%d, %d]", c.InitialWindow, c.MinWindow, c.MaxWindow)
 	}

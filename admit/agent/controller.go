@@ -34,9 +34,9 @@ type Controller struct {
 	ewma     float64
 	haveEWMA bool
 	cooldown int
-	// slow is true until the first tick that finds no KV headroom (Next >= TargetU, which
-	// every decrease is): until then an increase may double the window (see
-	// ControllerConfig.SlowStart).
+	// slow is true until the first tick that finds no KV headroom SlowStartSteps steps
+	// ahead (which every decrease is): until then an increase may double the window (see
+	// ControllerConfig.SlowStartSteps).
 	slow bool
 
 	lastU, lastNext, lastH float64
@@ -51,7 +51,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStart}, nil
+	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStartSteps > 0}, nil
 }
 
 // Tick feeds one control interval's KV use u and prefix hit rate h (both 0..1, clamped) and
@@ -84,7 +84,8 @@ type Signals struct {
 	// Demand is the number of agents that want a slot (active, paused, waiting); < 0 unknown.
 	Demand int
 	// Active is the number of agents in the window now, whose use U and Next measure; 0 is
-	// unknown. Slow start divides Next by it to tell how many more agents the headroom holds.
+	// unknown. Slow start divides their use by it to tell how many more agents the headroom
+	// holds.
 	Active int
 }
 
@@ -101,6 +102,9 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 	}
 	c.ticks++
 	c.lastU, c.lastNext, c.lastH, c.lastTick = u, next, h, now
+	// The use after SlowStartSteps more steps of every active agent, each growing as Next
+	// predicts for one.
+	ahead := u + float64(c.cfg.SlowStartSteps)*(next-u)
 
 	// Falling is judged against the average of earlier samples, before this one joins it.
 	falling := c.haveEWMA && h < c.ewma-c.cfg.HitMargin
@@ -120,30 +124,28 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 		c.decreases++
 		move = Decrease
 	case next < c.cfg.TargetU && (demand < 0 || demand >= c.Window()) && c.Window() < c.cfg.MaxWindow:
-		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.increase(next, demand, s.Active))
+		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.increase(u, ahead, demand, s.Active))
 		move = Increase
 	}
-	if next >= c.cfg.TargetU {
-		// The headroom is used up: the window has found the pool's size. Every decrease is
-		// such a tick, as a cut needs U >= HighU >= TargetU.
+	if ahead >= c.cfg.TargetU {
+		// The headroom is used up: the window's agents fill the pool within SlowStartSteps
+		// steps. Every decrease is such a tick, as a cut needs U >= HighU >= TargetU.
 		c.slow = false
 	}
 	c.lastMove = move
 	return c.Window(), move
 }
 
-// increase is how much an increase adds: Alpha, or in slow start the agents the predicted
-// headroom TargetU-next holds at the window's present use per agent (next/active; with active
-// unknown, as many as the window has), capped at doubling and at the agents that want a slot,
-// and never less than Alpha.
-func (c *Controller) increase(next float64, demand, active int) float64 {
-	if !c.slow {
+// increase is how much an increase adds: Alpha, or in slow start the agents the headroom
+// TargetU-ahead holds at the window's use per agent after SlowStartSteps steps (ahead/active),
+// capped at doubling and at the agents that want a slot, and never less than Alpha. Without a
+// growth prediction (ahead == u) or the active count, slow start has nothing to size a step
+// by, and adds Alpha.
+func (c *Controller) increase(u, ahead float64, demand, active int) float64 {
+	if !c.slow || active <= 0 || ahead <= u {
 		return c.cfg.Alpha
 	}
-	inc := c.w // doubling
-	if active > 0 && next > 0 {
-		inc = math.Min(inc, math.Floor((c.cfg.TargetU-next)*float64(active)/next))
-	}
+	inc := math.Min(c.w, math.Floor((c.cfg.TargetU-ahead)*float64(active)/ahead))
 	if demand >= 0 {
 		inc = math.Min(inc, float64(demand)-c.w)
 	}
@@ -164,7 +166,7 @@ type ControllerStats struct {
 	HitEWMA   float64 // the hit-rate average H is compared against
 	LastTick  time.Time
 	LastMove  Move
-	SlowStart bool // still in slow start: no decrease yet, and the KV headroom never ran out
+	SlowStart bool // still in slow start: the KV headroom SlowStartSteps ahead never ran out
 	Ticks     uint64
 	Decreases uint64
 }

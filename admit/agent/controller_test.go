@@ -30,7 +30,7 @@ func newController(t *testing.T, mod func(*ControllerConfig)) *Controller {
 // aimd is mod with slow start off: the AIMD rule the window follows once slow start is over.
 func aimd(mod func(*ControllerConfig)) func(*ControllerConfig) {
 	return func(c *ControllerConfig) {
-		c.SlowStart = false
+		c.SlowStartSteps = 0
 		if mod != nil {
 			mod(c)
 		}
@@ -150,9 +150,10 @@ func TestControllerPredictedUse(t *testing.T) {
 	}
 }
 
-// TestControllerSlowStart pins slow start: until the first decrease or the first tick
-// without KV headroom, an increase adds what the headroom holds at the present use per agent,
-// capped at doubling and at demand, and at least Alpha; after that the window grows by Alpha.
+// TestControllerSlowStart pins slow start: until the first tick at which the active agents,
+// SlowStartSteps (4) steps ahead, fill the pool to TargetU, an increase adds what the headroom
+// then holds at the predicted use per agent, capped at doubling and at demand, and at least
+// Alpha; after that tick, and before any growth is predicted, the window grows by Alpha.
 func TestControllerSlowStart(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -161,34 +162,45 @@ func TestControllerSlowStart(t *testing.T) {
 		want    []int // window after each tick
 		slow    bool  // still in slow start at the end
 	}{
-		{"doubles with the use per agent unknown", nil,
-			[]Signals{{U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}},
-			[]int{16, 32, 64}, true},
 		{"a burst is admitted in a few ticks, not one agent a tick", nil,
+			// 4 steps ahead: 0.05, 0.1, 0.2 of the pool: doubling, then the demand of 40
 			[]Signals{{U: 0.01, Next: 0.02, H: 1, Demand: 40, Active: 8}, {U: 0.02, Next: 0.04, H: 1, Demand: 40, Active: 16},
 				{U: 0.04, Next: 0.08, H: 1, Demand: 40, Active: 32}, {U: 0.05, Next: 0.1, H: 1, Demand: 40, Active: 40}},
-			[]int{16, 32, 40, 41}, true}, // capped at demand (then Alpha, as the AIMD rule allows)
-		{"capped by the headroom", nil,
-			// (0.8-0.4)*8/0.4 = 8; (0.8-0.6)*16/0.6 = 5.3; (0.8-0.79)*21/0.79 < 1 adds Alpha
-			[]Signals{{U: 0.2, Next: 0.4, H: 0.9, Demand: 100, Active: 8}, {U: 0.3, Next: 0.6, H: 0.9, Demand: 100, Active: 16},
-				{U: 0.5, Next: 0.79, H: 0.9, Demand: 100, Active: 21}},
-			[]int{16, 21, 22}, true},
+			[]int{16, 32, 40, 41}, true}, // at demand, Alpha (as the AIMD rule allows)
+		{"capped by the headroom steps ahead, ended when they fill the pool", nil,
+			// ahead 0.4: (0.8-0.4)*8/0.4 = 8; ahead 0.5: 0.3*16/0.5 = 9.6; ahead 0.76: 0.04*25/0.76 < 2;
+			// ahead 0.85 ends it, with Next 0.55 still under target: Alpha
+			[]Signals{{U: 0.2, Next: 0.25, H: 0.9, Demand: 100, Active: 8}, {U: 0.3, Next: 0.35, H: 0.9, Demand: 100, Active: 16},
+				{U: 0.4, Next: 0.49, H: 0.9, Demand: 100, Active: 25}, {U: 0.45, Next: 0.55, H: 0.9, Demand: 100, Active: 26},
+				{U: 0.2, Next: 0.25, H: 0.9, Demand: 100, Active: 27}},
+			[]int{16, 25, 26, 27, 28}, false},
+		{"growth that fills the pool steps ahead ends it at once", nil,
+			// Next 0.45 is under target, but 4 steps of growth are 0.9
+			[]Signals{{U: 0.3, Next: 0.45, H: 0.9, Demand: 100, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 9}},
+			[]int{9, 10}, false},
+		{"no growth predicted: Alpha, and it goes on", nil,
+			[]Signals{{U: 0.1, Next: 0.1, H: 0.9, Demand: 100, Active: 8}, {U: 0.1, Next: math.NaN(), H: 0.9, Demand: 100, Active: 9},
+				{U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 10}},
+			[]int{9, 10, 20}, true},
+		{"active unknown: Alpha", nil,
+			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: -1}, {U: 0.1, Next: 0.11, H: 0.9, Demand: -1}},
+			[]int{9, 10}, true},
 		{"no headroom ends it", nil,
-			[]Signals{{U: 0.5, Next: 0.8, H: 0.9, Demand: 100, Active: 8}, {U: 0.2, Next: 0.3, H: 0.9, Demand: 100, Active: 8},
-				{U: 0.2, Next: 0.3, H: 0.9, Demand: 100, Active: 9}},
+			[]Signals{{U: 0.5, Next: 0.8, H: 0.9, Demand: 100, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 8},
+				{U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 9}},
 			[]int{8, 9, 10}, false},
 		{"a decrease ends it", func(c *ControllerConfig) { c.InitialWindow = 20 },
-			[]Signals{{U: 0.95, H: 0.3, Demand: 100, Active: 20}, {U: 0.3, Next: 0.4, H: 0.9, Demand: 100, Active: 14},
-				{U: 0.3, Next: 0.4, H: 0.9, Demand: 100, Active: 14}},
+			[]Signals{{U: 0.95, H: 0.3, Demand: 100, Active: 20}, {U: 0.3, Next: 0.31, H: 0.9, Demand: 100, Active: 14},
+				{U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 14}},
 			[]int{14, 14, 15}, false}, // cut (H under the floor), cooldown, then Alpha
 		{"a hold for lack of demand keeps it", nil,
-			[]Signals{{U: 0.1, Next: 0.1, H: 0.9, Demand: 3, Active: 3}, {U: 0.1, Next: 0.1, H: 0.9, Demand: 30, Active: 3}},
-			[]int{8, 16}, true},
+			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: 3, Active: 3}, {U: 0.1, Next: 0.11, H: 0.9, Demand: 30, Active: 3}},
+			[]int{8, 16}, true}, // 0.66*3/0.14 = 14, capped at doubling
 		{"max bound", func(c *ControllerConfig) { c.MaxWindow = 12 },
-			[]Signals{{U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}},
+			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 12}},
 			[]int{12, 12}, true},
-		{"off: Alpha from the start", func(c *ControllerConfig) { c.SlowStart = false },
-			[]Signals{{U: 0.1, H: 0.9, Demand: -1}, {U: 0.1, H: 0.9, Demand: -1}},
+		{"off: Alpha from the start", func(c *ControllerConfig) { c.SlowStartSteps = 0 },
+			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 9}},
 			[]int{9, 10}, false},
 	}
 	for _, tt := range tests {
@@ -209,22 +221,26 @@ func TestControllerSlowStart(t *testing.T) {
 // TestControllerConstantLoad pins that a constant load never makes the window flip between
 // increase and decrease, and that it settles.
 func TestControllerConstantLoad(t *testing.T) {
-	for _, slow := range []bool{true, false} {
+	for _, steps := range []int{4, 0} { // slow start on and off
 		for _, u := range []float64{0, 0.3, 0.79, 0.8, 0.85, 0.9, 0.95, 1} {
 			for _, h := range []float64{0, 0.35, 0.9, 1} {
-				constantLoad(t, slow, u, h)
+				constantLoad(t, steps, u, h)
 			}
 		}
 	}
 }
 
-func constantLoad(t *testing.T, slow bool, u, h float64) {
+// constantLoad ticks a controller with slow start over steps 100 times with the same U and H,
+// Next a little above U and the window all active.
+func constantLoad(t *testing.T, steps int, u, h float64) {
 	t.Helper()
-	c := newController(t, func(c *ControllerConfig) { c.MaxWindow = 64; c.SlowStart = slow })
+	c := newController(t, func(c *ControllerConfig) { c.MaxWindow = 64; c.SlowStartSteps = steps })
+	slow := steps > 0
 	var dirs []Move
 	var windows []int
 	for i := range 100 {
-		w, m := c.TickDemand(t0.Add(time.Duration(i)*time.Second), u, h, -1)
+		s := Signals{U: u, Next: u + 0.01, H: h, Demand: -1, Active: c.Window()}
+		w, m := c.TickSignals(t0.Add(time.Duration(i)*time.Second), s)
 		windows = append(windows, w)
 		if m != Hold {
 			dirs = append(dirs, m)
@@ -243,8 +259,8 @@ func constantLoad(t *testing.T, slow bool, u, h float64) {
 	}
 	want := 8
 	switch {
-	case u < 0.8:
-		want = 64 // from 8, in 3 ticks of slow start or 56 of one agent a tick
+	case u+0.01 < 0.8:
+		want = 64 // from 8, in a few ticks of slow start or 56 of one agent a tick
 	case u >= 0.9 && h < 0.5:
 		want = 1 // under the hit floor at full KV: cut to the bound, never back up
 	}
@@ -318,6 +334,7 @@ func TestControllerConfigValidation(t *testing.T) {
 		{"min zero", func(c *ControllerConfig) { c.MinWindow = 0 }},
 		{"max below min", func(c *ControllerConfig) { c.MinWindow = 5; c.MaxWindow = 4; c.InitialWindow = 4 }},
 		{"initial above max", func(c *ControllerConfig) { c.InitialWindow = 1000 }},
+		{"slow start steps negative", func(c *ControllerConfig) { c.SlowStartSteps = -1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,17 +25,20 @@
 //   - hold for CooldownTicks (1) ticks after a decrease, because U falls only as the paused
 //     agents' prefixes age out, about an interval after the cut;
 //   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8);
-//   - slow start (SlowStart, on by default): until the first tick whose Next reaches TargetU
-//     (every decrease is one), an increase adds not Alpha but the agents the predicted
-//     headroom holds at the window's present use per agent, (TargetU-Next)*Active/Next,
-//     capped at doubling and at the agents that want a slot, and at least Alpha.
+//   - slow start (SlowStartSteps 4): until the first tick at which the active agents, after
+//     SlowStartSteps more steps each at the growth Next predicts, would fill the pool to
+//     TargetU (every decrease is such a tick), an increase adds not Alpha but the agents that
+//     headroom holds at the use per agent it predicts, capped at doubling and at the agents
+//     that want a slot, and at least Alpha (Alpha alone before any growth is predicted).
 //
 // Why these shapes: additive increase probes slowly because one agent's context can be tens
 // of thousands of tokens; the multiplicative cut leaves thrashing fast because recompute cost
 // grows with the square of context length. Slow start is there because sessions start in
 // bursts: at one agent an interval, 40 agents arriving together on an empty pool wait 16 s for
-// slots they would have fitted in; measured headroom, not blind doubling, sizes each step, so
-// the ramp stops short of the pool instead of overshooting into a cut, and once the pool has
+// slots they would have fitted in. Its steps are sized by the headroom several steps ahead,
+// not by blind doubling or one step ahead, because every agent comes back longer: a ramp
+// sized on the contexts of now admits agents whose growth overflows the pool a few steps
+// later, and the cut that follows pauses them and loses their prefixes. Once the pool has
 // been found full the window is back to probing by Alpha. With constant U and H the window only moves one
 // way (the EWMA equals H, so H never falls, and H is either under the floor or not) and
 // settles at a bound or holds, so a constant load cannot make it oscillate.
