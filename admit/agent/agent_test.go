@@ -231,6 +231,21 @@ func TestFinishGivesRoom(t *testing.T) {
 	}
 }
 
+// handedOver checks that gone left the registry and that its slot went to next, the only
+// agent Resumable lists.
+func handedOver(t *testing.T, a *Admitter, gone, next string) {
+	t.Helper()
+	if _, ok := a.Get(gone); ok {
+		t.Fatalf("%s still registered", gone)
+	}
+	if state(t, a, next) != Active {
+		t.Fatalf("%s is %v, want active in %s's slot", next, state(t, a, next), gone)
+	}
+	if got := a.Resumable(); !slices.Equal(got, []string{next}) {
+		t.Fatalf("Resumable = %v, want only %s", got, next)
+	}
+}
+
 // TestRelease pins that an agent another home keeps leaves this one, unless it is mid-step,
 // and that its slot goes to the next agent.
 func TestRelease(t *testing.T) {
@@ -247,15 +262,7 @@ func TestRelease(t *testing.T) {
 	if !a.Release(t0, "a") {
 		t.Fatal("did not release an idle agent")
 	}
-	if _, ok := a.Get("a"); ok {
-		t.Fatal("released agent still registered")
-	}
-	if state(t, a, "b") != Active {
-		t.Fatalf("b is %v, want active in a's slot", state(t, a, "b"))
-	}
-	if got := a.Resumable(); !slices.Equal(got, []string{"b"}) {
-		t.Fatalf("Resumable = %v, want b", got)
-	}
+	handedOver(t, a, "a", "b")
 	arrive(t, a, t0, "c", "n1", Wait)
 	if !a.Release(t0, "c") { // waiting, its step held: released all the same
 		t.Fatal("did not release a waiting agent")
@@ -282,15 +289,7 @@ func TestAbandon(t *testing.T) {
 	a.Finish(t0, "a")
 	arrive(t, a, t0, "d", "n1", Wait)
 	a.Abandon(t0, "c") // promoted but its step went away before the node took it: the slot is d's
-	if _, ok := a.Get("c"); ok {
-		t.Fatal("an agent let in for a step that never came keeps its slot")
-	}
-	if state(t, a, "d") != Active {
-		t.Fatalf("d is %v, want active in c's slot", state(t, a, "d"))
-	}
-	if got := a.Resumable(); !slices.Equal(got, []string{"d"}) {
-		t.Fatalf("Resumable = %v, want only d (not the abandoned c)", got)
-	}
+	handedOver(t, a, "c", "d")
 	arrive(t, a, t0, "d", "", Admit)
 	a.Abandon(t0, "d") // a stray abandon of an agent active on its own account changes nothing
 	if state(t, a, "d") != Active {
