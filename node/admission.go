@@ -350,6 +350,8 @@ func (n *Node) localOption() admit.Option {
 // before the first byte, the request goes back to the waiting room (keeping its arrival time,
 // so its TTL still bounds the whole wait), not to the client.
 func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, explain bool) outcome {
+	// A step an agent window still holds when this returns ended without running.
+	defer n.giveUpAgent(p)
 	pl := &plan{}
 	n.decide(start, p, pl)
 	n.m.decisionOf(pl.d)

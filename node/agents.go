@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 // CodeAgentPaused is an owner's refusal of an agent step whose agent is outside its window
@@ -35,9 +37,28 @@ const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
 const metaAgentFinal = "agent_final"
 
 // agentLeaseIntervals is how many control intervals a step held for this node's window may go
-// without asking again (its ingress retries every interval) before the window gives up on it:
-// an ingress that stopped asking gave the step up, and the agent must not keep its place.
+// without its ingress renewing the hold before the window gives up on it: an ingress that
+// stopped renewing (it crashed, or its give-up was lost) gave the step up, and the agent must
+// not keep its place, or a slot it was let into for that step. The ingress renews every
+// interval for as long as it holds the step, whether it waits for the window or, let in, for
+// KV room in its waiting room, and gives the step up explicitly when it ends without running.
 const agentLeaseIntervals = 5
+
+// The agent-lease messages an ingress sends the home whose window holds one of its steps: a
+// forward (transport.Header.Path) with the agent in AgentID and an empty body, answered with
+// an accept carrying the agent's state (agent.State's String) in headerAgentState. A hold says
+// the ingress still holds a step of the agent: the home renews its lease and, if the agent is
+// outside the window, waits up to metaHoldWait (at most an interval) for it to be let in
+// before it answers, so the ingress learns of a free slot at once without sending the step's
+// body again and again. A give-up says the step ended without running (queue TTL, client gone,
+// drain): the home abandons the agent now rather than when the lease runs out. A node that
+// does not know the paths refuses them, and the ingress routes the step again each interval.
+const (
+	pathAgentHold    = "/kvmesh/agent/hold"
+	pathAgentGiveUp  = "/kvmesh/agent/give-up"
+	metaHoldWait     = "wait_ms"
+	headerAgentState = "X-Kvmesh-Agent-State"
+)
 
 // agentGate is the node's side of agent-level admission: this node is the home of every agent
 // whose steps run on its engine, so it owns their window (agent.Admitter), feeds it the
@@ -68,12 +89,23 @@ type agentGate struct {
 	// The recompute counters at the last tick, and the hit rate H they gave.
 	lastAvoided, lastRecomputed uint64
 	h                           float64
+	// Agents abandoned because the lease of their held step ran out, or because its ingress
+	// gave it up.
+	leaseExpired, givenUp uint64
 }
 
 // heldStep is a step of an agent outside this node's window, held by its ingress handler.
 type heldStep struct {
 	id   string
 	wake chan struct{}
+}
+
+// agentHold is the home whose agent window holds a step, kept by the ingress while the step
+// waits, so that it renews the home's lease on the agent's place and tells the home when it
+// gives the step up. The zero value: no window holds the step.
+type agentHold struct {
+	home string // the home's node name
+	addr string // its QUIC address; unused when the home is this node
 }
 
 // buildAgents sets up agent admission when cfg.Agents is set. It does no I/O.
@@ -116,7 +148,7 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 	if err == nil && d.Action == agent.Wait {
 		g.asked[id] = now
 		if origin == "local" {
-			// A peer's step is held by its ingress, which polls; only a local one is woken.
+			// A peer's step is held by its ingress, which sends holds; only a local one is woken.
 			if g.wake[id] == nil {
 				g.wake[id] = make(chan struct{})
 			}
@@ -202,23 +234,25 @@ func (n *Node) observeAgent(p *prepared, u *engine.Usage) {
 	g.mu.Unlock()
 }
 
-// agentRefused handles a dispatch attempt the agent window turned down: the step must wait,
-// at the same home, so dispatch must not try other candidates. It reports whether it was
-// such a refusal.
-func (n *Node) agentRefused(p *prepared, peer string, res *dispatchResult) bool {
+// agentRefused handles a dispatch attempt the agent window of peer (at addr) turned down: the
+// step must wait, at the same home, so dispatch must not try other candidates. It reports
+// whether it was such a refusal.
+func (n *Node) agentRefused(p *prepared, peer, addr string, res *dispatchResult) bool {
 	if n.agents == nil || p.adm.Agent == "" || res.lastCode != CodeAgentPaused {
 		return false
 	}
 	res.requeue = true
+	p.held = agentHold{home: peer, addr: addr}
 	n.stick(p, peer) // the window and the prefix are there: the retry must go there too
 	return true
 }
 
-// awaitAgent holds a step whose agent is outside its home's window until the agent is
-// resumed (this node is the home), AgentInterval passes (a peer is, and is polled), the
-// step's queue TTL ends, the client leaves or the node drains. It then decides again, or
-// answers the client and reports done. The step is held here, not in the waiting room, so
-// it cannot block the requests queued behind it there.
+// awaitAgent holds a step whose agent is outside its home's window until the agent is let in
+// (this node is the home and wakes it, or a peer is and answers its hold), the step's queue
+// TTL ends, the client leaves or the node drains. It then decides again, or answers the
+// client and reports done. The step is held here, not in the waiting room, so it cannot
+// block the requests queued behind it there, and it asks a peer home with holds, which keep
+// the home's lease on the agent's place, rather than by sending the step again.
 func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepared, pl *plan) (outcome, bool) {
 	g := n.agents
 	expires := n.adm.Item(p.adm, pl.d).Expires
@@ -226,28 +260,27 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		g.mu.Lock()
 		h, here := g.held[p]
 		g.mu.Unlock()
-		ch := h.wake
-		if !here {
-			ch = make(chan struct{}) // a peer is the home: poll it each interval
+		in := true // the agent may be in the window, or gone from the registry: decide again
+		if here {
+			n.pauseAgent(ctx, h.wake, expires)
+			ag, ok := g.a.Get(h.id)
+			in = !ok || ag.State == agent.Active
+		} else {
+			st, err := n.holdAtHome(ctx, p, max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
+			if err != nil {
+				// The home did not answer the hold (unreachable, or too old to know it): route
+				// the step again after an interval, which asks with the step itself.
+				n.log.Debug("agent hold", "agent", p.adm.Agent, "home", p.held.home, "err", err)
+				n.pauseAgent(ctx, nil, expires)
+			}
+			in = err != nil || st == agent.Active || st == agent.Absent
 		}
-		t := time.NewTimer(min(n.cfg.AgentInterval, max(time.Until(expires), 0)))
-		var giveUp *admit.Decision
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			n.abandonAgent(p)
-			return outcome{code: openai.CodeClientClosed, refused: true}, true
-		case <-g.stop:
-			giveUp = &admit.Decision{Status: http.StatusServiceUnavailable, Code: "draining",
-				Message: "the node is shutting down", RetryAfter: time.Second}
-		}
-		t.Stop()
 		now := time.Now()
+		var giveUp *admit.Decision
 		switch {
-		case giveUp != nil:
-		case n.isDraining():
+		case ctx.Err() != nil:
+			return outcome{code: openai.CodeClientClosed, refused: true}, true
+		case n.isDraining() || isClosed(g.stop):
 			giveUp = &admit.Decision{Status: http.StatusServiceUnavailable, Code: "draining",
 				Message: "the node is shutting down", RetryAfter: time.Second}
 		case !now.Before(expires):
@@ -255,18 +288,16 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 			giveUp = &d
 		}
 		if giveUp != nil {
-			n.abandonAgent(p)
 			n.m.decisionOf(*giveUp)
 			writeRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
 			return outcome{code: giveUp.Code, refused: true}, true
 		}
+		if !in {
+			continue
+		}
 		if here {
-			if ag, ok := g.a.Get(h.id); ok && ag.State != agent.Active {
-				continue // the interval passed, still outside the window: no need to re-route
-			}
-			// Active now, or gone from the registry (evicted): dispatch again, which admits
-			// it or registers it afresh (and holds it again if it must still wait). Routing
-			// may now send it elsewhere, so this node stops tracking the step.
+			// Routing may now send the step elsewhere, so this node stops tracking it as held;
+			// its hold (p.held) stays until it runs or is given up.
 			g.mu.Lock()
 			delete(g.held, p)
 			g.mu.Unlock()
@@ -280,16 +311,184 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 	}
 }
 
-// abandonAgent tells the window that a step held on this node left without running, so a
-// new agent that never ran does not keep a place in the queue for its slot.
-func (n *Node) abandonAgent(p *prepared) {
+// pauseAgent waits until wake closes (nil: never), an interval passes, expires comes, ctx
+// ends or the agent control loop stops.
+func (n *Node) pauseAgent(ctx context.Context, wake <-chan struct{}, expires time.Time) {
+	t := time.NewTimer(max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-n.agents.stop:
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// holdAtHome sends the hold of p's step to its peer home and returns the agent's state there,
+// after waiting up to wait (at the home) for the agent to be let into the window.
+func (n *Node) holdAtHome(ctx context.Context, p *prepared, wait time.Duration) (agent.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+n.cfg.AgentInterval)
+	defer cancel()
+	resp, err := n.tr.Forward(ctx, p.held.addr, n.leaseHeader(p, pathAgentHold, wait), nil)
+	if err != nil {
+		return agent.Absent, err
+	}
+	_ = resp.Body.Close()
+	return agentStateOf(resp.Headers[headerAgentState]), nil
+}
+
+// leaseHeader is the forward header of an agent-lease message about p's step.
+func (n *Node) leaseHeader(p *prepared, path string, wait time.Duration) transport.Header {
+	return transport.Header{RequestID: p.req.ID, Hops: 1, Priority: p.adm.Priority, Tenant: p.adm.Tenant,
+		AgentID: p.adm.Agent, Ingress: n.cfg.Name, Path: path,
+		Meta: map[string]string{metaHoldWait: strconv.FormatInt(wait.Milliseconds(), 10)}}
+}
+
+// agentStateOf parses agent.State's String; anything else is Absent.
+func agentStateOf(s string) agent.State {
+	for _, st := range []agent.State{agent.Waiting, agent.Active, agent.Paused} {
+		if s == st.String() {
+			return st
+		}
+	}
+	return agent.Absent
+}
+
+// renewAgentHold renews the home's lease on the agent of p's step while the step waits in this
+// node's waiting room (let into the window, it waits for KV room there; or its home was not
+// reachable): the home must keep the agent's place, or the slot it was let into, for it.
+func (n *Node) renewAgentHold(ctx context.Context, p *prepared) {
 	g := n.agents
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if h, ok := g.held[p]; ok {
+	switch {
+	case g == nil || p.held.home == "":
+	case p.held.home == n.cfg.Name:
+		g.mu.Lock()
+		g.holdLocked(time.Now(), p.adm.Agent)
+		g.mu.Unlock()
+	default:
+		if _, err := n.holdAtHome(ctx, p, 0); err != nil {
+			n.log.Debug("agent hold", "agent", p.adm.Agent, "home", p.held.home, "err", err)
+		}
+	}
+}
+
+// giveUpAgent tells the home whose window holds p's step, if any, that the step ended without
+// running, so its agent does not keep its place in the queue, or a slot it was let into for
+// this step, until the lease runs out.
+func (n *Node) giveUpAgent(p *prepared) {
+	g, hold := n.agents, p.held
+	p.held = agentHold{}
+	switch {
+	case g == nil || hold.home == "":
+	case hold.home == n.cfg.Name:
+		g.mu.Lock()
 		delete(g.held, p)
-		g.a.Abandon(time.Now(), h.id)
+		g.abandonLocked(time.Now(), p.adm.Agent, false)
 		g.wakeLocked()
+		g.mu.Unlock()
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
+		defer cancel()
+		resp, err := n.tr.Forward(ctx, hold.addr, n.leaseHeader(p, pathAgentGiveUp, 0), nil)
+		if err != nil {
+			n.log.Debug("agent give-up", "agent", p.adm.Agent, "home", hold.home, "err", err)
+			return // the home's lease runs out instead
+		}
+		_ = resp.Body.Close()
+	}
+}
+
+// serveAgentLease answers a peer ingress's hold or give-up (pathAgentHold, pathAgentGiveUp)
+// of a step of agent h.AgentID.
+func (n *Node) serveAgentLease(ctx context.Context, h transport.Header, fw transport.ResponseWriter) {
+	g, st := n.agents, agent.Absent
+	if g != nil && h.AgentID != "" {
+		now := time.Now()
+		if h.Path == pathAgentGiveUp {
+			g.mu.Lock()
+			g.abandonLocked(now, h.AgentID, false)
+			g.wakeLocked()
+			g.mu.Unlock()
+		} else {
+			ms, _ := strconv.ParseInt(h.Meta[metaHoldWait], 10, 64)
+			st = g.hold(ctx, now, h.AgentID, min(time.Duration(max(ms, 0))*time.Millisecond, n.cfg.AgentInterval))
+		}
+	}
+	_ = fw.Accept(http.StatusOK, map[string]string{headerAgentState: st.String()})
+}
+
+// hold renews the lease of a held step of id and, while the agent is outside the window,
+// waits up to wait for it to be let in (or for ctx or the control loop to end). It returns the
+// agent's state then.
+func (g *agentGate) hold(ctx context.Context, now time.Time, id string, wait time.Duration) agent.State {
+	g.mu.Lock()
+	st := g.holdLocked(now, id)
+	if wait <= 0 || (st != agent.Waiting && st != agent.Paused) {
+		g.mu.Unlock()
+		return st
+	}
+	ch := g.wake[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		g.wake[id] = ch
+	}
+	g.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-g.stop:
+	}
+	if ag, ok := g.a.Get(id); ok {
+		return ag.State
+	}
+	return agent.Absent
+}
+
+// holdLocked renews the lease of a step of id that an ingress (this node or a peer) still
+// holds, and returns the agent's state. A step waiting for the window is a step boundary that
+// has arrived, not silence: it refreshes the agent, so neither the lease nor the idle sweep
+// drops it and its place in the queue. A step of an agent let into the window for it keeps
+// that slot while it waits at its ingress for KV room. An agent active on its own account
+// holds no lease.
+func (g *agentGate) holdLocked(now time.Time, id string) agent.State {
+	ag, ok := g.a.Get(id)
+	switch {
+	case !ok:
+		return agent.Absent
+	case ag.State != agent.Active:
+		_, _ = g.a.Arrive(now, id, g.home, 0)
+		g.asked[id] = now
+	default:
+		if _, leased := g.asked[id]; leased {
+			g.asked[id] = now
+		}
+	}
+	return ag.State
+}
+
+// abandonLocked abandons id, whose held step was given up by its ingress or (lease) went
+// without a renewal for agentLeaseIntervals. The caller wakes the steps that this lets in.
+func (g *agentGate) abandonLocked(now time.Time, id string, lease bool) {
+	delete(g.asked, id)
+	if !g.a.Abandon(now, id) {
+		return
+	}
+	if lease {
+		g.leaseExpired++
+	} else {
+		g.givenUp++
 	}
 }
 
@@ -327,18 +526,15 @@ func (n *Node) agentTick(now time.Time) {
 	heldHere := map[string]bool{}
 	for _, h := range g.held {
 		heldHere[h.id] = true
-		if ag, ok := g.a.Get(h.id); ok && ag.State != agent.Active {
-			_, _ = g.a.Arrive(now, h.id, g.home, 0)
-			g.asked[h.id] = now
-		}
+		g.holdLocked(now, h.id)
 	}
-	// A step that stopped asking was given up by its ingress (queue TTL, client gone, ingress
-	// down): the agent must not keep its place, or a slot it was let into for that step.
+	// A hold that was not renewed was given up by an ingress that could not say so (it
+	// crashed, or its give-up was lost): the agent must not keep its place, or a slot it was
+	// let into for that step.
 	lease := agentLeaseIntervals * n.cfg.AgentInterval
 	for id, at := range g.asked {
 		if now.Sub(at) > lease && !heldHere[id] {
-			delete(g.asked, id)
-			g.a.Abandon(now, id)
+			g.abandonLocked(now, id, true)
 		}
 	}
 	g.a.Sweep(now)
@@ -501,7 +697,7 @@ type agentCollector struct {
 	g                                           *agentGate
 	window, active, paused, waiting, agents     *prometheus.Desc
 	pauses, resumes, admitted, swept, finished  *prometheus.Desc
-	released                                    *prometheus.Desc
+	released, abandoned                         *prometheus.Desc
 	kvUse, kvNext, hitRate, avoided, recomputed *prometheus.Desc
 }
 
@@ -510,18 +706,21 @@ func newAgentCollector(g *agentGate) *agentCollector {
 		return prometheus.NewDesc("kvmesh_agent_"+name, help, nil, nil)
 	}
 	return &agentCollector{
-		g:          g,
-		window:     d("window", "Agents this node's window lets be active at once."),
-		active:     d("active", "Agents in the window."),
-		paused:     d("paused", "Agents taken out of the window at a step boundary."),
-		waiting:    d("waiting", "New agents whose first step waits for a window slot."),
-		agents:     d("registered", "Agents this node remembers."),
-		pauses:     d("pauses_total", "Agents paused because the window shrank."),
-		resumes:    d("resumes_total", "Paused agents put back in the window."),
-		admitted:   d("admitted_total", "Agents that entered the window for the first time."),
-		swept:      d("swept_total", "Agents removed after going silent past the idle timeout."),
-		finished:   d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
-		released:   d("released_total", "Agents let go because a peer registered them too and keeps them."),
+		g:        g,
+		window:   d("window", "Agents this node's window lets be active at once."),
+		active:   d("active", "Agents in the window."),
+		paused:   d("paused", "Agents taken out of the window at a step boundary."),
+		waiting:  d("waiting", "New agents whose first step waits for a window slot."),
+		agents:   d("registered", "Agents this node remembers."),
+		pauses:   d("pauses_total", "Agents paused because the window shrank."),
+		resumes:  d("resumes_total", "Paused agents put back in the window."),
+		admitted: d("admitted_total", "Agents that entered the window for the first time."),
+		swept:    d("swept_total", "Agents removed after going silent past the idle timeout."),
+		finished: d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
+		released: d("released_total", "Agents let go because a peer registered them too and keeps them."),
+		abandoned: prometheus.NewDesc("kvmesh_agent_abandoned_total",
+			"Agents removed because the step held for them ended without running: given_up (its ingress said so) or lease (its ingress stopped renewing the hold).",
+			[]string{"reason"}, nil),
 		kvUse:      d("kv_use", "KV use (0..1) the window controller last saw: running sequences plus the active agents' idle prefixes."),
 		kvNext:     d("kv_use_next", "KV use (0..1) the window controller last predicted for the active agents' next steps: kv_use plus each one's growth."),
 		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
@@ -532,7 +731,7 @@ func newAgentCollector(g *agentGate) *agentCollector {
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.finished, c.released, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed} {
+		c.admitted, c.swept, c.finished, c.released, c.abandoned, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed} {
 		ch <- d
 	}
 }
@@ -563,6 +762,11 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.swept, s.SweptTotal)
 	counter(c.finished, s.FinishedTotal)
 	counter(c.released, s.ReleasedTotal)
+	c.g.mu.Lock()
+	givenUp, lease := c.g.givenUp, c.g.leaseExpired
+	c.g.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.abandoned, prometheus.CounterValue, float64(givenUp), "given_up")
+	ch <- prometheus.MustNewConstMetric(c.abandoned, prometheus.CounterValue, float64(lease), "lease")
 	counter(c.avoided, s.RecomputeAvoidedTokens)
 	counter(c.recomputed, s.RecomputedTokens)
 }

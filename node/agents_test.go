@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -338,9 +339,9 @@ func TestAgentFinalStepFreesTheSlotAndWindowWaitIsNotSLOTime(t *testing.T) {
 }
 
 // TestAgentStepGivenUpAtTheIngressLeavesTheHome pins that when an ingress gives up on a step
-// held at a peer (here its queue TTL runs out), the home stops keeping the agent's place: the
-// next agent gets the slot when it frees, instead of the abandoned one holding it until the
-// idle timeout.
+// held at a peer (here its queue TTL runs out), it says so and the home stops keeping the
+// agent's place: the next agent gets the slot when it frees, instead of the abandoned one
+// holding it until the idle timeout.
 func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	urls := oneHome(t)
 	home, in := urls[0], urls[1]
@@ -354,6 +355,9 @@ func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	eventually(t, 5*time.Second, "the home to drop the abandoned agent b", func() bool {
 		return metric(t, home, "kvmesh_agent_waiting", "") == 0 && metric(t, home, "kvmesh_agent_registered", "") == 1
 	})
+	if got := metric(t, home, "kvmesh_agent_abandoned_total", `reason="given_up"`); got != 1 {
+		t.Errorf(`kvmesh_agent_abandoned_total{reason="given_up"} = %v, want 1: the ingress did not say it gave b up`, got)
+	}
 	cDone := make(chan stepResult, 1)
 	go func() { cDone <- sendStep(in, "c", 0, nil) }()
 	eventually(t, 5*time.Second, "agent c waiting", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
@@ -532,5 +536,87 @@ func TestAgentHomedTwiceIsKeptByOne(t *testing.T) {
 				t.Errorf("%s registers %v agents after the steps, want 0", names[other], got)
 			}
 		})
+	}
+}
+
+// TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull pins that the steps of new agents held at
+// a peer ingress for their home's window keep their places while the home's KV is full: the
+// ingress keeps asking the home for them, so the home's lease on their places does not run out
+// and drop them (to be registered again at the back of the queue when KV frees). A
+// non-agent request fills the home's KV while agent a holds the window of one and agents b and
+// c wait for it.
+func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		cfg.Agents = agentConfig(1, time.Minute)
+		cfg.AgentInterval = interval
+		cfg.Sim.KVBlocks = 256 // 4,096 tokens
+		cfg.Sim.TimeScale = 0.5
+		if i == 1 {
+			cfg.Models = []string{"another-model"}
+		}
+	})
+	urls := tn.URLs()
+	home, in := urls[0], urls[1]
+	if r := sendStep(in, "a", 0, nil); r.status != http.StatusOK {
+		t.Fatalf("agent a step 0: %+v", r)
+	}
+	final := map[string]string{node.HeaderAgentFinal: "1"}
+	done := make(chan stepResult, 2)
+	for _, id := range []string{"b", "c"} {
+		go func() { done <- sendStep(in, id, 0, final) }()
+	}
+	eventually(t, 10*time.Second, "agents b and c waiting at the home", func() bool {
+		return metric(t, home, "kvmesh_agent_waiting", "") == 2
+	})
+	// The blocker's 3,500-token prompt (219 of the 256 blocks) leaves, for as long as it runs,
+	// fewer blocks under admission's KV threshold (95%) than a new step of 400 tokens needs.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	blocked := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, home+"/v1/chat/completions",
+			strings.NewReader(chatBody(longPrompt("blocker", 3500), 300, true)))
+		if err == nil {
+			req.Header.Set(node.HeaderTTFTSLO, "1m")
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+		blocked <- err
+	}()
+	var full time.Time
+	eventually(t, 10*time.Second, "the home's KV full for many leases", func() bool {
+		if metric(t, home, "vllm:kv_cache_usage_perc", "") < 0.85 {
+			full = time.Time{}
+			return false
+		}
+		if full.IsZero() {
+			full = time.Now()
+		}
+		return time.Since(full) > 20*interval
+	})
+	select {
+	case err := <-blocked:
+		t.Fatalf("the blocking request ended (%v) before the check", err)
+	default:
+	}
+	if reg, wait := metric(t, home, "kvmesh_agent_registered", ""), metric(t, home, "kvmesh_agent_waiting", ""); reg != 3 || wait != 2 {
+		t.Fatalf("home registered %v agents, %v waiting, want 3 and 2: the held steps of b and c lost their places", reg, wait)
+	}
+	if got := metric(t, home, "kvmesh_agent_abandoned_total", ""); got != 0 {
+		t.Errorf("kvmesh_agent_abandoned_total = %v, want 0", got)
+	}
+	cancel()
+	<-blocked
+	if r := sendStep(in, "a", 1, final); r.status != http.StatusOK {
+		t.Fatalf("agent a's final step: %+v", r)
+	}
+	for range 2 {
+		if r := await(t, done, "agents b and c never ran"); r.status != http.StatusOK {
+			t.Fatalf("agent step: %+v", r)
+		}
 	}
 }

@@ -62,19 +62,21 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 			n.releasePlan(pl)
 			if !ran {
 				res.lastCode = CodeAgentPaused
-				n.agentRefused(p, c.Name, &res)
+				n.agentRefused(p, c.Name, "", &res)
 				return res
 			}
 			n.stick(p, c.Name)
+			p.held = agentHold{} // answered (it ran): no window holds it any more
 			return dispatchResult{o: o}
 		}
 		o, done := n.forward(ctx, w, p, c, pl.v.quic[c.Peer], start, &res)
 		n.releasePlan(pl)
 		if done {
 			n.stick(p, c.Name)
+			p.held = agentHold{}
 			return dispatchResult{o: o}
 		}
-		if n.agentRefused(p, c.Name, &res) {
+		if n.agentRefused(p, c.Name, pl.v.quic[c.Peer], &res) {
 			return res
 		}
 		if ctx.Err() != nil {
@@ -231,6 +233,9 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	ep := engine.Chat
 	switch h.Path {
+	case pathAgentHold, pathAgentGiveUp:
+		n.serveAgentLease(ctx, h, fw)
+		return
 	case "/v1/chat/completions":
 	case "/v1/completions":
 		ep = engine.Completion

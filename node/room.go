@@ -49,18 +49,30 @@ func (n *Node) wait(ctx context.Context, p *prepared, pl *plan) waitResult {
 	}
 	n.m.queued.Inc()
 	n.kickRoom()
-	select {
-	case <-wt.ready:
-	case <-ctx.Done():
-		if _, ok := n.adm.Room().Remove(it.ID); ok {
+	// A step an agent window holds (let in, it waits here for KV room at its home) renews the
+	// home's lease on its agent each interval, or the home would give its slot away.
+	var renew <-chan time.Time
+	if p.held.home != "" {
+		t := time.NewTicker(n.cfg.AgentInterval)
+		defer t.Stop()
+		renew = t.C
+	}
+	for {
+		select {
+		case <-wt.ready:
+			n.m.queueTime.Observe(time.Since(now).Seconds())
+			return waitResult{}
+		case <-renew:
+			n.renewAgentHold(ctx, p)
+		case <-ctx.Done():
+			if _, ok := n.adm.Room().Remove(it.ID); ok {
+				return waitResult{gone: true}
+			}
+			<-wt.ready // settled at the same moment: take the decision's reservation back
+			n.releasePlan(pl)
 			return waitResult{gone: true}
 		}
-		<-wt.ready // settled at the same moment: take the decision's reservation back
-		n.releasePlan(pl)
-		return waitResult{gone: true}
 	}
-	n.m.queueTime.Observe(time.Since(now).Seconds())
-	return waitResult{}
 }
 
 // settle ends a waiter's wait with decision d (already removed from the room).

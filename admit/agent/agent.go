@@ -240,20 +240,22 @@ func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 // unless it is active on its own account (let in before this step was held): a waiting agent
 // never ran, a paused one would be resumed into a slot for a step that is not coming, and one
 // let in for this very step would hold that slot until the idle timeout. Its slot goes to the
-// next agent. If the client comes back, its step arrives as a new agent's.
-func (a *Admitter) Abandon(now time.Time, id string) {
+// next agent. If the client comes back, its step arrives as a new agent's. It reports
+// whether the agent left.
+func (a *Admitter) Abandon(now time.Time, id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
 	if e == nil {
-		return
+		return false
 	}
 	e.Pending, e.ready = false, false
 	if e.State == Active && (!e.granted || e.InStep) {
 		e.granted = false
-		return
+		return false
 	}
 	a.removeLocked(e, now)
+	return true
 }
 
 // Release removes id if it is not mid-step, and reports whether it did: the agent is homed

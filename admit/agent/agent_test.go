@@ -279,7 +279,9 @@ func TestAbandon(t *testing.T) {
 	a := newAdmitter(t, window(1))
 	arrive(t, a, t0, "a", "n1", Admit)
 	arrive(t, a, t0, "b", "n1", Wait)
-	a.Abandon(t0, "b") // new agent whose held step expired: it leaves
+	if !a.Abandon(t0, "b") { // new agent whose held step expired: it leaves
+		t.Error("Abandon of a waiting agent reported that it stayed")
+	}
 	if _, ok := a.Get("b"); ok {
 		t.Fatal("abandoned new agent still registered")
 	}
@@ -291,7 +293,9 @@ func TestAbandon(t *testing.T) {
 	a.Abandon(t0, "c") // promoted but its step went away before the node took it: the slot is d's
 	handedOver(t, a, "c", "d")
 	arrive(t, a, t0, "d", "", Admit)
-	a.Abandon(t0, "d") // a stray abandon of an agent active on its own account changes nothing
+	if a.Abandon(t0, "d") { // a stray abandon of an agent active on its own account changes nothing
+		t.Error("Abandon of an agent active on its own account reported that it left")
+	}
 	if state(t, a, "d") != Active {
 		t.Fatalf("d is %v after a stray Abandon, want active", state(t, a, "d"))
 	}
