@@ -657,6 +657,7 @@ func (a *Admitter) removeLocked(e *entry, now time.Time) {
 	wasActive := e.State == Active
 	a.removeLockedFrom(h.listOf(e.State), e)
 	if wasActive {
+		h.ctl.Left(h.active.Len())
 		a.fillLocked(h, now)
 	}
 }

@@ -275,6 +275,43 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+// TestLeavingAtPredictedOverflowShrinksTheWindow pins the decrease by attrition at the
+// Admitter: an agent that finishes while its home's predicted KV use is at or above HighU
+// takes its slot with it, so the waiting agent stays waiting and nobody is paused; under HighU
+// its slot goes to the waiting agent.
+func TestLeavingAtPredictedOverflowShrinksTheWindow(t *testing.T) {
+	tests := []struct {
+		name       string
+		next       float64
+		wantWindow int
+		wantC      State
+	}{
+		{"predicted overflow", 0.95, 1, Waiting},
+		{"no overflow predicted", 0.85, 2, Active},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAdmitter(t, func(c *Config) { c.Controller.InitialWindow, c.Controller.SlowStartSteps = 2, 0 })
+			arrive(t, a, t0, "a", "n1", Admit)
+			arrive(t, a, t0, "b", "n1", Admit)
+			arrive(t, a, t0, "c", "n1", Wait)
+			a.StepDone(t0, "a", 0)
+			a.StepDone(t0, "b", 0)
+			a.TickSignals(t0, "n1", Signals{U: 0.5, Next: tt.next, H: 0.9})
+			a.Finish(t0, "a")
+			if got := a.Window("n1"); got != tt.wantWindow {
+				t.Errorf("window %d after a finished, want %d", got, tt.wantWindow)
+			}
+			if got := state(t, a, "c"); got != tt.wantC {
+				t.Errorf("c is %v, want %v", got, tt.wantC)
+			}
+			if got := state(t, a, "b"); got != Active {
+				t.Errorf("b is %v, want active: attrition pauses no one", got)
+			}
+		})
+	}
+}
+
 func TestAbandon(t *testing.T) {
 	a := newAdmitter(t, window(1))
 	arrive(t, a, t0, "a", "n1", Admit)

@@ -136,6 +136,18 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 	return c.Window(), move
 }
 
+// Left tells the controller that an agent left the window (finished or gone), leaving active
+// agents in it. While the last predicted use (Next) is at or above HighU, the window follows the
+// agents down instead of keeping the slot for a newcomer: the agents in the window already
+// need more KV at their next steps than the pool has, a newcomer let in now would push it over,
+// and the cut that follows would pause agents whose prefixes are then lost. A decrease by
+// attrition pauses no one; the window grows again once Next is under TargetU.
+func (c *Controller) Left(active int) {
+	if c.lastNext >= c.cfg.HighU {
+		c.w = math.Max(float64(c.cfg.MinWindow), math.Min(c.w, float64(active)))
+	}
+}
+
 // increase is how much an increase adds: Alpha, or in slow start the agents the headroom
 // TargetU-ahead holds at the window's use per agent after SlowStartSteps steps (ahead/active),
 // capped at doubling and at the agents that want a slot, and never less than Alpha. Without a

@@ -150,6 +150,35 @@ func TestControllerPredictedUse(t *testing.T) {
 	}
 }
 
+// TestControllerLeftFollowsTheAgentsDown pins the decrease by attrition: an agent leaving the
+// window while the predicted use is at or above HighU takes its slot with it (the window
+// follows the active agents down, never under MinWindow), and below HighU the slot stays for
+// the next agent.
+func TestControllerLeftFollowsTheAgentsDown(t *testing.T) {
+	tests := []struct {
+		name   string
+		next   float64
+		active int // agents left in the window
+		want   int
+	}{
+		{"predicted overflow follows the agents", 0.95, 9, 9},
+		{"at high u follows", 0.9, 7, 7},
+		{"under high u keeps the slot", 0.85, 9, 10},
+		{"never above the window", 1, 12, 10},
+		{"never under the minimum", 1, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, aimd(func(c *ControllerConfig) { c.InitialWindow = 10 }))
+			c.TickSignals(t0, Signals{U: 0.5, Next: tt.next, H: 0.9, Demand: 10})
+			c.Left(tt.active)
+			if got := c.Window(); got != tt.want {
+				t.Fatalf("window %d after Left(%d) at next %v, want %d", got, tt.active, tt.next, tt.want)
+			}
+		})
+	}
+}
+
 // TestControllerSlowStart pins slow start: until the first tick at which the active agents,
 // SlowStartSteps (4) steps ahead, fill the pool to TargetU, an increase adds what the headroom
 // then holds at the predicted use per agent, capped at doubling and at demand, and at least

@@ -22,6 +22,10 @@
 //     under HitFloor (0.5): KV full while hits collapse, or stay collapsed, is thrashing;
 //   - hold otherwise, including U high with H steady above the floor (a full cache that is
 //     still being hit is doing its job) and the band TargetU <= U < HighU;
+//   - decrease by attrition: an agent that leaves the window (finished or gone) while Next is
+//     at or above HighU takes its slot with it (Controller.Left), so the window follows the
+//     active agents down without pausing any; refilling the slot would let a newcomer push the
+//     pool over and bring a cut that pauses agents, whose prefixes are then lost;
 //   - hold for CooldownTicks (1) ticks after a decrease, because U falls only as the paused
 //     agents' prefixes age out, about an interval after the cut;
 //   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8);
