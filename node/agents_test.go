@@ -546,7 +546,7 @@ func TestAgentHomedTwiceIsKeptByOne(t *testing.T) {
 // non-agent request fills the home's KV while agent a holds the window of one and agents b and
 // c wait for it.
 func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
-	const interval = 50 * time.Millisecond
+	const interval = 100 * time.Millisecond // a lease of 500 ms
 	tn := startNet(t, 2, func(i int, cfg *node.Config) {
 		cfg.Agents = agentConfig(1, time.Minute)
 		cfg.AgentInterval = interval
@@ -596,7 +596,7 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 		if full.IsZero() {
 			full = time.Now()
 		}
-		return time.Since(full) > 20*interval
+		return time.Since(full) > 15*interval
 	})
 	select {
 	case err := <-blocked:
