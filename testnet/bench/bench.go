@@ -368,6 +368,7 @@ func (b *bencher) load(urls []string, wallRate float64, window time.Duration) lo
 	}
 	lc.Interactive, lc.Batch = scaleClass(b.cfg.Interactive, s), scaleClass(b.cfg.Batch, s)
 	lc.ToolWait = scaleDur(lc.ToolWait, s)
+	lc.BurstPeriod = scaleDur(loadgen.DefaultBurstPeriod, s)
 	lc.Timeout = scaleDur(ClientTimeout, s)
 	lc.Progress = b.cfg.Progress
 	return lc

@@ -73,6 +73,9 @@ type Config struct {
 	Retries int
 	// MaxRetryWait caps an honoured Retry-After.
 	MaxRetryWait time.Duration
+	// BurstPeriod is the "bursty" workload's on/off cycle (0 means DefaultBurstPeriod, 4 s): a
+	// run on a time-scaled engine scales it with the engine, so the bursts keep their shape.
+	BurstPeriod time.Duration
 	// ToolWait is the mean pause between an agent's steps (exponentially distributed).
 	ToolWait time.Duration
 	// ToolScale multiplies the size of an agent's tool results (100 to 800 tokens; 0 means 1).
@@ -144,8 +147,8 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.Trace == "" && cfg.Duration <= 0 && cfg.MaxRequests <= 0 {
 		return bad("a synthetic workload needs a duration or max requests")
 	}
-	if cfg.Duration < 0 || cfg.MaxRequests < 0 || cfg.Concurrency < 0 || cfg.Retries < 0 || cfg.Timeout < 0 {
-		return bad("duration, max requests, concurrency, retries and timeout must be ≥ 0")
+	if cfg.Duration < 0 || cfg.MaxRequests < 0 || cfg.Concurrency < 0 || cfg.Retries < 0 || cfg.Timeout < 0 || cfg.BurstPeriod < 0 {
+		return bad("duration, max requests, concurrency, retries, timeout and burst period must be ≥ 0")
 	}
 	if cfg.TraceBatchFraction < 0 || cfg.TraceBatchFraction > 1 {
 		return bad("trace batch fraction must be in [0, 1]")
@@ -161,6 +164,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.ToolScale == 0 {
 		cfg.ToolScale = 1
+	}
+	if cfg.BurstPeriod == 0 {
+		cfg.BurstPeriod = DefaultBurstPeriod
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Minute

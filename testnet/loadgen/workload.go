@@ -94,13 +94,13 @@ func (it Item) Messages() []Message {
 // Workloads lists the synthetic workload names.
 func Workloads() []string { return []string{"chat", "rag", "mixed", "bursty", "agents"} }
 
-// Burst shape of the "bursty" workload: BurstOn of every BurstPeriod at BurstHigh×rate, the rest
-// at BurstLow×rate, which averages to the configured rate.
+// Burst shape of the "bursty" workload: the first BurstOnFraction of every Config.BurstPeriod at
+// BurstHigh×rate, the rest at BurstLow×rate, which averages to the configured rate.
 const (
-	BurstPeriod = 4 * time.Second
-	BurstOn     = time.Second
-	BurstHigh   = 3.4
-	BurstLow    = 0.2
+	DefaultBurstPeriod = 4 * time.Second
+	BurstOnFraction    = 0.25
+	BurstHigh          = 3.4
+	BurstLow           = 0.2
 )
 
 // Sizes of the synthetic prompts, in tokens.
@@ -178,10 +178,12 @@ func (g *generator) nextArrival(t time.Duration, rate float64) time.Duration {
 		return t + seconds(g.r.ExpFloat64()/rate)
 	}
 	peak := BurstHigh * rate
+	period := g.cfg.BurstPeriod
+	on := time.Duration(BurstOnFraction * float64(period))
 	for {
 		t += seconds(g.r.ExpFloat64() / peak)
 		r := BurstLow * rate
-		if t%BurstPeriod < BurstOn {
+		if t%period < on {
 			r = peak
 		}
 		if g.r.Float64()*peak < r {

@@ -78,29 +78,40 @@ func TestPoissonArrivals(t *testing.T) {
 	}
 }
 
+// TestBurstyOnOff pins the burst shape at the default period and at a stretched one (a bench
+// on an engine running at half speed doubles it).
 func TestBurstyOnOff(t *testing.T) {
 	const rate = 20.0
 	d := 800 * time.Second
-	items := mustPlan(t, planCfg("bursty", rate, d, 5))
-	var on, off int
-	for _, it := range items {
-		if it.At%BurstPeriod < BurstOn {
-			on++
-		} else {
-			off++
+	for _, period := range []time.Duration{0, 2 * DefaultBurstPeriod} {
+		cfg := planCfg("bursty", rate, d, 5)
+		cfg.BurstPeriod = period
+		if period == 0 {
+			period = DefaultBurstPeriod
 		}
-	}
-	onSecs := d.Seconds() * BurstOn.Seconds() / BurstPeriod.Seconds()
-	offSecs := d.Seconds() - onSecs
-	onRate, offRate := float64(on)/onSecs, float64(off)/offSecs
-	if math.Abs(onRate-BurstHigh*rate) > 0.05*BurstHigh*rate {
-		t.Errorf("on-period rate %v, want %v", onRate, BurstHigh*rate)
-	}
-	if math.Abs(offRate-BurstLow*rate) > 0.1*BurstLow*rate {
-		t.Errorf("off-period rate %v, want %v", offRate, BurstLow*rate)
-	}
-	if mean := float64(len(items)) / d.Seconds(); math.Abs(mean-rate) > 0.05*rate {
-		t.Errorf("mean rate %v, want %v", mean, rate)
+		t.Run(period.String(), func(t *testing.T) {
+			items := mustPlan(t, cfg)
+			var on, off int
+			for _, it := range items {
+				if it.At%period < time.Duration(BurstOnFraction*float64(period)) {
+					on++
+				} else {
+					off++
+				}
+			}
+			onSecs := d.Seconds() * BurstOnFraction
+			offSecs := d.Seconds() - onSecs
+			onRate, offRate := float64(on)/onSecs, float64(off)/offSecs
+			if math.Abs(onRate-BurstHigh*rate) > 0.05*BurstHigh*rate {
+				t.Errorf("on-period rate %v, want %v", onRate, BurstHigh*rate)
+			}
+			if math.Abs(offRate-BurstLow*rate) > 0.1*BurstLow*rate {
+				t.Errorf("off-period rate %v, want %v", offRate, BurstLow*rate)
+			}
+			if mean := float64(len(items)) / d.Seconds(); math.Abs(mean-rate) > 0.05*rate {
+				t.Errorf("mean rate %v, want %v", mean, rate)
+			}
+		})
 	}
 }
 
