@@ -135,6 +135,11 @@ type QueueConfig struct {
 	// MinChargeTokens is the least one dispatch is charged in the fairness accounting, so
 	// requests with tiny prompts still take turns. Default 16 (one KV block).
 	MinChargeTokens int `json:"min_charge_tokens"`
+	// Backfill is how many waiters behind a pool's head, when the head must wait for KV room,
+	// the room offers to run beside it on room the head does not wait for (WaitingRoom.Next).
+	// Default 8: enough to find the small requests behind a long prompt, few enough that a
+	// blocked pool costs a handful of routing decisions a pass. 0: strictly head of line.
+	Backfill int `json:"backfill"`
 	// DrainWindow is the window over which the dispatch rate is measured for Retry-After.
 	// Default 10s: long enough to average bursts, short enough to follow load changes.
 	DrainWindow Duration `json:"drain_window"`
@@ -197,6 +202,7 @@ func DefaultConfig() Config {
 			TTL:             Duration(60 * time.Second),
 			ShedFraction:    0.5,
 			MinChargeTokens: 16,
+			Backfill:        8,
 			DrainWindow:     Duration(10 * time.Second),
 			MinRetryAfter:   Duration(time.Second),
 			MaxRetryAfter:   Duration(60 * time.Second),
@@ -254,7 +260,7 @@ func (c *Config) validate() error {
 	}
 	q := c.Queue
 	if q.MaxRequests < 0 || q.MaxTokens < 0 || q.TargetTTFT < 0 || q.FallbackTokens < 1 || q.MaxTotal < 1 ||
-		q.TTL <= 0 || !(q.ShedFraction >= 0 && q.ShedFraction <= 1) || q.MinChargeTokens < 1 ||
+		q.TTL <= 0 || !(q.ShedFraction >= 0 && q.ShedFraction <= 1) || q.MinChargeTokens < 1 || q.Backfill < 0 ||
 		q.DrainWindow < Duration(time.Second) || q.MinRetryAfter < 0 || q.MaxRetryAfter < q.MinRetryAfter {
 		return bad("queue")
 	}

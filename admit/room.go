@@ -309,19 +309,27 @@ func (r *WaitingRoom) bestLocked(p *pool) *Item {
 
 // Next removes and returns the next item to dispatch. Pools (model, role) are independent
 // resources and are visited round-robin; inside a pool the order is strict priority, then
-// fairness between tenants, then EDF. canRun (nil: always) is asked about the pool's next item
-// only: when it says no, that pool is blocked for this call (nothing behind its head may take
-// the room the head needs) and the next pool is tried. canRun runs with the room locked and
-// must not call the room; Admitter.Ready is safe to call from it.
-func (r *WaitingRoom) Next(now time.Time, canRun func(*Item) bool) (*Item, bool) {
+// fairness between tenants, then EDF. canRun (nil: always) is asked about the pool's head with
+// head nil. When it says no, the head waits for room, and up to QueueConfig.Backfill items
+// behind it (by priority, then deadline) are offered with head set: canRun must then say yes
+// only if the item runs without taking the room the head waits for (Admitter.HoldFor). When
+// none may run, that pool is blocked for this call and the next pool is tried. canRun runs
+// with the room locked and must not call the room; Admitter.Ready is safe to call from it.
+func (r *WaitingRoom) Next(now time.Time, canRun func(it, head *Item) bool) (*Item, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	np := len(r.order)
 	for i := range np {
 		p := r.order[(r.rr+i)%np]
 		it := r.bestLocked(p)
-		if it == nil || (canRun != nil && !canRun(it)) {
+		if it == nil {
 			continue
+		}
+		if canRun != nil && !canRun(it, nil) {
+			it = r.backfillLocked(p, it, canRun)
+			if it == nil {
+				continue
+			}
 		}
 		r.rr = (r.rr + i + 1) % np
 		f := it.flow
@@ -334,6 +342,57 @@ func (r *WaitingRoom) Next(now time.Time, canRun func(*Item) bool) (*Item, bool)
 		return it, true
 	}
 	return nil, false
+}
+
+// backfillLocked returns the first of the items behind p's blocked head that canRun lets run
+// beside it, or nil. Backfill keeps a pool's engines busy while a large head waits for room
+// that small work behind it does not need: strictly head of line, one long prompt waiting for
+// three quarters of a node would hold every request of its pool while the other nodes idle.
+func (r *WaitingRoom) backfillLocked(p *pool, head *Item, canRun func(it, head *Item) bool) *Item {
+	if r.cfg.Backfill <= 0 {
+		return nil
+	}
+	for _, it := range r.behindLocked(p, head, r.cfg.Backfill) {
+		if canRun(it, head) {
+			return it
+		}
+	}
+	return nil
+}
+
+// behindLocked returns up to k items of p other than head: highest band first, earliest
+// deadline first inside a band.
+func (r *WaitingRoom) behindLocked(p *pool, head *Item, k int) []*Item {
+	var out []*Item
+	for _, b := range p.bands {
+		from := len(out)
+		for _, f := range b.active {
+			for _, it := range f.items {
+				if it == head {
+					continue
+				}
+				band := out[from:]
+				if len(out) == k && !edfLess(it, band[len(band)-1]) {
+					continue
+				}
+				if len(out) == k {
+					out = out[:k-1]
+					band = out[from:]
+				}
+				j, _ := slices.BinarySearchFunc(band, it, func(a, b *Item) int {
+					if edfLess(a, b) {
+						return -1
+					}
+					return 1
+				})
+				out = slices.Insert(out, from+j, it)
+			}
+		}
+		if len(out) == k {
+			break
+		}
+	}
+	return out
 }
 
 // Requeue puts back an item that Next returned and its owner refused: it keeps its arrival,

@@ -234,26 +234,85 @@ func TestRoomRequeueAndRemove(t *testing.T) {
 	}
 }
 
-// TestRoomCanRun pins down that a head that cannot run blocks its own pool only.
+// TestRoomCanRun pins down that a head that cannot run blocks its own pool only, and that
+// what waits behind it runs only when backfill is on and canRun lets it run beside the head.
 func TestRoomCanRun(t *testing.T) {
-	r := newRoom(t, nil)
-	other := item("o1", "a", 0, 10, 0)
-	other.Model = "other"
-	push(t, r, item("big", "a", 5, 10, 0), item("small", "a", 0, 10, 0), other)
-	asked := map[string]int{}
-	canRun := func(it *Item) bool { asked[it.ID]++; return it.ID != "big" }
-	it, ok := r.Next(t0, canRun)
-	if !ok || it.ID != "o1" {
-		t.Fatalf("Next = %v %v, want o1 (pool m is blocked by big)", it, ok)
+	tests := []struct {
+		name     string
+		backfill int
+		beside   bool // canRun's answer for an item offered behind the blocked head
+		want     string
+	}{
+		{"strictly head of line", 0, true, "o1"},
+		{"backfill beside the head", 8, true, "small o1"},
+		{"backfill would take the head's room", 8, false, "o1"},
 	}
-	if asked["small"] != 0 {
-		t.Error("small overtook the blocked head of its pool")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRoom(t, func(c *QueueConfig) { c.Backfill = tt.backfill })
+			other := item("o1", "a", 0, 10, 0)
+			other.Model = "other"
+			push(t, r, item("big", "a", 5, 10, 0), item("small", "a", 0, 10, 0), other)
+			canRun := func(it, head *Item) bool {
+				switch {
+				case it.ID == "big":
+					return false
+				case it.ID == "small" && head == nil:
+					t.Error("small was asked as the head of its pool")
+				case it.ID == "small" && head.ID != "big":
+					t.Errorf("small was offered behind %s, want big", head.ID)
+				case it.ID == "small":
+					return tt.beside
+				}
+				return true
+			}
+			var got []string
+			for {
+				it, ok := r.Next(t0, canRun)
+				if !ok {
+					break
+				}
+				got = append(got, it.ID)
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Fatalf("dispatched %q, want %q (big blocks pool m)", strings.Join(got, " "), tt.want)
+			}
+			want := "big small"
+			if strings.Contains(tt.want, "small") {
+				want = "big"
+			}
+			if rest := strings.Join(drainIDs(r, 3), " "); rest != want {
+				t.Fatalf("after unblocking: %q, want %q", rest, want)
+			}
+		})
 	}
-	if _, ok := r.Next(t0, canRun); ok {
-		t.Fatal("dispatched from a blocked pool")
+}
+
+// TestRoomBackfillOrder pins the order and the bound of the items offered behind a blocked
+// head: higher priority first, earliest deadline first inside a band, across tenants, at most
+// QueueConfig.Backfill of them.
+func TestRoomBackfillOrder(t *testing.T) {
+	r := newRoom(t, func(c *QueueConfig) { c.Backfill = 4 })
+	push(t, r,
+		item("head", "a", 1, 10, 0),
+		item("lo1", "a", -1, 10, time.Second),
+		item("n3", "b", 0, 10, 3*time.Second),
+		item("n1", "a", 0, 10, time.Second),
+		item("hi", "c", 1, 10, 5*time.Second),
+		item("n2", "c", 0, 10, 2*time.Second),
+		item("n4", "b", 0, 10, 4*time.Second),
+	)
+	var offered []string
+	if _, ok := r.Next(t0, func(it, head *Item) bool {
+		if head != nil {
+			offered = append(offered, it.ID)
+		}
+		return false
+	}); ok {
+		t.Fatal("dispatched although canRun refused everything")
 	}
-	if got := strings.Join(drainIDs(r, 3), " "); got != "big small" {
-		t.Fatalf("after unblocking: %q", got)
+	if got := strings.Join(offered, " "); got != "hi n1 n2 n3" {
+		t.Fatalf("offered behind the head: %q, want %q", got, "hi n1 n2 n3")
 	}
 }
 
@@ -347,7 +406,7 @@ func TestOverloadHighServedLowShed(t *testing.T) {
 	now := t0.Add(time.Second)
 	var order []string
 	for {
-		it, ok := a.Room().Next(now, func(it *Item) bool { return a.Ready(now, it, []Option{roomy}).Action == Accept })
+		it, ok := a.Room().Next(now, func(it, _ *Item) bool { return a.Ready(now, it, []Option{roomy}).Action == Accept })
 		if !ok {
 			break
 		}

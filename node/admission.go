@@ -144,9 +144,9 @@ type plan struct {
 // decide routes p over the current view and asks admission (Admit for a new request, Ready
 // for a queued one); it never blocks. An accept reserves its tokens and blocks on the chosen
 // candidate at once, so the next decision sees them before any gossip does.
-func (n *Node) decide(now time.Time, p *prepared, pl *plan) { n.decideQueued(now, p, pl, nil) }
+func (n *Node) decide(now time.Time, p *prepared, pl *plan) { n.decideQueued(now, p, pl, nil, nil) }
 
-func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item) {
+func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item, hold *admit.Hold) {
 	a := &p.adm
 	n.buildView(&pl.v, p.req.Blocks)
 	rreq := route.Request{
@@ -182,6 +182,9 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	for i := range pl.cands {
 		pl.opts = append(pl.opts, n.optionOf(now, &pl.cands[i], &pl.v))
 	}
+	if hold != nil {
+		hold.Take(pl.opts) // it runs beside a blocked head only on room the head does not wait for
+	}
 	if it != nil {
 		pl.d = n.adm.Ready(now, it, pl.opts)
 	} else {
@@ -194,8 +197,8 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 		n.plainAdmission(pl)
 	}
 	if pl.d.Action == admit.Accept && pl.d.Option >= len(pl.cands) {
-		// Only busy hosts were offered (no room by construction); never run on one of them.
-		pl.d.Action, pl.d.Code, pl.d.Option = admit.Queue, admit.CodeWaitKV, -1
+		// Only busy hosts were offered (routing found none with room); never run on one of them.
+		pl.d.Action, pl.d.Layer, pl.d.Code, pl.d.Option = admit.Queue, admit.LayerKV, admit.CodeWaitKV, -1
 	}
 	if pl.d.Action == admit.Accept {
 		c := &pl.cands[pl.d.Option]
@@ -313,7 +316,7 @@ func queuedBlocks(tokens, blockTokens int) int {
 	return (tokens + blockTokens - 1) / blockTokens
 }
 
-// busyOptions lists the busy hosts of model as options without room.
+// busyOptions lists the busy hosts of model as options, when routing found none with room.
 func (n *Node) busyOptions(pl *plan, model string) {
 	for i := range pl.v.peers {
 		p := &pl.v.peers[i]
@@ -328,8 +331,12 @@ func (n *Node) busyOptions(pl *plan, model string) {
 		if p.PrefillTokensPerSecond > 0 {
 			ttft = time.Duration(float64(p.QueuedPrefillTokens) / p.PrefillTokensPerSecond * float64(time.Second))
 		}
-		pl.opts = append(pl.opts, admit.Option{Peer: p.Name, PredictedTTFT: ttft, FreeKVBlocks: 0,
-			TotalKVBlocks: p.KVBlocksTotal, BlockTokens: n.blockTokens(), PrefillTokensPerSecond: p.PrefillTokensPerSecond})
+		// Its free KV as it is: the blocked head's hold goes where it fits first
+		// (Admitter.HoldFor). An accept on a busy host never runs (decideQueued).
+		bt := n.blockTokens()
+		free := p.KVBlocksTotal - p.KVBlocksUsed - queuedBlocks(p.QueuedPrefillTokens, bt)
+		pl.opts = append(pl.opts, admit.Option{Peer: p.Name, PredictedTTFT: ttft, FreeKVBlocks: max(free, 0),
+			TotalKVBlocks: p.KVBlocksTotal, BlockTokens: bt, PrefillTokensPerSecond: p.PrefillTokensPerSecond})
 	}
 }
 

@@ -21,6 +21,7 @@ type metrics struct {
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
 	queued         prometheus.Counter
+	backfilled     prometheus.Counter
 	queueTime      prometheus.Histogram
 	sloFinished    *prometheus.CounterVec // class
 	sloMet         *prometheus.CounterVec // class
@@ -76,6 +77,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.queued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvmesh_admission_queued_total", Help: "Requests that waited in this node's waiting room.",
 	})
+	m.backfilled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvmesh_admission_backfilled_total", Help: "Queued requests dispatched past their pool's blocked head, on KV room it does not wait for.",
+	})
 	m.queueTime = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "kvmesh_admission_queue_seconds", Help: "Time requests spent in the waiting room before dispatch or refusal.", Buckets: latencyBuckets,
 	})
@@ -93,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.e2e, m.forwards, m.served,
-			m.decisions, m.queued, m.queueTime, m.sloFinished, m.sloMet, m.carbonRouted, m.carbonDeferred)
+			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.carbonRouted, m.carbonDeferred)
 	}
 	return m
 }

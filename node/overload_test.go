@@ -1,7 +1,10 @@
 package node_test
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +132,59 @@ func TestNoCapacityWhenNoHealthyNodeServesTheModel(t *testing.T) {
 	}
 	if readAll(t, ready); ready.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with an unhealthy engine: %d", ready.StatusCode)
+	}
+}
+
+// TestSmallRequestRunsBesideALongPromptWaitingForRoom pins backfill: a long prompt heading the
+// waiting room holds the room it waits for on the node where it fits first, and a short
+// request queued behind it runs now on the other node's free KV instead of waiting for the
+// long prompt (here, for the long requests filling both nodes to end).
+func TestSmallRequestRunsBesideALongPromptWaitingForRoom(t *testing.T) {
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		cfg.Sim.KVBlocks = 256 // 4,096 tokens
+		cfg.Sim.TimeScale = 0.5
+	})
+	urls := tn.URLs()
+	in := urls[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	long := func(seed string, prompt, maxTokens int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, in+"/v1/chat/completions",
+				strings.NewReader(chatBody(longPrompt(seed, prompt), maxTokens, true)))
+			if err != nil {
+				return
+			}
+			req.Header.Set(node.HeaderTTFTSLO, "1m")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}()
+	}
+	kv := func(i int) float64 { return metric(t, urls[i], "vllm:kv_cache_usage_perc", "") }
+	// 175 blocks on one node; the next 100 cannot join them, so they go to the other.
+	long("x", 2800, 1000)
+	eventually(t, 10*time.Second, "the first node to fill", func() bool { return max(kv(0), kv(1)) > 0.6 })
+	long("y", 1600, 1000)
+	eventually(t, 10*time.Second, "the second node to fill", func() bool { return min(kv(0), kv(1)) > 0.35 })
+	// 150 blocks or more fit on neither node: the long prompt waits, holding the second node.
+	long("big", 2400, 100)
+	eventually(t, 10*time.Second, "the long prompt queued", func() bool {
+		return metric(t, in, "kvmesh_admission_queued_total", "") == 1
+	})
+	resp := post(t, in, "/v1/chat/completions", chatBody("a short question", 20, false),
+		map[string]string{node.HeaderTTFTSLO: "1m", node.HeaderQueueTTL: "5s"})
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the short request behind the long prompt: status %d: %s", resp.StatusCode, b)
+	}
+	if got := metric(t, in, "kvmesh_admission_backfilled_total", ""); got != 1 {
+		t.Errorf("kvmesh_admission_backfilled_total = %v, want 1", got)
+	}
+	if got := metric(t, in, "kvmesh_requests_completed_total", ""); got != 1 {
+		t.Errorf("%v requests completed, want only the short one: it ran beside the long ones", got)
 	}
 }

@@ -15,6 +15,9 @@ type waiter struct {
 	p     *prepared
 	pl    *plan
 	ready chan struct{}
+	hold  admit.Hold // the room it waits for while it heads its pool and cannot run
+	// backfilled: let out past its pool's blocked head (the last Next that offered it).
+	backfilled bool
 }
 
 // waitResult says how a wait ended: settled (pl.d is final) or the client went away.
@@ -107,9 +110,17 @@ func (n *Node) runRoom(ctx context.Context) {
 			n.settle(it, n.adm.Expired(now))
 		}
 		for room.Len() > 0 {
-			it, ok := room.Next(now, func(it *admit.Item) bool {
+			it, ok := room.Next(now, func(it, head *admit.Item) bool {
 				wt := it.Value.(*waiter)
-				n.decideQueued(now, wt.p, wt.pl, it)
+				wt.backfilled = head != nil
+				if head == nil {
+					n.decideQueued(now, wt.p, wt.pl, it, nil)
+					if wt.pl.d.Action == admit.Queue {
+						wt.hold = n.adm.HoldFor(now, it, wt.pl.opts)
+					}
+				} else {
+					n.decideQueued(now, wt.p, wt.pl, it, &head.Value.(*waiter).hold)
+				}
 				return wt.pl.d.Action != admit.Queue
 			})
 			if !ok {
@@ -117,6 +128,9 @@ func (n *Node) runRoom(ctx context.Context) {
 			}
 			wt := it.Value.(*waiter)
 			n.m.decisionOf(wt.pl.d)
+			if wt.backfilled && wt.pl.d.Action == admit.Accept {
+				n.m.backfilled.Inc()
+			}
 			close(wt.ready)
 		}
 	}
@@ -126,7 +140,7 @@ func (n *Node) runRoom(ctx context.Context) {
 func (n *Node) drainRoom() {
 	room := n.adm.Room()
 	for {
-		it, ok := room.Next(time.Now(), func(*admit.Item) bool { return true })
+		it, ok := room.Next(time.Now(), func(_, _ *admit.Item) bool { return true })
 		if !ok {
 			return
 		}
