@@ -381,6 +381,8 @@ func TestSLOStage(t *testing.T) {
 		o.PredictedTTFT, o.PredictedTPOT = ttft, tpot
 		return o
 	}
+	idleLong := slow(2500*time.Millisecond, time.Second)
+	idleLong.PrefillTokensPerSecond = 3400
 	tests := []struct {
 		name    string
 		waiting []*Item
@@ -394,12 +396,14 @@ func TestSLOStage(t *testing.T) {
 		{"header slo looser", nil, func(r *Request) { r.TTFTSLO = 5 * time.Second }, []Option{slow(3*time.Second, 0)}, CodeAccepted, 0},
 		{"header slo tighter", nil, func(r *Request) { r.TTFTSLO = 50 * time.Millisecond }, []Option{slow(100*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
 		// Batch meets its own 30 s SLO on a 20 s queue, but runs only on spare capacity: a
-		// candidate that would still serve normal traffic within its 2 s.
+		// candidate that would still serve normal traffic arriving behind it within half its 2 s.
 		{"batch waits for spare capacity", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second)}, CodeWaitKV, -1},
 		{"batch on spare capacity", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(20*time.Second, time.Second), slow(time.Second, time.Second)}, CodeAccepted, 1},
-		// Its own prefill is not held against it: 6000 tokens at 10000/s are 0.6 s of the
-		// 2.5 s predicted, so 1.9 s wait ahead of it, within normal's 2 s.
-		{"batch's own long prefill still spare", nil, func(r *Request) { r.Priority, r.PromptTokens = -1, 6000 }, []Option{slow(2500*time.Millisecond, time.Second)}, CodeAccepted, 0},
+		{"batch past half the normal ttft waits", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(1500*time.Millisecond, time.Second)}, CodeWaitKV, -1},
+		// A prompt longer than that starts on an engine with next to nothing ahead of it:
+		// 8,000 tokens at 3,400/s are 2.35 s of the 2.5 s predicted, 0.15 s ahead of it.
+		{"batch's own long prefill on an idle engine", nil, func(r *Request) { r.Priority, r.PromptTokens = -1, 8000 }, []Option{idleLong}, CodeAccepted, 0},
+		{"batch's long prefill behind a queue waits", nil, func(r *Request) { r.Priority, r.PromptTokens = -1, 6000 }, []Option{slow(2500*time.Millisecond, time.Second)}, CodeWaitKV, -1},
 		{"batch short prompt on the same queue waits", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(2500*time.Millisecond, time.Second)}, CodeWaitKV, -1},
 		{"batch over its own slo", nil, func(r *Request) { r.Priority = -1 }, []Option{slow(40*time.Second, 0)}, CodeSLOUnattainable, -1},
 		{"high class default 1s", nil, func(r *Request) { r.Priority = 1 }, []Option{slow(1500*time.Millisecond, 0)}, CodeSLOUnattainable, -1},

@@ -14,9 +14,10 @@
 //     lower-priority waiter by a higher-priority newcomer;
 //  7. slo: predicted TTFT (the candidate's estimate plus the prefill tokens queued ahead in
 //     deadline order) and TPOT against the request's SLOs; doomed requests are refused now.
-//     Sheddable requests start only on spare capacity: where the predicted TTFT still meets
-//     the normal class's TTFT SLO; elsewhere they wait, so batch work cannot fill an engine
-//     and push interactive traffic past its SLO.
+//     Sheddable requests start only on spare capacity: where their predicted TTFT is within
+//     half the normal class's TTFT SLO (or, for a prompt longer than that, where next to
+//     nothing is queued); elsewhere they wait, so batch work cannot fill an engine and push
+//     interactive traffic past its SLO.
 //
 // The node runs Validate and Identify before routing, then Admit with routing's candidates
 // mapped to []Option; Check runs all of them. A queued request lives in the WaitingRoom as an
