@@ -215,6 +215,12 @@ func TestConcurrent(t *testing.T) {
 }
 
 func TestLongestPrefixNoAllocs(t *testing.T) {
+	// Under the race detector the scratch pool drops a random share of its items, and a call
+	// that misses it allocates one scratch.
+	want := 0.0
+	if raceEnabled {
+		want = 1
+	}
 	x := NewIndex(IndexConfig{})
 	req := seq(0, 100)
 	for p := 0; p < 100; p++ {
@@ -222,7 +228,7 @@ func TestLongestPrefixNoAllocs(t *testing.T) {
 	}
 	dst := make([]Match, 0, 128)
 	x.LongestPrefix(req, t0, dst) // warm the scratch pool
-	if n := testing.AllocsPerRun(100, func() { dst = x.LongestPrefix(req, t0, dst[:0]) }); n > 0 {
-		t.Fatalf("LongestPrefix allocates %.1f times per call", n)
+	if n := testing.AllocsPerRun(100, func() { dst = x.LongestPrefix(req, t0, dst[:0]) }); n > want {
+		t.Fatalf("LongestPrefix allocates %.1f times per call, want at most %v", n, want)
 	}
 }
