@@ -545,6 +545,21 @@ func TestReadyHysteresis(t *testing.T) {
 	}
 }
 
+// TestReadyKeepsSlack pins that a queued request is dispatched only with a fifth of its TTFT
+// target to spare, and refused once it has not.
+func TestReadyKeepsSlack(t *testing.T) {
+	a := newAdmitter(t, nil)
+	r := baseReq()
+	it := a.Item(r, a.Admit(t0, r, []Option{{FreeKVBlocks: 0, TotalKVBlocks: 1000, PredictedTTFT: time.Millisecond}}))
+	o := idle() // 100 ms predicted; the normal class's target is 2 s, dispatched within 1.6 s
+	if got := a.Ready(t0.Add(1400*time.Millisecond), it, []Option{o}); got.Action != Accept {
+		t.Fatalf("at 1.5 s of 1.6: %+v, want accept", got)
+	}
+	if got := a.Ready(t0.Add(1600*time.Millisecond), it, []Option{o}); got.Code != CodeSLOUnattainable {
+		t.Fatalf("at 1.7 s of 1.6: %+v, want slo_unattainable", got)
+	}
+}
+
 // TestHoldFor pins the room a blocked head holds: its blocks on the option with the most free
 // KV among those that can still meet its SLO (among all when none can), and what Take leaves
 // of that option for the work behind it.
