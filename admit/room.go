@@ -365,29 +365,21 @@ func (r *WaitingRoom) backfillLocked(p *pool, head *Item, canRun func(it, head *
 func (r *WaitingRoom) behindLocked(p *pool, head *Item, k int) []*Item {
 	var out []*Item
 	for _, b := range p.bands {
-		from := len(out)
+		var band []*Item
 		for _, f := range b.active {
 			for _, it := range f.items {
-				if it == head {
-					continue
+				if it != head {
+					band = append(band, it)
 				}
-				band := out[from:]
-				if len(out) == k && !edfLess(it, band[len(band)-1]) {
-					continue
-				}
-				if len(out) == k {
-					out = out[:k-1]
-					band = out[from:]
-				}
-				j, _ := slices.BinarySearchFunc(band, it, func(a, b *Item) int {
-					if edfLess(a, b) {
-						return -1
-					}
-					return 1
-				})
-				out = slices.Insert(out, from+j, it)
 			}
 		}
+		slices.SortFunc(band, func(a, b *Item) int {
+			if edfLess(a, b) {
+				return -1
+			}
+			return 1
+		})
+		out = append(out, band[:min(len(band), k-len(out))]...)
 		if len(out) == k {
 			break
 		}
