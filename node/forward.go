@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -185,6 +186,7 @@ func (n *Node) relay(w http.ResponseWriter, resp *transport.Response, p *prepare
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)
 	first := true
+	var tail []byte // the end of the relayed stream, to check that it ended with its last event
 	for {
 		nr, err := resp.Body.Read(buf)
 		if nr > 0 {
@@ -196,12 +198,20 @@ func (n *Node) relay(w http.ResponseWriter, resp *transport.Response, p *prepare
 				return outcome{code: openai.CodeClientClosed}
 			}
 			_ = rc.Flush()
+			if p.stream {
+				tail = keepTail(append(tail, buf[:nr]...))
+			}
 		}
 		if err == io.EOF {
 			if resp.Status != http.StatusOK {
 				return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
 			}
-			return outcome{completed: true}
+			if !p.stream || sseEnded(tail) {
+				return outcome{completed: true}
+			}
+			// The owner's side closed without [DONE] or an error event (its transport went
+			// away between two events): the output is cut short, and the client must know.
+			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
 			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
@@ -290,4 +300,30 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	if _, ran := n.agentStep(ctx, transport.HTTPResponseWriter(fw), p, start, "peer"); !ran {
 		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)
 	}
+}
+
+// relayTail is how much of a relayed stream's end keepTail keeps: more than the longest last
+// event an owner writes (an error event).
+const relayTail = 4 << 10
+
+// keepTail returns the last relayTail bytes of b, reusing b.
+func keepTail(b []byte) []byte {
+	if len(b) <= 2*relayTail {
+		return b
+	}
+	return append(b[:0], b[len(b)-relayTail:]...)
+}
+
+// sseEnded reports whether an SSE stream whose end is tail ended with its last event: [DONE],
+// or an error event.
+func sseEnded(tail []byte) bool {
+	body, ok := bytes.CutSuffix(tail, []byte("\n\n"))
+	if !ok {
+		return false
+	}
+	last := body
+	if i := bytes.LastIndex(body, []byte("\n\n")); i >= 0 {
+		last = body[i+2:]
+	}
+	return bytes.Equal(last, []byte("data: [DONE]")) || bytes.HasPrefix(last, []byte(`data: {"error"`))
 }
