@@ -236,7 +236,10 @@ func (a *Admitter) deadline(req Request) time.Time {
 	return req.SLOClock().Add(ttft)
 }
 
-// blocks is the KV the request needs on o: uncached prompt plus expected output, in blocks.
+// blocks is the KV the request holds on o while it runs: its whole prompt plus expected output,
+// in blocks. A cached prefix saves prefill, not room: free KV counts cached blocks no running
+// request holds (they are evictable), and running the request takes them out of that pool. Only
+// a prefix another running request already holds would be shared, and no state tells which.
 func (a *Admitter) blocks(req Request, expected int, o Option) int {
 	bt := o.BlockTokens
 	if bt <= 0 {
@@ -246,7 +249,7 @@ func (a *Admitter) blocks(req Request, expected int, o Option) int {
 	if bt <= 0 {
 		bt = 16
 	}
-	t := max(req.PromptTokens-max(o.CachedTokens, 0), 0) + expected
+	t := max(req.PromptTokens, 0) + expected
 	return (t + bt - 1) / bt
 }
 

@@ -308,11 +308,17 @@ func TestKVStage(t *testing.T) {
 			}
 		})
 	}
-	// The cached prefix is not reserved again.
+	// A cached prefix saves prefill, not room: running the request holds its blocks too, so a
+	// request whose prefix is cached needs as much free KV as one whose prefix is not.
 	o := withFree(100, 1000)
 	o.CachedTokens = 96
-	if d := a.Admit(t0, baseReq(), []Option{o}); d.KVBlocks != 7 {
-		t.Errorf("cached prefix: KVBlocks %d, want ceil((4+100)/16) = 7", d.KVBlocks)
+	if d := a.Admit(t0, baseReq(), []Option{o}); d.KVBlocks != 13 {
+		t.Errorf("cached prefix: KVBlocks %d, want ceil((100+100)/16) = 13", d.KVBlocks)
+	}
+	o = withFree(60, 1000) // after 13 blocks: 953 used, over QueueOn; after 7 it would be 947
+	o.CachedTokens = 96
+	if d := a.Admit(t0, baseReq(), []Option{o}); d.Action != Queue || d.Code != CodeWaitKV {
+		t.Errorf("cached prefix, 60 of 1000 blocks free: %+v, want a wait for KV", d)
 	}
 }
 
