@@ -265,6 +265,23 @@ func fits(o Option, need int, thr float64) bool {
 	return float64(o.TotalKVBlocks-free) <= thr*float64(o.TotalKVBlocks)
 }
 
+// kvRoom reports whether need blocks fit on o for a request of priority, at the mark of its
+// stage (KV.QueueOn to accept, KV.QueueOff to dispatch from the room). Sheddable work stops
+// lower, at KV.Sheddable: batch decodes hold their blocks for seconds, and a burst of
+// interactive requests must find room. A sheddable request larger than that share on its own
+// starts only where under a tenth of the pool is in use, so a long prompt is not held forever.
+func (a *Admitter) kvRoom(priority int, o Option, need int, mark float64) bool {
+	if priority >= 0 || o.TotalKVBlocks <= 0 {
+		return fits(o, need, mark)
+	}
+	shed := min(mark, a.cfg.KV.Sheddable)
+	if fits(o, need, shed) {
+		return true
+	}
+	total := float64(o.TotalKVBlocks)
+	return float64(need) > shed*total && float64(o.TotalKVBlocks-o.FreeKVBlocks) <= total/10 && fits(o, need, mark)
+}
+
 // spare reports whether a request of priority with prompt tokens may start on o now.
 // Sheddable work runs only on spare capacity: where a normal request arriving just behind it
 // would still meet its TTFT SLO with half of it to spare, i.e. the prefill queued ahead of it
@@ -389,7 +406,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		if o.TotalKVBlocks <= 0 || needs[i] <= o.TotalKVBlocks {
 			neverFit = false
 		}
-		if fit < 0 && fits(o, needs[i], a.cfg.KV.QueueOn) {
+		if fit < 0 && a.kvRoom(req.Priority, o, needs[i], a.cfg.KV.QueueOn) {
 			fit = i
 		}
 	}
@@ -437,7 +454,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		}
 		if ok {
 			anyFeasible = true
-			if chosen < 0 && queueCode == "" && fits(o, needs[i], a.cfg.KV.QueueOn) && a.spare(req.Priority, req.PromptTokens, o) {
+			if chosen < 0 && queueCode == "" && a.kvRoom(req.Priority, o, needs[i], a.cfg.KV.QueueOn) && a.spare(req.Priority, req.PromptTokens, o) {
 				chosen = i
 			}
 		}
@@ -498,7 +515,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		}
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
-		if fits(o, need, a.cfg.KV.QueueOff) && a.spare(it.Priority, it.Req.PromptTokens, o) {
+		if a.kvRoom(it.Priority, o, need, a.cfg.KV.QueueOff) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
 				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
 		}

@@ -322,6 +322,49 @@ func TestKVStage(t *testing.T) {
 	}
 }
 
+// TestSheddableKVRoom pins down that sheddable work starts only under KV.Sheddable (0.75), and a
+// sheddable request larger than that share on its own only where under a tenth of the pool is
+// in use.
+func TestSheddableKVRoom(t *testing.T) {
+	a := newAdmitter(t, func(c *Config) { c.Models["m"] = ModelConfig{ContextTokens: 32768} })
+	withFree := func(free int) Option { o := idle(); o.FreeKVBlocks = free; return o }
+	batch := func(prompt int) func(*Request) {
+		return func(r *Request) { r.Priority, r.PromptTokens = -1, prompt }
+	}
+	tests := []struct {
+		name string
+		mod  func(*Request)
+		free int
+		want string
+	}{
+		// baseReq needs 13 of 1000 blocks; a 12,000-token prompt 757, more than 0.75 alone.
+		{"normal up to queue_on", func(*Request) {}, 100, CodeAccepted},
+		{"batch stops at 0.75", batch(100), 100, CodeWaitKV},
+		{"batch under 0.75", batch(100), 300, CodeAccepted},
+		{"large batch on an idle pool", batch(12000), 1000, CodeAccepted},
+		{"large batch under a tenth in use", batch(12000), 950, CodeAccepted},
+		{"large batch over a tenth in use", batch(12000), 850, CodeWaitKV},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := baseReq()
+			tt.mod(&r)
+			d := a.Admit(t0, r, []Option{withFree(tt.free)})
+			if d.Code != tt.want {
+				t.Fatalf("Admit: %+v, want %s", d, tt.want)
+			}
+			if r.Priority >= 0 {
+				return
+			}
+			// The room's dispatch (at queue_off, 0.85, above 0.75) draws the same line for batch.
+			it := a.Item(r, Decision{Action: Queue, Tenant: d.Tenant, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens})
+			if got := a.Ready(t0, it, []Option{withFree(tt.free)}); (got.Action == Accept) != (tt.want == CodeAccepted) {
+				t.Errorf("Ready: %+v, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestQueueStage(t *testing.T) {
 	full := func() Option { o := idle(); o.FreeKVBlocks = 0; return o }
 	cached := func(o Option, tokens int) Option { o.CachedTokens = tokens; return o }

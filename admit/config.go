@@ -107,6 +107,10 @@ type KVConfig struct {
 	// QueueOff: a queued request is dispatched while use after it stays ≤ QueueOff. Default
 	// 0.85, below QueueOn, so admission does not flap on late state (the hysteresis band).
 	QueueOff float64 `json:"queue_off"`
+	// Sheddable: a sheddable request (priority < 0) starts only while KV use after it stays ≤
+	// Sheddable (or the mark above, if lower). Default 0.75: batch decodes hold their blocks for
+	// seconds, so a burst of interactive requests finds a quarter of the pool still free.
+	Sheddable float64 `json:"sheddable"`
 }
 
 // QueueConfig is layers 5 and 6 and the waiting room.
@@ -193,7 +197,7 @@ func DefaultConfig() Config {
 			EstimateSigmas:     2,
 			EstimateMaxSeries:  4096,
 		},
-		KV: KVConfig{QueueOn: 0.95, QueueOff: 0.85},
+		KV: KVConfig{QueueOn: 0.95, QueueOff: 0.85, Sheddable: 0.75},
 		Queue: QueueConfig{
 			MaxRequests:     1024,
 			TargetTTFT:      Duration(4 * time.Second),
@@ -255,8 +259,8 @@ func (c *Config) validate() error {
 	if !(c.Keys.RateTokens >= 0) || c.Keys.BurstTokens < 0 {
 		return bad("keys: negative rate or burst")
 	}
-	if !(c.KV.QueueOff > 0 && c.KV.QueueOff <= c.KV.QueueOn && c.KV.QueueOn <= 1) {
-		return bad("kv: want 0 < queue_off ≤ queue_on ≤ 1")
+	if !(c.KV.QueueOff > 0 && c.KV.QueueOff <= c.KV.QueueOn && c.KV.QueueOn <= 1) || !(c.KV.Sheddable > 0 && c.KV.Sheddable <= 1) {
+		return bad("kv: want 0 < queue_off ≤ queue_on ≤ 1 and 0 < sheddable ≤ 1")
 	}
 	q := c.Queue
 	if q.MaxRequests < 0 || q.MaxTokens < 0 || q.TargetTTFT < 0 || q.FallbackTokens < 1 || q.MaxTotal < 1 ||

@@ -32,7 +32,8 @@
 // Gossiped load is late, so admission must not flap. Three things damp it. A fresh request is
 // accepted while the candidate's KV use after it stays at or under KV.QueueOn (0.95); a queued
 // one is dispatched only while it stays at or under KV.QueueOff (0.85), so once queueing starts
-// the candidate has to drain below the lower mark before the room lets work through. While any
+// the candidate has to drain below the lower mark before the room lets work through. Sheddable
+// work stops lower still, at KV.Sheddable (0.75), so interactive bursts find room. While any
 // request of equal or higher rank waits for the same (model, role), a newcomer queues behind it
 // instead of overtaking it on a momentarily free slot. And Option.FreeKVBlocks is expected to
 // be net of the blocks this node has reserved on the peer since its last state record (route's
