@@ -496,9 +496,10 @@ const readySlackDivisor = 5
 
 // Ready re-checks a queued item against fresh candidates (call it from WaitingRoom.Next's
 // canRun; it does not touch the room). Accept names the first candidate with KV room at the
-// lower KV.QueueOff mark (the hysteresis) that meets the SLOs counting the time already
-// waited, with a fifth of the TTFT target to spare; Queue means not yet; Refuse (429 slo_unattainable) means its deadline can no longer
-// be met anywhere: the node removes it and answers now rather than serve it late.
+// lower KV.QueueOff mark (the hysteresis; KV.Sheddable for sheddable work) that meets the SLOs
+// counting the time already waited, with a fifth of the TTFT target to spare; Queue means not
+// yet; Refuse (429 slo_unattainable) means its deadline can no longer be met anywhere: the
+// node removes it and answers now rather than serve it late.
 func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 	ttftSLO, tpotSLO := a.SLOFor(it.Req)
 	// A queued request is dispatched only with a fifth of its TTFT target to spare: the room

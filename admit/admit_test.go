@@ -602,10 +602,10 @@ func TestReadyKeepsSlack(t *testing.T) {
 	it := a.Item(r, a.Admit(t0, r, []Option{{FreeKVBlocks: 0, TotalKVBlocks: 1000, PredictedTTFT: time.Millisecond}}))
 	o := idle() // 100 ms predicted; the normal class's target is 2 s, dispatched within 1.6 s
 	if got := a.Ready(t0.Add(1400*time.Millisecond), it, []Option{o}); got.Action != Accept {
-		t.Fatalf("at 1.5 s of 1.6: %+v, want accept", got)
+		t.Fatalf("waited 1.4 s + 0.1 s predicted, of 1.6: %+v, want accept", got)
 	}
 	if got := a.Ready(t0.Add(1600*time.Millisecond), it, []Option{o}); got.Code != CodeSLOUnattainable {
-		t.Fatalf("at 1.7 s of 1.6: %+v, want slo_unattainable", got)
+		t.Fatalf("waited 1.6 s + 0.1 s predicted, of 1.6: %+v, want slo_unattainable", got)
 	}
 }
 
