@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,6 +43,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request of every measured run (its \"run\" POLICY@LOAD) to this file", EnvVars: env("bench-requests")},
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the whole run to this file (the bench's own cost on a shared machine)", EnvVars: env("bench-cpu-profile")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines", EnvVars: env("bench-quiet")},
 	}
@@ -154,8 +156,13 @@ func benchCommand() *cli.Command {
 				}
 				defer stop()
 			}
+			closeRecords, err := openRecords(c.String("requests"), &cfg.Requests)
+			if err != nil {
+				return err
+			}
 			start := time.Now()
 			res, err := bench.Run(c.Context, cfg)
+			err = errors.Join(err, closeRecords())
 			if res == nil {
 				return err
 			}

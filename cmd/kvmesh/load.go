@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -31,6 +33,7 @@ func loadFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "tpot-slo", Value: d.Interactive.TPOT, Usage: "interactive class TPOT SLO", EnvVars: env("load-tpot-slo")},
 		&cli.StringFlag{Name: "json", Usage: "write the report as JSON to this file", EnvVars: env("load-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT to this file", EnvVars: env("load-plot")},
+		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request (outcome, node, tokens, latencies, SLO met) to this file", EnvVars: env("load-requests")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress line", EnvVars: env("load-quiet")},
 	}
 }
@@ -67,8 +70,13 @@ func loadCommand() *cli.Command {
 			if len(cfg.Targets) == 0 {
 				return fmt.Errorf("load: at least one --target is required")
 			}
+			closeRecords, err := openRecords(c.String("requests"), &cfg.Requests)
+			if err != nil {
+				return err
+			}
 			start := time.Now()
 			rep, err := loadgen.Run(c.Context, cfg)
+			err = errors.Join(err, closeRecords())
 			if rep == nil {
 				return err
 			}
@@ -79,6 +87,20 @@ func loadCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// openRecords creates the file of per-request records at path and points *w at it; close
+// closes it. An empty path records nothing.
+func openRecords(path string, w *io.Writer) (close func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--requests: %w", err)
+	}
+	*w = f
+	return f.Close, nil
 }
 
 // writeReport prints the table and writes the optional JSON and SVG files.

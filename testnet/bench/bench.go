@@ -127,6 +127,10 @@ type Config struct {
 	Configure func(i int, cfg *node.Config)
 	// Progress receives one line per phase and loadgen's live progress line (nil = none).
 	Progress io.Writer
+	// Requests receives a line of JSON per request of every measured run (loadgen's
+	// RequestRecord, its "run" POLICY@LOAD; times in wall seconds, like Row's Report), not of
+	// the capacity probe (nil = none).
+	Requests io.Writer
 	// Logger receives the nodes' logs (nil = discard).
 	Logger *slog.Logger
 }
@@ -500,6 +504,7 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 	for _, l := range b.cfg.Loads {
 		b.progressf("policy %s: load %.2g× capacity (%.2f req/s simulated)", p.Name, l, l*wallCapacity/b.cfg.TimeScale)
 		lc := b.load(tn.URLs(), l*wallCapacity, b.cfg.Duration)
+		lc.Requests, lc.RunLabel = b.cfg.Requests, fmt.Sprintf("%s@%g", p.Name, l)
 		rep, err := loadgen.Run(ctx, lc)
 		if rep != nil {
 			rows = append(rows, newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name))

@@ -86,6 +86,11 @@ type Config struct {
 	Interactive, Batch Class
 	// HTTPClient sends the requests (nil = a client with a pooled transport, closed at the end).
 	HTTPClient *http.Client
+	// Requests receives one line of JSON per request as it ends (RequestRecord; nil = none).
+	// Writes are serialized; the first write error ends nothing and is returned by Run.
+	Requests io.Writer
+	// RunLabel is every RequestRecord's "run" (`kvmesh bench` writes "POLICY@LOAD").
+	RunLabel string
 	// Progress receives a live progress line every ProgressInterval (nil = none).
 	Progress         io.Writer
 	ProgressInterval time.Duration

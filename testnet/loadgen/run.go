@@ -14,6 +14,7 @@ type runner struct {
 	cfg    Config
 	c      client
 	col    *collector
+	rec    *recorder
 	rr     atomic.Uint64 // round-robin over targets
 	sent   atomic.Int64  // requests reserved against MaxRequests
 	issued atomic.Int64  // requests actually sent
@@ -46,6 +47,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.sem = make(chan struct{}, cfg.Concurrency)
 	}
 	r.start = time.Now()
+	r.rec = newRecorder(cfg.Requests, cfg.RunLabel, r.start)
 
 	stopProgress := r.progress()
 	var wg sync.WaitGroup
@@ -83,6 +85,9 @@ dispatch:
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("loadgen: run stopped early: %w", err)
 	}
+	if err := r.rec.Err(); err != nil {
+		return rep, fmt.Errorf("loadgen: writing the request records: %w", err)
+	}
 	return rep, nil
 }
 
@@ -100,7 +105,7 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 	if !ok {
 		return
 	}
-	r.col.add(&res)
+	r.add(it, &res)
 	a := it.Agent
 	if a == nil {
 		return
@@ -125,8 +130,14 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 		if res.Outcome == Completed {
 			res.RecomputedTokens = max(0, min(prev.PromptTokens+prev.OutputTokens, res.PromptTokens)-res.CachedTokens)
 		}
-		r.col.add(&res)
+		r.add(it, &res)
 	}
+}
+
+// add counts the final Result of a request of it and records it.
+func (r *runner) add(it *Item, res *Result) {
+	r.col.add(res)
+	r.rec.write(it, res)
 }
 
 // request sends msgs, retrying a refusal that carries Retry-After up to cfg.Retries times after

@@ -189,8 +189,9 @@ func TestRunAccountingReconciles(t *testing.T) {
 	a, b := newFake(t, script, &n), newFake(t, script, &n)
 	cfg := runCfg("chat", a.srv.URL, b.srv.URL)
 	cfg.MaxRequests = 60
-	var progress bytes.Buffer
+	var progress, records bytes.Buffer
 	cfg.Progress, cfg.ProgressInterval = &progress, time.Millisecond
+	cfg.Requests, cfg.RunLabel = &records, "chat@1"
 	rep := mustRun(t, cfg)
 
 	if got := len(a.requests()) + len(b.requests()); rep.Sent != 60 || got != 60 {
@@ -217,7 +218,53 @@ func TestRunAccountingReconciles(t *testing.T) {
 	if s := progress.String(); !strings.Contains(s, "sent 60") || !strings.Contains(s, "refused 20") || !strings.HasSuffix(s, "\n") {
 		t.Errorf("progress line %q", s)
 	}
+	// One record per request, agreeing with the report.
+	recs := map[string]int{}
+	dec := json.NewDecoder(&records)
+	for dec.More() {
+		var r RequestRecord
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("record %d: %v", len(recs), err)
+		}
+		if r.Run != "chat@1" || r.Kind != KindChat || r.EndS <= 0 || r.PlannedPromptTokens <= 0 || r.MaxTokens <= 0 {
+			t.Fatalf("record %+v", r)
+		}
+		key := r.Outcome
+		switch {
+		case r.Outcome == "completed" && (r.Node != "n1" || r.OutputTokens != 3 || r.E2ES < r.TTFTS):
+			t.Fatalf("completed record %+v", r)
+		case r.Outcome == "refused":
+			key += fmt.Sprintf(":%d:%s", r.Status, r.Reason)
+		case r.Outcome == "failed":
+			key += ":" + r.Failure
+		}
+		recs[key]++
+	}
+	wantRecs := map[string]int{"completed": 10, "refused:429:queue_full": 10, "refused:503:no_capacity": 10,
+		"failed:stream_error:engine_failed": 10, "failed:" + FailTruncated: 10, "failed:" + FailTransport: 10}
+	if fmt.Sprint(recs) != fmt.Sprint(wantRecs) {
+		t.Errorf("records %v, want %v", recs, wantRecs)
+	}
 }
+
+// TestRunRequestRecordsWriteError: a Requests writer that fails does not stop the run; Run
+// returns the report and the first write error.
+func TestRunRequestRecordsWriteError(t *testing.T) {
+	f := newFake(t, func(int, chatRequest) step { return step{tokens: 2} }, nil)
+	cfg := runCfg("chat", f.srv.URL)
+	cfg.MaxRequests = 5
+	cfg.Requests = failingWriter{}
+	rep, err := Run(context.Background(), cfg)
+	if rep == nil || rep.Completed != 5 || err == nil || !errors.Is(err, errDiskFull) {
+		t.Fatalf("Run = %+v, %v; want 5 completed and the write error", rep, err)
+	}
+}
+
+var errDiskFull = errors.New("disk full")
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 
 func TestRunSLOMetAndMissed(t *testing.T) {
 	f := newFake(t, func(int, chatRequest) step {

@@ -1,0 +1,100 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+)
+
+// RequestRecord is one request's outcome as written to Config.Requests, one JSON object per
+// line: what a Report aggregates, kept per request so that a run's misses can be told apart
+// (which prompt and output lengths, which node, which SLO). Times are seconds.
+type RequestRecord struct {
+	Run     string  `json:"run,omitempty"` // Config.RunLabel
+	EndS    float64 `json:"end_s"`         // when it ended, since the run started
+	Kind    string  `json:"kind"`
+	Class   string  `json:"class"`
+	Outcome string  `json:"outcome"` // completed, refused or failed
+	Status  int     `json:"status,omitempty"`
+	Reason  string  `json:"reason,omitempty"`
+	Failure string  `json:"failure,omitempty"`
+	Node    string  `json:"node,omitempty"`
+	// PlannedPromptTokens and MaxTokens are what the workload asked for (the planned prompt
+	// of a request that is not an agent step, whose prompt grows), known also for a request
+	// refused before the engine counted its prompt (PromptTokens 0).
+	PlannedPromptTokens int     `json:"planned_prompt_tokens,omitempty"`
+	MaxTokens           int     `json:"max_tokens"`
+	PromptTokens        int     `json:"prompt_tokens"`
+	CachedTokens        int     `json:"cached_tokens"`
+	OutputTokens        int     `json:"output_tokens"`
+	TTFTS               float64 `json:"ttft_s"`
+	TPOTS               float64 `json:"tpot_s"`
+	MaxITLS             float64 `json:"max_itl_s"` // the longest gap between two chunks
+	E2ES                float64 `json:"e2e_s"`
+	Retried             bool    `json:"retried,omitempty"`
+	MetSLO              bool    `json:"met_slo"`
+}
+
+// recorder writes RequestRecords to a Config.Requests writer, one line each; it keeps the
+// first write error. A nil recorder records nothing.
+type recorder struct {
+	mu    sync.Mutex
+	enc   *json.Encoder
+	run   string
+	start time.Time
+	err   error
+}
+
+func newRecorder(w io.Writer, run string, start time.Time) *recorder {
+	if w == nil {
+		return nil
+	}
+	return &recorder{enc: json.NewEncoder(w), run: run, start: start}
+}
+
+func (rc *recorder) write(it *Item, r *Result) {
+	if rc == nil {
+		return
+	}
+	planned := it.PromptTokens
+	if it.Agent != nil {
+		planned = 0
+	}
+	var maxITL time.Duration
+	for _, g := range r.ITL {
+		maxITL = max(maxITL, g)
+	}
+	rec := RequestRecord{Run: rc.run, EndS: time.Since(rc.start).Seconds(), Kind: r.Kind, Class: r.Class.Name,
+		Outcome: r.Outcome.String(), Status: r.Status, Reason: r.Reason, Failure: r.Failure, Node: r.Node,
+		PlannedPromptTokens: planned, MaxTokens: it.MaxTokens, PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
+		TTFTS: r.TTFT.Seconds(), TPOTS: r.TPOT().Seconds(), MaxITLS: maxITL.Seconds(), E2ES: r.E2E.Seconds(),
+		Retried: r.Retried, MetSLO: r.MetSLO()}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if err := rc.enc.Encode(rec); err != nil && rc.err == nil {
+		rc.err = err
+	}
+}
+
+// Err returns the first write error.
+func (rc *recorder) Err() error {
+	if rc == nil {
+		return nil
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.err
+}
+
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Refused:
+		return "refused"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
