@@ -129,7 +129,7 @@ type Config struct {
 	Progress io.Writer
 	// Requests receives a line of JSON per request of every measured run (loadgen's
 	// RequestRecord, its "run" POLICY@LOAD; times in wall seconds, like Row's Report), not of
-	// the capacity probe (nil = none).
+	// the capacity probe (nil = none). A write error ends the benchmark after that run.
 	Requests io.Writer
 	// Logger receives the nodes' logs (nil = discard).
 	Logger *slog.Logger

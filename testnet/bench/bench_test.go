@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -200,8 +201,8 @@ func TestRunShort(t *testing.T) {
 		Duration: 1500 * time.Millisecond, ProbeDuration: time.Second, ProbeSteps: 1, Seed: 3,
 		Logger: slog.New(slog.DiscardHandler),
 	}
-	var progress bytes.Buffer
-	cfg.Progress = &progress
+	var progress, records bytes.Buffer
+	cfg.Progress, cfg.Requests = &progress, &records
 	res, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
@@ -229,6 +230,18 @@ func TestRunShort(t *testing.T) {
 	}
 	if len(res.Ratios) != 1 || res.Ratios[0].Best != "round-robin" || res.Ratios[0].KvmeshGoodput != res.Rows[1].GoodputRPS {
 		t.Errorf("ratios %+v", res.Ratios)
+	}
+	// One request record per request of each measured run, none of the probe's.
+	runs := map[string]int{}
+	for dec := json.NewDecoder(&records); dec.More(); {
+		var r loadgen.RequestRecord
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("request record: %v", err)
+		}
+		runs[r.Run]++
+	}
+	if want := map[string]int{"round-robin@1": res.Rows[0].Sent, "kvmesh@1": res.Rows[1].Sent}; fmt.Sprint(runs) != fmt.Sprint(want) {
+		t.Errorf("request records by run %v, want %v", runs, want)
 	}
 
 	var table bytes.Buffer

@@ -23,6 +23,18 @@ const (
 	Failed                       // transport error, timeout, stream error or cut stream
 )
 
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Refused:
+		return "refused"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
 // Failure kinds, the keys of Report.Failures.
 const (
 	FailTransport = "transport"

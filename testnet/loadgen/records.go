@@ -67,7 +67,8 @@ func (rc *recorder) write(it *Item, r *Result) {
 	}
 	rec := RequestRecord{Run: rc.run, EndS: time.Since(rc.start).Seconds(), Kind: r.Kind, Class: r.Class.Name,
 		Outcome: r.Outcome.String(), Status: r.Status, Reason: r.Reason, Failure: r.Failure, Node: r.Node,
-		PlannedPromptTokens: planned, MaxTokens: it.MaxTokens, PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
+		PlannedPromptTokens: planned, MaxTokens: it.MaxTokens,
+		PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
 		TTFTS: r.TTFT.Seconds(), TPOTS: r.TPOT().Seconds(), MaxITLS: maxITL.Seconds(), E2ES: r.E2E.Seconds(),
 		Retried: r.Retried, MetSLO: r.MetSLO()}
 	rc.mu.Lock()
@@ -85,16 +86,4 @@ func (rc *recorder) Err() error {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.err
-}
-
-func (o Outcome) String() string {
-	switch o {
-	case Completed:
-		return "completed"
-	case Refused:
-		return "refused"
-	case Failed:
-		return "failed"
-	}
-	return "unknown"
 }
