@@ -2,7 +2,9 @@
 // router) with synthetic workloads or replayed production traces, and measures what a client
 // sees: TTFT, TPOT, inter-token and end-to-end latency percentiles, output tokens per second,
 // goodput (requests that met both their TTFT and TPOT SLOs, per priority class), refusals by
-// status and reason, Retry-After, cached-token ratio and which node served each request.
+// status and reason, Retry-After, cached-token ratio and which node served each request. With
+// Config.Requests set it also writes each request's own outcome (RequestRecord, a line of JSON
+// each), so the misses of a run can be told apart one by one.
 //
 // # Usage
 //
