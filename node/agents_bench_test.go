@@ -39,7 +39,8 @@ func benchEnv(name string, def float64) float64 {
 // blocks (131k tokens) each. Knobs (env
 // KVMESH_AGENTS_*): RATE steps/s, STEPS, KV blocks per node, TOOLSCALE, SCALE (sim time
 // scale), TOOLWAIT ms, INTERVAL (agent control interval, ms), WINDOW (MaxWindow; 0 leaves
-// the default), TRACE (log each node's window every second).
+// the default), TRACE (log each node's window every second), RECORDS (write each mode's
+// per-request records to RECORDS.MODE.jsonl).
 //
 //	go test -run '^$' -bench Agents -benchtime 1x -timeout 30m ./node/
 func BenchmarkAgents(b *testing.B) {
@@ -103,6 +104,14 @@ func BenchmarkAgents(b *testing.B) {
 			lc.MaxRequests = 0
 			for _, it := range plan {
 				lc.MaxRequests += it.Agent.Steps // exactly the planned sessions, every step
+			}
+			if path := os.Getenv("KVMESH_AGENTS_RECORDS"); path != "" {
+				f, err := os.Create(path + "." + m.name + ".jsonl")
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = f.Close() })
+				lc.Requests = f
 			}
 			var done, outTok, prompt, cached, recomputed int
 			var elapsed float64

@@ -19,7 +19,7 @@ func simFlags() []cli.Flag {
 		&cli.IntFlag{Name: "sim-kv-blocks", Usage: "KV cache size in blocks (0: derived from the GPU memory and the model's KV bytes per token)", EnvVars: env("sim-kv-blocks")},
 		&cli.IntFlag{Name: "sim-block-tokens", Value: 16, Usage: "tokens per KV block", EnvVars: env("sim-block-tokens")},
 		&cli.IntFlag{Name: "sim-max-num-seqs", Value: 256, Usage: "cap on running sequences (max_num_seqs)", EnvVars: env("sim-max-num-seqs")},
-		&cli.IntFlag{Name: "sim-max-batched-tokens", Value: 8192, Usage: "per-step token budget (max_num_batched_tokens)", EnvVars: env("sim-max-batched-tokens")},
+		&cli.IntFlag{Name: "sim-max-batched-tokens", Value: 2048, Usage: "per-step token budget (max_num_batched_tokens; 2048 keeps a step with a full prefill chunk within a 100 ms TPOT)", EnvVars: env("sim-max-batched-tokens")},
 	}
 }
 

@@ -46,7 +46,7 @@
 //   - pool: (80 GiB × 0.9 gpu_memory_utilization − weights) / (128 KiB × 16) ≈ 29.2k blocks;
 //   - StepFixed 5 ms: a step reads all weights once, 16 GB at the H100's ~3.35 TB/s HBM bandwidth;
 //   - StepPerToken 30 µs: ~16 GFLOP per token at ~55% of the H100's 989 dense BF16 TFLOP/s,
-//     which gives ≈ 33k prompt tokens/s for a full 8192-token prefill step;
+//     which gives ≈ 31k prompt tokens/s for a full 2048-token prefill step (33k at 8192);
 //   - StepPerContextToken 40 ns: reading 128 KiB of KV per context token at 3.35 TB/s.
 //
 // As a check, 256 sequences of 1k context decode at ≈ 11k tokens/s, the order of the ~12.5k

@@ -28,8 +28,8 @@ func TestDefaultConfigDerivesPool(t *testing.T) {
 	if st.KVBlocksTotal != 29205 || st.BlockTokens != 16 || st.MaxRunning != 256 || !st.Healthy {
 		t.Errorf("State = %+v", st)
 	}
-	// 8192 / (5 ms + 8192 × 30.04 µs) at TimeScale 1.
-	want := 8192 / (0.005 + 8192*30.04e-6)
+	// 2048 / (5 ms + 2048 × 30.04 µs) at TimeScale 1.
+	want := 2048 / (0.005 + 2048*30.04e-6)
 	if d := st.PrefillTokensPerSecond - want; d > 1 || d < -1 {
 		t.Errorf("PrefillTokensPerSecond = %v, want %v", st.PrefillTokensPerSecond, want)
 	}
