@@ -26,25 +26,33 @@ func benchEnv(name string, def float64) float64 {
 
 // BenchmarkAgents runs the load generator's agent workload on a 2-node testnet whose KV pools
 // are smaller than the agents' combined context, three ways side by side: agent admission,
-// request-level admission only, and no admission. The work is fixed and the same in every
-// mode: STEPS agent steps in sessions that start at RATE steps/s, every session runs to its
-// last step (a refused step is retried after its Retry-After, the way an agent framework
-// does, and the queue TTL is long), so each mode completes the same steps and the figure is
-// steps over the time it took. Each sub-benchmark iteration is one run; use -benchtime 1x.
+// request-level admission only, and no admission. Each sub-benchmark iteration is one run;
+// use -benchtime 1x.
+//
+// The work is fixed and the same in every mode: STEPS agent steps in sessions that start at
+// RATE steps/s, every session runs to its last step (a refused step is retried after its
+// Retry-After, the way an agent framework does, and the queue TTL is long), so each mode
+// completes the same steps and the figure is steps over the time it took. With SESSIONS > 0
+// the load is a closed loop instead: that many sessions at all times, the next starting as one
+// ends, for DURATION seconds, the figure the steps completed within that window over its
+// length. That figure is not comparable across modes: a mode that keeps refusing the long
+// contexts of old sessions completes more of the short first steps of new ones.
 //
 // The defaults are the thrashing regime: tool results 8 times the workload's default (800 to
 // 6,400 tokens, as agents reading files get), so contexts reach 30k tokens and recomputing
 // one costs more than decoding a step's output; 157 sessions start within a second, and their
 // combined context (about 2.9M tokens at their last steps) is 11 times the two pools of 8,192
-// blocks (131k tokens) each. Knobs (env
-// KVMESH_AGENTS_*): RATE steps/s, STEPS, KV blocks per node, TOOLSCALE, SCALE (sim time
-// scale), TOOLWAIT ms, INTERVAL (agent control interval, ms), WINDOW (MaxWindow; 0 leaves
-// the default), TRACE (log each node's window every second), RECORDS (write each mode's
-// per-request records to RECORDS.MODE.jsonl).
+// blocks (131k tokens) each. Knobs (env KVMESH_AGENTS_*): RATE steps/s, STEPS, SESSIONS,
+// DURATION s, KV blocks per node, TOOLSCALE, SCALE (sim time scale), TOOLWAIT ms, INTERVAL
+// (agent control interval, ms), WINDOW (MaxWindow; 0 leaves the default), TRACE (log each
+// node's window every second), RECORDS (write each mode's request records to
+// RECORDS.MODE.jsonl).
 //
 //	go test -run '^$' -bench Agents -benchtime 1x -timeout 30m ./node/
 func BenchmarkAgents(b *testing.B) {
 	var (
+		sessions = int(benchEnv("SESSIONS", 0))
+		duration = time.Duration(benchEnv("DURATION", 120) * float64(time.Second))
 		rate     = benchEnv("RATE", 900)
 		steps    = int(benchEnv("STEPS", 900))
 		kv       = int(benchEnv("KV", 8192))
@@ -95,15 +103,22 @@ func BenchmarkAgents(b *testing.B) {
 			}
 			lc := loadgen.DefaultConfig()
 			lc.Targets, lc.Model, lc.Workload = tn.URLs(), node.DefaultModel, "agents"
-			lc.Rate, lc.Duration, lc.MaxRequests, lc.ToolWait, lc.ToolScale = rate, 0, steps, toolWait, tools
+			lc.Rate, lc.ToolWait, lc.ToolScale = rate, toolWait, tools
 			lc.Timeout, lc.Retries, lc.MaxRetryWait = patience, 1000, time.Second
-			plan, err := loadgen.Plan(lc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			lc.MaxRequests = 0
-			for _, it := range plan {
-				lc.MaxRequests += it.Agent.Steps // exactly the planned sessions, every step
+			planned := "a closed loop"
+			if sessions > 0 {
+				lc.Sessions, lc.Duration = sessions, duration
+			} else {
+				lc.Duration, lc.MaxRequests = 0, steps
+				plan, err := loadgen.Plan(lc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lc.MaxRequests = 0
+				for _, it := range plan {
+					lc.MaxRequests += it.Agent.Steps // exactly the planned sessions, every step
+				}
+				planned = fmt.Sprintf("%d sessions, %d steps", len(plan), lc.MaxRequests)
 			}
 			if path := os.Getenv("KVMESH_AGENTS_RECORDS"); path != "" {
 				f, err := os.Create(path + "." + m.name + ".jsonl")
@@ -113,7 +128,7 @@ func BenchmarkAgents(b *testing.B) {
 				b.Cleanup(func() { _ = f.Close() })
 				lc.Requests = f
 			}
-			var done, outTok, prompt, cached, recomputed int
+			var done, outTok, completed, prompt, cached, recomputed int
 			var elapsed float64
 			for b.Loop() {
 				stop := make(chan struct{})
@@ -127,16 +142,21 @@ func BenchmarkAgents(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if k := rep.Kinds["agent"]; k != nil {
-					done += k.Completed
+				if rep.Failed > 0 || rep.Refused > 0 {
+					b.Errorf("%s: %d steps failed %v, %d refused %v: every step must be answered", m.name, rep.Failed, rep.Failures, rep.Refused, rep.RefusalsByReason)
 				}
-				outTok += rep.OutputTokens
+				// The throughput: steps and their output over the window they completed in.
+				if sessions > 0 {
+					done, outTok, elapsed = done+rep.CompletedInWindow, outTok+rep.OutputTokensInWindow, elapsed+rep.Window
+				} else {
+					done, outTok, elapsed = done+rep.Completed, outTok+rep.OutputTokens, elapsed+rep.Elapsed
+				}
+				completed += rep.Completed
 				prompt += rep.PromptTokens
 				cached += rep.CachedTokens
 				recomputed += rep.RecomputedTokens
-				elapsed += rep.Elapsed
-				b.Logf("%s: %d sessions, %d steps planned, sent %d completed %d retried %d refused %v failed %v in %.1fs",
-					m.name, len(plan), lc.MaxRequests, rep.Sent, rep.Completed, rep.Retried, rep.RefusalsByReason, rep.Failures, rep.Elapsed)
+				b.Logf("%s: %s, sent %d completed %d (%d in the window) retried %d in %.1fs",
+					m.name, planned, rep.Sent, rep.Completed, rep.CompletedInWindow, rep.Retried, rep.Elapsed)
 			}
 			if done == 0 {
 				b.Fatal("no agent step completed")
@@ -144,10 +164,10 @@ func BenchmarkAgents(b *testing.B) {
 			b.ReportMetric(float64(done)/elapsed, "steps/s")
 			b.ReportMetric(float64(outTok)/elapsed, "out-tok/s")
 			b.ReportMetric(float64(cached)/float64(max(prompt, 1)), "hit-ratio")
-			// Prompt tokens the engines computed: new tool output plus any evicted context.
-			b.ReportMetric(float64(prompt-cached)/float64(b.N), "prefilled-tok")
+			// Prompt tokens the engines computed a step: new tool output plus any evicted context.
+			b.ReportMetric(float64(prompt-cached)/float64(completed), "prefilled-tok/step")
 			// Of those, the agents' earlier context computed again (the client's count).
-			b.ReportMetric(float64(recomputed)/float64(b.N), "recomputed-tok")
+			b.ReportMetric(float64(recomputed)/float64(completed), "recomputed-tok/step")
 			b.ReportMetric(gathered(b, tn, "vllm:num_preemptions_total")/float64(b.N), "preemptions")
 			b.Logf("%s: refusals by code, summed over the nodes (retried steps included): %v", m.name, gatheredBy(b, tn, "kvmesh_requests_refused_total", "code"))
 			if m.agents {

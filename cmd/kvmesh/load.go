@@ -28,6 +28,7 @@ func loadFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "scale", Value: 1, Usage: "trace token-length scale", EnvVars: env("load-scale")},
 		&cli.IntFlag{Name: "max-requests", Usage: "cap on requests sent (0: none)", EnvVars: env("load-max-requests")},
 		&cli.IntFlag{Name: "concurrency", Usage: "cap on requests in flight (0: none)", EnvVars: env("load-concurrency")},
+		&cli.IntFlag{Name: "sessions", Usage: "agents workload: keep this many sessions running, the next starting as one ends (0: sessions arrive at --rate)", EnvVars: env("load-sessions")},
 		&cli.IntFlag{Name: "retries", Usage: "retries of a refusal that carries Retry-After", EnvVars: env("load-retries")},
 		&cli.DurationFlag{Name: "ttft-slo", Value: d.Interactive.TTFT, Usage: "interactive class TTFT SLO", EnvVars: env("load-ttft-slo")},
 		&cli.DurationFlag{Name: "tpot-slo", Value: d.Interactive.TPOT, Usage: "interactive class TPOT SLO", EnvVars: env("load-tpot-slo")},
@@ -51,6 +52,7 @@ func loadConfig(c *cli.Context) loadgen.Config {
 	cfg.Scale = c.Float64("scale")
 	cfg.MaxRequests = c.Int("max-requests")
 	cfg.Concurrency = c.Int("concurrency")
+	cfg.Sessions = c.Int("sessions")
 	cfg.Retries = c.Int("retries")
 	cfg.Interactive.TTFT = c.Duration("ttft-slo")
 	cfg.Interactive.TPOT = c.Duration("tpot-slo")

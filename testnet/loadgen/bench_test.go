@@ -44,7 +44,7 @@ func BenchmarkCollectorAdd(b *testing.B) {
 	r := &Result{Class: DefaultInteractive, Outcome: Completed, TTFT: time.Millisecond, E2E: 10 * time.Millisecond,
 		OutputTokens: 65, ITL: make([]time.Duration, 64), Node: "n1"}
 	for b.Loop() {
-		c.add(r)
+		c.add(r, true)
 	}
 }
 

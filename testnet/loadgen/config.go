@@ -66,6 +66,12 @@ type Config struct {
 	MaxRequests int
 	// Concurrency caps requests in flight (0 = no cap).
 	Concurrency int
+	// Sessions, for the agents workload, keeps this many sessions running: the next planned
+	// session starts as soon as one ends (a closed loop, as a platform with that many agent
+	// workers runs), not at its planned arrival time, until Duration or the plan runs out.
+	// Its throughput is CompletedInWindow over the Window, free of the drain after it. 0 =
+	// arrivals as planned.
+	Sessions int
 	// Timeout bounds one request attempt, stream included.
 	Timeout time.Duration
 	// Retries is how many times a refusal carrying Retry-After (429 or 503) is retried, on the
@@ -152,8 +158,11 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.Trace == "" && cfg.Duration <= 0 && cfg.MaxRequests <= 0 {
 		return bad("a synthetic workload needs a duration or max requests")
 	}
-	if cfg.Duration < 0 || cfg.MaxRequests < 0 || cfg.Concurrency < 0 || cfg.Retries < 0 || cfg.Timeout < 0 || cfg.BurstPeriod < 0 {
-		return bad("duration, max requests, concurrency, retries, timeout and burst period must be ≥ 0")
+	if cfg.Duration < 0 || cfg.MaxRequests < 0 || cfg.Concurrency < 0 || cfg.Sessions < 0 || cfg.Retries < 0 || cfg.Timeout < 0 || cfg.BurstPeriod < 0 {
+		return bad("duration, max requests, concurrency, sessions, retries, timeout and burst period must be ≥ 0")
+	}
+	if cfg.Sessions > 0 && (cfg.Trace != "" || cfg.Workload != "agents" || cfg.Duration <= 0) {
+		return bad("sessions needs the agents workload and a duration")
 	}
 	if cfg.TraceBatchFraction < 0 || cfg.TraceBatchFraction > 1 {
 		return bad("trace batch fraction must be in [0, 1]")

@@ -21,6 +21,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	p("requests\tsent %d\tcompleted %d\trefused %d\tfailed %d\tretried %d (%d completed)\n",
 		r.Sent, r.Completed, r.Refused, r.Failed, r.Retried, r.RetriedCompleted)
 	p("goodput\t%d met SLO\t%.2f req/s\t%.1f%% of sent\n", r.Good, r.Goodput, 100*r.Attainment)
+	if r.CompletedInWindow != r.Completed {
+		p("in window\t%d completed\t%.2f req/s\t%d output tokens\n", r.CompletedInWindow, ratio(float64(r.CompletedInWindow), r.Window), r.OutputTokensInWindow)
+	}
 	p("tokens\toutput %d\t%.1f tok/s\tprompt %d\tcached %d (%.1f%%)\n",
 		r.OutputTokens, r.OutputTokensPerSec, r.PromptTokens, r.CachedTokens, 100*r.CachedRatio)
 	p("\nlatency (ms)\tp50\tp90\tp99\tmax\tmean\tcount\n")

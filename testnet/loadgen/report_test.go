@@ -15,9 +15,9 @@ import (
 func sampleReport() *Report {
 	c := newCollector()
 	cls := DefaultInteractive
-	c.add(&Result{Kind: KindRAG, Class: cls, Outcome: Completed, TTFT: 100 * time.Millisecond, E2E: 300 * time.Millisecond, OutputTokens: 3, Node: "n1"})
-	c.add(&Result{Class: DefaultBatch, Outcome: Refused, Status: 429, Reason: "queue_full", HasRetryAfter: true, RetryAfter: time.Second})
-	c.add(&Result{Class: cls, Outcome: Failed, Failure: FailTruncated})
+	c.add(&Result{Kind: KindRAG, Class: cls, Outcome: Completed, TTFT: 100 * time.Millisecond, E2E: 300 * time.Millisecond, OutputTokens: 3, Node: "n1"}, true)
+	c.add(&Result{Class: DefaultBatch, Outcome: Refused, Status: 429, Reason: "queue_full", HasRetryAfter: true, RetryAfter: time.Second}, true)
+	c.add(&Result{Class: cls, Outcome: Failed, Failure: FailTruncated}, true)
 	r := c.report(time.Second, 2*time.Second)
 	r.Workload, r.Seed, r.Targets = "mixed", 3, []string{"http://a"}
 	return r

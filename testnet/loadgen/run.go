@@ -54,10 +54,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var window time.Duration
+	var sessions chan struct{} // the closed loop's running sessions
+	if cfg.Sessions > 0 {
+		sessions = make(chan struct{}, cfg.Sessions)
+	}
 dispatch:
 	for i := range items {
 		it := &items[i]
-		if wait := time.Until(r.start.Add(it.At)); wait > 0 {
+		if sessions != nil {
+			select {
+			case <-ctx.Done():
+				break dispatch
+			case sessions <- struct{}{}:
+			}
+			if r.windowClosed() {
+				break
+			}
+		} else if wait := time.Until(r.start.Add(it.At)); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
@@ -69,7 +82,12 @@ dispatch:
 			break
 		}
 		window = it.At
-		wg.Go(func() { r.serve(ctx, it) })
+		wg.Go(func() {
+			if sessions != nil {
+				defer func() { <-sessions }()
+			}
+			r.serve(ctx, it)
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(r.start)
@@ -89,6 +107,11 @@ dispatch:
 		return rep, fmt.Errorf("loadgen: writing the request records: %w", err)
 	}
 	return rep, nil
+}
+
+// windowClosed reports whether the arrival window (Duration) has passed.
+func (r *runner) windowClosed() bool {
+	return r.cfg.Duration > 0 && time.Since(r.start) >= r.cfg.Duration
 }
 
 // reserve counts one request against MaxRequests, reporting whether it may be sent.
@@ -120,7 +143,7 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 			return
 		case <-timer.C:
 		}
-		if r.cfg.Duration > 0 && time.Since(r.start) >= r.cfg.Duration || !r.reserve() {
+		if r.windowClosed() || !r.reserve() {
 			return
 		}
 		prev := res
@@ -136,7 +159,7 @@ func (r *runner) serve(ctx context.Context, it *Item) {
 
 // add counts the final Result of a request of it and records it.
 func (r *runner) add(it *Item, res *Result) {
-	r.col.add(res)
+	r.col.add(res, !r.windowClosed())
 	r.rec.write(it, res)
 }
 

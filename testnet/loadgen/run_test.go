@@ -473,6 +473,65 @@ func TestRunConcurrencyCap(t *testing.T) {
 	}
 }
 
+func TestRunSessionsClosedLoop(t *testing.T) {
+	var mu sync.Mutex
+	open, maxOpen, seen := 0, 0, map[string]bool{}
+	f := newFake(t, func(int, chatRequest) step { return step{tokens: 2} }, nil)
+	inner := f.srv.Config.Handler
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, final := r.Header.Get("X-Kvmesh-Agent"), r.Header.Get("X-Kvmesh-Agent-Final") == "1"
+		mu.Lock()
+		if !seen[id] {
+			seen[id] = true
+			open++
+			maxOpen = max(maxOpen, open)
+		}
+		mu.Unlock()
+		inner.ServeHTTP(w, r)
+		if final {
+			mu.Lock()
+			open--
+			mu.Unlock()
+		}
+	}))
+	t.Cleanup(counting.Close)
+	cfg := runCfg("agents", counting.URL)
+	// About 30 sessions planned over 10 minutes: a closed loop starts each as one ends, so
+	// the run takes as long as the sessions do, not the planned arrivals.
+	cfg.Rate, cfg.Duration, cfg.Sessions = 0.3, 10*time.Minute, 3
+	plan := mustPlan(t, cfg)
+	steps := 0
+	for _, it := range plan {
+		steps += it.Agent.Steps
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v (a closed loop must not wait for the planned arrivals)", err)
+	}
+	if len(plan) <= cfg.Sessions || rep.Completed != steps || len(seen) != len(plan) {
+		t.Fatalf("%d sessions of %d steps planned; completed %d steps of %d sessions", len(plan), steps, rep.Completed, len(seen))
+	}
+	if maxOpen != cfg.Sessions {
+		t.Fatalf("at most %d sessions ran at once, want %d", maxOpen, cfg.Sessions)
+	}
+	if rep.Window != cfg.Duration.Seconds() || rep.CompletedInWindow != rep.Completed {
+		t.Fatalf("window %vs, completed in it %d of %d", rep.Window, rep.CompletedInWindow, rep.Completed)
+	}
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.Workload = "chat" },
+		func(c *Config) { c.Duration, c.MaxRequests = 0, 10 },
+		func(c *Config) { c.Sessions = -1 },
+	} {
+		c := cfg
+		bad(&c)
+		if _, err := Run(ctx, c); !errors.Is(err, ErrConfig) {
+			t.Errorf("Run(%+v) = %v, want ErrConfig", c.Sessions, err)
+		}
+	}
+}
+
 func TestRunTraceReplay(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.jsonl")
 	trace := `{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [5, 6]}

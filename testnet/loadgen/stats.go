@@ -120,6 +120,7 @@ type collector struct {
 	retried, retriedCompleted, good       int
 	outTokens, promptTokens, cachedTokens int
 	recomputedTokens                      int
+	completedInWindow, outTokensInWindow  int
 	ttft, tpot, itl, e2e                  samples
 	classes, kinds                        map[string]*group
 	byStatus, byReason, failures, nodes   map[string]int
@@ -134,8 +135,9 @@ func newCollector() *collector {
 	}
 }
 
-// add counts one request's final Result.
-func (c *collector) add(r *Result) {
+// add counts one request's final Result; inWindow tells whether it ended within the arrival
+// window.
+func (c *collector) add(r *Result, inWindow bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	groupOf(c.classes, r.Class.Name, r.Class).add(r)
@@ -151,6 +153,10 @@ func (c *collector) add(r *Result) {
 	switch r.Outcome {
 	case Completed:
 		c.completed++
+		if inWindow {
+			c.completedInWindow++
+			c.outTokensInWindow += r.OutputTokens
+		}
 		if r.Retried {
 			c.retriedCompleted++
 		}
@@ -246,11 +252,16 @@ type Report struct {
 	CachedTokens       int     `json:"cached_tokens"`
 	CachedRatio        float64 `json:"cached_ratio"`
 	// RecomputedTokens sums Result.RecomputedTokens: agents' earlier context prefilled again.
-	RecomputedTokens int         `json:"recomputed_tokens"`
-	TTFT             Percentiles `json:"ttft"`
-	TPOT             Percentiles `json:"tpot"`
-	ITL              Percentiles `json:"itl"`
-	E2E              Percentiles `json:"e2e"`
+	RecomputedTokens int `json:"recomputed_tokens"`
+	// The requests that completed, and their output tokens, by the end of a run's Duration:
+	// a closed loop's (Config.Sessions) sustained throughput, without the drain after it.
+	// Without a Duration every completion counts.
+	CompletedInWindow    int         `json:"completed_in_window"`
+	OutputTokensInWindow int         `json:"output_tokens_in_window"`
+	TTFT                 Percentiles `json:"ttft"`
+	TPOT                 Percentiles `json:"tpot"`
+	ITL                  Percentiles `json:"itl"`
+	E2E                  Percentiles `json:"e2e"`
 	// Classes by name; Kinds by request kind (chat, rag, repo, agent, trace), whose costs
 	// differ by orders of magnitude.
 	Classes map[string]*ClassReport `json:"classes"`
@@ -290,6 +301,7 @@ func (c *collector) report(window, elapsed time.Duration) *Report {
 		OutputTokens: c.outTokens, OutputTokensPerSec: ratio(float64(c.outTokens), el),
 		PromptTokens: c.promptTokens, CachedTokens: c.cachedTokens,
 		CachedRatio: ratio(float64(c.cachedTokens), float64(c.promptTokens)), RecomputedTokens: c.recomputedTokens,
+		CompletedInWindow: c.completedInWindow, OutputTokensInWindow: c.outTokensInWindow,
 		TTFT: c.ttft.summary(), TPOT: c.tpot.summary(), ITL: c.itl.summary(), E2E: c.e2e.summary(),
 		Classes: map[string]*ClassReport{}, Kinds: map[string]*GroupReport{},
 		RefusalsByStatus: cloneMap(c.byStatus), RefusalsByReason: cloneMap(c.byReason),

@@ -69,13 +69,13 @@ func TestCollectorGoodputArithmetic(t *testing.T) {
 			PromptTokens: 100, CachedTokens: 25, Node: node, ITL: []time.Duration{time.Millisecond, 2 * time.Millisecond}}
 	}
 	c := newCollector()
-	c.add(ok(hi, 50*time.Millisecond, "a"))
-	c.add(ok(hi, 500*time.Millisecond, "b")) // misses the interactive TTFT SLO
-	c.add(ok(lo, 500*time.Millisecond, "b")) // meets the batch one
-	c.add(&Result{Class: lo, Outcome: Refused, Status: 429, Reason: "queue_full", HasRetryAfter: true, RetryAfter: 2 * time.Second})
-	c.add(&Result{Class: lo, Outcome: Refused, Status: 429, Reason: "queue_full", Retried: true, HasRetryAfter: true, RetryAfter: 4 * time.Second})
-	c.add(&Result{Class: hi, Outcome: Refused, Status: 503, Reason: "no_capacity"})
-	c.add(&Result{Class: hi, Outcome: Failed, Failure: FailStream + ":engine_error"})
+	c.add(ok(hi, 50*time.Millisecond, "a"), true)
+	c.add(ok(hi, 500*time.Millisecond, "b"), false) // misses the interactive TTFT SLO, ends after the window
+	c.add(ok(lo, 500*time.Millisecond, "b"), true)  // meets the batch one
+	c.add(&Result{Class: lo, Outcome: Refused, Status: 429, Reason: "queue_full", HasRetryAfter: true, RetryAfter: 2 * time.Second}, true)
+	c.add(&Result{Class: lo, Outcome: Refused, Status: 429, Reason: "queue_full", Retried: true, HasRetryAfter: true, RetryAfter: 4 * time.Second}, true)
+	c.add(&Result{Class: hi, Outcome: Refused, Status: 503, Reason: "no_capacity"}, true)
+	c.add(&Result{Class: hi, Outcome: Failed, Failure: FailStream + ":engine_error"}, true)
 	r := c.report(2*time.Second, 4*time.Second) // goodput is per second of the arrival window
 
 	if r.Sent != 7 || r.Completed != 3 || r.Refused != 3 || r.Failed != 1 || r.Sent != r.Completed+r.Refused+r.Failed {
@@ -99,6 +99,9 @@ func TestCollectorGoodputArithmetic(t *testing.T) {
 	}
 	if r.CachedRatio != 0.25 || r.OutputTokens != 30 || r.OutputTokensPerSec != 7.5 || r.ITL.Count != 6 || r.TPOT.Count != 3 {
 		t.Errorf("tokens: cached %v out %d tok/s %v itl %d tpot %d", r.CachedRatio, r.OutputTokens, r.OutputTokensPerSec, r.ITL.Count, r.TPOT.Count)
+	}
+	if r.CompletedInWindow != 2 || r.OutputTokensInWindow != 20 {
+		t.Errorf("in window: completed %d output tokens %d, want 2 and 20", r.CompletedInWindow, r.OutputTokensInWindow)
 	}
 	if k := r.Kinds[""]; k == nil || k.Sent != 7 || k.Good != 2 || len(r.Kinds) != 1 {
 		t.Errorf("kinds %v", r.Kinds)
