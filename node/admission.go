@@ -152,6 +152,7 @@ func (n *Node) decideQueued(now time.Time, p *prepared, pl *plan, it *admit.Item
 	rreq := route.Request{
 		Model: a.Model, PromptTokens: a.PromptTokens, MaxTokens: deref(a.MaxTokens), Priority: a.Priority,
 		Session: a.Agent, BlockTokens: n.blockTokens(), StayHome: n.agents != nil && a.Agent != "",
+		KeepBusy: n.cfg.Admission != AdmissionKvmesh, // no waiting room: the engine queues
 	}
 	if rreq.StayHome {
 		n.homeHere(&pl.v, a.Agent)

@@ -21,7 +21,8 @@
 //     BusyKVUse on a peer using any blocks (new blocks: its uncached prompt and MaxTokens), or
 //     Waiting ≥ BusyWaiting, or QueuedPrefillTokens + reserved prefill tokens >
 //     BusyQueuedPrefillTokens, or the peer's owner refused a request of this priority or
-//     higher since its last record (Refused).
+//     higher since its last record (Refused). Skipped for Request.KeepBusy (a node with no
+//     waiting room, where the engine's queue is the only place to wait).
 //  6. power_cap: PowerWatts ≥ PowerCapFraction × PowerCapWatts, dropped only if some other
 //     survivor is under its cap and below the thermal hard limit.
 //  7. thermal: TempC ≥ ThermalHardC.

@@ -100,7 +100,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			continue
 		}
 		rv := r.reservedLocked(now, p.Name)
-		if p.Name != home && (busy(cfg, req, bt, p, rv) || r.refusedLocked(now, p.Name, req.Priority)) {
+		if p.Name != home && !req.KeepBusy && (busy(cfg, req, bt, p, rv) || r.refusedLocked(now, p.Name, req.Priority)) {
 			counts[ReasonBusy]++
 			continue
 		}

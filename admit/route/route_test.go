@@ -172,6 +172,26 @@ func TestNoCandidateError(t *testing.T) {
 	}
 }
 
+// A node without a waiting room routes to busy peers rather than refusing: the engine queues.
+func TestKeepBusy(t *testing.T) {
+	r := newRouter(t, nil)
+	peers := idlePeers(3)
+	peers[0].QueuedPrefillTokens = 1 << 20
+	peers[1].Waiting, peers[2].Waiting = 50, 5
+	rq := req(100)
+	if _, err := r.Route(t0, rq, peers, nil); err == nil {
+		t.Fatal("every peer is busy, want a NoCandidateError")
+	}
+	rq.KeepBusy = true
+	got, err := r.Route(t0, rq, peers, nil)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("KeepBusy: %d candidates, err %v; want all 3", len(got), err)
+	}
+	if got[0].Name != peers[2].Name {
+		t.Errorf("KeepBusy ranks %s first, want the least loaded %s", got[0].Name, peers[2].Name)
+	}
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 func nearDur(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }

@@ -28,6 +28,11 @@ type Request struct {
 	// gated and goes first (Sticky), because its agent window, not the load filters, decides
 	// when the step runs.
 	StayHome bool
+	// KeepBusy keeps busy peers, and peers whose owner refused a request of this priority, as
+	// candidates, scored as usual (their load terms rank them last): for a node with no
+	// waiting room (admission "none" or "queue-cap"), where the engine's own queue is the only
+	// place to wait, as with a plain router.
+	KeepBusy bool
 	// BlockTokens is the KV block size the prompt was hashed with (≤ 0: kvindex's default).
 	BlockTokens int
 }
