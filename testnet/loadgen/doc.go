@@ -28,8 +28,9 @@
 //
 // Arrivals are open-loop: a request is sent at its planned time whether or not earlier ones have
 // finished (Concurrency, if set, bounds requests in flight; latency is measured from the moment a
-// request is actually sent). A request that is retried after Retry-After is measured from its
-// first attempt, as its client would see it.
+// request is actually sent), except that Sessions runs agent sessions as a closed loop. A
+// request that is retried after Retry-After is measured from its first attempt, as its client
+// would see it.
 //
 // # Accounting
 //
