@@ -79,6 +79,28 @@ func TestQueuedRequestExpiresAtItsTTLWithoutEngineWork(t *testing.T) {
 	wg.Wait()
 }
 
+// Without kvmesh admission there is no waiting room: a request for a busy engine goes to the
+// engine's own queue, as with a plain router, rather than waiting or being refused.
+func TestNoAdmissionQueuesInTheEngine(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) {
+		cfg.Admission = node.AdmissionNone
+		cfg.Sim.KVBlocks = 256 // 4,096 tokens
+		cfg.Sim.TimeScale = 2
+	})
+	url := tn.URLs()[0]
+	// 188 of 256 blocks held: the next request's 69 blocks make the only peer busy.
+	wg := fill(t, url, 1, 3000, 400, 0.7)
+	served := metric(t, url, "kvmesh_engine_requests_total", "")
+	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("late", 1000), 100, false), map[string]string{node.HeaderQueueTTL: "300ms"})
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if got := metric(t, url, "kvmesh_engine_requests_total", ""); got != served+1 {
+		t.Errorf("the engine took %v requests, want the one sent", got-served)
+	}
+	wg.Wait()
+}
+
 func TestHighPriorityIsServedWhileSheddableTrafficIsShed(t *testing.T) {
 	tn := startNet(t, 1, func(i int, cfg *node.Config) {
 		cfg.Sim.KVBlocks = 512
