@@ -670,7 +670,7 @@ func (g *agentGate) signalsLocked(st engine.State) agent.Signals {
 	}
 	total := float64(st.KVBlocksTotal)
 	now := float64(st.KVBlocksUsed + len(protected))
-	return agent.Signals{U: now / total, Next: (now + float64(growth)) / total, H: g.h}
+	return agent.Signals{U: now / total, Next: (now + float64(growth)) / total, H: g.h, PoolTokens: st.KVBlocksTotal * st.BlockTokens}
 }
 
 // wakeLocked releases the held steps of the agents the window let in since the last call.
@@ -699,6 +699,7 @@ type agentCollector struct {
 	pauses, resumes, admitted, swept, finished  *prometheus.Desc
 	released, abandoned                         *prometheus.Desc
 	kvUse, kvNext, hitRate, avoided, recomputed *prometheus.Desc
+	windowCap, footprint                        *prometheus.Desc
 }
 
 func newAgentCollector(g *agentGate) *agentCollector {
@@ -722,7 +723,9 @@ func newAgentCollector(g *agentGate) *agentCollector {
 			"Agents removed because the step held for them ended without running: given_up (its ingress said so) or lease (its ingress stopped renewing the hold).",
 			[]string{"reason"}, nil),
 		kvUse:      d("kv_use", "KV use (0..1) the window controller last saw: running sequences plus the active agents' idle prefixes."),
-		kvNext:     d("kv_use_next", "KV use (0..1) the window controller last predicted for the active agents' next steps: kv_use plus each one's growth."),
+		kvNext:     d("kv_use_next", "KV use the window controller last predicted for the active agents' next steps: kv_use plus each one's growth (above 1: the pool overflows)."),
+		windowCap:  d("window_cap", "The most agents the window may grow to: as many as the controller's HighU share of the KV pool holds at footprint_tokens each (its largest window while no agent has ended)."),
+		footprint:  d("footprint_tokens", "An agent's mean context at the ends of its steps, averaged over agents that ended: what sets window_cap."),
 		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
 		avoided:    d("recompute_avoided_tokens_total", "Tokens of agents' earlier context served from cache instead of recomputed."),
 		recomputed: d("recomputed_tokens_total", "Tokens of agents' earlier context that had to be recomputed."),
@@ -731,17 +734,17 @@ func newAgentCollector(g *agentGate) *agentCollector {
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.finished, c.released, c.abandoned, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed} {
+		c.admitted, c.swept, c.finished, c.released, c.abandoned, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed, c.windowCap, c.footprint} {
 		ch <- d
 	}
 }
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.a.Stats()
-	u, next, h := 0.0, 0.0, 0.0
+	u, next, h, wcap := 0.0, 0.0, 0.0, 0.0
 	for _, hs := range s.Homes {
 		if hs.Home == c.g.home {
-			u, next, h = hs.Controller.U, hs.Controller.Next, hs.Controller.H
+			u, next, h, wcap = hs.Controller.U, hs.Controller.Next, hs.Controller.H, float64(hs.Controller.Cap)
 		}
 	}
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
@@ -756,6 +759,8 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.kvUse, u)
 	gauge(c.kvNext, next)
 	gauge(c.hitRate, h)
+	gauge(c.windowCap, wcap)
+	gauge(c.footprint, s.FootprintTokens)
 	counter(c.pauses, s.PausesTotal)
 	counter(c.resumes, s.ResumesTotal)
 	counter(c.admitted, s.AdmittedTotal)

@@ -44,9 +44,10 @@ func benchEnv(name string, def float64) float64 {
 // combined context (about 2.9M tokens at their last steps) is 11 times the two pools of 8,192
 // blocks (131k tokens) each. Knobs (env KVMESH_AGENTS_*): RATE steps/s, STEPS, SESSIONS,
 // DURATION s, KV blocks per node, TOOLSCALE, SCALE (sim time scale), TOOLWAIT ms, INTERVAL
-// (agent control interval, ms), WINDOW (MaxWindow; 0 leaves the default), TRACE (log each
-// node's window every second), RECORDS (write each mode's request records to
-// RECORDS.MODE.jsonl).
+// (agent control interval, ms), WINDOW (MaxWindow; 0 leaves the default), FIXED (a window of
+// exactly FIXED agents a home, no controller: the reference the controller is measured
+// against), TRACE (log each node's window, ceiling, signals and engine every second), RECORDS
+// (write each mode's request records to RECORDS.MODE.jsonl).
 //
 //	go test -run '^$' -bench Agents -benchtime 1x -timeout 30m ./node/
 func BenchmarkAgents(b *testing.B) {
@@ -89,6 +90,9 @@ func BenchmarkAgents(b *testing.B) {
 					c.IdleTimeout = 10 * toolWait
 					if window > 0 {
 						c.Controller.MaxWindow, c.Controller.InitialWindow = window, min(window, c.Controller.InitialWindow)
+					}
+					if fixed := int(benchEnv("FIXED", 0)); fixed > 0 {
+						c.Controller.MinWindow, c.Controller.InitialWindow, c.Controller.MaxWindow = fixed, fixed, fixed
 					}
 					cfg.Agents = &c
 					cfg.AgentInterval = time.Duration(benchEnv("INTERVAL", 500)) * time.Millisecond
@@ -203,10 +207,11 @@ func traceWindows(b *testing.B, tn *testnet.Net, stop chan struct{}) {
 		line := ""
 		for _, n := range tn.Nodes {
 			one := &testnet.Net{Nodes: []*node.Node{n}}
-			line += fmt.Sprintf(" | reg %v W %v act %v pau %v wait %v U %.2f next %.2f H %.2f", gathered(b, one, "kvmesh_agent_registered"), gathered(b, one, "kvmesh_agent_window"),
-				gathered(b, one, "kvmesh_agent_active"), gathered(b, one, "kvmesh_agent_paused"),
+			line += fmt.Sprintf(" | reg %v W %v cap %v act %v pau %v wait %v U %.2f next %.2f H %.2f run %v kv %.2f", gathered(b, one, "kvmesh_agent_registered"), gathered(b, one, "kvmesh_agent_window"),
+				gathered(b, one, "kvmesh_agent_window_cap"), gathered(b, one, "kvmesh_agent_active"), gathered(b, one, "kvmesh_agent_paused"),
 				gathered(b, one, "kvmesh_agent_waiting"), gathered(b, one, "kvmesh_agent_kv_use"),
-				gathered(b, one, "kvmesh_agent_kv_use_next"), gathered(b, one, "kvmesh_agent_hit_rate"))
+				gathered(b, one, "kvmesh_agent_kv_use_next"), gathered(b, one, "kvmesh_agent_hit_rate"),
+				gathered(b, one, "vllm:num_requests_running"), gathered(b, one, "vllm:kv_cache_usage_perc"))
 		}
 		b.Log(line)
 	}

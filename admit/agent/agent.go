@@ -90,9 +90,10 @@ type Decision struct {
 
 type entry struct {
 	Agent
-	inflight int // steps admitted and not yet done
-	prompt   int // the prompt of its latest step, to measure the next one's growth
-	reusable int // context at the end of the last step: what a cache could give back
+	inflight int   // steps admitted and not yet done
+	prompt   int   // the prompt of its latest step, to measure the next one's growth
+	reusable int   // context at the end of the last step: what a cache could give back
+	held     int64 // its contexts at the ends of its steps, summed (their mean is its footprint)
 	lru      *list.Element
 	slot     *list.Element // in its home's active, paused or waiting list
 	ready    bool          // listed in Admitter.ready, not yet handed out
@@ -134,6 +135,9 @@ type Admitter struct {
 	avoided, recomputed                                 uint64
 	keptAvoided, keptRecomputed                         uint64
 	growth                                              float64 // EWMA of a step's prompt growth, tokens
+	pool                                                float64 // KV pool size in tokens, from the last tick; 0 unknown
+	heldAvg, stepsAvg                                   float64 // EWMAs over ended agents of their summed step-end contexts and of their steps
+	ended                                               int     // agents in those averages
 	grown                                               bool    // growth has a sample
 }
 
@@ -195,6 +199,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 	a.fillLocked(h, now) // no one queued ahead may be overtaken
 	if h.active.Len() < h.ctl.Window() {
 		a.setStateLocked(h, e, Active, now)
+		h.ctl.Joined(a.shareLocked(e))
 		a.setInflightLocked(e, 1)
 		a.admitted++
 		d.Action = Admit
@@ -227,6 +232,7 @@ func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 		e.ContextTokens = contextTokens
 	}
 	e.reusable = e.ContextTokens
+	e.held += int64(e.ContextTokens)
 	a.touchLocked(e, now)
 	if e.State == Active {
 		a.enforceLocked(a.homes[e.Home], now)
@@ -284,6 +290,7 @@ func (a *Admitter) Finish(now time.Time, id string) bool {
 		return false
 	}
 	a.finished++
+	a.learnFootprintLocked(e)
 	a.removeLocked(e, now)
 	return true
 }
@@ -307,6 +314,9 @@ func (a *Admitter) Sweep(now time.Time) []string {
 		}
 		out = append(out, e.ID)
 		a.swept++
+		if !e.InStep {
+			a.learnFootprintLocked(e) // gone silent: its session ended without saying so
+		}
 		a.removeLocked(e, now)
 	}
 	return out
@@ -329,6 +339,16 @@ func (a *Admitter) TickSignals(now time.Time, homeName string, s Signals) int {
 	hm := a.homeLocked(homeName)
 	s.Demand = hm.active.Len() + hm.paused.Len() + hm.waiting.Len()
 	s.Active = hm.active.Len()
+	if s.PoolTokens > 0 {
+		a.pool = float64(s.PoolTokens)
+	}
+	if f := a.footprintLocked(); a.pool > 0 && f > 0 {
+		// The first agents to end are the shortest sessions, with the smallest contexts: the
+		// footprint counts once as many agents have ended as it would let into the window.
+		if share := f / a.pool; float64(a.ended) >= a.cfg.Controller.HighU/share {
+			s.Footprint = share
+		}
+	}
 	w, _ := hm.ctl.TickSignals(now, s)
 	a.enforceLocked(hm, now)
 	a.fillLocked(hm, now)
@@ -496,7 +516,11 @@ type Stats struct {
 	// plus the tool result), a moving average over every agent's steps; 0 before any agent's
 	// second step. An active agent's next step needs this much more KV than its last.
 	GrowthTokens float64
-	Homes        []HomeStats // sorted by Home
+	// FootprintTokens is an agent's footprint, its mean context at the ends of its steps, as a
+	// moving average over agents that ended (weight 0.1); 0 until one has. Over the pool's size
+	// it is Signals.Footprint.
+	FootprintTokens float64
+	Homes           []HomeStats // sorted by Home
 }
 
 // Stats returns current counts and totals.
@@ -507,7 +531,8 @@ func (a *Admitter) Stats() Stats {
 		PausesTotal: a.pauses, ResumesTotal: a.resumes, EvictedTotal: a.evicted,
 		SweptTotal: a.swept, FinishedTotal: a.finished, ReleasedTotal: a.released,
 		RecomputeAvoidedTokens: a.avoided, RecomputedTokens: a.recomputed,
-		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed, GrowthTokens: a.growth}
+		KeptAvoidedTokens: a.keptAvoided, KeptRecomputedTokens: a.keptRecomputed, GrowthTokens: a.growth,
+		FootprintTokens: a.footprintLocked()}
 	for name, h := range a.homes {
 		hs := HomeStats{Home: name, Active: h.active.Len(), Paused: h.paused.Len(),
 			Waiting: h.waiting.Len(), Controller: h.ctl.Stats()}
@@ -552,6 +577,41 @@ func (a *Admitter) growLocked(e *entry, prompt int) {
 		}
 	}
 	e.prompt = prompt
+}
+
+// learnFootprintLocked takes e, an agent that ended, into the moving averages the agents'
+// footprint is made of: its step-end contexts summed, and its steps. Their ratio is the mean
+// context an agent holds, weighted by steps, so that a long session, which holds more KV for
+// longer, counts for more. Only an agent that ended is a sample: one still running has its
+// larger contexts ahead.
+func (a *Admitter) learnFootprintLocked(e *entry) {
+	if e.Steps == 0 {
+		return
+	}
+	if a.ended == 0 {
+		a.heldAvg, a.stepsAvg = float64(e.held), float64(e.Steps)
+	} else {
+		a.heldAvg += growthWeight * (float64(e.held) - a.heldAvg)
+		a.stepsAvg += growthWeight * (float64(e.Steps) - a.stepsAvg)
+	}
+	a.ended++
+}
+
+// footprintLocked is the agents' footprint in tokens (see Stats.FootprintTokens), 0 unknown.
+func (a *Admitter) footprintLocked() float64 {
+	if a.stepsAvg <= 0 {
+		return 0
+	}
+	return a.heldAvg / a.stepsAvg
+}
+
+// shareLocked is the share of the KV pool e needs at its next step: its context plus one
+// step's growth (0 when the pool's size is not known yet).
+func (a *Admitter) shareLocked(e *entry) float64 {
+	if a.pool <= 0 {
+		return 0
+	}
+	return (float64(e.ContextTokens) + a.growth) / a.pool
 }
 
 func (a *Admitter) touchLocked(e *entry, now time.Time) {
@@ -630,6 +690,7 @@ func (a *Admitter) fillLocked(h *home, now time.Time) {
 		}
 		e := el.Value.(*entry)
 		a.setStateLocked(h, e, Active, now)
+		h.ctl.Joined(a.shareLocked(e))
 		e.granted = e.Pending
 		if e.Pending {
 			e.Pending = false
@@ -657,7 +718,7 @@ func (a *Admitter) removeLocked(e *entry, now time.Time) {
 	wasActive := e.State == Active
 	a.removeLockedFrom(h.listOf(e.State), e)
 	if wasActive {
-		h.ctl.Left(h.active.Len())
+		h.ctl.Left(h.active.Len(), a.shareLocked(e))
 		a.fillLocked(h, now)
 	}
 }

@@ -751,3 +751,45 @@ func TestHomed(t *testing.T) {
 		t.Fatalf("after c finished: %d %v, want 2 [a b]", n, got)
 	}
 }
+
+// TestFootprint pins how the Admitter learns the agents' footprint: each ended agent's
+// step-end contexts and steps go into moving averages (weight 0.1) whose ratio is the
+// footprint, so a long session counts for more; the controller gets it, over the pool's size,
+// once as many agents have ended as it would let into the window.
+func TestFootprint(t *testing.T) {
+	a := newAdmitter(t, window(8))
+	a.TickSignals(t0, "n1", Signals{U: 0.1, H: 1, PoolTokens: 1000})
+	run := func(id string, contexts ...int) {
+		t.Helper()
+		for i, c := range contexts {
+			if _, err := a.Arrive(t0, id, "n1", c-10); err != nil {
+				t.Fatal(err)
+			}
+			if st := a.StepDone(t0, id, c); st != Active {
+				t.Fatalf("%s step %d: %v, want active", id, i, st)
+			}
+		}
+		a.Finish(t0, id)
+	}
+	run("short", 100, 200)     // 300 over 2 steps
+	run("long", 100, 300, 500) // 900 over 3
+	// held 300 + 0.1*(900-300) = 360, steps 2 + 0.1*(3-2) = 2.1: 171.4 (per agent, 154.3)
+	if got := a.Stats().FootprintTokens; math.Abs(got-360/2.1) > 1e-9 {
+		t.Fatalf("FootprintTokens %v, want %v", got, 360/2.1)
+	}
+	cap := func() int {
+		a.TickSignals(t0, "n1", Signals{U: 0.1, H: 1, PoolTokens: 1000})
+		return a.Stats().Homes[0].Controller.Cap
+	}
+	// Share 0.171: it would let in 0.9/0.171 = 5.25 agents, and 2 have ended.
+	if got := cap(); got != 512 {
+		t.Fatalf("Cap %d after 2 agents ended, want MaxWindow: the footprint is not trusted yet", got)
+	}
+	for i := range 4 {
+		run(fmt.Sprint("more", i), 171, 171)
+	}
+	f := a.Stats().FootprintTokens
+	if got, want := cap(), int(0.9/(f/1000)); got != want || want < 5 {
+		t.Fatalf("Cap %d after 6 agents ended (footprint %.1f tokens), want %d", got, f, want)
+	}
+}

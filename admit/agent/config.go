@@ -13,19 +13,21 @@ var ErrConfig = errors.New("agent: invalid config")
 // ControllerConfig sets the AIMD rule of one home's window; see the package documentation for
 // why each default is what it is.
 type ControllerConfig struct {
-	// Alpha is the additive increase per control tick while U < TargetU, once slow start is
-	// over. Default 1: one more agent per interval, so the window probes for room slowly and
+	// Alpha is the additive increase per control tick while the window has room to grow, once
+	// slow start is over. Default 1: one more agent per interval, so the window probes for room slowly and
 	// each step's effect on U is visible before the next.
 	Alpha float64
 	// Beta is the multiplicative decrease on thrashing, 0 < Beta < 1. Default 0.7: a 30% cut
 	// leaves the thrashing regime within a few intervals; recompute cost grows with the square
 	// of context length, so a gentle cut would keep paying it.
 	Beta float64
-	// TargetU is the KV use below which the window grows. Default 0.8: the start of the band
-	// where, for agents, KV fills with idle prefixes.
+	// TargetU is the KV use, predicted SlowStartSteps steps ahead, below which a window without
+	// a ceiling (no footprint known yet) grows. Default 0.8: the start of the band where, for
+	// agents, KV fills with idle prefixes.
 	TargetU float64
-	// HighU is the KV use at or above which a falling hit rate means thrashing. Default 0.9.
-	// Between TargetU and HighU the window holds.
+	// HighU is the KV use at or above which a falling hit rate means thrashing, and the share
+	// of the pool the window's agents may hold at their footprint (the ceiling). Default 0.9.
+	// Between TargetU and HighU a window without a ceiling holds.
 	HighU float64
 	// HitWeight is the weight of a new sample in the hit-rate EWMA, 0 < HitWeight <= 1.
 	// Default 0.2: the average remembers about five intervals, long enough that one noisy
@@ -35,7 +37,7 @@ type ControllerConfig struct {
 	// Default 0.05: five points of hit rate, above the sampling noise of a busy engine.
 	HitMargin float64
 	// HitFloor is the hit rate under which, with U >= HighU, the window is cut even when H is
-	// not falling, in [0, 1). Default 0.5: when H is the hit rate on the agents' own earlier
+	// not falling (once the window has a ceiling: when H's EWMA is under it), in [0, 1). Default 0.5: when H is the hit rate on the agents' own earlier
 	// context (what the node feeds it), a window that fits is near 1, and a window that has
 	// been thrashing long enough for the average to catch up with it would otherwise hold.
 	HitFloor float64

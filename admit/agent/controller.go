@@ -38,6 +38,10 @@ type Controller struct {
 	// ahead (which every decrease is): until then an increase may double the window (see
 	// ControllerConfig.SlowStartSteps).
 	slow bool
+	// cap is the most agents HighU of the pool holds at the last Signals.Footprint
+	// (MaxWindow while it is unknown).
+	cap   int
+	sized bool // cap comes from a footprint
 
 	lastU, lastNext, lastH float64
 	lastTick               time.Time
@@ -51,7 +55,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStartSteps > 0}, nil
+	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStartSteps > 0, cap: cfg.MaxWindow}, nil
 }
 
 // Tick feeds one control interval's KV use u and prefix hit rate h (both 0..1, clamped) and
@@ -87,6 +91,15 @@ type Signals struct {
 	// unknown. Slow start divides their use by it to tell how many more agents the headroom
 	// holds.
 	Active int
+	// Footprint is the share of the pool one agent holds on average over its life (0..1; 0 or
+	// NaN unknown): its mean context at the ends of its steps, learned from agents that ended.
+	// The window does not grow past the agents HighU of the pool holds at that footprint
+	// (Controller.Cap), and an agent leaving a window above that takes its slot with it.
+	Footprint float64
+	// PoolTokens is the KV pool's size in tokens; 0 is unknown. The Admitter turns an agent's
+	// context into a share of the pool with it, so that an agent leaving or entering the window
+	// between ticks moves the prediction Next by what it needs. The controller ignores it.
+	PoolTokens int
 }
 
 // TickSignals is TickDemand with the predicted KV use Signals.Next.
@@ -97,14 +110,22 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 	}
 	u, h = clamp01(u), clamp01(h)
 	next := u
-	if !math.IsNaN(s.Next) {
-		next = max(clamp01(s.Next), u)
+	if !math.IsNaN(s.Next) && !math.IsInf(s.Next, 0) {
+		next = max(s.Next, u) // not clamped: a prediction may exceed the pool
 	}
 	c.ticks++
 	c.lastU, c.lastNext, c.lastH, c.lastTick = u, next, h, now
-	// The use after SlowStartSteps more steps of every active agent, each growing as Next
-	// predicts for one.
-	ahead := u + float64(c.cfg.SlowStartSteps)*(next-u)
+	// The use after SlowStartSteps more steps (one with slow start off) of every active agent,
+	// each growing as Next predicts for one.
+	ahead := u + float64(max(c.cfg.SlowStartSteps, 1))*(next-u)
+
+	// The ceiling: the agents HighU of the pool holds at the agents' footprint, once it is
+	// known (Signals.Footprint).
+	c.cap, c.sized = c.cfg.MaxWindow, false
+	if f := s.Footprint; f > 0 && !math.IsInf(f, 0) {
+		c.cap = int(min(max(math.Floor(c.cfg.HighU/f), float64(c.cfg.MinWindow)), float64(c.cfg.MaxWindow)))
+		c.sized = true
+	}
 
 	// Falling is judged against the average of earlier samples, before this one joins it.
 	falling := c.haveEWMA && h < c.ewma-c.cfg.HitMargin
@@ -113,18 +134,25 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 	} else {
 		c.ewma, c.haveEWMA = h, true
 	}
+	// With a ceiling the window grows to it, and thrashing is the hit rate's average under
+	// the floor; before, it grows while the use ahead is under TargetU, and one interval's H
+	// falling or under the floor is thrashing.
+	room, thrashing := ahead < c.cfg.TargetU, falling || h < c.cfg.HitFloor
+	if c.sized {
+		room, thrashing = true, c.ewma < c.cfg.HitFloor
+	}
 
 	move := Hold
 	switch {
 	case c.cooldown > 0:
 		c.cooldown--
-	case u >= c.cfg.HighU && (falling || h < c.cfg.HitFloor):
+	case u >= c.cfg.HighU && thrashing:
 		c.w = math.Max(float64(c.cfg.MinWindow), c.w*c.cfg.Beta)
 		c.cooldown = c.cfg.CooldownTicks
 		c.decreases++
 		move = Decrease
-	case next < c.cfg.TargetU && (demand < 0 || demand >= c.Window()) && c.Window() < c.cfg.MaxWindow:
-		c.w = math.Min(float64(c.cfg.MaxWindow), c.w+c.increase(u, ahead, demand, s.Active))
+	case room && (demand < 0 || demand >= c.Window()) && c.Window() < c.cap:
+		c.w = math.Min(float64(c.cap), c.w+c.increase(u, ahead, demand, s.Active))
 		move = Increase
 	}
 	if ahead >= c.cfg.TargetU {
@@ -137,16 +165,26 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 }
 
 // Left tells the controller that an agent left the window (finished or gone), leaving active
-// agents in it. While the last predicted use (Next) is at or above HighU, the window follows the
-// agents down instead of keeping the slot for a newcomer: the agents in the window already
-// need more KV at their next steps than the pool has, a newcomer let in now would push it over,
-// and the cut that follows would pause agents whose prefixes are then lost. A decrease by
-// attrition pauses no one; the window grows again once Next is under TargetU.
-func (c *Controller) Left(active int) {
-	if c.lastNext >= c.cfg.HighU {
+// agents in it, and that it needed share of the pool at its next step (its context plus one
+// step's growth; 0 unknown), by which the prediction Next falls. The window then follows the
+// agents down instead of keeping the slot for a newcomer while it is above its ceiling, and,
+// before the agents' footprint is known, while what is left of Next is at or above HighU: the
+// agents in the window already need more KV at their next steps than the pool has, a newcomer
+// let in now would push it over, and the cut that follows would pause agents whose prefixes
+// are then lost. A decrease by attrition pauses no one. Subtracting the leaver's share
+// matters: Next counts every active agent, so an agent of 30k tokens leaving a pool of 131k
+// takes a quarter of it along.
+func (c *Controller) Left(active int, share float64) {
+	c.lastNext = math.Max(0, c.lastNext-share)
+	if (!c.sized && c.lastNext >= c.cfg.HighU) || c.Window() > c.cap {
 		c.w = math.Max(float64(c.cfg.MinWindow), math.Min(c.w, float64(active)))
 	}
 }
+
+// Joined tells the controller that an agent entered the window between ticks, needing share of
+// the pool at its next step (0 unknown): the prediction Next that Left compares grows by it
+// until the next tick measures it.
+func (c *Controller) Joined(share float64) { c.lastNext += share }
 
 // increase is how much an increase adds: Alpha, or in slow start the agents the headroom
 // TargetU-ahead holds at the window's use per agent after SlowStartSteps steps (ahead/active),
@@ -174,7 +212,8 @@ func (c *Controller) Window() int {
 type ControllerStats struct {
 	Window    int
 	U, H      float64 // the last sample
-	Next      float64 // the last predicted KV use (Signals.Next)
+	Next      float64 // the last predicted KV use (Signals.Next, moved by Left and Joined); may exceed 1
+	Cap       int     // the window's ceiling from the agents' footprint; MaxWindow while unknown
 	HitEWMA   float64 // the hit-rate average H is compared against
 	LastTick  time.Time
 	LastMove  Move
@@ -185,7 +224,7 @@ type ControllerStats struct {
 
 // Stats returns the controller's state.
 func (c *Controller) Stats() ControllerStats {
-	return ControllerStats{Window: c.Window(), U: c.lastU, Next: c.lastNext, H: c.lastH, HitEWMA: c.ewma,
+	return ControllerStats{Window: c.Window(), U: c.lastU, Next: c.lastNext, Cap: c.cap, H: c.lastH, HitEWMA: c.ewma,
 		LastTick: c.lastTick, LastMove: c.lastMove, SlowStart: c.slow, Ticks: c.ticks, Decreases: c.decreases}
 }
 

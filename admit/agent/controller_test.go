@@ -137,12 +137,7 @@ func TestControllerPredictedUse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newController(t, aimd(tt.mod))
-			for i, s := range tt.signals {
-				got, move := c.TickSignals(t0.Add(time.Duration(i)*time.Second), s)
-				if got != tt.want[i] || move != tt.moves[i] {
-					t.Fatalf("tick %d (%+v): window %d after %v, want %d after %v", i, s, got, move, tt.want[i], tt.moves[i])
-				}
-			}
+			checkTicks(t, c, tt.signals, tt.want, tt.moves)
 			if last := tt.signals[len(tt.signals)-1]; !math.IsNaN(last.Next) && c.Stats().Next < last.U {
 				t.Fatalf("Stats().Next = %v, below U %v", c.Stats().Next, last.U)
 			}
@@ -158,22 +153,28 @@ func TestControllerLeftFollowsTheAgentsDown(t *testing.T) {
 	tests := []struct {
 		name   string
 		next   float64
-		active int // agents left in the window
+		active int     // agents left in the window
+		share  float64 // what the leaver needed
 		want   int
 	}{
-		{"predicted overflow follows the agents", 0.95, 9, 9},
-		{"at high u follows", 0.9, 7, 7},
-		{"under high u keeps the slot", 0.85, 9, 10},
-		{"never above the window", 1, 12, 10},
-		{"never under the minimum", 1, 0, 1},
+		{"predicted overflow follows the agents", 0.95, 9, 0, 9},
+		{"at high u follows", 0.9, 7, 0, 7},
+		{"under high u keeps the slot", 0.85, 9, 0, 10},
+		{"never above the window", 1, 12, 0, 10},
+		{"never under the minimum", 1, 0, 0, 1},
+		{"a large leaver takes the overflow along", 1.2, 9, 0.35, 10},
+		{"a small leaver leaves it", 1.2, 9, 0.05, 9},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newController(t, aimd(func(c *ControllerConfig) { c.InitialWindow = 10 }))
 			c.TickSignals(t0, Signals{U: 0.5, Next: tt.next, H: 0.9, Demand: 10})
-			c.Left(tt.active)
+			c.Left(tt.active, tt.share)
 			if got := c.Window(); got != tt.want {
-				t.Fatalf("window %d after Left(%d) at next %v, want %d", got, tt.active, tt.next, tt.want)
+				t.Fatalf("window %d after Left(%d, %v) at next %v, want %d", got, tt.active, tt.share, tt.next, tt.want)
+			}
+			if got, want := c.Stats().Next, max(tt.next-tt.share, 0); math.Abs(got-want) > 1e-9 {
+				t.Fatalf("Next %v after the leaver, want %v", got, want)
 			}
 		})
 	}
@@ -182,7 +183,8 @@ func TestControllerLeftFollowsTheAgentsDown(t *testing.T) {
 // TestControllerSlowStart pins slow start: until the first tick at which the active agents,
 // SlowStartSteps (4) steps ahead, fill the pool to TargetU, an increase adds what the headroom
 // then holds at the predicted use per agent, capped at doubling and at demand, and at least
-// Alpha; after that tick, and before any growth is predicted, the window grows by Alpha.
+// Alpha; after that tick, and before any growth is predicted, the window grows by Alpha, and
+// only while the use those steps ahead is under TargetU.
 func TestControllerSlowStart(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -198,15 +200,15 @@ func TestControllerSlowStart(t *testing.T) {
 			[]int{16, 32, 40, 41}, true}, // at demand, Alpha (as the AIMD rule allows)
 		{"capped by the headroom steps ahead, ended when they fill the pool", nil,
 			// ahead 0.4: (0.8-0.4)*8/0.4 = 8; ahead 0.5: 0.3*16/0.5 = 9.6; ahead 0.76: 0.04*25/0.76 < 2;
-			// ahead 0.85 ends it, with Next 0.55 still under target: Alpha
+			// ahead 0.85 ends it and holds, though Next 0.55 is under target; ahead 0.4: Alpha
 			[]Signals{{U: 0.2, Next: 0.25, H: 0.9, Demand: 100, Active: 8}, {U: 0.3, Next: 0.35, H: 0.9, Demand: 100, Active: 16},
 				{U: 0.4, Next: 0.49, H: 0.9, Demand: 100, Active: 25}, {U: 0.45, Next: 0.55, H: 0.9, Demand: 100, Active: 26},
-				{U: 0.2, Next: 0.25, H: 0.9, Demand: 100, Active: 27}},
-			[]int{16, 25, 26, 27, 28}, false},
+				{U: 0.2, Next: 0.25, H: 0.9, Demand: 100, Active: 26}},
+			[]int{16, 25, 26, 26, 27}, false},
 		{"growth that fills the pool steps ahead ends it at once", nil,
-			// Next 0.45 is under target, but 4 steps of growth are 0.9
-			[]Signals{{U: 0.3, Next: 0.45, H: 0.9, Demand: 100, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 9}},
-			[]int{9, 10}, false},
+			// Next 0.45 is under target, but 4 steps of growth are 0.9: hold; then Alpha
+			[]Signals{{U: 0.3, Next: 0.45, H: 0.9, Demand: 100, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 8}},
+			[]int{8, 9}, false},
 		{"no growth predicted: Alpha, and it goes on", nil,
 			[]Signals{{U: 0.1, Next: 0.1, H: 0.9, Demand: 100, Active: 8}, {U: 0.1, Next: math.NaN(), H: 0.9, Demand: 100, Active: 9},
 				{U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 10}},
@@ -379,5 +381,95 @@ func TestControllerConfigValidation(t *testing.T) {
 	}
 	if _, err := NewController(ControllerConfig{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero config accepted: %v", err)
+	}
+}
+
+// TestControllerJoinedRaisesThePrediction pins that an agent let in between ticks counts in
+// the prediction Left compares: with it the next leaver's slot goes, without it it stays.
+func TestControllerJoinedRaisesThePrediction(t *testing.T) {
+	for _, joined := range []float64{0, 0.1} {
+		c := newController(t, aimd(func(c *ControllerConfig) { c.InitialWindow = 10 }))
+		c.TickSignals(t0, Signals{U: 0.5, Next: 0.85, H: 0.9, Demand: 10})
+		c.Joined(joined)
+		c.Left(9, 0)
+		want := map[float64]int{0: 10, 0.1: 9}[joined]
+		if got := c.Window(); got != want {
+			t.Errorf("joined %v: window %d after a leaver, want %d", joined, got, want)
+		}
+	}
+}
+
+// TestControllerCeiling pins the rule once the agents' footprint F is known: the window grows
+// to floor(HighU/F) whatever U and Next say, no further (slow start included), follows the
+// agents down by attrition while above it, and is cut on the hit rate's average under the
+// floor, not on one interval's dip, which without a footprint cuts.
+func TestControllerCeiling(t *testing.T) {
+	const f = 0.09 // ceiling floor(0.9/0.09) = 10
+	tests := []struct {
+		name    string
+		mod     func(*ControllerConfig)
+		signals []Signals
+		want    []int
+		moves   []Move
+	}{
+		{"grows to the ceiling at high use and holds", nil,
+			[]Signals{{U: 0.95, Next: 1.3, H: 0.9, Demand: 20, Footprint: f}, {U: 0.95, Next: 1.3, H: 0.9, Demand: 20, Footprint: f},
+				{U: 0.95, Next: 1.3, H: 0.9, Demand: 20, Footprint: f}},
+			[]int{9, 10, 10}, []Move{Increase, Increase, Hold}},
+		{"without a footprint the same signals hold", nil,
+			[]Signals{{U: 0.95, Next: 1.3, H: 0.9, Demand: 20}, {U: 0.95, Next: 1.3, H: 0.9, Demand: 20}},
+			[]int{8, 8}, []Move{Hold, Hold}},
+		{"one interval's dip does not cut", func(c *ControllerConfig) { c.InitialWindow = 10 },
+			[]Signals{{U: 0.95, H: 0.9, Demand: 20, Footprint: f}, {U: 0.95, H: 0.1, Demand: 20, Footprint: f},
+				{U: 0.95, H: 0.9, Demand: 20, Footprint: f}},
+			[]int{10, 10, 10}, []Move{Hold, Hold, Hold}},
+		{"without a footprint the dip cuts", func(c *ControllerConfig) { c.InitialWindow = 10 },
+			[]Signals{{U: 0.95, H: 0.9, Demand: 20}, {U: 0.95, H: 0.1, Demand: 20}},
+			[]int{10, 7}, []Move{Hold, Decrease}},
+		{"a sustained collapse cuts once the average is under the floor", func(c *ControllerConfig) { c.InitialWindow = 10 },
+			// H's average: 0.9, 0.74, 0.61, 0.51, 0.43
+			[]Signals{{U: 0.95, H: 0.9, Demand: 20, Footprint: f}, {U: 0.95, H: 0.1, Demand: 20, Footprint: f},
+				{U: 0.95, H: 0.1, Demand: 20, Footprint: f}, {U: 0.95, H: 0.1, Demand: 20, Footprint: f},
+				{U: 0.95, H: 0.1, Demand: 20, Footprint: f}},
+			[]int{10, 10, 10, 10, 7}, []Move{Hold, Hold, Hold, Hold, Decrease}},
+		{"slow start stops at the ceiling", func(c *ControllerConfig) { c.SlowStartSteps = 4 },
+			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: 100, Active: 8, Footprint: f}},
+			[]int{10}, []Move{Increase}},
+		{"a footprint over the pool: the ceiling is MinWindow, nothing grows", nil,
+			[]Signals{{U: 0.2, H: 0.9, Demand: 20, Footprint: 2}},
+			[]int{8}, []Move{Hold}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, aimd(tt.mod))
+			checkTicks(t, c, tt.signals, tt.want, tt.moves)
+		})
+	}
+
+	t.Run("above the ceiling a leaver takes its slot", func(t *testing.T) {
+		c := newController(t, aimd(func(c *ControllerConfig) { c.InitialWindow = 12 }))
+		if w, m := c.TickSignals(t0, Signals{U: 0.5, Next: 0.6, H: 0.9, Demand: 12, Footprint: f}); w != 12 || m != Hold {
+			t.Fatalf("window %d after %v above the ceiling, want 12 held", w, m)
+		}
+		if got := c.Stats().Cap; got != 10 {
+			t.Fatalf("Cap %d, want 10", got)
+		}
+		for i, active := range []int{11, 10, 9} {
+			c.Left(active, 0.05)
+			if got, want := c.Window(), []int{11, 10, 10}[i]; got != want {
+				t.Fatalf("window %d after a leaver left %d active, want %d", got, active, want)
+			}
+		}
+	})
+}
+
+// checkTicks feeds c one tick of signals a second and checks the window and move after each.
+func checkTicks(t *testing.T, c *Controller, signals []Signals, want []int, moves []Move) {
+	t.Helper()
+	for i, s := range signals {
+		got, move := c.TickSignals(t0.Add(time.Duration(i)*time.Second), s)
+		if got != want[i] || move != moves[i] {
+			t.Fatalf("tick %d (%+v): window %d after %v, want %d after %v", i, s, got, move, want[i], moves[i])
+		}
 	}
 }

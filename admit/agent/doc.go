@@ -10,42 +10,63 @@
 // # The window rule
 //
 // Controller regulates W by AIMD from two engine signals sampled once per control interval,
-// KV use U and prefix hit rate H (both 0..1):
+// KV use U and prefix hit rate H (both 0..1), and one learned figure, the agents' footprint F:
+// the mean context an agent holds at the ends of its steps (weighted by steps), as a share of
+// the pool, learned from the agents that ended. The rule has two phases. Until F is known
+// (until as many agents have ended as F would let into the window: the first to end are the
+// shortest sessions, with the smallest contexts):
 //
-//   - increase W by Alpha (1) while the predicted KV use Next (U plus the growth of the active
-//     agents' next steps; U when not given) is under TargetU (0.8) and the agents wanting a
-//     slot fill W: every active agent comes back with a longer context, so a window sized on
-//     the contexts of now overflows the pool a step later, and the way back, a cut, pauses
-//     agents whose prefixes are then lost;
+//   - increase W by Alpha (1) while the KV use predicted SlowStartSteps (4) steps ahead, U
+//     plus that many steps of the active agents' growth (the growth of one step is Next - U;
+//     U when Next is not given), is under TargetU (0.8) and the agents wanting a slot fill W:
+//     every active agent comes back longer, so a window sized on the contexts of now
+//     overflows the pool a few steps later, and the way back, a cut, pauses agents whose
+//     prefixes are then lost;
 //   - multiply W by Beta (0.7) when U >= HighU (0.9) and H is falling, that is H is below the
 //     EWMA of earlier samples (weight HitWeight 0.2) by more than HitMargin (0.05), or H is
 //     under HitFloor (0.5): KV full while hits collapse, or stay collapsed, is thrashing;
-//   - hold otherwise, including U high with H steady above the floor (a full cache that is
-//     still being hit is doing its job) and the band TargetU <= U < HighU;
-//   - decrease by attrition: an agent that leaves the window (finished or gone) while Next is
-//     at or above HighU takes its slot with it (Controller.Left), so the window follows the
-//     active agents down without pausing any; refilling the slot would let a newcomer push the
-//     pool over and bring a cut that pauses agents, whose prefixes are then lost;
-//   - hold for CooldownTicks (1) ticks after a decrease, because U falls only as the paused
-//     agents' prefixes age out, about an interval after the cut;
-//   - clamp to [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8);
-//   - slow start (SlowStartSteps 4): until the first tick at which the active agents, after
-//     SlowStartSteps more steps each at the growth Next predicts, would fill the pool to
-//     TargetU (every decrease is such a tick), an increase adds not Alpha but the agents that
+//   - decrease by attrition: an agent that leaves the window (finished or gone) while Next,
+//     less what that agent needed, is at or above HighU takes its slot with it
+//     (Controller.Left), so the window follows the active agents down without pausing any;
+//   - slow start (SlowStartSteps 4): until the first tick at which that use ahead reaches
+//     TargetU (every decrease is such a tick), an increase adds not Alpha but the agents the
 //     headroom holds at the use per agent it predicts, capped at doubling and at the agents
 //     that want a slot, and at least Alpha (Alpha alone before any growth is predicted).
+//
+// Once F is known, the window has a ceiling, floor(HighU / F) agents (ControllerStats.Cap):
+//
+//   - increase by Alpha (or slow start's step) while W is under the ceiling and the agents
+//     wanting a slot fill W;
+//   - multiply W by Beta when U >= HighU and the EWMA of H is under HitFloor;
+//   - decrease by attrition while W is above the ceiling (F grew): a leaving agent takes its
+//     slot with it.
+//
+// In both phases: hold otherwise; hold for CooldownTicks (1) ticks after a decrease, because U
+// falls only as the paused agents' prefixes age out, about an interval after the cut; clamp to
+// [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8).
 //
 // Why these shapes: additive increase probes slowly because one agent's context can be tens
 // of thousands of tokens; the multiplicative cut leaves thrashing fast because recompute cost
 // grows with the square of context length. Slow start is there because sessions start in
 // bursts: at one agent an interval, 40 agents arriving together on an empty pool wait 16 s for
 // slots they would have fitted in. Its steps are sized by the headroom several steps ahead,
-// not by blind doubling or one step ahead, because every agent comes back longer: a ramp
-// sized on the contexts of now admits agents whose growth overflows the pool a few steps
-// later, and the cut that follows pauses them and loses their prefixes. Once the pool has
-// been found full the window is back to probing by Alpha. With constant U and H the window only moves one
-// way (the EWMA equals H, so H never falls, and H is either under the floor or not) and
-// settles at a bound or holds, so a constant load cannot make it oscillate.
+// not by blind doubling or one step ahead, because every agent comes back longer.
+//
+// Why the ceiling: a window of agents is a window of lives, not of contexts. At any moment its
+// agents are of all ages, young ones small and old ones large, and U swings by a quarter of
+// the pool as a 30k-token agent ends and a 2k-token one takes its slot. Judged on U or on one
+// step ahead, the window let in a cohort of young agents whenever old ones left, the cohort
+// grew together until the pool overflowed, a cut paused several of them (each pause loses a
+// prefix, recomputed in full at resume), and the window swung between 3 and 17 agents on a
+// pool whose best fixed window is 10 (measured: 21 to 30 pauses a run, 5% slower than that
+// fixed window). The footprint is what an agent holds on average over its life, so the pool
+// holds HighU / F of them on average whatever their ages; agents ending and starting then
+// take each other's slots one for one, as in a fixed window. In steady state H's average is
+// the thrashing signal, not one interval's H: a home runs a few steps an interval, and one
+// step that recomputes its context drops that interval's H to 0.1 (measured), which cut a
+// window that fit. With constant U, H and F the window only moves one way (the EWMA equals H,
+// so H never falls, and H is either under the floor or not) and settles at a bound, the
+// ceiling, or holds, so a constant load cannot make it oscillate.
 //
 // The package does not say where U and H come from. The node feeds it signals that see
 // thrashing with any engine: U is the share of the KV pool the window needs (the engine's KV
@@ -53,7 +74,9 @@
 // sequence holds), Next adds to it each active agent's growth per step (Stats.GrowthTokens,
 // a moving average of how much an agent's prompt grows from one step to the next), and H is
 // the share of the agents' earlier context served from the prefix cache over the last
-// interval (from the cached-token counts the engine reports per request).
+// interval (from the cached-token counts the engine reports per request). The Admitter learns
+// F itself (Stats.FootprintTokens over the pool's size, Signals.PoolTokens) and moves Next
+// between ticks by the share of each agent that leaves or enters the window.
 //
 // # Step boundaries
 //
