@@ -169,6 +169,10 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 				t.Errorf("kvmesh_agent_admitted_total = %v, want 2", got)
 			}
 			requireAgentMetrics(t, home)
+			// Agent a's steps ended in a sweep: its mean context is the footprint's first sample.
+			if got := metric(t, home, "kvmesh_agent_footprint_tokens", ""); got <= 0 {
+				t.Errorf("kvmesh_agent_footprint_tokens = %v after agent a was swept, want its mean context", got)
+			}
 		})
 	}
 }
@@ -182,8 +186,8 @@ func requireAgentMetrics(t *testing.T, url string) {
 	}
 	text := string(readAll(t, resp))
 	for _, name := range []string{"window", "active", "paused", "waiting", "registered", "pauses_total",
-		"resumes_total", "admitted_total", "swept_total", "finished_total", "kv_use", "hit_rate",
-		"recompute_avoided_tokens_total", "recomputed_tokens_total"} {
+		"resumes_total", "admitted_total", "swept_total", "finished_total", "kv_use", "kv_use_next", "hit_rate",
+		"window_cap", "footprint_tokens", "recompute_avoided_tokens_total", "recomputed_tokens_total"} {
 		if !strings.Contains(text, "\nkvmesh_agent_"+name+" ") {
 			t.Errorf("metric kvmesh_agent_%s missing", name)
 		}

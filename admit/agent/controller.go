@@ -91,10 +91,10 @@ type Signals struct {
 	// unknown. Slow start divides their use by it to tell how many more agents the headroom
 	// holds.
 	Active int
-	// Footprint is the share of the pool one agent holds on average over its life (0..1; 0 or
-	// NaN unknown): its mean context at the ends of its steps, learned from agents that ended.
+	// Footprint is the share of the pool one agent holds on average over its life (0 or NaN:
+	// unknown): its mean context at the ends of its steps, learned from agents that ended.
 	// The window does not grow past the agents HighU of the pool holds at that footprint
-	// (Controller.Cap), and an agent leaving a window above that takes its slot with it.
+	// (ControllerStats.Cap), and an agent leaving a window above that takes its slot with it.
 	Footprint float64
 	// PoolTokens is the KV pool's size in tokens; 0 is unknown. The Admitter turns an agent's
 	// context into a share of the pool with it, so that an agent leaving or entering the window
