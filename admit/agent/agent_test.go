@@ -277,17 +277,21 @@ func TestRelease(t *testing.T) {
 
 // TestLeavingAtPredictedOverflowShrinksTheWindow pins the decrease by attrition at the
 // Admitter: an agent that finishes while its home's predicted KV use is at or above HighU
-// takes its slot with it, so the waiting agent stays waiting and nobody is paused; under HighU
+// takes its slot with it, so the waiting agent stays waiting and nobody is paused; under HighU,
+// or under it once the leaver's context (and a step's growth) is taken off the prediction,
 // its slot goes to the waiting agent.
 func TestLeavingAtPredictedOverflowShrinksTheWindow(t *testing.T) {
 	tests := []struct {
 		name       string
 		next       float64
+		pool, ctx  int // the pool's size and the leaver's context, tokens (0: unknown)
 		wantWindow int
 		wantC      State
 	}{
-		{"predicted overflow", 0.95, 1, Waiting},
-		{"no overflow predicted", 0.85, 2, Active},
+		{"predicted overflow", 0.95, 0, 0, 1, Waiting},
+		{"no overflow predicted", 0.85, 0, 0, 2, Active},
+		{"the leaver takes the overflow along", 0.95, 1000, 300, 2, Active}, // 0.95 - 0.3
+		{"a small leaver leaves it", 0.95, 1000, 20, 1, Waiting},            // 0.95 - 0.02
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,9 +299,9 @@ func TestLeavingAtPredictedOverflowShrinksTheWindow(t *testing.T) {
 			arrive(t, a, t0, "a", "n1", Admit)
 			arrive(t, a, t0, "b", "n1", Admit)
 			arrive(t, a, t0, "c", "n1", Wait)
-			a.StepDone(t0, "a", 0)
+			a.StepDone(t0, "a", tt.ctx)
 			a.StepDone(t0, "b", 0)
-			a.TickSignals(t0, "n1", Signals{U: 0.5, Next: tt.next, H: 0.9})
+			a.TickSignals(t0, "n1", Signals{U: 0.5, Next: tt.next, H: 0.9, PoolTokens: tt.pool})
 			a.Finish(t0, "a")
 			if got := a.Window("n1"); got != tt.wantWindow {
 				t.Errorf("window %d after a finished, want %d", got, tt.wantWindow)
