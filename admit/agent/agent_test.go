@@ -797,3 +797,25 @@ func TestFootprint(t *testing.T) {
 		t.Fatalf("Cap %d after 6 agents ended (footprint %.1f tokens), want %d", got, f, want)
 	}
 }
+
+// TestPredictionFollowsTheWindow pins the Admitter's side of Left and Joined: between ticks
+// the controller's prediction Next loses a leaver's share of the pool and gains the share of
+// the agent let into its slot.
+func TestPredictionFollowsTheWindow(t *testing.T) {
+	a := newAdmitter(t, window(1))
+	if _, err := a.Arrive(t0, "a", "n1", 50); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := a.Arrive(t0, "b", "n1", 200); err != nil || d.Action != Wait {
+		t.Fatalf("b: %+v, %v; want it waiting", d, err)
+	}
+	a.StepDone(t0, "a", 100)
+	a.TickSignals(t0, "n1", Signals{U: 0.5, Next: 0.5, H: 0.9, PoolTokens: 1000})
+	a.Finish(t0, "a") // 0.5 - 100/1000, then b's 200/1000 (no growth measured yet)
+	if state(t, a, "b") != Active {
+		t.Fatalf("b is %v, want active in a's slot", state(t, a, "b"))
+	}
+	if got := a.Stats().Homes[0].Controller.Next; math.Abs(got-0.6) > 1e-9 {
+		t.Fatalf("Next %v after a left and b joined, want 0.6", got)
+	}
+}
