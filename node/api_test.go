@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,6 +293,38 @@ func TestCountersReconcile(t *testing.T) {
 	}
 	if got := metric(t, url, "kvmesh_requests_refused_total", `code="model_not_found"`); got != 1 {
 		t.Errorf("model_not_found refusals %v", got)
+	}
+}
+
+// TestShutdownDoesNotWaitForUnusedConnections pins that a drain ends when the in-flight
+// requests do, not when every client connection goes idle: net/http's Shutdown counts a
+// connection that never sent a request as busy for 5 s, so a client that dialled one spare
+// (HTTP transports do, racing a dial against a connection coming free) made every drain
+// shorter than that fail with its deadline, though no request was cut.
+func TestShutdownDoesNotWaitForUnusedConnections(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.DrainTimeout = time.Second; cfg.Sim.TimeScale = 2 })
+	n, base := tn.Nodes[0], tn.URLs()[0]
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare, err := net.Dial("tcp", u.Host) // connected, never used
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	done := make(chan int, 1)
+	go func() {
+		resp := post(t, base, "/v1/chat/completions", chatBody("drain me", 60, true), nil)
+		readAll(t, resp)
+		done <- resp.StatusCode
+	}()
+	eventually(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, base)).Running == 1 })
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown with an unused connection open: %v", err)
+	}
+	if status := <-done; status != http.StatusOK {
+		t.Fatalf("in-flight request: status %d", status)
 	}
 }
 

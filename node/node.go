@@ -161,6 +161,7 @@ type Node struct {
 	bgCancel       context.CancelFunc
 	bg             sync.WaitGroup
 	forwarded      atomic.Int64 // requests peers forwarded here, in flight
+	serving        atomic.Int64 // HTTP requests in their handlers
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -251,7 +252,7 @@ func New(cfg Config) (*Node, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/", n.handleNotFound)
 	n.httpSrv = &http.Server{
-		Handler:           mux,
+		Handler:           n.counted(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -378,15 +379,25 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// Peers see EngineHealthy false in the next record and stop sending work; new client
 		// connections are refused while in-flight requests, local and forwarded, finish.
 		dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
-		err := n.httpSrv.Shutdown(dctx)
-		if err == nil {
-			err = n.waitForwarded(dctx)
-		}
+		// httpSrv.Shutdown closes the listener and the idle connections and waits for the
+		// rest, but it counts a connection that never sent a request as busy for 5 s (HTTP
+		// clients dial spares), so the drain ends when no request, local or forwarded, is in
+		// flight, whatever such connections do.
+		quiet, stop := context.WithCancel(dctx)
+		go func() {
+			if n.waitIdle(quiet) == nil {
+				stop()
+			}
+		}()
+		_ = n.httpSrv.Shutdown(quiet)
+		stop()
+		err := n.waitIdle(dctx)
 		cancel()
+		// Unused connections close now; past the deadline, so do the stragglers, whose
+		// streams end with an error.
+		_ = n.httpSrv.Close()
 		if err != nil {
-			// Deadline passed: cut the stragglers off; their streams end with an error.
 			errs = append(errs, fmt.Errorf("node: drain: %w", err))
-			_ = n.httpSrv.Close()
 		}
 		errs = append(errs, n.stopMesh())
 	}
@@ -402,11 +413,12 @@ func closeEngine(e engine.Engine) error {
 	return nil
 }
 
-// waitForwarded waits for the requests peers forwarded here to finish, or ctx.
-func (n *Node) waitForwarded(ctx context.Context) error {
+// waitIdle waits until no request is in flight, neither in an HTTP handler nor forwarded here
+// by a peer, or for ctx.
+func (n *Node) waitIdle(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	for n.forwarded.Load() > 0 {
+	for n.serving.Load() > 0 || n.forwarded.Load() > 0 {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -414,4 +426,13 @@ func (n *Node) waitForwarded(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// counted counts the requests in h's handlers, which the drain waits for.
+func (n *Node) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.serving.Add(1)
+		defer n.serving.Add(-1)
+		h.ServeHTTP(w, r)
+	})
 }
