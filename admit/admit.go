@@ -532,18 +532,18 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
 }
 
-// Hold is the KV room a waiting-room head that cannot run yet waits for: its blocks on the
+// Claim is the KV room a waiting-room head that cannot run yet waits for: its blocks on the
 // candidate where it will fit first. Work queued behind it may run beside it only on what is
 // left (WaitingRoom.Next), so backfill never delays the head's start.
-type Hold struct {
+type Claim struct {
 	Peer   string
 	Blocks int
 }
 
-// HoldFor returns the room the queued head waits for: its KV need on the option with the most
+// ClaimFor returns the room the queued head waits for: its KV need on the option with the most
 // free blocks among those that can still meet its SLO, or among all when none can (a step of
-// an agent is decided again without its SLO). No options: the zero Hold, which holds nothing.
-func (a *Admitter) HoldFor(now time.Time, head *Item, options []Option) Hold {
+// an agent is decided again without its SLO). No options: the zero Claim, which claims nothing.
+func (a *Admitter) ClaimFor(now time.Time, head *Item, options []Option) Claim {
 	ttftSLO, tpotSLO := a.SLOFor(head.Req)
 	waited := now.Sub(head.Req.SLOClock())
 	best, bestFeasible := -1, false
@@ -554,15 +554,15 @@ func (a *Admitter) HoldFor(now time.Time, head *Item, options []Option) Hold {
 		}
 	}
 	if best < 0 {
-		return Hold{}
+		return Claim{}
 	}
 	o := options[best]
-	return Hold{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o)}
+	return Claim{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o)}
 }
 
 // Take takes h's blocks off the free KV of its peer in options (down to below zero: while the
 // head does not fit there, nothing behind it may start there).
-func (h Hold) Take(options []Option) {
+func (h Claim) Take(options []Option) {
 	for i := range options {
 		if options[i].Peer == h.Peer {
 			options[i].FreeKVBlocks -= h.Blocks

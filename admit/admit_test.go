@@ -609,10 +609,10 @@ func TestReadyKeepsSlack(t *testing.T) {
 	}
 }
 
-// TestHoldFor pins the room a blocked head holds: its blocks on the option with the most free
+// TestClaimFor pins the room a blocked head claims: its blocks on the option with the most free
 // KV among those that can still meet its SLO (among all when none can), and what Take leaves
 // of that option for the work behind it.
-func TestHoldFor(t *testing.T) {
+func TestClaimFor(t *testing.T) {
 	opt := func(peer string, free int, ttft time.Duration) Option {
 		o := idle()
 		o.Peer, o.FreeKVBlocks, o.PredictedTTFT = peer, free, ttft
@@ -622,28 +622,28 @@ func TestHoldFor(t *testing.T) {
 	tests := []struct {
 		name string
 		opts []Option
-		want Hold
+		want Claim
 	}{
-		{"most free", []Option{opt("a", 10, 0), opt("b", 30, 0), opt("c", 20, 0)}, Hold{"b", 13}},
-		{"most free that meets the SLO", []Option{opt("a", 10, 0), opt("b", 30, slow), opt("c", 20, 0)}, Hold{"c", 13}},
-		{"most free when none meets it", []Option{opt("a", 10, slow), opt("b", 30, slow)}, Hold{"b", 13}},
-		{"no options", nil, Hold{}},
+		{"most free", []Option{opt("a", 10, 0), opt("b", 30, 0), opt("c", 20, 0)}, Claim{"b", 13}},
+		{"most free that meets the SLO", []Option{opt("a", 10, 0), opt("b", 30, slow), opt("c", 20, 0)}, Claim{"c", 13}},
+		{"most free when none meets it", []Option{opt("a", 10, slow), opt("b", 30, slow)}, Claim{"b", 13}},
+		{"no options", nil, Claim{}},
 	}
 	a := newAdmitter(t, nil)
 	r := baseReq() // 13 blocks
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := a.HoldFor(t0, a.Item(r, a.Admit(t0, r, nil)), tt.opts); got != tt.want {
-				t.Fatalf("HoldFor = %+v, want %+v", got, tt.want)
+			if got := a.ClaimFor(t0, a.Item(r, a.Admit(t0, r, nil)), tt.opts); got != tt.want {
+				t.Fatalf("ClaimFor = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
 	opts := []Option{opt("a", 10, 0), opt("b", 30, 0)}
-	Hold{"b", 13}.Take(opts)
+	Claim{"b", 13}.Take(opts)
 	if opts[0].FreeKVBlocks != 10 || opts[1].FreeKVBlocks != 17 {
 		t.Fatalf("after Take: free %d and %d, want 10 and 17", opts[0].FreeKVBlocks, opts[1].FreeKVBlocks)
 	}
-	Hold{"b", 20}.Take(opts)
+	Claim{"b", 20}.Take(opts)
 	if fits(opts[1], 1, 1) {
 		t.Fatal("a request fits on the room a head holds")
 	}

@@ -25,7 +25,7 @@
 // re-checks KV and SLO with fresh state each time, so a queued request is never pinned to a node.
 // When a pool's head must wait for KV room, it holds its need on the candidate where it fits
 // first (Admitter.HoldFor), and up to QueueConfig.Backfill requests behind it are re-checked on
-// options with that hold taken off (Hold.Take): they run beside the head without delaying it.
+// options with that claim taken off (Claim.Take): they run beside the head without delaying it.
 //
 // # Hysteresis
 //

@@ -3,13 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
-	"math"
+
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
@@ -61,49 +59,37 @@ const (
 )
 
 // agentGate is the node's side of agent-level admission: this node is the home of every agent
-// whose steps run on its engine, so it owns their window (agent.Admitter), feeds it the
-// engine's signals, and wakes the ingress handlers holding a step of an agent that re-entered
-// the window. It does not pin prefixes: the window is sized so that the active agents'
-// prefixes stay in an LRU cache on their own, and if they do not, the falling hit rate is the
-// signal to cut (a pin would hide it and push the running sequences into preemption). All
-// fields are guarded by mu.
+// whose steps run on its engine, so it keeps their window (agent.Home over agent.Registry),
+// feeds it the engine's state, wakes the handlers of local steps parked for an agent the
+// window let in, and answers the lease messages of peer ingresses. It does not pin prefixes:
+// the window is sized so that the active agents' prefixes stay in an LRU cache on their own,
+// and if they do not, the falling hit rate is the signal to cut. mu guards home, wake, parked
+// and context; reg is safe on its own.
 type agentGate struct {
-	a    *agent.Admitter
-	home string // this node's name: the only home its Admitter knows
+	reg *agent.Registry
 
 	mu      sync.Mutex
-	wake    map[string]chan struct{} // agent → closed when its held step may start
-	held    map[*prepared]heldStep   // steps held for this node's window
+	home    *agent.Home
+	wake    map[string]chan struct{} // agent → closed when its parked step may start
+	parked  map[*prepared]parkedStep // local steps parked for this node's window
 	context map[*prepared]int        // a step's context at its end (prompt + output), from finished
 	stop    chan struct{}            // closed when the control loop ends (node shutdown)
-	// asked is when a step of an agent outside the window last asked (arrived or retried):
-	// the lease a held step keeps; see agentLeaseIntervals.
-	asked map[string]time.Time
-	// prefix is the prompt blocks of each active agent's last step: what the window protects,
-	// counted in U.
-	prefix map[string][]uint64
 	// demote, with the embedded engine, marks blocks as the first to evict (sim.Demote): the
-	// prefix of an agent the window no longer keeps (finished, paused, gone) goes before the
-	// prefixes of the agents it keeps. Nil with an external engine.
+	// prefix of an agent the window no longer keeps goes before the prefixes of the agents it
+	// keeps. Nil with an external engine.
 	demote func([]uint64) int
-	// The recompute counters at the last tick, and the hit rate H they gave.
-	lastAvoided, lastRecomputed uint64
-	h                           float64
-	// Agents abandoned because the lease of their held step ran out, or because its ingress
-	// gave it up.
-	leaseExpired, givenUp uint64
 }
 
-// heldStep is a step of an agent outside this node's window, held by its ingress handler.
-type heldStep struct {
+// parkedStep is a local step of an agent outside this node's window, parked in its handler.
+type parkedStep struct {
 	id   string
 	wake chan struct{}
 }
 
-// agentHold is the home whose agent window holds a step, kept by the ingress while the step
+// parking is the home whose agent window parked a step, kept by the ingress while the step
 // waits, so that it renews the home's lease on the agent's place and tells the home when it
-// gives the step up. The zero value: no window holds the step.
-type agentHold struct {
+// gives the step up. The zero value: no window parked the step.
+type parking struct {
 	home string // the home's node name
 	addr string // its QUIC address; unused when the home is this node
 }
@@ -116,22 +102,26 @@ func (n *Node) buildAgents() error {
 	if n.cfg.Agents == nil {
 		return nil
 	}
-	a, err := agent.New(*n.cfg.Agents)
+	reg, err := agent.New(*n.cfg.Agents)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.agents = &agentGate{a: a, home: n.cfg.Name, wake: map[string]chan struct{}{},
-		held: map[*prepared]heldStep{}, context: map[*prepared]int{}, stop: make(chan struct{}),
-		asked: map[string]time.Time{}, prefix: map[string][]uint64{}, h: 1}
+	home, err := agent.NewHome(agent.HomeConfig{Name: n.cfg.Name, Interval: n.cfg.AgentInterval,
+		LeaseIntervals: agentLeaseIntervals, Key: route.AgentKey, Preferred: route.PreferredHome}, reg)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.agents = &agentGate{reg: reg, home: home, wake: map[string]chan struct{}{},
+		parked: map[*prepared]parkedStep{}, context: map[*prepared]int{}, stop: make(chan struct{})}
 	if n.sim != nil {
 		n.agents.demote = n.sim.Demote
 	}
-	n.reg.MustRegister(newAgentCollector(n.agents))
+	n.reg.MustRegister(newAgentCollector(n.agents, n.cfg.Name))
 	return nil
 }
 
 // agentStep is what the local serving path does with an agent step: run it (serveLocal with
-// the window's bookkeeping around it) or, when the agent is outside the window, report held
+// the window's bookkeeping around it) or, when the agent is outside the window, report parked
 // so the caller answers "wait". Requests without an agent, or with agent admission off, run.
 func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) (outcome, bool) {
 	g := n.agents
@@ -139,85 +129,46 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 		return n.serveLocal(ctx, w, p, start, origin), true
 	}
 	id := p.adm.Agent
-	now := time.Now()
 	g.mu.Lock()
-	d, err := g.a.Arrive(now, id, g.home, p.adm.PromptTokens)
-	if err == nil && d.Evicted != "" {
-		delete(g.prefix, d.Evicted)
-	}
+	d, err := g.home.Arrive(time.Now(), id, p.adm.PromptTokens)
 	if err == nil && d.Action == agent.Wait {
-		g.asked[id] = now
 		if origin == "local" {
-			// A peer's step is held by its ingress, which sends holds; only a local one is woken.
+			// A peer's step is parked at its ingress, which renews its lease; only a local one
+			// is woken.
 			if g.wake[id] == nil {
 				g.wake[id] = make(chan struct{})
 			}
-			g.held[p] = heldStep{id: id, wake: g.wake[id]}
+			g.parked[p] = parkedStep{id: id, wake: g.wake[id]}
 		}
 		g.wakeLocked()
 		g.mu.Unlock()
 		return outcome{}, false
 	}
-	delete(g.held, p)
-	delete(g.asked, id)
+	delete(g.parked, p)
 	g.wakeLocked()
 	g.mu.Unlock()
-	if err != nil {
-		// ErrFull: every registered agent is mid-step; run the step unprotected rather than
-		// fail it, as request-level admission already accepted it.
-		n.log.Debug("agent registry", "agent", id, "err", err)
-		o := n.serveLocal(ctx, w, p, start, origin)
-		g.mu.Lock()
-		delete(g.context, p)
-		g.mu.Unlock()
-		return o, true
-	}
 	o := n.serveLocal(ctx, w, p, start, origin)
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	ctxTokens := g.context[p]
 	delete(g.context, p)
-	now = time.Now()
-	st := g.a.StepDone(now, id, ctxTokens)
-	if p.agentFinal {
-		// The client said this was the agent's last step, whatever its outcome: the slot and
-		// the KV the window kept for it go to the next agent now.
-		g.a.Finish(now, id)
-		st = agent.Absent
+	if err != nil {
+		// ErrFull: every registered agent is mid-step; the step ran unprotected rather than
+		// fail, as request-level admission already accepted it.
+		n.log.Debug("agent registry", "agent", id, "err", err)
+		return o, true
 	}
-	if st == agent.Active {
-		g.prefix[id] = p.req.Blocks
-	} else {
-		delete(g.prefix, id)
-		g.releaseLocked(p.req.Blocks)
-	}
+	// The client said this was the agent's last step (agentFinal), whatever its outcome: the
+	// slot and the KV the window kept for it go to the next agent now.
+	g.demoteLocked(g.home.StepDone(time.Now(), id, ctxTokens, p.agentFinal, p.req.Blocks))
 	g.wakeLocked()
-	g.mu.Unlock()
 	return o, true
 }
 
-// releaseLocked gives up the blocks of a prefix the window no longer keeps (its agent
-// finished, was paused or left): with the embedded engine they become the first to evict,
-// except blocks an active agent's prefix shares. An LRU cache alone would keep a finished
-// agent's context, used a moment ago, over the context of an active agent waiting for a tool,
-// and evict the wrong one when the pool is full.
-func (g *agentGate) releaseLocked(blocks []uint64) {
-	if g.demote == nil || len(blocks) == 0 {
-		return
-	}
-	kept := map[uint64]bool{}
-	for _, bs := range g.prefix {
-		for _, b := range bs {
-			kept[b] = true
-		}
-	}
-	out := make([]uint64, 0, len(blocks))
-	for _, b := range blocks {
-		if !kept[b] {
-			out = append(out, b)
-		}
-	}
-	if len(out) > 0 {
-		g.demote(out)
+// demoteLocked hands the engine the blocks the window no longer keeps.
+func (g *agentGate) demoteLocked(blocks []uint64) {
+	if g.demote != nil && len(blocks) > 0 {
+		g.demote(blocks)
 	}
 }
 
@@ -228,8 +179,8 @@ func (n *Node) observeAgent(p *prepared, u *engine.Usage) {
 	if g == nil || p.adm.Agent == "" || n.cfg.Standalone {
 		return // Standalone serves without the window (no agentStep to collect the context)
 	}
-	g.a.Observe(p.adm.Agent, u.CachedTokens, u.PromptTokens)
 	g.mu.Lock()
+	g.home.Observe(p.adm.Agent, u.CachedTokens, u.PromptTokens)
 	g.context[p] = u.PromptTokens + u.CompletionTokens
 	g.mu.Unlock()
 }
@@ -242,35 +193,35 @@ func (n *Node) agentRefused(p *prepared, peer, addr string, res *dispatchResult)
 		return false
 	}
 	res.requeue = true
-	p.held = agentHold{home: peer, addr: addr}
+	p.parked = parking{home: peer, addr: addr}
 	n.stick(p, peer) // the window and the prefix are there: the retry must go there too
 	return true
 }
 
-// awaitAgent holds a step whose agent is outside its home's window until the agent is let in
-// (this node is the home and wakes it, or a peer is and answers its hold), the step's queue
+// awaitAgent keeps a step whose agent is outside its home's window until the agent is let in
+// (this node is the home and wakes it, or a peer is and answers its renewal), the step's queue
 // TTL ends, the client leaves or the node drains. It then decides again, or answers the
-// client and reports done. The step is held here, not in the waiting room, so it cannot
-// block the requests queued behind it there, and it asks a peer home with holds, which keep
-// the home's lease on the agent's place, rather than by sending the step again.
-func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepared, pl *plan) (outcome, bool) {
+// client and reports done. The step waits here, not in the waiting room, so it cannot block
+// the requests queued behind it there, and it asks a peer home with renewals, which keep the
+// home's lease on the agent's place, rather than by sending the step again.
+func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket) (outcome, bool) {
 	g := n.agents
-	expires := n.adm.Item(p.adm, pl.d).Expires
+	expires := n.adm.Item(p.adm, t.D).Expires
 	for {
 		g.mu.Lock()
-		h, here := g.held[p]
+		ps, here := g.parked[p]
 		g.mu.Unlock()
 		in := true // the agent may be in the window, or gone from the registry: decide again
 		if here {
-			n.pauseAgent(ctx, h.wake, expires)
-			ag, ok := g.a.Get(h.id)
+			n.pauseAgent(ctx, ps.wake, expires)
+			ag, ok := g.reg.Get(ps.id)
 			in = !ok || ag.State == agent.Active
 		} else {
-			st, err := n.holdAtHome(ctx, p, max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
+			st, err := n.renewAtHome(ctx, p, max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
 			if err != nil {
-				// The home did not answer the hold (unreachable, or too old to know it): route
+				// The home did not answer (unreachable, or too old to know the message): route
 				// the step again after an interval, which asks with the step itself.
-				n.log.Debug("agent hold", "agent", p.adm.Agent, "home", p.held.home, "err", err)
+				n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
 				n.pauseAgent(ctx, nil, expires)
 			}
 			in = err != nil || st == agent.Active || st == agent.Absent
@@ -296,17 +247,17 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 			continue
 		}
 		if here {
-			// Routing may now send the step elsewhere, so this node stops tracking it as held;
-			// its hold (p.held) stays until it runs or is given up.
+			// Routing may now send the step elsewhere, so this node stops tracking it as
+			// parked; its parking (p.parked) stays until it runs or is given up.
 			g.mu.Lock()
-			delete(g.held, p)
+			delete(g.parked, p)
 			g.mu.Unlock()
 		}
 		// The window wait is admission's own doing, bounded by the queue TTL: the step's TTFT
-		// SLO counts from here, so the checks ahead do not refuse it for time spent held.
+		// SLO counts from here, so the checks ahead do not refuse it for time spent parked.
 		p.adm.SLOStart = now
-		n.decide(now, p, pl)
-		n.m.decisionOf(pl.d)
+		n.decide(now, p, t, nil, nil)
+		n.m.decisionOf(t.D)
 		return outcome{}, false
 	}
 }
@@ -333,12 +284,12 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// holdAtHome sends the hold of p's step to its peer home and returns the agent's state there,
-// after waiting up to wait (at the home) for the agent to be let into the window.
-func (n *Node) holdAtHome(ctx context.Context, p *prepared, wait time.Duration) (agent.State, error) {
+// renewAtHome renews the lease of p's parked step at its peer home and returns the agent's
+// state there, after waiting up to wait (at the home) for the agent to be let into the window.
+func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration) (agent.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+n.cfg.AgentInterval)
 	defer cancel()
-	resp, err := n.tr.Forward(ctx, p.held.addr, n.leaseHeader(p, pathAgentHold, wait), nil)
+	resp, err := n.tr.Forward(ctx, p.parked.addr, n.leaseHeader(p, pathAgentHold, wait), nil)
 	if err != nil {
 		return agent.Absent, err
 	}
@@ -363,75 +314,75 @@ func agentStateOf(s string) agent.State {
 	return agent.Absent
 }
 
-// renewAgentHold renews the home's lease on the agent of p's step while the step waits in this
+// renewLease renews the home's lease on the agent of p's step while the step waits in this
 // node's waiting room (let into the window, it waits for KV room there; or its home was not
 // reachable): the home must keep the agent's place, or the slot it was let into, for it.
-func (n *Node) renewAgentHold(ctx context.Context, p *prepared) {
+func (n *Node) renewLease(ctx context.Context, p *prepared) {
 	g := n.agents
 	switch {
-	case g == nil || p.held.home == "":
-	case p.held.home == n.cfg.Name:
+	case g == nil || p.parked.home == "":
+	case p.parked.home == n.cfg.Name:
 		g.mu.Lock()
-		g.holdLocked(time.Now(), p.adm.Agent)
+		g.home.Renew(time.Now(), p.adm.Agent)
 		g.mu.Unlock()
 	default:
-		if _, err := n.holdAtHome(ctx, p, 0); err != nil {
-			n.log.Debug("agent hold", "agent", p.adm.Agent, "home", p.held.home, "err", err)
+		if _, err := n.renewAtHome(ctx, p, 0); err != nil {
+			n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
 		}
 	}
 }
 
-// giveUpAgent tells the home whose window holds p's step, if any, that the step ended without
-// running, so its agent does not keep its place in the queue, or a slot it was let into for
-// this step, until the lease runs out.
+// giveUpAgent tells the home whose window parked p's step, if any, that the step ended
+// without running, so its agent does not keep its place in the queue, or a slot it was let
+// into for this step, until the lease runs out.
 func (n *Node) giveUpAgent(p *prepared) {
-	g, hold := n.agents, p.held
-	p.held = agentHold{}
+	g, at := n.agents, p.parked
+	p.parked = parking{}
 	switch {
-	case g == nil || hold.home == "":
-	case hold.home == n.cfg.Name:
+	case g == nil || at.home == "":
+	case at.home == n.cfg.Name:
 		g.mu.Lock()
-		delete(g.held, p)
-		g.abandonLocked(time.Now(), p.adm.Agent, false)
+		delete(g.parked, p)
+		g.home.GiveUp(time.Now(), p.adm.Agent)
 		g.wakeLocked()
 		g.mu.Unlock()
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
 		defer cancel()
-		resp, err := n.tr.Forward(ctx, hold.addr, n.leaseHeader(p, pathAgentGiveUp, 0), nil)
+		resp, err := n.tr.Forward(ctx, at.addr, n.leaseHeader(p, pathAgentGiveUp, 0), nil)
 		if err != nil {
-			n.log.Debug("agent give-up", "agent", p.adm.Agent, "home", hold.home, "err", err)
+			n.log.Debug("agent give-up", "agent", p.adm.Agent, "home", at.home, "err", err)
 			return // the home's lease runs out instead
 		}
 		_ = resp.Body.Close()
 	}
 }
 
-// serveAgentLease answers a peer ingress's hold or give-up (pathAgentHold, pathAgentGiveUp)
-// of a step of agent h.AgentID.
+// serveAgentLease answers a peer ingress's renewal or give-up (pathAgentHold, pathAgentGiveUp)
+// of a parked step of agent h.AgentID.
 func (n *Node) serveAgentLease(ctx context.Context, h transport.Header, fw transport.ResponseWriter) {
 	g, st := n.agents, agent.Absent
 	if g != nil && h.AgentID != "" {
 		now := time.Now()
 		if h.Path == pathAgentGiveUp {
 			g.mu.Lock()
-			g.abandonLocked(now, h.AgentID, false)
+			g.home.GiveUp(now, h.AgentID)
 			g.wakeLocked()
 			g.mu.Unlock()
 		} else {
 			ms, _ := strconv.ParseInt(h.Meta[metaHoldWait], 10, 64)
-			st = g.hold(ctx, now, h.AgentID, min(time.Duration(max(ms, 0))*time.Millisecond, n.cfg.AgentInterval))
+			st = g.renew(ctx, now, h.AgentID, min(time.Duration(max(ms, 0))*time.Millisecond, n.cfg.AgentInterval))
 		}
 	}
 	_ = fw.Accept(http.StatusOK, map[string]string{headerAgentState: st.String()})
 }
 
-// hold renews the lease of a held step of id and, while the agent is outside the window,
+// renew renews the lease of a parked step of id and, while the agent is outside the window,
 // waits up to wait for it to be let in (or for ctx or the control loop to end). It returns the
 // agent's state then.
-func (g *agentGate) hold(ctx context.Context, now time.Time, id string, wait time.Duration) agent.State {
+func (g *agentGate) renew(ctx context.Context, now time.Time, id string, wait time.Duration) agent.State {
 	g.mu.Lock()
-	st := g.holdLocked(now, id)
+	st := g.home.Renew(now, id)
 	if wait <= 0 || (st != agent.Waiting && st != agent.Paused) {
 		g.mu.Unlock()
 		return st
@@ -450,52 +401,13 @@ func (g *agentGate) hold(ctx context.Context, now time.Time, id string, wait tim
 	case <-ctx.Done():
 	case <-g.stop:
 	}
-	if ag, ok := g.a.Get(id); ok {
+	if ag, ok := g.reg.Get(id); ok {
 		return ag.State
 	}
 	return agent.Absent
 }
 
-// holdLocked renews the lease of a step of id that an ingress (this node or a peer) still
-// holds, and returns the agent's state. A step waiting for the window is a step boundary that
-// has arrived, not silence: it refreshes the agent, so neither the lease nor the idle sweep
-// drops it and its place in the queue. A step of an agent let into the window for it keeps
-// that slot while it waits at its ingress for KV room. An agent active on its own account
-// holds no lease.
-func (g *agentGate) holdLocked(now time.Time, id string) agent.State {
-	ag, ok := g.a.Get(id)
-	switch {
-	case !ok:
-		return agent.Absent
-	case ag.State != agent.Active:
-		_, _ = g.a.Arrive(now, id, g.home, 0)
-		g.asked[id] = now
-	default:
-		if _, leased := g.asked[id]; leased {
-			g.asked[id] = now
-		}
-	}
-	return ag.State
-}
-
-// abandonLocked abandons id, whose held step was given up by its ingress or (lease) went
-// without a renewal for agentLeaseIntervals. The caller wakes the steps that this lets in.
-func (g *agentGate) abandonLocked(now time.Time, id string, lease bool) {
-	delete(g.asked, id)
-	if !g.a.Abandon(now, id) {
-		return
-	}
-	if lease {
-		g.leaseExpired++
-	} else {
-		g.givenUp++
-	}
-}
-
-// runAgents is the window's control loop: every AgentInterval it feeds U and H to the
-// controller, abandons held steps that stopped asking, removes silent agents, forgets the
-// prefixes of agents no longer active and wakes the steps of agents that re-entered the
-// window.
+// runAgents is the window's control loop: an agentTick every AgentInterval.
 func (n *Node) runAgents(ctx context.Context) {
 	g := n.agents
 	defer close(g.stop)
@@ -511,47 +423,28 @@ func (n *Node) runAgents(ctx context.Context) {
 	}
 }
 
-// agentTick is one control interval.
+// agentTick is one control interval (agent.Home.Tick), then the wake-ups it allows.
 func (n *Node) agentTick(now time.Time) {
 	g := n.agents
 	st := n.eng.State()
 	elsewhere := n.agentsAdvertised()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.releaseElsewhereLocked(now, elsewhere)
-	g.a.TickSignals(now, g.home, g.signalsLocked(st))
-	// A held step is a step boundary that has arrived, not silence: refresh its agent so the
-	// idle sweep does not drop it (and its place in the queue) while it waits. A peer's
-	// held step refreshes itself each time its ingress retries.
-	heldHere := map[string]bool{}
-	for _, h := range g.held {
-		heldHere[h.id] = true
-		g.holdLocked(now, h.id)
+	parked := make([]string, 0, len(g.parked))
+	for _, ps := range g.parked {
+		parked = append(parked, ps.id)
 	}
-	// A hold that was not renewed was given up by an ingress that could not say so (it
-	// crashed, or its give-up was lost): the agent must not keep its place, or a slot it was
-	// let into for that step.
-	lease := agentLeaseIntervals * n.cfg.AgentInterval
-	for id, at := range g.asked {
-		if now.Sub(at) > lease && !heldHere[id] {
-			g.abandonLocked(now, id, true)
+	res := g.home.Tick(now, agent.Engine{KVBlocksTotal: st.KVBlocksTotal, KVBlocksUsed: st.KVBlocksUsed,
+		BlockTokens: st.BlockTokens}, parked, elsewhere)
+	for _, id := range res.Released {
+		// A step parked here for a released agent is woken and routed again, to the home
+		// that keeps it.
+		if ch := g.wake[id]; ch != nil {
+			close(ch)
+			delete(g.wake, id)
 		}
 	}
-	g.a.Sweep(now)
-	active := map[string]bool{}
-	for _, id := range g.a.Active(g.home) {
-		active[id] = true
-	}
-	var released [][]uint64
-	for id, bs := range g.prefix {
-		if !active[id] {
-			delete(g.prefix, id)
-			released = append(released, bs)
-		}
-	}
-	for _, bs := range released {
-		g.releaseLocked(bs)
-	}
+	g.demoteLocked(res.Demote)
 	g.wakeLocked()
 }
 
@@ -576,202 +469,21 @@ func (n *Node) agentsAdvertised() map[uint64][]string {
 	return out
 }
 
-// releaseElsewhereLocked lets go of the agents this node is home to that other peers
-// advertise too, when one of those peers, not this node, is route.PreferredHome of them all.
-// An agent gets two homes when its next step reaches another ingress before gossip says where
-// it lives, and both register it; every ingress then sends its steps to the preferred home,
-// so the other would hold a window slot (or a place in the queue) for an agent whose steps no
-// longer come, until the idle timeout. The preferred home keeps it, and each other home
-// releases it at its first tick with the agent between steps, so exactly one keeps it. A step
-// held here for a released agent is woken and routed again, to the preferred home.
-func (g *agentGate) releaseElsewhereLocked(now time.Time, elsewhere map[uint64][]string) {
-	if len(elsewhere) == 0 {
-		return
-	}
-	_, ids := g.a.Homed(g.home, nil, math.MaxInt)
-	for _, id := range ids {
-		peers := elsewhere[route.AgentKey(id)]
-		if len(peers) == 0 || route.PreferredHome(id, append(peers[:len(peers):len(peers)], g.home)) == g.home {
-			continue
-		}
-		if !g.a.Release(now, id) {
-			continue // mid-step: asked again at the next tick
-		}
-		delete(g.asked, id)
-		if bs, ok := g.prefix[id]; ok {
-			delete(g.prefix, id)
-			g.releaseLocked(bs)
-		}
-		if ch := g.wake[id]; ch != nil {
-			close(ch)
-			delete(g.wake, id)
-		}
-	}
-}
-
-// signalsLocked computes the window controller's two signals.
-//
-// H is the hit rate on the agents' own earlier context over the last interval: of the tokens
-// the agents had already computed (their context at the end of their previous step), the
-// share their next step found in the prefix cache, from the cached-token counts the engine
-// reports per request; only agents that stayed in the window since their previous step
-// count (a paused agent is expected to lose its prefix; counting it would make each cut look
-// like more thrashing and cut again). That is exactly what thrashing destroys; the engine's own hit rate is
-// not, because it is dominated by prefixes every agent shares (a system prompt stays hot
-// while each agent's history is evicted) and averages over many seconds. With no agent step
-// in the interval H keeps its last value.
-//
-// U is the share of the KV pool the window needs: the engine's KV use (blocks of running
-// sequences, as vLLM and the simulator report it) plus the blocks of the active agents'
-// prefixes that no running step holds. An engine counts an idle cached prefix as free,
-// because it may evict it, so its own KV use stays low while the agents' prefixes are being
-// evicted; U counts them, because the window means to keep them.
-//
-// Next is the share the window will need at its agents' next steps: U plus, for every active
-// agent, the blocks its prompt grows by from one step to the next (the moving average
-// GrowthTokens). Every active agent comes back with a longer context, so a window sized on U
-// lets in agents whose next steps overflow the pool, and the only way back from that is a
-// cut that pauses agents, whose prefixes are then lost and recomputed. The window grows only
-// while Next is under target, so it stops letting agents in a step ahead of the overflow.
-func (g *agentGate) signalsLocked(st engine.State) agent.Signals {
-	s := g.a.Stats()
-	avoided, recomputed := s.KeptAvoidedTokens-g.lastAvoided, s.KeptRecomputedTokens-g.lastRecomputed
-	g.lastAvoided, g.lastRecomputed = s.KeptAvoidedTokens, s.KeptRecomputedTokens
-	if avoided+recomputed > 0 {
-		g.h = float64(avoided) / float64(avoided+recomputed)
-	}
-	if st.KVBlocksTotal <= 0 {
-		return agent.Signals{U: math.NaN(), H: g.h} // no engine state yet: the controller skips the tick
-	}
-	running := map[uint64]bool{}
-	var idle [][]uint64
-	active := g.a.Active(g.home)
-	for _, id := range active {
-		ag, _ := g.a.Get(id)
-		if ag.InStep {
-			for _, b := range g.prefix[id] {
-				running[b] = true
-			}
-		} else {
-			idle = append(idle, g.prefix[id])
-		}
-	}
-	protected := map[uint64]bool{}
-	for _, bs := range idle {
-		for _, b := range bs {
-			if !running[b] {
-				protected[b] = true
-			}
-		}
-	}
-	growth := 0
-	if bt := max(st.BlockTokens, 1); s.GrowthTokens > 0 {
-		growth = len(active) * int(math.Ceil(s.GrowthTokens/float64(bt)))
-	}
-	total := float64(st.KVBlocksTotal)
-	now := float64(st.KVBlocksUsed + len(protected))
-	return agent.Signals{U: now / total, Next: (now + float64(growth)) / total, H: g.h, PoolTokens: st.KVBlocksTotal * st.BlockTokens}
-}
-
-// wakeLocked releases the held steps of the agents the window let in since the last call.
+// wakeLocked releases the parked steps of the agents the window let in since the last call.
 func (g *agentGate) wakeLocked() {
-	for _, id := range g.a.Resumable() {
+	for _, id := range g.reg.Resumable() {
 		if ch := g.wake[id]; ch != nil {
 			close(ch)
 			delete(g.wake, id)
 		}
 	}
 	// An agent that left the registry (swept, evicted, abandoned) will never be resumed: its
-	// held step retries on its interval timer, so its channel can go.
+	// parked step retries on its interval timer, so its channel can go.
 	if len(g.wake) > 64 {
 		for id := range g.wake {
-			if _, ok := g.a.Get(id); !ok {
+			if _, ok := g.reg.Get(id); !ok {
 				delete(g.wake, id)
 			}
 		}
 	}
-}
-
-// agentCollector exports the window's state at scrape time.
-type agentCollector struct {
-	g                                           *agentGate
-	window, active, paused, waiting, agents     *prometheus.Desc
-	pauses, resumes, admitted, swept, finished  *prometheus.Desc
-	released, abandoned                         *prometheus.Desc
-	kvUse, kvNext, hitRate, avoided, recomputed *prometheus.Desc
-	windowCap, footprint                        *prometheus.Desc
-}
-
-func newAgentCollector(g *agentGate) *agentCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("kvmesh_agent_"+name, help, nil, nil)
-	}
-	return &agentCollector{
-		g:        g,
-		window:   d("window", "Agents this node's window lets be active at once."),
-		active:   d("active", "Agents in the window."),
-		paused:   d("paused", "Agents taken out of the window at a step boundary."),
-		waiting:  d("waiting", "New agents whose first step waits for a window slot."),
-		agents:   d("registered", "Agents this node remembers."),
-		pauses:   d("pauses_total", "Agents paused because the window shrank."),
-		resumes:  d("resumes_total", "Paused agents put back in the window."),
-		admitted: d("admitted_total", "Agents that entered the window for the first time."),
-		swept:    d("swept_total", "Agents removed after going silent past the idle timeout."),
-		finished: d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
-		released: d("released_total", "Agents let go because a peer registered them too and keeps them."),
-		abandoned: prometheus.NewDesc("kvmesh_agent_abandoned_total",
-			"Agents removed because the step held for them ended without running: given_up (its ingress said so) or lease (its ingress stopped renewing the hold).",
-			[]string{"reason"}, nil),
-		kvUse:      d("kv_use", "KV use (0..1) the window controller last saw: running sequences plus the active agents' idle prefixes."),
-		kvNext:     d("kv_use_next", "KV use the window controller last predicted for the active agents' next steps: kv_use plus each one's growth (above 1: the pool overflows)."),
-		windowCap:  d("window_cap", "The most agents the window may grow to: as many as the controller's HighU share of the KV pool holds at footprint_tokens each (its largest window while no agent has ended)."),
-		footprint:  d("footprint_tokens", "An agent's mean context at the ends of its steps, averaged over agents that ended: what sets window_cap."),
-		hitRate:    d("hit_rate", "Hit rate (0..1) on the agents' earlier context the window controller last saw."),
-		avoided:    d("recompute_avoided_tokens_total", "Tokens of agents' earlier context served from cache instead of recomputed."),
-		recomputed: d("recomputed_tokens_total", "Tokens of agents' earlier context that had to be recomputed."),
-	}
-}
-
-func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
-		c.admitted, c.swept, c.finished, c.released, c.abandoned, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed, c.windowCap, c.footprint} {
-		ch <- d
-	}
-}
-
-func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.g.a.Stats()
-	u, next, h, wcap := 0.0, 0.0, 0.0, 0.0
-	for _, hs := range s.Homes {
-		if hs.Home == c.g.home {
-			u, next, h, wcap = hs.Controller.U, hs.Controller.Next, hs.Controller.H, float64(hs.Controller.Cap)
-		}
-	}
-	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	counter := func(d *prometheus.Desc, v uint64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
-	}
-	gauge(c.window, float64(c.g.a.Window(c.g.home)))
-	gauge(c.active, float64(s.Active))
-	gauge(c.paused, float64(s.Paused))
-	gauge(c.waiting, float64(s.Waiting))
-	gauge(c.agents, float64(s.Agents))
-	gauge(c.kvUse, u)
-	gauge(c.kvNext, next)
-	gauge(c.hitRate, h)
-	gauge(c.windowCap, wcap)
-	gauge(c.footprint, s.FootprintTokens)
-	counter(c.pauses, s.PausesTotal)
-	counter(c.resumes, s.ResumesTotal)
-	counter(c.admitted, s.AdmittedTotal)
-	counter(c.swept, s.SweptTotal)
-	counter(c.finished, s.FinishedTotal)
-	counter(c.released, s.ReleasedTotal)
-	c.g.mu.Lock()
-	givenUp, lease := c.g.givenUp, c.g.leaseExpired
-	c.g.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(c.abandoned, prometheus.CounterValue, float64(givenUp), "given_up")
-	ch <- prometheus.MustNewConstMetric(c.abandoned, prometheus.CounterValue, float64(lease), "lease")
-	counter(c.avoided, s.RecomputeAvoidedTokens)
-	counter(c.recomputed, s.RecomputedTokens)
 }

@@ -36,11 +36,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	if r, ok := c.n.policy.(*route.Router); ok {
-		counts := r.Counts()
-		for reason, v := range counts {
-			ch <- prometheus.MustNewConstMetric(c.filtered, prometheus.CounterValue, float64(v), route.Reason(reason).String())
-		}
+	for reason, v := range c.n.planner.Policy().Counts() {
+		ch <- prometheus.MustNewConstMetric(c.filtered, prometheus.CounterValue, float64(v), route.Reason(reason).String())
 	}
 	room := c.n.adm.Room()
 	for prio, v := range room.QueuedRequests() {

@@ -9,10 +9,13 @@ func (n *Node) KillTransport() error { return n.tr.Close() }
 // RegisterAgent registers agent id at this node as its home, as if one step of it had run
 // here: what an ingress that placed it here before gossip told it otherwise leaves behind.
 func (n *Node) RegisterAgent(id string) error {
+	g := n.agents
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	now := time.Now()
-	if _, err := n.agents.a.Arrive(now, id, n.agents.home, 100); err != nil {
+	if _, err := g.home.Arrive(now, id, 100); err != nil {
 		return err
 	}
-	n.agents.a.StepDone(now, id, 110)
+	g.home.StepDone(now, id, 110, false, nil)
 	return nil
 }

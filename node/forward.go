@@ -33,69 +33,6 @@ const (
 	metaTPOTSLO = "tpot_slo_ms"
 )
 
-// dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) every
-// candidate refused before the first byte and nothing was written.
-type dispatchResult struct {
-	o        outcome
-	requeue  bool
-	lastCode string
-	retry    time.Duration
-}
-
-// dispatch runs p on the first candidate of order that takes it: this node's engine, or a peer
-// over QUIC. A refusal or a connect failure before the first byte moves on to the next
-// candidate; nothing reaches the client until some owner accepted.
-func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, pl *plan, order []route.Candidate, start time.Time) dispatchResult {
-	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
-	for i := range order {
-		if i >= maxAttempts {
-			break
-		}
-		c := &order[i]
-		now := time.Now()
-		if i > 0 {
-			pl.res = n.policy.Reserve(now, c.Name, max(p.adm.PromptTokens-c.Terms.PrefixTokens, 0), pl.d.KVBlocks)
-			pl.reserved = true
-		}
-		if pl.v.peers[c.Peer].Self {
-			n.m.forwards.WithLabelValues("local").Inc()
-			o, ran := n.agentStep(ctx, w, p, start, "local")
-			n.releasePlan(pl)
-			if !ran {
-				res.lastCode = CodeAgentPaused
-				n.agentRefused(p, c.Name, "", &res)
-				return res
-			}
-			n.stick(p, c.Name)
-			p.held = agentHold{} // answered (it ran): no window holds it any more
-			return dispatchResult{o: o}
-		}
-		o, done := n.forward(ctx, w, p, c, pl.v.quic[c.Peer], start, &res)
-		n.releasePlan(pl)
-		if done {
-			n.stick(p, c.Name)
-			p.held = agentHold{}
-			return dispatchResult{o: o}
-		}
-		if n.agentRefused(p, c.Name, pl.v.quic[c.Peer], &res) {
-			return res
-		}
-		if ctx.Err() != nil {
-			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
-		}
-	}
-	return res
-}
-
-func (n *Node) stick(p *prepared, peer string) {
-	if p.adm.Agent == "" {
-		return
-	}
-	if r, ok := n.policy.(*route.Router); ok {
-		r.Stick(p.adm.Agent, peer)
-	}
-}
-
 // forward sends p to the candidate's owner. done reports that the client got an answer (relayed
 // from the owner); otherwise the owner refused or could not be reached before any byte.
 func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
@@ -137,11 +74,10 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
 			return outcome{code: ref.Code, refused: true}, true
 		}
-		if r, ok := n.policy.(*route.Router); ok && ref.Status == http.StatusTooManyRequests &&
-			ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
+		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
 			// The owner's engine is busier than its last record: not there again until a
 			// newer record says otherwise (an agent's pause and a dirty grid are not load).
-			r.Refused(time.Now(), c.Name, p.adm.Priority)
+			n.planner.Policy().Refused(time.Now(), c.Name, p.adm.Priority)
 		}
 		return outcome{}, false
 	default:
@@ -272,28 +208,14 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
 		return
 	}
-	if n.carbon != nil && a.Priority < 0 && n.carbon.Dirty(now) {
-		refuse(http.StatusTooManyRequests, CodeCarbonDeferred, "this node's grid is over the carbon threshold", n.carbon.RetryAfter(now))
-		return
-	}
-	local := n.localOption()
-	d := n.adm.Recheck(now, *a, local)
-	if n.agents != nil && a.Agent != "" && d.Code == admit.CodeSLOUnattainable {
-		d = n.adm.Recheck(now, withoutSLO(*a), local) // as the ingress did: see decideAgentStep
-	}
-	n.m.decisionOf(d)
-	// The steps of an agent this node's window knows are admitted by the window, not per
-	// request (a new agent's first step passes both).
-	known := false
+	known := false // the steps of an agent this node's window knows are admitted by the window
 	if g := n.agents; g != nil && a.Agent != "" {
-		_, known = g.a.Get(a.Agent)
+		_, known = g.reg.Get(a.Agent)
 	}
-	if d.Action != admit.Accept && ((n.cfg.Admission == AdmissionKvmesh && !known) || d.Status == http.StatusBadRequest) {
-		status := d.Status
-		if d.Action == admit.Queue {
-			status = http.StatusTooManyRequests
-		}
-		refuse(status, d.Code, d.Message, d.RetryAfter)
+	d := n.planner.Owner(now, *a, n.selfPeer(p.req.Blocks), n.blockTokens(), known)
+	n.m.decisionOf(d)
+	if d.Refused() {
+		refuse(d.Status, d.Code, d.Message, d.RetryAfter)
 		return
 	}
 	p.req.MaxTokens = d.MaxTokens

@@ -37,7 +37,7 @@ type prepared struct {
 	req          engine.Request
 	adm          admit.Request // the fields admission checks (the node adds headers and identity)
 	agentFinal   bool          // HeaderAgentFinal: the agent's last step
-	held         agentHold     // the home whose agent window holds this step, while it waits here
+	parked       parking       // the home whose agent window parked this step, while it waits here
 }
 
 func endpointName(ep engine.Endpoint) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -17,8 +18,8 @@ import (
 // buildMesh builds routing, admission, telemetry and, outside Standalone, the gossip member
 // and the QUIC transport. Nothing is bound yet.
 func (n *Node) buildMesh() error {
-	var err error
-	if n.policy, err = route.NewPolicy(n.cfg.Policy, n.cfg.Route); err != nil {
+	policy, err := route.NewPolicy(n.cfg.Policy, n.cfg.Route)
+	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	ac := n.cfg.Admit
@@ -26,13 +27,25 @@ func (n *Node) buildMesh() error {
 	if n.adm, err = admit.New(ac); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.reg.MustRegister(newStateCollector(n))
 	if err := n.buildAgents(); err != nil {
 		return err
 	}
 	if err := n.buildTelemetry(); err != nil {
 		return err
 	}
+	mode, err := plan.ParseMode(n.cfg.Admission)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	var grid plan.Grid // a nil *carbon.Tracker must stay a nil Grid
+	if n.carbon != nil {
+		grid = n.carbon
+	}
+	pc := plan.Config{Mode: mode, QueueCap: n.cfg.QueueCap, Agents: n.agents != nil}
+	if n.planner, err = plan.New(pc, n.adm, policy, grid); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.reg.MustRegister(newStateCollector(n))
 	if n.cfg.Standalone {
 		return nil
 	}

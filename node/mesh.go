@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
@@ -49,7 +50,7 @@ func (n *Node) fillAgents(s *gossip.State) {
 	if n.agents == nil {
 		return
 	}
-	count, ids := n.agents.a.Homed(n.agents.home, nil, gossip.MaxAgentKeys)
+	count, ids := n.agents.reg.Homed(n.cfg.Name, nil, gossip.MaxAgentKeys)
 	if count == 0 {
 		return
 	}
@@ -65,13 +66,13 @@ func (n *Node) fillAgents(s *gossip.State) {
 // homeHere makes this node's own peer in v (always the first) list agent when this node is its
 // home: its own record lists only the most recent gossip.MaxAgentKeys, but it knows them all.
 func (n *Node) homeHere(v *view, agent string) {
-	if n.agents == nil || agent == "" || len(v.peers) == 0 || !v.peers[0].Self {
+	if n.agents == nil || agent == "" || len(v.Peers) == 0 || !v.Peers[0].Self {
 		return
 	}
-	if ag, ok := n.agents.a.Get(agent); !ok || ag.Home != n.agents.home {
+	if ag, ok := n.agents.reg.Get(agent); !ok || ag.Home != n.cfg.Name {
 		return
 	}
-	p := &v.peers[0]
+	p := &v.Peers[0]
 	key := route.AgentKey(agent)
 	if i, found := slices.BinarySearch(p.AgentKeys, key); !found {
 		p.AgentKeys = slices.Insert(slices.Clone(p.AgentKeys), i, key)
@@ -125,47 +126,73 @@ func peerOf(m *gossip.Member) route.Peer {
 	return p
 }
 
-// view is one routing decision's picture of the mesh: the candidate peers (this node with its
-// exact state, the others as gossiped) and where to reach them.
+// view is one routing decision's picture of the mesh: the planner's view (this node first,
+// with its exact state, then the peers as gossiped) and where to reach each peer.
 type view struct {
-	peers   []route.Peer
+	plan.View
 	quic    []string // QUIC address per peer ("" for this node)
-	carbon  []bool   // the peer's grid is over the carbon threshold
 	matches []kvindex.Match
 }
 
-// buildView fills v for a request whose prompt hashes to blocks.
-func (n *Node) buildView(v *view, blocks []uint64) {
-	v.peers, v.quic, v.carbon = v.peers[:0], v.quic[:0], v.carbon[:0]
+// ticket is one request's pass through the planner: its view and its plan.
+type ticket struct {
+	v view
+	plan.Plan
+}
+
+// buildView fills v for a request whose prompt hashes to blocks; agent, when set, is the
+// request's agent.
+func (n *Node) buildView(v *view, blocks []uint64, agent string) {
+	v.Reset(n.blockTokens())
+	v.quic = v.quic[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
 	v.add(&selfMember, "", n.carbonDirty(self))
 	// Each record clears the reservations and refusals it already reflects (route.Observe);
 	// this node's own state is read live.
-	n.policy.Observe(n.cfg.Name, time.Now())
+	policy := n.planner.Policy()
+	policy.Observe(n.cfg.Name, time.Now())
 	if n.g != nil {
 		for _, m := range n.g.Members() {
 			if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale {
 				continue
 			}
-			n.policy.Observe(m.Name, m.Updated)
+			policy.Observe(m.Name, m.Updated)
 			v.add(&m, m.State.QUICAddr, n.carbonDirty(m.State))
 		}
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
 		for _, mt := range v.matches {
-			for i := range v.peers {
-				if v.peers[i].Name == mt.Peer {
-					v.peers[i].PrefixBlocks = mt.Blocks
+			for i := range v.Peers {
+				if v.Peers[i].Name == mt.Peer {
+					v.Peers[i].PrefixBlocks = mt.Blocks
 				}
 			}
 		}
 	}
+	if agent != "" {
+		n.homeHere(v, agent)
+	}
 }
 
 func (v *view) add(m *gossip.Member, quic string, dirty bool) {
-	v.peers = append(v.peers, peerOf(m))
+	v.Add(peerOf(m), dirty)
 	v.quic = append(v.quic, quic)
-	v.carbon = append(v.carbon, dirty)
+}
+
+// selfPeer is this node as routing sees it, from its engine's exact state, holding the
+// longest prefix of blocks its own index lists: what the owner's check judges a forwarded
+// request against.
+func (n *Node) selfPeer(blocks []uint64) route.Peer {
+	self := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: n.localState(), Self: true, Candidate: true}
+	p := peerOf(&self)
+	if n.g != nil {
+		for _, mt := range n.g.LongestPrefix(blocks, nil) {
+			if mt.Peer == n.cfg.Name {
+				p.PrefixBlocks = mt.Blocks
+			}
+		}
+	}
+	return p
 }
 
 // meshModelInfo reports whether some node in the mesh serves model, and its context size.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
@@ -147,7 +148,7 @@ type Node struct {
 
 	g        *gossip.Gossip
 	tr       *transport.Transport
-	policy   route.Policy
+	planner  *plan.Planner
 	adm      *admit.Admitter
 	agents   *agentGate // nil: agent admission off
 	roomKick chan struct{}

@@ -13,14 +13,14 @@ import (
 // with candidates, or a refusal) and then closes ready; the handler goroutine waits on it.
 type waiter struct {
 	p     *prepared
-	pl    *plan
+	t     *ticket
 	ready chan struct{}
-	hold  admit.Hold // the room it waits for while it heads its pool and cannot run
+	claim admit.Claim // the room it waits for while it heads its pool and cannot run
 	// backfilled: let out past its pool's blocked head (the last Next that offered it).
 	backfilled bool
 }
 
-// waitResult says how a wait ended: settled (pl.d is final) or the client went away.
+// waitResult says how a wait ended: settled (t.D is final) or the client went away.
 type waitResult struct{ gone bool }
 
 // kickRoom asks the room loop for a pass now (a request arrived or finished).
@@ -32,30 +32,30 @@ func (n *Node) kickRoom() {
 }
 
 // wait parks p until the room loop dispatches or refuses it, or the client goes away.
-func (n *Node) wait(ctx context.Context, p *prepared, pl *plan) waitResult {
+func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
 	now := time.Now()
-	wt := &waiter{p: p, pl: pl, ready: make(chan struct{})}
-	it := n.adm.Item(p.adm, pl.d)
+	wt := &waiter{p: p, t: t, ready: make(chan struct{})}
+	it := n.adm.Item(p.adm, t.D)
 	it.Value = wt
 	evicted, err := n.adm.Room().Push(now, it)
 	for _, ev := range evicted {
 		n.settle(ev, n.adm.Evicted(now))
 	}
 	if err != nil {
-		pl.d = admit.Decision{Action: admit.Refuse, Status: 429, Layer: admit.LayerQueue, Code: admit.CodeQueueFull,
+		t.D = admit.Decision{Action: admit.Refuse, Status: 429, Layer: admit.LayerQueue, Code: admit.CodeQueueFull,
 			Message: "the waiting room is full", RetryAfter: n.adm.Room().RetryAfter(now)}
 		if !errors.Is(err, admit.ErrQueueFull) {
-			pl.d.Message = err.Error()
+			t.D.Message = err.Error()
 		}
-		n.m.decisionOf(pl.d)
+		n.m.decisionOf(t.D)
 		return waitResult{}
 	}
 	n.m.queued.Inc()
 	n.kickRoom()
-	// A step an agent window holds (let in, it waits here for KV room at its home) renews the
+	// A step an agent window parked (let in, it waits here for KV room at its home) renews the
 	// home's lease on its agent each interval, or the home would give its slot away.
 	var renew <-chan time.Time
-	if p.held.home != "" {
+	if p.parked.home != "" {
 		t := time.NewTicker(n.cfg.AgentInterval)
 		defer t.Stop()
 		renew = t.C
@@ -66,13 +66,13 @@ func (n *Node) wait(ctx context.Context, p *prepared, pl *plan) waitResult {
 			n.m.queueTime.Observe(time.Since(now).Seconds())
 			return waitResult{}
 		case <-renew:
-			n.renewAgentHold(ctx, p)
+			n.renewLease(ctx, p)
 		case <-ctx.Done():
 			if _, ok := n.adm.Room().Remove(it.ID); ok {
 				return waitResult{gone: true}
 			}
 			<-wt.ready // settled at the same moment: take the decision's reservation back
-			n.releasePlan(pl)
+			n.planner.Release(&t.Plan)
 			return waitResult{gone: true}
 		}
 	}
@@ -81,7 +81,7 @@ func (n *Node) wait(ctx context.Context, p *prepared, pl *plan) waitResult {
 // settle ends a waiter's wait with decision d (already removed from the room).
 func (n *Node) settle(it *admit.Item, d admit.Decision) {
 	wt := it.Value.(*waiter)
-	wt.pl.d = d
+	wt.t.D = d
 	n.m.decisionOf(d)
 	close(wt.ready)
 }
@@ -114,21 +114,21 @@ func (n *Node) runRoom(ctx context.Context) {
 				wt := it.Value.(*waiter)
 				wt.backfilled = head != nil
 				if head == nil {
-					n.decideQueued(now, wt.p, wt.pl, it, nil)
-					if wt.pl.d.Action == admit.Queue {
-						wt.hold = n.adm.HoldFor(now, it, wt.pl.opts)
+					n.decide(now, wt.p, wt.t, it, nil)
+					if wt.t.D.Action == admit.Queue {
+						wt.claim = n.adm.ClaimFor(now, it, wt.t.Opts)
 					}
 				} else {
-					n.decideQueued(now, wt.p, wt.pl, it, &head.Value.(*waiter).hold)
+					n.decide(now, wt.p, wt.t, it, &head.Value.(*waiter).claim)
 				}
-				return wt.pl.d.Action != admit.Queue
+				return wt.t.D.Action != admit.Queue
 			})
 			if !ok {
 				break
 			}
 			wt := it.Value.(*waiter)
-			n.m.decisionOf(wt.pl.d)
-			if wt.backfilled && wt.pl.d.Action == admit.Accept {
+			n.m.decisionOf(wt.t.D)
+			if wt.backfilled && wt.t.D.Action == admit.Accept {
 				n.m.backfilled.Inc()
 			}
 			close(wt.ready)

@@ -96,7 +96,7 @@ type entry struct {
 	held     int64 // its contexts at the ends of its steps, summed (their mean is its footprint)
 	lru      *list.Element
 	slot     *list.Element // in its home's active, paused or waiting list
-	ready    bool          // listed in Admitter.ready, not yet handed out
+	ready    bool          // listed in Registry.ready, not yet handed out
 	granted  bool          // let into the window for a held step that has not arrived again yet
 	kept     bool          // active without a break since its last step ended
 }
@@ -118,9 +118,9 @@ func (h *home) listOf(s State) *list.List {
 	return nil
 }
 
-// Admitter is the registry of agents and the windows of their home nodes. Build it with New;
+// Registry is the registry of agents and the windows of their home nodes. Build it with New;
 // all methods are safe for concurrent use.
-type Admitter struct {
+type Registry struct {
 	cfg Config
 
 	mu     sync.Mutex
@@ -146,18 +146,18 @@ type Admitter struct {
 // several-fold from step to step, so the mean of the last ten or so is what predicts the next.
 const growthWeight = 0.1
 
-// New validates cfg and returns an empty Admitter. It does no I/O and starts nothing.
-func New(cfg Config) (*Admitter, error) {
+// New validates cfg and returns an empty Registry. It does no I/O and starts nothing.
+func New(cfg Config) (*Registry, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Admitter{cfg: cfg, agents: make(map[string]*entry), homes: make(map[string]*home)}, nil
+	return &Registry{cfg: cfg, agents: make(map[string]*entry), homes: make(map[string]*home)}, nil
 }
 
 // Arrive is called when a step of agent id arrives, at a step boundary. home is where routing
 // would place a new agent; a known agent keeps the home it has, which Decision.Home returns.
 // contextTokens is the step's prompt length (0: unknown, keep the last).
-func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int) (Decision, error) {
+func (a *Registry) Arrive(now time.Time, id, homeName string, contextTokens int) (Decision, error) {
 	if id == "" {
 		return Decision{}, fmt.Errorf("%w: empty agent id", ErrInvalid)
 	}
@@ -216,7 +216,7 @@ func (a *Admitter) Arrive(now time.Time, id, homeName string, contextTokens int)
 // mid-step take effect: if the home's window is smaller than its active agents, the agent is
 // paused here. It returns the agent's state after the boundary (Absent if unknown); Paused
 // tells the node the agent's prefix is no longer the window's to keep.
-func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
+func (a *Registry) StepDone(now time.Time, id string, contextTokens int) State {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
@@ -248,7 +248,7 @@ func (a *Admitter) StepDone(now time.Time, id string, contextTokens int) State {
 // let in for this very step would hold that slot until the idle timeout. Its slot goes to the
 // next agent. If the client comes back, its step arrives as a new agent's. It reports
 // whether the agent left.
-func (a *Admitter) Abandon(now time.Time, id string) bool {
+func (a *Registry) Abandon(now time.Time, id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
@@ -268,7 +268,7 @@ func (a *Admitter) Abandon(now time.Time, id string) bool {
 // elsewhere too (two ingresses registered it before gossip said where it lives), and the
 // other home keeps it. Its slot, or its place in the queue, goes to the next agent; a step
 // held for it is not listed by Resumable and must be routed again.
-func (a *Admitter) Release(now time.Time, id string) bool {
+func (a *Registry) Release(now time.Time, id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
@@ -282,7 +282,7 @@ func (a *Admitter) Release(now time.Time, id string) bool {
 
 // Finish removes id (the agent is done) and gives its slot to the next agent. It reports
 // whether id was known.
-func (a *Admitter) Finish(now time.Time, id string) bool {
+func (a *Registry) Finish(now time.Time, id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
@@ -298,7 +298,7 @@ func (a *Admitter) Finish(now time.Time, id string) bool {
 // Sweep removes agents silent for longer than IdleTimeout, and agents mid-step for longer than
 // StepTimeout (a lost boundary), and returns their ids so the node can drop their state and
 // any held step.
-func (a *Admitter) Sweep(now time.Time) []string {
+func (a *Registry) Sweep(now time.Time) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	idleCut, stepCut := now.Add(-a.cfg.IdleTimeout), now.Add(-a.cfg.StepTimeout)
@@ -327,13 +327,13 @@ func (a *Admitter) Sweep(now time.Time) []string {
 // now (they are between steps), agents mid-step beyond it are paused at their StepDone, and
 // room is given to paused agents (longest paused first) and then to waiting ones (first come
 // first). It returns the window.
-func (a *Admitter) Tick(now time.Time, homeName string, u, h float64) int {
+func (a *Registry) Tick(now time.Time, homeName string, u, h float64) int {
 	return a.TickSignals(now, homeName, Signals{U: u, H: h})
 }
 
 // TickSignals is Tick with the predicted KV use s.Next (see Signals). The demand and the
 // active count are the home's; s.Demand and s.Active are ignored.
-func (a *Admitter) TickSignals(now time.Time, homeName string, s Signals) int {
+func (a *Registry) TickSignals(now time.Time, homeName string, s Signals) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	hm := a.homeLocked(homeName)
@@ -359,7 +359,7 @@ func (a *Admitter) TickSignals(now time.Time, homeName string, s Signals) int {
 // the window (room grew, an agent left, or a paused agent resumed), longest paused first, then
 // new agents in arrival order. The node releases each one's held step by calling Arrive again,
 // which now answers Admit.
-func (a *Admitter) Resumable() []string {
+func (a *Registry) Resumable() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []string
@@ -379,7 +379,7 @@ func (a *Admitter) Resumable() []string {
 
 // CanStart reports whether a step of id would be admitted now (the agent is active); the
 // node's waiting room can use it as its can-run test.
-func (a *Admitter) CanStart(id string) bool {
+func (a *Registry) CanStart(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
@@ -388,7 +388,7 @@ func (a *Admitter) CanStart(id string) bool {
 
 // Active returns the active agents of home, the most recently at a boundary first, so a node
 // keeping prefixes under a bound keeps the likeliest to return soonest.
-func (a *Admitter) Active(homeName string) []string {
+func (a *Registry) Active(homeName string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := a.homes[homeName]
@@ -405,7 +405,7 @@ func (a *Admitter) Active(homeName string) []string {
 // Homed returns how many agents home is home to (waiting, active or paused), and appends to
 // dst the ids of at most max of them, the most recently at a boundary (arrival or step end)
 // first: what a node advertises so that every ingress sends their steps to it.
-func (a *Admitter) Homed(homeName string, dst []string, max int) (int, []string) {
+func (a *Registry) Homed(homeName string, dst []string, max int) (int, []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := a.homes[homeName]
@@ -423,7 +423,7 @@ func (a *Admitter) Homed(homeName string, dst []string, max int) (int, []string)
 }
 
 // Window returns home's current window (the initial window for a home not seen yet).
-func (a *Admitter) Window(homeName string) int {
+func (a *Registry) Window(homeName string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if h := a.homes[homeName]; h != nil {
@@ -433,7 +433,7 @@ func (a *Admitter) Window(homeName string) int {
 }
 
 // Get returns a snapshot of id.
-func (a *Admitter) Get(id string) (Agent, bool) {
+func (a *Registry) Get(id string) (Agent, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if e := a.agents[id]; e != nil {
@@ -447,7 +447,7 @@ func (a *Admitter) Get(id string) (Agent, bool) {
 // computed (its context at the end of its previous step) is what agent admission protects: of
 // it, the cached tokens are recompute avoided and the rest was recomputed. Both are returned
 // and added to Stats. An unknown agent counts nothing.
-func (a *Admitter) Observe(id string, cachedTokens, promptTokens int) (avoided, recomputed int) {
+func (a *Registry) Observe(id string, cachedTokens, promptTokens int) (avoided, recomputed int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.agents[id]
@@ -472,7 +472,7 @@ func (a *Admitter) Observe(id string, cachedTokens, promptTokens int) (avoided, 
 // ForgetHome drops home (a node that left the mesh) with its window and every agent homed
 // there, whose prefixes left with it, and returns those agents' ids so the node can fail any
 // step it holds for them. Their next steps arrive as new agents and are routed afresh.
-func (a *Admitter) ForgetHome(now time.Time, homeName string) []string {
+func (a *Registry) ForgetHome(now time.Time, homeName string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := a.homes[homeName]
@@ -524,7 +524,7 @@ type Stats struct {
 }
 
 // Stats returns current counts and totals.
-func (a *Admitter) Stats() Stats {
+func (a *Registry) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := Stats{Agents: len(a.agents), InStep: a.inStep, AdmittedTotal: a.admitted,
@@ -553,7 +553,7 @@ func (a *Admitter) Stats() Stats {
 	return s
 }
 
-func (a *Admitter) homeLocked(name string) *home {
+func (a *Registry) homeLocked(name string) *home {
 	h := a.homes[name]
 	if h == nil {
 		// The config was validated in New, so this cannot fail.
@@ -567,7 +567,7 @@ func (a *Admitter) homeLocked(name string) *home {
 // growLocked records that e's new step has a prompt of prompt tokens. A step that asks again
 // (a held step retried) has the prompt it had and is no sample; a shorter prompt (the client
 // cut its context) starts over from it.
-func (a *Admitter) growLocked(e *entry, prompt int) {
+func (a *Registry) growLocked(e *entry, prompt int) {
 	if e.prompt > 0 && prompt > e.prompt {
 		g := float64(prompt - e.prompt)
 		if a.grown {
@@ -584,7 +584,7 @@ func (a *Admitter) growLocked(e *entry, prompt int) {
 // context an agent holds, weighted by steps, so that a long session, which holds more KV for
 // longer, counts for more. Only an agent that ended is a sample: one still running has its
 // larger contexts ahead.
-func (a *Admitter) learnFootprintLocked(e *entry) {
+func (a *Registry) learnFootprintLocked(e *entry) {
 	if e.Steps == 0 {
 		return
 	}
@@ -598,7 +598,7 @@ func (a *Admitter) learnFootprintLocked(e *entry) {
 }
 
 // footprintLocked is the agents' footprint in tokens (see Stats.FootprintTokens), 0 unknown.
-func (a *Admitter) footprintLocked() float64 {
+func (a *Registry) footprintLocked() float64 {
 	if a.stepsAvg <= 0 {
 		return 0
 	}
@@ -607,14 +607,14 @@ func (a *Admitter) footprintLocked() float64 {
 
 // shareLocked is the share of the KV pool e needs at its next step: its context plus one
 // step's growth (0 when the pool's size is not known yet).
-func (a *Admitter) shareLocked(e *entry) float64 {
+func (a *Registry) shareLocked(e *entry) float64 {
 	if a.pool <= 0 {
 		return 0
 	}
 	return (float64(e.ContextTokens) + a.growth) / a.pool
 }
 
-func (a *Admitter) touchLocked(e *entry, now time.Time) {
+func (a *Registry) touchLocked(e *entry, now time.Time) {
 	e.LastStep = now
 	a.lru.MoveToBack(e.lru)
 	if e.State == Active {
@@ -622,7 +622,7 @@ func (a *Admitter) touchLocked(e *entry, now time.Time) {
 	}
 }
 
-func (a *Admitter) setInflightLocked(e *entry, n int) {
+func (a *Registry) setInflightLocked(e *entry, n int) {
 	switch {
 	case e.inflight == 0 && n > 0:
 		a.inStep++
@@ -633,7 +633,7 @@ func (a *Admitter) setInflightLocked(e *entry, n int) {
 }
 
 // setStateLocked moves e to state s, at the back of s's list in its home.
-func (a *Admitter) setStateLocked(h *home, e *entry, s State, now time.Time) {
+func (a *Registry) setStateLocked(h *home, e *entry, s State, now time.Time) {
 	if e.slot != nil {
 		h.listOf(e.State).Remove(e.slot)
 		e.slot = nil
@@ -658,7 +658,7 @@ func (a *Admitter) setStateLocked(h *home, e *entry, s State, now time.Time) {
 
 // enforceLocked pauses the idle-longest active agents that are between steps until the home
 // is back within its window. Agents mid-step are skipped: their StepDone calls this again.
-func (a *Admitter) enforceLocked(h *home, now time.Time) {
+func (a *Registry) enforceLocked(h *home, now time.Time) {
 	w := h.ctl.Window()
 	for h.active.Len() > w {
 		var victim *entry
@@ -677,7 +677,7 @@ func (a *Admitter) enforceLocked(h *home, now time.Time) {
 }
 
 // fillLocked gives free slots to paused agents, longest paused first, then to waiting ones.
-func (a *Admitter) fillLocked(h *home, now time.Time) {
+func (a *Registry) fillLocked(h *home, now time.Time) {
 	w := h.ctl.Window()
 	for h.active.Len() < w {
 		var el *list.Element
@@ -704,7 +704,7 @@ func (a *Admitter) fillLocked(h *home, now time.Time) {
 }
 
 // victimLocked is the agent idle longest that is not mid-step, or nil.
-func (a *Admitter) victimLocked() *entry {
+func (a *Registry) victimLocked() *entry {
 	for el := a.lru.Front(); el != nil; el = el.Next() {
 		if e := el.Value.(*entry); !e.InStep {
 			return e
@@ -713,7 +713,7 @@ func (a *Admitter) victimLocked() *entry {
 	return nil
 }
 
-func (a *Admitter) removeLocked(e *entry, now time.Time) {
+func (a *Registry) removeLocked(e *entry, now time.Time) {
 	h := a.homes[e.Home]
 	wasActive := e.State == Active
 	a.removeLockedFrom(h.listOf(e.State), e)
@@ -724,7 +724,7 @@ func (a *Admitter) removeLocked(e *entry, now time.Time) {
 }
 
 // removeLockedFrom takes e out of the registry and its home list l, without refilling.
-func (a *Admitter) removeLockedFrom(l *list.List, e *entry) {
+func (a *Registry) removeLockedFrom(l *list.List, e *entry) {
 	a.setInflightLocked(e, 0)
 	l.Remove(e.slot)
 	e.slot = nil
@@ -735,7 +735,7 @@ func (a *Admitter) removeLockedFrom(l *list.List, e *entry) {
 
 // compactReadyLocked drops stale ids (agents removed or paused since) once the list is
 // long, so a node that rarely calls Resumable cannot grow it without bound.
-func (a *Admitter) compactReadyLocked() {
+func (a *Registry) compactReadyLocked() {
 	if len(a.ready) < 2*a.cfg.MaxAgents+16 {
 		return
 	}

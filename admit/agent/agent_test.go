@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func newAdmitter(t testing.TB, mod func(*Config)) *Admitter {
+func newRegistry(t testing.TB, mod func(*Config)) *Registry {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Controller.CooldownTicks = 0
@@ -28,7 +28,7 @@ func window(n int) func(*Config) {
 	return func(c *Config) { c.Controller.InitialWindow = n }
 }
 
-func arrive(t *testing.T, a *Admitter, now time.Time, id, home string, want Action) Decision {
+func arrive(t *testing.T, a *Registry, now time.Time, id, home string, want Action) Decision {
 	t.Helper()
 	d, err := a.Arrive(now, id, home, 100)
 	if err != nil {
@@ -40,7 +40,7 @@ func arrive(t *testing.T, a *Admitter, now time.Time, id, home string, want Acti
 	return d
 }
 
-func state(t *testing.T, a *Admitter, id string) State {
+func state(t *testing.T, a *Registry, id string) State {
 	t.Helper()
 	ag, ok := a.Get(id)
 	if !ok {
@@ -50,7 +50,7 @@ func state(t *testing.T, a *Admitter, id string) State {
 }
 
 // shrink drives home's window down to n with thrashing samples.
-func shrink(t *testing.T, a *Admitter, now time.Time, home string, n int) {
+func shrink(t *testing.T, a *Registry, now time.Time, home string, n int) {
 	t.Helper()
 	a.Tick(now, home, 0.95, 0.9)
 	for h := 0.8; a.Window(home) > n; h -= 0.1 {
@@ -65,7 +65,7 @@ func shrink(t *testing.T, a *Admitter, now time.Time, home string, n int) {
 }
 
 func TestArriveAdmitsWithinWindow(t *testing.T) {
-	a := newAdmitter(t, window(2))
+	a := newRegistry(t, window(2))
 	d := arrive(t, a, t0, "a", "n1", Admit)
 	if !d.New || d.Home != "n1" {
 		t.Fatalf("first step: %+v", d)
@@ -99,7 +99,7 @@ func TestArriveAdmitsWithinWindow(t *testing.T) {
 }
 
 func TestArriveErrors(t *testing.T) {
-	a := newAdmitter(t, nil)
+	a := newRegistry(t, nil)
 	if _, err := a.Arrive(t0, "", "n1", 1); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("empty id: %v", err)
 	}
@@ -114,7 +114,7 @@ func TestArriveErrors(t *testing.T) {
 // TestPauseOnlyAtBoundary pins that a shrinking window never pauses an agent mid-step: the
 // idle agents go first, the busy ones at their StepDone.
 func TestPauseOnlyAtBoundary(t *testing.T) {
-	a := newAdmitter(t, window(4))
+	a := newRegistry(t, window(4))
 	for i, id := range []string{"a", "b", "c", "d"} {
 		arrive(t, a, t0.Add(time.Duration(i)*time.Second), id, "n1", Admit)
 	}
@@ -147,7 +147,7 @@ func TestPauseOnlyAtBoundary(t *testing.T) {
 // TestPausedStepWaitsThenResumes pins that a paused agent's step waits (never fails) and is
 // listed by Resumable once the window grows, after which Arrive admits it.
 func TestPausedStepWaitsThenResumes(t *testing.T) {
-	a := newAdmitter(t, window(2))
+	a := newRegistry(t, window(2))
 	arrive(t, a, t0, "a", "n1", Admit)
 	arrive(t, a, t0.Add(time.Second), "b", "n1", Admit)
 	a.StepDone(t0.Add(2*time.Second), "a", 0)
@@ -182,7 +182,7 @@ func TestPausedStepWaitsThenResumes(t *testing.T) {
 // TestResumeOrder pins longest paused first, then new agents in arrival order, and that an
 // agent without a held step resumes without being listed.
 func TestResumeOrder(t *testing.T) {
-	a := newAdmitter(t, window(4))
+	a := newRegistry(t, window(4))
 	for i, id := range []string{"a", "b", "c", "d"} {
 		arrive(t, a, t0.Add(time.Duration(i)*time.Second), id, "n1", Admit)
 	}
@@ -217,7 +217,7 @@ func TestResumeOrder(t *testing.T) {
 }
 
 func TestFinishGivesRoom(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	arrive(t, a, t0, "a", "n1", Admit)
 	arrive(t, a, t0, "b", "n1", Wait)
 	if !a.Finish(t0, "a") {
@@ -233,7 +233,7 @@ func TestFinishGivesRoom(t *testing.T) {
 
 // handedOver checks that gone left the registry and that its slot went to next, the only
 // agent Resumable lists.
-func handedOver(t *testing.T, a *Admitter, gone, next string) {
+func handedOver(t *testing.T, a *Registry, gone, next string) {
 	t.Helper()
 	if _, ok := a.Get(gone); ok {
 		t.Fatalf("%s still registered", gone)
@@ -249,7 +249,7 @@ func handedOver(t *testing.T, a *Admitter, gone, next string) {
 // TestRelease pins that an agent another home keeps leaves this one, unless it is mid-step,
 // and that its slot goes to the next agent.
 func TestRelease(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	arrive(t, a, t0, "a", "n1", Admit)
 	arrive(t, a, t0, "b", "n1", Wait)
 	if a.Release(t0, "a") {
@@ -276,7 +276,7 @@ func TestRelease(t *testing.T) {
 }
 
 // TestLeavingAtPredictedOverflowShrinksTheWindow pins the decrease by attrition at the
-// Admitter: an agent that finishes while its home's predicted KV use is at or above HighU
+// Registry: an agent that finishes while its home's predicted KV use is at or above HighU
 // takes its slot with it, so the waiting agent stays waiting and nobody is paused; under HighU,
 // or under it once the leaver's context (and a step's growth) is taken off the prediction,
 // its slot goes to the waiting agent.
@@ -295,7 +295,7 @@ func TestLeavingAtPredictedOverflowShrinksTheWindow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := newAdmitter(t, func(c *Config) { c.Controller.InitialWindow, c.Controller.SlowStartSteps = 2, 0 })
+			a := newRegistry(t, func(c *Config) { c.Controller.InitialWindow, c.Controller.SlowStartSteps = 2, 0 })
 			arrive(t, a, t0, "a", "n1", Admit)
 			arrive(t, a, t0, "b", "n1", Admit)
 			arrive(t, a, t0, "c", "n1", Wait)
@@ -317,7 +317,7 @@ func TestLeavingAtPredictedOverflowShrinksTheWindow(t *testing.T) {
 }
 
 func TestAbandon(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	arrive(t, a, t0, "a", "n1", Admit)
 	arrive(t, a, t0, "b", "n1", Wait)
 	if !a.Abandon(t0, "b") { // new agent whose held step expired: it leaves
@@ -341,7 +341,7 @@ func TestAbandon(t *testing.T) {
 		t.Fatalf("d is %v after a stray Abandon, want active", state(t, a, "d"))
 	}
 	// A paused agent whose held step is abandoned leaves too, so it is not resumed into a slot.
-	b := newAdmitter(t, window(2))
+	b := newRegistry(t, window(2))
 	arrive(t, b, t0, "p", "n1", Admit)
 	b.StepDone(t0, "p", 0)
 	arrive(t, b, t0, "q", "n1", Admit)
@@ -358,7 +358,7 @@ func TestAbandon(t *testing.T) {
 }
 
 func TestSweep(t *testing.T) {
-	a := newAdmitter(t, func(c *Config) {
+	a := newRegistry(t, func(c *Config) {
 		c.Controller.InitialWindow = 2
 		c.IdleTimeout = time.Minute
 		c.StepTimeout = 10 * time.Minute
@@ -398,7 +398,7 @@ func TestSweep(t *testing.T) {
 }
 
 func TestRegistryBound(t *testing.T) {
-	a := newAdmitter(t, func(c *Config) { c.MaxAgents = 3; c.Controller.InitialWindow = 2 })
+	a := newRegistry(t, func(c *Config) { c.MaxAgents = 3; c.Controller.InitialWindow = 2 })
 	arrive(t, a, t0, "a", "n1", Admit)
 	a.StepDone(t0.Add(1*time.Second), "a", 0)
 	arrive(t, a, t0.Add(2*time.Second), "b", "n1", Admit) // stays mid-step
@@ -428,7 +428,7 @@ func TestRegistryBound(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	// Everyone mid-step: a newcomer is refused.
-	a2 := newAdmitter(t, func(c *Config) { c.MaxAgents = 2 })
+	a2 := newRegistry(t, func(c *Config) { c.MaxAgents = 2 })
 	arrive(t, a2, t0, "a", "n1", Admit)
 	arrive(t, a2, t0, "b", "n1", Admit)
 	if _, err := a2.Arrive(t0, "c", "n1", 1); !errors.Is(err, ErrFull) {
@@ -437,7 +437,7 @@ func TestRegistryBound(t *testing.T) {
 }
 
 func TestObserve(t *testing.T) {
-	a := newAdmitter(t, nil)
+	a := newRegistry(t, nil)
 	arrive(t, a, t0, "a", "n1", Admit)
 	tests := []struct {
 		name                  string
@@ -472,7 +472,7 @@ func TestObserve(t *testing.T) {
 }
 
 func TestStatsHomes(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	arrive(t, a, t0, "a", "n2", Admit)
 	arrive(t, a, t0, "b", "n1", Admit)
 	arrive(t, a, t0, "c", "n1", Wait)
@@ -491,7 +491,7 @@ func TestStatsHomes(t *testing.T) {
 }
 
 func TestForgetHome(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	arrive(t, a, t0, "a", "gone", Admit)
 	arrive(t, a, t0, "b", "gone", Wait)
 	arrive(t, a, t0, "c", "kept", Admit)
@@ -537,7 +537,7 @@ func TestInvariantsRandom(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 7))
-			a := newAdmitter(t, func(c *Config) {
+			a := newRegistry(t, func(c *Config) {
 				c.MaxAgents = 30
 				c.Controller.InitialWindow = 4
 				c.Controller.MaxWindow = 12
@@ -580,7 +580,7 @@ func TestInvariantsRandom(t *testing.T) {
 	}
 }
 
-func checkInvariants(t *testing.T, a *Admitter, op int) {
+func checkInvariants(t *testing.T, a *Registry, op int) {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -630,7 +630,7 @@ func checkInvariants(t *testing.T, a *Admitter, op int) {
 // TestReadyBounded pins that a node that never calls Resumable cannot grow the ready list
 // without bound, and that compaction keeps the live entry.
 func TestReadyBounded(t *testing.T) {
-	a := newAdmitter(t, func(c *Config) { c.MaxAgents = 2; c.Controller.InitialWindow = 1 })
+	a := newRegistry(t, func(c *Config) { c.MaxAgents = 2; c.Controller.InitialWindow = 1 })
 	arrive(t, a, t0, "x", "n1", Admit)
 	for i := range 100 {
 		id := fmt.Sprintf("w%d", i)
@@ -671,7 +671,7 @@ func TestStrings(t *testing.T) {
 // rate, leave out an agent that was paused between its steps: it is expected to lose its
 // prefix, and counting it would make each cut look like more thrashing.
 func TestObserveKeptCountsOnlyAgentsThatStayed(t *testing.T) {
-	a := newAdmitter(t, window(2))
+	a := newRegistry(t, window(2))
 	arrive(t, a, t0, "a", "n1", Admit)
 	a.StepDone(t0, "a", 200)
 	arrive(t, a, t0.Add(time.Second), "b", "n1", Admit)
@@ -699,7 +699,7 @@ func TestObserveKeptCountsOnlyAgentsThatStayed(t *testing.T) {
 // moving average over every agent's steps, where a step that asks again with the same prompt
 // (a held step retried) and a prompt that shrank are no samples.
 func TestGrowth(t *testing.T) {
-	a := newAdmitter(t, window(4))
+	a := newRegistry(t, window(4))
 	steps := []struct {
 		id     string
 		prompt int
@@ -725,7 +725,7 @@ func TestGrowth(t *testing.T) {
 }
 
 func TestHomed(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	t0 := time.Unix(0, 0)
 	arrive(t, a, t0, "a", "h1", Admit)
 	arrive(t, a, t0.Add(1*time.Second), "b", "h1", Wait)
@@ -756,12 +756,12 @@ func TestHomed(t *testing.T) {
 	}
 }
 
-// TestFootprint pins how the Admitter learns the agents' footprint: each ended agent's
+// TestFootprint pins how the Registry learns the agents' footprint: each ended agent's
 // step-end contexts and steps go into moving averages (weight 0.1) whose ratio is the
 // footprint, so a long session counts for more; the controller gets it, over the pool's size,
 // once as many agents have ended as it would let into the window.
 func TestFootprint(t *testing.T) {
-	a := newAdmitter(t, window(8))
+	a := newRegistry(t, window(8))
 	a.TickSignals(t0, "n1", Signals{U: 0.1, H: 1, PoolTokens: 1000})
 	run := func(id string, contexts ...int) {
 		t.Helper()
@@ -798,11 +798,11 @@ func TestFootprint(t *testing.T) {
 	}
 }
 
-// TestPredictionFollowsTheWindow pins the Admitter's side of Left and Joined: between ticks
+// TestPredictionFollowsTheWindow pins the Registry's side of Left and Joined: between ticks
 // the controller's prediction Next loses a leaver's share of the pool and gains the share of
 // the agent let into its slot.
 func TestPredictionFollowsTheWindow(t *testing.T) {
-	a := newAdmitter(t, window(1))
+	a := newRegistry(t, window(1))
 	if _, err := a.Arrive(t0, "a", "n1", 50); err != nil {
 		t.Fatal(err)
 	}

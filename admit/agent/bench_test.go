@@ -16,7 +16,7 @@ func BenchmarkArrive(b *testing.B) {
 		window int
 	}{{"fits", agents}, {"window-10pct", agents / 10}} {
 		b.Run(bc.name, func(b *testing.B) {
-			a := newAdmitter(b, func(c *Config) {
+			a := newRegistry(b, func(c *Config) {
 				c.MaxAgents = agents
 				c.Controller.MaxWindow = agents
 				c.Controller.InitialWindow = bc.window

@@ -26,7 +26,7 @@ func (m Move) String() string {
 }
 
 // Controller is the AIMD window of one home node. The zero value is not usable; build one
-// with NewController. It is not safe for concurrent use on its own; the Admitter serialises it.
+// with NewController. It is not safe for concurrent use on its own; the Registry serialises it.
 type Controller struct {
 	cfg ControllerConfig
 	w   float64 // kept fractional so several small increases add up

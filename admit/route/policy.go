@@ -23,15 +23,35 @@ const (
 var PolicyNames = []string{PolicyKvmesh, PolicyRoundRobin, PolicyLeastLoad, PolicyCacheAware, PolicyRandom}
 
 // Policy picks where a request runs. Every policy filters on the model; only kvmesh applies
-// the other filters, the gate and reservations (the others' Reserve, Observe and Release do
-// nothing, so the node can call them whatever the policy).
+// the other filters, the gate, reservations, refusal marks and session stickiness (the
+// others' Reserve, Observe, Release, Refused and Stick do nothing and their Counts stay zero,
+// so the node calls them whatever the policy). Implementations are safe for concurrent use.
 type Policy interface {
 	Name() string
+	// Route filters peers, scores the survivors and returns them best first in dst.
 	Route(now time.Time, req Request, peers []Peer, dst []Candidate) ([]Candidate, error)
+	// Reserve counts a dispatched request's load on peer until a newer record reflects it.
 	Reserve(now time.Time, peer string, prefillTokens, blocks int) Reservation
+	// Observe clears the reservations and refusals a record of peer received at received reflects.
 	Observe(peer string, received time.Time)
+	// Release drops a reservation; it reports whether it was still counting.
 	Release(r Reservation) bool
+	// Refused marks peer busy for requests of priority and below: its owner just said no.
+	Refused(now time.Time, peer string, priority int)
+	// Stick records that session's last request went to peer.
+	Stick(session, peer string)
+	// Counts returns how many peers each filter has dropped since the policy was made.
+	Counts() FilterCounts
+	// Predict scores p for req as Route would with no reservation on it and no filter: the
+	// owner's check of a forwarded request uses it on its own exact state, so that the owner
+	// and the ingress predict TTFT, TPOT and cached tokens the same way.
+	Predict(req Request, p *Peer) Candidate
 }
+
+var (
+	_ Policy = (*Router)(nil)
+	_ Policy = (*baseline)(nil)
+)
 
 // CacheThreshold is the cache-aware policy's match fraction below which it balances by load
 // (SGLang router's cache_threshold).
@@ -77,6 +97,23 @@ func (b *baseline) Reserve(now time.Time, peer string, prefillTokens, blocks int
 func (b *baseline) Observe(string, time.Time) {}
 
 func (b *baseline) Release(Reservation) bool { return false }
+
+func (b *baseline) Refused(time.Time, string, int) {}
+
+func (b *baseline) Stick(string, string) {}
+
+func (b *baseline) Counts() FilterCounts { return FilterCounts{} }
+
+func (b *baseline) Predict(req Request, p *Peer) Candidate { return predict(&b.cfg, req, p) }
+
+// predict is evaluate for a lone peer with nothing reserved on it.
+func predict(cfg *Config, req Request, p *Peer) Candidate {
+	bt := req.BlockTokens
+	if bt <= 0 {
+		bt = kvindex.DefaultBlockTokens
+	}
+	return evaluate(cfg, req, bt, 0, p, reserved{})
+}
 
 func requests(p *Peer) int { return max(p.Running, 0) + max(p.Waiting, 0) }
 

@@ -52,6 +52,9 @@ func (r *Router) Name() string { return PolicyKvmesh }
 // Config returns the configuration in use, defaults filled.
 func (r *Router) Config() Config { return r.cfg }
 
+// Predict implements Policy.
+func (r *Router) Predict(req Request, p *Peer) Candidate { return predict(&r.cfg, req, p) }
+
 // Counts returns how many peers each filter has dropped since New (for
 // kvmesh_route_filtered_total{reason}).
 func (r *Router) Counts() FilterCounts {

@@ -1,0 +1,248 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// Request headers.
+const (
+	HeaderPriority = "X-Kvmesh-Priority"
+	HeaderQueueTTL = "X-Kvmesh-Queue-TTL"
+	HeaderTTFTSLO  = "X-Kvmesh-TTFT-SLO"
+	HeaderTPOTSLO  = "X-Kvmesh-TPOT-SLO"
+	HeaderAgent    = "X-Kvmesh-Agent"
+	HeaderExplain  = "X-Kvmesh-Explain"
+)
+
+// CodeCarbonDeferred is the refusal of a sheddable request when every grid with room is dirty.
+const CodeCarbonDeferred = plan.CodeCarbonDeferred
+
+// parseHeaders fills the admission fields that come from X-Kvmesh-* headers.
+func parseHeaders(h http.Header, a *admit.Request) *openai.Error {
+	bad := func(name string, err error) *openai.Error {
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter, name+": "+err.Error()).WithParam(name)
+	}
+	var err error
+	if a.Priority, err = admit.ParsePriority(h.Get(HeaderPriority)); err != nil {
+		return bad(HeaderPriority, err)
+	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{HeaderQueueTTL, &a.QueueTTL}, {HeaderTTFTSLO, &a.TTFTSLO}, {HeaderTPOTSLO, &a.TPOTSLO}} {
+		if v := h.Get(d.name); v != "" {
+			if *d.dst, err = admit.ParseDuration(v); err != nil {
+				return bad(d.name, err)
+			}
+		}
+	}
+	a.Agent = h.Get(HeaderAgent)
+	if len(a.Agent) > 256 {
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter, HeaderAgent+" is longer than 256 bytes").WithParam(HeaderAgent)
+	}
+	return nil
+}
+
+func bearer(h http.Header) string {
+	v := h.Get("Authorization")
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return strings.TrimSpace(v[7:])
+	}
+	return ""
+}
+
+// refusalOf turns an admission decision into the client's error.
+func refusalOf(d admit.Decision) *openai.Error {
+	e := openai.NewError(d.Status, d.Code, d.Message)
+	if d.Param != "" {
+		e = e.WithParam(d.Param)
+	}
+	return e
+}
+
+// ingest runs one client request through the pipeline of DESIGN.md: decode, validate,
+// identity, budget, route, admit, wait, dispatch.
+func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
+	refuse := func(e *openai.Error, retry time.Duration) outcome {
+		writeRefusal(w, e, retry)
+		return outcome{code: e.Code, refused: true}
+	}
+	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
+	body, oerr := readBody(r.Body, n.cfg.MaxBodyBytes)
+	var p *prepared
+	if oerr == nil {
+		p, oerr = n.prepare(ep, id, body)
+	}
+	if oerr == nil {
+		oerr = parseHeaders(r.Header, &p.adm)
+	}
+	if oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return refuse(oerr, 0)
+	}
+	a := &p.adm
+	a.Arrived, a.APIKey = start, bearer(r.Header)
+	if a.Agent == "" && n.cfg.AgentFromUser {
+		a.Agent = p.user
+	}
+	switch v := r.Header.Get(HeaderAgentFinal); v {
+	case "", "0", "false":
+	case "1", "true":
+		p.agentFinal = a.Agent != ""
+	default:
+		n.m.decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
+		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			HeaderAgentFinal+" must be 1 or 0").WithParam(HeaderAgentFinal), 0)
+	}
+	if d := n.adm.Validate(*a); d.Refused() {
+		n.m.decisionOf(d)
+		return refuse(refusalOf(d), 0)
+	}
+	tenant, d := n.adm.Identify(start, *a)
+	if d.Refused() {
+		n.m.decisionOf(d)
+		return refuse(refusalOf(d), d.RetryAfter)
+	}
+	a.Tenant = tenant
+	a.APIKey = "" // identified; the raw key goes no further
+	explain := r.Header.Get(HeaderExplain) == "1"
+	if n.cfg.Standalone {
+		// kvmesh engine is an engine, not a mesh: like vLLM it queues whatever can ever run and
+		// refuses only what cannot (context, KV budget).
+		d := n.adm.Admit(start, *a, []admit.Option{n.planner.LocalOption(*a, n.selfPeer(p.req.Blocks), n.blockTokens())})
+		n.m.decisionOf(d)
+		if d.Refused() && d.Status == http.StatusBadRequest {
+			return refuse(refusalOf(d), 0)
+		}
+		p.req.MaxTokens = d.MaxTokens
+		return n.serveLocal(ctx, w, p, start, "local")
+	}
+	return n.admitAndDispatch(ctx, w, p, start, explain)
+}
+
+// admitAndDispatch decides, waits in the waiting room while admission says queue, and runs the
+// request on the chosen candidate or the next ones. When every candidate's owner refuses
+// before the first byte, the request goes back to the waiting room (keeping its arrival time,
+// so its TTL still bounds the whole wait), not to the client.
+func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, explain bool) outcome {
+	// A step an agent window still holds when this returns ended without running.
+	defer n.giveUpAgent(p)
+	t := &ticket{}
+	n.decide(start, p, t, nil, nil)
+	n.m.decisionOf(t.D)
+	for {
+		if t.D.Action == admit.Queue {
+			if res := n.wait(ctx, p, t); res.gone {
+				return outcome{code: openai.CodeClientClosed, refused: true}
+			}
+		}
+		if explain && len(t.Cands) > 0 {
+			w.Header().Set(HeaderExplain, route.Explain(t.Cands, 3))
+		}
+		if t.D.Refused() {
+			e := refusalOf(t.D)
+			if explain && len(t.Cands) > 0 {
+				e.Message += " (candidates: " + route.Explain(t.Cands, 3) + ")"
+			}
+			writeRefusal(w, e, t.D.RetryAfter)
+			return outcome{code: e.Code, refused: true}
+		}
+		p.req.MaxTokens = t.D.MaxTokens
+		res := n.dispatch(ctx, w, p, t, start)
+		if !res.requeue {
+			n.kickRoom()
+			return res.o
+		}
+		if res.lastCode == CodeAgentPaused && n.agents != nil {
+			if o, done := n.awaitAgent(ctx, w, p, t); done {
+				return o
+			}
+			continue
+		}
+		// Every owner said no: wait for room like any queued request.
+		t.D = admit.Decision{Action: admit.Queue, Layer: admit.LayerQueue, Code: admit.CodeWaitKV, Option: -1,
+			Tenant: p.adm.Tenant, MaxTokens: t.D.MaxTokens, ExpectedTokens: t.D.ExpectedTokens, PrefillTokens: t.D.PrefillTokens}
+	}
+}
+
+// decide runs the planner for p: a new request when it is nil, else the queued item it; hold
+// is the room the blocked head of its pool waits for (nil: none). It never blocks.
+func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, claim *admit.Claim) {
+	n.buildView(&t.v, p.req.Blocks, p.adm.Agent)
+	if it == nil {
+		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)
+	} else {
+		n.planner.Queued(now, it, claim, &t.v.View, &t.Plan)
+	}
+	if t.CarbonRouted {
+		n.m.carbonRouted.Inc()
+	}
+	if t.D.Code == CodeCarbonDeferred {
+		n.m.carbonDeferred.Inc()
+	}
+}
+
+// dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) every
+// candidate refused before the first byte and nothing was written.
+type dispatchResult struct {
+	o        outcome
+	requeue  bool
+	lastCode string
+	retry    time.Duration
+}
+
+// dispatch runs p on the first candidate of order that takes it: this node's engine, or a peer
+// over QUIC. A refusal or a connect failure before the first byte moves on to the next
+// candidate; nothing reaches the client until some owner accepted.
+func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time) dispatchResult {
+	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
+	first := t.D.Option
+	for i := first; i < len(t.Cands) && i-first < maxAttempts; i++ {
+		c := &t.Cands[i]
+		if i > first {
+			n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
+		}
+		if t.v.Peers[c.Peer].Self {
+			n.m.forwards.WithLabelValues("local").Inc()
+			o, ran := n.agentStep(ctx, w, p, start, "local")
+			n.planner.Release(&t.Plan)
+			if !ran {
+				res.lastCode = CodeAgentPaused
+				n.agentRefused(p, c.Name, "", &res)
+				return res
+			}
+			n.stick(p, c.Name)
+			p.parked = parking{} // answered (it ran): no window keeps it parked any more
+			return dispatchResult{o: o}
+		}
+		o, done := n.forward(ctx, w, p, c, t.v.quic[c.Peer], start, &res)
+		n.planner.Release(&t.Plan)
+		if done {
+			n.stick(p, c.Name)
+			p.parked = parking{}
+			return dispatchResult{o: o}
+		}
+		if n.agentRefused(p, c.Name, t.v.quic[c.Peer], &res) {
+			return res
+		}
+		if ctx.Err() != nil {
+			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
+		}
+	}
+	return res
+}
+
+func (n *Node) stick(p *prepared, peer string) {
+	if p.adm.Agent != "" {
+		n.planner.Policy().Stick(p.adm.Agent, peer)
+	}
+}
