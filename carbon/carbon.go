@@ -24,11 +24,16 @@ type Reading struct {
 	Estimated  bool      // the provider says the value is an estimate
 }
 
-// Provider fetches the current carbon intensity. Implementations honour ctx's deadline.
+// Provider fetches the current carbon intensity. Implementations honour ctx's deadline and
+// report failures with the errors below: a *RateLimitedError lets the Tracker honour the
+// provider's Retry-After. Static is the one implementation here; the network ones live in
+// carbon/provider.
 type Provider interface {
 	Fetch(ctx context.Context, now time.Time) (Reading, error)
 }
 
+// The errors providers return. They name no transport, so the Tracker can read them without
+// importing one.
 var (
 	// ErrUnauthorized is matched (errors.Is) by an *HTTPError with status 401 or 403.
 	ErrUnauthorized = errors.New("carbon: unauthorized")
@@ -36,8 +41,6 @@ var (
 	ErrMalformed = errors.New("carbon: malformed response")
 	// ErrConfig means a provider or tracker was configured wrongly.
 	ErrConfig = errors.New("carbon: invalid config")
-	// ErrNoToken means neither the environment variable nor the file gave a token.
-	ErrNoToken = errors.New("carbon: no token")
 )
 
 // RateLimitedError is a 429 from a provider. RetryAfter is the provider's Retry-After, zero

@@ -49,6 +49,18 @@ type Decision struct {
 	RetryAfter time.Duration
 }
 
+// Dirty judges a grid from its figures, this node's or a peer's as gossiped: with no fresh
+// reading (failModeActive: none yet, or older than MaxAge) the fail mode decides, dirty only
+// under FailClosed; otherwise the grid is dirty when intensity is strictly above Threshold.
+// Tracker.Dirty applies it to the tracker's own reading, so every node judges every grid,
+// its own included, by the same rule.
+func (c Config) Dirty(intensity float64, failModeActive bool) bool {
+	if failModeActive {
+		return c.FailMode == FailClosed
+	}
+	return intensity > c.Threshold
+}
+
 // Decide is the shedding rule: priority ≥ 0 is never affected; a sheddable request (priority
 // < 0) runs on a clean node, routed to a clean peer with room when this node is dirty, and is
 // deferred only when no clean node has room.

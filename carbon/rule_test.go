@@ -40,3 +40,31 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigDirty(t *testing.T) {
+	open, closed := Config{Threshold: 300, FailMode: FailOpen}, Config{Threshold: 300, FailMode: FailClosed}
+	tests := []struct {
+		name           string
+		cfg            Config
+		intensity      float64
+		failModeActive bool
+		want           bool
+	}{
+		{"fresh above threshold, open", open, 301, false, true},
+		{"fresh above threshold, closed", closed, 301, false, true},
+		{"fresh at threshold is clean", closed, 300, false, false},
+		{"fresh below threshold, closed", closed, 120, false, false},
+		{"no fresh reading, open ignores a dirty figure", open, 900, true, false},
+		{"no fresh reading, closed ignores a clean figure", closed, 0, true, true},
+		{"zero config, zero intensity", Config{}, 0, false, false},
+		{"zero config, any positive intensity", Config{}, 1, false, true},
+		{"zero config fails open", Config{}, 900, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.Dirty(tt.intensity, tt.failModeActive); got != tt.want {
+				t.Fatalf("Dirty(%v, %v) = %v, want %v", tt.intensity, tt.failModeActive, got, tt.want)
+			}
+		})
+	}
+}

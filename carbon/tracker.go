@@ -197,8 +197,8 @@ func (t *Tracker) statusLocked(now time.Time) Status {
 	return st
 }
 
-// Dirty reports whether sheddable traffic should leave this node: the fresh intensity is above
-// Threshold, or, with no fresh reading, the fail mode is FailClosed.
+// Dirty reports whether sheddable traffic should leave this node: Config.Dirty of the latest
+// reading and whether the fail mode is active at now.
 func (t *Tracker) Dirty(now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -206,10 +206,7 @@ func (t *Tracker) Dirty(now time.Time) bool {
 }
 
 func (t *Tracker) dirtyLocked(now time.Time) bool {
-	if t.statusLocked(now).FailModeActive {
-		return t.cfg.FailMode == FailClosed
-	}
-	return t.reading.Intensity > t.cfg.Threshold
+	return t.cfg.Dirty(t.reading.Intensity, t.statusLocked(now).FailModeActive)
 }
 
 // RetryAfter is how long a deferred request should wait: until the provider's NextChange of a

@@ -7,6 +7,8 @@ import (
 	"time"
 )
 
+var t0 = time.Date(2026, 3, 4, 10, 20, 0, 0, time.UTC)
+
 func mustTracker(t *testing.T, cfg Config) *Tracker {
 	t.Helper()
 	tr, err := New(cfg)
@@ -86,6 +88,11 @@ func TestStalenessAndFailModes(t *testing.T) {
 			}
 			if got := tr.Dirty(now); got != tt.wantDirty {
 				t.Fatalf("Dirty = %v, want %v", got, tt.wantDirty)
+			}
+			// A peer judges this grid from the gossiped intensity and fail-mode flag: same answer.
+			r, _ := tr.Current(now)
+			if got := cfg.Dirty(r.Intensity, st.FailModeActive); got != tt.wantDirty {
+				t.Fatalf("Config.Dirty of the gossiped figures = %v, Tracker.Dirty = %v", got, tt.wantDirty)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/carbon"
+	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -16,7 +17,7 @@ func carbonNet(t *testing.T, intensities ...float64) []string {
 		tc := carbon.DefaultConfig()
 		tc.Threshold = 300
 		cfg.Carbon = &node.CarbonConfig{
-			Provider: carbon.ProviderConfig{Kind: carbon.KindStatic, Zone: []string{"clean-zone", "dirty-zone", "zone-3"}[i], StaticIntensity: intensities[i]},
+			Provider: provider.Config{Kind: provider.KindStatic, Zone: []string{"clean-zone", "dirty-zone", "zone-3"}[i], StaticIntensity: intensities[i]},
 			Tracker:  tc,
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/carbon"
+	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/gpu"
 )
@@ -15,7 +16,7 @@ import (
 // CarbonConfig turns on the grid carbon signal: a provider polled by the node and the
 // tracker's threshold, staleness and fail mode.
 type CarbonConfig struct {
-	Provider carbon.ProviderConfig
+	Provider provider.Config
 	Tracker  carbon.Config
 	// FetchTimeout bounds one provider call.
 	FetchTimeout time.Duration
@@ -50,7 +51,7 @@ func (n *Node) buildTelemetry() error {
 		return nil
 	}
 	cc := n.cfg.Carbon
-	if n.carbonProvider, err = carbon.NewProvider(cc.Provider); err != nil {
+	if n.carbonProvider, err = provider.New(cc.Provider); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.carbon, err = carbon.New(cc.Tracker); err != nil {
@@ -133,9 +134,5 @@ func (n *Node) carbonDirty(s gossip.State) bool {
 	if n.carbon == nil {
 		return false
 	}
-	cfg := n.carbon.Config()
-	if s.CarbonStale {
-		return cfg.FailMode == carbon.FailClosed
-	}
-	return s.CarbonIntensity > cfg.Threshold
+	return n.carbon.Config().Dirty(s.CarbonIntensity, s.CarbonStale)
 }

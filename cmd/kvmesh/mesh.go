@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/carbon"
+	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -99,16 +100,16 @@ func carbonConfig(c *cli.Context, cfg *node.Config) error {
 		return nil
 	}
 	cc := &node.CarbonConfig{Tracker: carbon.DefaultConfig()}
-	cc.Provider = carbon.ProviderConfig{
+	cc.Provider = provider.Config{
 		Kind: kind, Zone: c.String("carbon-zone"), StaticIntensity: c.Float64("carbon-static-intensity"),
 		StaticSchedule: c.String("carbon-schedule"), BaseURL: c.String("carbon-url"),
 	}
-	if kind != carbon.KindStatic {
-		tok, err := carbon.TokenFromEnvOrFile("KVMESH_CARBON_TOKEN", c.String("carbon-token-file"))
+	if kind != provider.KindStatic {
+		tok, err := provider.TokenFromEnvOrFile("KVMESH_CARBON_TOKEN", c.String("carbon-token-file"))
 		if err != nil {
 			return fmt.Errorf("carbon token: %w", err)
 		}
-		if kind == carbon.KindWattTime {
+		if kind == provider.KindWattTime {
 			user, pass, ok := cutColon(tok)
 			if !ok {
 				return fmt.Errorf("carbon token: WattTime wants user:password")

@@ -1,10 +1,14 @@
-package carbon
+package provider
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 )
+
+// ErrNoToken means neither the environment variable nor the file gave a token.
+var ErrNoToken = errors.New("provider: no token")
 
 // TokenFromEnvOrFile returns a secret from the environment variable envName if it is set and
 // non-empty, else from the file fileName (surrounding whitespace trimmed). Secrets never come
@@ -18,7 +22,7 @@ func TokenFromEnvOrFile(envName, fileName string) (string, error) {
 	if fileName != "" {
 		b, err := os.ReadFile(fileName)
 		if err != nil {
-			return "", fmt.Errorf("carbon: reading token file: %w", err)
+			return "", fmt.Errorf("provider: reading token file: %w", err)
 		}
 		if v := strings.TrimSpace(string(b)); v != "" {
 			return v, nil

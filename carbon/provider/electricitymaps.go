@@ -1,4 +1,4 @@
-package carbon
+package provider
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/kvmesh/kvmesh/carbon"
 )
 
 // DefaultElectricityMapsURL is the public API's base.
@@ -23,12 +25,12 @@ type ElectricityMaps struct {
 	HTTPClient *http.Client
 }
 
-var _ Provider = (*ElectricityMaps)(nil)
+var _ carbon.Provider = (*ElectricityMaps)(nil)
 
 // Fetch asks for the latest reading of the zone.
-func (e *ElectricityMaps) Fetch(ctx context.Context, now time.Time) (Reading, error) {
+func (e *ElectricityMaps) Fetch(ctx context.Context, now time.Time) (carbon.Reading, error) {
 	if e.Zone == "" || e.Token == "" {
-		return Reading{}, fmt.Errorf("%w: electricitymaps: zone and token are required", ErrConfig)
+		return carbon.Reading{}, fmt.Errorf("%w: electricitymaps: zone and token are required", carbon.ErrConfig)
 	}
 	base := e.BaseURL
 	if base == "" {
@@ -37,17 +39,17 @@ func (e *ElectricityMaps) Fetch(ctx context.Context, now time.Time) (Reading, er
 	u := strings.TrimRight(base, "/") + "/v3/carbon-intensity/latest?zone=" + url.QueryEscape(e.Zone)
 	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
-		return Reading{}, fmt.Errorf("%w: electricitymaps: %w", ErrConfig, err)
+		return carbon.Reading{}, fmt.Errorf("%w: electricitymaps: %w", carbon.ErrConfig, err)
 	}
 	req.Header.Set("auth-token", e.Token)
 	req.Header.Set("Accept", "application/json")
 	body, err := get(ctx, e.HTTPClient, req, "electricitymaps", now)
 	if err != nil {
-		return Reading{}, err
+		return carbon.Reading{}, err
 	}
 	r, err := parseElectricityMaps(body)
 	if err != nil {
-		return Reading{}, err
+		return carbon.Reading{}, err
 	}
 	r.Fetched = now
 	if r.Zone == "" {
@@ -65,17 +67,17 @@ type emLatest struct {
 }
 
 // parseElectricityMaps decodes a latest-intensity body. Fetched is left for the caller.
-func parseElectricityMaps(body []byte) (Reading, error) {
+func parseElectricityMaps(body []byte) (carbon.Reading, error) {
 	var v emLatest
 	if err := json.Unmarshal(body, &v); err != nil {
-		return Reading{}, fmt.Errorf("%w: electricitymaps: %w", ErrMalformed, err)
+		return carbon.Reading{}, fmt.Errorf("%w: electricitymaps: %w", carbon.ErrMalformed, err)
 	}
 	if v.CarbonIntensity == nil {
-		return Reading{}, fmt.Errorf("%w: electricitymaps: no carbonIntensity", ErrMalformed)
+		return carbon.Reading{}, fmt.Errorf("%w: electricitymaps: no carbonIntensity", carbon.ErrMalformed)
 	}
 	ci := *v.CarbonIntensity
 	if ci < 0 || math.IsNaN(ci) || math.IsInf(ci, 0) {
-		return Reading{}, fmt.Errorf("%w: electricitymaps: carbonIntensity %v out of range", ErrMalformed, ci)
+		return carbon.Reading{}, fmt.Errorf("%w: electricitymaps: carbonIntensity %v out of range", carbon.ErrMalformed, ci)
 	}
 	var at time.Time
 	switch {
@@ -84,11 +86,11 @@ func parseElectricityMaps(body []byte) (Reading, error) {
 	case v.UpdatedAt != nil && !v.UpdatedAt.IsZero():
 		at = *v.UpdatedAt
 	default:
-		return Reading{}, fmt.Errorf("%w: electricitymaps: no datetime", ErrMalformed)
+		return carbon.Reading{}, fmt.Errorf("%w: electricitymaps: no datetime", carbon.ErrMalformed)
 	}
-	return Reading{
+	return carbon.Reading{
 		Intensity:  ci,
-		Unit:       UnitGramsPerKWh,
+		Unit:       carbon.UnitGramsPerKWh,
 		Zone:       v.Zone,
 		At:         at,
 		NextChange: at.Truncate(time.Hour).Add(time.Hour),

@@ -1,4 +1,4 @@
-package carbon
+package provider
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvmesh/kvmesh/carbon"
 )
 
 // DefaultWattTimeURL is the public API's base.
@@ -43,27 +45,27 @@ type WattTime struct {
 	expires time.Time
 }
 
-var _ Provider = (*WattTime)(nil)
+var _ carbon.Provider = (*WattTime)(nil)
 
 // Fetch returns the latest signal index, logging in first when needed.
-func (w *WattTime) Fetch(ctx context.Context, now time.Time) (Reading, error) {
+func (w *WattTime) Fetch(ctx context.Context, now time.Time) (carbon.Reading, error) {
 	if w.Region == "" || w.Username == "" || w.Password == "" {
-		return Reading{}, fmt.Errorf("%w: watttime: region, username and password are required", ErrConfig)
+		return carbon.Reading{}, fmt.Errorf("%w: watttime: region, username and password are required", carbon.ErrConfig)
 	}
 	// One fetch at a time keeps the token logic simple; the node polls rarely.
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.token == "" || !now.Before(w.expires.Add(-wattTimeRefreshMargin)) {
 		if err := w.loginLocked(ctx, now); err != nil {
-			return Reading{}, err
+			return carbon.Reading{}, err
 		}
 	}
 	r, err := w.indexLocked(ctx, now)
-	var he *HTTPError
+	var he *carbon.HTTPError
 	if errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized {
 		// The token was revoked or expired early: log in again, once.
 		if err := w.loginLocked(ctx, now); err != nil {
-			return Reading{}, err
+			return carbon.Reading{}, err
 		}
 		r, err = w.indexLocked(ctx, now)
 	}
@@ -81,7 +83,7 @@ func (w *WattTime) loginLocked(ctx context.Context, now time.Time) error {
 	w.token = ""
 	req, err := http.NewRequest(http.MethodGet, w.base()+"/login", nil)
 	if err != nil {
-		return fmt.Errorf("%w: watttime: %w", ErrConfig, err)
+		return fmt.Errorf("%w: watttime: %w", carbon.ErrConfig, err)
 	}
 	req.SetBasicAuth(w.Username, w.Password)
 	body, err := get(ctx, w.HTTPClient, req, "watttime login", now)
@@ -92,29 +94,29 @@ func (w *WattTime) loginLocked(ctx context.Context, now time.Time) error {
 		Token string `json:"token"`
 	}
 	if err := json.Unmarshal(body, &v); err != nil {
-		return fmt.Errorf("%w: watttime: login: %w", ErrMalformed, err)
+		return fmt.Errorf("%w: watttime: login: %w", carbon.ErrMalformed, err)
 	}
 	if v.Token == "" {
-		return fmt.Errorf("%w: watttime: login: no token", ErrMalformed)
+		return fmt.Errorf("%w: watttime: login: no token", carbon.ErrMalformed)
 	}
 	w.token, w.expires = v.Token, now.Add(wattTimeTokenTTL)
 	return nil
 }
 
-func (w *WattTime) indexLocked(ctx context.Context, now time.Time) (Reading, error) {
+func (w *WattTime) indexLocked(ctx context.Context, now time.Time) (carbon.Reading, error) {
 	q := url.Values{"region": {w.Region}, "signal_type": {"co2_moer"}}
 	req, err := http.NewRequest(http.MethodGet, w.base()+"/v3/signal-index?"+q.Encode(), nil)
 	if err != nil {
-		return Reading{}, fmt.Errorf("%w: watttime: %w", ErrConfig, err)
+		return carbon.Reading{}, fmt.Errorf("%w: watttime: %w", carbon.ErrConfig, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+w.token)
 	body, err := get(ctx, w.HTTPClient, req, "watttime", now)
 	if err != nil {
-		return Reading{}, err
+		return carbon.Reading{}, err
 	}
 	r, err := parseWattTimeIndex(body)
 	if err != nil {
-		return Reading{}, err
+		return carbon.Reading{}, err
 	}
 	r.Fetched = now
 	if r.Zone == "" {
@@ -136,22 +138,22 @@ type wtIndex struct {
 
 // parseWattTimeIndex decodes a signal-index body; the newest point wins. Fetched is left for
 // the caller.
-func parseWattTimeIndex(body []byte) (Reading, error) {
+func parseWattTimeIndex(body []byte) (carbon.Reading, error) {
 	var v wtIndex
 	if err := json.Unmarshal(body, &v); err != nil {
-		return Reading{}, fmt.Errorf("%w: watttime: %w", ErrMalformed, err)
+		return carbon.Reading{}, fmt.Errorf("%w: watttime: %w", carbon.ErrMalformed, err)
 	}
 	if len(v.Data) == 0 {
-		return Reading{}, fmt.Errorf("%w: watttime: no data points", ErrMalformed)
+		return carbon.Reading{}, fmt.Errorf("%w: watttime: no data points", carbon.ErrMalformed)
 	}
 	best := -1
 	for i, p := range v.Data {
 		if p.PointTime == nil || p.PointTime.IsZero() || p.Value == nil {
-			return Reading{}, fmt.Errorf("%w: watttime: data point %d lacks point_time or value", ErrMalformed, i)
+			return carbon.Reading{}, fmt.Errorf("%w: watttime: data point %d lacks point_time or value", carbon.ErrMalformed, i)
 		}
 		val := *p.Value
 		if val < 0 || val > 100 || math.IsNaN(val) {
-			return Reading{}, fmt.Errorf("%w: watttime: value %v outside 0..100", ErrMalformed, val)
+			return carbon.Reading{}, fmt.Errorf("%w: watttime: value %v outside 0..100", carbon.ErrMalformed, val)
 		}
 		if best < 0 || p.PointTime.After(*v.Data[best].PointTime) {
 			best = i
@@ -162,9 +164,9 @@ func parseWattTimeIndex(body []byte) (Reading, error) {
 		period = time.Duration(s * float64(time.Second))
 	}
 	at := *v.Data[best].PointTime
-	return Reading{
+	return carbon.Reading{
 		Intensity:  *v.Data[best].Value,
-		Unit:       UnitPercentile,
+		Unit:       carbon.UnitPercentile,
 		Zone:       v.Meta.Region,
 		At:         at,
 		NextChange: at.Add(period),

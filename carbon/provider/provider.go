@@ -1,25 +1,27 @@
-package carbon
+package provider
 
 import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/kvmesh/kvmesh/carbon"
 )
 
-// Provider kinds accepted by NewProvider (the --carbon-provider values).
+// Kinds accepted by New (the --carbon-provider values).
 const (
 	KindStatic          = "static"
 	KindElectricityMaps = "electricitymaps"
 	KindWattTime        = "watttime"
 )
 
-// ProviderConfig maps the node's carbon flags to a Provider.
-type ProviderConfig struct {
-	Kind string // KindStatic, KindElectricityMaps or KindWattTime
+// Config maps the node's carbon flags to a carbon.Provider.
+type Config struct {
+	Kind string // KindStatic, KindElectricityMaps or KindWattTime (any case)
 	Zone string // Electricity Maps zone or WattTime region; Static's reported zone
 
 	StaticIntensity float64 // static: the fixed value
-	StaticSchedule  string  // static: ParseSchedule syntax; overrides StaticIntensity
+	StaticSchedule  string  // static: carbon.ParseSchedule syntax; overrides StaticIntensity
 
 	Token    string // electricitymaps: auth-token
 	Username string // watttime
@@ -29,16 +31,17 @@ type ProviderConfig struct {
 	HTTPClient *http.Client
 }
 
-// NewProvider validates cfg and builds its provider. It does no I/O.
-func NewProvider(cfg ProviderConfig) (Provider, error) {
+// New validates cfg and builds its provider: a *carbon.Static, an *ElectricityMaps or a
+// *WattTime. It does no I/O. Errors wrap carbon.ErrConfig.
+func New(cfg Config) (carbon.Provider, error) {
 	switch strings.ToLower(cfg.Kind) {
 	case KindStatic:
 		if cfg.StaticIntensity < 0 {
-			return nil, fmt.Errorf("%w: static intensity must be ≥ 0", ErrConfig)
+			return nil, fmt.Errorf("%w: static intensity must be ≥ 0", carbon.ErrConfig)
 		}
-		s := &Static{Intensity: cfg.StaticIntensity, Zone: cfg.Zone}
+		s := &carbon.Static{Intensity: cfg.StaticIntensity, Zone: cfg.Zone}
 		if cfg.StaticSchedule != "" {
-			sch, err := ParseSchedule(cfg.StaticSchedule)
+			sch, err := carbon.ParseSchedule(cfg.StaticSchedule)
 			if err != nil {
 				return nil, err
 			}
@@ -47,14 +50,14 @@ func NewProvider(cfg ProviderConfig) (Provider, error) {
 		return s, nil
 	case KindElectricityMaps:
 		if cfg.Zone == "" || cfg.Token == "" {
-			return nil, fmt.Errorf("%w: electricitymaps needs a zone and a token", ErrConfig)
+			return nil, fmt.Errorf("%w: electricitymaps needs a zone and a token", carbon.ErrConfig)
 		}
 		return &ElectricityMaps{BaseURL: cfg.BaseURL, Zone: cfg.Zone, Token: cfg.Token, HTTPClient: cfg.HTTPClient}, nil
 	case KindWattTime:
 		if cfg.Zone == "" || cfg.Username == "" || cfg.Password == "" {
-			return nil, fmt.Errorf("%w: watttime needs a region, a username and a password", ErrConfig)
+			return nil, fmt.Errorf("%w: watttime needs a region, a username and a password", carbon.ErrConfig)
 		}
 		return &WattTime{BaseURL: cfg.BaseURL, Region: cfg.Zone, Username: cfg.Username, Password: cfg.Password, HTTPClient: cfg.HTTPClient}, nil
 	}
-	return nil, fmt.Errorf("%w: unknown provider %q: want static, electricitymaps or watttime", ErrConfig, cfg.Kind)
+	return nil, fmt.Errorf("%w: unknown provider %q: want static, electricitymaps or watttime", carbon.ErrConfig, cfg.Kind)
 }

@@ -1,4 +1,4 @@
-package carbon
+package provider
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvmesh/kvmesh/carbon"
 )
 
 // maxBody caps what is read from a provider; real answers are a few hundred bytes.
@@ -23,26 +25,26 @@ func clientOr(c *http.Client) *http.Client {
 	return defaultClient
 }
 
-// get performs req and returns the body of a 200, or a typed error.
-func get(ctx context.Context, c *http.Client, req *http.Request, provider string, now time.Time) ([]byte, error) {
+// get performs req and returns the body of a 200, or a typed error naming the provider.
+func get(ctx context.Context, c *http.Client, req *http.Request, name string, now time.Time) ([]byte, error) {
 	resp, err := clientOr(c).Do(req.WithContext(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("carbon: %s: %w", provider, err)
+		return nil, fmt.Errorf("provider: %s: %w", name, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, fmt.Errorf("carbon: %s: reading body: %w", provider, err)
+		return nil, fmt.Errorf("provider: %s: reading body: %w", name, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return nil, &RateLimitedError{Provider: provider, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now)}
+		return nil, &carbon.RateLimitedError{Provider: name, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now)}
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		snippet := string(body)
 		if len(snippet) > 200 {
 			snippet = snippet[:200]
 		}
-		return nil, &HTTPError{Provider: provider, StatusCode: resp.StatusCode, Body: snippet}
+		return nil, &carbon.HTTPError{Provider: name, StatusCode: resp.StatusCode, Body: snippet}
 	}
 	return body, nil
 }

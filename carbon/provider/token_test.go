@@ -1,4 +1,4 @@
-package carbon
+package provider
 
 import (
 	"errors"

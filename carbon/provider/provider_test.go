@@ -1,13 +1,16 @@
-package carbon
+package provider
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/carbon"
 )
 
 var t0 = time.Date(2026, 3, 4, 10, 20, 0, 0, time.UTC)
@@ -51,8 +54,8 @@ func TestElectricityMapsSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Reading{
-		Intensity: 302, Unit: UnitGramsPerKWh, Zone: "DE",
+	want := carbon.Reading{
+		Intensity: 302, Unit: carbon.UnitGramsPerKWh, Zone: "DE",
 		At: time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC), Fetched: t0,
 		NextChange: time.Date(2026, 3, 4, 11, 0, 0, 0, time.UTC), Estimated: true,
 	}
@@ -61,7 +64,7 @@ func TestElectricityMapsSuccess(t *testing.T) {
 	}
 }
 
-func readingEqual(a, b Reading) bool {
+func readingEqual(a, b carbon.Reading) bool {
 	return a.Intensity == b.Intensity && a.Unit == b.Unit && a.Zone == b.Zone && a.At.Equal(b.At) &&
 		a.Fetched.Equal(b.Fetched) && a.NextChange.Equal(b.NextChange) && a.Estimated == b.Estimated
 }
@@ -78,9 +81,9 @@ func TestProviderErrors(t *testing.T) {
 		{"403", 403, "", `{"message":"forbidden"}`, wantUnauthorized},
 		{"500", 500, "", `oops`, func(t *testing.T, err error) {
 			t.Helper()
-			var he *HTTPError
-			if !errors.As(err, &he) || he.StatusCode != 500 || errors.Is(err, ErrUnauthorized) {
-				t.Fatalf("want HTTPError 500, got %v", err)
+			var he *carbon.HTTPError
+			if !errors.As(err, &he) || he.StatusCode != 500 || errors.Is(err, carbon.ErrUnauthorized) {
+				t.Fatalf("want carbon.HTTPError 500, got %v", err)
 			}
 		}},
 		{"429 seconds", 429, "120", `{}`, wantRateLimited(120 * time.Second)},
@@ -110,24 +113,24 @@ func TestProviderErrors(t *testing.T) {
 
 func wantUnauthorized(t *testing.T, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrUnauthorized) {
-		t.Fatalf("want ErrUnauthorized, got %v", err)
+	if !errors.Is(err, carbon.ErrUnauthorized) {
+		t.Fatalf("want carbon.ErrUnauthorized, got %v", err)
 	}
 }
 
 func wantMalformed(t *testing.T, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrMalformed) {
-		t.Fatalf("want ErrMalformed, got %v", err)
+	if !errors.Is(err, carbon.ErrMalformed) {
+		t.Fatalf("want carbon.ErrMalformed, got %v", err)
 	}
 }
 
 func wantRateLimited(d time.Duration) func(*testing.T, error) {
 	return func(t *testing.T, err error) {
 		t.Helper()
-		var rl *RateLimitedError
+		var rl *carbon.RateLimitedError
 		if !errors.As(err, &rl) {
-			t.Fatalf("want RateLimitedError, got %v", err)
+			t.Fatalf("want carbon.RateLimitedError, got %v", err)
 		}
 		if rl.RetryAfter != d {
 			t.Fatalf("RetryAfter = %s, want %s", rl.RetryAfter, d)
@@ -138,10 +141,13 @@ func wantRateLimited(d time.Duration) func(*testing.T, error) {
 func TestRateLimitHonouredByTracker(t *testing.T) {
 	srv := serve(t, func(w http.ResponseWriter, r *http.Request) { reply(w, 429, "600", `{}`) })
 	em := &ElectricityMaps{BaseURL: srv.URL, Zone: "DE", Token: "x", HTTPClient: srv.Client()}
-	cfg := DefaultConfig()
+	cfg := carbon.DefaultConfig()
 	cfg.BackoffMin, cfg.BackoffMax = time.Second, time.Minute
-	tr := mustTracker(t, cfg)
-	_, err := em.Fetch(t.Context(), t0)
+	tr, err := carbon.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = em.Fetch(t.Context(), t0)
 	tr.RecordError(t0, err)
 	if got, want := tr.NextPoll(t0), t0.Add(600*time.Second); !got.Equal(want) {
 		t.Fatalf("NextPoll = %s, want %s (Retry-After beyond BackoffMax)", got, want)
@@ -157,7 +163,7 @@ func TestFetchTimeout(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // runs before srv.Close
-	providers := map[string]Provider{
+	providers := map[string]carbon.Provider{
 		"electricitymaps": &ElectricityMaps{BaseURL: srv.URL, Zone: "DE", Token: "x", HTTPClient: srv.Client()},
 		"watttime":        &WattTime{BaseURL: srv.URL, Region: "R", Username: "u", Password: "p", HTTPClient: srv.Client()},
 	}
@@ -237,8 +243,8 @@ func TestWattTimeSuccessAndTokenReuse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("fetch %d: %v", i, err)
 		}
-		want := Reading{
-			Intensity: 73, Unit: UnitPercentile, Zone: "CAISO_NORTH",
+		want := carbon.Reading{
+			Intensity: 73, Unit: carbon.UnitPercentile, Zone: "CAISO_NORTH",
 			At: time.Date(2026, 3, 4, 10, 15, 0, 0, time.UTC), Fetched: now,
 			NextChange: time.Date(2026, 3, 4, 10, 20, 0, 0, time.UTC),
 		}
@@ -368,28 +374,32 @@ func TestWattTimeNewestPointWins(t *testing.T) {
 	}
 }
 
-func TestNewProvider(t *testing.T) {
+func TestNew(t *testing.T) {
 	tests := []struct {
-		cfg     ProviderConfig
-		wantErr bool
+		cfg  Config
+		want string // the built provider's type; empty: an error wrapping carbon.ErrConfig
 	}{
-		{ProviderConfig{Kind: "static", StaticIntensity: 100}, false},
-		{ProviderConfig{Kind: "static", StaticSchedule: "0-23:5"}, false},
-		{ProviderConfig{Kind: "static", StaticSchedule: "0-22:5"}, true},
-		{ProviderConfig{Kind: "static", StaticIntensity: -1}, true},
-		{ProviderConfig{Kind: "electricitymaps", Zone: "DE", Token: "t"}, false},
-		{ProviderConfig{Kind: "electricitymaps", Zone: "DE"}, true},
-		{ProviderConfig{Kind: "watttime", Zone: "R", Username: "u", Password: "p"}, false},
-		{ProviderConfig{Kind: "watttime", Zone: "R", Username: "u"}, true},
-		{ProviderConfig{Kind: "carbonhub"}, true},
+		{Config{Kind: "static", StaticIntensity: 100}, "*carbon.Static"},
+		{Config{Kind: "static", StaticSchedule: "0-23:5"}, "*carbon.Static"},
+		{Config{Kind: "static", StaticSchedule: "0-22:5"}, ""},
+		{Config{Kind: "static", StaticIntensity: -1}, ""},
+		{Config{Kind: "electricitymaps", Zone: "DE", Token: "t"}, "*provider.ElectricityMaps"},
+		{Config{Kind: "electricitymaps", Zone: "DE"}, ""},
+		{Config{Kind: "watttime", Zone: "R", Username: "u", Password: "p"}, "*provider.WattTime"},
+		{Config{Kind: "WattTime", Zone: "R", Username: "u", Password: "p"}, "*provider.WattTime"},
+		{Config{Kind: "watttime", Zone: "R", Username: "u"}, ""},
+		{Config{Kind: "carbonhub"}, ""},
 	}
 	for _, tt := range tests {
-		p, err := NewProvider(tt.cfg)
-		if (err != nil) != tt.wantErr || (err == nil) == (p == nil) {
-			t.Errorf("NewProvider(%+v) = %v, %v; wantErr %v", tt.cfg, p, err, tt.wantErr)
+		p, err := New(tt.cfg)
+		if tt.want == "" {
+			if p != nil || !errors.Is(err, carbon.ErrConfig) {
+				t.Errorf("New(%+v) = %v, %v; want an error wrapping carbon.ErrConfig", tt.cfg, p, err)
+			}
+			continue
 		}
-		if err != nil && !errors.Is(err, ErrConfig) {
-			t.Errorf("NewProvider(%+v): error %v does not wrap ErrConfig", tt.cfg, err)
+		if err != nil || fmt.Sprintf("%T", p) != tt.want {
+			t.Errorf("New(%+v) = %T, %v; want %s", tt.cfg, p, err, tt.want)
 		}
 	}
 }
