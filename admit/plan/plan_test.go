@@ -1,0 +1,303 @@
+package plan
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/carbon"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+const model = "m"
+
+// newPlanner returns a Planner with the default admission and kvmesh routing for model.
+func newPlanner(t testing.TB, cfg Config, grid Grid) *Planner {
+	t.Helper()
+	ac := admit.DefaultConfig()
+	ac.Models = map[string]admit.ModelConfig{model: {ContextTokens: 131072, BlockTokens: 16}}
+	adm, err := admit.New(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := route.New(route.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, adm, policy, grid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// peer is a healthy peer of model with 8,000 blocks of 16 tokens, a 10k tokens/s prefill and
+// a 20 ms decode step.
+func peer(name string, mod func(*route.Peer)) route.Peer {
+	p := route.Peer{Name: name, Models: []string{model}, Healthy: true, KVBlocksTotal: 8000,
+		PrefillTokensPerSecond: 10000, DecodeStepSeconds: 0.02, MaxRunning: 256}
+	if mod != nil {
+		mod(&p)
+	}
+	return p
+}
+
+func request(prompt int, mod func(*admit.Request)) admit.Request {
+	mt := 100
+	r := admit.Request{ID: "r", Model: model, Endpoint: "chat", PromptTokens: prompt, MaxTokens: &mt, Arrived: t0}
+	if mod != nil {
+		mod(&r)
+	}
+	return r
+}
+
+// TestOptionOfCountsTheEngineQueue: the KV admission offers a request is what is left after the
+// engine's running and queued work and this node's reservations. The engine's queue is first
+// come first served and its head waits for blocks, so the blocks free now are not free for a
+// request that will run behind 1,600 queued prefill tokens (100 blocks of 16).
+func TestOptionOfCountsTheEngineQueue(t *testing.T) {
+	tests := []struct {
+		name                   string
+		used, queued, reserved int
+		wantFree               int
+	}{
+		{"idle", 0, 0, 0, 1000},
+		{"running work", 400, 0, 0, 600},
+		{"queued prefill", 400, 1600, 0, 500},
+		{"partial block rounds up", 400, 1601, 0, 499},
+		{"this node's reservations", 400, 1600, 50, 450},
+		{"never negative", 950, 1600, 0, 0},
+	}
+	p := newPlanner(t, Config{}, nil)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pr := peer("p", func(p *route.Peer) {
+				p.KVBlocksTotal, p.KVBlocksUsed, p.QueuedPrefillTokens = 1000, tt.used, tt.queued
+			})
+			c := &route.Candidate{Peer: 0, Name: "p"}
+			c.Terms.ReservedBlocks = tt.reserved
+			if got := OptionOf(c, &pr, 16).FreeKVBlocks; got != tt.wantFree {
+				t.Errorf("OptionOf free = %d, want %d", got, tt.wantFree)
+			}
+			if tt.reserved == 0 {
+				if got := p.LocalOption(request(100, nil), pr, 16).FreeKVBlocks; got != tt.wantFree {
+					t.Errorf("LocalOption free = %d, want %d", got, tt.wantFree)
+				}
+			}
+		})
+	}
+}
+
+// TestIngressAndOwnerAgree pins the owner's check to the ingress's: on the same state of one
+// peer, the ingress's decision (over its view holding that peer) and the owner's (over its
+// exact state, the same figures) both accept, or neither does and for the same reason. The
+// owner predicts the request's own uncached prefill and the decode step as the ingress does,
+// so a long prompt no idle engine can prefill within the TTFT target is refused at both.
+func TestIngressAndOwnerAgree(t *testing.T) {
+	tests := []struct {
+		name   string
+		prompt int
+		peer   func(*route.Peer)
+		req    func(*admit.Request)
+		accept bool
+		code   string // when not accepted
+	}{
+		{"idle", 1000, nil, nil, true, ""},
+		{"queued prefill within the target", 1000, func(p *route.Peer) { p.QueuedPrefillTokens = 8000 }, nil, true, ""},
+		{"own prefill past the target", 25000, nil, nil, false, admit.CodeSLOUnattainable},
+		{"cached prefix saves the prefill", 25000, func(p *route.Peer) { p.PrefixBlocks = 1500 }, nil, true, ""},
+		{"queue and own prefill past the target", 6000, func(p *route.Peer) { p.QueuedPrefillTokens = 15000 }, nil, false, admit.CodeSLOUnattainable},
+		{"decode step past the TPOT target", 1000, func(p *route.Peer) { p.DecodeStepSeconds = 0.3 }, nil, false, admit.CodeSLOUnattainable},
+		{"KV full", 1000, func(p *route.Peer) { p.KVBlocksUsed = 7700 }, nil, false, admit.CodeWaitKV},
+		{"explicit loose SLO", 25000, nil, func(r *admit.Request) { r.TTFTSLO = 10 * time.Second }, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(t, Config{}, nil)
+			req := request(tt.prompt, tt.req)
+			pr := peer("owner", tt.peer)
+
+			v := &View{BlockTokens: 16}
+			v.Add(peer("ingress", func(p *route.Peer) { p.Self, p.Models = true, nil }), false) // serves another model
+			v.Add(pr, false)
+			var pl Plan
+			p.Ingress(t0, req, v, &pl)
+			ingress := pl.D
+			p.Release(&pl)
+
+			owner := p.Owner(t0, req, pr, 16, false)
+			if got := ingress.Action == admit.Accept; got != tt.accept {
+				t.Errorf("ingress: %v %s (%s), want accept %v", ingress.Action, ingress.Code, ingress.Message, tt.accept)
+			}
+			if got := owner.Action == admit.Accept; got != tt.accept {
+				t.Errorf("owner: %v %s (%s), want accept %v", owner.Action, owner.Code, owner.Message, tt.accept)
+			}
+			if !tt.accept && (ingress.Code != tt.code || owner.Code != tt.code) {
+				t.Errorf("codes: ingress %s, owner %s, want %s at both", ingress.Code, owner.Code, tt.code)
+			}
+			if owner.Action != admit.Accept && owner.Action != admit.Refuse {
+				t.Errorf("owner answered %v: it keeps no waiting room", owner.Action)
+			}
+		})
+	}
+}
+
+// TestIngressReservesTheAccept: an accept reserves its uncached prefill on the chosen peer, so
+// the next decision sees it before gossip does, and Release gives it back.
+func TestIngressReservesTheAccept(t *testing.T) {
+	p := newPlanner(t, Config{}, nil)
+	v := &View{BlockTokens: 16}
+	v.Add(peer("a", nil), false)
+	var pl Plan
+	p.Ingress(t0, request(4000, nil), v, &pl)
+	if pl.D.Action != admit.Accept || !pl.Reserved || pl.Res.Peer != "a" || pl.Res.PrefillTokens != 4000 {
+		t.Fatalf("decision %+v, reservation %+v (reserved %v)", pl.D, pl.Res, pl.Reserved)
+	}
+	r := p.Policy().(*route.Router)
+	if tokens, _, _ := r.Reserved(t0, "a"); tokens != 4000 {
+		t.Fatalf("reserved prefill on a = %d, want 4000", tokens)
+	}
+	p.Release(&pl)
+	if tokens, _, _ := r.Reserved(t0, "a"); tokens != 0 || pl.Reserved {
+		t.Fatalf("after Release: reserved %d tokens, plan reserved %v", tokens, pl.Reserved)
+	}
+}
+
+// TestNoHostIsNoCapacity: a model no peer serves is 503 no_capacity; hosts that are all busy
+// are offered as they are, so the request queues instead.
+func TestNoHostIsNoCapacity(t *testing.T) {
+	p := newPlanner(t, Config{}, nil)
+	v := &View{BlockTokens: 16}
+	v.Add(peer("a", func(p *route.Peer) { p.Models = []string{"other"} }), false)
+	var pl Plan
+	p.Ingress(t0, request(100, nil), v, &pl)
+	if pl.D.Code != admit.CodeNoCapacity || pl.D.Status != 503 || pl.D.RetryAfter != time.Second {
+		t.Fatalf("no host: %+v", pl.D)
+	}
+	v = &View{BlockTokens: 16}
+	v.Add(peer("a", func(p *route.Peer) { p.KVBlocksUsed = 7950 }), false)
+	p.Ingress(t0, request(100, nil), v, &pl)
+	if pl.D.Action != admit.Queue || pl.D.Code != admit.CodeWaitKV || len(pl.Opts) != 1 || pl.Reserved {
+		t.Fatalf("busy host: %+v with %d options", pl.D, len(pl.Opts))
+	}
+}
+
+// grid is a fixed carbon rule: this node's grid dirty or not.
+type grid struct{ dirty bool }
+
+func (g grid) Decide(_ time.Time, priority int, others []carbon.Option) carbon.Decision {
+	d := carbon.Decide(priority, g.dirty, others)
+	if d.Action == carbon.ActionDefer {
+		d.RetryAfter = 7 * time.Second
+	}
+	return d
+}
+
+func (g grid) RetryAfter(time.Time) time.Duration { return 7 * time.Second }
+
+// TestCarbonShedsOnlySheddableWork pins the carbon rule in the pipeline: a sheddable request
+// runs only on a clean grid (dirty candidates dropped, none left 429 carbon_deferred with the
+// grid's Retry-After, at the ingress and at a dirty owner); other priorities are untouched.
+func TestCarbonShedsOnlySheddableWork(t *testing.T) {
+	low := func(r *admit.Request) { r.Priority = -1 }
+	tests := []struct {
+		name       string
+		selfDirty  bool
+		peerDirty  bool
+		req        func(*admit.Request)
+		wantPeer   string // accepted on; "" refused
+		wantRouted bool
+	}{
+		{"normal on a dirty mesh", true, true, nil, "self", false},
+		{"sheddable, clean here", false, true, low, "self", true},
+		{"sheddable, dirty here, clean peer", true, false, low, "b", true},
+		{"sheddable, all dirty", true, true, low, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(t, Config{}, grid{tt.selfDirty})
+			v := &View{BlockTokens: 16}
+			v.Add(peer("self", func(p *route.Peer) { p.Self = true }), tt.selfDirty)
+			v.Add(peer("b", func(p *route.Peer) { p.QueuedPrefillTokens = 500 }), tt.peerDirty)
+			var pl Plan
+			p.Ingress(t0, request(100, tt.req), v, &pl)
+			if tt.wantPeer == "" {
+				if pl.D.Code != CodeCarbonDeferred || pl.D.Status != 429 || pl.D.RetryAfter != 7*time.Second {
+					t.Fatalf("decision %+v, want carbon_deferred with the grid's Retry-After", pl.D)
+				}
+			} else if pl.D.Action != admit.Accept || pl.Cands[pl.D.Option].Name != tt.wantPeer {
+				t.Fatalf("decision %+v over %v, want accept on %s", pl.D, pl.Cands, tt.wantPeer)
+			}
+			if pl.CarbonRouted != tt.wantRouted {
+				t.Errorf("CarbonRouted = %v, want %v", pl.CarbonRouted, tt.wantRouted)
+			}
+			d := p.Owner(t0, request(100, tt.req), peer("self", nil), 16, false)
+			if deferred := d.Code == CodeCarbonDeferred; deferred != (tt.selfDirty && tt.req != nil) {
+				t.Errorf("owner: %+v", d)
+			}
+		})
+	}
+}
+
+// TestPlainModes: a node without a waiting room sends every valid request to the first
+// candidate at once, busy or not; queue-cap refuses once that engine has QueueCap waiting; the
+// owner of a plain mesh runs what it is sent.
+func TestPlainModes(t *testing.T) {
+	busy := peer("a", func(p *route.Peer) { p.KVBlocksUsed, p.Waiting = 7950, 5 })
+	for _, tt := range []struct {
+		mode Mode
+		want admit.Action
+	}{{ModeNone, admit.Accept}, {ModeQueueCap, admit.Refuse}} {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			p := newPlanner(t, Config{Mode: tt.mode, QueueCap: 5}, nil)
+			v := &View{BlockTokens: 16}
+			v.Add(busy, false)
+			var pl Plan
+			p.Ingress(t0, request(100, nil), v, &pl)
+			if pl.D.Action != tt.want {
+				t.Fatalf("decision %+v, want %v", pl.D, tt.want)
+			}
+			if d := p.Owner(t0, request(100, nil), busy, 16, false); d.Action != admit.Accept {
+				t.Fatalf("owner: %+v, want accept", d)
+			}
+			if d := p.Owner(t0, request(140000, nil), busy, 16, false); d.Status != 400 {
+				t.Fatalf("owner, a request that never fits: %+v, want 400", d)
+			}
+		})
+	}
+}
+
+// TestAgentStepsStayHomeWithoutATTFTRefusal: under agent admission, a step of an agent goes
+// only to its home and is decided again without its SLO, so it waits for KV room there
+// instead of being refused for a predicted TTFT; a known agent's step passes the owner.
+func TestAgentStepsStayHomeWithoutATTFTRefusal(t *testing.T) {
+	p := newPlanner(t, Config{Agents: true}, nil)
+	v := &View{BlockTokens: 16}
+	v.Add(peer("home", func(p *route.Peer) { p.AgentKeys = []uint64{route.AgentKey("ag")}; p.Agents = 1 }), false)
+	v.Add(peer("other", nil), false)
+	req := request(25000, func(r *admit.Request) { r.Agent = "ag" })
+	var pl Plan
+	p.Ingress(t0, req, v, &pl)
+	if len(pl.Cands) != 1 || pl.Cands[0].Name != "home" || pl.D.Action != admit.Accept {
+		t.Fatalf("decision %+v over %v, want accept at home only", pl.D, pl.Cands)
+	}
+	if d := p.Owner(t0, req, peer("home", func(p *route.Peer) { p.KVBlocksUsed = 7950 }), 16, true); d.Action != admit.Accept {
+		t.Fatalf("owner, known agent: %+v, want accept (its window admits it)", d)
+	}
+	if d := p.Owner(t0, req, peer("home", func(p *route.Peer) { p.KVBlocksUsed = 7950 }), 16, false); d.Action == admit.Accept {
+		t.Fatalf("owner, unknown agent on a full engine: %+v, want a refusal", d)
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, m := range []Mode{ModeKvmesh, ModeNone, ModeQueueCap} {
+		if got, err := ParseMode(m.String()); err != nil || got != m {
+			t.Errorf("ParseMode(%q) = %v, %v", m, got, err)
+		}
+	}
+	if _, err := ParseMode("fifo"); err == nil {
+		t.Error("ParseMode(fifo) accepted")
+	}
+}
