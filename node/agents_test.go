@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet"
 )
@@ -53,7 +54,7 @@ func TestAgentStepsStayOnTheirHomeAcrossIngresses(t *testing.T) {
 				if k > 0 {
 					// The tool call between steps: long enough for gossip to tell the next
 					// ingress where the agent's prefix lives.
-					eventually(t, 5*time.Second, "the next ingress to learn the prefix", func() bool {
+					poll.Until(t, 5*time.Second, "the next ingress to learn the prefix", func() bool {
 						return knowsPrefix(t, url, home, (400+300*(k-1))/16)
 					})
 				}
@@ -104,7 +105,7 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			if status, ran, _ := agentStep(t, home, "a", 0); status != http.StatusOK || ran != testnet.Name(0) {
 				t.Fatalf("agent a: status %d on %q", status, ran)
 			}
-			eventually(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
+			poll.Until(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
 
 			type result struct {
 				status int
@@ -139,7 +140,7 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			if r := <-done; r.status != http.StatusOK {
 				t.Fatalf("a request without an agent got %d: agent admission must not hold it", r.status)
 			}
-			eventually(t, 5*time.Second, "agent b waiting for a slot", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
+			poll.Until(t, 5*time.Second, "agent b waiting for a slot", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
 
 			// Agent a is active: its next steps run at once while b waits.
 			var lastA time.Time
@@ -313,7 +314,7 @@ func TestAgentFinalStepFreesTheSlotAndWindowWaitIsNotSLOTime(t *testing.T) {
 			bDone := make(chan stepResult, 1)
 			go func() { bDone <- sendStep(in, "b", 0, map[string]string{node.HeaderTTFTSLO: slo.String()}) }()
 			// b is held by the window (a holds its only slot) for longer than its TTFT SLO.
-			eventually(t, 10*time.Second, "agent b held past its TTFT SLO", func() bool {
+			poll.Until(t, 10*time.Second, "agent b held past its TTFT SLO", func() bool {
 				return metric(t, home, "kvmesh_agent_waiting", "") == 1 && time.Since(sent) > 2*slo
 			})
 			select {
@@ -356,7 +357,7 @@ func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	if r.status != http.StatusTooManyRequests || r.reason != "queue_ttl_expired" {
 		t.Fatalf("agent b: %+v, want 429 queue_ttl_expired while a holds the window", r)
 	}
-	eventually(t, 5*time.Second, "the home to drop the abandoned agent b", func() bool {
+	poll.Until(t, 5*time.Second, "the home to drop the abandoned agent b", func() bool {
 		return metric(t, home, "kvmesh_agent_waiting", "") == 0 && metric(t, home, "kvmesh_agent_registered", "") == 1
 	})
 	if got := metric(t, home, "kvmesh_agent_abandoned_total", `reason="given_up"`); got != 1 {
@@ -364,7 +365,7 @@ func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	}
 	cDone := make(chan stepResult, 1)
 	go func() { cDone <- sendStep(in, "c", 0, nil) }()
-	eventually(t, 5*time.Second, "agent c waiting", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
+	poll.Until(t, 5*time.Second, "agent c waiting", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
 	if r := sendStep(in, "a", 1, map[string]string{node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
 		t.Fatalf("agent a's final step: %+v", r)
 	}
@@ -479,7 +480,7 @@ func TestNewAgentsHomeByLoadAndEveryIngressFollows(t *testing.T) {
 	// Their next steps enter at the other ingress, once its view lists each agent at its home:
 	// every one runs where its first did.
 	for _, id := range ids {
-		eventually(t, 5*time.Second, "n2 to learn "+id+"'s home", func() bool { return advertises(tn, 1, homes[id], id) })
+		poll.Until(t, 5*time.Second, "n2 to learn "+id+"'s home", func() bool { return advertises(tn, 1, homes[id], id) })
 		status, ran, cached := agentStep(t, urls[1], id, 1)
 		if status != http.StatusOK || ran != homes[id] {
 			t.Fatalf("%s step 1: status %d on %s, want its home %s", id, status, ran, homes[id])
@@ -520,7 +521,7 @@ func TestAgentHomedTwiceIsKeptByOne(t *testing.T) {
 				}
 			}
 			other := 1 - keep
-			eventually(t, 5*time.Second, names[other]+" to release "+id, func() bool {
+			poll.Until(t, 5*time.Second, names[other]+" to release "+id, func() bool {
 				return metric(t, urls[other], "kvmesh_agent_registered", "") == 0
 			})
 			for i, want := range map[int]float64{keep: 1, other: 0} {
@@ -570,7 +571,7 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 	for _, id := range []string{"b", "c"} {
 		go func() { done <- sendStep(in, id, 0, final) }()
 	}
-	eventually(t, 10*time.Second, "agents b and c waiting at the home", func() bool {
+	poll.Until(t, 10*time.Second, "agents b and c waiting at the home", func() bool {
 		return metric(t, home, "kvmesh_agent_waiting", "") == 2
 	})
 	// The blocker's 3,500-token prompt (219 of the 256 blocks) leaves, for as long as it runs,
@@ -592,7 +593,7 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 		blocked <- err
 	}()
 	var full time.Time
-	eventually(t, 10*time.Second, "the home's KV full for many leases", func() bool {
+	poll.Until(t, 10*time.Second, "the home's KV full for many leases", func() bool {
 		if metric(t, home, "vllm:kv_cache_usage_perc", "") < 0.85 {
 			full = time.Time{}
 			return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/carbon"
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -23,7 +24,7 @@ func carbonNet(t *testing.T, intensities ...float64) []string {
 	urls := tn.URLs()
 	// Every node must see every grid's reading before the rule can route on it.
 	for _, u := range urls {
-		eventually(t, 5*time.Second, "carbon readings in the state records", func() bool {
+		poll.Until(t, 5*time.Second, "carbon readings in the state records", func() bool {
 			seen := 0
 			for _, p := range peers(t, u).Peers {
 				if p.CarbonZone != "" && !p.CarbonStale {
