@@ -85,6 +85,11 @@ func TestAgentStepsStayOnTheirHomeAcrossIngresses(t *testing.T) {
 	}
 }
 
+// TestPausedAgentStepWaitsInsteadOfFailing pins that with a window of one held by agent a, a
+// request without an agent runs at once, agent a's next steps run at once, and agent b's first
+// step waits (at the home, or at the peer ingress that forwards it) instead of failing; and
+// that b's step runs on the home only once the idle sweep has removed the silent agent a and
+// freed its slot, never before.
 func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 	const idle = 400 * time.Millisecond
 	tests := []struct {
@@ -107,23 +112,25 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			}
 			poll.Until(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
 
-			type result struct {
-				status int
-				ran    string
-				at     time.Time
-			}
-			done := make(chan result, 1)
+			done := make(chan int, 1)
 			go func() {
 				resp, err := http.Post(urls[tt.ingress]+"/v1/chat/completions", "application/json",
 					strings.NewReader(chatBody(longPrompt("b", 500), 8, false)))
 				if err != nil {
-					done <- result{}
+					done <- 0
 					return
 				}
 				resp.Body.Close()
-				done <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), time.Now()}
+				done <- resp.StatusCode
 			}()
-			// The step above has no agent header; this one is agent b's first step.
+			// The step above has no agent header; this one is agent b's first step. As soon as
+			// it has run, the goroutine snapshots the home's agent counters.
+			type result struct {
+				status   int
+				ran      string
+				counters agentCounters // the home's, taken once b's response was read
+				err      error
+			}
 			bDone := make(chan result, 1)
 			go func() {
 				req, _ := http.NewRequest(http.MethodPost, urls[tt.ingress]+"/v1/chat/completions",
@@ -131,24 +138,24 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 				req.Header.Set(node.HeaderAgent, "b")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
-					bDone <- result{}
+					bDone <- result{err: err}
 					return
 				}
+				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				bDone <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), time.Now()}
+				counters, err := gatherAgentCounters(tn.Nodes[0])
+				bDone <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), counters, err}
 			}()
-			if r := <-done; r.status != http.StatusOK {
-				t.Fatalf("a request without an agent got %d: agent admission must not hold it", r.status)
+			if status := <-done; status != http.StatusOK {
+				t.Fatalf("a request without an agent got %d: agent admission must not hold it", status)
 			}
 			poll.Until(t, 5*time.Second, "agent b waiting for a slot", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
 
 			// Agent a is active: its next steps run at once while b waits.
-			var lastA time.Time
 			for k := 1; k <= 2; k++ {
 				if status, _, _ := agentStep(t, home, "a", k); status != http.StatusOK {
 					t.Fatalf("agent a step %d: status %d", k, status)
 				}
-				lastA = time.Now()
 			}
 			select {
 			case r := <-bDone:
@@ -157,17 +164,26 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			}
 			// Agent a goes silent: the sweep frees its slot and b's held step runs.
 			r := await(t, bDone, "agent b's step never ran")
+			if r.err != nil {
+				t.Fatalf("agent b: %v", r.err)
+			}
 			if r.status != http.StatusOK || r.ran != testnet.Name(0) {
 				t.Fatalf("agent b: status %d on %q, want 200 on the home", r.status, r.ran)
 			}
-			if gap := r.at.Sub(lastA); gap < idle/2 {
-				t.Errorf("agent b ran %v after agent a's last step, before a's idle timeout %v freed the slot", gap, idle)
+			// The home counts a's sweep before it lets b in (both under the window's lock), so
+			// once b's step has run the sweep counter has moved, however slow the machine. Had
+			// b run while a still held the slot, moments after a's last step, it would read 0.
+			// b, idle since its step, may have been swept since: swept plus registered counts
+			// a and b either way.
+			if r.counters.swept < 1 {
+				t.Errorf("agent b's step ran with kvmesh_agent_swept_total = %v: it took the window before the sweep freed agent a's slot", r.counters.swept)
 			}
-			if got := metric(t, home, "kvmesh_agent_swept_total", ""); got != 1 {
-				t.Errorf("kvmesh_agent_swept_total = %v, want 1 (agent a)", got)
+			if r.counters.swept+r.counters.registered != 2 {
+				t.Errorf("kvmesh_agent_swept_total = %v with %v agents registered, want agent a swept and b registered or, since its step, swept",
+					r.counters.swept, r.counters.registered)
 			}
-			if got := metric(t, home, "kvmesh_agent_admitted_total", ""); got != 2 {
-				t.Errorf("kvmesh_agent_admitted_total = %v, want 2", got)
+			if r.counters.admitted != 2 {
+				t.Errorf("kvmesh_agent_admitted_total = %v, want 2", r.counters.admitted)
 			}
 			requireAgentMetrics(t, home)
 			// Agent a's steps ended in a sweep: its mean context is the footprint's first sample.
@@ -176,6 +192,37 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentCounters are a node's agent window counters from one scrape.
+type agentCounters struct {
+	swept, admitted, registered float64
+}
+
+// gatherAgentCounters reads n's agent counters from its registry. The window's collector
+// takes them from one snapshot of the window, so they are consistent with each other. It
+// does not use t, so it can run on another goroutine.
+func gatherAgentCounters(n *node.Node) (agentCounters, error) {
+	fams, err := n.Registry().Gather()
+	if err != nil {
+		return agentCounters{}, err
+	}
+	var c agentCounters
+	for _, f := range fams {
+		var v float64
+		for _, m := range f.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+		switch f.GetName() {
+		case "kvmesh_agent_swept_total":
+			c.swept = v
+		case "kvmesh_agent_admitted_total":
+			c.admitted = v
+		case "kvmesh_agent_registered":
+			c.registered = v
+		}
+	}
+	return c, nil
 }
 
 // requireAgentMetrics fails unless every kvmesh_agent_* family is exported.
@@ -238,7 +285,6 @@ func TestAgentAdmissionConfig(t *testing.T) {
 	}
 }
 
-// stepResult is how an agent step sent from a goroutine ended.
 // await returns the next value from ch, or fails with msg if none comes within 15 s.
 func await[T any](t *testing.T, ch <-chan T, msg string) T {
 	t.Helper()
@@ -251,6 +297,7 @@ func await[T any](t *testing.T, ch <-chan T, msg string) T {
 	}
 }
 
+// stepResult is how an agent step sent from a goroutine ended.
 type stepResult struct {
 	status int
 	ran    string
