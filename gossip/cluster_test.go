@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/kvindex"
 )
 
@@ -76,17 +77,6 @@ func startCluster(t *testing.T, n int, mod func(i int, c *Config)) []*Gossip {
 // kill stops a member without leaving, as a crash would.
 func kill(g *Gossip) { _ = g.shutdown(false, 0) }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the condition
-	}
-}
-
 func member(g *Gossip, name string) (Member, bool) {
 	for _, m := range g.Members() {
 		if m.Name == name {
@@ -145,7 +135,7 @@ func promptBlocks(text string) []uint64 {
 func TestMeshLifecycle(t *testing.T) {
 	gs := startCluster(t, 5, nil)
 	all := names(gs)
-	eventually(t, "5 nodes all alive in every view", func() bool { return allAlive(gs, all...) })
+	poll.Until(t, 10*time.Second, "5 nodes all alive in every view", func() bool { return allAlive(gs, all...) })
 	for _, g := range gs {
 		if got := len(g.Members()); got != 5 {
 			t.Fatalf("%s lists %d members", g.Name(), got)
@@ -158,22 +148,22 @@ func TestMeshLifecycle(t *testing.T) {
 	blocks := promptBlocks("a long system prompt shared by a session. ")
 	t.Run("stored prefix reaches every index", func(t *testing.T) {
 		gs[1].PrefixStored(blocks)
-		eventually(t, "n1's prefix everywhere", func() bool { return everyoneSees(gs, "n1", blocks, len(blocks)) })
+		poll.Until(t, 10*time.Second, "n1's prefix everywhere", func() bool { return everyoneSees(gs, "n1", blocks, len(blocks)) })
 		if m, _ := member(gs[0], "n1"); m.PrefixBlocks != len(blocks) {
 			t.Fatalf("PrefixBlocks = %d", m.PrefixBlocks)
 		}
 	})
 	t.Run("eviction deltas propagate", func(t *testing.T) {
 		gs[1].PrefixEvicted(blocks[30:])
-		eventually(t, "eviction everywhere", func() bool { return everyoneSees(gs, "n1", blocks, 30) })
+		poll.Until(t, 10*time.Second, "eviction everywhere", func() bool { return everyoneSees(gs, "n1", blocks, 30) })
 	})
 
 	victim := gs[4]
 	victim.PrefixStored(blocks[:10])
-	eventually(t, "n4's prefix everywhere", func() bool { return everyoneSees(gs, "n4", blocks, 10) })
+	poll.Until(t, 10*time.Second, "n4's prefix everywhere", func() bool { return everyoneSees(gs, "n4", blocks, 10) })
 	t.Run("killed node becomes dead and its prefixes are dropped", func(t *testing.T) {
 		kill(victim)
-		eventually(t, "n4 dead everywhere", func() bool {
+		poll.Until(t, 10*time.Second, "n4 dead everywhere", func() bool {
 			for _, g := range gs[:4] {
 				m, _ := member(g, "n4")
 				if m.Liveness != LivenessDead || m.PrefixBlocks != 0 || prefixLen(g, "n4", blocks) != 0 || m.Candidate {
@@ -190,7 +180,7 @@ func TestMeshLifecycle(t *testing.T) {
 		fresh := promptBlocks("something else entirely. ")
 		reborn.PrefixStored(fresh[:5])
 		rest := append(slices.Clone(gs[:4]), reborn)
-		eventually(t, "n4 alive again with its new prefix", func() bool {
+		poll.Until(t, 10*time.Second, "n4 alive again with its new prefix", func() bool {
 			for _, g := range rest[:4] {
 				m, _ := member(g, "n4")
 				if m.Liveness != LivenessAlive || m.State.BootID != reborn.bootID || m.Incarnation != 2 ||
@@ -210,20 +200,20 @@ func TestMeshLifecycle(t *testing.T) {
 
 func TestSnapshotRepairsDroppedDeltas(t *testing.T) {
 	gs := startCluster(t, 3, nil)
-	eventually(t, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
+	poll.Until(t, 10*time.Second, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
 	blocks := promptBlocks("repair me. ")
 	gs[2].dropDeltas.Store(true) // every delta of n2 is lost on the way out
 	gs[2].PrefixStored(blocks)
-	eventually(t, "push/pull delivers n2's residency", func() bool { return everyoneSees(gs, "n2", blocks, len(blocks)) })
+	poll.Until(t, 10*time.Second, "push/pull delivers n2's residency", func() bool { return everyoneSees(gs, "n2", blocks, len(blocks)) })
 	gs[2].PrefixEvicted(blocks[5:])
-	eventually(t, "push/pull delivers n2's eviction", func() bool { return everyoneSees(gs, "n2", blocks, 5) })
+	poll.Until(t, 10*time.Second, "push/pull delivers n2's eviction", func() bool { return everyoneSees(gs, "n2", blocks, 5) })
 }
 
 func TestSnapshotFunction(t *testing.T) {
 	gs := startCluster(t, 2, nil)
 	blocks := promptBlocks("engine-reported residency. ")
 	gs[1].SetSnapshot(func() []uint64 { return blocks[:7] })
-	eventually(t, "n0 learns n1's snapshot", func() bool { return prefixLen(gs[0], "n1", blocks) == 7 })
+	poll.Until(t, 10*time.Second, "n0 learns n1's snapshot", func() bool { return prefixLen(gs[0], "n1", blocks) == 7 })
 }
 
 func TestStaleHandling(t *testing.T) {
@@ -238,7 +228,7 @@ func TestStaleHandling(t *testing.T) {
 			c.PublishInterval = time.Hour // n2 publishes only when its state changes
 		}
 	})
-	eventually(t, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
+	poll.Until(t, 10*time.Second, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
 	cases := []struct {
 		g             *Gossip
 		policy        string
@@ -249,16 +239,16 @@ func TestStaleHandling(t *testing.T) {
 			if v := testutil.ToFloat64(tc.g.met.policy.WithLabelValues(tc.policy)); v != 1 {
 				t.Fatalf("stale_policy{%s} = %v", tc.policy, v)
 			}
-			eventually(t, "n2 stale", func() bool { m, _ := member(tc.g, "n2"); return m.Stale })
+			poll.Until(t, 10*time.Second, "n2 stale", func() bool { m, _ := member(tc.g, "n2"); return m.Stale })
 			m, _ := member(tc.g, "n2")
 			if m.Candidate != tc.candidateWhen || m.Liveness != LivenessAlive {
 				t.Fatalf("stale n2 under %s: candidate=%v liveness=%s", tc.policy, m.Candidate, m.Liveness)
 			}
-			eventually(t, "stale gauge", func() bool { return testutil.ToFloat64(tc.g.met.stale) >= 1 })
+			poll.Until(t, 10*time.Second, "stale gauge", func() bool { return testutil.ToFloat64(tc.g.met.stale) >= 1 })
 		})
 	}
 	gs[2].UpdateLocal(State{Running: 9})
-	eventually(t, "n2 fresh again", func() bool {
+	poll.Until(t, 10*time.Second, "n2 fresh again", func() bool {
 		for _, g := range gs[:2] {
 			m, _ := member(g, "n2")
 			if m.Stale || !m.Candidate || m.State.Running != 9 {
@@ -271,7 +261,7 @@ func TestStaleHandling(t *testing.T) {
 
 func TestWrongKeyRejected(t *testing.T) {
 	gs := startCluster(t, 2, nil)
-	eventually(t, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
+	poll.Until(t, 10*time.Second, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
 	c := testConfig("intruder")
 	c.Key = []byte("fedcba9876543210fedcba9876543210")
 	bad := startNode(t, c)
@@ -292,7 +282,7 @@ func TestWrongKeyRejected(t *testing.T) {
 	// A legitimate change after the forgery: once it arrived, the forgery had its chance.
 	legit := promptBlocks("legit. ")
 	gs[1].PrefixStored(legit[:4])
-	eventually(t, "legit delta", func() bool { return prefixLen(gs[0], "n1", legit) == 4 })
+	poll.Until(t, 10*time.Second, "legit delta", func() bool { return prefixLen(gs[0], "n1", legit) == 4 })
 	m, _ := member(gs[0], "n1")
 	if m.State.BootID != gs[1].bootID || m.Incarnation != 1 || prefixLen(gs[0], "n1", forged) != 0 {
 		t.Fatalf("forged state accepted: boot %d incarnation %d", m.State.BootID, m.Incarnation)
@@ -309,7 +299,7 @@ func TestWrongKeyRejected(t *testing.T) {
 
 func TestMalformedMessagesDropped(t *testing.T) {
 	gs := startCluster(t, 2, func(_ int, c *Config) { c.Key, c.Insecure = nil, true })
-	eventually(t, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
+	poll.Until(t, 10*time.Second, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
 	goodDelta, _ := kvindex.Summary{Seq: 1, Added: []uint64{1}}.AppendBinary(deltaHeader("n1", 7))
 	futureSummary := slices.Clone(goodDelta)
 	futureSummary[len(deltaHeader("n1", 7))] = 9 // summary version 9
@@ -348,7 +338,7 @@ func TestMalformedMessagesDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "every malformed message counted", func() bool {
+	poll.Until(t, 10*time.Second, "every malformed message counted", func() bool {
 		for _, tt := range tests {
 			if testutil.ToFloat64(gs[0].met.dropped.WithLabelValues(tt.reason)) < want[tt.reason] {
 				return false
@@ -403,5 +393,5 @@ func TestJoinBeforeSeedRetries(t *testing.T) {
 	}
 	sc.BindPort = port
 	seed := startNode(t, sc)
-	eventually(t, "the early node joins the late seed", func() bool { return allAlive([]*Gossip{early, seed}, "early", "seed") })
+	poll.Until(t, 10*time.Second, "the early node joins the late seed", func() bool { return allAlive([]*Gossip{early, seed}, "early", "seed") })
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet"
 )
@@ -53,7 +54,7 @@ func TestAgentStepsStayOnTheirHomeAcrossIngresses(t *testing.T) {
 				if k > 0 {
 					// The tool call between steps: long enough for gossip to tell the next
 					// ingress where the agent's prefix lives.
-					eventually(t, 5*time.Second, "the next ingress to learn the prefix", func() bool {
+					poll.Until(t, 5*time.Second, "the next ingress to learn the prefix", func() bool {
 						return knowsPrefix(t, url, home, (400+300*(k-1))/16)
 					})
 				}
@@ -84,6 +85,11 @@ func TestAgentStepsStayOnTheirHomeAcrossIngresses(t *testing.T) {
 	}
 }
 
+// TestPausedAgentStepWaitsInsteadOfFailing pins that with a window of one held by agent a, a
+// request without an agent runs at once, agent a's next steps run at once, and agent b's first
+// step waits (at the home, or at the peer ingress that forwards it) instead of failing; and
+// that b's step runs on the home only once the idle sweep has removed the silent agent a and
+// freed its slot, never before.
 func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 	const idle = 400 * time.Millisecond
 	tests := []struct {
@@ -104,25 +110,27 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			if status, ran, _ := agentStep(t, home, "a", 0); status != http.StatusOK || ran != testnet.Name(0) {
 				t.Fatalf("agent a: status %d on %q", status, ran)
 			}
-			eventually(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
+			poll.Until(t, 5*time.Second, "agent a active", func() bool { return metric(t, home, "kvmesh_agent_active", "") == 1 })
 
-			type result struct {
-				status int
-				ran    string
-				at     time.Time
-			}
-			done := make(chan result, 1)
+			done := make(chan int, 1)
 			go func() {
 				resp, err := http.Post(urls[tt.ingress]+"/v1/chat/completions", "application/json",
 					strings.NewReader(chatBody(longPrompt("b", 500), 8, false)))
 				if err != nil {
-					done <- result{}
+					done <- 0
 					return
 				}
 				resp.Body.Close()
-				done <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), time.Now()}
+				done <- resp.StatusCode
 			}()
-			// The step above has no agent header; this one is agent b's first step.
+			// The step above has no agent header; this one is agent b's first step. As soon as
+			// it has run, the goroutine snapshots the home's agent counters.
+			type result struct {
+				status   int
+				ran      string
+				counters agentCounters // the home's, taken once b's response was read
+				err      error
+			}
 			bDone := make(chan result, 1)
 			go func() {
 				req, _ := http.NewRequest(http.MethodPost, urls[tt.ingress]+"/v1/chat/completions",
@@ -130,24 +138,24 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 				req.Header.Set(node.HeaderAgent, "b")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
-					bDone <- result{}
+					bDone <- result{err: err}
 					return
 				}
+				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				bDone <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), time.Now()}
+				counters, err := gatherAgentCounters(tn.Nodes[0])
+				bDone <- result{resp.StatusCode, resp.Header.Get(node.HeaderNode), counters, err}
 			}()
-			if r := <-done; r.status != http.StatusOK {
-				t.Fatalf("a request without an agent got %d: agent admission must not hold it", r.status)
+			if status := <-done; status != http.StatusOK {
+				t.Fatalf("a request without an agent got %d: agent admission must not hold it", status)
 			}
-			eventually(t, 5*time.Second, "agent b waiting for a slot", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
+			poll.Until(t, 5*time.Second, "agent b waiting for a slot", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
 
 			// Agent a is active: its next steps run at once while b waits.
-			var lastA time.Time
 			for k := 1; k <= 2; k++ {
 				if status, _, _ := agentStep(t, home, "a", k); status != http.StatusOK {
 					t.Fatalf("agent a step %d: status %d", k, status)
 				}
-				lastA = time.Now()
 			}
 			select {
 			case r := <-bDone:
@@ -156,17 +164,26 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			}
 			// Agent a goes silent: the sweep frees its slot and b's held step runs.
 			r := await(t, bDone, "agent b's step never ran")
+			if r.err != nil {
+				t.Fatalf("agent b: %v", r.err)
+			}
 			if r.status != http.StatusOK || r.ran != testnet.Name(0) {
 				t.Fatalf("agent b: status %d on %q, want 200 on the home", r.status, r.ran)
 			}
-			if gap := r.at.Sub(lastA); gap < idle/2 {
-				t.Errorf("agent b ran %v after agent a's last step, before a's idle timeout %v freed the slot", gap, idle)
+			// The home counts a's sweep before it lets b in (both under the window's lock), so
+			// once b's step has run the sweep counter has moved, however slow the machine. Had
+			// b run while a still held the slot, moments after a's last step, it would read 0.
+			// b, idle since its step, may have been swept since: swept plus registered counts
+			// a and b either way.
+			if r.counters.swept < 1 {
+				t.Errorf("agent b's step ran with kvmesh_agent_swept_total = %v: it took the window before the sweep freed agent a's slot", r.counters.swept)
 			}
-			if got := metric(t, home, "kvmesh_agent_swept_total", ""); got != 1 {
-				t.Errorf("kvmesh_agent_swept_total = %v, want 1 (agent a)", got)
+			if r.counters.swept+r.counters.registered != 2 {
+				t.Errorf("kvmesh_agent_swept_total = %v with %v agents registered, want agent a swept and b registered or, since its step, swept",
+					r.counters.swept, r.counters.registered)
 			}
-			if got := metric(t, home, "kvmesh_agent_admitted_total", ""); got != 2 {
-				t.Errorf("kvmesh_agent_admitted_total = %v, want 2", got)
+			if r.counters.admitted != 2 {
+				t.Errorf("kvmesh_agent_admitted_total = %v, want 2", r.counters.admitted)
 			}
 			requireAgentMetrics(t, home)
 			// Agent a's steps ended in a sweep: its mean context is the footprint's first sample.
@@ -175,6 +192,37 @@ func TestPausedAgentStepWaitsInsteadOfFailing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentCounters are a node's agent window counters from one scrape.
+type agentCounters struct {
+	swept, admitted, registered float64
+}
+
+// gatherAgentCounters reads n's agent counters from its registry. The window's collector
+// takes them from one snapshot of the window, so they are consistent with each other. It
+// does not use t, so it can run on another goroutine.
+func gatherAgentCounters(n *node.Node) (agentCounters, error) {
+	fams, err := n.Registry().Gather()
+	if err != nil {
+		return agentCounters{}, err
+	}
+	var c agentCounters
+	for _, f := range fams {
+		var v float64
+		for _, m := range f.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+		switch f.GetName() {
+		case "kvmesh_agent_swept_total":
+			c.swept = v
+		case "kvmesh_agent_admitted_total":
+			c.admitted = v
+		case "kvmesh_agent_registered":
+			c.registered = v
+		}
+	}
+	return c, nil
 }
 
 // requireAgentMetrics fails unless every kvmesh_agent_* family is exported.
@@ -237,7 +285,6 @@ func TestAgentAdmissionConfig(t *testing.T) {
 	}
 }
 
-// stepResult is how an agent step sent from a goroutine ended.
 // await returns the next value from ch, or fails with msg if none comes within 15 s.
 func await[T any](t *testing.T, ch <-chan T, msg string) T {
 	t.Helper()
@@ -250,6 +297,7 @@ func await[T any](t *testing.T, ch <-chan T, msg string) T {
 	}
 }
 
+// stepResult is how an agent step sent from a goroutine ended.
 type stepResult struct {
 	status int
 	ran    string
@@ -313,7 +361,7 @@ func TestAgentFinalStepFreesTheSlotAndWindowWaitIsNotSLOTime(t *testing.T) {
 			bDone := make(chan stepResult, 1)
 			go func() { bDone <- sendStep(in, "b", 0, map[string]string{node.HeaderTTFTSLO: slo.String()}) }()
 			// b is held by the window (a holds its only slot) for longer than its TTFT SLO.
-			eventually(t, 10*time.Second, "agent b held past its TTFT SLO", func() bool {
+			poll.Until(t, 10*time.Second, "agent b held past its TTFT SLO", func() bool {
 				return metric(t, home, "kvmesh_agent_waiting", "") == 1 && time.Since(sent) > 2*slo
 			})
 			select {
@@ -356,7 +404,7 @@ func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	if r.status != http.StatusTooManyRequests || r.reason != "queue_ttl_expired" {
 		t.Fatalf("agent b: %+v, want 429 queue_ttl_expired while a holds the window", r)
 	}
-	eventually(t, 5*time.Second, "the home to drop the abandoned agent b", func() bool {
+	poll.Until(t, 5*time.Second, "the home to drop the abandoned agent b", func() bool {
 		return metric(t, home, "kvmesh_agent_waiting", "") == 0 && metric(t, home, "kvmesh_agent_registered", "") == 1
 	})
 	if got := metric(t, home, "kvmesh_agent_abandoned_total", `reason="given_up"`); got != 1 {
@@ -364,7 +412,7 @@ func TestAgentStepGivenUpAtTheIngressLeavesTheHome(t *testing.T) {
 	}
 	cDone := make(chan stepResult, 1)
 	go func() { cDone <- sendStep(in, "c", 0, nil) }()
-	eventually(t, 5*time.Second, "agent c waiting", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
+	poll.Until(t, 5*time.Second, "agent c waiting", func() bool { return metric(t, home, "kvmesh_agent_waiting", "") == 1 })
 	if r := sendStep(in, "a", 1, map[string]string{node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
 		t.Fatalf("agent a's final step: %+v", r)
 	}
@@ -479,7 +527,7 @@ func TestNewAgentsHomeByLoadAndEveryIngressFollows(t *testing.T) {
 	// Their next steps enter at the other ingress, once its view lists each agent at its home:
 	// every one runs where its first did.
 	for _, id := range ids {
-		eventually(t, 5*time.Second, "n2 to learn "+id+"'s home", func() bool { return advertises(tn, 1, homes[id], id) })
+		poll.Until(t, 5*time.Second, "n2 to learn "+id+"'s home", func() bool { return advertises(tn, 1, homes[id], id) })
 		status, ran, cached := agentStep(t, urls[1], id, 1)
 		if status != http.StatusOK || ran != homes[id] {
 			t.Fatalf("%s step 1: status %d on %s, want its home %s", id, status, ran, homes[id])
@@ -520,7 +568,7 @@ func TestAgentHomedTwiceIsKeptByOne(t *testing.T) {
 				}
 			}
 			other := 1 - keep
-			eventually(t, 5*time.Second, names[other]+" to release "+id, func() bool {
+			poll.Until(t, 5*time.Second, names[other]+" to release "+id, func() bool {
 				return metric(t, urls[other], "kvmesh_agent_registered", "") == 0
 			})
 			for i, want := range map[int]float64{keep: 1, other: 0} {
@@ -570,7 +618,7 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 	for _, id := range []string{"b", "c"} {
 		go func() { done <- sendStep(in, id, 0, final) }()
 	}
-	eventually(t, 10*time.Second, "agents b and c waiting at the home", func() bool {
+	poll.Until(t, 10*time.Second, "agents b and c waiting at the home", func() bool {
 		return metric(t, home, "kvmesh_agent_waiting", "") == 2
 	})
 	// The blocker's 3,500-token prompt (219 of the 256 blocks) leaves, for as long as it runs,
@@ -592,7 +640,7 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 		blocked <- err
 	}()
 	var full time.Time
-	eventually(t, 10*time.Second, "the home's KV full for many leases", func() bool {
+	poll.Until(t, 10*time.Second, "the home's KV full for many leases", func() bool {
 		if metric(t, home, "vllm:kv_cache_usage_perc", "") < 0.85 {
 			full = time.Time{}
 			return false

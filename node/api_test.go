@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -230,10 +231,10 @@ func TestClientDisconnectCancelsEngineWork(t *testing.T) {
 	if _, err := resp.Body.Read(buf); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, url)).Running == 1 })
+	poll.Until(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, url)).Running == 1 })
 	cancel()
 	resp.Body.Close()
-	eventually(t, 5*time.Second, "the engine's running count to drop", func() bool { return selfOf(peers(t, url)).Running == 0 })
+	poll.Until(t, 5*time.Second, "the engine's running count to drop", func() bool { return selfOf(peers(t, url)).Running == 0 })
 }
 
 func TestModelsHealthReadyMetrics(t *testing.T) {
@@ -319,7 +320,7 @@ func TestShutdownDoesNotWaitForUnusedConnections(t *testing.T) {
 		readAll(t, resp)
 		done <- resp.StatusCode
 	}()
-	eventually(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, base)).Running == 1 })
+	poll.Until(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, base)).Running == 1 })
 	if err := n.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown with an unused connection open: %v", err)
 	}
@@ -341,7 +342,7 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 		resp := post(t, url, "/v1/chat/completions", chatBody("drain me", 60, true), nil)
 		done <- result{resp.StatusCode, sseEvents(t, readAll(t, resp))}
 	}()
-	eventually(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, url)).Running == 1 })
+	poll.Until(t, 5*time.Second, "the request to run", func() bool { return selfOf(peers(t, url)).Running == 1 })
 	if err := n.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestNodeInFrontOfKvmeshEngineAsExternalEngine(t *testing.T) {
 		t.Errorf("the engine's cached_tokens did not come through: %+v", u)
 	}
 	// The node scrapes the engine's vLLM metrics into its state record.
-	eventually(t, 5*time.Second, "the scraped KV size", func() bool {
+	poll.Until(t, 5*time.Second, "the scraped KV size", func() bool {
 		s := selfOf(peers(t, url))
 		return s.KVBlocksTotal == 1<<16 && s.EngineKind == "vllm" && s.EngineHealthy
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -24,7 +25,7 @@ func carbonNet(t *testing.T, intensities ...float64) []string {
 	urls := tn.URLs()
 	// Every node must see every grid's reading before the rule can route on it.
 	for _, u := range urls {
-		eventually(t, 5*time.Second, "carbon readings in the state records", func() bool {
+		poll.Until(t, 5*time.Second, "carbon readings in the state records", func() bool {
 			seen := 0
 			for _, p := range peers(t, u).Peers {
 				if p.CarbonZone != "" && !p.CarbonStale {

@@ -54,18 +54,6 @@ func startNet(t *testing.T, n int, configure func(i int, cfg *node.Config)) *tes
 	return tn
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for time to pass
-	}
-}
-
 func chatBody(content string, maxTokens int, stream bool) string {
 	b, _ := json.Marshal(map[string]any{
 		"model":          model,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet"
 )
@@ -55,7 +56,7 @@ func placePrefix(t *testing.T, tn *testnet.Net, body string) (owner, ingress int
 	name := warm(t, urls[0], body)
 	owner = indexOf(t, tn, name)
 	ingress = (owner + 1) % len(urls)
-	eventually(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], name, 100) })
+	poll.Until(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], name, 100) })
 	return owner, ingress
 }
 
@@ -74,7 +75,7 @@ func TestSecondTurnFollowsThePrefixAcrossIngresses(t *testing.T) {
 	if b == 0 {
 		b = (o + 2) % 3
 	}
-	eventually(t, 5*time.Second, "the prefix to reach the other ingress", func() bool { return knowsPrefix(t, urls[b], owner, 100) })
+	poll.Until(t, 5*time.Second, "the prefix to reach the other ingress", func() bool { return knowsPrefix(t, urls[b], owner, 100) })
 	resp := post(t, urls[b], "/v1/chat/completions", body, nil)
 	ev := sseEvents(t, readAll(t, resp))
 	if got := resp.Header.Get(node.HeaderNode); got != owner {
@@ -174,10 +175,10 @@ func TestClientDisconnectCancelsWorkOnTheOwner(t *testing.T) {
 	if _, err := resp.Body.Read(buf); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the owner to run it", func() bool { return selfOf(peers(t, urls[o])).Running == 1 })
+	poll.Until(t, 5*time.Second, "the owner to run it", func() bool { return selfOf(peers(t, urls[o])).Running == 1 })
 	cancel()
 	resp.Body.Close()
-	eventually(t, 5*time.Second, "the owner's engine to drop the work", func() bool { return selfOf(peers(t, urls[o])).Running == 0 })
+	poll.Until(t, 5*time.Second, "the owner's engine to drop the work", func() bool { return selfOf(peers(t, urls[o])).Running == 0 })
 }
 
 func TestMeshPeersView(t *testing.T) {
@@ -202,7 +203,7 @@ func TestHotPrefixSpreadsUnderLoadAndReturnsWhenDrained(t *testing.T) {
 	shared := longPrompt("hot system prompt", 2000)
 	owner := warm(t, urls[0], chatBody(shared, 2, false))
 	for _, u := range urls {
-		eventually(t, 5*time.Second, "the prefix to spread", func() bool { return u == urls[indexOf(t, tn, owner)] || knowsPrefix(t, u, owner, 100) })
+		poll.Until(t, 5*time.Second, "the prefix to spread", func() bool { return u == urls[indexOf(t, tn, owner)] || knowsPrefix(t, u, owner, 100) })
 	}
 	// A burst of 16 requests sharing the hot prefix, each with 1,500 tokens of its own: the
 	// owner can hold about seven at once.

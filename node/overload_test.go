@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -50,7 +51,7 @@ func fill(t *testing.T, url string, n, tokens, maxTokens int, kvUse float64) *sy
 			readAll(t, post(t, url, "/v1/chat/completions", chatBody(longPrompt(string(rune('a'+i)), tokens), maxTokens, false), map[string]string{node.HeaderPriority: "high"}))
 		}()
 	}
-	eventually(t, 10*time.Second, "the engine to fill up", func() bool { return selfOf(peers(t, url)).KVUse > kvUse })
+	poll.Until(t, 10*time.Second, "the engine to fill up", func() bool { return selfOf(peers(t, url)).KVUse > kvUse })
 	return &wg
 }
 
@@ -190,12 +191,12 @@ func TestSmallRequestRunsBesideALongPromptWaitingForRoom(t *testing.T) {
 	kv := func(i int) float64 { return metric(t, urls[i], "vllm:kv_cache_usage_perc", "") }
 	// 175 blocks on one node; the next 100 cannot join them, so they go to the other.
 	long("x", 2800, 1000)
-	eventually(t, 10*time.Second, "the first node to fill", func() bool { return max(kv(0), kv(1)) > 0.6 })
+	poll.Until(t, 10*time.Second, "the first node to fill", func() bool { return max(kv(0), kv(1)) > 0.6 })
 	long("y", 1600, 1000)
-	eventually(t, 10*time.Second, "the second node to fill", func() bool { return min(kv(0), kv(1)) > 0.35 })
+	poll.Until(t, 10*time.Second, "the second node to fill", func() bool { return min(kv(0), kv(1)) > 0.35 })
 	// 150 blocks or more fit on neither node: the long prompt waits, holding the second node.
 	long("big", 2400, 100)
-	eventually(t, 10*time.Second, "the long prompt queued", func() bool {
+	poll.Until(t, 10*time.Second, "the long prompt queued", func() bool {
 		return metric(t, in, "kvmesh_admission_queued_total", "") == 1
 	})
 	resp := post(t, in, "/v1/chat/completions", chatBody("a short question", 20, false),

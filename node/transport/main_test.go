@@ -88,18 +88,6 @@ func (n *node) conns(dir string) float64 {
 	return testutil.ToFloat64(n.tr.m.conns.WithLabelValues(dir))
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for the condition
-	}
-}
-
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

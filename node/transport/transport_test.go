@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/quic-go/quic-go"
+
+	"github.com/kvmesh/kvmesh/internal/poll"
 )
 
 func pair(t *testing.T, h Handler) (client, server *node) {
@@ -397,7 +399,7 @@ func TestForeignCertificatesAreRefused(t *testing.T) {
 			if !isUnreachable(err) {
 				t.Fatalf("Forward = %v, want ErrUnreachable", err)
 			}
-			eventually(t, "the failed handshake to be counted", func() bool { return server.rejected(reasonHandshake) >= 1 })
+			poll.Until(t, 5*time.Second, "the failed handshake to be counted", func() bool { return server.rejected(reasonHandshake) >= 1 })
 			if rec.n() != 0 {
 				t.Errorf("handler ran %d times for a foreign peer", rec.n())
 			}
@@ -426,7 +428,7 @@ func TestHandshakeWithoutClusterIdentityIsRefused(t *testing.T) {
 			if err := rawForward(t, server.addr(), tt.conf()); err == nil {
 				t.Fatal("a stream was served")
 			}
-			eventually(t, "the refused handshake to be counted", func() bool { return server.rejected(reasonHandshake) >= float64(i+1) })
+			poll.Until(t, 5*time.Second, "the refused handshake to be counted", func() bool { return server.rejected(reasonHandshake) >= float64(i+1) })
 		})
 	}
 	if rec.n() != 0 {
@@ -502,7 +504,7 @@ func TestGarbageIsDroppedAndCounted(t *testing.T) {
 			}
 		}
 		// Loopback UDP can still drop under load, so ask for most, not all, of the ten.
-		eventually(t, "non-QUIC datagrams to be counted", func() bool { return server.rejected(reasonNotQUIC) >= 5 })
+		poll.Until(t, 5*time.Second, "non-QUIC datagrams to be counted", func() bool { return server.rejected(reasonNotQUIC) >= 5 })
 		check(t)
 	})
 
@@ -618,7 +620,7 @@ func TestReconnectAfterPeerRestart(t *testing.T) {
 	if err := server.tr.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the client to see the close", func() bool { return client.conns(dirOut) == 0 })
+	poll.Until(t, 5*time.Second, "the client to see the close", func() bool { return client.conns(dirOut) == 0 })
 	startNode(t, loadTLS(t, dir, "b"), addr, echo)
 	roundTrip(t, "after")
 	if got := client.conns(dirOut); got != 1 {
@@ -692,7 +694,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal("no address after Start")
 	}
 	cancel() // cancelling Start's context closes the transport
-	eventually(t, "the transport to close", func() bool {
+	poll.Until(t, 5*time.Second, "the transport to close", func() bool {
 		_, err := tr.Forward(testCtx(t), "127.0.0.1:1", Header{}, nil)
 		return errors.Is(err, ErrClosed)
 	})

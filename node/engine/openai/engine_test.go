@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
@@ -240,12 +241,8 @@ func TestScrapeLoopRuns(t *testing.T) {
 	f.set("vllm:num_requests_waiting 1\n")
 	e := newEngine(t, f, KindVLLM, func(c *Config) { c.ScrapeInterval = 5 * time.Millisecond })
 	f.set("vllm:num_requests_waiting 9\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for e.State().Waiting != 9 {
-		if time.Now().After(deadline) {
-			t.Fatalf("scrape loop never picked up the change: %+v", e.State())
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline, not waiting blind
+	if !poll.Within(5*time.Second, func() bool { return e.State().Waiting == 9 }) {
+		t.Fatalf("scrape loop never picked up the change: %+v", e.State())
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)

@@ -102,18 +102,6 @@ func stepTime(c Config, tokens, ctx int) time.Duration {
 	return c.StepFixed + time.Duration(tokens)*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken
 }
 
-// waitFor polls cond until it holds or a 10 s deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not a wait for the condition
-	}
-}
-
 // prefixLog records OnPrefix calls.
 type prefixLog struct {
 	mu              sync.Mutex

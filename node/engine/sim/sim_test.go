@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
@@ -332,7 +333,7 @@ func TestCancel(t *testing.T) {
 				t.Fatalf("Running = %d, want 1", got)
 			}
 			tt.cancel(cancel, st)
-			waitFor(t, "Running to drop to 0", func() bool { st := s.State(); return st.Running == 0 && st.KVBlocksUsed == 0 })
+			poll.Until(t, 10*time.Second, "Running to drop to 0", func() bool { st := s.State(); return st.Running == 0 && st.KVBlocksUsed == 0 })
 			// Drain what was buffered; the stream must end in an error, not io.EOF.
 			for {
 				_, err = st.Recv()
@@ -580,7 +581,7 @@ func TestConcurrentSamePrefixSharesBlocks(t *testing.T) {
 			t.Errorf("usage = %+v", r.last.Usage)
 		}
 	}
-	waitFor(t, "both to leave the batch", func() bool { return s.State().Running == 0 })
+	poll.Until(t, 10*time.Second, "both to leave the batch", func() bool { return s.State().Running == 0 })
 	if st := s.State(); st.KVBlocksUsed != 0 || s.CachedBlocks() != 10 {
 		t.Errorf("after finish: used %d, cached %d; want 0, 10", st.KVBlocksUsed, s.CachedBlocks())
 	}
