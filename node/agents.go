@@ -232,8 +232,8 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		case ctx.Err() != nil:
 			return outcome{code: openai.CodeClientClosed, refused: true}, true
 		case n.isDraining() || isClosed(g.stop):
-			giveUp = &admit.Decision{Status: http.StatusServiceUnavailable, Code: "draining",
-				Message: "the node is shutting down", RetryAfter: time.Second}
+			d := n.drainingRefusal()
+			giveUp = &d
 		case !now.Before(expires):
 			d := n.adm.Expired(now)
 			giveUp = &d

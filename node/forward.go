@@ -174,7 +174,8 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	if n.isDraining() {
-		refuse(http.StatusServiceUnavailable, "draining", "the node is shutting down", time.Second)
+		d := n.drainingRefusal()
+		refuse(d.Status, d.Code, d.Message, d.RetryAfter)
 		return
 	}
 	ep := engine.Chat

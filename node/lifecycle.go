@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -61,6 +62,15 @@ func (n *Node) buildMesh() error {
 		return fmt.Errorf("node: %w", err)
 	}
 	return nil
+}
+
+// CodeDraining is the refusal (503) of a node that is shutting down.
+const CodeDraining = "draining"
+
+// drainingRefusal is the answer to a request a draining node will not run.
+func (n *Node) drainingRefusal() admit.Decision {
+	return admit.Decision{Action: admit.Refuse, Status: http.StatusServiceUnavailable, Layer: admit.LayerQueue,
+		Code: CodeDraining, Message: "the node is shutting down", RetryAfter: n.planner.Config().RetryAfter, Option: -1}
 }
 
 // advertise picks the address peers reach this node at for a bound listener.

@@ -144,8 +144,7 @@ func (n *Node) drainRoom() {
 		if !ok {
 			return
 		}
-		n.settle(it, admit.Decision{Action: admit.Refuse, Status: 503, Layer: admit.LayerQueue, Code: "draining",
-			Message: "the node is shutting down", RetryAfter: time.Second})
+		n.settle(it, n.drainingRefusal())
 	}
 }
 
