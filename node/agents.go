@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -31,9 +30,6 @@ const DefaultAgentInterval = 500 * time.Millisecond
 // timeout.
 const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
 
-// metaAgentFinal carries HeaderAgentFinal in a forward.
-const metaAgentFinal = "agent_final"
-
 // agentLeaseIntervals is how many control intervals a step held for this node's window may go
 // without its ingress renewing the hold before the window gives up on it: an ingress that
 // stopped renewing (it crashed, or its give-up was lost) gave the step up, and the agent must
@@ -43,20 +39,16 @@ const metaAgentFinal = "agent_final"
 const agentLeaseIntervals = 5
 
 // The agent-lease messages an ingress sends the home whose window holds one of its steps: a
-// forward (transport.Header.Path) with the agent in AgentID and an empty body, answered with
-// an accept carrying the agent's state (agent.State's String) in headerAgentState. A hold says
-// the ingress still holds a step of the agent: the home renews its lease and, if the agent is
-// outside the window, waits up to metaHoldWait (at most an interval) for it to be let in
-// before it answers, so the ingress learns of a free slot at once without sending the step's
-// body again and again. A give-up says the step ended without running (queue TTL, client gone,
-// drain): the home abandons the agent now rather than when the lease runs out. A node that
-// does not know the paths refuses them, and the ingress routes the step again each interval.
-const (
-	pathAgentHold    = "/kvmesh/agent/hold"
-	pathAgentGiveUp  = "/kvmesh/agent/give-up"
-	metaHoldWait     = "wait_ms"
-	headerAgentState = "X-Kvmesh-Agent-State"
-)
+// forward of kind transport.KindAgentRenew or KindAgentGiveUp with the agent in AgentID and an
+// empty body, answered with an accept carrying the agent's state (agent.State's String) in
+// headerAgentState. A hold says the ingress still holds a step of the agent: the home renews
+// its lease and, if the agent is outside the window, waits up to RenewWait (at most an
+// interval) for it to be let in before it answers, so the ingress learns of a free slot at
+// once without sending the step's body again and again. A give-up says the step ended without
+// running (queue TTL, client gone, drain): the home abandons the agent now rather than when
+// the lease runs out. A node that does not know the kinds refuses them, and the ingress routes
+// the step again each interval.
+const headerAgentState = "X-Kvmesh-Agent-State"
 
 // agentGate is the node's side of agent-level admission: this node is the home of every agent
 // whose steps run on its engine, so it keeps their window (agent.Home over agent.Registry),
@@ -289,7 +281,7 @@ func isClosed(ch <-chan struct{}) bool {
 func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration) (agent.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+n.cfg.AgentInterval)
 	defer cancel()
-	resp, err := n.tr.Forward(ctx, p.parked.addr, n.leaseHeader(p, pathAgentHold, wait), nil)
+	resp, err := n.tr.Forward(ctx, p.parked.addr, n.leaseHeader(p, transport.KindAgentRenew, wait), nil)
 	if err != nil {
 		return agent.Absent, err
 	}
@@ -298,10 +290,9 @@ func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration)
 }
 
 // leaseHeader is the forward header of an agent-lease message about p's step.
-func (n *Node) leaseHeader(p *prepared, path string, wait time.Duration) transport.Header {
-	return transport.Header{RequestID: p.req.ID, Hops: 1, Priority: p.adm.Priority, Tenant: p.adm.Tenant,
-		AgentID: p.adm.Agent, Ingress: n.cfg.Name, Path: path,
-		Meta: map[string]string{metaHoldWait: strconv.FormatInt(wait.Milliseconds(), 10)}}
+func (n *Node) leaseHeader(p *prepared, kind transport.Kind, wait time.Duration) transport.Header {
+	return transport.Header{Kind: kind, RequestID: p.req.ID, Hops: 1, Priority: p.adm.Priority, Tenant: p.adm.Tenant,
+		AgentID: p.adm.Agent, Ingress: n.cfg.Name, RenewWait: wait}
 }
 
 // agentStateOf parses agent.State's String; anything else is Absent.
@@ -349,7 +340,7 @@ func (n *Node) giveUpAgent(p *prepared) {
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
 		defer cancel()
-		resp, err := n.tr.Forward(ctx, at.addr, n.leaseHeader(p, pathAgentGiveUp, 0), nil)
+		resp, err := n.tr.Forward(ctx, at.addr, n.leaseHeader(p, transport.KindAgentGiveUp, 0), nil)
 		if err != nil {
 			n.log.Debug("agent give-up", "agent", p.adm.Agent, "home", at.home, "err", err)
 			return // the home's lease runs out instead
@@ -358,20 +349,19 @@ func (n *Node) giveUpAgent(p *prepared) {
 	}
 }
 
-// serveAgentLease answers a peer ingress's renewal or give-up (pathAgentHold, pathAgentGiveUp)
-// of a parked step of agent h.AgentID.
+// serveAgentLease answers a peer ingress's renewal or give-up (transport.KindAgentRenew,
+// KindAgentGiveUp) of a parked step of agent h.AgentID.
 func (n *Node) serveAgentLease(ctx context.Context, h transport.Header, fw transport.ResponseWriter) {
 	g, st := n.agents, agent.Absent
 	if g != nil && h.AgentID != "" {
 		now := time.Now()
-		if h.Path == pathAgentGiveUp {
+		if h.Kind == transport.KindAgentGiveUp {
 			g.mu.Lock()
 			g.home.GiveUp(now, h.AgentID)
 			g.wakeLocked()
 			g.mu.Unlock()
 		} else {
-			ms, _ := strconv.ParseInt(h.Meta[metaHoldWait], 10, 64)
-			st = g.renew(ctx, now, h.AgentID, min(time.Duration(max(ms, 0))*time.Millisecond, n.cfg.AgentInterval))
+			st = g.renew(ctx, now, h.AgentID, min(h.RenewWait, n.cfg.AgentInterval))
 		}
 	}
 	_ = fw.Accept(http.StatusOK, map[string]string{headerAgentState: st.String()})

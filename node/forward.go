@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -25,14 +24,6 @@ const MaxHops = 1
 // the waiting room.
 const maxAttempts = 3
 
-// Meta keys of a forward header: what the owner needs to judge the request's SLOs the way the
-// ingress would.
-const (
-	metaWaited  = "waited_ms" // time since the request's SLO clock started (its arrival at the ingress, or its agent window's admission)
-	metaTTFTSLO = "ttft_slo_ms"
-	metaTPOTSLO = "tpot_slo_ms"
-)
-
 // forward sends p to the candidate's owner. done reports that the client got an answer (relayed
 // from the owner); otherwise the owner refused or could not be reached before any byte.
 func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
@@ -47,15 +38,13 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		AgentID:   p.adm.Agent,
 		Blocks:    p.req.Blocks,
 		Ingress:   n.cfg.Name,
-		Path:      pathOf(p.endpoint),
-		Meta: map[string]string{
-			metaWaited:  strconv.FormatInt(time.Since(clock).Milliseconds(), 10),
-			metaTTFTSLO: strconv.FormatInt(ttft.Milliseconds(), 10),
-			metaTPOTSLO: strconv.FormatInt(tpot.Milliseconds(), 10),
-		},
-	}
-	if p.agentFinal {
-		h.Meta[metaAgentFinal] = "1"
+		Kind:      transport.KindRequest,
+		Endpoint:  endpointOf(p.endpoint),
+		// What the owner needs to judge the request's SLOs the way the ingress would.
+		Waited:     max(time.Since(clock), 0),
+		TTFTSLO:    ttft,
+		TPOTSLO:    tpot,
+		AgentFinal: p.agentFinal,
 	}
 	if addr == "" {
 		n.m.forwards.WithLabelValues("no_address").Inc()
@@ -101,11 +90,11 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	return n.relay(w, resp, p, start), true
 }
 
-func pathOf(ep engine.Endpoint) string {
+func endpointOf(ep engine.Endpoint) transport.Endpoint {
 	if ep == engine.Completion {
-		return "/v1/completions"
+		return transport.EndpointCompletions
 	}
-	return "/v1/chat/completions"
+	return transport.EndpointChat
 }
 
 // relay copies the owner's response to the client as it arrives, byte for byte. If the owner
@@ -179,32 +168,24 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	ep := engine.Chat
-	switch h.Path {
-	case pathAgentHold, pathAgentGiveUp:
+	switch {
+	case h.Kind == transport.KindAgentRenew || h.Kind == transport.KindAgentGiveUp:
 		n.serveAgentLease(ctx, h, fw)
 		return
-	case "/v1/chat/completions":
-	case "/v1/completions":
+	case h.Endpoint == transport.EndpointCompletions:
 		ep = engine.Completion
-	default:
-		refuse(http.StatusNotFound, "not_found", "no such endpoint: "+h.Path, 0)
-		return
 	}
 	p, oerr := n.prepare(ep, h.RequestID, body)
 	if oerr != nil {
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return
 	}
-	ms := func(k string) time.Duration {
-		v, _ := strconv.ParseInt(h.Meta[k], 10, 64)
-		return time.Duration(max(v, 0)) * time.Millisecond
-	}
 	now := time.Now()
-	start := now.Add(-ms(metaWaited))
+	start := now.Add(-h.Waited)
 	a := &p.adm
 	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
-	a.TTFTSLO, a.TPOTSLO = ms(metaTTFTSLO), ms(metaTPOTSLO)
-	p.agentFinal = a.Agent != "" && h.Meta[metaAgentFinal] == "1"
+	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
+	p.agentFinal = a.Agent != "" && h.AgentFinal
 	if _, ok := n.models[a.Model]; !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
 		return

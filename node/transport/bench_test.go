@@ -28,7 +28,7 @@ func BenchmarkForwardTTFB(b *testing.B) {
 		_, _ = w.Write(chunk)
 	}))
 	body := bytes.Repeat([]byte("x"), 2048)
-	h := Header{RequestID: "bench", Tenant: "t", Path: "/v1/chat/completions", Blocks: make([]uint64, 32)}
+	h := Header{RequestID: "bench", Tenant: "t", Endpoint: EndpointChat, Blocks: make([]uint64, 32)}
 	ctx := context.Background()
 	one := make([]byte, 1)
 	warm, err := client.tr.Forward(ctx, server.addr(), h, body)

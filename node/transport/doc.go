@@ -7,12 +7,32 @@
 // # Wire format
 //
 // Every frame is a type byte, a uvarint length and a payload. The ingress writes a header
-// frame (Header, versioned: Version), a body frame (the client's JSON) and ends its side. The
-// owner answers with one accept frame (status, headers) or one refuse frame (status, code,
-// message, retry-after, opaque state), before any token. After an accept come data frames,
-// relayed as the owner writes them, and an end frame: clean, or the owner's failure message.
-// A stream that ends without an end frame is truncated, never silently short. Decoders are
-// strict and bounded (MaxHeaderBytes, MaxDataFrameBytes, MaxAnswerBytes, Config.MaxBodyBytes).
+// frame (Header), a body frame and ends its side. The header starts with the frame version
+// (Version) and a Kind: KindRequest carries an inference request, whose body is the client's
+// JSON and whose header has typed request fields (Endpoint, Waited, TTFTSLO, TPOTSLO,
+// AgentFinal); KindAgentRenew and KindAgentGiveUp are an ingress's agent-lease messages to the
+// agent's home, with an empty body (and RenewWait for a renewal). EncodeHeader documents the
+// layout. The owner answers with one accept frame (status, headers) or one refuse frame
+// (status, code, message, retry-after, opaque state), before any token. After an accept come
+// data frames, relayed as the owner writes them, and an end frame: clean, or the owner's
+// failure message. A stream that ends without an end frame is truncated, never silently
+// short. Decoders are strict and bounded (MaxHeaderBytes, MaxDataFrameBytes, MaxAnswerBytes,
+// Config.MaxBodyBytes).
+//
+// # Versions
+//
+// Nodes on different frame versions refuse each other's forwards cleanly; nothing runs
+// half-understood. An owner refuses a header of another frame version (StatusVersion,
+// CodeVersion) or of an unknown kind or endpoint (StatusKind, CodeKind) before any handler
+// runs, and counts it in kvmesh_transport_rejected_total{reason="version"} or
+// {reason="unknown_kind"}. The refuse frame's layout is the same in every version so far, so
+// the ingress reads that refusal whatever its own version: a node on version 1 sees a 505
+// frame_version refusal; on this version the *Refusal is errors.Is ErrVersion (or ErrKind).
+// A node on frame version 1 predates these refusals: it resets the stream of a version-2
+// header as malformed, and Forward to it fails with an error wrapping both ErrUnreachable and
+// ErrRejected. Either way the caller moves on to another peer. The ALPN stays kvmesh/1: the
+// version lives in the header, so that a refusal can say what went wrong, which a failed
+// handshake could not.
 //
 // # Trust
 //

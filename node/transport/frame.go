@@ -14,8 +14,10 @@ import (
 )
 
 // Version is the frame format version this package writes and the only one it reads. A peer on
-// another version is refused at its first header, never half-understood.
-const Version = 1
+// another version is refused at its first header, never half-understood: see ErrVersion.
+//
+// Version 2 replaced version 1's API path and string meta map with Kind and typed fields.
+const Version = 2
 
 // Wire limits. They bound what a reader allocates before it has judged the peer, so they are
 // constants of the format rather than per-node settings that two peers could disagree on.
@@ -28,14 +30,14 @@ const (
 	MaxAnswerBytes = 256 << 10
 	// MaxBlocks bounds Header.Blocks.
 	MaxBlocks = 1 << 16
-	// MaxMeta bounds the entries of Header.Meta and of Accept headers.
-	MaxMeta = 64
+	// MaxAcceptHeaders bounds the headers of an Accept.
+	MaxAcceptHeaders = 64
 	// MaxStateBytes bounds Refusal.State.
 	MaxStateBytes = 64 << 10
 
 	maxShortString = 4 << 10
-	maxMetaKey     = 256
-	maxMetaValue   = 8 << 10
+	maxHeaderKey   = 256
+	maxHeaderValue = 8 << 10
 	maxHops        = 255
 )
 
@@ -53,16 +55,94 @@ const (
 // maxFrameHead is a frame's type byte plus its length as a uvarint.
 const maxFrameHead = 1 + binary.MaxVarintLen64
 
-// ErrMalformed is wrapped by every decoding error.
+// ErrMalformed is wrapped by every decoding error but ErrVersion and ErrKind.
 var ErrMalformed = errors.New("transport: malformed frame")
 
-// ErrVersion is returned for a header of an unsupported frame version.
+// ErrVersion is returned for a header of a frame version other than Version. An owner answers
+// such a header with a refusal of status StatusVersion and code CodeVersion instead of running
+// it, and that *Refusal is errors.Is ErrVersion on the ingress.
 var ErrVersion = errors.New("transport: unsupported frame version")
 
-// Header is what the ingress node tells the owner about a forwarded request, ahead of its body.
+// ErrKind is returned for a header of a Kind, or a request of an Endpoint, that this version
+// does not know. An owner answers such a header with a refusal of status StatusKind and code
+// CodeKind, and that *Refusal is errors.Is ErrKind on the ingress.
+var ErrKind = errors.New("transport: unknown header kind")
+
+// The owner's refusals of a header it cannot read. The refuse frame's layout is the same in
+// every frame version so far, so the ingress can read why even when it speaks another version.
+const (
+	// StatusVersion and CodeVersion refuse a header of another frame version.
+	StatusVersion = 505 // HTTP Version Not Supported
+	CodeVersion   = "frame_version"
+	// StatusKind and CodeKind refuse a header of an unknown Kind or Endpoint.
+	StatusKind = 501 // Not Implemented
+	CodeKind   = "unknown_kind"
+)
+
+// Kind says what a forward stream carries. The zero Kind is KindRequest.
+type Kind uint8
+
+const (
+	// KindRequest is an inference request: the body is the client's JSON for Endpoint, and
+	// the request fields of Header are set.
+	KindRequest Kind = iota
+	// KindAgentRenew renews the lease of a step of agent AgentID that the ingress keeps parked for the window
+	// of the owner (the agent's home); the owner may wait up to RenewWait for the agent to be
+	// let in before it accepts. The body is empty.
+	KindAgentRenew
+	// KindAgentGiveUp says that the ingress gave up a step of agent AgentID without running
+	// it. The body is empty.
+	KindAgentGiveUp
+
+	numKinds // the number of kinds this version knows
+)
+
+// String returns the kind's name, e.g. "agent-renew".
+func (k Kind) String() string {
+	switch k {
+	case KindRequest:
+		return "request"
+	case KindAgentRenew:
+		return "agent-renew"
+	case KindAgentGiveUp:
+		return "agent-give-up"
+	default:
+		return fmt.Sprintf("kind(%d)", uint8(k))
+	}
+}
+
+// Endpoint is the OpenAI API a request came in on. The zero Endpoint is EndpointChat.
+type Endpoint uint8
+
+const (
+	// EndpointChat is POST /v1/chat/completions.
+	EndpointChat Endpoint = iota
+	// EndpointCompletions is POST /v1/completions.
+	EndpointCompletions
+
+	numEndpoints
+)
+
+// String returns the endpoint's name, e.g. "chat".
+func (e Endpoint) String() string {
+	switch e {
+	case EndpointChat:
+		return "chat"
+	case EndpointCompletions:
+		return "completions"
+	default:
+		return fmt.Sprintf("endpoint(%d)", uint8(e))
+	}
+}
+
+// Header is what the ingress node tells the owner about a forward, ahead of its body. The
+// fields up to Ingress are common to every kind; the others belong to one kind and must be
+// zero in the others.
 type Header struct {
 	// Version is the frame version; zero when encoding means the current Version.
 	Version int
+	// Kind is what the stream carries.
+	Kind Kind
 	// RequestID is the ingress node's id for the request (for logs on both sides).
 	RequestID string
 	// Hops counts forwards so far, so the owner can enforce the hop limit.
@@ -77,10 +157,22 @@ type Header struct {
 	Blocks []uint64
 	// Ingress is the name of the node the client reached.
 	Ingress string
-	// Path is the API path, e.g. "/v1/chat/completions".
-	Path string
-	// Meta is a small extension slot (at most MaxMeta entries).
-	Meta map[string]string
+
+	// Endpoint is the API the request came in on (KindRequest).
+	Endpoint Endpoint
+	// Waited is how long the request's SLO clock has run at the ingress: since its arrival,
+	// or since its agent window let it in (KindRequest).
+	Waited time.Duration
+	// TTFTSLO and TPOTSLO are the request's SLOs as the ingress resolved them (KindRequest).
+	TTFTSLO time.Duration
+	TPOTSLO time.Duration
+	// AgentFinal marks an agent's last step: its home ends the agent once the step is done
+	// (KindRequest).
+	AgentFinal bool
+
+	// RenewWait is how long the home may wait for the agent to be let into its window before
+	// it answers (KindAgentRenew).
+	RenewWait time.Duration
 }
 
 // Refusal is the owner's "no" before any token; it is also the error Forward returns for it.
@@ -98,6 +190,18 @@ type Refusal struct {
 // Error implements error.
 func (r *Refusal) Error() string {
 	return fmt.Sprintf("transport: refused by owner: %d %s: %s", r.Status, r.Code, r.Message)
+}
+
+// Is reports whether r is the owner's refusal of a header it cannot read: ErrVersion for
+// CodeVersion, ErrKind for CodeKind.
+func (r *Refusal) Is(target error) bool {
+	switch target {
+	case ErrVersion:
+		return r.Status == StatusVersion && r.Code == CodeVersion
+	case ErrKind:
+		return r.Status == StatusKind && r.Code == CodeKind
+	}
+	return false
 }
 
 type encoder struct{ b []byte }
@@ -134,6 +238,11 @@ func (d *decoder) uvarint(what string) uint64 {
 		d.fail("bad varint for %s", what)
 		return 0
 	}
+	if n > 1 && d.b[n-1] == 0 {
+		// An encoding has one spelling, so what decodes re-encodes to the same bytes.
+		d.fail("overlong varint for %s", what)
+		return 0
+	}
 	d.b = d.b[n:]
 	return v
 }
@@ -145,6 +254,10 @@ func (d *decoder) varint(what string) int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.fail("bad varint for %s", what)
+		return 0
+	}
+	if n > 1 && d.b[n-1] == 0 {
+		d.fail("overlong varint for %s", what)
 		return 0
 	}
 	d.b = d.b[n:]
@@ -169,6 +282,29 @@ func (d *decoder) raw(what string, limit int) []byte {
 	return p
 }
 
+func (d *decoder) u8(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("%s truncated", what)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+// duration reads non-negative nanoseconds.
+func (d *decoder) duration(what string) time.Duration {
+	v := d.uvarint(what)
+	if v > math.MaxInt64 {
+		d.fail("%s out of range", what)
+		return 0
+	}
+	return time.Duration(v)
+}
+
 func (d *decoder) str(what string, limit int) string {
 	p := d.raw(what, limit)
 	if d.err == nil && !utf8.Valid(p) {
@@ -182,8 +318,8 @@ func (d *decoder) strMap(what string, maxKey, maxValue int) map[string]string {
 	if d.err != nil || n == 0 {
 		return nil
 	}
-	if n > MaxMeta {
-		d.fail("%s has %d entries (> %d)", what, n, MaxMeta)
+	if n > MaxAcceptHeaders {
+		d.fail("%s has %d entries (> %d)", what, n, MaxAcceptHeaders)
 		return nil
 	}
 	m := make(map[string]string, n)
@@ -212,26 +348,24 @@ func validStatus(s int) bool { return s >= 200 && s <= 599 }
 
 // EncodeHeader appends h's encoding to dst. It rejects what DecodeHeader would reject, so a
 // sender learns about an oversized header before the owner does.
+//
+// The encoding is the version byte, the kind byte, the common fields (request id, hops,
+// priority, tenant, deadline, agent id, blocks, ingress), then the kind's own fields: for
+// KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal), Waited, TTFTSLO and
+// TPOTSLO; for KindAgentRenew RenewWait; nothing for KindAgentGiveUp. Strings are a uvarint
+// length and UTF-8 bytes, blocks a uvarint count and little-endian uint64s, durations uvarint
+// nanoseconds, the deadline varint Unix nanoseconds (0: none).
 func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 	v := h.Version
 	if v == 0 {
 		v = Version
 	}
-	switch {
-	case v != Version:
-		return dst, fmt.Errorf("%w: %d", ErrVersion, v)
-	case h.Hops < 0 || h.Hops > maxHops:
-		return dst, fmt.Errorf("%w: hops %d out of range", ErrMalformed, h.Hops)
-	case h.Priority < math.MinInt32 || h.Priority > math.MaxInt32:
-		return dst, fmt.Errorf("%w: priority %d out of range", ErrMalformed, h.Priority)
-	case len(h.Blocks) > MaxBlocks:
-		return dst, fmt.Errorf("%w: %d blocks (> %d)", ErrMalformed, len(h.Blocks), MaxBlocks)
-	case len(h.Meta) > MaxMeta:
-		return dst, fmt.Errorf("%w: %d meta entries (> %d)", ErrMalformed, len(h.Meta), MaxMeta)
+	if err := checkHeader(v, h); err != nil {
+		return dst, err
 	}
 	start := len(dst)
 	e := encoder{b: dst}
-	e.b = append(e.b, byte(v))
+	e.b = append(e.b, byte(v), byte(h.Kind))
 	e.str(h.RequestID)
 	e.uvarint(uint64(h.Hops))
 	e.varint(int64(h.Priority))
@@ -247,8 +381,19 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		e.b = binary.LittleEndian.AppendUint64(e.b, b)
 	}
 	e.str(h.Ingress)
-	e.str(h.Path)
-	e.strMap(h.Meta)
+	switch h.Kind {
+	case KindRequest:
+		var flags byte
+		if h.AgentFinal {
+			flags |= flagAgentFinal
+		}
+		e.b = append(e.b, byte(h.Endpoint), flags)
+		e.uvarint(uint64(h.Waited))
+		e.uvarint(uint64(h.TTFTSLO))
+		e.uvarint(uint64(h.TPOTSLO))
+	case KindAgentRenew:
+		e.uvarint(uint64(h.RenewWait))
+	}
 	if len(e.b)-start > MaxHeaderBytes {
 		return dst, fmt.Errorf("%w: header of %d bytes (> %d)", ErrMalformed, len(e.b)-start, MaxHeaderBytes)
 	}
@@ -259,8 +404,43 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 	return e.b, nil
 }
 
-// DecodeHeader decodes a header strictly: unknown version, out-of-range numbers, oversized or
-// non-UTF-8 strings, repeated meta keys and trailing bytes are all errors.
+// Request flags.
+const (
+	flagAgentFinal byte = 1 << iota
+
+	knownFlags = flagAgentFinal
+)
+
+// checkHeader rejects the numbers of h that its encoding could not carry, and fields of
+// another kind than h's, which its encoding would drop.
+func checkHeader(v int, h Header) error {
+	switch {
+	case v != Version:
+		return fmt.Errorf("%w %d (this node speaks %d)", ErrVersion, v, Version)
+	case h.Kind >= numKinds:
+		return fmt.Errorf("%w %d", ErrKind, h.Kind)
+	case h.Kind == KindRequest && h.Endpoint >= numEndpoints:
+		return fmt.Errorf("%w: request endpoint %d", ErrKind, h.Endpoint)
+	case h.Hops < 0 || h.Hops > maxHops:
+		return fmt.Errorf("%w: hops %d out of range", ErrMalformed, h.Hops)
+	case h.Priority < math.MinInt32 || h.Priority > math.MaxInt32:
+		return fmt.Errorf("%w: priority %d out of range", ErrMalformed, h.Priority)
+	case len(h.Blocks) > MaxBlocks:
+		return fmt.Errorf("%w: %d blocks (> %d)", ErrMalformed, len(h.Blocks), MaxBlocks)
+	case h.Waited < 0 || h.TTFTSLO < 0 || h.TPOTSLO < 0 || h.RenewWait < 0:
+		return fmt.Errorf("%w: negative duration", ErrMalformed)
+	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal):
+		return fmt.Errorf("%w: request fields in a %v header", ErrMalformed, h.Kind)
+	case h.Kind != KindAgentRenew && h.RenewWait != 0:
+		return fmt.Errorf("%w: renew wait in a %v header", ErrMalformed, h.Kind)
+	}
+	return nil
+}
+
+// DecodeHeader decodes a header strictly. Another version is ErrVersion and an unknown kind
+// ErrKind, both judged before anything else is read; a request of an unknown endpoint is
+// ErrKind too. Out-of-range numbers, oversized or non-UTF-8 strings, overlong varints, unknown
+// flags and trailing bytes are ErrMalformed.
 func DecodeHeader(p []byte) (Header, error) {
 	if len(p) > MaxHeaderBytes {
 		return Header{}, fmt.Errorf("%w: header of %d bytes (> %d)", ErrMalformed, len(p), MaxHeaderBytes)
@@ -269,10 +449,16 @@ func DecodeHeader(p []byte) (Header, error) {
 		return Header{}, fmt.Errorf("%w: empty header", ErrMalformed)
 	}
 	if p[0] != Version {
-		return Header{}, fmt.Errorf("%w: %d", ErrVersion, p[0])
+		return Header{}, fmt.Errorf("%w %d (this node speaks %d)", ErrVersion, p[0], Version)
 	}
-	d := decoder{b: p[1:]}
-	h := Header{Version: int(p[0])}
+	if len(p) == 1 {
+		return Header{}, fmt.Errorf("%w: header without a kind", ErrMalformed)
+	}
+	h := Header{Version: int(p[0]), Kind: Kind(p[1])}
+	if h.Kind >= numKinds {
+		return Header{}, fmt.Errorf("%w %d", ErrKind, p[1])
+	}
+	d := decoder{b: p[2:]}
 	h.RequestID = d.str("request id", maxShortString)
 	hops := d.uvarint("hops")
 	if hops > maxHops {
@@ -304,8 +490,23 @@ func DecodeHeader(p []byte) (Header, error) {
 		d.b = d.b[nb*8:]
 	}
 	h.Ingress = d.str("ingress", maxShortString)
-	h.Path = d.str("path", maxShortString)
-	h.Meta = d.strMap("meta", maxMetaKey, maxMetaValue)
+	switch h.Kind {
+	case KindRequest:
+		h.Endpoint = Endpoint(d.u8("endpoint"))
+		if d.err == nil && h.Endpoint >= numEndpoints {
+			return Header{}, fmt.Errorf("%w: request endpoint %d", ErrKind, h.Endpoint)
+		}
+		flags := d.u8("flags")
+		if flags&^knownFlags != 0 {
+			d.fail("unknown request flags %#x", flags)
+		}
+		h.AgentFinal = flags&flagAgentFinal != 0
+		h.Waited = d.duration("waited")
+		h.TTFTSLO = d.duration("ttft slo")
+		h.TPOTSLO = d.duration("tpot slo")
+	case KindAgentRenew:
+		h.RenewWait = d.duration("renew wait")
+	}
 	d.end("header")
 	if d.err != nil {
 		return Header{}, d.err
@@ -317,8 +518,8 @@ func encodeAccept(status int, headers map[string]string) ([]byte, error) {
 	if !validStatus(status) {
 		return nil, fmt.Errorf("%w: accept status %d", ErrMalformed, status)
 	}
-	if len(headers) > MaxMeta {
-		return nil, fmt.Errorf("%w: %d headers (> %d)", ErrMalformed, len(headers), MaxMeta)
+	if len(headers) > MaxAcceptHeaders {
+		return nil, fmt.Errorf("%w: %d headers (> %d)", ErrMalformed, len(headers), MaxAcceptHeaders)
 	}
 	e := encoder{}
 	e.uvarint(uint64(status))
@@ -335,7 +536,7 @@ func decodeAccept(p []byte) (int, map[string]string, error) {
 	if d.err == nil && !validStatus(int(min(status, 1000))) {
 		d.fail("accept status %d", status)
 	}
-	hdr := d.strMap("headers", maxMetaKey, maxMetaValue)
+	hdr := d.strMap("headers", maxHeaderKey, maxHeaderValue)
 	d.end("accept")
 	if d.err != nil {
 		return 0, nil, d.err

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,26 +16,49 @@ import (
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
-	tests := []Header{
-		{},
-		{RequestID: "r", Hops: maxHops, Priority: -1 << 31, Deadline: time.Unix(0, 1)},
-		{Tenant: "t", AgentID: "ü", Blocks: make([]uint64, MaxBlocks), Ingress: "a", Path: "/v1/completions",
-			Meta: map[string]string{"a": strings.Repeat("v", maxMetaValue), "": ""}},
+	tests := []struct {
+		name string
+		h    Header
+	}{
+		{"zero", Header{}},
+		{"common limits", Header{RequestID: "r", Hops: maxHops, Priority: -1 << 31, Deadline: time.Unix(0, 1)}},
+		{"request", Header{Kind: KindRequest, Tenant: "t", AgentID: "ü", Blocks: make([]uint64, MaxBlocks), Ingress: "a",
+			Endpoint: EndpointCompletions, Waited: 1500 * time.Microsecond, TTFTSLO: 2 * time.Second,
+			TPOTSLO: 200 * time.Millisecond, AgentFinal: true}},
+		{"request at the duration limit", Header{Endpoint: EndpointChat, Waited: math.MaxInt64, TTFTSLO: 1, TPOTSLO: math.MaxInt64}},
+		{"agent renew", Header{Kind: KindAgentRenew, RequestID: "r", Hops: 1, Priority: 3, Tenant: "t", AgentID: "a",
+			Ingress: "b", RenewWait: 250 * time.Millisecond}},
+		{"agent renew without a wait", Header{Kind: KindAgentRenew, AgentID: "a"}},
+		{"agent give-up", Header{Kind: KindAgentGiveUp, RequestID: "r", Hops: 1, AgentID: "a", Ingress: "b"}},
 	}
-	for i, h := range tests {
-		p, err := EncodeHeader(nil, h)
-		if err != nil {
-			t.Fatalf("%d: encode: %v", i, err)
-		}
-		got, err := DecodeHeader(p)
-		if err != nil {
-			t.Fatalf("%d: decode: %v", i, err)
-		}
-		h.Version = Version
-		if !reflect.DeepEqual(got, h) {
-			t.Errorf("%d: round trip %+v, want %+v", i, got, h)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := EncodeHeader(nil, tt.h)
+			if err != nil {
+				t.Fatalf("encode: %v", err)
+			}
+			if p[0] != Version || Kind(p[1]) != tt.h.Kind {
+				t.Errorf("encoding starts %v, want version %d and kind %d", p[:2], Version, tt.h.Kind)
+			}
+			got, err := DecodeHeader(p)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			tt.h.Version = Version
+			if !reflect.DeepEqual(got, tt.h) {
+				t.Errorf("round trip %+v, want %+v", got, tt.h)
+			}
+		})
 	}
+}
+
+// zeroCommon is the encoding of a header's common fields, all zero: request id, hops,
+// priority, tenant, deadline, agent id, blocks and ingress.
+var zeroCommon = []byte{0, 0, 0, 0, 0, 0, 0, 0}
+
+// rawHeader is a header encoding: version, kind, zero common fields, then tail.
+func rawHeader(version byte, kind Kind, tail ...byte) []byte {
+	return append(append([]byte{version, byte(kind)}, zeroCommon...), tail...)
 }
 
 func TestHeaderRejects(t *testing.T) {
@@ -43,12 +68,22 @@ func TestHeaderRejects(t *testing.T) {
 		h    Header
 		want error
 	}{
-		{"version", Header{Version: 2}, ErrVersion},
+		{"old version", Header{Version: 1}, ErrVersion},
+		{"newer version", Header{Version: Version + 1}, ErrVersion},
+		{"unknown kind", Header{Kind: numKinds}, ErrKind},
+		{"unknown endpoint", Header{Endpoint: numEndpoints}, ErrKind},
 		{"hops", Header{Hops: maxHops + 1}, ErrMalformed},
 		{"negative hops", Header{Hops: -1}, ErrMalformed},
 		{"priority", Header{Priority: 1 << 40}, ErrMalformed},
 		{"blocks", Header{Blocks: make([]uint64, MaxBlocks+1)}, ErrMalformed},
-		{"meta entries", Header{Meta: bigMeta(MaxMeta + 1)}, ErrMalformed},
+		{"negative waited", Header{Waited: -1}, ErrMalformed},
+		{"negative slo", Header{TPOTSLO: -time.Second}, ErrMalformed},
+		{"negative renew wait", Header{Kind: KindAgentRenew, RenewWait: -1}, ErrMalformed},
+		{"endpoint in a renew", Header{Kind: KindAgentRenew, Endpoint: EndpointCompletions}, ErrMalformed},
+		{"slo in a give-up", Header{Kind: KindAgentGiveUp, TTFTSLO: time.Second}, ErrMalformed},
+		{"agent final in a renew", Header{Kind: KindAgentRenew, AgentFinal: true}, ErrMalformed},
+		{"renew wait in a request", Header{RenewWait: time.Second}, ErrMalformed},
+		{"renew wait in a give-up", Header{Kind: KindAgentGiveUp, RenewWait: time.Second}, ErrMalformed},
 		{"long string", Header{Tenant: strings.Repeat("t", maxShortString+1)}, ErrMalformed},
 		{"bad utf-8", Header{RequestID: "\xff"}, ErrMalformed},
 	}
@@ -59,19 +94,36 @@ func TestHeaderRejects(t *testing.T) {
 			}
 		})
 	}
+	// Version 1's encoding of {RequestID: "r", Path: "/v1/chat/completions"}: an API path
+	// and an empty meta map where version 2 has a kind and typed fields.
+	v1 := append([]byte{1, 1, 'r', 0, 0, 0, 0, 0, 0, 0, 20}, "/v1/chat/completions\x00"...)
 	decodeTests := []struct {
 		name string
 		p    []byte
 		want error
 	}{
 		{"empty", nil, ErrMalformed},
-		{"version", append([]byte{2}, valid[1:]...), ErrVersion},
+		{"version 1", v1, ErrVersion},
+		{"newer version", append([]byte{Version + 1}, valid[1:]...), ErrVersion},
+		{"version 0", []byte{0}, ErrVersion},
+		{"no kind", []byte{Version}, ErrMalformed},
+		{"unknown kind", []byte{Version, byte(numKinds)}, ErrKind},
+		{"unknown kind with garbage", []byte{Version, 0xff, 0xff, 0xff}, ErrKind},
+		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), ErrKind},
+		{"unknown request flag", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0), ErrMalformed},
+		{"request without its fields", rawHeader(Version, KindRequest), ErrMalformed},
+		{"request cut in its slos", rawHeader(Version, KindRequest, 0, 0, 0, 0), ErrMalformed},
+		{"waited past int64", rawHeader(Version, KindRequest, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0), ErrMalformed},
+		{"renew without its wait", rawHeader(Version, KindAgentRenew), ErrMalformed},
+		{"give-up with a wait", rawHeader(Version, KindAgentGiveUp, 5), ErrMalformed},
+		{"renew with request fields", rawHeader(Version, KindAgentRenew, 0, 0, 0, 0, 0), ErrMalformed},
+		{"overlong varint", rawHeader(Version, KindAgentRenew, 0x80, 0x00), ErrMalformed},
+		{"overlong string length", []byte{Version, 0, 0x81, 0x00, 'r', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, ErrMalformed},
 		{"trailing", append(append([]byte(nil), valid...), 0), ErrMalformed},
 		{"truncated", valid[:len(valid)-1], ErrMalformed},
-		{"huge string length", []byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrMalformed},
-		{"blocks past the end", []byte{1, 0, 0, 0, 0, 0, 0, 5, 1, 2}, ErrMalformed},
-		{"too many blocks", []byte{1, 0, 0, 0, 0, 0, 0, 0x81, 0x80, 0x04}, ErrMalformed},
-		{"duplicate meta", []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 'k', 0, 1, 'k', 0}, ErrMalformed},
+		{"huge string length", []byte{Version, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrMalformed},
+		{"blocks past the end", []byte{Version, 0, 0, 0, 0, 0, 0, 0, 5, 1, 2}, ErrMalformed},
+		{"too many blocks", []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0x81, 0x80, 0x04}, ErrMalformed},
 		{"too big", make([]byte, MaxHeaderBytes+1), ErrMalformed},
 	}
 	for _, tt := range decodeTests {
@@ -81,9 +133,51 @@ func TestHeaderRejects(t *testing.T) {
 			}
 		})
 	}
+	// The zero tails above are well-formed with the right kind: the rejections are theirs.
+	for _, p := range [][]byte{rawHeader(Version, KindRequest, 0, 1, 0, 0, 0), rawHeader(Version, KindAgentRenew, 0), rawHeader(Version, KindAgentGiveUp)} {
+		if _, err := DecodeHeader(p); err != nil {
+			t.Errorf("DecodeHeader(%v) = %v", p, err)
+		}
+	}
 }
 
-func bigMeta(n int) map[string]string {
+// TestVersionRefusalLayout pins the bytes of the owner's version refusal: a node on another
+// frame version must read them with its own refuse decoder, so they may never change.
+func TestVersionRefusalLayout(t *testing.T) {
+	p, err := encodeRefuse(Refusal{Status: StatusVersion, Code: CodeVersion, Message: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{0xf9, 0x03, 13}, "frame_version"...), 1, 'm', 0, 0)
+	if !bytes.Equal(p, want) {
+		t.Errorf("version refusal encodes as %v, want %v", p, want)
+	}
+}
+
+func TestRefusalIs(t *testing.T) {
+	tests := []struct {
+		r       Refusal
+		version bool
+		kind    bool
+	}{
+		{Refusal{Status: StatusVersion, Code: CodeVersion}, true, false},
+		{Refusal{Status: StatusKind, Code: CodeKind}, false, true},
+		{Refusal{Status: 429, Code: CodeVersion}, false, false},
+		{Refusal{Status: StatusKind, Code: "no_capacity"}, false, false},
+	}
+	for _, tt := range tests {
+		err := fmt.Errorf("forward: %w", &tt.r)
+		if errors.Is(err, ErrVersion) != tt.version || errors.Is(err, ErrKind) != tt.kind {
+			t.Errorf("%d %s: Is(ErrVersion) %v, Is(ErrKind) %v; want %v, %v", tt.r.Status, tt.r.Code,
+				errors.Is(err, ErrVersion), errors.Is(err, ErrKind), tt.version, tt.kind)
+		}
+		if ref := (*Refusal)(nil); !errors.As(err, &ref) {
+			t.Errorf("%v is not a *Refusal", err)
+		}
+	}
+}
+
+func bigHeaders(n int) map[string]string {
 	m := make(map[string]string, n)
 	for i := range n {
 		m[strings.Repeat("k", i+1)] = ""
@@ -118,7 +212,7 @@ func TestAnswerFrames(t *testing.T) {
 		err  error
 	}{
 		{"accept status", func() error { _, err := encodeAccept(99, nil); return err }()},
-		{"accept headers", func() error { _, err := encodeAccept(200, bigMeta(MaxMeta+1)); return err }()},
+		{"accept headers", func() error { _, err := encodeAccept(200, bigHeaders(MaxAcceptHeaders+1)); return err }()},
 		{"refuse status", func() error { _, err := encodeRefuse(Refusal{Status: 600}); return err }()},
 		{"refuse state", func() error {
 			_, err := encodeRefuse(Refusal{Status: 429, State: make([]byte, MaxStateBytes+1)})
@@ -160,25 +254,98 @@ func TestReadFrameLimits(t *testing.T) {
 	}
 }
 
+// FuzzDecodeHeader feeds arbitrary bytes to the header decoder, the first thing an owner reads
+// from a peer.
 func FuzzDecodeHeader(f *testing.F) {
-	for _, h := range []Header{{}, {RequestID: "r", Blocks: []uint64{1, 2}, Meta: map[string]string{"k": "v"}, Deadline: time.Unix(5, 0)}} {
+	for _, h := range []Header{
+		{},
+		{RequestID: "r", Blocks: []uint64{1, 2}, Deadline: time.Unix(5, 0), Endpoint: EndpointCompletions,
+			Waited: time.Millisecond, TTFTSLO: time.Second, TPOTSLO: 50 * time.Millisecond, AgentFinal: true},
+		{Kind: KindAgentRenew, AgentID: "a", Ingress: "b", RenewWait: time.Second},
+		{Kind: KindAgentGiveUp, AgentID: "a", Priority: -5},
+	} {
 		p, _ := EncodeHeader(nil, h)
 		f.Add(p)
 	}
-	f.Add([]byte{1, 0xff})
+	f.Add([]byte{1, 1, 'r', 0, 0, 0, 0, 0, 0, 0, 0, 0}) // version 1
+	f.Add([]byte{Version, byte(numKinds)})
+	f.Add(rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0))
+	f.Add([]byte{Version, 0, 0xff})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := DecodeHeader(p)
 		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrKind) {
+				t.Fatalf("decode error %v wraps none of ErrMalformed, ErrVersion, ErrKind", err)
+			}
+			if errors.Is(err, ErrVersion) != (len(p) > 0 && len(p) <= MaxHeaderBytes && p[0] != Version) {
+				t.Fatalf("ErrVersion is %v for version byte %v", errors.Is(err, ErrVersion), p[:min(len(p), 1)])
+			}
 			return
 		}
-		// Whatever decodes must re-encode and decode to the same header.
+		if h.Version != Version || h.Kind >= numKinds || h.Endpoint >= numEndpoints || len(h.Blocks) > MaxBlocks {
+			t.Fatalf("decoded an invalid header %+v", h)
+		}
+		// Whatever decodes must re-encode to the same bytes (the encoding is canonical) and
+		// decode to the same header.
 		q, err := EncodeHeader(nil, h)
 		if err != nil {
 			t.Fatalf("re-encode of a decoded header: %v", err)
 		}
+		if !bytes.Equal(p, q) {
+			t.Fatalf("re-encoding %v gave %v", p, q)
+		}
 		h2, err := DecodeHeader(q)
 		if err != nil || !reflect.DeepEqual(h, h2) {
 			t.Fatalf("round trip changed the header: %+v vs %+v (%v)", h, h2, err)
+		}
+	})
+}
+
+// FuzzEncodeHeader builds headers of every kind, known and not, from typed fields: what the
+// encoder accepts must decode to the same header, and what it refuses it refuses with a
+// sentinel.
+func FuzzEncodeHeader(f *testing.F) {
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "r", "a", 1, int64(-3), int64(5e9), uint16(2), int64(1e6), int64(2e9), int64(1e8), true, int64(0))
+	f.Add(uint8(KindAgentRenew), uint8(0), "r", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(5e8))
+	f.Add(uint8(KindAgentGiveUp), uint8(0), "", "a", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
+	f.Add(uint8(numKinds), uint8(numEndpoints), "\xff", "", -1, int64(1<<40), int64(-1), uint16(0), int64(-1), int64(0), int64(0), true, int64(1))
+	f.Fuzz(func(t *testing.T, kind, endpoint uint8, id, agent string, hops int, prio, deadline int64, blocks uint16,
+		waited, ttft, tpot int64, final bool, hold int64) {
+		h := Header{Kind: Kind(kind), RequestID: id, Hops: hops, Priority: int(prio), AgentID: agent, Ingress: agent,
+			Endpoint: Endpoint(endpoint), Waited: time.Duration(waited), TTFTSLO: time.Duration(ttft),
+			TPOTSLO: time.Duration(tpot), AgentFinal: final, RenewWait: time.Duration(hold)}
+		if n := int(blocks) % 1024; n > 0 {
+			h.Blocks = make([]uint64, n)
+		}
+		if blocks == math.MaxUint16 {
+			h.Blocks = make([]uint64, MaxBlocks+1)
+		}
+		for i := range h.Blocks {
+			h.Blocks[i] = uint64(i) * 0x9e3779b97f4a7c15
+		}
+		if deadline != 0 {
+			h.Deadline = time.Unix(0, deadline)
+		}
+		p, err := EncodeHeader(nil, h)
+		if err != nil {
+			switch {
+			case h.Kind >= numKinds && !errors.Is(err, ErrKind):
+				t.Fatalf("unknown kind %d: %v, want ErrKind", kind, err)
+			case !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrKind):
+				t.Fatalf("encode error %v wraps neither ErrMalformed nor ErrKind", err)
+			}
+			return
+		}
+		if h.Kind >= numKinds {
+			t.Fatalf("encoded a header of unknown kind %d", kind)
+		}
+		got, err := DecodeHeader(p)
+		if err != nil {
+			t.Fatalf("decode of an encoded header: %v", err)
+		}
+		h.Version = Version
+		if !reflect.DeepEqual(got, h) {
+			t.Fatalf("round trip %+v, want %+v", got, h)
 		}
 	})
 }
@@ -213,7 +380,7 @@ func FuzzReadFrame(f *testing.F) {
 				t.Fatalf("accepted an invalid refusal %+v", r)
 			}
 		case frameAccept:
-			if s, h, err := decodeAccept(p); err == nil && (!validStatus(s) || len(h) > MaxMeta) {
+			if s, h, err := decodeAccept(p); err == nil && (!validStatus(s) || len(h) > MaxAcceptHeaders) {
 				t.Fatalf("accepted an invalid accept %d %v", s, h)
 			}
 			b := &respBody{str: nopCanceler{}, br: br, stop: func() bool { return true }, ctxErr: func() error { return nil }}

@@ -20,6 +20,8 @@ const (
 	reasonNotQUIC   = "not_quic"
 	reasonHandshake = "handshake"
 	reasonHeader    = "bad_header"
+	reasonVersion   = "version"
+	reasonKind      = "unknown_kind"
 	reasonBody      = "bad_body"
 	reasonNoHandler = "no_handler"
 )

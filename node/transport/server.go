@@ -18,8 +18,9 @@ import (
 type Handler interface {
 	// ServeForward answers h and body through w: Refuse, or Accept then Write. Returning ends
 	// the response (with Fail's error if it was called). ctx is cancelled when the ingress
-	// cancels the stream, the connection dies or the Transport closes. h.Deadline is advisory:
-	// the handler decides whether to honour it.
+	// cancels the stream, the connection dies or the Transport closes. h is of this frame
+	// version and of a known Kind (others are refused before any handler runs). h.Deadline is
+	// advisory: the handler decides whether to honour it.
 	ServeForward(ctx context.Context, h Header, body []byte, w ResponseWriter)
 }
 
@@ -80,6 +81,20 @@ func (t *Transport) drop(c *quic.Conn, str *quic.Stream, reason string, code qui
 	str.CancelWrite(code)
 }
 
+// refuseHeader answers a header this node cannot read (another version, an unknown kind) with
+// r, counting why: a refusal rather than a reset, so the ingress can tell what went wrong.
+func (t *Transport) refuseHeader(c *quic.Conn, str *quic.Stream, br *bufio.Reader, reason string, r Refusal) {
+	t.m.rejected.WithLabelValues(reason).Inc()
+	t.log.Debug("transport: refused stream", "reason", reason, "peer", c.RemoteAddr().String(), "err", r.Message)
+	// The body is read and dropped first: an ingress still writing it when the refusal stops
+	// the read side would see that stop instead of the refusal.
+	if typ, n, err := readFrameHead(br); err == nil && typ == frameBody && n <= t.cfg.MaxBodyBytes {
+		_, _ = io.CopyN(io.Discard, br, int64(n))
+	}
+	w := &responseWriter{t: t, str: str}
+	_ = w.Refuse(r)
+}
+
 func (t *Transport) serveStream(c *quic.Conn, str *quic.Stream) {
 	defer t.wg.Done()
 	if t.cfg.Handler == nil {
@@ -98,7 +113,14 @@ func (t *Transport) serveStream(c *quic.Conn, str *quic.Stream) {
 	if err == nil {
 		h, err = DecodeHeader(p)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrVersion):
+		t.refuseHeader(c, str, br, reasonVersion, Refusal{Status: StatusVersion, Code: CodeVersion, Message: err.Error()})
+		return
+	case errors.Is(err, ErrKind):
+		t.refuseHeader(c, str, br, reasonKind, Refusal{Status: StatusKind, Code: CodeKind, Message: err.Error()})
+		return
+	case err != nil:
 		t.drop(c, str, reasonHeader, codeProtocol, err)
 		return
 	}

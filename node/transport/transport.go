@@ -25,6 +25,12 @@ var (
 	// handshake, stream open or a stream that died before the answer. The caller tries the next
 	// peer.
 	ErrUnreachable = errors.New("transport: peer unreachable")
+	// ErrRejected is wrapped, with ErrUnreachable, when the owner reset the stream as a
+	// protocol violation before answering. A node on frame version 1 answers every forward
+	// from this version so, since it cannot read a version-2 header (it predates the refusals
+	// of ErrVersion); a node on this version does so only for a body over its MaxBodyBytes or
+	// a request slower than its RequestTimeout.
+	ErrRejected = errors.New("transport: owner rejected the request frames (as a node on another frame version does)")
 	// ErrTruncated is returned by Response.Body when the response ends without the owner's end
 	// frame: the owner died, the connection timed out or the stream was reset.
 	ErrTruncated = errors.New("transport: response truncated")
@@ -515,6 +521,9 @@ func (t *Transport) forward(ctx context.Context, addr string, h Header, body []b
 		str.CancelWrite(codeCancel)
 		if ctx.Err() != nil {
 			return nil, resultCancelled, fmt.Errorf("transport: forward to %s: %w", addr, ctx.Err())
+		}
+		if se := (*quic.StreamError)(nil); errors.As(err, &se) && se.Remote && se.ErrorCode == codeProtocol {
+			err = fmt.Errorf("%w: %w", ErrRejected, err)
 		}
 		return nil, resultUnreachable, fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
 	}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -32,17 +33,21 @@ func pair(t *testing.T, h Handler) (client, server *node) {
 
 func TestForwardRoundTrip(t *testing.T) {
 	want := Header{
-		Version:   Version,
-		RequestID: "req-1",
-		Hops:      1,
-		Priority:  -2,
-		Tenant:    "acme",
-		Deadline:  time.Unix(1700000000, 123456789),
-		AgentID:   "agent-7",
-		Blocks:    []uint64{1, 2, 1 << 63},
-		Ingress:   "a",
-		Path:      "/v1/chat/completions",
-		Meta:      map[string]string{"k": "v"},
+		Version:    Version,
+		RequestID:  "req-1",
+		Hops:       1,
+		Priority:   -2,
+		Tenant:     "acme",
+		Deadline:   time.Unix(1700000000, 123456789),
+		AgentID:    "agent-7",
+		Blocks:     []uint64{1, 2, 1 << 63},
+		Ingress:    "a",
+		Kind:       KindRequest,
+		Endpoint:   EndpointCompletions,
+		Waited:     1234 * time.Microsecond,
+		TTFTSLO:    2 * time.Second,
+		TPOTSLO:    150 * time.Millisecond,
+		AgentFinal: true,
 	}
 	type seen struct {
 		h    Header
@@ -514,8 +519,7 @@ func TestGarbageIsDroppedAndCounted(t *testing.T) {
 		reason string
 	}{
 		{"not a frame", []byte("GET / HTTP/1.1\r\n\r\n"), reasonHeader},
-		{"header frame with garbage", append(appendFrameHead(nil, frameHeader, 3), 1, 0xff, 0xff), reasonHeader},
-		{"wrong version", append(appendFrameHead(nil, frameHeader, 1), 9), reasonHeader},
+		{"header frame with garbage", append(appendFrameHead(nil, frameHeader, 3), Version, 0, 0xff), reasonHeader},
 		{"oversized header", appendFrameHead(nil, frameHeader, MaxHeaderBytes+1), reasonHeader},
 		{"missing body", validHeaderFrame(), reasonBody},
 		{"data after body", append(appendFrameHead(validHeaderFrame(), frameBody, 0), 7), reasonBody},
@@ -534,6 +538,172 @@ func TestGarbageIsDroppedAndCounted(t *testing.T) {
 			}
 			check(t)
 		})
+	}
+}
+
+// TestForwardAgentKinds sends the agent-lease kinds over a real stream: the owner's handler
+// sees each header as sent, with its typed fields, and its accept headers come back.
+func TestForwardAgentKinds(t *testing.T) {
+	saw := make(chan Header, 1)
+	client, server := pair(t, HandlerFunc(func(_ context.Context, h Header, body []byte, w ResponseWriter) {
+		select {
+		case saw <- h:
+		default:
+		}
+		if len(body) != 0 {
+			t.Errorf("%v body of %d bytes", h.Kind, len(body))
+		}
+		_ = w.Accept(http.StatusOK, map[string]string{"X-Kind": h.Kind.String()})
+	}))
+	for _, want := range []Header{
+		{Version: Version, Kind: KindAgentRenew, RequestID: "h", Hops: 1, Priority: 2, Tenant: "t", AgentID: "a", Ingress: "in", RenewWait: 750 * time.Millisecond},
+		{Version: Version, Kind: KindAgentGiveUp, RequestID: "g", Hops: 1, AgentID: "a", Ingress: "in"},
+	} {
+		t.Run(want.Kind.String(), func(t *testing.T) {
+			resp, err := client.tr.Forward(testCtx(t), server.addr(), want, nil)
+			if err != nil {
+				t.Fatalf("Forward: %v", err)
+			}
+			defer resp.Body.Close()
+			if _, err := readAll(t, resp.Body); err != nil {
+				t.Fatalf("body: %v", err)
+			}
+			if resp.Headers["X-Kind"] != want.Kind.String() {
+				t.Errorf("accept headers %v, want X-Kind %s", resp.Headers, want.Kind)
+			}
+			select {
+			case got := <-saw:
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("owner saw %+v, want %+v", got, want)
+				}
+			default:
+				t.Fatal("handler did not run")
+			}
+		})
+	}
+}
+
+// TestUnreadableHeaderIsRefused pins how an owner answers a header of another frame version
+// or of a kind it does not know: a refusal any version can read, never a handler call.
+func TestUnreadableHeaderIsRefused(t *testing.T) {
+	rec := &recorder{}
+	client, server := pair(t, rec)
+	v1 := append([]byte{1, 1, 'r', 0, 0, 0, 0, 0, 0, 0, 20}, "/v1/chat/completions\x00"...)
+	newer, _ := EncodeHeader(nil, Header{RequestID: "n"})
+	newer[0] = Version + 1
+	tests := []struct {
+		name   string
+		hdr    []byte
+		status int
+		code   string
+		is     error
+		reason string
+	}{
+		{"version 1", v1, StatusVersion, CodeVersion, ErrVersion, reasonVersion},
+		{"newer version", newer, StatusVersion, CodeVersion, ErrVersion, reasonVersion},
+		{"unknown kind", []byte{Version, byte(numKinds), 0xff}, StatusKind, CodeKind, ErrKind, reasonKind},
+		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), StatusKind, CodeKind, ErrKind, reasonKind},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := server.rejected(tt.reason)
+			// A body larger than a stream's flow-control window: the ingress must be able to
+			// write all of it, as an ingress on any version does before it reads the answer.
+			body := bytes.Repeat([]byte{'x'}, 2<<20)
+			wire := append(appendFrameHead(nil, frameHeader, len(tt.hdr)), tt.hdr...)
+			wire = append(appendFrameHead(wire, frameBody, len(body)), body...)
+			typ, p, err := rawAnswer(t, server.addr(), client.tr.clientTLS, wire)
+			if err != nil || typ != frameRefuse {
+				t.Fatalf("answer frame %d, %v; want a refusal", typ, err)
+			}
+			r, err := decodeRefuse(p)
+			if err != nil {
+				t.Fatalf("refusal: %v", err)
+			}
+			if r.Status != tt.status || r.Code != tt.code || !errors.Is(r, tt.is) {
+				t.Errorf("refusal %v, want %d %s (errors.Is %v)", r, tt.status, tt.code, tt.is)
+			}
+			if got := server.rejected(tt.reason); got != before+1 {
+				t.Errorf("rejected{%s} = %v, want %v", tt.reason, got, before+1)
+			}
+		})
+	}
+	if rec.n() != 0 {
+		t.Errorf("handler ran %d times for unreadable headers", rec.n())
+	}
+}
+
+// rawAnswer writes wire on a fresh, properly authenticated connection, as Forward does, and
+// returns the owner's first answer frame, or the error that stopped the write.
+func rawAnswer(t *testing.T, addr string, conf *tls.Config, wire []byte) (byte, []byte, error) {
+	t.Helper()
+	ctx := testCtx(t)
+	c, err := quic.DialAddr(ctx, addr, conf, &quic.Config{MaxIdleTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.CloseWithError(0, "")
+	str, err := c.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if _, err := str.Write(wire); err != nil {
+		return 0, nil, err
+	}
+	if err := str.Close(); err != nil {
+		return 0, nil, err
+	}
+	return readFrame(bufio.NewReader(str), MaxAnswerBytes)
+}
+
+// TestForwardToVersion1Owner stands in for a node on frame version 1, which resets the stream
+// of any header it cannot decode as malformed: the ingress gets an error that says so and
+// lets it try another peer.
+func TestForwardToVersion1Owner(t *testing.T) {
+	dir := pki(t, "a", "b")
+	ln, err := quic.ListenAddr("127.0.0.1:0", loadTLS(t, dir, "b"), &quic.Config{MaxIdleTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawVersion := make(chan byte, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		defer c.CloseWithError(0, "")
+		str, err := c.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		if _, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes); err == nil && len(p) > 0 {
+			sawVersion <- p[0]
+		}
+		// What version 1's serveStream does with a header it cannot decode.
+		str.CancelRead(codeProtocol)
+		str.CancelWrite(codeProtocol)
+		<-c.Context().Done() // until the ingress closes the connection
+	}()
+	client := startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
+	t.Cleanup(func() {
+		_ = client.tr.Close()
+		_ = ln.Close()
+		<-done
+	})
+	_, err = client.tr.Forward(testCtx(t), ln.Addr().String(), Header{RequestID: "r"}, []byte("{}"))
+	var ref *Refusal
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrRejected) || errors.As(err, &ref) {
+		t.Errorf("Forward = %v, want ErrUnreachable and ErrRejected", err)
+	}
+	select {
+	case v := <-sawVersion:
+		if v != Version {
+			t.Errorf("the owner saw frame version %d, want %d", v, Version)
+		}
+	default:
+		t.Error("the owner read no header")
 	}
 }
 
