@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// The lease messages of agent admission, sent by an ingress that keeps a step parked for a
+// peer home's window: forwards of kind transport.KindAgentRenew or KindAgentGiveUp with the
+// agent in AgentID and an empty body, answered with an accept carrying the agent's state
+// (agent.State's String) in headerAgentState. A renewal says the ingress still keeps a step of
+// the agent: the home renews its lease on the agent's place and, if the agent is outside the
+// window, waits up to RenewWait (at most an interval) for it to be let in before it answers,
+// so the ingress learns of a free slot at once without sending the step's body again and
+// again. The ingress renews every interval for as long as it keeps the step, whether it waits
+// for the window or, let in, for KV room in its waiting room. A give-up says the step ended
+// without running (queue TTL, client gone, drain): the home abandons the agent now rather than
+// when the lease runs out. A node that does not know the kinds refuses them, and the ingress
+// routes the step again each interval.
+const headerAgentState = "X-Kvmesh-Agent-State"
+
+// renewAtHome renews the lease of p's parked step at its peer home and returns the agent's
+// state there, after waiting up to wait (at the home) for the agent to be let into the window.
+func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration) (agent.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+n.cfg.AgentInterval)
+	defer cancel()
+	resp, err := n.tr.Forward(ctx, p.parked.addr, n.leaseHeader(p, transport.KindAgentRenew, wait), nil)
+	if err != nil {
+		return agent.Absent, err
+	}
+	_ = resp.Body.Close()
+	return agentStateOf(resp.Headers[headerAgentState]), nil
+}
+
+// leaseHeader is the forward header of an agent-lease message about p's step.
+func (n *Node) leaseHeader(p *prepared, kind transport.Kind, wait time.Duration) transport.Header {
+	return transport.Header{Kind: kind, RequestID: p.req.ID, Hops: 1, Priority: p.adm.Priority, Tenant: p.adm.Tenant,
+		AgentID: p.adm.Agent, Ingress: n.cfg.Name, RenewWait: wait}
+}
+
+// agentStateOf parses agent.State's String; anything else is Absent.
+func agentStateOf(s string) agent.State {
+	for _, st := range []agent.State{agent.Waiting, agent.Active, agent.Paused} {
+		if s == st.String() {
+			return st
+		}
+	}
+	return agent.Absent
+}
+
+// renewLease renews the home's lease on the agent of p's step while the step waits in this
+// node's waiting room (let into the window, it waits for KV room there; or its home was not
+// reachable): the home must keep the agent's place, or the slot it was let into, for it.
+func (n *Node) renewLease(ctx context.Context, p *prepared) {
+	g := n.agents
+	switch {
+	case g == nil || p.parked.home == "":
+	case p.parked.home == n.cfg.Name:
+		g.mu.Lock()
+		g.home.Renew(time.Now(), p.adm.Agent)
+		g.mu.Unlock()
+	default:
+		if _, err := n.renewAtHome(ctx, p, 0); err != nil {
+			n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
+		}
+	}
+}
+
+// giveUpAgent tells the home whose window parked p's step, if any, that the step ended
+// without running, so its agent does not keep its place in the queue, or a slot it was let
+// into for this step, until the lease runs out.
+func (n *Node) giveUpAgent(p *prepared) {
+	g, at := n.agents, p.parked
+	p.parked = parking{}
+	switch {
+	case g == nil || at.home == "":
+	case at.home == n.cfg.Name:
+		g.mu.Lock()
+		delete(g.parked, p)
+		g.home.GiveUp(time.Now(), p.adm.Agent)
+		g.wakeLocked()
+		g.mu.Unlock()
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
+		defer cancel()
+		resp, err := n.tr.Forward(ctx, at.addr, n.leaseHeader(p, transport.KindAgentGiveUp, 0), nil)
+		if err != nil {
+			n.log.Debug("agent give-up", "agent", p.adm.Agent, "home", at.home, "err", err)
+			return // the home's lease runs out instead
+		}
+		_ = resp.Body.Close()
+	}
+}
+
+// serveAgentLease answers a peer ingress's renewal or give-up (transport.KindAgentRenew,
+// KindAgentGiveUp) of a parked step of agent h.AgentID.
+func (n *Node) serveAgentLease(ctx context.Context, h transport.Header, fw transport.ResponseWriter) {
+	g, st := n.agents, agent.Absent
+	if g != nil && h.AgentID != "" {
+		now := time.Now()
+		if h.Kind == transport.KindAgentGiveUp {
+			g.mu.Lock()
+			g.home.GiveUp(now, h.AgentID)
+			g.wakeLocked()
+			g.mu.Unlock()
+		} else {
+			st = g.renew(ctx, now, h.AgentID, min(h.RenewWait, n.cfg.AgentInterval))
+		}
+	}
+	_ = fw.Accept(http.StatusOK, map[string]string{headerAgentState: st.String()})
+}
+
+// renew renews the lease of a parked step of id and, while the agent is outside the window,
+// waits up to wait for it to be let in (or for ctx or the control loop to end). It returns the
+// agent's state then.
+func (g *agentGate) renew(ctx context.Context, now time.Time, id string, wait time.Duration) agent.State {
+	g.mu.Lock()
+	st := g.home.Renew(now, id)
+	if wait <= 0 || (st != agent.Waiting && st != agent.Paused) {
+		g.mu.Unlock()
+		return st
+	}
+	ch := g.wake[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		g.wake[id] = ch
+	}
+	g.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-g.stop:
+	}
+	if ag, ok := g.reg.Get(id); ok {
+		return ag.State
+	}
+	return agent.Absent
+}
+
