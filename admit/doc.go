@@ -45,6 +45,9 @@
 // charges prompt tokens + max_tokens (the request's worst-case work), the queue caps and the
 // fairness between tenants count prefill (prompt) tokens.
 //
+// docs/design/admission.md gives the reasoning behind each layer and default; the config
+// file's keys are listed in docs/operating.md.
+//
 // # Concurrency
 //
 // Admitter, Keys, WaitingRoom and SLOTracker are safe for concurrent use (mutexes; no

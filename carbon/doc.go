@@ -52,6 +52,8 @@
 // The owner of a forwarded request applies the rule again with no others, so a peer that has
 // turned dirty since its last gossip refuses and the ingress tries the next candidate.
 //
+// docs/design/carbon.md gives the reasoning behind the rule and the fail modes.
+//
 // # Concurrency and zero values
 //
 // Tracker is safe for concurrent use; the zero Tracker is not usable: build one with New,

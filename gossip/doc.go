@@ -33,6 +33,8 @@
 // (memberlist keyring, GossipVerifyIncoming/Outgoing), so a node without the key can neither
 // join nor inject state. No key is accepted only with Insecure.
 //
+// docs/design/gossip.md describes the records and the prefix knowledge they carry.
+//
 // # Concurrency and zero value
 //
 // All methods of Gossip are safe for concurrent use. The zero Gossip is not usable: call New,

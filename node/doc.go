@@ -8,5 +8,12 @@
 //
 // New validates a Config and builds the parts without I/O. Start binds the listeners and joins
 // the mesh; Shutdown stops taking new requests, drains in-flight ones within a deadline, leaves
-// the mesh and closes everything. A Node is safe for concurrent use.
+// the mesh and closes everything. A Node is safe for concurrent use; Shutdown is safe to call
+// twice. The zero Node is not usable: build one with New.
+//
+// # Metrics
+//
+// The node registers its own families and its parts' on Config.Registry (or a new registry),
+// served on /metrics. testdata/metrics.golden lists every family a node exports and
+// docs/operating.md documents each; TestMetricsGolden keeps both in step with the code.
 package node

@@ -3,5 +3,6 @@
 // `kvmesh bench` and the end-to-end tests use it, so they drive the real HTTP, gossip and QUIC
 // paths.
 //
-// A Net is safe for concurrent use once Start returns; Close stops every node.
+// A Net is safe for concurrent use once Start returns; Close stops every node. There is no
+// useful zero Net: Start builds and starts one.
 package testnet

@@ -45,28 +45,11 @@
 // falls only as the paused agents' prefixes age out, about an interval after the cut; clamp to
 // [MinWindow, MaxWindow] (1, 512); a new home starts at InitialWindow (8).
 //
-// Why these shapes: additive increase probes slowly because one agent's context can be tens
-// of thousands of tokens; the multiplicative cut leaves thrashing fast because recompute cost
-// grows with the square of context length. Slow start is there because sessions start in
-// bursts: at one agent an interval, 40 agents arriving together on an empty pool wait 16 s for
-// slots they would have fitted in. Its steps are sized by the headroom several steps ahead,
-// not by blind doubling or one step ahead, because every agent comes back longer.
-//
-// Why the ceiling: a window of agents is a window of lives, not of contexts. At any moment its
-// agents are of all ages, young ones small and old ones large, and U swings by a quarter of
-// the pool as a 30k-token agent ends and a 2k-token one takes its slot. Judged on U or on one
-// step ahead, the window let in a cohort of young agents whenever old ones left, the cohort
-// grew together until the pool overflowed, a cut paused several of them (each pause loses a
-// prefix, recomputed in full at resume), and the window swung between 3 and 17 agents on a
-// pool whose best fixed window is 10 (measured: 21 to 30 pauses a run, 5% slower than that
-// fixed window). The footprint is what an agent holds on average over its life, so the pool
-// holds HighU / F of them on average whatever their ages; agents ending and starting then
-// take each other's slots one for one, as in a fixed window. In steady state H's average is
-// the thrashing signal, not one interval's H: a home runs a few steps an interval, and one
-// step that recomputes its context drops that interval's H to 0.1 (measured), which cut a
-// window that fit. With constant U, H and F the window only moves one way (the EWMA equals H,
-// so H never falls, and H is either under the floor or not) and settles at a bound, the
-// ceiling, or holds, so a constant load cannot make it oscillate.
+// With constant U, H and F the window only moves one way (the EWMA equals H, so H never falls,
+// and H is either under the floor or not) and settles at a bound, the ceiling, or holds, so a
+// constant load cannot make it oscillate. Why each rule has its shape (the additive probe, the
+// multiplicative cut, slow start's horizon, the ceiling from the footprint, H's average once
+// the ceiling is known) is in docs/design/agents.md.
 //
 // The package does not say where U and H come from. The node feeds it signals that see
 // thrashing with any engine: U is the share of the KV pool the window needs (the engine's KV

@@ -95,6 +95,8 @@
 // match is under CacheThreshold of the prompt; no busy filter, gate or reservations), random.
 // Baselines apply only the model filter.
 //
+// docs/design/routing.md gives the reasoning behind the filters, the score and the defaults.
+//
 // # Concurrency
 //
 // A Router (and every Policy) is safe for concurrent use; one mutex guards reservations,

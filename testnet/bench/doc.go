@@ -21,10 +21,9 @@
 //
 // Each run's arrival window (Duration, a minute by default) is long on purpose. Past
 // saturation the backlog of a policy without admission grows for as long as the overload
-// lasts, so a window of a few seconds mostly measures how much backlog fits under the SLOs (the
-// README shows plain cache-aware routing at 1.5× keeping most of its goodput over 15 s and
-// losing nearly all of it over 60 s). The probe's steps are shorter (ProbeDuration, 20 s):
-// below the knee there is no backlog to build, and the search takes about seven steps.
+// lasts, so a window of a few seconds mostly measures how much backlog fits under the SLOs.
+// The probe's steps are shorter (ProbeDuration, 20 s): below the knee there is no backlog to
+// build, and the search takes about seven steps.
 //
 // # Time
 //
@@ -39,10 +38,10 @@
 // rates ÷ TimeScale, latencies wall latencies × TimeScale, so they read as figures of the
 // modelled hardware; each Row keeps loadgen's raw Report in wall time. What is not simulated
 // (HTTP, QUIC, gossip, the load generator itself, all sharing this machine's cores) is not
-// scaled, so a high TimeScale inflates the mesh's own overhead in simulated time. The default
-// is real time: on two cores, 4 nodes past their capacity carry a few hundred requests a second,
-// and at TimeScale 4 the machine's own latency under that load already decided who met a 500 ms
-// TTFT SLO while the simulated engines were far from saturated.
+// scaled, so a high TimeScale inflates the mesh's own overhead in simulated time, and past
+// some TimeScale the machine's own latency, not the simulated engines, decides who meets a
+// TTFT SLO. The default is real time. docs/performance.md describes the method and records
+// every run.
 //
 // With a Trace, the trace's own pacing is replaced: the replay's speed is chosen so that its mean
 // rate over the arrival window is L × capacity; Speedup only sets the reference the multiplier is

@@ -39,7 +39,7 @@
 // # Calibration
 //
 // The defaults model Llama-3.1-8B in BF16 on one H100 SXM 80 GB, worked from first principles
-// (kvmesh's shared REFERENCE.md, "Calibrating the simulated engine"):
+// (docs/design/engine.md says why the step budget is sized to the TPOT SLO):
 //   - weights: 8.03e9 parameters × 2 bytes ≈ 16.06 GB (Meta's published parameter count);
 //   - KV per token: 2 (K,V) × 32 layers × 8 KV heads × 128 dims × 2 bytes = 128 KiB (the
 //     model's published architecture: grouped-query attention with 8 KV heads);
