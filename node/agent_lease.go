@@ -143,4 +143,3 @@ func (g *agentGate) renew(ctx context.Context, now time.Time, id string, wait ti
 	}
 	return agent.Absent
 }
-

@@ -17,6 +17,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/carbon"
+	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -128,7 +129,7 @@ func exportedFamilies(t *testing.T) []metricFamily {
 		ac := agent.DefaultConfig()
 		cfg.Agents = &ac
 		cfg.Carbon = &CarbonConfig{
-			Provider: carbon.ProviderConfig{Kind: carbon.KindStatic, StaticIntensity: 100},
+			Provider: provider.Config{Kind: provider.KindStatic, StaticIntensity: 100},
 			Tracker:  carbon.DefaultConfig(),
 		}
 	})
