@@ -633,20 +633,28 @@ func TestUnreadableHeaderIsRefused(t *testing.T) {
 	}
 }
 
-// rawAnswer writes wire on a fresh, properly authenticated connection, as Forward does, and
-// returns the owner's first answer frame, or the error that stopped the write.
-func rawAnswer(t *testing.T, addr string, conf *tls.Config, wire []byte) (byte, []byte, error) {
+// rawOpen opens a stream on a fresh, properly authenticated connection, as Forward does; the
+// connection closes when the test ends.
+func rawOpen(t *testing.T, addr string, conf *tls.Config) *quic.Stream {
 	t.Helper()
 	ctx := testCtx(t)
 	c, err := quic.DialAddr(ctx, addr, conf, &quic.Config{MaxIdleTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	defer c.CloseWithError(0, "")
+	t.Cleanup(func() { _ = c.CloseWithError(0, "") })
 	str, err := c.OpenStreamSync(ctx)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
+	return str
+}
+
+// rawAnswer writes wire on a fresh, properly authenticated connection, as Forward does, and
+// returns the owner's first answer frame, or the error that stopped the write.
+func rawAnswer(t *testing.T, addr string, conf *tls.Config, wire []byte) (byte, []byte, error) {
+	t.Helper()
+	str := rawOpen(t, addr, conf)
 	if _, err := str.Write(wire); err != nil {
 		return 0, nil, err
 	}
@@ -716,19 +724,10 @@ func validHeaderFrame() []byte {
 // owner ended the stream.
 func rawStream(t *testing.T, addr string, conf *tls.Config, wire []byte) error {
 	t.Helper()
-	ctx := testCtx(t)
-	c, err := quic.DialAddr(ctx, addr, conf, &quic.Config{MaxIdleTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	defer c.CloseWithError(0, "")
-	str, err := c.OpenStreamSync(ctx)
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
+	str := rawOpen(t, addr, conf)
 	_, _ = str.Write(wire)
 	_ = str.Close()
-	_, err = io.ReadAll(str)
+	_, err := io.ReadAll(str)
 	return err
 }
 
