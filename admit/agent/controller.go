@@ -50,9 +50,10 @@ type Controller struct {
 	decreases              uint64
 }
 
-// NewController validates cfg and returns a controller at cfg.InitialWindow.
+// NewController fills cfg's zero fields with their defaults, validates it and returns a
+// controller at cfg.InitialWindow.
 func NewController(cfg ControllerConfig) (*Controller, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStartSteps > 0, cap: cfg.MaxWindow}, nil
@@ -128,7 +129,7 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 	}
 
 	// Falling is judged against the average of earlier samples, before this one joins it.
-	falling := c.haveEWMA && h < c.ewma-c.cfg.HitMargin
+	falling := c.haveEWMA && h < c.ewma-max(c.cfg.HitMargin, 0)
 	if c.haveEWMA {
 		c.ewma += c.cfg.HitWeight * (h - c.ewma)
 	} else {

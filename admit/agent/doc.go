@@ -109,6 +109,6 @@
 //
 // # Zero value
 //
-// The zero Admitter and Controller are not usable; build them with New and NewController from
-// DefaultConfig and DefaultControllerConfig.
+// The zero Admitter and Controller are not usable; build them with New and NewController. A
+// zero Config or ControllerConfig field takes its default, so Config{} is DefaultConfig().
 package agent
