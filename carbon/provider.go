@@ -13,20 +13,22 @@ const (
 	KindWattTime        = "watttime"
 )
 
-// ProviderConfig maps the node's carbon flags to a Provider.
+// ProviderConfig maps the node's carbon settings to a Provider. The JSON names are the config
+// file's (section "carbon", "provider"); the credentials have none, so that no file, and no
+// printed config, holds them: they come from the environment or a token file.
 type ProviderConfig struct {
-	Kind string // KindStatic, KindElectricityMaps or KindWattTime
-	Zone string // Electricity Maps zone or WattTime region; Static's reported zone
+	Kind string `json:"kind"` // KindStatic, KindElectricityMaps or KindWattTime
+	Zone string `json:"zone"` // Electricity Maps zone or WattTime region; Static's reported zone
 
-	StaticIntensity float64 // static: the fixed value
-	StaticSchedule  string  // static: ParseSchedule syntax; overrides StaticIntensity
+	StaticIntensity float64 `json:"static_intensity"` // static: the fixed value
+	StaticSchedule  string  `json:"static_schedule"`  // static: ParseSchedule syntax; overrides StaticIntensity
 
-	Token    string // electricitymaps: auth-token
-	Username string // watttime
-	Password string // watttime
+	Token    string `json:"-"` // electricitymaps: auth-token
+	Username string `json:"-"` // watttime
+	Password string `json:"-"` // watttime
 
-	BaseURL    string // empty: the provider's public API
-	HTTPClient *http.Client
+	BaseURL    string       `json:"base_url"` // empty: the provider's public API
+	HTTPClient *http.Client `json:"-"`
 }
 
 // NewProvider validates cfg and builds its provider. It does no I/O.
