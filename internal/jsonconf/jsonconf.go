@@ -28,7 +28,9 @@ var ErrUnknownKey = errors.New("unknown key")
 
 // Decode reads the JSON object in data over v, a non-nil pointer. A key that names no field
 // is an error wrapping ErrUnknownKey that names the key's path; a duration is a string that
-// time.ParseDuration reads, or a number of seconds.
+// time.ParseDuration reads, or a number of seconds. Maps merge, as with encoding/json, but
+// into a copy: Decode writes through no map, slice or pointer that *v shares with another
+// value, so decoding over a shallow copy of defaults leaves the defaults alone.
 func Decode(data []byte, v any) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
@@ -43,7 +45,7 @@ func Decode(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("jsonconf: data after the top-level value")
 	}
-	tree, err := rewrite(tree, rv.Type().Elem(), "")
+	tree, err := rewrite(tree, rv.Type().Elem(), rv.Elem(), "")
 	if err != nil {
 		return err
 	}
@@ -60,9 +62,21 @@ func Decode(data []byte, v any) error {
 }
 
 // rewrite walks a decoded JSON value along the Go type it will decode into: it rejects keys
-// that name no field and turns durations into the nanoseconds encoding/json reads.
-func rewrite(node any, t reflect.Type, path string) (any, error) {
-	if node == nil || decodesItself(t) {
+// that name no field and turns durations into the nanoseconds encoding/json reads. Along the
+// way it gives v (the value decoded into, when known and settable) its own copy of every map,
+// slice and pointer target the JSON writes into, so decoding over a copy of a config does not
+// write through to the original.
+func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error) {
+	if !v.CanSet() {
+		v = reflect.Value{}
+	}
+	if node == nil {
+		return node, nil
+	}
+	if decodesItself(t) {
+		if v.IsValid() && t.Kind() == reflect.Pointer && !v.IsNil() {
+			ownPointer(v)
+		}
 		return node, nil
 	}
 	if t == durationType {
@@ -74,7 +88,14 @@ func rewrite(node any, t reflect.Type, path string) (any, error) {
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
-		return rewrite(node, t.Elem(), path)
+		if v.IsValid() {
+			if v.IsNil() {
+				v = reflect.Value{} // encoding/json allocates a new one
+			} else {
+				v = ownPointer(v)
+			}
+		}
+		return rewrite(node, t.Elem(), v, path)
 	case reflect.Struct:
 		obj, ok := node.(map[string]any)
 		if !ok {
@@ -86,11 +107,15 @@ func rewrite(node any, t reflect.Type, path string) (any, error) {
 			if !ok {
 				return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, k))
 			}
-			v, err := rewrite(obj[k], f.typ, join(path, k))
+			var fv reflect.Value
+			if v.IsValid() {
+				fv = ownField(v, f.index)
+			}
+			e, err := rewrite(obj[k], f.typ, fv, join(path, k))
 			if err != nil {
 				return nil, err
 			}
-			obj[k] = v
+			obj[k] = e
 		}
 		return obj, nil
 	case reflect.Map:
@@ -98,12 +123,20 @@ func rewrite(node any, t reflect.Type, path string) (any, error) {
 		if !ok {
 			return node, nil
 		}
+		if v.IsValid() && !v.IsNil() {
+			// encoding/json adds to an existing map: add to a copy. It decodes each value afresh.
+			c := reflect.MakeMapWithSize(t, v.Len())
+			for it := v.MapRange(); it.Next(); {
+				c.SetMapIndex(it.Key(), it.Value())
+			}
+			v.Set(c)
+		}
 		for _, k := range sortedKeys(obj) {
-			v, err := rewrite(obj[k], t.Elem(), join(path, k))
+			e, err := rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
 			if err != nil {
 				return nil, err
 			}
-			obj[k] = v
+			obj[k] = e
 		}
 		return obj, nil
 	case reflect.Slice, reflect.Array:
@@ -111,16 +144,48 @@ func rewrite(node any, t reflect.Type, path string) (any, error) {
 		if !ok {
 			return node, nil
 		}
+		if v.IsValid() && t.Kind() == reflect.Slice {
+			v.SetZero() // encoding/json would reuse the backing array
+			v = reflect.Value{}
+		}
 		for i := range arr {
-			v, err := rewrite(arr[i], t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			var ev reflect.Value
+			if v.IsValid() && i < v.Len() {
+				ev = v.Index(i)
+			}
+			e, err := rewrite(arr[i], t.Elem(), ev, fmt.Sprintf("%s[%d]", path, i))
 			if err != nil {
 				return nil, err
 			}
-			arr[i] = v
+			arr[i] = e
 		}
 		return arr, nil
 	}
 	return node, nil
+}
+
+// ownPointer points the settable, non-nil pointer v at a copy of its target and returns the
+// copy.
+func ownPointer(v reflect.Value) reflect.Value {
+	c := reflect.New(v.Type().Elem())
+	c.Elem().Set(v.Elem())
+	v.Set(c)
+	return c.Elem()
+}
+
+// ownField returns the field at index in the struct v, copying the targets of the embedded
+// pointers on the way; it is invalid past a nil one (encoding/json allocates it).
+func ownField(v reflect.Value, index []int) reflect.Value {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() || !v.CanSet() {
+				return reflect.Value{}
+			}
+			v = ownPointer(v)
+		}
+		v = v.Field(x)
+	}
+	return v
 }
 
 func decodesItself(t reflect.Type) bool {

@@ -12,7 +12,7 @@ type inner struct {
 	Ratio float64       `json:"ratio"`
 }
 
-type embedded struct {
+type Embedded struct {
 	Depth int `json:"depth"`
 }
 
@@ -25,7 +25,7 @@ func (l *level) UnmarshalText(b []byte) error {
 }
 
 type outer struct {
-	*embedded
+	*Embedded
 	Name    string                   `json:"name"`
 	Timeout time.Duration            `json:"timeout"`
 	Inner   inner                    `json:"inner"`
@@ -39,7 +39,7 @@ type outer struct {
 }
 
 func base() outer {
-	return outer{embedded: &embedded{Depth: 1}, Name: "a", Timeout: time.Second, Inner: inner{Wait: time.Minute, Ratio: 0.5}, Level: "info"}
+	return outer{Embedded: &Embedded{Depth: 1}, Name: "a", Timeout: time.Second, Inner: inner{Wait: time.Minute, Ratio: 0.5}, Level: "info"}
 }
 
 func TestDecodeReadsOverTheValue(t *testing.T) {
@@ -75,6 +75,24 @@ func TestDecodeReadsOverTheValue(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", g, w)
 			}
 		})
+	}
+}
+
+func TestDecodeLeavesSharedValuesAlone(t *testing.T) {
+	orig := base()
+	orig.Opt = &inner{Wait: time.Second}
+	orig.ByName = map[string]inner{"a": {Ratio: 1}}
+	orig.List = []time.Duration{time.Second, 2 * time.Second}
+	cp := orig // shares the pointers, the map and the slice's array
+	in := `{"depth": 9, "opt": {"ratio": 3}, "by_name": {"b": {"ratio": 2}}, "list": ["5s"]}`
+	if err := Decode([]byte(in), &cp); err != nil {
+		t.Fatal(err)
+	}
+	if orig.Depth != 1 || orig.Opt.Ratio != 0 || len(orig.ByName) != 1 || orig.List[0] != time.Second {
+		t.Errorf("decoding into a copy changed the original: depth %d, opt %+v, by_name %v, list %v", orig.Depth, orig.Opt, orig.ByName, orig.List)
+	}
+	if cp.Depth != 9 || cp.Opt.Ratio != 3 || cp.Opt.Wait != time.Second || len(cp.ByName) != 2 || len(cp.List) != 1 || cp.List[0] != 5*time.Second {
+		t.Errorf("copy decoded to depth %d, opt %+v, by_name %v, list %v", cp.Depth, cp.Opt, cp.ByName, cp.List)
 	}
 }
 
@@ -124,7 +142,7 @@ func TestMarshalRoundTrips(t *testing.T) {
 	if strings.Contains(out, "empty") || strings.Contains(out, "Skip") {
 		t.Errorf("omitempty or json:\"-\" field written:\n%s", out)
 	}
-	back := outer{embedded: &embedded{}}
+	back := outer{Embedded: &Embedded{}}
 	if err := Decode([]byte(out), &back); err != nil {
 		t.Fatal(err)
 	}
