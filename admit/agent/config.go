@@ -212,3 +212,6 @@ func (c Config) validate() error {
 	}
 	return c.Controller.validate()
 }
+
+// Config returns the configuration in use, defaults filled.
+func (a *Admitter) Config() Config { return a.cfg }
