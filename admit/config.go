@@ -307,7 +307,8 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// fill sets every zero field to its DefaultConfig value (the zero rule).
+// fill sets every zero field to its DefaultConfig value (the zero rule). The fields whose
+// default is zero (budget.max_max_tokens, keys, queue.max_tokens, slo.low.tpot) need nothing.
 func (c *Config) fill() {
 	d := DefaultConfig()
 	setI := func(v *int, def int) {
@@ -329,19 +330,15 @@ func (c *Config) fill() {
 	setI(&c.Validation.MaxStop, d.Validation.MaxStop)
 	setI(&c.Validation.MaxLogprobs, d.Validation.MaxLogprobs)
 	setI(&c.Budget.DefaultMaxTokens, d.Budget.DefaultMaxTokens)
-	setI(&c.Budget.MaxMaxTokens, d.Budget.MaxMaxTokens)
 	setI(&c.Budget.EstimateMinSamples, d.Budget.EstimateMinSamples)
 	setF(&c.Budget.EstimateAlpha, d.Budget.EstimateAlpha)
 	setF(&c.Budget.EstimateSigmas, d.Budget.EstimateSigmas)
 	setI(&c.Budget.EstimateMaxSeries, d.Budget.EstimateMaxSeries)
-	setF(&c.Keys.RateTokens, d.Keys.RateTokens)
-	setI(&c.Keys.BurstTokens, d.Keys.BurstTokens)
 	setF(&c.KV.QueueOn, d.KV.QueueOn)
 	setF(&c.KV.QueueOff, d.KV.QueueOff)
 	setF(&c.KV.Sheddable, d.KV.Sheddable)
 	q, dq := &c.Queue, d.Queue
 	setI(&q.MaxRequests, dq.MaxRequests)
-	setI(&q.MaxTokens, dq.MaxTokens)
 	setD(&q.TargetTTFT, dq.TargetTTFT)
 	setI(&q.FallbackTokens, dq.FallbackTokens)
 	setI(&q.MaxTotal, dq.MaxTotal)
