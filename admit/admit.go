@@ -287,9 +287,8 @@ func (a *Admitter) kvRoom(priority int, o Option, need int, mark float64) bool {
 // would still meet its TTFT SLO with half of it to spare, i.e. the prefill queued ahead of it
 // plus its own within half of slo.normal.ttft. Otherwise its own loose SLO would let it fill
 // the engine's first-come-first-served prefill queue up to the point where normal traffic
-// misses its SLO (with the room backfilling batch work past a blocked head, it did: normal
-// attainment fell from 96% to 64% at 1.5 times capacity); it waits in the room instead, behind
-// every higher band. A prompt whose own prefill alone takes longer than that starts only on
+// misses its SLO (docs/design/admission.md); it waits in the room instead, behind every higher
+// band. A prompt whose own prefill alone takes longer than that starts only on
 // an engine with next to nothing queued ahead of it (under a tenth of the normal TTFT), so a
 // long prompt is not held forever; normal traffic routes around that engine meanwhile.
 func (a *Admitter) spare(priority, prompt int, o Option) bool {
@@ -491,23 +490,19 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 	}
 }
 
-// readySlackDivisor: Ready keeps 1/readySlackDivisor of a queued request's TTFT target as slack.
-const readySlackDivisor = 5
-
 // Ready re-checks a queued item against fresh candidates (call it from WaitingRoom.Next's
 // canRun; it does not touch the room). Accept names the first candidate with KV room at the
 // lower KV.QueueOff mark (the hysteresis; KV.Sheddable for sheddable work) that meets the SLOs
-// counting the time already waited, with a fifth of the TTFT target to spare; Queue means not
-// yet; Refuse (429 slo_unattainable) means its deadline can no longer be met anywhere: the
-// node removes it and answers now rather than serve it late.
+// counting the time already waited, with Queue.DispatchSlack of the TTFT target to spare;
+// Queue means not yet; Refuse (429 slo_unattainable) means its deadline can no longer be met
+// anywhere: the node removes it and answers now rather than serve it late.
 func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 	ttftSLO, tpotSLO := a.SLOFor(it.Req)
-	// A queued request is dispatched only with a fifth of its TTFT target to spare: the room
-	// hands out the earliest deadlines first, so under overload every request it dispatches
-	// has nearly used its target up waiting, and the estimate's error made most of them late
-	// (measured: interactive attainment at 1.5× capacity fell to 56% in one of two runs
-	// without the margin, and stayed at 80–85% in two with it).
-	dispatchTTFT := ttftSLO - ttftSLO/readySlackDivisor
+	// A queued request is dispatched only with Queue.DispatchSlack of its TTFT target to spare:
+	// the room hands out the earliest deadlines first, so under overload every request it
+	// dispatches has nearly used its target up waiting, and the estimate's error would make
+	// most of them late (docs/design/admission.md).
+	dispatchTTFT := ttftSLO - time.Duration(float64(ttftSLO)*max(a.cfg.Queue.DispatchSlack, 0))
 	waited := now.Sub(it.Req.SLOClock())
 	anyFeasible := false
 	for i, o := range options {

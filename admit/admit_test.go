@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -379,7 +380,7 @@ func TestQueueStage(t *testing.T) {
 		layer   string
 	}{
 		{"queue when kv full", nil, nil, func(*Request) {}, []Option{full()}, Queue, CodeWaitKV, LayerKV},
-		{"queue disabled", func(c *Config) { c.Queue.MaxRequests = 0 }, nil, func(*Request) {}, []Option{full()}, Refuse, CodeQueueFull, LayerQueue},
+		{"queue disabled", func(c *Config) { c.Queue.MaxRequests = -1 }, nil, func(*Request) {}, []Option{full()}, Refuse, CodeQueueFull, LayerQueue},
 		{"request cap", func(c *Config) { c.Queue.MaxRequests = 2 }, items("a", 2, 0, 10), func(*Request) {}, []Option{full()}, Refuse, CodeQueueFull, LayerQueue},
 		{"token cap", func(c *Config) { c.Queue.MaxTokens = 150 }, items("a", 1, 0, 100), func(*Request) {}, []Option{full()}, Refuse, CodeQueueFull, LayerQueue},
 		{"cap but evicts lower", func(c *Config) { c.Queue.MaxRequests = 2 }, items("a", 2, 0, 10), func(r *Request) { r.Priority = 3 }, []Option{full()}, Queue, CodeWaitKV, LayerKV},
@@ -650,27 +651,69 @@ func TestClaimFor(t *testing.T) {
 }
 
 func TestLoadConfig(t *testing.T) {
-	cfg, err := LoadConfig([]byte(`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"30s","drain_window":5},
-		"tenants":{"acme":{"max_max_tokens":256}},"slo":{"normal":{"ttft":"1.5s","tpot":"0"}}}`))
+	cfg, err := LoadConfig([]byte(`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"30s","drain_window":5,"backfill":-1},
+		"tenants":{"acme":{"max_max_tokens":256}},"slo":{"normal":{"ttft":"1.5s","tpot":"1h"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if time.Duration(cfg.Queue.TTL) != 30*time.Second || time.Duration(cfg.Queue.DrainWindow) != 5*time.Second ||
-		time.Duration(cfg.SLO.Normal.TTFT) != 1500*time.Millisecond || cfg.SLO.Normal.TPOT != 0 ||
-		cfg.Tenants["acme"].MaxMaxTokens != 256 || cfg.Queue.MaxRequests != 1024 {
+		time.Duration(cfg.SLO.Normal.TTFT) != 1500*time.Millisecond || time.Duration(cfg.SLO.Normal.TPOT) != time.Hour ||
+		cfg.Tenants["acme"].MaxMaxTokens != 256 || cfg.Queue.MaxRequests != 1024 || cfg.Queue.Backfill != -1 ||
+		cfg.Queue.DispatchSlack != 0.2 {
 		t.Fatalf("loaded %+v", cfg)
 	}
-	for _, bad := range []string{
-		`{"models":{"m":{"context_tokens":4096}},"bogus":1}`,
-		`{"models":{}}`,
-		`{"models":{"m":{"context_tokens":4096}},"kv":{"queue_on":0.8,"queue_off":0.9}}`,
-		`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"-1s"}}`,
-		`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":-1}}`,
+	for _, tt := range []struct{ in, want string }{
+		{`{"models":{"m":{"context_tokens":4096}},"bogus":1}`, `unknown key "bogus"`},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"max_requets":1}}`, `unknown key "queue.max_requets"`},
+		{`{"models":{}}`, "no models"},
+		{`{"models":{"m":{"context_tokens":4096}},"kv":{"queue_on":0.8,"queue_off":0.9}}`, "kv"},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"-1s"}}`, "queue"},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":-1}}`, "queue"},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"soon"}}`, `duration "soon"`},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"dispatch_slack":1}}`, "dispatch_slack"},
+		// Zero once turned these off; now it is the default, so a file that says 0 is stopped.
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"backfill":0}}`, "queue.backfill: 0 takes the default (8); -1 turns it off"},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"max_requests":0}}`, "queue.max_requests: 0 takes the default (1024); -1"},
+		{`{"models":{"m":{"context_tokens":4096}},"slo":{"normal":{"tpot":"0"}}}`, `slo.normal.tpot: 0 takes the default ("200ms")`},
+		{`{"models":{"m":{"context_tokens":4096}},"validation":{"max_stop":0}}`, "validation.max_stop: 0 takes the default (4)"},
 	} {
-		if _, err := LoadConfig([]byte(bad)); !errors.Is(err, ErrConfig) {
-			t.Errorf("LoadConfig(%s) accepted", bad)
+		_, err := LoadConfig([]byte(tt.in))
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("LoadConfig(%s) = %v, want an ErrConfig containing %q", tt.in, err, tt.want)
 		}
 	}
+}
+
+func TestZeroFieldsTakeTheDefaults(t *testing.T) {
+	a, err := New(Config{Models: map[string]ModelConfig{"m": {ContextTokens: 4096}}})
+	if err != nil {
+		t.Fatalf("New with zero layers: %v", err)
+	}
+	want := DefaultConfig()
+	want.Models = a.cfg.Models
+	if got, _ := json.Marshal(a.cfg); string(got) != string(must(json.Marshal(want))) {
+		t.Errorf("New filled\n%s\nwant the defaults\n%s", got, must(json.Marshal(want)))
+	}
+	r, err := NewWaitingRoom(QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.cfg != DefaultConfig().Queue {
+		t.Errorf("NewWaitingRoom(QueueConfig{}) kept %+v, want the defaults", r.cfg)
+	}
+	// Explicit off values survive filling, so filling twice changes nothing.
+	c := DefaultConfig()
+	c.Queue.Backfill, c.Queue.MaxRequests, c.Queue.DispatchSlack = -1, -1, -1
+	if twice := c.WithDefaults().WithDefaults(); twice.Queue != c.Queue {
+		t.Errorf("filling changed explicit negatives: %+v", twice.Queue)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // TestItemCountsPrefillWork pins down that a queued request enters the room priced in the

@@ -1,22 +1,28 @@
 package admit
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/kvmesh/kvmesh/internal/jsonconf"
 )
 
 // Duration is a time.Duration that JSON reads as a Go duration string ("60s", "250ms") or a
 // number of seconds, and writes as a string.
 type Duration time.Duration
 
-// MarshalJSON writes d as a Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+// MarshalJSON writes d as a Go duration string ("1m", "250ms").
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(jsonconf.FormatDuration(time.Duration(d)))
+}
 
-// UnmarshalJSON reads a duration string or a number of seconds; 0 is allowed (it disables the
-// threshold it sets, where documented).
+// UnmarshalJSON reads a duration string ("60s", "-1s") or a number of seconds. "0" reads as
+// 0, which a Config takes as the setting's default; a negative value turns off the settings
+// that document it.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -24,21 +30,25 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &f); err != nil {
 			return fmt.Errorf("admit: duration %s: want a string or seconds", b)
 		}
-		if f < 0 || math.IsInf(f, 0) || f > float64(math.MaxInt64)/float64(time.Second) {
-			return fmt.Errorf("admit: duration %v out of range", f)
-		}
-		*d = Duration(f * float64(time.Second))
-		return nil
+		return d.setSeconds(f)
 	}
-	if s == "0" || s == "" {
-		*d = 0
-		return nil
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil && isPlainNumber(s) {
+		return d.setSeconds(f)
 	}
-	v, err := ParseDuration(s)
+	v, err := time.ParseDuration(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("admit: duration %q: want a Go duration (\"60s\") or seconds", clip(s))
 	}
 	*d = Duration(v)
+	return nil
+}
+
+func (d *Duration) setSeconds(f float64) error {
+	if math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64)/float64(time.Second) {
+		return fmt.Errorf("admit: duration %v out of range", f)
+	}
+	*d = Duration(f * float64(time.Second))
 	return nil
 }
 
@@ -58,11 +68,11 @@ type TenantConfig struct {
 	MaxMaxTokens     int `json:"max_max_tokens,omitempty"`
 }
 
-// ValidationConfig bounds request parameters (layer 1).
+// ValidationConfig bounds request parameters (layer 1). Each is at least 1 once filled.
 type ValidationConfig struct {
-	MaxN        int `json:"max_n"`        // 1: one choice per request; n > 1 multiplies KV and decode work
-	MaxStop     int `json:"max_stop"`     // 4: OpenAI's limit on stop sequences
-	MaxLogprobs int `json:"max_logprobs"` // 20: OpenAI's top_logprobs limit
+	MaxN        int `json:"max_n"`        // default 1: one choice per request; n > 1 multiplies KV and decode work
+	MaxStop     int `json:"max_stop"`     // default 4: OpenAI's limit on stop sequences
+	MaxLogprobs int `json:"max_logprobs"` // default 20: OpenAI's top_logprobs limit
 }
 
 // BudgetConfig is layer 3.
@@ -85,7 +95,8 @@ type BudgetConfig struct {
 	// requests dominate, so a tenant's change of habit is learned in a minute of traffic).
 	EstimateAlpha float64 `json:"estimate_alpha"`
 	// EstimateSigmas is how many standard deviations above the mean are reserved. Default 2
-	// (roughly the 95th percentile, so under-reservation, and preemption, stays rare).
+	// (roughly the 95th percentile, so under-reservation, and preemption, stays rare). Must be
+	// positive.
 	EstimateSigmas float64 `json:"estimate_sigmas"`
 	// EstimateMaxSeries bounds the estimator's memory. Default 4096.
 	EstimateMaxSeries int `json:"estimate_max_series"`
@@ -113,17 +124,20 @@ type KVConfig struct {
 	Sheddable float64 `json:"sheddable"`
 }
 
-// QueueConfig is layers 5 and 6 and the waiting room.
+// QueueConfig is layers 5 and 6 and the waiting room. Zero fields take the defaults; the
+// settings that can be turned off say which negative value does it.
 type QueueConfig struct {
 	// MaxRequests waiting per (model, role). Default 1024: a few seconds of a busy pool's
-	// arrivals, bounded memory; 0 disables queueing (everything that cannot run is refused).
+	// arrivals, bounded memory. Negative (-1) disables queueing: everything that cannot run at
+	// once is refused.
 	MaxRequests int `json:"max_requests"`
 	// MaxTokens waiting (prefill tokens) per (model, role); 0: derived as TargetTTFT × the
 	// pool's measured prefill rate (WaitingRoom.SetPrefillRate), or FallbackTokens before a
 	// rate is known. Default 0.
 	MaxTokens int `json:"max_tokens"`
 	// TargetTTFT sizes the derived token cap: a backlog that takes longer than this to prefill
-	// is refused rather than queued. Default 4s (twice the interactive TTFT SLO).
+	// is refused rather than queued. Default 4s (twice the interactive TTFT SLO). Negative
+	// ("-1s"): no derived cap, FallbackTokens always.
 	TargetTTFT Duration `json:"target_ttft"`
 	// FallbackTokens is the token cap before any prefill rate is measured. Default 65536
 	// (about 4 s of one mid-size GPU's prefill).
@@ -134,7 +148,8 @@ type QueueConfig struct {
 	// under common client timeouts.
 	TTL Duration `json:"ttl"`
 	// ShedFraction: a sheddable (negative priority) request may queue only while its pool is
-	// under this fraction of both caps. Default 0.5: batch work never fills the room.
+	// under this fraction of both caps, at most 1. Default 0.5: batch work never fills the
+	// room. Negative (-1): sheddable requests never queue.
 	ShedFraction float64 `json:"shed_fraction"`
 	// MinChargeTokens is the least one dispatch is charged in the fairness accounting, so
 	// requests with tiny prompts still take turns. Default 16 (one KV block).
@@ -142,17 +157,26 @@ type QueueConfig struct {
 	// Backfill is how many waiters behind a pool's head, when the head must wait for KV room,
 	// the room offers to run beside it on room the head does not wait for (WaitingRoom.Next).
 	// Default 8: enough to find the small requests behind a long prompt, few enough that a
-	// blocked pool costs a handful of routing decisions a pass. 0: strictly head of line.
+	// blocked pool costs a handful of routing decisions a pass. Negative (-1): strictly head of
+	// line.
 	Backfill int `json:"backfill"`
+	// DispatchSlack is the share of a queued request's TTFT target that must be left to spare
+	// when the room dispatches it: the room hands out the earliest deadlines first, so under
+	// overload every request it dispatches has nearly used its target up waiting, and the
+	// TTFT estimate's error would make most of them late. Default 0.2 (a fifth); below 1.
+	// Negative (-1): no slack, a request is dispatched while its predicted TTFT fits at all.
+	DispatchSlack float64 `json:"dispatch_slack"`
 	// DrainWindow is the window over which the dispatch rate is measured for Retry-After.
 	// Default 10s: long enough to average bursts, short enough to follow load changes.
 	DrainWindow Duration `json:"drain_window"`
-	// MinRetryAfter and MaxRetryAfter clamp Retry-After. Defaults 1s and 60s.
+	// MinRetryAfter and MaxRetryAfter clamp Retry-After. Defaults 1s and 60s; both positive.
 	MinRetryAfter Duration `json:"min_retry_after"`
 	MaxRetryAfter Duration `json:"max_retry_after"`
 }
 
-// ClassSLO is a priority class's default SLO; 0 disables that check.
+// ClassSLO is a priority class's default SLO. A zero field takes the class's default; a check
+// cannot be turned off (except the low class's TPOT, which is off by default), but a target of
+// an hour ("1h") never binds.
 type ClassSLO struct {
 	TTFT Duration `json:"ttft"`
 	TPOT Duration `json:"tpot"`
@@ -168,8 +192,12 @@ type SLOConfig struct {
 	Low ClassSLO `json:"low"`
 }
 
-// Config configures an Admitter. It loads from JSON (LoadConfig); durations are strings like
-// "60s" or numbers of seconds.
+// Config configures an Admitter. It loads from JSON (LoadConfig, DecodeConfig); durations are
+// strings like "60s" or numbers of seconds.
+//
+// The zero rule, as in every kvmesh config: a zero field means its default (DefaultConfig's
+// value), which New fills in; a setting that can be turned off is turned off by an explicit
+// value, the negative one its documentation names, never by zero.
 type Config struct {
 	// Models the mesh serves, by name. ModelInfo, if set, takes precedence: the node wires it
 	// to the gossiped set. At least one of them is required.
@@ -207,6 +235,7 @@ func DefaultConfig() Config {
 			ShedFraction:    0.5,
 			MinChargeTokens: 16,
 			Backfill:        8,
+			DispatchSlack:   0.2,
 			DrainWindow:     Duration(10 * time.Second),
 			MinRetryAfter:   Duration(time.Second),
 			MaxRetryAfter:   Duration(60 * time.Second),
@@ -219,18 +248,117 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads a JSON config over DefaultConfig; unknown fields are an error.
+// LoadConfig reads a JSON config over DefaultConfig and validates it; unknown keys are an
+// error. A file must name its models (the node, which names them itself, uses DecodeConfig).
 func LoadConfig(data []byte) (Config, error) {
-	cfg := DefaultConfig()
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	cfg, err := DecodeConfig(data, DefaultConfig())
+	if err != nil {
+		return Config{}, err
 	}
 	return cfg, cfg.validate()
 }
 
+// DecodeConfig reads a JSON config over base (zero fields of base filled first) without
+// validating it. Unknown keys are an error naming the key. So that a file written when zero
+// turned a setting off cannot silently get its default, a 0 for one of those settings is an
+// error that says what to write instead.
+func DecodeConfig(data []byte, base Config) (Config, error) {
+	cfg := base.WithDefaults()
+	if err := jsonconf.Decode(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	// base has no zero where the default is not zero, so such a zero came from data.
+	d := DefaultConfig()
+	for _, z := range []struct {
+		key        string
+		zero       bool
+		def        any
+		offWithNeg bool
+	}{
+		{"validation.max_stop", cfg.Validation.MaxStop == 0, d.Validation.MaxStop, false},
+		{"validation.max_logprobs", cfg.Validation.MaxLogprobs == 0, d.Validation.MaxLogprobs, false},
+		{"budget.estimate_sigmas", cfg.Budget.EstimateSigmas == 0, d.Budget.EstimateSigmas, false},
+		{"queue.max_requests", cfg.Queue.MaxRequests == 0, d.Queue.MaxRequests, true},
+		{"queue.target_ttft", cfg.Queue.TargetTTFT == 0, d.Queue.TargetTTFT, true},
+		{"queue.shed_fraction", cfg.Queue.ShedFraction == 0, d.Queue.ShedFraction, true},
+		{"queue.backfill", cfg.Queue.Backfill == 0, d.Queue.Backfill, true},
+		{"queue.min_retry_after", cfg.Queue.MinRetryAfter == 0, d.Queue.MinRetryAfter, false},
+		{"slo.high.ttft", cfg.SLO.High.TTFT == 0, d.SLO.High.TTFT, false},
+		{"slo.high.tpot", cfg.SLO.High.TPOT == 0, d.SLO.High.TPOT, false},
+		{"slo.normal.ttft", cfg.SLO.Normal.TTFT == 0, d.SLO.Normal.TTFT, false},
+		{"slo.normal.tpot", cfg.SLO.Normal.TPOT == 0, d.SLO.Normal.TPOT, false},
+		{"slo.low.ttft", cfg.SLO.Low.TTFT == 0, d.SLO.Low.TTFT, false},
+	} {
+		if !z.zero {
+			continue
+		}
+		def, _ := json.Marshal(z.def)
+		if z.offWithNeg {
+			return Config{}, fmt.Errorf("%w: %s: 0 takes the default (%s); -1 turns it off", ErrConfig, z.key, def)
+		}
+		return Config{}, fmt.Errorf("%w: %s: 0 takes the default (%s) and cannot turn the setting off; write the value you want", ErrConfig, z.key, def)
+	}
+	return cfg, nil
+}
+
+// WithDefaults returns c with every zero field set to its default, unvalidated.
+func (c Config) WithDefaults() Config {
+	c.fill()
+	return c
+}
+
+// fill sets every zero field to its DefaultConfig value (the zero rule). The fields whose
+// default is zero (budget.max_max_tokens, keys, queue.max_tokens, slo.low.tpot) need nothing.
+func (c *Config) fill() {
+	d := DefaultConfig()
+	setI := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setF := func(v *float64, def float64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *Duration, def Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setI(&c.Validation.MaxN, d.Validation.MaxN)
+	setI(&c.Validation.MaxStop, d.Validation.MaxStop)
+	setI(&c.Validation.MaxLogprobs, d.Validation.MaxLogprobs)
+	setI(&c.Budget.DefaultMaxTokens, d.Budget.DefaultMaxTokens)
+	setI(&c.Budget.EstimateMinSamples, d.Budget.EstimateMinSamples)
+	setF(&c.Budget.EstimateAlpha, d.Budget.EstimateAlpha)
+	setF(&c.Budget.EstimateSigmas, d.Budget.EstimateSigmas)
+	setI(&c.Budget.EstimateMaxSeries, d.Budget.EstimateMaxSeries)
+	setF(&c.KV.QueueOn, d.KV.QueueOn)
+	setF(&c.KV.QueueOff, d.KV.QueueOff)
+	setF(&c.KV.Sheddable, d.KV.Sheddable)
+	q, dq := &c.Queue, d.Queue
+	setI(&q.MaxRequests, dq.MaxRequests)
+	setD(&q.TargetTTFT, dq.TargetTTFT)
+	setI(&q.FallbackTokens, dq.FallbackTokens)
+	setI(&q.MaxTotal, dq.MaxTotal)
+	setD(&q.TTL, dq.TTL)
+	setF(&q.ShedFraction, dq.ShedFraction)
+	setI(&q.MinChargeTokens, dq.MinChargeTokens)
+	setI(&q.Backfill, dq.Backfill)
+	setF(&q.DispatchSlack, dq.DispatchSlack)
+	setD(&q.DrainWindow, dq.DrainWindow)
+	setD(&q.MinRetryAfter, dq.MinRetryAfter)
+	setD(&q.MaxRetryAfter, dq.MaxRetryAfter)
+	for _, s := range []struct{ c, d *ClassSLO }{{&c.SLO.High, &d.SLO.High}, {&c.SLO.Normal, &d.SLO.Normal}, {&c.SLO.Low, &d.SLO.Low}} {
+		setD(&s.c.TTFT, s.d.TTFT)
+		setD(&s.c.TPOT, s.d.TPOT)
+	}
+}
+
+// validate fills the zero fields with their defaults, then checks the result.
 func (c *Config) validate() error {
+	c.fill()
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
 	}
@@ -248,12 +376,12 @@ func (c *Config) validate() error {
 		}
 	}
 	v := c.Validation
-	if v.MaxN < 1 || v.MaxStop < 0 || v.MaxLogprobs < 0 {
-		return bad("validation bounds")
+	if v.MaxN < 1 || v.MaxStop < 1 || v.MaxLogprobs < 1 {
+		return bad("validation: max_n, max_stop and max_logprobs must be positive")
 	}
 	b := c.Budget
 	if b.DefaultMaxTokens < 1 || b.MaxMaxTokens < 0 || b.EstimateMinSamples < 1 ||
-		!(b.EstimateAlpha > 0 && b.EstimateAlpha <= 1) || !(b.EstimateSigmas >= 0) || b.EstimateMaxSeries < 1 {
+		!(b.EstimateAlpha > 0 && b.EstimateAlpha <= 1) || !(b.EstimateSigmas > 0) || math.IsInf(b.EstimateSigmas, 0) || b.EstimateMaxSeries < 1 {
 		return bad("budget")
 	}
 	if !(c.Keys.RateTokens >= 0) || c.Keys.BurstTokens < 0 {
@@ -263,10 +391,13 @@ func (c *Config) validate() error {
 		return bad("kv: want 0 < queue_off ≤ queue_on ≤ 1 and 0 < sheddable ≤ 1")
 	}
 	q := c.Queue
-	if q.MaxRequests < 0 || q.MaxTokens < 0 || q.TargetTTFT < 0 || q.FallbackTokens < 1 || q.MaxTotal < 1 ||
-		q.TTL <= 0 || !(q.ShedFraction >= 0 && q.ShedFraction <= 1) || q.MinChargeTokens < 1 || q.Backfill < 0 ||
-		q.DrainWindow < Duration(time.Second) || q.MinRetryAfter < 0 || q.MaxRetryAfter < q.MinRetryAfter {
+	if q.MaxTokens < 0 || q.FallbackTokens < 1 || q.MaxTotal < 1 ||
+		q.TTL <= 0 || !(q.ShedFraction <= 1) || q.MinChargeTokens < 1 ||
+		q.DrainWindow < Duration(time.Second) || q.MinRetryAfter <= 0 || q.MaxRetryAfter < q.MinRetryAfter {
 		return bad("queue")
+	}
+	if !(q.DispatchSlack < 1) {
+		return bad("queue: dispatch_slack %v must be below 1", q.DispatchSlack)
 	}
 	for _, s := range []ClassSLO{c.SLO.High, c.SLO.Normal, c.SLO.Low} {
 		if s.TTFT < 0 || s.TPOT < 0 {

@@ -88,6 +88,7 @@ func NewWaitingRoom(cfg QueueConfig) (*WaitingRoom, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	cfg = c.Queue // zero fields filled with their defaults
 	return &WaitingRoom{cfg: cfg, pools: make(map[poolKey]*pool), byID: make(map[string]*Item),
 		drain: drainMeter{window: time.Duration(cfg.DrainWindow)}}, nil
 }

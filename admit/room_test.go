@@ -243,7 +243,7 @@ func TestRoomCanRun(t *testing.T) {
 		beside   bool // canRun's answer for an item offered behind the blocked head
 		want     string
 	}{
-		{"strictly head of line", 0, true, "o1"},
+		{"strictly head of line", -1, true, "o1"},
 		{"backfill beside the head", 8, true, "small o1"},
 		{"backfill would take the head's room", 8, false, "o1"},
 	}

@@ -2,40 +2,9 @@ package carbon
 
 import (
 	"errors"
-	"fmt"
-	"math"
-	"strings"
 	"sync"
 	"time"
 )
-
-// FailMode says how a node behaves with no fresh reading.
-type FailMode int
-
-const (
-	// FailOpen treats the node as clean: nothing is shed for want of data.
-	FailOpen FailMode = iota
-	// FailClosed treats the node as dirty: sheddable traffic goes elsewhere or is deferred.
-	FailClosed
-)
-
-func (m FailMode) String() string {
-	if m == FailClosed {
-		return "closed"
-	}
-	return "open"
-}
-
-// ParseFailMode reads "open" or "closed".
-func ParseFailMode(s string) (FailMode, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "open":
-		return FailOpen, nil
-	case "closed":
-		return FailClosed, nil
-	}
-	return 0, fmt.Errorf("%w: fail mode %q: want open or closed", ErrConfig, s)
-}
 
 // Freshness says what the tracker holds.
 type Freshness int
@@ -67,32 +36,6 @@ type Status struct {
 	LastError      error         // the latest provider error, nil after a good reading
 }
 
-// Config configures a Tracker.
-type Config struct {
-	// Threshold: intensities strictly above it are dirty. In the provider's unit
-	// (gCO2eq/kWh, or a 0–100 percentile with WattTime).
-	Threshold    float64
-	PollInterval time.Duration // between good polls
-	MaxAge       time.Duration // a reading older than this (by its own At) is stale
-	FailMode     FailMode      // applies before the first reading and once stale
-	BackoffMin   time.Duration // delay after the first consecutive error
-	BackoffMax   time.Duration // cap of the doubling backoff (a 429's Retry-After may exceed it)
-}
-
-// DefaultConfig polls every 5 minutes, treats readings older than 2 hours as stale (Electricity
-// Maps values are hourly and stamped at the start of their hour), fails open, and backs off
-// from 10 s to 10 minutes. The threshold is 300 gCO2eq/kWh.
-func DefaultConfig() Config {
-	return Config{
-		Threshold:    300,
-		PollInterval: 5 * time.Minute,
-		MaxAge:       2 * time.Hour,
-		FailMode:     FailOpen,
-		BackoffMin:   10 * time.Second,
-		BackoffMax:   10 * time.Minute,
-	}
-}
-
 // Tracker holds the latest reading, the poll schedule and the fail mode. Safe for concurrent use.
 type Tracker struct {
 	cfg Config
@@ -105,19 +48,11 @@ type Tracker struct {
 	lastErr  error
 }
 
-// New validates cfg. It does no I/O.
+// New fills cfg's zero fields with their defaults and validates it. It does no I/O.
 func New(cfg Config) (*Tracker, error) {
-	switch {
-	case cfg.Threshold < 0 || math.IsNaN(cfg.Threshold) || math.IsInf(cfg.Threshold, 0):
-		return nil, fmt.Errorf("%w: threshold %v must be a finite number ≥ 0", ErrConfig, cfg.Threshold)
-	case cfg.PollInterval <= 0:
-		return nil, fmt.Errorf("%w: poll interval must be > 0", ErrConfig)
-	case cfg.MaxAge <= 0:
-		return nil, fmt.Errorf("%w: max age must be > 0", ErrConfig)
-	case cfg.BackoffMin <= 0 || cfg.BackoffMax < cfg.BackoffMin:
-		return nil, fmt.Errorf("%w: backoff needs 0 < min ≤ max", ErrConfig)
-	case cfg.FailMode != FailOpen && cfg.FailMode != FailClosed:
-		return nil, fmt.Errorf("%w: unknown fail mode %d", ErrConfig, cfg.FailMode)
+	cfg.fill()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &Tracker{cfg: cfg}, nil
 }

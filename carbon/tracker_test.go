@@ -21,9 +21,9 @@ func mustTracker(t *testing.T, cfg Config) *Tracker {
 func TestNewValidates(t *testing.T) {
 	bad := map[string]func(*Config){
 		"negative threshold": func(c *Config) { c.Threshold = -1 },
-		"zero poll":          func(c *Config) { c.PollInterval = 0 },
-		"zero max age":       func(c *Config) { c.MaxAge = 0 },
-		"zero backoff":       func(c *Config) { c.BackoffMin = 0 },
+		"negative poll":      func(c *Config) { c.PollInterval = -time.Second },
+		"negative max age":   func(c *Config) { c.MaxAge = -time.Second },
+		"negative backoff":   func(c *Config) { c.BackoffMin = -time.Second },
 		"max under min":      func(c *Config) { c.BackoffMax = c.BackoffMin - 1 },
 		"fail mode":          func(c *Config) { c.FailMode = 7 },
 	}
@@ -38,6 +38,24 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := New(DefaultConfig()); err != nil {
 		t.Fatalf("DefaultConfig rejected: %v", err)
+	}
+}
+
+// TestZeroConfigIsTheDefault pins the zero rule: a zero field takes its default.
+func TestZeroConfigIsTheDefault(t *testing.T) {
+	tr := mustTracker(t, Config{})
+	if tr.Config() != DefaultConfig() {
+		t.Errorf("New(Config{}) filled %+v, want %+v", tr.Config(), DefaultConfig())
+	}
+	if got := mustTracker(t, Config{BackoffMin: time.Hour}).Config().BackoffMax; got != time.Hour {
+		t.Errorf("a zero backoff max under a longer min filled to %v, want the min", got)
+	}
+	for _, m := range []FailMode{FailOpen, FailClosed} {
+		b, err := m.MarshalText()
+		var back FailMode
+		if err != nil || back.UnmarshalText(b) != nil || back != m {
+			t.Errorf("fail mode %v: text %q, %v, read back %v", m, b, err, back)
+		}
 	}
 }
 

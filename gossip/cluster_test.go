@@ -26,7 +26,7 @@ func testConfig(name string) Config {
 	c := DefaultConfig()
 	c.Name = name
 	c.BindAddr = "127.0.0.1"
-	c.BindPort = 0
+	c.BindPort = AnyPort
 	c.Key = testKey
 	c.PublishInterval = 200 * time.Millisecond
 	c.MinPublishInterval = 20 * time.Millisecond

@@ -21,64 +21,71 @@ const (
 	FailOpen StalePolicy = "open"
 )
 
-// Config configures a Gossip member. Zero durations and sizes take the defaults below.
+// Config configures a Gossip member. The zero rule, as in every kvmesh config: a zero field
+// means its default (DefaultConfig's value, or memberlist's for its timing knobs), which New
+// fills in; a setting with an explicit other meaning names the negative value for it, never
+// zero. The JSON names are the config file's (kvmesh node --config, section "gossip"); the
+// name is the node's and the key is a secret, so neither has one.
 type Config struct {
 	// Name is this node's unique member name.
-	Name string
-	// BindAddr and BindPort are where memberlist listens (UDP and TCP). Port 0 picks one; read
-	// it back with LocalAddr after Start.
-	BindAddr string
-	BindPort int
-	// AdvertiseAddr and AdvertisePort are what peers dial, if not the bound address.
-	AdvertiseAddr string
-	AdvertisePort int
+	Name string `json:"-"`
+	// BindAddr and BindPort are where memberlist listens (UDP and TCP); defaults 0.0.0.0 and
+	// 7946. BindPort AnyPort (-1) picks a free port; read it back with LocalAddr after Start.
+	BindAddr string `json:"bind_addr"`
+	BindPort int    `json:"bind_port"`
+	// AdvertiseAddr and AdvertisePort are what peers dial; default the bound address.
+	AdvertiseAddr string `json:"advertise_addr"`
+	AdvertisePort int    `json:"advertise_port"`
 	// Join lists seed addresses (host:port). A failed join is retried in the background.
-	Join []string
+	Join []string `json:"join"`
 	// Key is the AES key (16, 24 or 32 bytes) that encrypts and authenticates all gossip.
 	// It may be nil only with Insecure.
-	Key      []byte
-	Insecure bool
+	Key      []byte `json:"-"`
+	Insecure bool   `json:"insecure"`
 
 	// PublishInterval is the longest time between two state records (default 1s); a changed
 	// state is published at the next flush, but not more often than MinPublishInterval
 	// (default 200ms).
-	PublishInterval    time.Duration
-	MinPublishInterval time.Duration
+	PublishInterval    time.Duration `json:"publish_interval"`
+	MinPublishInterval time.Duration `json:"min_publish_interval"`
 	// FlushInterval is how often queued prefix deltas are coalesced into messages and the
 	// local state is checked for change (default 50ms).
-	FlushInterval time.Duration
+	FlushInterval time.Duration `json:"flush_interval"`
 	// StaleAfter is the record age beyond which a peer is stale (default 3s).
-	StaleAfter  time.Duration
-	StalePolicy StalePolicy
+	StaleAfter  time.Duration `json:"stale_after"`
+	StalePolicy StalePolicy   `json:"stale_policy"`
 	// MaxBytesPerSecond bounds this node's broadcast bytes (own and relayed, default 64 KiB/s).
 	// Past it, messages wait; a backlog beyond two seconds' worth is pruned (deltas lost that
 	// way are repaired by the next push/pull snapshot).
-	MaxBytesPerSecond int
+	MaxBytesPerSecond int `json:"max_bytes_per_second"`
 	// PushPullInterval is the full state and snapshot exchange period (default 10s).
-	PushPullInterval time.Duration
+	PushPullInterval time.Duration `json:"push_pull_interval"`
 	// MaxBlocksPerPeer bounds every peer's residency in the index and this node's snapshot
 	// (default kvindex.DefaultMaxBlocksPerPeer).
-	MaxBlocksPerPeer int
+	MaxBlocksPerPeer int `json:"max_blocks_per_peer"`
 	// JoinRetryMax caps the backoff between join attempts (default 30s).
-	JoinRetryMax time.Duration
+	JoinRetryMax time.Duration `json:"join_retry_max"`
 	// DeadRetention is how long a dead or left member stays listed (default 5m).
-	DeadRetention time.Duration
+	DeadRetention time.Duration `json:"dead_retention"`
 
 	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value.
-	ProbeInterval       time.Duration
-	ProbeTimeout        time.Duration
-	GossipInterval      time.Duration
-	GossipNodes         int
-	SuspicionMult       int
-	RetransmitMult      int
-	TCPTimeout          time.Duration
-	DeadNodeReclaimTime time.Duration
+	ProbeInterval       time.Duration `json:"probe_interval"`
+	ProbeTimeout        time.Duration `json:"probe_timeout"`
+	GossipInterval      time.Duration `json:"gossip_interval"`
+	GossipNodes         int           `json:"gossip_nodes"`
+	SuspicionMult       int           `json:"suspicion_mult"`
+	RetransmitMult      int           `json:"retransmit_mult"`
+	TCPTimeout          time.Duration `json:"tcp_timeout"`
+	DeadNodeReclaimTime time.Duration `json:"dead_node_reclaim_time"`
 
 	// Logger receives gossip's and memberlist's logs (nil: discard).
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 	// Registerer receives the metrics (nil: none).
-	Registerer prometheus.Registerer
+	Registerer prometheus.Registerer `json:"-"`
 }
+
+// AnyPort as Config.BindPort binds a free port.
+const AnyPort = -1
 
 // DefaultConfig returns the defaults, with Name and Key still to be set.
 func DefaultConfig() Config {
@@ -114,14 +121,27 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("%w: key of %d bytes, want 16, 24 or 32", ErrConfig, len(c.Key))
 	}
-	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+	if c.BindPort < AnyPort || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
 		return fmt.Errorf("%w: port out of range", ErrConfig)
 	}
 	if c.BindAddr == "" {
 		c.BindAddr = d.BindAddr
 	}
+	if c.BindPort == 0 {
+		c.BindPort = d.BindPort
+	}
+	for _, v := range []time.Duration{c.PublishInterval, c.MinPublishInterval, c.FlushInterval, c.StaleAfter,
+		c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
+		c.TCPTimeout, c.DeadNodeReclaimTime} {
+		if v < 0 {
+			return fmt.Errorf("%w: negative interval %v", ErrConfig, v)
+		}
+	}
+	if c.MaxBytesPerSecond < 0 || c.MaxBlocksPerPeer < 0 || c.GossipNodes < 0 || c.SuspicionMult < 0 || c.RetransmitMult < 0 {
+		return fmt.Errorf("%w: negative size", ErrConfig)
+	}
 	def := func(v *time.Duration, dv time.Duration) {
-		if *v <= 0 {
+		if *v == 0 {
 			*v = dv
 		}
 	}
@@ -142,7 +162,7 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("%w: stale policy %q", ErrConfig, c.StalePolicy)
 	}
-	if c.MaxBytesPerSecond <= 0 {
+	if c.MaxBytesPerSecond == 0 {
 		c.MaxBytesPerSecond = d.MaxBytesPerSecond
 	}
 	if c.MaxBytesPerSecond < 2*maxMessage {

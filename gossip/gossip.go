@@ -272,7 +272,7 @@ func (g *Gossip) Start(ctx context.Context) error {
 	mlc := memberlist.DefaultLANConfig()
 	mlc.Name = g.cfg.Name
 	mlc.BindAddr = g.cfg.BindAddr
-	mlc.BindPort = g.cfg.BindPort
+	mlc.BindPort = max(g.cfg.BindPort, 0) // AnyPort: memberlist's 0 picks one
 	mlc.AdvertiseAddr = g.cfg.AdvertiseAddr
 	mlc.AdvertisePort = g.cfg.AdvertisePort
 	mlc.PushPullInterval = g.cfg.PushPullInterval

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 )
 
 func fullState() State {
@@ -224,6 +226,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no name", func(c *Config) { c.Insecure, c.Name = true, "" }, false},
 		{"bad policy", func(c *Config) { c.Insecure, c.StalePolicy = true, "maybe" }, false},
 		{"tiny bandwidth", func(c *Config) { c.Insecure, c.MaxBytesPerSecond = true, 100 }, false},
+		{"any port", func(c *Config) { c.Insecure, c.BindPort = true, AnyPort }, true},
+		{"port below AnyPort", func(c *Config) { c.Insecure, c.BindPort = true, -2 }, false},
+		{"negative interval", func(c *Config) { c.Insecure, c.StaleAfter = true, -time.Second }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,5 +243,24 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("error %v is not ErrConfig", err)
 			}
 		})
+	}
+}
+
+// TestZeroConfigIsTheDefault pins the zero rule: a zero field takes its default, and AnyPort
+// survives filling.
+func TestZeroConfigIsTheDefault(t *testing.T) {
+	g, err := New(Config{Name: "n", Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.Name, want.Insecure = "n", true
+	if fmt.Sprintf("%+v", g.cfg) != fmt.Sprintf("%+v", want) {
+		t.Errorf("New filled\n%+v\nwant\n%+v", g.cfg, want)
+	}
+	c := want
+	c.BindPort = AnyPort
+	if g, err := New(c); err != nil || g.cfg.BindPort != AnyPort {
+		t.Errorf("AnyPort: %v", err)
 	}
 }

@@ -29,10 +29,6 @@ const DefaultAgentInterval = 500 * time.Millisecond
 // timeout.
 const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
 
-// agentLeaseIntervals is how many control intervals a parked step's lease lasts without a
-// renewal from its ingress (agent.HomeConfig.LeaseIntervals).
-const agentLeaseIntervals = 5
-
 // agentGate is the node's side of agent-level admission: this node is the home of every agent
 // whose steps run on its engine, so it keeps their window (agent.Home over agent.Registry),
 // feeds it the engine's state, wakes the handlers of local steps parked for an agent the
@@ -82,7 +78,7 @@ func (n *Node) buildAgents() error {
 		return fmt.Errorf("node: %w", err)
 	}
 	home, err := agent.NewHome(agent.HomeConfig{Name: n.cfg.Name, Interval: n.cfg.AgentInterval,
-		LeaseIntervals: agentLeaseIntervals, Key: route.AgentKey, Preferred: route.PreferredHome}, reg)
+		LeaseIntervals: n.cfg.AgentLeaseIntervals, Key: route.AgentKey, Preferred: route.PreferredHome}, reg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

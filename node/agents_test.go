@@ -247,7 +247,7 @@ func requireAgentMetrics(t *testing.T, url string) {
 
 func TestAgentAdmissionConfig(t *testing.T) {
 	bad := agent.DefaultConfig()
-	bad.IdleTimeout = 0
+	bad.IdleTimeout = -time.Second
 	tests := []struct {
 		name        string
 		agents      *agent.Config

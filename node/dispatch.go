@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -27,7 +28,7 @@ const (
 const CodeCarbonDeferred = plan.CodeCarbonDeferred
 
 // parseHeaders fills the admission fields that come from X-Kvmesh-* headers.
-func parseHeaders(h http.Header, a *admit.Request) *openai.Error {
+func parseHeaders(h http.Header, a *admit.Request, maxAgent int) *openai.Error {
 	bad := func(name string, err error) *openai.Error {
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter, name+": "+err.Error()).WithParam(name)
 	}
@@ -46,8 +47,9 @@ func parseHeaders(h http.Header, a *admit.Request) *openai.Error {
 		}
 	}
 	a.Agent = h.Get(HeaderAgent)
-	if len(a.Agent) > 256 {
-		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter, HeaderAgent+" is longer than 256 bytes").WithParam(HeaderAgent)
+	if len(a.Agent) > maxAgent {
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			fmt.Sprintf("%s is longer than %d bytes", HeaderAgent, maxAgent)).WithParam(HeaderAgent)
 	}
 	return nil
 }
@@ -83,7 +85,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		p, oerr = n.prepare(ep, id, body)
 	}
 	if oerr == nil {
-		oerr = parseHeaders(r.Header, &p.adm)
+		oerr = parseHeaders(r.Header, &p.adm, n.cfg.MaxAgentIDBytes)
 	}
 	if oerr != nil {
 		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
@@ -206,7 +208,7 @@ type dispatchResult struct {
 func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time) dispatchResult {
 	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
 	first := t.D.Option
-	for i := first; i < len(t.Cands) && i-first < maxAttempts; i++ {
+	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
 		c := &t.Cands[i]
 		if i > first {
 			n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)

@@ -6,10 +6,17 @@
 //
 // # Lifetime
 //
-// New validates a Config and builds the parts without I/O. Start binds the listeners and joins
-// the mesh; Shutdown stops taking new requests, drains in-flight ones within a deadline, leaves
-// the mesh and closes everything. A Node is safe for concurrent use; Shutdown is safe to call
-// twice. The zero Node is not usable: build one with New.
+// New fills a Config's zero fields with their defaults, validates it and builds the parts
+// without I/O. Start binds the listeners and joins the mesh; Shutdown stops taking new requests,
+// drains in-flight ones within a deadline, leaves the mesh and closes everything. A Node is safe
+// for concurrent use; Shutdown is safe to call twice. The zero Node is not usable: build one
+// with New.
+//
+// # Configuration
+//
+// Config (config.go) holds every setting of a node and its parts, under one zero rule: a zero
+// field means its default. LoadConfigFile reads the config file (one JSON object, a section per
+// part) over a Config, and MarshalConfigFile writes one back; both are pure.
 //
 // # Metrics
 //

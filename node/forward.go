@@ -20,10 +20,6 @@ import (
 // MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
 const MaxHops = 1
 
-// maxAttempts bounds how many candidates one dispatch tries before the request goes back to
-// the waiting room.
-const maxAttempts = 3
-
 // forward sends p to the candidate's owner. done reports that the client got an answer (relayed
 // from the owner); otherwise the owner refused or could not be reached before any byte.
 func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {

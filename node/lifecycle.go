@@ -42,7 +42,7 @@ func (n *Node) buildMesh() error {
 	if n.carbon != nil {
 		grid = n.carbon
 	}
-	pc := plan.Config{Mode: mode, QueueCap: n.cfg.QueueCap, Agents: n.agents != nil}
+	pc := plan.Config{Mode: mode, QueueCap: n.cfg.QueueCap, Agents: n.agents != nil, RetryAfter: n.cfg.RetryAfter}
 	if n.planner, err = plan.New(pc, n.adm, policy, grid); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,9 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvmesh/kvmesh/admit"
-	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/plan"
-	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
@@ -30,109 +27,6 @@ import (
 	"github.com/kvmesh/kvmesh/node/gpu"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
-
-// Config configures one node. Zero fields take DefaultConfig's values.
-type Config struct {
-	// Name identifies the node in the mesh and in X-Kvmesh-Node. Default: the host name.
-	Name string
-	// HTTPAddr is the API's listen address (default ":8080"); port 0 picks a free port.
-	HTTPAddr string
-	// Engine is "sim" (the embedded simulated engine) or the base URL of an external
-	// OpenAI-compatible engine, whose metric names EngineKind selects.
-	Engine     string
-	EngineKind string
-	// Models lists the model names served. With the sim engine each gets SimContextTokens.
-	Models []string
-	// Sim configures the embedded engine (its Models, OnPrefix and Registerer are set by the node).
-	Sim sim.Config
-	// Standalone serves the engine alone: no gossip, no forwarding (kvmesh engine).
-	Standalone bool
-	// Role is the node's pool role ("" serves both prefill and decode).
-	Role string
-
-	// Gossip configures the mesh member (Name, Logger and Registerer are the node's).
-	Gossip gossip.Config
-	// QUICAddr is the UDP listen address for peer forwarding (default ":7443") and TLS the
-	// cluster's mTLS configuration (transport.LoadTLS); both are required outside Standalone.
-	QUICAddr string
-	TLS      *tls.Config
-	// AdvertiseHost is the address peers use to reach this node's HTTP and QUIC ports
-	// (default: the gossip advertise address, else the bound host, else 127.0.0.1).
-	AdvertiseHost string
-	// SpeculativeTTL is how long a forwarded prompt counts as cached on its owner before the
-	// owner's own summary confirms it.
-	SpeculativeTTL time.Duration
-
-	// Policy names the routing policy (route.PolicyNames); Route configures it.
-	Policy string
-	Route  route.Config
-	// Admit configures admission; its ModelInfo is set by the node from the mesh.
-	Admit admit.Config
-	// Admission is the admission mode: "kvmesh" (every layer, the waiting room), "none"
-	// (validate and budget only: everything else runs at once and queues inside the engine,
-	// like a plain router) or "queue-cap" (as none, but 429 once the chosen engine has QueueCap
-	// requests waiting, like an engine's fixed queue limit). The last two exist for comparison.
-	Admission string
-	QueueCap  int
-	// RoomTick is the waiting room's dispatch interval when nothing else wakes it.
-	RoomTick time.Duration
-	// APIKeysFile holds the API keys (admit.ParseKeys format), hot-reloaded; empty means open.
-	APIKeysFile string
-	// AgentFromUser takes the agent id from the OpenAI "user" field when X-Kvmesh-Agent is absent.
-	AgentFromUser bool
-	// Agents turns on agent-level admission (a window of active agents per home node, see
-	// package admit/agent); nil leaves it off. AgentInterval is its control interval
-	// (default DefaultAgentInterval).
-	Agents        *agent.Config
-	AgentInterval time.Duration
-
-	// GPU is the telemetry source: auto (NVML when the driver loads, else none), nvml, none or sim.
-	GPU string
-	// Carbon turns on the grid carbon signal and shedding; nil means off.
-	Carbon *CarbonConfig
-	// MaxBodyBytes caps a request body (413 above it).
-	MaxBodyBytes int64
-	// DrainTimeout bounds how long Shutdown waits for in-flight requests.
-	DrainTimeout time.Duration
-	// Logger receives one line per event; nil discards.
-	Logger *slog.Logger
-	// Registry collects the node's metrics and is served on /metrics; nil makes a new one.
-	Registry *prometheus.Registry
-}
-
-// Admission modes.
-const (
-	AdmissionKvmesh   = "kvmesh"
-	AdmissionNone     = "none"
-	AdmissionQueueCap = "queue-cap"
-)
-
-// DefaultModel is the model a node serves when none is configured.
-const DefaultModel = "llama-3.1-8b"
-
-// DefaultConfig returns a node configuration for the embedded engine.
-func DefaultConfig() Config {
-	return Config{
-		HTTPAddr:     ":8080",
-		Engine:       "sim",
-		EngineKind:   "vllm",
-		Models:       []string{DefaultModel},
-		Sim:          sim.DefaultConfig(),
-		MaxBodyBytes: 4 << 20, // a full 128k-token context is 512 KiB of text; JSON escaping can double it
-		DrainTimeout: 30 * time.Second,
-		Gossip:       gossip.DefaultConfig(),
-		QUICAddr:     ":7443",
-		Policy:       route.PolicyKvmesh,
-		Route:        route.DefaultConfig(),
-		Admit:        admit.DefaultConfig(),
-		RoomTick:     5 * time.Millisecond,
-		Admission:    AdmissionKvmesh,
-		QueueCap:     64,
-		// Long enough to cover gossip's delivery of the owner's own summary (about a second).
-		SpeculativeTTL: 5 * time.Second,
-		GPU:            "auto",
-	}
-}
 
 // Node is one kvmesh node.
 type Node struct {
@@ -172,54 +66,12 @@ type Node struct {
 	done     chan struct{}
 }
 
-// New validates cfg and builds a node. It does no I/O.
+// New fills cfg's zero fields with their defaults (see Config), validates it and builds a
+// node. It does no I/O.
 func New(cfg Config) (*Node, error) {
-	def := DefaultConfig()
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = def.HTTPAddr
-	}
-	if cfg.Engine == "" {
-		cfg.Engine = def.Engine
-	}
-	if cfg.EngineKind == "" {
-		cfg.EngineKind = def.EngineKind
-	}
-	if len(cfg.Models) == 0 && cfg.Engine == "sim" {
-		cfg.Models = def.Models
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = def.MaxBodyBytes
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = def.DrainTimeout
-	}
-	if cfg.QUICAddr == "" {
-		cfg.QUICAddr = def.QUICAddr
-	}
-	if cfg.Policy == "" {
-		cfg.Policy = def.Policy
-	}
-	switch cfg.Admission {
-	case "":
-		cfg.Admission = AdmissionKvmesh
-	case AdmissionKvmesh, AdmissionNone, AdmissionQueueCap:
-	default:
-		return nil, fmt.Errorf("node: admission mode %q: want %s, %s or %s", cfg.Admission, AdmissionKvmesh, AdmissionNone, AdmissionQueueCap)
-	}
-	if cfg.QueueCap <= 0 {
-		cfg.QueueCap = def.QueueCap
-	}
-	if cfg.RoomTick <= 0 {
-		cfg.RoomTick = def.RoomTick
-	}
-	if cfg.SpeculativeTTL <= 0 {
-		cfg.SpeculativeTTL = def.SpeculativeTTL
-	}
-	if cfg.Name == "" {
-		return nil, errors.New("node: a name is required")
-	}
-	if !cfg.Standalone && cfg.TLS == nil {
-		return nil, errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")
+	cfg.fill()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {

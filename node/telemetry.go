@@ -13,15 +13,6 @@ import (
 	"github.com/kvmesh/kvmesh/node/gpu"
 )
 
-// CarbonConfig turns on the grid carbon signal: a provider polled by the node and the
-// tracker's threshold, staleness and fail mode.
-type CarbonConfig struct {
-	Provider provider.Config
-	Tracker  carbon.Config
-	// FetchTimeout bounds one provider call.
-	FetchTimeout time.Duration
-}
-
 // buildTelemetry opens the GPU source and the carbon tracker. The sim GPU follows the
 // engine's running share of its batch, so the testnet shows power and heat moving.
 func (n *Node) buildTelemetry() error {

@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 		nc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(port))
 		nc.QUICAddr = net.JoinHostPort(cfg.Host, "0")
 		nc.AdvertiseHost = cfg.Host
-		nc.Gossip.BindAddr, nc.Gossip.BindPort, nc.Gossip.Key = cfg.Host, 0, key
+		nc.Gossip.BindAddr, nc.Gossip.BindPort, nc.Gossip.Key = cfg.Host, gossip.AnyPort, key
 		if seed != "" {
 			nc.Gossip.Join = []string{seed}
 		}

@@ -146,9 +146,10 @@ type Registry struct {
 // several-fold from step to step, so the mean of the last ten or so is what predicts the next.
 const growthWeight = 0.1
 
-// New validates cfg and returns an empty Registry. It does no I/O and starts nothing.
+// New fills cfg's zero fields with their defaults, validates it and returns an empty Registry.
+// It does no I/O and starts nothing.
 func New(cfg Config) (*Registry, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	return &Registry{cfg: cfg, agents: make(map[string]*entry), homes: make(map[string]*home)}, nil

@@ -13,7 +13,7 @@ import (
 func newRegistry(t testing.TB, mod func(*Config)) *Registry {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Controller.CooldownTicks = 0
+	cfg.Controller.CooldownTicks = -1
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -295,7 +295,7 @@ func TestLeavingAtPredictedOverflowShrinksTheWindow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := newRegistry(t, func(c *Config) { c.Controller.InitialWindow, c.Controller.SlowStartSteps = 2, 0 })
+			a := newRegistry(t, func(c *Config) { c.Controller.InitialWindow, c.Controller.SlowStartSteps = 2, -1 })
 			arrive(t, a, t0, "a", "n1", Admit)
 			arrive(t, a, t0, "b", "n1", Admit)
 			arrive(t, a, t0, "c", "n1", Wait)
@@ -509,13 +509,37 @@ func TestForgetHome(t *testing.T) {
 	}
 }
 
+// TestZeroConfigIsTheDefault pins the zero rule: every zero field takes its default, and
+// filling keeps the explicit negative values that turn settings off.
+func TestZeroConfigIsTheDefault(t *testing.T) {
+	a, err := New(Config{})
+	if err != nil {
+		t.Fatalf("New(Config{}): %v", err)
+	}
+	if a.cfg != DefaultConfig() {
+		t.Errorf("New(Config{}) filled %+v, want %+v", a.cfg, DefaultConfig())
+	}
+	c := Config{Controller: ControllerConfig{MaxWindow: 4, TargetU: 0.95, CooldownTicks: -1, SlowStartSteps: -1, HitFloor: -1, HitMargin: -1}}
+	if err := c.fill(); err != nil {
+		t.Fatal(err)
+	}
+	cc := c.Controller
+	if cc.InitialWindow != 4 || cc.HighU != 0.95 || cc.MinWindow != 1 || cc.CooldownTicks != -1 || cc.SlowStartSteps != -1 || cc.HitFloor != -1 || cc.HitMargin != -1 {
+		t.Errorf("filled controller %+v: want the initial window cut to the max, high u raised to target u, negatives kept", cc)
+	}
+	again := c
+	if err := again.fill(); err != nil || again != c {
+		t.Errorf("filling twice changed %+v to %+v (%v)", c, again, err)
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	tests := []struct {
 		name string
 		mod  func(*Config)
 	}{
-		{"max agents", func(c *Config) { c.MaxAgents = 0 }},
-		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }},
+		{"max agents", func(c *Config) { c.MaxAgents = -1 }},
+		{"idle timeout", func(c *Config) { c.IdleTimeout = -time.Second }},
 		{"step timeout", func(c *Config) { c.StepTimeout = -1 }},
 		{"controller", func(c *Config) { c.Controller.Beta = 2 }},
 	}

@@ -11,48 +11,55 @@ import (
 var ErrConfig = errors.New("agent: invalid config")
 
 // ControllerConfig sets the AIMD rule of one home's window; see the package documentation for
-// why each default is what it is.
+// why each default is what it is. A zero field takes its default (NewController fills it); the
+// settings that can be turned off name the negative value that does it.
 type ControllerConfig struct {
 	// Alpha is the additive increase per control tick while the window has room to grow, once
 	// slow start is over. Default 1: one more agent per interval, so the window probes for room slowly and
 	// each step's effect on U is visible before the next.
-	Alpha float64
+	Alpha float64 `json:"alpha"`
 	// Beta is the multiplicative decrease on thrashing, 0 < Beta < 1. Default 0.7: a 30% cut
 	// leaves the thrashing regime within a few intervals; recompute cost grows with the square
 	// of context length, so a gentle cut would keep paying it.
-	Beta float64
+	Beta float64 `json:"beta"`
 	// TargetU is the KV use, predicted SlowStartSteps steps ahead, below which a window without
 	// a ceiling (no footprint known yet) grows. Default 0.8: the start of the band where, for
 	// agents, KV fills with idle prefixes.
-	TargetU float64
+	TargetU float64 `json:"target_u"`
 	// HighU is the KV use at or above which a falling hit rate means thrashing, and the share
-	// of the pool the window's agents may hold at their footprint (the ceiling). Default 0.9.
-	// Between TargetU and HighU a window without a ceiling holds.
-	HighU float64
+	// of the pool the window's agents may hold at their footprint (the ceiling). Default 0.9,
+	// or TargetU if that is higher. Between TargetU and HighU a window without a ceiling holds.
+	HighU float64 `json:"high_u"`
 	// HitWeight is the weight of a new sample in the hit-rate EWMA, 0 < HitWeight <= 1.
 	// Default 0.2: the average remembers about five intervals, long enough that one noisy
 	// sample is not a trend, short enough to follow a collapse.
-	HitWeight float64
-	// HitMargin is how far H must sit below its EWMA to count as falling, in [0, 1).
+	HitWeight float64 `json:"hit_weight"`
+	// HitMargin is how far H must sit below its EWMA to count as falling, below 1.
 	// Default 0.05: five points of hit rate, above the sampling noise of a busy engine.
-	HitMargin float64
+	// Negative (-1): no margin, any fall counts.
+	HitMargin float64 `json:"hit_margin"`
 	// HitFloor is the hit rate under which, with U >= HighU, the window is cut even when H is
-	// not falling (once the window has a ceiling: when H's EWMA is under it), in [0, 1). Default 0.5: when H is the hit rate on the agents' own earlier
-	// context (what the node feeds it), a window that fits is near 1, and a window that has
-	// been thrashing long enough for the average to catch up with it would otherwise hold.
-	HitFloor float64
+	// not falling (once the window has a ceiling: when H's EWMA is under it), below 1.
+	// Default 0.5: when H is the hit rate on the agents' own earlier context (what the node
+	// feeds it), a window that fits is near 1, and a window that has been thrashing long
+	// enough for the average to catch up with it would otherwise hold. Negative (-1): no floor,
+	// only a falling H cuts.
+	HitFloor float64 `json:"hit_floor"`
 	// CooldownTicks is the number of ticks after a decrease during which the window holds.
 	// Default 1: KV is freed only as paused agents' prefixes age out, so U lags a cut by about
 	// an interval; without the cooldown the controller would cut again on the same symptom.
-	CooldownTicks int
+	// Negative (-1): no cooldown.
+	CooldownTicks int `json:"cooldown_ticks"`
 	// MinWindow and MaxWindow bound the window, 1 <= MinWindow <= MaxWindow. Defaults 1 and
 	// 512: one agent always makes progress; 512 is far above the agents one GPU host's KV pool
 	// holds, so in practice U, not the bound, limits growth.
-	MinWindow, MaxWindow int
+	MinWindow int `json:"min_window"`
+	MaxWindow int `json:"max_window"`
 	// InitialWindow is a new home's window before its first tick, in [MinWindow, MaxWindow].
-	// Default 8: a small start, grown by slow start and then by Alpha, like a congestion window.
-	InitialWindow int
-	// SlowStartSteps is slow start's horizon, >= 0; 0 turns slow start off. Until the first
+	// Default 8 (or the bound it falls outside of): a small start, grown by slow start and then
+	// by Alpha, like a congestion window.
+	InitialWindow int `json:"initial_window"`
+	// SlowStartSteps is slow start's horizon; negative (-1) turns slow start off. Until the first
 	// tick at which the window's agents, after SlowStartSteps more steps each (growing as Next
 	// predicts for one step), would fill the pool to TargetU, an increase adds the agents that
 	// headroom holds at the use per agent it predicts, capped at doubling the window and at the
@@ -67,7 +74,7 @@ type ControllerConfig struct {
 	// cut that follows pauses them and loses their prefixes. Default 4: about the steps a new
 	// agent still has ahead in sessions of a handful of steps (the load generator's run 3 to
 	// 8); where that fills the pool slow start ends at once and the window ramps by Alpha.
-	SlowStartSteps int
+	SlowStartSteps int `json:"slow_start_steps"`
 }
 
 // DefaultControllerConfig returns the documented controller defaults.
@@ -88,6 +95,36 @@ func DefaultControllerConfig() ControllerConfig {
 	}
 }
 
+// fill sets every zero field to its default (the zero rule), then validates.
+func (c *ControllerConfig) fill() error {
+	d := DefaultControllerConfig()
+	setF := func(v *float64, def float64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setI := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setF(&c.Alpha, d.Alpha)
+	setF(&c.Beta, d.Beta)
+	setF(&c.TargetU, d.TargetU)
+	setF(&c.HighU, max(d.HighU, c.TargetU))
+	setF(&c.HitWeight, d.HitWeight)
+	setF(&c.HitMargin, d.HitMargin)
+	setF(&c.HitFloor, d.HitFloor)
+	setI(&c.CooldownTicks, d.CooldownTicks)
+	setI(&c.MinWindow, d.MinWindow)
+	setI(&c.MaxWindow, max(d.MaxWindow, c.MinWindow))
+	if c.InitialWindow == 0 {
+		c.InitialWindow = max(min(d.InitialWindow, c.MaxWindow), c.MinWindow)
+	}
+	setI(&c.SlowStartSteps, d.SlowStartSteps)
+	return c.validate()
+}
+
 func (c ControllerConfig) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
@@ -104,38 +141,36 @@ func (c ControllerConfig) validate() error {
 		return bad("high u %v must be in [target u %v, 1]", c.HighU, c.TargetU)
 	case !finite(c.HitWeight) || c.HitWeight <= 0 || c.HitWeight > 1:
 		return bad("hit weight %v must be in (0, 1]", c.HitWeight)
-	case !finite(c.HitMargin) || c.HitMargin < 0 || c.HitMargin >= 1:
-		return bad("hit margin %v must be in [0, 1)", c.HitMargin)
-	case !finite(c.HitFloor) || c.HitFloor < 0 || c.HitFloor >= 1:
-		return bad("hit floor %v must be in [0, 1)", c.HitFloor)
-	case c.CooldownTicks < 0:
-		return bad("cooldown ticks %d must be >= 0", c.CooldownTicks)
+	case !finite(c.HitMargin) || c.HitMargin >= 1:
+		return bad("hit margin %v must be below 1", c.HitMargin)
+	case !finite(c.HitFloor) || c.HitFloor >= 1:
+		return bad("hit floor %v must be below 1", c.HitFloor)
 	case c.MinWindow < 1 || c.MaxWindow < c.MinWindow:
 		return bad("window bounds [%d, %d] must satisfy 1 <= min <= max", c.MinWindow, c.MaxWindow)
-	case c.SlowStartSteps < 0:
-		return bad("slow start steps %d must be >= 0", c.SlowStartSteps)
 	case c.InitialWindow < c.MinWindow || c.InitialWindow > c.MaxWindow:
 		return bad("initial window %d must be in [%d, %d]", c.InitialWindow, c.MinWindow, c.MaxWindow)
 	}
 	return nil
 }
 
-// Config configures an Admitter. Start from DefaultConfig; New rejects zero fields rather than
-// guessing what they meant.
+// Config configures a Registry. The zero rule, as in every kvmesh config: a zero field means
+// its default (DefaultConfig's value), which New fills in; a setting that can be turned off is
+// turned off by the negative value its documentation names, never by zero. So Config{} is the
+// default configuration.
 type Config struct {
 	// MaxAgents bounds the registry. When it is full a new agent takes the place of the agent
 	// idle longest (one not mid-step). Default 16384: about 3 MiB of bookkeeping.
-	MaxAgents int
+	MaxAgents int `json:"max_agents"`
 	// IdleTimeout: an agent with no step for this long leaves the window at the next Sweep.
 	// Default 5m: longer than typical tool calls, shorter than an idle prefix survives in a
 	// busy KV pool, so a window slot is not held for an agent whose cache is gone anyway.
-	IdleTimeout time.Duration
+	IdleTimeout time.Duration `json:"idle_timeout"`
 	// StepTimeout: an agent mid-step for this long is presumed lost (its StepDone never came)
 	// and leaves at the next Sweep, so a dropped boundary cannot hold a slot forever.
 	// Default 15m, above any single generation.
-	StepTimeout time.Duration
+	StepTimeout time.Duration `json:"step_timeout"`
 	// Controller is the window rule applied to every home.
-	Controller ControllerConfig
+	Controller ControllerConfig `json:"controller"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -146,6 +181,24 @@ func DefaultConfig() Config {
 		StepTimeout: 15 * time.Minute,
 		Controller:  DefaultControllerConfig(),
 	}
+}
+
+// fill sets every zero field to its default (the zero rule), then validates.
+func (c *Config) fill() error {
+	d := DefaultConfig()
+	if c.MaxAgents == 0 {
+		c.MaxAgents = d.MaxAgents
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.StepTimeout == 0 {
+		c.StepTimeout = d.StepTimeout
+	}
+	if err := c.Controller.fill(); err != nil {
+		return err
+	}
+	return c.validate()
 }
 
 func (c Config) validate() error {
@@ -159,3 +212,6 @@ func (c Config) validate() error {
 	}
 	return c.Controller.validate()
 }
+
+// Config returns the configuration in use, defaults filled.
+func (a *Registry) Config() Config { return a.cfg }

@@ -50,9 +50,10 @@ type Controller struct {
 	decreases              uint64
 }
 
-// NewController validates cfg and returns a controller at cfg.InitialWindow.
+// NewController fills cfg's zero fields with their defaults, validates it and returns a
+// controller at cfg.InitialWindow.
 func NewController(cfg ControllerConfig) (*Controller, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	return &Controller{cfg: cfg, w: float64(cfg.InitialWindow), slow: cfg.SlowStartSteps > 0, cap: cfg.MaxWindow}, nil
@@ -96,7 +97,7 @@ type Signals struct {
 	// The window does not grow past the agents HighU of the pool holds at that footprint
 	// (ControllerStats.Cap), and an agent leaving a window above that takes its slot with it.
 	Footprint float64
-	// PoolTokens is the KV pool's size in tokens; 0 is unknown. The Admitter turns an agent's
+	// PoolTokens is the KV pool's size in tokens; 0 is unknown. The Registry turns an agent's
 	// context into a share of the pool with it, so that an agent leaving or entering the window
 	// between ticks moves the prediction Next by what it needs. The controller ignores it.
 	PoolTokens int
@@ -128,7 +129,7 @@ func (c *Controller) TickSignals(now time.Time, s Signals) (int, Move) {
 	}
 
 	// Falling is judged against the average of earlier samples, before this one joins it.
-	falling := c.haveEWMA && h < c.ewma-c.cfg.HitMargin
+	falling := c.haveEWMA && h < c.ewma-max(c.cfg.HitMargin, 0)
 	if c.haveEWMA {
 		c.ewma += c.cfg.HitWeight * (h - c.ewma)
 	} else {

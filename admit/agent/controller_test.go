@@ -30,7 +30,7 @@ func newController(t *testing.T, mod func(*ControllerConfig)) *Controller {
 // aimd is mod with slow start off: the AIMD rule the window follows once slow start is over.
 func aimd(mod func(*ControllerConfig)) func(*ControllerConfig) {
 	return func(c *ControllerConfig) {
-		c.SlowStartSteps = 0
+		c.SlowStartSteps = -1
 		if mod != nil {
 			mod(c)
 		}
@@ -60,19 +60,19 @@ func TestControllerRule(t *testing.T) {
 		{"decrease on thrashing then cooldown", func(c *ControllerConfig) { c.InitialWindow = 20 },
 			[]sample{{0.95, 0.9, -1}, {0.97, 0.4, -1}, {0.97, 0.3, -1}, {0.97, 0.2, -1}},
 			[]int{20, 14, 14, 9}}, // 20*0.7=14, cooldown hold, 14*0.7=9.8
-		{"no cooldown cuts every tick", func(c *ControllerConfig) { c.InitialWindow = 20; c.CooldownTicks = 0 },
+		{"no cooldown cuts every tick", func(c *ControllerConfig) { c.InitialWindow = 20; c.CooldownTicks = -1 },
 			[]sample{{0.95, 0.9, -1}, {0.97, 0.4, -1}, {0.97, 0.3, -1}},
 			[]int{20, 14, 9}},
 		{"decrease at high u with h under the floor though steady", func(c *ControllerConfig) { c.InitialWindow = 20 },
 			steady(0.95, 0.3, 4), []int{14, 14, 9, 9}},
-		{"zero floor: steady low h holds", func(c *ControllerConfig) { c.HitFloor = 0 }, steady(0.95, 0.3, 3), []int{8, 8, 8}},
+		{"no floor: steady low h holds", func(c *ControllerConfig) { c.HitFloor = -1 }, steady(0.95, 0.3, 3), []int{8, 8, 8}},
 		{"h under the floor at moderate u holds", nil, steady(0.85, 0.1, 3), []int{8, 8, 8}},
 		{"falling h at moderate u holds", nil,
 			[]sample{{0.85, 0.9, -1}, {0.85, 0.3, -1}}, []int{8, 8}},
 		{"falling h below target still increases", nil,
 			[]sample{{0.5, 0.9, -1}, {0.5, 0.3, -1}}, []int{9, 10}},
 		{"max bound", func(c *ControllerConfig) { c.MaxWindow = 10 }, steady(0.1, 0.9, 4), []int{9, 10, 10, 10}},
-		{"min bound", func(c *ControllerConfig) { c.InitialWindow = 3; c.MinWindow = 2; c.CooldownTicks = 0 },
+		{"min bound", func(c *ControllerConfig) { c.InitialWindow = 3; c.MinWindow = 2; c.CooldownTicks = -1 },
 			[]sample{{1, 1, -1}, {1, 0.5, -1}, {1, 0.2, -1}, {1, 0, -1}}, []int{3, 2, 2, 2}},
 		{"fractional alpha accumulates", func(c *ControllerConfig) { c.Alpha = 0.5 }, steady(0.1, 0.9, 4), []int{8, 9, 9, 10}},
 		{"demand below window holds", nil,
@@ -230,7 +230,7 @@ func TestControllerSlowStart(t *testing.T) {
 		{"max bound", func(c *ControllerConfig) { c.MaxWindow = 12 },
 			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 12}},
 			[]int{12, 12}, true},
-		{"off: Alpha from the start", func(c *ControllerConfig) { c.SlowStartSteps = 0 },
+		{"off: Alpha from the start", func(c *ControllerConfig) { c.SlowStartSteps = -1 },
 			[]Signals{{U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 8}, {U: 0.1, Next: 0.11, H: 0.9, Demand: -1, Active: 9}},
 			[]int{9, 10}, false},
 	}
@@ -350,22 +350,20 @@ func TestControllerConfigValidation(t *testing.T) {
 		name string
 		mod  func(*ControllerConfig)
 	}{
-		{"alpha zero", func(c *ControllerConfig) { c.Alpha = 0 }},
+		{"alpha negative", func(c *ControllerConfig) { c.Alpha = -1 }},
 		{"alpha nan", func(c *ControllerConfig) { c.Alpha = math.NaN() }},
 		{"beta one", func(c *ControllerConfig) { c.Beta = 1 }},
-		{"beta zero", func(c *ControllerConfig) { c.Beta = 0 }},
-		{"target zero", func(c *ControllerConfig) { c.TargetU = 0 }},
+		{"beta negative", func(c *ControllerConfig) { c.Beta = -0.5 }},
+		{"target negative", func(c *ControllerConfig) { c.TargetU = -0.1 }},
 		{"high below target", func(c *ControllerConfig) { c.HighU = 0.7 }},
 		{"high above one", func(c *ControllerConfig) { c.HighU = 1.1 }},
-		{"hit weight zero", func(c *ControllerConfig) { c.HitWeight = 0 }},
-		{"hit margin negative", func(c *ControllerConfig) { c.HitMargin = -0.1 }},
+		{"hit weight negative", func(c *ControllerConfig) { c.HitWeight = -0.2 }},
+		{"hit margin one", func(c *ControllerConfig) { c.HitMargin = 1 }},
 		{"hit floor one", func(c *ControllerConfig) { c.HitFloor = 1 }},
 		{"hit floor nan", func(c *ControllerConfig) { c.HitFloor = math.NaN() }},
-		{"cooldown negative", func(c *ControllerConfig) { c.CooldownTicks = -1 }},
-		{"min zero", func(c *ControllerConfig) { c.MinWindow = 0 }},
+		{"min negative", func(c *ControllerConfig) { c.MinWindow = -1 }},
 		{"max below min", func(c *ControllerConfig) { c.MinWindow = 5; c.MaxWindow = 4; c.InitialWindow = 4 }},
 		{"initial above max", func(c *ControllerConfig) { c.InitialWindow = 1000 }},
-		{"slow start steps negative", func(c *ControllerConfig) { c.SlowStartSteps = -1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -379,8 +377,12 @@ func TestControllerConfigValidation(t *testing.T) {
 	if _, err := NewController(DefaultControllerConfig()); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
 	}
-	if _, err := NewController(ControllerConfig{}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero config accepted: %v", err)
+	c, err := NewController(ControllerConfig{})
+	if err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	if c.cfg != DefaultControllerConfig() {
+		t.Errorf("zero config filled %+v, want the defaults", c.cfg)
 	}
 }
 

@@ -57,7 +57,7 @@
 // sequence holds), Next adds to it each active agent's growth per step (Stats.GrowthTokens,
 // a moving average of how much an agent's prompt grows from one step to the next), and H is
 // the share of the agents' earlier context served from the prefix cache over the last
-// interval (from the cached-token counts the engine reports per request). The Admitter learns
+// interval (from the cached-token counts the engine reports per request). The Registry learns
 // F itself (Stats.FootprintTokens over the pool's size, Signals.PoolTokens) and moves Next
 // between ticks by the share of each agent that leaves or enters the window.
 //
@@ -86,12 +86,12 @@
 //
 // # Concurrency
 //
-// Admitter is safe for concurrent use; one mutex guards it and no method blocks or starts a
+// Registry is safe for concurrent use; one mutex guards it and no method blocks or starts a
 // goroutine. Controller is not safe for concurrent use on its own. The package is pure: time
 // is passed in, it does no I/O.
 //
 // # Zero value
 //
-// The zero Admitter and Controller are not usable; build them with New and NewController from
-// DefaultConfig and DefaultControllerConfig.
+// The zero Registry and Controller are not usable; build them with New and NewController. A
+// zero Config or ControllerConfig field takes its default, so Config{} is DefaultConfig().
 package agent

@@ -29,6 +29,24 @@ func (s StalePolicy) String() string {
 	return fmt.Sprintf("StalePolicy(%d)", uint8(s))
 }
 
+// MarshalText writes "closed" or "open".
+func (s StalePolicy) MarshalText() ([]byte, error) {
+	if s > StaleOpen {
+		return nil, fmt.Errorf("route: unknown stale policy %d: %w", s, ErrInvalidConfig)
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText reads "closed" or "open".
+func (s *StalePolicy) UnmarshalText(b []byte) error {
+	v, err := ParseStalePolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
 // ParseStalePolicy parses "closed" or "open".
 func ParseStalePolicy(s string) (StalePolicy, error) {
 	switch s {
@@ -43,35 +61,39 @@ func ParseStalePolicy(s string) (StalePolicy, error) {
 // ErrInvalidConfig is wrapped by every Config validation error.
 var ErrInvalidConfig = errors.New("route: invalid config")
 
-// Weights blend the score terms (see the package doc). Zero disables a term; negative weights
-// are invalid. The load gate does not read them, so no setting can stop it moving traffic.
+// Weights blend the score terms (see the package doc). A zero weight takes its default; a
+// negative one (-1) turns its term off. The load gate does not read them, so no setting can
+// stop it moving traffic.
 type Weights struct {
-	Prefix  float64 // × fraction of the prompt already cached on the peer
-	Load    float64 // × token load in [0,1), subtracted
-	FreeKV  float64 // × free KV fraction
-	Power   float64 // × power headroom fraction
-	Thermal float64 // × thermal penalty in [0,1], subtracted
+	Prefix  float64 `json:"prefix"`  // × fraction of the prompt already cached on the peer
+	Load    float64 `json:"load"`    // × token load in [0,1), subtracted
+	FreeKV  float64 `json:"free_kv"` // × free KV fraction
+	Power   float64 `json:"power"`   // × power headroom fraction
+	Thermal float64 `json:"thermal"` // × thermal penalty in [0,1], subtracted
 }
 
-// Config configures a Router. Start from DefaultConfig: New fills zero thresholds, rates and
-// bounds with their defaults but takes weights as given (zero is a valid weight).
+// Config configures a Router. The zero rule, as in every kvmesh config: a zero field means its
+// default (DefaultConfig's value), which New and NewPolicy fill in, so Config{} is
+// DefaultConfig(); a setting that can be turned off is turned off by an explicit field (a bool
+// such as DisablePowerCapFilter) or by the negative value its documentation names, never by
+// zero. The JSON names are the config file's (kvmesh node --config, section "route").
 type Config struct {
 	// Filters.
 
 	// MaxAge is the age of a state record past which a peer is stale. Default 3 s: records are
 	// sent on change and at least every second, so three missed records. (llm-d uses 200 ms
 	// against a 50 ms scrape, the same ratio of a few missed updates.)
-	MaxAge time.Duration
+	MaxAge time.Duration `json:"max_age"`
 	// StalePolicy is what happens to a stale peer. Default StaleClosed. A node's own state
 	// (Peer.Self) is never stale.
-	StalePolicy StalePolicy
+	StalePolicy StalePolicy `json:"stale_policy"`
 	// ModelBytes is the VRAM each model needs; a model never lands on a card whose
 	// VRAMTotalBytes is smaller. Unknown models and cards reporting no VRAM pass.
-	ModelBytes map[string]uint64
+	ModelBytes map[string]uint64 `json:"model_bytes"`
 	// ModelVendors lists the GPU vendors a model may run on (empty or missing: any).
-	ModelVendors map[string][]string
+	ModelVendors map[string][]string `json:"model_vendors"`
 	// Roles lists the peer roles that can run a whole request (empty: any role).
-	Roles []string
+	Roles []string `json:"roles"`
 	// BusyKVUse is the KV use above which a peer is busy for a request: blocks used, plus
 	// blocks this node reserved, plus the blocks the request would add there (its uncached
 	// prompt and max_tokens), over total. Default 0.95, admission's KV.QueueOn: the request
@@ -80,67 +102,70 @@ type Config struct {
 	// prompt holds at 80%, and a long prompt away from the engine that caches most of it;
 	// counting the request judges what it costs there. A peer using no blocks is never busy
 	// by KV.
-	BusyKVUse float64
+	BusyKVUse float64 `json:"busy_kv_use"`
 	// BusyQueuedPrefillTokens is the queued prefill tokens (plus tokens this node reserved)
 	// above which a peer is busy. Default 16384, inside Dynamo's 5,000–20,000. The request's own
 	// prompt is not counted, so an idle peer always takes a long prompt (a queue threshold that
 	// counted it starved long prompts: Dynamo PR #8163).
-	BusyQueuedPrefillTokens int
+	BusyQueuedPrefillTokens int `json:"busy_queued_prefill_tokens"`
 	// BusyWaiting is the engine queue depth (requests waiting to be scheduled) at which a peer
 	// is busy. Default 5, llm-d's queueDepthThreshold: an engine's own queue is first come first
 	// served, so past a few waiting requests new work is better held in kvmesh's waiting room,
-	// where priority and deadlines order it. 0 takes the default; negative turns the check off.
-	BusyWaiting int
-	// PowerCapFilter enables the soft power cap: peers drawing at least PowerCapFraction of
-	// their cap are dropped, but only if some remaining peer is under its cap. Default true.
-	PowerCapFilter bool
+	// where priority and deadlines order it. Negative (-1) turns the check off.
+	BusyWaiting int `json:"busy_waiting"`
+	// DisablePowerCapFilter turns off the soft power cap, on by default: peers drawing at
+	// least PowerCapFraction of their cap are dropped, but only if some remaining peer is
+	// under its cap.
+	DisablePowerCapFilter bool `json:"disable_power_cap_filter"`
 	// PowerCapFraction of PowerCapWatts counts as at the cap. Default 1.0 (drawing the
 	// enforced limit means the GPU is already clocking down).
-	PowerCapFraction float64
-	// ThermalSoftC starts a score penalty growing linearly to ThermalHardC. Default 80 °C.
-	ThermalSoftC float64
+	PowerCapFraction float64 `json:"power_cap_fraction"`
+	// ThermalSoftC starts a score penalty growing linearly to ThermalHardC, which it must stay
+	// below. Default 80 °C.
+	ThermalSoftC float64 `json:"thermal_soft_c"`
 	// ThermalHardC and above: not a candidate. Default 90 °C (data-centre GPUs slow down
 	// near here). A TempC of 0 means unknown and passes.
-	ThermalHardC float64
+	ThermalHardC float64 `json:"thermal_hard_c"`
 
 	// Score.
 
 	// Weights of the score terms. Default prefix 1.0, load 0.5, free KV 0.25, power 0.1,
 	// thermal 0.5: the prefix leads (a hit saves real prefill), load is next; the gate, not
 	// the weights, keeps the prefix from herding.
-	Weights Weights
+	Weights Weights `json:"weights"`
 	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
 	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
-	LoadHalfTokens int
+	LoadHalfTokens int `json:"load_half_tokens"`
 	// DefaultPrefillTokensPerSecond is used for peers that report no prefill rate. Default
 	// 20000 (below the 25k–37k an H100 manages on an 8B model: conservative).
-	DefaultPrefillTokensPerSecond float64
+	DefaultPrefillTokensPerSecond float64 `json:"default_prefill_tokens_per_second"`
 	// DefaultDecodeStepSeconds is used for peers that report no decode step. Default 0.02.
-	DefaultDecodeStepSeconds float64
+	DefaultDecodeStepSeconds float64 `json:"default_decode_step_seconds"`
 	// DecodeBatchShare is the share of a decode step that grows with the batch size, for the
-	// predicted TPOT. Default 0.5. Must be in [0,1].
-	DecodeBatchShare float64
+	// predicted TPOT. Default 0.5. At most 1; negative (-1): none, the step does not grow.
+	DecodeBatchShare float64 `json:"decode_batch_share"`
 
 	// Load gate (on predicted TTFT, after scoring).
 
 	// GateSlackFactor scales the time a candidate's cached prefix saves into the TTFT it may
-	// lose against the fastest other candidate. Default 1 (the rule as stated).
-	GateSlackFactor float64
+	// lose against the fastest other candidate. Default 1 (the rule as stated); positive.
+	GateSlackFactor float64 `json:"gate_slack_factor"`
 	// GateMaxSlack caps that slack. Default 5 s (llm-d's max TTFT penalty is 5–18 s).
-	GateMaxSlack time.Duration
+	GateMaxSlack time.Duration `json:"gate_max_slack"`
 	// GateTolerance is added to every slack so that tiny TTFT differences do not override the
-	// score. Default 25 ms (about one decode step).
-	GateTolerance time.Duration
+	// score. Default 25 ms (about one decode step). Negative ("-1ms"): none, strictly the
+	// faster candidate.
+	GateTolerance time.Duration `json:"gate_tolerance"`
 
 	// Tie-break and stickiness.
 
 	// Epsilon is the score distance within which candidates count as equal; among them the
-	// pick is power of two choices. Default 0.02.
-	Epsilon float64
+	// pick is power of two choices. Default 0.02. Negative (-1): only exact ties.
+	Epsilon float64 `json:"epsilon"`
 	// MaxSessions bounds the session→peer LRU. Default 65536.
-	MaxSessions int
-	// Seed seeds the tie-break's random source: equal seeds and inputs, equal picks.
-	Seed uint64
+	MaxSessions int `json:"max_sessions"`
+	// Seed seeds the tie-break's random source: equal seeds and inputs, equal picks. Default 0.
+	Seed uint64 `json:"seed"`
 
 	// HomeBalance is ε of the bounded-load choice of a new agent's home (Request.StayHome):
 	// a peer takes a new agent only while its agent load is under ceil((1+ε)·(total+1)/peers).
@@ -150,18 +175,19 @@ type Config struct {
 	// while its home is healthy, and a new one has no prefix anywhere) and costs balance: at
 	// 0.25, two peers may hold 99 and 58 of 157 agents, a wider split than the plain hash's
 	// 85 and 72 on the agent benchmark. Must not be negative.
-	HomeBalance float64
+	HomeBalance float64 `json:"home_balance"`
 
 	// Reservations.
 
 	// ReservationTTL drops a reservation no record or Release has cleared. Default 3 s (MaxAge:
 	// a peer silent for longer is stale anyway).
-	ReservationTTL time.Duration
+	ReservationTTL time.Duration `json:"reservation_ttl"`
 	// ObserveMargin: a record received at least this long after a dispatch is taken to include
-	// it (forwarding plus gossip latency). Default 200 ms.
-	ObserveMargin time.Duration
+	// it (forwarding plus gossip latency). Default 200 ms. Negative ("-1ms"): none, the
+	// first record after a dispatch is taken to include it.
+	ObserveMargin time.Duration `json:"observe_margin"`
 	// MaxReservationsPerPeer bounds memory; the oldest is dropped past it. Default 4096.
-	MaxReservationsPerPeer int
+	MaxReservationsPerPeer int `json:"max_reservations_per_peer"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -172,7 +198,6 @@ func DefaultConfig() Config {
 		BusyKVUse:                     0.95,
 		BusyQueuedPrefillTokens:       16384,
 		BusyWaiting:                   5,
-		PowerCapFilter:                true,
 		PowerCapFraction:              1.0,
 		ThermalSoftC:                  80,
 		ThermalHardC:                  90,
@@ -192,7 +217,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// fill replaces zero thresholds, rates and bounds with defaults, then validates.
+// fill sets every zero field to its default (the zero rule), then validates.
 func (c *Config) fill() error {
 	d := DefaultConfig()
 	fillDur := func(v *time.Duration, def time.Duration) {
@@ -215,25 +240,40 @@ func (c *Config) fill() error {
 	fillI(&c.BusyQueuedPrefillTokens, d.BusyQueuedPrefillTokens)
 	fillI(&c.BusyWaiting, d.BusyWaiting)
 	fillF(&c.PowerCapFraction, d.PowerCapFraction)
-	if c.ThermalSoftC == 0 && c.ThermalHardC == 0 {
-		c.ThermalSoftC, c.ThermalHardC = d.ThermalSoftC, d.ThermalHardC
-	}
+	fillF(&c.ThermalSoftC, d.ThermalSoftC)
+	fillF(&c.ThermalHardC, d.ThermalHardC)
+	fillF(&c.Weights.Prefix, d.Weights.Prefix)
+	fillF(&c.Weights.Load, d.Weights.Load)
+	fillF(&c.Weights.FreeKV, d.Weights.FreeKV)
+	fillF(&c.Weights.Power, d.Weights.Power)
+	fillF(&c.Weights.Thermal, d.Weights.Thermal)
 	fillI(&c.LoadHalfTokens, d.LoadHalfTokens)
 	fillF(&c.DefaultPrefillTokensPerSecond, d.DefaultPrefillTokensPerSecond)
 	fillF(&c.DefaultDecodeStepSeconds, d.DefaultDecodeStepSeconds)
+	fillF(&c.DecodeBatchShare, d.DecodeBatchShare)
 	fillF(&c.GateSlackFactor, d.GateSlackFactor)
 	fillDur(&c.GateMaxSlack, d.GateMaxSlack)
+	fillDur(&c.GateTolerance, d.GateTolerance)
+	fillF(&c.Epsilon, d.Epsilon)
 	fillI(&c.MaxSessions, d.MaxSessions)
 	fillDur(&c.ReservationTTL, d.ReservationTTL)
+	fillDur(&c.ObserveMargin, d.ObserveMargin)
 	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
 	return c.validate()
 }
+
+// on is a weight or share in use: a negative one (turned off) counts as 0.
+func on(v float64) float64 { return max(v, 0) }
+
+// onDur is a margin in use: a negative one (turned off) counts as 0.
+func onDur(v time.Duration) time.Duration { return max(v, 0) }
 
 func (c *Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("route: "+format+": %w", append(args, ErrInvalidConfig)...)
 	}
-	finiteNonNeg := func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+	finite := func(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
+	finiteNonNeg := func(v float64) bool { return v >= 0 && finite(v) }
 	switch {
 	case c.MaxAge < 0:
 		return bad("MaxAge %v is negative", c.MaxAge)
@@ -247,29 +287,29 @@ func (c *Config) validate() error {
 		return bad("PowerCapFraction %v not in (0,2]", c.PowerCapFraction)
 	case !(c.ThermalSoftC < c.ThermalHardC) || !(c.ThermalHardC > 0) || math.IsInf(c.ThermalHardC, 0):
 		return bad("ThermalSoftC %v must be below ThermalHardC %v, which must be positive", c.ThermalSoftC, c.ThermalHardC)
-	case !finiteNonNeg(c.Weights.Prefix) || !finiteNonNeg(c.Weights.Load) || !finiteNonNeg(c.Weights.FreeKV) ||
-		!finiteNonNeg(c.Weights.Power) || !finiteNonNeg(c.Weights.Thermal):
-		return bad("weights must be finite and non-negative: %+v", c.Weights)
+	case !finite(c.Weights.Prefix) || !finite(c.Weights.Load) || !finite(c.Weights.FreeKV) ||
+		!finite(c.Weights.Power) || !finite(c.Weights.Thermal):
+		return bad("weights must be finite: %+v", c.Weights)
 	case c.LoadHalfTokens < 0:
 		return bad("LoadHalfTokens %d is negative", c.LoadHalfTokens)
 	case !(c.DefaultPrefillTokensPerSecond > 0) || math.IsInf(c.DefaultPrefillTokensPerSecond, 0):
 		return bad("DefaultPrefillTokensPerSecond %v must be positive", c.DefaultPrefillTokensPerSecond)
 	case !(c.DefaultDecodeStepSeconds > 0) || math.IsInf(c.DefaultDecodeStepSeconds, 0):
 		return bad("DefaultDecodeStepSeconds %v must be positive", c.DefaultDecodeStepSeconds)
-	case !(c.DecodeBatchShare >= 0 && c.DecodeBatchShare <= 1):
-		return bad("DecodeBatchShare %v not in [0,1]", c.DecodeBatchShare)
+	case !(c.DecodeBatchShare <= 1) || math.IsInf(c.DecodeBatchShare, 0):
+		return bad("DecodeBatchShare %v must be at most 1", c.DecodeBatchShare)
 	case !finiteNonNeg(c.GateSlackFactor):
 		return bad("GateSlackFactor %v must be finite and non-negative", c.GateSlackFactor)
-	case c.GateMaxSlack < 0 || c.GateTolerance < 0:
-		return bad("gate slack and tolerance must not be negative")
-	case !finiteNonNeg(c.Epsilon):
-		return bad("Epsilon %v must be finite and non-negative", c.Epsilon)
+	case c.GateMaxSlack < 0:
+		return bad("GateMaxSlack %v is negative", c.GateMaxSlack)
+	case !finite(c.Epsilon):
+		return bad("Epsilon %v must be finite", c.Epsilon)
 	case c.HomeBalance < 0 || math.IsNaN(c.HomeBalance):
 		return bad("HomeBalance %v must not be negative", c.HomeBalance)
 	case c.MaxSessions < 0:
 		return bad("MaxSessions %d is negative", c.MaxSessions)
-	case c.ReservationTTL < 0 || c.ObserveMargin < 0:
-		return bad("reservation TTL and observe margin must not be negative")
+	case c.ReservationTTL < 0:
+		return bad("ReservationTTL %v is negative", c.ReservationTTL)
 	case c.MaxReservationsPerPeer < 0:
 		return bad("MaxReservationsPerPeer %d is negative", c.MaxReservationsPerPeer)
 	}

@@ -106,10 +106,10 @@ func TestCacheMissGoesToLeastLoaded(t *testing.T) {
 func TestPrefixWeightCannotDisableGate(t *testing.T) {
 	weights := []Weights{
 		DefaultConfig().Weights,
-		{Prefix: 1e12},
-		{Prefix: 1e300, Thermal: 1e300},
-		{Prefix: 1e6, FreeKV: 1e6, Power: 1e6},
-		{},
+		only(Weights{Prefix: 1e12}),
+		only(Weights{Prefix: 1e300, Thermal: 1e300}),
+		only(Weights{Prefix: 1e6, FreeKV: 1e6, Power: 1e6}),
+		only(Weights{}),
 	}
 	for _, w := range weights {
 		t.Run(fmt.Sprintf("%+v", w), func(t *testing.T) {

@@ -69,7 +69,7 @@ func (r *Router) Reserve(now time.Time, peer string, prefillTokens, blocks int) 
 func (r *Router) Observe(peer string, received time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ref, ok := r.refs[peer]; ok && !received.Before(ref.at.Add(r.cfg.ObserveMargin)) {
+	if ref, ok := r.refs[peer]; ok && !received.Before(ref.at.Add(onDur(r.cfg.ObserveMargin))) {
 		delete(r.refs, peer)
 	}
 	p := r.res[peer]
@@ -77,7 +77,7 @@ func (r *Router) Observe(peer string, received time.Time) {
 		return
 	}
 	for i := 0; i < len(p.entries); {
-		if !received.Before(p.entries[i].at.Add(r.cfg.ObserveMargin)) {
+		if !received.Before(p.entries[i].at.Add(onDur(r.cfg.ObserveMargin))) {
 			p.removeAt(i)
 			continue
 		}

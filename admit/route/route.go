@@ -108,7 +108,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, rv)
-		c.overCap = cfg.PowerCapFilter && p.PowerCapWatts > 0 && p.PowerWatts >= cfg.PowerCapFraction*p.PowerCapWatts
+		c.overCap = !cfg.DisablePowerCapFilter && p.PowerCapWatts > 0 && p.PowerWatts >= cfg.PowerCapFraction*p.PowerCapWatts
 		c.tooHot = p.TempC >= cfg.ThermalHardC
 		if !c.overCap && !c.tooHot {
 			anyCool = true
@@ -239,7 +239,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 		t.Thermal = clamp01((p.TempC - cfg.ThermalSoftC) / (cfg.ThermalHardC - cfg.ThermalSoftC))
 	}
 	w := &cfg.Weights
-	c.Score = w.Prefix*t.Prefix - w.Load*t.Load + w.FreeKV*t.FreeKV + w.Power*t.Power - w.Thermal*t.Thermal
+	c.Score = on(w.Prefix)*t.Prefix - on(w.Load)*t.Load + on(w.FreeKV)*t.FreeKV + on(w.Power)*t.Power - on(w.Thermal)*t.Thermal
 
 	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step)
 	base := max(p.Running, 1)
@@ -247,7 +247,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	if p.MaxRunning > 0 && batch > p.MaxRunning {
 		batch = max(p.MaxRunning, base)
 	}
-	share := cfg.DecodeBatchShare
+	share := on(cfg.DecodeBatchShare)
 	c.PredictedTPOT = toDuration(step * (1 - share + share*float64(batch)/float64(base)))
 	return c
 }
@@ -274,7 +274,7 @@ func applyGate(cfg *Config, dst []Candidate) {
 		if i == at {
 			other = min2
 		}
-		slack := min(toDuration(cfg.GateSlackFactor*c.Terms.PrefixSaved.Seconds()), cfg.GateMaxSlack) + cfg.GateTolerance
+		slack := min(toDuration(cfg.GateSlackFactor*c.Terms.PrefixSaved.Seconds()), cfg.GateMaxSlack) + onDur(cfg.GateTolerance)
 		c.Gated = c.PredictedTTFT-other > slack
 	}
 }
@@ -344,7 +344,7 @@ func (r *Router) tieBreakLocked(req Request, dst []Candidate) {
 	}
 	if pick < 0 {
 		k := 1
-		for k < len(dst) && !dst[k].Gated && dst[0].Score-dst[k].Score <= r.cfg.Epsilon {
+		for k < len(dst) && !dst[k].Gated && dst[0].Score-dst[k].Score <= on(r.cfg.Epsilon) {
 			k++
 		}
 		if k < 2 {

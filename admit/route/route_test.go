@@ -2,12 +2,49 @@ package route
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 )
+
+// only turns off the terms w leaves zero (a zero weight would take its default).
+func only(w Weights) Weights {
+	for _, v := range []*float64{&w.Prefix, &w.Load, &w.FreeKV, &w.Power, &w.Thermal} {
+		if *v == 0 {
+			*v = -1
+		}
+	}
+	return w
+}
+
+// TestConfigZeroRule pins that a zero field takes its default and that filling keeps the
+// negative values that turn settings off.
+func TestConfigZeroRule(t *testing.T) {
+	r, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprintf("%+v", r.Config()), fmt.Sprintf("%+v", DefaultConfig()); got != want {
+		t.Errorf("New(Config{}) filled\n%s\nwant\n%s", got, want)
+	}
+	off := DefaultConfig()
+	off.Weights.Load, off.DecodeBatchShare, off.GateTolerance, off.Epsilon, off.ObserveMargin, off.BusyWaiting = -1, -1, -1, -1, -1, -1
+	r, err = New(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprintf("%+v", r.Config()), fmt.Sprintf("%+v", off); got != want {
+		t.Errorf("filling changed the negatives:\n%s\nwant\n%s", got, want)
+	}
+	b, err := off.StalePolicy.MarshalText()
+	var back StalePolicy
+	if err != nil || back.UnmarshalText(b) != nil || back != off.StalePolicy || string(b) != "closed" {
+		t.Errorf("stale policy text %q, %v: read back %v", b, err, back)
+	}
+}
 
 func TestConfigValidation(t *testing.T) {
 	tests := []struct {
@@ -17,20 +54,22 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"defaults", func(*Config) {}, true},
 		{"zero config fills defaults", func(c *Config) { *c = Config{} }, true},
-		{"zero weights allowed", func(c *Config) { c.Weights = Weights{} }, true},
-		{"negative weight", func(c *Config) { c.Weights.Load = -1 }, false},
+		{"zero weights take the defaults", func(c *Config) { c.Weights = Weights{} }, true},
+		{"a negative weight turns its term off", func(c *Config) { c.Weights.Load = -1 }, true},
 		{"NaN weight", func(c *Config) { c.Weights.Prefix = math.NaN() }, false},
 		{"infinite weight", func(c *Config) { c.Weights.Prefix = math.Inf(1) }, false},
 		{"kv use over 1", func(c *Config) { c.BusyKVUse = 1.5 }, false},
 		{"negative kv use", func(c *Config) { c.BusyKVUse = -0.1 }, false},
 		{"soft above hard", func(c *Config) { c.ThermalSoftC, c.ThermalHardC = 95, 90 }, false},
-		{"hard limit not positive", func(c *Config) { c.ThermalSoftC, c.ThermalHardC = -10, 0 }, false},
+		{"hard limit not positive", func(c *Config) { c.ThermalSoftC, c.ThermalHardC = -10, -5 }, false},
 		{"unknown stale policy", func(c *Config) { c.StalePolicy = 7 }, false},
 		{"negative max age", func(c *Config) { c.MaxAge = -time.Second }, false},
 		{"batch share over 1", func(c *Config) { c.DecodeBatchShare = 2 }, false},
-		{"negative epsilon", func(c *Config) { c.Epsilon = -1 }, false},
+		{"negative epsilon: exact ties only", func(c *Config) { c.Epsilon = -1 }, true},
+		{"infinite epsilon", func(c *Config) { c.Epsilon = math.Inf(1) }, false},
 		{"negative ttl", func(c *Config) { c.ReservationTTL = -1 }, false},
-		{"negative tolerance", func(c *Config) { c.GateTolerance = -1 }, false},
+		{"negative tolerance: none", func(c *Config) { c.GateTolerance = -1 }, true},
+		{"negative max slack", func(c *Config) { c.GateMaxSlack = -1 }, false},
 		{"negative prefill rate", func(c *Config) { c.DefaultPrefillTokensPerSecond = -5 }, false},
 	}
 	for _, tt := range tests {
@@ -97,7 +136,7 @@ func TestFilters(t *testing.T) {
 		{name: "long prompt on idle peer not busy", prompt: 100000, want: []string{"bad", "good"}},
 		{name: "over power cap", bad: func(p *Peer) { p.PowerWatts = 700 }, want: []string{"good"}, wantDrop: ReasonPowerCap},
 		{name: "all over power cap kept", bad: func(p *Peer) { p.PowerWatts = 700 }, good: func(p *Peer) { p.PowerWatts = 710 }, want: []string{"bad", "good"}},
-		{name: "power filter off", cfg: func(c *Config) { c.PowerCapFilter = false }, bad: func(p *Peer) { p.PowerWatts = 700 }, want: []string{"bad", "good"}},
+		{name: "power filter off", cfg: func(c *Config) { c.DisablePowerCapFilter = true }, bad: func(p *Peer) { p.PowerWatts = 700 }, want: []string{"bad", "good"}},
 		{name: "over cap kept when the only under-cap peer is too hot", bad: func(p *Peer) { p.PowerWatts = 700 },
 			good: func(p *Peer) { p.TempC = 95 }, want: []string{"bad"}, wantDrop: ReasonThermal},
 		{name: "thermal hard limit", bad: func(p *Peer) { p.TempC = 90 }, want: []string{"good"}, wantDrop: ReasonThermal},
@@ -227,21 +266,21 @@ func TestScoreTerms(t *testing.T) {
 			score: 0.5 - 0.5*4500.0/20884 + 0.25*0.7 + 0.1*0.5 - 0.5*0.5,
 		},
 		{
-			name: "prefix capped at prompt", mod: func(p *Peer) { p.PrefixBlocks = 1000 }, prompt: 100, weights: Weights{Prefix: 1},
+			name: "prefix capped at prompt", mod: func(p *Peer) { p.PrefixBlocks = 1000 }, prompt: 100, weights: only(Weights{Prefix: 1}),
 			want:  Terms{PrefixTokens: 100, PrefixSaved: 5 * time.Millisecond, Prefix: 1, FreeKV: 1, Power: 300.0/700*-1 + 1},
 			score: 1,
 		},
 		{
 			name: "unknown kv and power are neutral", mod: func(p *Peer) { p.KVBlocksTotal, p.PowerCapWatts = 0, 0 }, prompt: 10,
-			weights: Weights{FreeKV: 1, Power: 1},
+			weights: only(Weights{FreeKV: 1, Power: 1}),
 			want:    Terms{FreeKV: 0.5, Power: 0.5}, score: 1,
 		},
 		{
-			name: "load weight only", mod: func(p *Peer) { p.InFlightTokens = 16384 }, prompt: 10, weights: Weights{Load: 2},
+			name: "load weight only", mod: func(p *Peer) { p.InFlightTokens = 16384 }, prompt: 10, weights: only(Weights{Load: 2}),
 			want: Terms{LoadTokens: 16384, Load: 0.5, FreeKV: 1, Power: 1 - 300.0/700}, score: -1,
 		},
 		{
-			name: "thermal weight only", mod: func(p *Peer) { p.TempC = 88 }, prompt: 10, weights: Weights{Thermal: 1},
+			name: "thermal weight only", mod: func(p *Peer) { p.TempC = 88 }, prompt: 10, weights: only(Weights{Thermal: 1}),
 			want: Terms{FreeKV: 1, Power: 1 - 300.0/700, Thermal: 0.8}, score: -0.8,
 		},
 	}
@@ -325,7 +364,7 @@ func TestLoadGate(t *testing.T) {
 		{name: "larger slack factor keeps it", cfg: func(c *Config) { c.GateSlackFactor = 100 }, queued: 6000, wantFirst: "holder"},
 		{name: "max slack caps the factor", cfg: func(c *Config) { c.GateSlackFactor, c.GateMaxSlack = 100, 100*time.Millisecond },
 			queued: 6000, wantFirst: "other", gated: true},
-		{name: "zero tolerance is strict", cfg: func(c *Config) { c.GateTolerance = 0 }, queued: 4000, wantFirst: "other", gated: true},
+		{name: "no tolerance is strict", cfg: func(c *Config) { c.GateTolerance = -1 }, queued: 4000, wantFirst: "other", gated: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,20 +15,22 @@ const (
 	KindWattTime        = "watttime"
 )
 
-// Config maps the node's carbon flags to a carbon.Provider.
+// Config maps the node's carbon settings to a carbon.Provider. The JSON names are the config
+// file's (section "carbon", "provider"); the credentials have none, so that no file, and no
+// printed config, holds them: they come from the environment or a token file.
 type Config struct {
-	Kind string // KindStatic, KindElectricityMaps or KindWattTime (any case)
-	Zone string // Electricity Maps zone or WattTime region; Static's reported zone
+	Kind string `json:"kind"` // KindStatic, KindElectricityMaps or KindWattTime (any case)
+	Zone string `json:"zone"` // Electricity Maps zone or WattTime region; Static's reported zone
 
-	StaticIntensity float64 // static: the fixed value
-	StaticSchedule  string  // static: carbon.ParseSchedule syntax; overrides StaticIntensity
+	StaticIntensity float64 `json:"static_intensity"` // static: the fixed value
+	StaticSchedule  string  `json:"static_schedule"`  // static: carbon.ParseSchedule syntax; overrides StaticIntensity
 
-	Token    string // electricitymaps: auth-token
-	Username string // watttime
-	Password string // watttime
+	Token    string `json:"-"` // electricitymaps: auth-token
+	Username string `json:"-"` // watttime
+	Password string `json:"-"` // watttime
 
-	BaseURL    string // empty: the provider's public API
-	HTTPClient *http.Client
+	BaseURL    string       `json:"base_url"` // empty: the provider's public API
+	HTTPClient *http.Client `json:"-"`
 }
 
 // New validates cfg and builds its provider: a *carbon.Static, an *ElectricityMaps or a

@@ -17,7 +17,16 @@ import (
 )
 
 func main() {
-	app := &cli.App{
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newApp().RunContext(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "kvmesh:", err)
+		os.Exit(1)
+	}
+}
+
+func newApp() *cli.App {
+	return &cli.App{
 		Name:    "kvmesh",
 		Usage:   "peer-to-peer admission and routing mesh for LLM inference",
 		Version: node.Version,
@@ -33,14 +42,9 @@ func main() {
 			loadCommand(),
 			benchCommand(),
 			caCommand(),
+			configCommand(),
 			versionCommand(),
 		},
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := app.RunContext(ctx, os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "kvmesh:", err)
-		os.Exit(1)
 	}
 }
 

@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -16,14 +21,17 @@ func TestEnvNamesFollowFlags(t *testing.T) {
 	}
 }
 
-// parseNode runs the node command's flag parsing on args and returns the config it builds.
+// parseNode runs the node command's flag parsing on args and returns the config it builds,
+// with the files a running node reads loaded.
 func parseNode(t *testing.T, args ...string) (node.Config, error) {
 	t.Helper()
 	var cfg node.Config
 	var cerr error
 	cmd := nodeCommand()
 	cmd.Action = func(c *cli.Context) error {
-		cfg, cerr = nodeConfig(c)
+		if cfg, cerr = nodeConfig(c); cerr == nil {
+			cerr = loadNodeFiles(&cfg)
+		}
 		return nil
 	}
 	app := &cli.App{Flags: []cli.Flag{&cli.StringFlag{Name: "log-level", Value: "info"}, &cli.StringFlag{Name: "log-format", Value: "text"}},
@@ -75,5 +83,136 @@ func TestStatusTableHasARowPerNode(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// run runs the kvmesh app on args and returns what it printed.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	app := newApp()
+	app.Writer = &out
+	err := app.Run(append([]string{"kvmesh", "--log-level", "error"}, args...))
+	return out.String(), err
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "kvmesh.json")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestFlagDefaultsAreTheConfigDefaults pins that no flag's default repeats (and drifts from)
+// DefaultConfig: setting every flag to the default it shows builds the default config.
+func TestFlagDefaultsAreTheConfigDefaults(t *testing.T) {
+	skip := map[string]bool{"name": true, "config": true, "gossip-key": true, "carbon-provider": true, "agent-window": true}
+	args := []string{"--name", "n", "--insecure-dev", "--carbon-provider", "static",
+		"--agent-window", strconv.Itoa(agent.DefaultControllerConfig().MaxWindow)}
+	for _, f := range nodeFlags() {
+		df, ok := f.(cli.DocGenerationFlag)
+		name := f.Names()[0]
+		if !ok || !df.TakesValue() || skip[name] || df.GetValue() == "" {
+			continue
+		}
+		args = append(args, "--"+name, strings.Trim(df.GetValue(), `"`))
+	}
+	cfg, err := parseNode(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.DefaultConfig()
+	want.Name, want.Gossip.Insecure = "n", true
+	ac := agent.DefaultConfig()
+	cc := node.DefaultCarbonConfig()
+	cc.Provider.Kind = "static"
+	want.Agents, want.Carbon = &ac, &cc
+	got, _ := node.MarshalConfigFile(cfg)
+	exp, _ := node.MarshalConfigFile(want)
+	if string(got) != string(exp) {
+		t.Errorf("flags at their shown defaults (%s) build\n%s\nwant DefaultConfig\n%s", strings.Join(args, " "), got, exp)
+	}
+}
+
+// TestConfigFileUnderFlags pins the precedence: DefaultConfig < --config file < flags and
+// environment variables that are set.
+func TestConfigFileUnderFlags(t *testing.T) {
+	file := writeFile(t, `{
+	  "node": {"name": "from-file", "http_addr": ":9000", "forward_attempts": 5, "drain_timeout": "10s"},
+	  "gossip": {"join": ["10.0.0.9:7946"]},
+	  "route": {"busy_kv_use": 0.8, "gate_tolerance": "10ms"},
+	  "admission": {"queue": {"dispatch_slack": 0.3}},
+	  "agents": {"interval": "250ms", "controller": {"max_window": 40, "initial_window": 4}}
+	}`)
+	t.Setenv("KVMESH_FORWARD_ATTEMPTS", "2")
+	cfg, err := parseNode(t, "--config", file, "--insecure-dev", "--http", ":9100", "--agent-window", "20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"file: name", cfg.Name == "from-file"},
+		{"flag over file: http", cfg.HTTPAddr == ":9100"},
+		{"env over file: forward attempts", cfg.ForwardAttempts == 2},
+		{"file: drain timeout", cfg.DrainTimeout == 10*time.Second},
+		{"file: join", len(cfg.Gossip.Join) == 1 && cfg.Gossip.Join[0] == "10.0.0.9:7946"},
+		{"file: route", cfg.Route.BusyKVUse == 0.8 && cfg.Route.GateTolerance == 10*time.Millisecond},
+		{"file: admission", cfg.Admit.Queue.DispatchSlack == 0.3},
+		{"flag over file: agent window", cfg.Agents != nil && cfg.Agents.Controller.MaxWindow == 20 && cfg.Agents.Controller.InitialWindow == 4},
+		{"file: agent interval", cfg.AgentInterval == 250*time.Millisecond},
+		{"default: what neither says", cfg.QUICAddr == node.DefaultConfig().QUICAddr && cfg.Policy == node.DefaultConfig().Policy},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: not as expected", c.name)
+		}
+	}
+	if cfg, err := parseNode(t, "--config", file, "--insecure-dev", "--agent-window", "0"); err != nil || cfg.Agents != nil {
+		t.Errorf("--agent-window 0 left the file's agent admission on (%v)", err)
+	}
+	if _, err := parseNode(t, "--config", writeFile(t, `{"route": {"max_agee": "1s"}}`), "--insecure-dev"); err == nil ||
+		!strings.Contains(err.Error(), `unknown key "route.max_agee"`) {
+		t.Errorf("unknown key: err %v", err)
+	}
+	legacy, err := parseNode(t, "--config", writeFile(t, `{"models": {"m": {"context_tokens": 4096}}, "queue": {"ttl": "20s"}}`), "--insecure-dev")
+	if err != nil || legacy.Admit.Models["m"].ContextTokens != 4096 {
+		t.Errorf("legacy admission file: %v, %+v", err, legacy.Admit.Models)
+	}
+}
+
+// TestPrintConfigLoadsBack pins that what kvmesh node --print-config and kvmesh config defaults
+// print is a config file that reads back to the same configuration.
+func TestPrintConfigLoadsBack(t *testing.T) {
+	file := writeFile(t, `{"node": {"name": "gpu-7"}, "route": {"weights": {"power": -1}}, "agents": {}}`)
+	first, err := run(t, "node", "--config", file, "--http", ":9200", "--carbon-provider", "static", "--print-config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name": "gpu-7"`, `"http_addr": ":9200"`, `"power": -1`, `"max_window": 512`, `"kind": "static"`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("printed config lacks %s:\n%s", want, first)
+		}
+	}
+	second, err := run(t, "node", "--config", writeFile(t, first), "--print-config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second != first {
+		t.Errorf("the printed config does not load back unchanged:\n%s\nthen\n%s", first, second)
+	}
+	defaults, err := run(t, "config", "defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := node.LoadConfigFile([]byte(defaults), node.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := node.MarshalConfigFile(back); string(again) != defaults {
+		t.Errorf("kvmesh config defaults does not load back unchanged:\n%s\nthen\n%s", defaults, again)
 	}
 }

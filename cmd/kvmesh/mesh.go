@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
@@ -18,52 +17,110 @@ import (
 )
 
 func carbonFlags() []cli.Flag {
+	d := node.DefaultCarbonConfig()
 	return []cli.Flag{
 		&cli.StringFlag{Name: "carbon-provider", Usage: "grid carbon intensity: static, electricitymaps or watttime (empty: off)", EnvVars: env("carbon-provider")},
 		&cli.StringFlag{Name: "carbon-zone", Usage: "Electricity Maps zone or WattTime region", EnvVars: env("carbon-zone")},
 		&cli.Float64Flag{Name: "carbon-static-intensity", Usage: "static provider: the fixed intensity (gCO2eq/kWh)", EnvVars: env("carbon-static-intensity")},
 		&cli.StringFlag{Name: "carbon-schedule", Usage: "static provider: intensity by hour, e.g. 0-6:120,7-18:450,19-23:200", EnvVars: env("carbon-schedule")},
-		&cli.Float64Flag{Name: "carbon-threshold", Value: carbon.DefaultConfig().Threshold, Usage: "above this, sheddable requests do not run on this node", EnvVars: env("carbon-threshold")},
-		&cli.DurationFlag{Name: "carbon-poll", Value: carbon.DefaultConfig().PollInterval, Usage: "provider poll interval", EnvVars: env("carbon-poll")},
-		&cli.DurationFlag{Name: "carbon-max-age", Value: carbon.DefaultConfig().MaxAge, Usage: "a reading older than this is stale", EnvVars: env("carbon-max-age")},
-		&cli.StringFlag{Name: "carbon-fail", Value: "open", Usage: "with no fresh reading: open (shed nothing) or closed (treat the grid as dirty)", EnvVars: env("carbon-fail")},
+		&cli.Float64Flag{Name: "carbon-threshold", Value: d.Tracker.Threshold, Usage: "above this, sheddable requests do not run on this node", EnvVars: env("carbon-threshold")},
+		&cli.DurationFlag{Name: "carbon-poll", Value: d.Tracker.PollInterval, Usage: "provider poll interval", EnvVars: env("carbon-poll")},
+		&cli.DurationFlag{Name: "carbon-max-age", Value: d.Tracker.MaxAge, Usage: "a reading older than this is stale", EnvVars: env("carbon-max-age")},
+		&cli.StringFlag{Name: "carbon-fail", Value: d.Tracker.FailMode.String(), Usage: "with no fresh reading: open (shed nothing) or closed (treat the grid as dirty)", EnvVars: env("carbon-fail")},
 		&cli.StringFlag{Name: "carbon-token-file", Usage: "file holding the provider token (else KVMESH_CARBON_TOKEN); WattTime: user:password", EnvVars: env("carbon-token-file")},
 		&cli.StringFlag{Name: "carbon-url", Usage: "provider base URL (default: the provider's public API)", EnvVars: env("carbon-url")},
 	}
 }
 
-// meshConfig maps gossip, transport, routing, admission, telemetry and carbon flags.
+// meshConfig maps the gossip, transport, routing, admission, telemetry and carbon flags that
+// are set.
 func meshConfig(c *cli.Context, cfg *node.Config) error {
-	host, port, err := splitHostPort(c.String("gossip"), 7946)
-	if err != nil {
-		return fmt.Errorf("--gossip: %w", err)
+	if c.IsSet("gossip") {
+		host, port, err := splitHostPort(c.String("gossip"), node.DefaultConfig().Gossip.BindPort)
+		if err != nil {
+			return fmt.Errorf("--gossip: %w", err)
+		}
+		if port == 0 {
+			port = gossip.AnyPort
+		}
+		cfg.Gossip.BindAddr, cfg.Gossip.BindPort = host, port
 	}
-	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = host, port
-	if adv := c.String("advertise"); adv != "" {
-		cfg.AdvertiseHost = adv
-		cfg.Gossip.AdvertiseAddr = adv
+	if c.IsSet("advertise") {
+		cfg.AdvertiseHost = c.String("advertise")
+		cfg.Gossip.AdvertiseAddr = cfg.AdvertiseHost
 	}
-	cfg.Gossip.Join = c.StringSlice("join")
-	if k := c.String("gossip-key"); k != "" {
-		key, err := base64.StdEncoding.DecodeString(k)
+	setStrings(c, "join", &cfg.Gossip.Join)
+	if c.IsSet("gossip-key") {
+		key, err := base64.StdEncoding.DecodeString(c.String("gossip-key"))
 		if err != nil {
 			return fmt.Errorf("--gossip-key: not base64: %w", err)
 		}
 		cfg.Gossip.Key = key
-	} else if !c.Bool("insecure-dev") {
+	}
+	setBool(c, "insecure-dev", &cfg.Gossip.Insecure)
+	if c.IsSet("stale-policy") {
+		cfg.Gossip.StalePolicy = gossip.StalePolicy(c.String("stale-policy"))
+	}
+	setString(c, "quic", &cfg.QUICAddr)
+	setString(c, "tls-dir", &cfg.TLSDir)
+	setString(c, "policy", &cfg.Policy)
+	setString(c, "api-keys", &cfg.APIKeysFile)
+	setBool(c, "agent-from-user", &cfg.AgentFromUser)
+	setString(c, "gpu", &cfg.GPU)
+	return carbonConfig(c, cfg)
+}
+
+// carbonConfig maps the carbon flags that are set: --carbon-provider turns carbon on (over the
+// file's carbon section, if any) or, empty, off; the others change a carbon config that is on.
+func carbonConfig(c *cli.Context, cfg *node.Config) error {
+	if c.IsSet("carbon-provider") {
+		if kind := c.String("carbon-provider"); kind != "" {
+			cc := node.DefaultCarbonConfig()
+			if cfg.Carbon != nil {
+				cc = *cfg.Carbon
+			}
+			cc.Provider.Kind = kind
+			cfg.Carbon = &cc
+		} else {
+			cfg.Carbon = nil
+		}
+	}
+	if cfg.Carbon == nil {
+		return nil
+	}
+	cc := *cfg.Carbon
+	setString(c, "carbon-zone", &cc.Provider.Zone)
+	setFloat(c, "carbon-static-intensity", &cc.Provider.StaticIntensity)
+	setString(c, "carbon-schedule", &cc.Provider.StaticSchedule)
+	setString(c, "carbon-url", &cc.Provider.BaseURL)
+	setString(c, "carbon-token-file", &cc.TokenFile)
+	setFloat(c, "carbon-threshold", &cc.Tracker.Threshold)
+	setDuration(c, "carbon-poll", &cc.Tracker.PollInterval)
+	setDuration(c, "carbon-max-age", &cc.Tracker.MaxAge)
+	if c.IsSet("carbon-fail") {
+		mode, err := carbon.ParseFailMode(c.String("carbon-fail"))
+		if err != nil {
+			return fmt.Errorf("--carbon-fail: %w", err)
+		}
+		cc.Tracker.FailMode = mode
+	}
+	cfg.Carbon = &cc
+	return nil
+}
+
+// loadNodeFiles checks and reads what a running node needs beyond its settings: the gossip
+// key, the TLS certificates (a throwaway CA of its own with --insecure-dev and no --tls-dir),
+// and the carbon provider's credentials.
+func loadNodeFiles(cfg *node.Config) error {
+	if len(cfg.Gossip.Key) == 0 && !cfg.Gossip.Insecure {
 		return fmt.Errorf("--gossip-key is required (or --insecure-dev for a development node)")
 	}
-	cfg.Gossip.Insecure = c.Bool("insecure-dev")
-	if sp := c.String("stale-policy"); sp != "" {
-		cfg.Gossip.StalePolicy = gossip.StalePolicy(sp)
-	}
-	cfg.QUICAddr = c.String("quic")
-	switch dir := c.String("tls-dir"); {
-	case dir != "":
-		if cfg.TLS, err = transport.LoadTLS(dir, cfg.Name); err != nil {
+	switch {
+	case cfg.TLSDir != "":
+		if err := cfg.LoadTLS(); err != nil {
 			return err
 		}
-	case c.Bool("insecure-dev"):
+	case cfg.Gossip.Insecure:
 		// A throwaway CA of this node alone: fine for one node, refused by every peer.
 		d, err := os.MkdirTemp("", "kvmesh-dev-ca-")
 		if err != nil {
@@ -78,56 +135,24 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 	default:
 		return fmt.Errorf("--tls-dir is required (kvmesh ca init/issue), or --insecure-dev for a development node")
 	}
-	cfg.Policy = c.String("policy")
-	if f := c.String("config"); f != "" {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if cfg.Admit, err = admit.LoadConfig(data); err != nil {
-			return fmt.Errorf("--config %s: %w", f, err)
-		}
-	}
-	cfg.APIKeysFile = c.String("api-keys")
-	cfg.AgentFromUser = c.Bool("agent-from-user")
-	cfg.GPU = c.String("gpu")
-	return carbonConfig(c, cfg)
-}
-
-func carbonConfig(c *cli.Context, cfg *node.Config) error {
-	kind := c.String("carbon-provider")
-	if kind == "" {
+	if cfg.Carbon == nil || cfg.Carbon.Provider.Kind == provider.KindStatic {
 		return nil
 	}
-	cc := &node.CarbonConfig{Tracker: carbon.DefaultConfig()}
-	cc.Provider = provider.Config{
-		Kind: kind, Zone: c.String("carbon-zone"), StaticIntensity: c.Float64("carbon-static-intensity"),
-		StaticSchedule: c.String("carbon-schedule"), BaseURL: c.String("carbon-url"),
-	}
-	if kind != provider.KindStatic {
-		tok, err := provider.TokenFromEnvOrFile("KVMESH_CARBON_TOKEN", c.String("carbon-token-file"))
-		if err != nil {
-			return fmt.Errorf("carbon token: %w", err)
-		}
-		if kind == provider.KindWattTime {
-			user, pass, ok := cutColon(tok)
-			if !ok {
-				return fmt.Errorf("carbon token: WattTime wants user:password")
-			}
-			cc.Provider.Username, cc.Provider.Password = user, pass
-		} else {
-			cc.Provider.Token = tok
-		}
-	}
-	cc.Tracker.Threshold = c.Float64("carbon-threshold")
-	cc.Tracker.PollInterval = c.Duration("carbon-poll")
-	cc.Tracker.MaxAge = c.Duration("carbon-max-age")
-	mode, err := carbon.ParseFailMode(c.String("carbon-fail"))
+	cc := *cfg.Carbon
+	tok, err := provider.TokenFromEnvOrFile("KVMESH_CARBON_TOKEN", cc.TokenFile)
 	if err != nil {
-		return fmt.Errorf("--carbon-fail: %w", err)
+		return fmt.Errorf("carbon token: %w", err)
 	}
-	cc.Tracker.FailMode = mode
-	cfg.Carbon = cc
+	if cc.Provider.Kind == provider.KindWattTime {
+		user, pass, ok := cutColon(tok)
+		if !ok {
+			return fmt.Errorf("carbon token: WattTime wants user:password")
+		}
+		cc.Provider.Username, cc.Provider.Password = user, pass
+	} else {
+		cc.Provider.Token = tok
+	}
+	cfg.Carbon = &cc
 	return nil
 }
 
@@ -145,15 +170,15 @@ func splitHostPort(addr string, defPort int) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
 	if p == "" {
 		return host, defPort, nil
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil {
 		return "", 0, err
-	}
-	if host == "" {
-		host = "0.0.0.0"
 	}
 	return host, port, nil
 }

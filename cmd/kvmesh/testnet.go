@@ -19,7 +19,7 @@ func testnetCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes", EnvVars: env("testnet-nodes")},
 			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
-			&cli.StringFlag{Name: "policy", Value: "kvmesh", Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
+			&cli.StringFlag{Name: "policy", Value: node.DefaultConfig().Policy, Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c)

@@ -13,21 +13,23 @@ import (
 )
 
 // Config configures a Sim. The defaults model Llama-3.1-8B in BF16 on one H100 SXM 80 GB
-// (see the package doc for where each number comes from). New fills zero fields with the
-// defaults; the three step coefficients are defaulted together, only when all are zero.
+// (see the package doc for where each number comes from). The zero rule, as in every kvmesh
+// config: a zero field means its default (DefaultConfig's value), which New fills in, so
+// Config{} is DefaultConfig(). The JSON names are the config file's (kvmesh node --config,
+// section "sim"); the node sets the models, hooks and logger itself.
 type Config struct {
 	// Models served. Default: one model "llama-3.1-8b" with a 131072-token context.
-	Models []engine.Model
+	Models []engine.Model `json:"-"`
 	// BlockTokens is the KV block size in tokens. Default kvindex.DefaultBlockTokens.
-	BlockTokens int
+	BlockTokens int `json:"block_tokens"`
 	// KVBlocks is the size of the KV pool in blocks. 0 derives it from the GPU memory inputs
 	// below: (GPUMemoryBytes × GPUMemoryUtilization − WeightBytes) / (KVBytesPerToken × BlockTokens).
-	KVBlocks int
+	KVBlocks int `json:"kv_blocks"`
 	// Inputs of the derived pool size.
-	GPUMemoryBytes       int64
-	GPUMemoryUtilization float64
-	WeightBytes          int64
-	KVBytesPerToken      int64
+	GPUMemoryBytes       int64   `json:"gpu_memory_bytes"`
+	GPUMemoryUtilization float64 `json:"gpu_memory_utilization"`
+	WeightBytes          int64   `json:"weight_bytes"`
+	KVBytesPerToken      int64   `json:"kv_bytes_per_token"`
 	// MaxNumBatchedTokens is the per-step token budget (vLLM max_num_batched_tokens). The
 	// default, 2048, is sized to the TPOT SLO rather than to throughput: a step carrying a full
 	// prefill chunk takes 5 ms + 2048 × 30 µs ≈ 66 ms, so a sequence decoding beside it stays
@@ -35,26 +37,27 @@ type Config struct {
 	// tuning guide gives the same value for inter-token latency). At 8192, vLLM's default on
 	// an 80 GB GPU, that step takes 250 ms, and no routing keeps a short reply's TPOT beside
 	// a long prefill; prefill throughput is 31k tokens/s instead of 33k.
-	MaxNumBatchedTokens int
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens"`
 	// MaxNumSeqs caps running sequences (vLLM max_num_seqs).
-	MaxNumSeqs int
+	MaxNumSeqs int `json:"max_num_seqs"`
 	// Step time = StepFixed + StepPerToken·(tokens computed in the step) +
-	// StepPerContextToken·(context tokens of every sequence in the batch).
-	StepFixed           time.Duration
-	StepPerToken        time.Duration
-	StepPerContextToken time.Duration
+	// StepPerContextToken·(context tokens of every sequence in the batch). Each is positive
+	// once filled: 0 takes the default, so no term can be switched off (1ns is as good as none).
+	StepFixed           time.Duration `json:"step_fixed"`
+	StepPerToken        time.Duration `json:"step_per_token"`
+	StepPerContextToken time.Duration `json:"step_per_context_token"`
 	// TimeScale runs the simulator this many times faster than real time: a step sleeps
 	// stepTime/TimeScale. Default 1.
-	TimeScale float64
+	TimeScale float64 `json:"time_scale"`
 	// HitRateWindow is how many recent prompt tokens State's HitRate covers. Default 65536.
-	HitRateWindow int
+	HitRateWindow int `json:"hit_rate_window"`
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
 	// evicted from the prefix cache. It must not block and must not keep the slices.
-	OnPrefix func(stored, evicted []uint64)
+	OnPrefix func(stored, evicted []uint64) `json:"-"`
 	// Registerer receives the vLLM-named metrics; nil registers none.
-	Registerer prometheus.Registerer
+	Registerer prometheus.Registerer `json:"-"`
 	// Logger; nil discards.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 }
 
 // DefaultConfig returns the Llama-3.1-8B on H100 SXM 80 GB configuration.
@@ -74,6 +77,45 @@ func DefaultConfig() Config {
 		TimeScale:            1,
 		HitRateWindow:        65536,
 	}
+}
+
+// fill sets every zero field to its default (the zero rule).
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.Models == nil {
+		c.Models = d.Models
+	}
+	setI := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setI64 := func(v *int64, def int64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setI(&c.BlockTokens, d.BlockTokens)
+	setI64(&c.GPUMemoryBytes, d.GPUMemoryBytes)
+	if c.GPUMemoryUtilization == 0 {
+		c.GPUMemoryUtilization = d.GPUMemoryUtilization
+	}
+	setI64(&c.WeightBytes, d.WeightBytes)
+	setI64(&c.KVBytesPerToken, d.KVBytesPerToken)
+	setI(&c.MaxNumBatchedTokens, d.MaxNumBatchedTokens)
+	setI(&c.MaxNumSeqs, d.MaxNumSeqs)
+	setD(&c.StepFixed, d.StepFixed)
+	setD(&c.StepPerToken, d.StepPerToken)
+	setD(&c.StepPerContextToken, d.StepPerContextToken)
+	if c.TimeScale == 0 {
+		c.TimeScale = d.TimeScale
+	}
+	setI(&c.HitRateWindow, d.HitRateWindow)
 }
 
 // ErrConfig wraps every configuration error New returns.

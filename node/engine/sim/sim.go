@@ -98,42 +98,7 @@ var _ engine.Engine = (*Sim)(nil)
 // New validates cfg, fills its defaults and builds a Sim. It starts no goroutine: the step
 // loop starts with Start or the first Generate.
 func New(cfg Config) (*Sim, error) {
-	def := DefaultConfig()
-	if cfg.Models == nil {
-		cfg.Models = def.Models
-	}
-	if cfg.BlockTokens == 0 {
-		cfg.BlockTokens = def.BlockTokens
-	}
-	if cfg.KVBlocks == 0 {
-		if cfg.GPUMemoryBytes == 0 {
-			cfg.GPUMemoryBytes = def.GPUMemoryBytes
-		}
-		if cfg.GPUMemoryUtilization == 0 {
-			cfg.GPUMemoryUtilization = def.GPUMemoryUtilization
-		}
-		if cfg.WeightBytes == 0 {
-			cfg.WeightBytes = def.WeightBytes
-		}
-		if cfg.KVBytesPerToken == 0 {
-			cfg.KVBytesPerToken = def.KVBytesPerToken
-		}
-	}
-	if cfg.MaxNumBatchedTokens == 0 {
-		cfg.MaxNumBatchedTokens = def.MaxNumBatchedTokens
-	}
-	if cfg.MaxNumSeqs == 0 {
-		cfg.MaxNumSeqs = def.MaxNumSeqs
-	}
-	if cfg.StepFixed == 0 && cfg.StepPerToken == 0 && cfg.StepPerContextToken == 0 {
-		cfg.StepFixed, cfg.StepPerToken, cfg.StepPerContextToken = def.StepFixed, def.StepPerToken, def.StepPerContextToken
-	}
-	if cfg.TimeScale == 0 {
-		cfg.TimeScale = def.TimeScale
-	}
-	if cfg.HitRateWindow == 0 {
-		cfg.HitRateWindow = def.HitRateWindow
-	}
+	cfg.fill()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

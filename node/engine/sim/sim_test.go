@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -64,6 +65,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				t.Fatalf("New = %v, want ErrConfig", err)
 			}
 		})
+	}
+}
+
+// TestZeroConfigIsTheDefault pins the zero rule: a zero field takes its default, each step
+// coefficient on its own.
+func TestZeroConfigIsTheDefault(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	d := DefaultConfig()
+	if fmt.Sprintf("%+v", s.cfg) != fmt.Sprintf("%+v", d) {
+		t.Errorf("New(Config{}) filled\n%+v\nwant\n%+v", s.cfg, d)
+	}
+	s2, err := New(Config{StepFixed: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	if s2.cfg.StepFixed != time.Millisecond || s2.cfg.StepPerToken != d.StepPerToken || s2.cfg.StepPerContextToken != d.StepPerContextToken {
+		t.Errorf("one coefficient set: filled %v %v %v", s2.cfg.StepFixed, s2.cfg.StepPerToken, s2.cfg.StepPerContextToken)
 	}
 }
 

@@ -1,0 +1,459 @@
+package jsonconf
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	durationType        = reflect.TypeFor[time.Duration]()
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonMarshalerType   = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType   = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// ErrUnknownKey is wrapped by the error Decode returns for a key that names no field.
+var ErrUnknownKey = errors.New("unknown key")
+
+// Decode reads the JSON object in data over v, a non-nil pointer. A key that names no field
+// is an error wrapping ErrUnknownKey that names the key's path; a duration is a string that
+// time.ParseDuration reads, or a number of seconds. Maps merge, as with encoding/json, but
+// into a copy: Decode writes through no map, slice or pointer that *v shares with another
+// value, so decoding over a shallow copy of defaults leaves the defaults alone.
+func Decode(data []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("jsonconf: decode into %T: want a non-nil pointer", v)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return fmt.Errorf("jsonconf: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("jsonconf: data after the top-level value")
+	}
+	tree, err := rewrite(tree, rv.Type().Elem(), rv.Elem(), "")
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(tree)
+	if err != nil {
+		return fmt.Errorf("jsonconf: %w", err)
+	}
+	dec = json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("jsonconf: %w", err)
+	}
+	return nil
+}
+
+// rewrite walks a decoded JSON value along the Go type it will decode into: it rejects keys
+// that name no field and turns durations into the nanoseconds encoding/json reads. Along the
+// way it gives v (the value decoded into, when known and settable) its own copy of every map,
+// slice and pointer target the JSON writes into, so decoding over a copy of a config does not
+// write through to the original.
+func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error) {
+	if !v.CanSet() {
+		v = reflect.Value{}
+	}
+	if node == nil {
+		return node, nil
+	}
+	if decodesItself(t) {
+		if v.IsValid() && t.Kind() == reflect.Pointer && !v.IsNil() {
+			ownPointer(v)
+		}
+		return node, nil
+	}
+	if t == durationType {
+		d, err := parseDuration(node)
+		if err != nil {
+			return nil, fmt.Errorf("jsonconf: %s: %w", orTop(path), err)
+		}
+		return json.Number(strconv.FormatInt(int64(d), 10)), nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		if v.IsValid() {
+			if v.IsNil() {
+				v = reflect.Value{} // encoding/json allocates a new one
+			} else {
+				v = ownPointer(v)
+			}
+		}
+		return rewrite(node, t.Elem(), v, path)
+	case reflect.Struct:
+		obj, ok := node.(map[string]any)
+		if !ok {
+			return node, nil // encoding/json reports the type mismatch
+		}
+		fields := fieldsOf(t)
+		for _, k := range sortedKeys(obj) {
+			f, ok := fields[k]
+			if !ok {
+				return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, k))
+			}
+			var fv reflect.Value
+			if v.IsValid() {
+				fv = ownField(v, f.index)
+			}
+			e, err := rewrite(obj[k], f.typ, fv, join(path, k))
+			if err != nil {
+				return nil, err
+			}
+			obj[k] = e
+		}
+		return obj, nil
+	case reflect.Map:
+		obj, ok := node.(map[string]any)
+		if !ok {
+			return node, nil
+		}
+		if v.IsValid() && !v.IsNil() {
+			// encoding/json adds to an existing map: add to a copy. It decodes each value afresh.
+			c := reflect.MakeMapWithSize(t, v.Len())
+			for it := v.MapRange(); it.Next(); {
+				c.SetMapIndex(it.Key(), it.Value())
+			}
+			v.Set(c)
+		}
+		for _, k := range sortedKeys(obj) {
+			e, err := rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
+			if err != nil {
+				return nil, err
+			}
+			obj[k] = e
+		}
+		return obj, nil
+	case reflect.Slice, reflect.Array:
+		arr, ok := node.([]any)
+		if !ok {
+			return node, nil
+		}
+		if v.IsValid() && t.Kind() == reflect.Slice {
+			v.SetZero() // encoding/json would reuse the backing array
+			v = reflect.Value{}
+		}
+		for i := range arr {
+			var ev reflect.Value
+			if v.IsValid() && i < v.Len() {
+				ev = v.Index(i)
+			}
+			e, err := rewrite(arr[i], t.Elem(), ev, fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return nil, err
+			}
+			arr[i] = e
+		}
+		return arr, nil
+	}
+	return node, nil
+}
+
+// ownPointer points the settable, non-nil pointer v at a copy of its target and returns the
+// copy.
+func ownPointer(v reflect.Value) reflect.Value {
+	c := reflect.New(v.Type().Elem())
+	c.Elem().Set(v.Elem())
+	v.Set(c)
+	return c.Elem()
+}
+
+// ownField returns the field at index in the struct v, copying the targets of the embedded
+// pointers on the way; it is invalid past a nil one (encoding/json allocates it).
+func ownField(v reflect.Value, index []int) reflect.Value {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() || !v.CanSet() {
+				return reflect.Value{}
+			}
+			v = ownPointer(v)
+		}
+		v = v.Field(x)
+	}
+	return v
+}
+
+func decodesItself(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return p.Implements(jsonUnmarshalerType) || p.Implements(textUnmarshalerType)
+}
+
+// parseDuration reads a duration string, or a number of seconds.
+func parseDuration(node any) (time.Duration, error) {
+	switch v := node.(type) {
+	case string:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, fmt.Errorf("duration %q: want a Go duration such as \"500ms\" or \"5m\"", v)
+		}
+		return d, nil
+	case json.Number:
+		f, err := v.Float64()
+		if err != nil || math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64)/float64(time.Second) {
+			return 0, fmt.Errorf("duration %s out of range", v)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return 0, fmt.Errorf("duration: want a string such as \"500ms\" or a number of seconds, not %T", node)
+}
+
+// FormatDuration writes d as time.Duration.String does, less its zero tails: "5m", not "5m0s".
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+type field struct {
+	name      string
+	index     []int
+	typ       reflect.Type
+	omitEmpty bool
+}
+
+// fields lists t's JSON fields in declaration order, the fields of untagged embedded structs
+// in their place, as encoding/json promotes them.
+func fields(t reflect.Type) []field {
+	var out []field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		ft := sf.Type
+		if sf.Anonymous && name == "" {
+			et := ft
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				for _, f := range fields(et) {
+					f.index = append([]int{i}, f.index...)
+					out = append(out, f)
+				}
+				continue
+			}
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		out = append(out, field{name: name, index: []int{i}, typ: ft, omitEmpty: slices.Contains(strings.Split(opts, ","), "omitempty")})
+	}
+	return out
+}
+
+func fieldsOf(t reflect.Type) map[string]field {
+	m := make(map[string]field)
+	for _, f := range fields(t) {
+		m[f.name] = f
+	}
+	return m
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func orTop(path string) string {
+	if path == "" {
+		return "value"
+	}
+	return path
+}
+
+// Marshal writes v as indented JSON: struct fields in declaration order, map keys sorted,
+// durations as strings (FormatDuration).
+func Marshal(v any) ([]byte, error) {
+	rv := reflect.ValueOf(v)
+	if rv.IsValid() {
+		// An addressable copy, so that fields whose MarshalJSON has a pointer receiver use it.
+		c := reflect.New(rv.Type()).Elem()
+		c.Set(rv)
+		rv = c
+	}
+	tree, err := encode(rv)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(tree)
+	if err != nil {
+		return nil, fmt.Errorf("jsonconf: %w", err)
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, fmt.Errorf("jsonconf: %w", err)
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// object is a JSON object that keeps its members' order.
+type object []member
+
+type member struct {
+	key string
+	val any
+}
+
+func (o object) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(m.key)
+		b.Write(k)
+		b.WriteByte(':')
+		v, err := json.Marshal(m.val)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func encode(v reflect.Value) (any, error) {
+	if !v.IsValid() {
+		return nil, nil
+	}
+	t := v.Type()
+	if t == durationType {
+		return FormatDuration(time.Duration(v.Int())), nil
+	}
+	if t.Implements(jsonMarshalerType) || t.Implements(textMarshalerType) {
+		if t.Kind() == reflect.Pointer && v.IsNil() {
+			return nil, nil
+		}
+		return v.Interface(), nil
+	}
+	if v.CanAddr() && (reflect.PointerTo(t).Implements(jsonMarshalerType) || reflect.PointerTo(t).Implements(textMarshalerType)) {
+		return v.Addr().Interface(), nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return nil, nil
+		}
+		return encode(v.Elem())
+	case reflect.Struct:
+		var o object
+		for _, f := range fields(t) {
+			fv, ok := fieldByIndex(v, f.index)
+			if !ok || (f.omitEmpty && isEmpty(fv)) {
+				continue
+			}
+			e, err := encode(fv)
+			if err != nil {
+				return nil, err
+			}
+			o = append(o, member{f.name, e})
+		}
+		if o == nil {
+			o = object{}
+		}
+		return o, nil
+	case reflect.Map:
+		if v.IsNil() {
+			return nil, nil
+		}
+		if t.Key().Kind() != reflect.String {
+			return v.Interface(), nil
+		}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		o := object{}
+		for _, k := range keys {
+			e, err := encode(v.MapIndex(k))
+			if err != nil {
+				return nil, err
+			}
+			o = append(o, member{k.String(), e})
+		}
+		return o, nil
+	case reflect.Slice:
+		if v.IsNil() {
+			return nil, nil
+		}
+		if t.Elem().Kind() == reflect.Uint8 {
+			return v.Interface(), nil
+		}
+		fallthrough
+	case reflect.Array:
+		out := make([]any, v.Len())
+		for i := range out {
+			e, err := encode(v.Index(i))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = e
+		}
+		return out, nil
+	case reflect.Func, reflect.Chan, reflect.UnsafePointer, reflect.Complex64, reflect.Complex128:
+		return nil, fmt.Errorf("jsonconf: cannot write a %s (tag the field json:\"-\")", t)
+	}
+	return v.Interface(), nil
+}
+
+// fieldByIndex follows index through embedded pointers; ok is false past a nil one.
+func fieldByIndex(v reflect.Value, index []int) (reflect.Value, bool) {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return reflect.Value{}, false
+			}
+			v = v.Elem()
+		}
+		v = v.Field(x)
+	}
+	return v, true
+}
+
+func isEmpty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Array, reflect.Map, reflect.Slice, reflect.String:
+		return v.Len() == 0
+	case reflect.Pointer, reflect.Interface:
+		return v.IsNil()
+	}
+	return v.IsZero()
+}

@@ -1,0 +1,283 @@
+package node
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/carbon"
+	"github.com/kvmesh/kvmesh/carbon/provider"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// Config configures one node.
+//
+// # The zero rule
+//
+// Every kvmesh config follows one rule: a zero field means its default, DefaultConfig's value,
+// which New fills in (each sub-config's own New fills its fields the same way), so a Config
+// that sets only what it needs is complete. A setting that can be turned off is turned off by
+// an explicit field, never by zero: a nil pointer (Agents, Carbon), a bool
+// (route.Config.DisablePowerCapFilter), or the negative value its documentation names
+// (admit's queue.backfill -1, route's weights -1, gossip.AnyPort). Negative values elsewhere
+// are errors.
+//
+// The JSON names are those of the config file's "node" section; the sub-configs are sections
+// of their own (see LoadConfigFile).
+type Config struct {
+	// Name identifies the node in the mesh and in X-Kvmesh-Node; required (kvmesh node
+	// defaults it to the host name).
+	Name string `json:"name"`
+	// HTTPAddr is the API's listen address (default ":8080"); port 0 picks a free port.
+	HTTPAddr string `json:"http_addr"`
+	// Engine is "sim" (the embedded simulated engine, the default) or the base URL of an
+	// external OpenAI-compatible engine, whose metric names EngineKind selects (default "vllm").
+	Engine     string `json:"engine"`
+	EngineKind string `json:"engine_kind"`
+	// Models lists the model names served. Default: DefaultModel with the sim engine, which
+	// gives each the sim's context size; an external engine's own list otherwise.
+	Models []string `json:"models"`
+	// Sim configures the embedded engine (its Models, OnPrefix and Registerer are set by the
+	// node). File section "sim".
+	Sim sim.Config `json:"-"`
+	// Standalone serves the engine alone: no gossip, no forwarding (kvmesh engine).
+	Standalone bool `json:"-"`
+	// Role is the node's pool role ("", the default, serves both prefill and decode).
+	Role string `json:"role"`
+
+	// Gossip configures the mesh member (Name, Logger and Registerer are the node's). File
+	// section "gossip".
+	Gossip gossip.Config `json:"-"`
+	// QUICAddr is the UDP listen address for peer forwarding (default ":7443") and TLS the
+	// cluster's mTLS configuration (transport.LoadTLS); both are required outside Standalone.
+	QUICAddr string      `json:"quic_addr"`
+	TLS      *tls.Config `json:"-"`
+	// TLSDir is the directory holding ca.crt and NAME.crt/NAME.key (kvmesh ca) that LoadTLS
+	// reads TLS from. New does no I/O and reads only TLS.
+	TLSDir string `json:"tls_dir"`
+	// AdvertiseHost is the address peers use to reach this node's HTTP and QUIC ports
+	// (default: the gossip advertise address, else the bound host, else 127.0.0.1).
+	AdvertiseHost string `json:"advertise_host"`
+	// SpeculativeTTL is how long a forwarded prompt counts as cached on its owner before the
+	// owner's own summary confirms it. Default 5s: long enough to cover gossip's delivery of
+	// the owner's own summary (about a second).
+	SpeculativeTTL time.Duration `json:"speculative_ttl"`
+
+	// Policy names the routing policy (route.PolicyNames; default route.PolicyKvmesh); Route
+	// configures it (file section "route").
+	Policy string       `json:"policy"`
+	Route  route.Config `json:"-"`
+	// Admit configures admission; its ModelInfo is set by the node from the mesh. File section
+	// "admission".
+	Admit admit.Config `json:"-"`
+	// Admission is the admission mode: "kvmesh" (the default: every layer, the waiting room),
+	// "none" (validate and budget only: everything else runs at once and queues inside the
+	// engine, like a plain router) or "queue-cap" (as none, but 429 once the chosen engine has
+	// QueueCap requests waiting, like an engine's fixed queue limit; default 64). The last two
+	// exist for comparison.
+	Admission string `json:"admission_mode"`
+	QueueCap  int    `json:"queue_cap"`
+	// RoomTick is the waiting room's dispatch interval when nothing else wakes it. Default 5ms.
+	RoomTick time.Duration `json:"room_tick"`
+	// RetryAfter is the Retry-After of a refusal that has no better estimate (no capacity,
+	// draining, a lost race for KV room). Default 1s.
+	RetryAfter time.Duration `json:"retry_after"`
+	// ForwardAttempts is how many candidates one dispatch tries before the request goes back
+	// to the waiting room. Default 3.
+	ForwardAttempts int `json:"forward_attempts"`
+	// APIKeysFile holds the API keys (admit.ParseKeys format), hot-reloaded; empty, the
+	// default, means open.
+	APIKeysFile string `json:"api_keys_file"`
+	// AgentFromUser takes the agent id from the OpenAI "user" field when X-Kvmesh-Agent is absent.
+	AgentFromUser bool `json:"agent_from_user"`
+	// MaxAgentIDBytes is the longest agent id accepted (400 above it). Default 256.
+	MaxAgentIDBytes int `json:"max_agent_id_bytes"`
+	// Agents turns on agent-level admission (a window of active agents per home node, see
+	// package admit/agent); nil, the default, leaves it off. AgentInterval is its control
+	// interval (default DefaultAgentInterval). AgentLeaseIntervals is how many intervals a step
+	// held for this node's window may go without its ingress renewing the hold before the
+	// window gives its place up (default 5). File section "agents".
+	Agents              *agent.Config `json:"-"`
+	AgentInterval       time.Duration `json:"-"`
+	AgentLeaseIntervals int           `json:"-"`
+
+	// GPU is the telemetry source: auto (the default: NVML when the driver loads, else none),
+	// nvml, none or sim.
+	GPU string `json:"gpu"`
+	// Carbon turns on the grid carbon signal and shedding; nil, the default, means off. File
+	// section "carbon".
+	Carbon *CarbonConfig `json:"-"`
+	// MaxBodyBytes caps a request body (413 above it). Default 4 MiB: a full 128k-token
+	// context is 512 KiB of text, and JSON escaping can double it.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// DrainTimeout bounds how long Shutdown waits for in-flight requests. Default 30s.
+	DrainTimeout time.Duration `json:"drain_timeout"`
+	// Logger receives one line per event; nil discards.
+	Logger *slog.Logger `json:"-"`
+	// Registry collects the node's metrics and is served on /metrics; nil makes a new one.
+	Registry *prometheus.Registry `json:"-"`
+}
+
+// CarbonConfig turns on the grid carbon signal: a provider polled by the node and the
+// tracker's threshold, staleness and fail mode. Zero fields take DefaultCarbonConfig's values.
+type CarbonConfig struct {
+	Provider provider.Config `json:"provider"`
+	Tracker  carbon.Config   `json:"tracker"`
+	// FetchTimeout bounds one provider call. Default 10s.
+	FetchTimeout time.Duration `json:"fetch_timeout"`
+	// TokenFile holds the provider's credential (WattTime: user:password), which kvmesh node
+	// reads into Provider when KVMESH_CARBON_TOKEN is unset. New does no I/O and reads only
+	// Provider.
+	TokenFile string `json:"token_file"`
+}
+
+// Admission modes.
+const (
+	AdmissionKvmesh   = "kvmesh"
+	AdmissionNone     = "none"
+	AdmissionQueueCap = "queue-cap"
+)
+
+// DefaultModel is the model a node serves when none is configured.
+const DefaultModel = "llama-3.1-8b"
+
+// DefaultConfig returns a node configuration for the embedded engine, every sub-config at its
+// own defaults, agent admission and carbon off, and no name.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr:            ":8080",
+		Engine:              "sim",
+		EngineKind:          "vllm",
+		Models:              []string{DefaultModel},
+		Sim:                 sim.DefaultConfig(),
+		MaxBodyBytes:        4 << 20,
+		DrainTimeout:        30 * time.Second,
+		Gossip:              gossip.DefaultConfig(),
+		QUICAddr:            ":7443",
+		Policy:              route.PolicyKvmesh,
+		Route:               route.DefaultConfig(),
+		Admit:               admit.DefaultConfig(),
+		RoomTick:            5 * time.Millisecond,
+		RetryAfter:          time.Second,
+		ForwardAttempts:     3,
+		Admission:           AdmissionKvmesh,
+		QueueCap:            64,
+		SpeculativeTTL:      5 * time.Second,
+		MaxAgentIDBytes:     256,
+		AgentInterval:       DefaultAgentInterval,
+		AgentLeaseIntervals: 5,
+		GPU:                 "auto",
+	}
+}
+
+// DefaultCarbonConfig returns the carbon defaults, with no provider chosen.
+func DefaultCarbonConfig() CarbonConfig {
+	return CarbonConfig{Tracker: carbon.DefaultConfig(), FetchTimeout: 10 * time.Second}
+}
+
+// fill sets the node's own zero fields to their defaults (the zero rule). The sub-configs are
+// filled by their packages' New.
+func (c *Config) fill() {
+	d := DefaultConfig()
+	for _, f := range []struct{ v, def *string }{
+		{&c.HTTPAddr, &d.HTTPAddr}, {&c.Engine, &d.Engine}, {&c.EngineKind, &d.EngineKind}, {&c.QUICAddr, &d.QUICAddr},
+		{&c.Policy, &d.Policy}, {&c.Admission, &d.Admission}, {&c.GPU, &d.GPU},
+	} {
+		if *f.v == "" {
+			*f.v = *f.def
+		}
+	}
+	if len(c.Models) == 0 && c.Engine == "sim" {
+		c.Models = d.Models
+	}
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&c.DrainTimeout, &d.DrainTimeout}, {&c.RoomTick, &d.RoomTick}, {&c.RetryAfter, &d.RetryAfter},
+		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	for _, f := range []struct{ v, def *int }{
+		{&c.QueueCap, &d.QueueCap}, {&c.ForwardAttempts, &d.ForwardAttempts}, {&c.MaxAgentIDBytes, &d.MaxAgentIDBytes},
+		{&c.AgentLeaseIntervals, &d.AgentLeaseIntervals},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.Carbon != nil {
+		cc := *c.Carbon // the node's own copy, not the caller's
+		if cc.FetchTimeout == 0 {
+			cc.FetchTimeout = DefaultCarbonConfig().FetchTimeout
+		}
+		c.Carbon = &cc
+	}
+}
+
+// validate checks the node's own fields, once filled.
+func (c *Config) validate() error {
+	switch c.Admission {
+	case AdmissionKvmesh, AdmissionNone, AdmissionQueueCap:
+	default:
+		return fmt.Errorf("node: admission mode %q: want %s, %s or %s", c.Admission, AdmissionKvmesh, AdmissionNone, AdmissionQueueCap)
+	}
+	if c.Name == "" {
+		return errors.New("node: a name is required")
+	}
+	if !c.Standalone && c.TLS == nil {
+		return errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DrainTimeout", c.DrainTimeout}, {"RoomTick", c.RoomTick}, {"RetryAfter", c.RetryAfter},
+		{"SpeculativeTTL", c.SpeculativeTTL}, {"AgentInterval", c.AgentInterval},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("node: %s %v is negative", d.name, d.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"QueueCap", int64(c.QueueCap)}, {"ForwardAttempts", int64(c.ForwardAttempts)}, {"MaxAgentIDBytes", int64(c.MaxAgentIDBytes)},
+		{"AgentLeaseIntervals", int64(c.AgentLeaseIntervals)}, {"MaxBodyBytes", c.MaxBodyBytes},
+	} {
+		if n.v < 0 {
+			return fmt.Errorf("node: %s %d is negative", n.name, n.v)
+		}
+	}
+	if c.Carbon != nil && c.Carbon.FetchTimeout < 0 {
+		return fmt.Errorf("node: carbon FetchTimeout %v is negative", c.Carbon.FetchTimeout)
+	}
+	return nil
+}
+
+// LoadTLS sets TLS from the certificates in TLSDir (transport.LoadTLS), for this node's Name.
+// It reads files; New does not.
+func (c *Config) LoadTLS() error {
+	if c.TLSDir == "" {
+		return errors.New("node: no TLS directory")
+	}
+	t, err := transport.LoadTLS(c.TLSDir, c.Name)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	c.TLS = t
+	return nil
+}

@@ -1,0 +1,269 @@
+package node
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/internal/jsonconf"
+)
+
+// standalone is a node config New accepts without TLS: the engine alone, no GPU telemetry.
+func standalone() Config {
+	c := DefaultConfig()
+	c.Name, c.Standalone, c.GPU = "n", true, "none"
+	return c
+}
+
+func TestLoadConfigFileReadsEverySection(t *testing.T) {
+	file := `{
+	  "node": {"name": "gpu-7", "http_addr": ":9090", "drain_timeout": "45s", "forward_attempts": 2, "retry_after": 2,
+	           "max_agent_id_bytes": 128, "tls_dir": "/etc/kvmesh/tls", "admission_mode": "none"},
+	  "gossip": {"bind_port": 7000, "join": ["10.0.0.1:7946"], "stale_after": "2s"},
+	  "route": {"busy_kv_use": 0.9, "gate_max_slack": 2, "weights": {"power": -1}, "stale_policy": "open"},
+	  "admission": {"queue": {"ttl": "30s", "dispatch_slack": 0.25}},
+	  "agents": {"interval": "250ms", "lease_intervals": 7, "idle_timeout": "1m", "controller": {"max_window": 64}},
+	  "carbon": {"provider": {"kind": "static", "static_intensity": 250}, "tracker": {"fail_mode": "closed"}},
+	  "sim": {"kv_blocks": 8192, "step_fixed": "4ms"}
+	}`
+	base := DefaultConfig()
+	cfg, err := LoadConfigFile([]byte(file), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"node name", cfg.Name == "gpu-7"},
+		{"node http", cfg.HTTPAddr == ":9090"},
+		{"node duration string", cfg.DrainTimeout == 45*time.Second},
+		{"node duration seconds", cfg.RetryAfter == 2*time.Second},
+		{"node forward attempts", cfg.ForwardAttempts == 2},
+		{"node max agent id", cfg.MaxAgentIDBytes == 128},
+		{"node tls dir", cfg.TLSDir == "/etc/kvmesh/tls"},
+		{"node admission mode", cfg.Admission == AdmissionNone},
+		{"node keeps what the file omits", cfg.QUICAddr == base.QUICAddr && cfg.Policy == base.Policy},
+		{"gossip", cfg.Gossip.BindPort == 7000 && len(cfg.Gossip.Join) == 1 && cfg.Gossip.StaleAfter == 2*time.Second},
+		{"gossip keeps what the file omits", cfg.Gossip.BindAddr == base.Gossip.BindAddr},
+		{"route", cfg.Route.BusyKVUse == 0.9 && cfg.Route.GateMaxSlack == 2*time.Second && cfg.Route.StalePolicy == route.StaleOpen},
+		{"route weights", cfg.Route.Weights.Power == -1 && cfg.Route.Weights.Prefix == base.Route.Weights.Prefix},
+		{"admission", time.Duration(cfg.Admit.Queue.TTL) == 30*time.Second && cfg.Admit.Queue.DispatchSlack == 0.25 &&
+			cfg.Admit.Queue.MaxRequests == base.Admit.Queue.MaxRequests},
+		{"agents on", cfg.Agents != nil && cfg.Agents.Controller.MaxWindow == 64 && cfg.Agents.IdleTimeout == time.Minute &&
+			cfg.Agents.StepTimeout == agent.DefaultConfig().StepTimeout},
+		{"agents timing", cfg.AgentInterval == 250*time.Millisecond && cfg.AgentLeaseIntervals == 7},
+		{"carbon on", cfg.Carbon != nil && cfg.Carbon.Provider.StaticIntensity == 250 && cfg.Carbon.Tracker.FailMode.String() == "closed" &&
+			cfg.Carbon.Tracker.Threshold == DefaultCarbonConfig().Tracker.Threshold && cfg.Carbon.FetchTimeout == DefaultCarbonConfig().FetchTimeout},
+		{"sim", cfg.Sim.KVBlocks == 8192 && cfg.Sim.StepFixed == 4*time.Millisecond && cfg.Sim.MaxNumSeqs == base.Sim.MaxNumSeqs},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: not as the file says", c.name)
+		}
+	}
+	if base.Name != "" || base.Agents != nil || base.Carbon != nil || len(base.Gossip.Join) != 0 {
+		t.Errorf("LoadConfigFile changed its base: %+v", base)
+	}
+}
+
+// TestConfigFileSettingsReachTheNode pins that what a file says is what New builds with: a
+// route setting in the router, an agent setting in the agent window.
+func TestConfigFileSettingsReachTheNode(t *testing.T) {
+	cfg, err := LoadConfigFile([]byte(`{"route": {"busy_kv_use": 0.9, "epsilon": -1},
+		"agents": {"max_agents": 100, "controller": {"max_window": 64, "slow_start_steps": -1}}}`), standalone())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(t.Context()) })
+	rc := n.planner.Policy().(*route.Router).Config()
+	if rc.BusyKVUse != 0.9 || rc.Epsilon != -1 || rc.MaxAge != route.DefaultConfig().MaxAge {
+		t.Errorf("router config: busy kv use %v, epsilon %v, max age %v", rc.BusyKVUse, rc.Epsilon, rc.MaxAge)
+	}
+	if n.agents == nil {
+		t.Fatal("agent admission off although the file has an agents section")
+	}
+	ac := n.agents.reg.Config()
+	if ac.MaxAgents != 100 || ac.Controller.MaxWindow != 64 || ac.Controller.SlowStartSteps != -1 || ac.Controller.Beta != agent.DefaultControllerConfig().Beta {
+		t.Errorf("agent config: %+v", ac)
+	}
+}
+
+func TestLoadConfigFileRejects(t *testing.T) {
+	tests := []struct {
+		name, file, want string
+	}{
+		{"unknown section", `{"nodes": {}}`, `unknown key "nodes"`},
+		{"unknown node key", `{"node": {"http": ":1"}}`, `unknown key "node.http"`},
+		{"a section inside node", `{"node": {"gossip": {}}}`, `unknown key "node.gossip"`},
+		{"unknown nested route key", `{"route": {"weights": {"prefx": 1}}}`, `unknown key "route.weights.prefx"`},
+		{"unknown agent controller key", `{"agents": {"controller": {"window": 3}}}`, `unknown key "agents.controller.window"`},
+		{"unknown admission key", `{"admission": {"queue": {"ttll": "1s"}}}`, `unknown key "queue.ttll"`},
+		{"a secret has no key", `{"gossip": {"key": "AAAA"}}`, `unknown key "gossip.key"`},
+		{"a bad duration", `{"route": {"max_age": "3 seconds"}}`, `route.max_age: duration "3 seconds"`},
+		{"a wrong type", `{"node": {"forward_attempts": "two"}}`, `forward_attempts`},
+		{"an admission setting at the top of a new file", `{"node": {}, "queue": {}}`, `"queue" is an admission setting: put it in the "admission" section`},
+		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `queue.backfill: 0 takes the default (8); -1 turns it off`},
+		{"a bad stale policy", `{"route": {"stale_policy": "sometimes"}}`, `stale policy "sometimes"`},
+		{"not an object", `[1]`, `config file`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfigFile([]byte(tt.file), DefaultConfig())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %s", err, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), "node: config file") {
+				t.Errorf("error %q lacks the package prefix", err)
+			}
+		})
+	}
+	_, err := LoadConfigFile([]byte(`{"route": {"weights": {"prefx": 1}}}`), DefaultConfig())
+	if !errors.Is(err, jsonconf.ErrUnknownKey) {
+		t.Errorf("unknown key error %v does not wrap jsonconf.ErrUnknownKey", err)
+	}
+}
+
+func TestConfigFileTurnsFeaturesOnAndOff(t *testing.T) {
+	on := DefaultConfig()
+	ac := agent.DefaultConfig()
+	cc := DefaultCarbonConfig()
+	on.Agents, on.Carbon = &ac, &cc
+	tests := []struct {
+		name             string
+		base             Config
+		file             string
+		agents, carbon   bool
+		wantMaxWindowSet int
+	}{
+		{"absent sections leave them off", DefaultConfig(), `{}`, false, false, 0},
+		{"an empty section turns the feature on at its defaults", DefaultConfig(), `{"agents": {}, "carbon": {}}`, true, true, agent.DefaultControllerConfig().MaxWindow},
+		{"absent sections leave them on", on, `{"node": {}}`, true, true, agent.DefaultControllerConfig().MaxWindow},
+		{"null turns them off", on, `{"agents": null, "carbon": null}`, false, false, 0},
+		{"a section reads over the base's", on, `{"agents": {"controller": {"max_window": 9}}}`, true, true, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := LoadConfigFile([]byte(tt.file), tt.base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (cfg.Agents != nil) != tt.agents || (cfg.Carbon != nil) != tt.carbon {
+				t.Fatalf("agents %v, carbon %v; want %v, %v", cfg.Agents != nil, cfg.Carbon != nil, tt.agents, tt.carbon)
+			}
+			if cfg.Agents != nil && cfg.Agents.Controller.MaxWindow != tt.wantMaxWindowSet {
+				t.Errorf("max window %d, want %d", cfg.Agents.Controller.MaxWindow, tt.wantMaxWindowSet)
+			}
+		})
+	}
+	if ac.Controller.MaxWindow != agent.DefaultControllerConfig().MaxWindow {
+		t.Errorf("decoding changed the base's agent config")
+	}
+}
+
+func TestLegacyAdmissionFile(t *testing.T) {
+	legacy := []byte(`{"models": {"m": {"context_tokens": 4096}}, "queue": {"ttl": "20s"}}`)
+	if !ConfigFileIsLegacy(legacy) {
+		t.Fatal("an admit.Config file is not recognised as legacy")
+	}
+	if ConfigFileIsLegacy([]byte(`{"admission": {"queue": {"ttl": "20s"}}}`)) || ConfigFileIsLegacy([]byte(`{}`)) {
+		t.Fatal("a sectioned file taken for a legacy one")
+	}
+	cfg, err := LoadConfigFile(legacy, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(cfg.Admit.Queue.TTL) != 20*time.Second || cfg.Admit.Models["m"].ContextTokens != 4096 || cfg.HTTPAddr != DefaultConfig().HTTPAddr {
+		t.Errorf("legacy file loaded as %+v", cfg.Admit)
+	}
+	// The same settings nested under "admission" load the same.
+	nested, err := LoadConfigFile([]byte(`{"admission": `+string(legacy)+`}`), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := MarshalConfigFile(cfg)
+	b, _ := MarshalConfigFile(nested)
+	if string(a) != string(b) {
+		t.Errorf("legacy and nested admission files differ:\n%s\n%s", a, b)
+	}
+}
+
+// TestConfigFileRoundTrip pins that MarshalConfigFile's output reads back to the same config,
+// with every feature on and settings away from their defaults.
+func TestConfigFileRoundTrip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Name, cfg.TLSDir, cfg.ForwardAttempts, cfg.RetryAfter = "gpu-7", "/tls", 5, 1500*time.Millisecond
+	cfg.Gossip.Join, cfg.Gossip.Key = []string{"a:1", "b:2"}, []byte("0123456789abcdef")
+	cfg.Route.Weights.Power, cfg.Route.ModelBytes, cfg.Route.DisablePowerCapFilter = -1, map[string]uint64{"m": 1 << 30}, true
+	cfg.Admit.Queue.Backfill, cfg.Admit.Tenants = -1, nil
+	ac := agent.DefaultConfig()
+	ac.Controller.MaxWindow, ac.Controller.InitialWindow = 32, 4
+	cc := DefaultCarbonConfig()
+	cc.Provider.Kind, cc.Provider.Zone, cc.Provider.Token, cc.TokenFile = "electricitymaps", "DE", "secret", "/run/token"
+	cfg.Agents, cfg.Carbon, cfg.AgentInterval = &ac, &cc, 300*time.Millisecond
+	cfg.Sim.TimeScale, cfg.Sim.StepPerContextToken = 20, 35*time.Nanosecond
+
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{{"defaults", DefaultConfig()}, {"everything set", cfg}} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := MarshalConfigFile(c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, secret := range []string{"secret", "MDEyMzQ1Njc4OWFiY2RlZg"} {
+				if strings.Contains(string(out), secret) {
+					t.Errorf("the printed config holds a secret (%s):\n%s", secret, out)
+				}
+			}
+			back, err := LoadConfigFile(out, DefaultConfig())
+			if err != nil {
+				t.Fatalf("the printed config does not load: %v\n%s", err, out)
+			}
+			again, err := MarshalConfigFile(back)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(again) != string(out) {
+				t.Errorf("round trip changed the config:\n%s\nthen\n%s", out, again)
+			}
+		})
+	}
+}
+
+// TestConfigZeroRule pins that New fills the node's zero fields, the new ones included, and
+// rejects negative ones.
+func TestConfigZeroRule(t *testing.T) {
+	c := Config{Name: "n", Standalone: true}
+	c.fill()
+	d := DefaultConfig()
+	if c.ForwardAttempts != 3 || c.AgentLeaseIntervals != 5 || c.RetryAfter != time.Second || c.MaxAgentIDBytes != 256 ||
+		c.HTTPAddr != d.HTTPAddr || c.DrainTimeout != d.DrainTimeout || c.AgentInterval != DefaultAgentInterval || len(c.Models) != 1 {
+		t.Errorf("filled %+v", c)
+	}
+	for name, mod := range map[string]func(*Config){
+		"forward attempts": func(c *Config) { c.ForwardAttempts = -1 },
+		"lease intervals":  func(c *Config) { c.AgentLeaseIntervals = -1 },
+		"retry after":      func(c *Config) { c.RetryAfter = -time.Second },
+		"max agent id":     func(c *Config) { c.MaxAgentIDBytes = -1 },
+		"drain timeout":    func(c *Config) { c.DrainTimeout = -time.Second },
+		"admission mode":   func(c *Config) { c.Admission = "maybe" },
+		"no name":          func(c *Config) { c.Name = "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := standalone()
+			mod(&c)
+			if _, err := New(c); err == nil || !strings.HasPrefix(err.Error(), "node: ") {
+				t.Errorf("New = %v, want a node error", err)
+			}
+		})
+	}
+}
