@@ -12,6 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -54,6 +56,27 @@ func TestNodeFlagsMapToConfig(t *testing.T) {
 	}
 	if cfg.Carbon == nil || cfg.Carbon.Provider.StaticIntensity != 250 {
 		t.Errorf("carbon %+v", cfg.Carbon)
+	}
+}
+
+// TestStalePolicyReachesTheRouter pins that --stale-policy open keeps stale peers at both
+// layers: gossip's candidate marking and the router's own freshness filter.
+func TestStalePolicyReachesTheRouter(t *testing.T) {
+	for _, tt := range []struct {
+		flag   string
+		gossip gossip.StalePolicy
+		route  route.StalePolicy
+	}{{"open", gossip.FailOpen, route.StaleOpen}, {"closed", gossip.FailClosed, route.StaleClosed}} {
+		cfg, err := parseNode(t, "--insecure-dev", "--stale-policy", tt.flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Gossip.StalePolicy != tt.gossip || cfg.Route.StalePolicy != tt.route {
+			t.Errorf("--stale-policy %s: gossip %v, route %v", tt.flag, cfg.Gossip.StalePolicy, cfg.Route.StalePolicy)
+		}
+	}
+	if _, err := parseNode(t, "--insecure-dev", "--stale-policy", "ajar"); err == nil {
+		t.Error("--stale-policy ajar accepted")
 	}
 }
 

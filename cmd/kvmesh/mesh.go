@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
@@ -59,7 +60,15 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 	}
 	setBool(c, "insecure-dev", &cfg.Gossip.Insecure)
 	if c.IsSet("stale-policy") {
-		cfg.Gossip.StalePolicy = gossip.StalePolicy(c.String("stale-policy"))
+		// One knob for both layers: gossip's candidate marking and the router's freshness
+		// filter, or "open" would still drop stale peers at the router.
+		sp := c.String("stale-policy")
+		cfg.Gossip.StalePolicy = gossip.StalePolicy(sp)
+		rp, err := route.ParseStalePolicy(sp)
+		if err != nil {
+			return fmt.Errorf("--stale-policy: %w", err)
+		}
+		cfg.Route.StalePolicy = rp
 	}
 	setString(c, "quic", &cfg.QUICAddr)
 	setString(c, "tls-dir", &cfg.TLSDir)
