@@ -11,6 +11,7 @@ import (
 func TestDeps(t *testing.T) {
 	deptest.Check(t, []string{
 		"github.com/kvmesh/kvmesh/admit", "github.com/kvmesh/kvmesh/admit/route", "github.com/kvmesh/kvmesh/carbon",
-		"github.com/kvmesh/kvmesh/kvindex", "github.com/cespare/xxhash/v2", "golang.org/x/time/rate",
+		"github.com/kvmesh/kvmesh/kvindex", "github.com/kvmesh/kvmesh/internal/jsonconf",
+		"github.com/cespare/xxhash/v2", "golang.org/x/time/rate",
 	}, deptest.Sockets)
 }
