@@ -32,7 +32,11 @@ func New(cfg Config) (*Admitter, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := NewKeys(nil, cfg.Keys.RateTokens, cfg.Keys.BurstTokens)
+	keyMax := 0
+	if cfg.Keys.MaxPriority != nil {
+		keyMax = *cfg.Keys.MaxPriority
+	}
+	keys, err := NewKeys(nil, cfg.Keys.RateTokens, cfg.Keys.BurstTokens, keyMax)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +137,11 @@ func (a *Admitter) limits(m ModelConfig, tenant string) (def, maxMT int) {
 // keys configured access is open: tenant "default", no limit. It returns the tenant on accept.
 func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 	if a.keys.Len() == 0 {
-		return defaultTenant, Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: defaultTenant, Option: -1}
+		open := maxPriorityValue
+		if a.cfg.Keys.MaxPriority != nil {
+			open = *a.cfg.Keys.MaxPriority
+		}
+		return defaultTenant, granted(Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: defaultTenant, Option: -1}, req.Priority, open)
 	}
 	st := a.keys.lookup(req.APIKey)
 	if st == nil || req.APIKey == "" {
@@ -154,7 +162,15 @@ func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 		d.Tenant = st.tenant
 		return "", d
 	}
-	return st.tenant, Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: st.tenant, Option: -1}
+	return st.tenant, granted(Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: st.tenant, Option: -1}, req.Priority, st.maxPrio)
+}
+
+// granted sets the priority d grants a request that asked for asked, under the cap of its key
+// (or of an open mesh): asked, or the cap when asked is higher (PriorityClamped).
+func granted(d Decision, asked, limit int) Decision {
+	d.Priority = min(asked, limit)
+	d.PriorityClamped = asked > limit
+	return d
 }
 
 // budget is layer 3: it fills MaxTokens and ExpectedTokens.
@@ -201,7 +217,8 @@ func Class(priority int) string {
 	}
 }
 
-// SLOFor returns the TTFT and TPOT targets of req: its own, else its class default (0: none).
+// SLOFor returns the TTFT and TPOT targets of req: its own (the client's hard targets), else
+// its class default, the TTFT one plus the request's own prefill time (Request.OwnTTFT).
 func (a *Admitter) SLOFor(req Request) (ttft, tpot time.Duration) {
 	c := a.cfg.SLO.Normal
 	switch Class(req.Priority) {
@@ -212,7 +229,7 @@ func (a *Admitter) SLOFor(req Request) (ttft, tpot time.Duration) {
 	}
 	ttft, tpot = req.TTFTSLO, req.TPOTSLO
 	if ttft == 0 {
-		ttft = time.Duration(c.TTFT)
+		ttft = time.Duration(c.TTFT) + max(req.OwnTTFT, 0)
 	}
 	if tpot == 0 {
 		tpot = time.Duration(c.TPOT)
@@ -271,15 +288,24 @@ func fits(o Option, need int, thr float64) bool {
 // interactive requests must find room. A sheddable request larger than that share on its own
 // starts only where under a tenth of the pool is in use, so a long prompt is not held forever.
 func (a *Admitter) kvRoom(priority int, o Option, need int, mark float64) bool {
-	if priority >= 0 || o.TotalKVBlocks <= 0 {
+	if o.TotalKVBlocks <= 0 {
 		return fits(o, need, mark)
 	}
-	shed := min(mark, a.cfg.KV.Sheddable)
-	if fits(o, need, shed) {
+	own := mark
+	if priority < 0 {
+		own = min(mark, a.cfg.KV.Sheddable)
+	}
+	if fits(o, need, own) {
 		return true
 	}
+	// Larger than its share on its own: it starts where next to nothing else runs, at the
+	// stage's mark if it fits under it, else wherever it fits at all. A request is refused or
+	// held for contention, never for its size alone.
 	total := float64(o.TotalKVBlocks)
-	return float64(need) > shed*total && float64(o.TotalKVBlocks-o.FreeKVBlocks) <= total/10 && fits(o, need, mark)
+	if float64(need) <= own*total || float64(o.TotalKVBlocks-o.FreeKVBlocks) > total/10 {
+		return false
+	}
+	return fits(o, need, mark) || (float64(need) > mark*total && need <= o.FreeKVBlocks)
 }
 
 // spare reports whether a request of priority with prompt tokens may start on o now.
@@ -311,6 +337,22 @@ func prefillTokens(prompt int, options []Option) int {
 		cached = max(cached, o.CachedTokens)
 	}
 	return max(prompt-cached, 0)
+}
+
+// ownTTFT is how long prefill tokens take at the mean prefill rate of the options that report
+// one (0 when none does): the part of a request's default TTFT target its own size earns.
+func ownTTFT(prefill int, options []Option) time.Duration {
+	rate, n := 0.0, 0
+	for _, o := range options {
+		if o.PrefillTokensPerSecond > 0 {
+			rate += o.PrefillTokensPerSecond
+			n++
+		}
+	}
+	if prefill <= 0 || n == 0 {
+		return 0
+	}
+	return time.Duration(float64(prefill) / (rate / float64(n)) * float64(time.Second))
 }
 
 // aheadWait is how long tokens of prefill queued in the room take at the candidates'
@@ -349,7 +391,7 @@ func (a *Admitter) Check(now time.Time, req Request, options []Option) Decision 
 	if d.Refused() {
 		return d
 	}
-	req.Tenant = tenant
+	req.Tenant, req.Priority = tenant, d.Priority
 	return a.Admit(now, req, options)
 }
 
@@ -389,8 +431,12 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		return r
 	}
 	prefill := prefillTokens(req.PromptTokens, options)
+	if req.OwnTTFT == 0 {
+		req.OwnTTFT = ownTTFT(prefill, options)
+	}
 	out := func(r Decision) Decision {
 		r.Tenant, r.MaxTokens, r.ExpectedTokens, r.PrefillTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens, prefill
+		r.OwnTTFT = req.OwnTTFT
 		if r.Refused() && r.Status == statusTooManyRequests && r.RetryAfter == 0 {
 			r.RetryAfter = a.room.RetryAfter(now)
 		}
@@ -479,6 +525,9 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 // Item builds the waiting-room item for a request Admit answered Queue.
 func (a *Admitter) Item(req Request, d Decision) *Item {
 	req.Tenant = d.Tenant
+	if req.OwnTTFT == 0 {
+		req.OwnTTFT = d.OwnTTFT
+	}
 	tokens := req.PromptTokens // a decision that does not say (or a prompt wholly cached)
 	if d.PrefillTokens > 0 {
 		tokens = d.PrefillTokens

@@ -108,6 +108,11 @@ type KeyConfig struct {
 	// sets limits per key in the key file; an unlimited default cannot surprise anyone.
 	RateTokens  float64 `json:"rate_tokens_per_second"`
 	BurstTokens int     `json:"burst_tokens"`
+	// MaxPriority is the highest X-Kvmesh-Priority a request may ask for when its key names
+	// no max_priority, or when no key file is loaded; a higher one is clamped to it (and the
+	// response says so). nil: normal (0) for keys, unlimited for an open mesh, whose clients
+	// are trusted (a development mesh).
+	MaxPriority *int `json:"max_priority"`
 }
 
 // KVConfig is layer 4.
@@ -386,6 +391,9 @@ func (c *Config) validate() error {
 	}
 	if !(c.Keys.RateTokens >= 0) || c.Keys.BurstTokens < 0 {
 		return bad("keys: negative rate or burst")
+	}
+	if p := c.Keys.MaxPriority; p != nil && (*p < -maxPriorityValue || *p > maxPriorityValue) {
+		return bad("keys: max_priority %d outside ±%d", *p, maxPriorityValue)
 	}
 	if !(c.KV.QueueOff > 0 && c.KV.QueueOff <= c.KV.QueueOn && c.KV.QueueOn <= 1) || !(c.KV.Sheddable > 0 && c.KV.Sheddable <= 1) {
 		return bad("kv: want 0 < queue_off ≤ queue_on ≤ 1 and 0 < sheddable ≤ 1")

@@ -23,11 +23,15 @@ type KeyEntry struct {
 	Tenant string  `json:"tenant"`
 	Rate   float64 `json:"rate_tokens_per_second,omitempty"` // 0: the config default
 	Burst  int     `json:"burst_tokens,omitempty"`           // 0: the config default (or the rate × 1 s)
+	// MaxPriority is the highest X-Kvmesh-Priority the key may ask for; a higher one is
+	// clamped to it. nil: the config's Keys.MaxPriority, else normal (0).
+	MaxPriority *int `json:"max_priority,omitempty"`
 }
 
 type keyState struct {
 	hash    [sha256.Size]byte
 	tenant  string
+	maxPrio int
 	rate    float64
 	burst   int
 	limiter *rate.Limiter // nil: unlimited
@@ -39,19 +43,21 @@ type Keys struct {
 	mu       sync.Mutex
 	keys     []*keyState
 	byHash   map[[sha256.Size]byte]*keyState
-	defRate  float64
-	defBurst int
+	defRate    float64
+	defBurst   int
+	defMaxPrio int // the highest priority of a key that names none
 }
 
 // ParseKeys parses an API key file. Two formats, told apart by the first non-space byte:
 //
-// Text: one key per line, "sha256hex tenant [rate_tokens_per_s burst_tokens]"; blank lines and
+// Text: one key per line, "sha256hex tenant [rate_tokens_per_s burst_tokens [max_priority]]"
+// (rate 0 is the default rate; max_priority in X-Kvmesh-Priority's syntax); blank lines and
 // lines starting with '#' are ignored. Example:
 //
-//	# sha256(key)                                                     tenant  rate  burst
-//	9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 acme    2000  16000
+//	# sha256(key)                                                     tenant  rate  burst  max_priority
+//	9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 acme    2000  16000  high
 //
-// JSON: an array of KeyEntry, e.g. [{"sha256":"9f86...","tenant":"acme","rate_tokens_per_second":2000}].
+// JSON: an array of KeyEntry, e.g. [{"sha256":"9f86...","tenant":"acme","rate_tokens_per_second":2000,"max_priority":1}].
 //
 // Rates are in tokens per second, where a request costs its prompt tokens plus max_tokens.
 // The same hash twice is an error.
@@ -73,11 +79,18 @@ func ParseKeys(data []byte) ([]KeyEntry, error) {
 				continue
 			}
 			f := strings.Fields(s)
-			if len(f) != 2 && len(f) != 4 {
-				return nil, fmt.Errorf("%w: line %d: want \"sha256hex tenant [rate burst]\"", ErrKeys, line)
+			if len(f) != 2 && len(f) != 4 && len(f) != 5 {
+				return nil, fmt.Errorf("%w: line %d: want \"sha256hex tenant [rate burst [max_priority]]\"", ErrKeys, line)
 			}
 			e := KeyEntry{SHA256: f[0], Tenant: f[1]}
-			if len(f) == 4 {
+			if len(f) == 5 {
+				p, err := ParsePriority(f[4])
+				if err != nil {
+					return nil, fmt.Errorf("%w: line %d: max_priority: %w", ErrKeys, line, err)
+				}
+				e.MaxPriority = &p
+			}
+			if len(f) >= 4 {
 				r, err := strconv.ParseFloat(f[2], 64)
 				if err != nil {
 					return nil, fmt.Errorf("%w: line %d: rate: %w", ErrKeys, line, err)
@@ -103,6 +116,9 @@ func ParseKeys(data []byte) ([]KeyEntry, error) {
 		if e.Tenant == "" || !(e.Rate >= 0) || math.IsInf(e.Rate, 0) || e.Burst < 0 {
 			return nil, fmt.Errorf("%w: entry %d: empty tenant or bad rate/burst", ErrKeys, i+1)
 		}
+		if p := e.MaxPriority; p != nil && (*p < -maxPriorityValue || *p > maxPriorityValue) {
+			return nil, fmt.Errorf("%w: entry %d: max_priority %d outside ±%d", ErrKeys, i+1, *p, maxPriorityValue)
+		}
 		k := strings.ToLower(e.SHA256)
 		if seen[k] {
 			return nil, fmt.Errorf("%w: entry %d: duplicate key hash", ErrKeys, i+1)
@@ -118,9 +134,10 @@ func HashKey(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// NewKeys builds a key set; defRate/defBurst apply to entries that name no rate.
-func NewKeys(entries []KeyEntry, defRate float64, defBurst int) (*Keys, error) {
-	k := &Keys{defRate: defRate, defBurst: defBurst}
+// NewKeys builds a key set; defRate/defBurst apply to entries that name no rate and
+// defMaxPrio to entries that name no maximum priority.
+func NewKeys(entries []KeyEntry, defRate float64, defBurst, defMaxPrio int) (*Keys, error) {
+	k := &Keys{defRate: defRate, defBurst: defBurst, defMaxPrio: defMaxPrio}
 	if err := k.Replace(entries, time.Time{}); err != nil {
 		return nil, err
 	}
@@ -137,7 +154,10 @@ func (k *Keys) Replace(entries []KeyEntry, now time.Time) error {
 		if err != nil || len(h) != sha256.Size {
 			return fmt.Errorf("%w: entry %d: sha256 must be 64 hex digits", ErrKeys, i+1)
 		}
-		st := &keyState{tenant: e.Tenant, rate: e.Rate, burst: e.Burst}
+		st := &keyState{tenant: e.Tenant, rate: e.Rate, burst: e.Burst, maxPrio: k.defMaxPrio}
+		if e.MaxPriority != nil {
+			st.maxPrio = *e.MaxPriority
+		}
 		copy(st.hash[:], h)
 		if st.rate == 0 {
 			st.rate, st.burst = k.defRate, k.defBurst

@@ -56,7 +56,7 @@ func FuzzParseKeys(f *testing.F) {
 			return
 		}
 		// Whatever parses must load, and every entry must then be usable.
-		k, err := NewKeys(entries, 0, 0)
+		k, err := NewKeys(entries, 0, 0, 0)
 		if err != nil {
 			t.Fatalf("parsed entries do not load: %v", err)
 		}
@@ -70,7 +70,7 @@ func FuzzParseKeys(f *testing.F) {
 func TestKeysReplaceKeepsBucket(t *testing.T) {
 	now := time.Unix(1000, 0)
 	e := []KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 10, Burst: 100}}
-	k, err := NewKeys(e, 0, 0)
+	k, err := NewKeys(e, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,5 +96,60 @@ func TestKeysZeroValueIsOpen(t *testing.T) {
 	var k Keys
 	if k.Len() != 0 || k.lookup("x") != nil {
 		t.Fatal("zero Keys is not empty")
+	}
+}
+
+// TestKeysCapThePriority pins who may ask for what: a key's max_priority (text or JSON) caps
+// X-Kvmesh-Priority, a key that names none is capped at normal (or the config's
+// keys.max_priority), and an open mesh trusts the header unless keys.max_priority caps it.
+// Asking for less than the cap is never raised.
+func TestKeysCapThePriority(t *testing.T) {
+	text := HashKey("sk-gold") + " gold 0 0 high\n" + HashKey("sk-batch") + " batch 0 0 low\n" + HashKey("sk-plain") + " plain\n"
+	entries, err := ParseKeys([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := ParseKeys([]byte(`[{"sha256":"` + HashKey("sk-gold") + `","tenant":"gold","max_priority":1}]`))
+	if err != nil || js[0].MaxPriority == nil || *js[0].MaxPriority != 1 {
+		t.Fatalf("JSON max_priority: %+v, %v", js, err)
+	}
+	if _, err := ParseKeys([]byte(HashKey("k") + " t 0 0 urgent\n")); err == nil {
+		t.Error("a max_priority that is no priority was accepted")
+	}
+	if _, err := ParseKeys([]byte(`[{"sha256":"` + HashKey("k") + `","tenant":"t","max_priority":5000}]`)); err == nil {
+		t.Error("max_priority 5000 was accepted")
+	}
+	prio := func(v int) *int { return &v }
+	tests := []struct {
+		name    string
+		keys    []KeyEntry
+		cap     *int
+		key     string
+		asked   int
+		want    int
+		clamped bool
+	}{
+		{"key allowed high asks high", entries, nil, "sk-gold", 10, 10, false},
+		{"key allowed high asks 1000", entries, nil, "sk-gold", 1000, 10, true},
+		{"batch key asks 1000", entries, nil, "sk-batch", 1000, -10, true},
+		{"batch key asks lower", entries, nil, "sk-batch", -20, -20, false},
+		{"a key naming none: normal", entries, nil, "sk-plain", 1, 0, true},
+		{"a key naming none: the config's cap", entries, prio(1), "sk-plain", 1, 1, false},
+		{"open mesh trusts the header", nil, nil, "", 1000, 1000, false},
+		{"open mesh under a cap", nil, prio(0), "", 1000, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAdmitter(t, func(c *Config) { c.Keys.MaxPriority = tt.cap })
+			if err := a.Keys().Replace(tt.keys, t0); err != nil {
+				t.Fatal(err)
+			}
+			r := baseReq()
+			r.APIKey, r.Priority = tt.key, tt.asked
+			_, d := a.Identify(t0, r)
+			if d.Refused() || d.Priority != tt.want || d.PriorityClamped != tt.clamped {
+				t.Fatalf("Identify: %+v, want priority %d clamped %v", d, tt.want, tt.clamped)
+			}
+		})
 	}
 }

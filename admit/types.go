@@ -39,8 +39,14 @@ type Request struct {
 	Tenant   string // trusted tenant (set by Identify; Admit uses it as given)
 	APIKey   string // raw bearer key; only its SHA-256 is compared
 
-	TTFTSLO  time.Duration // 0: the priority class default
+	TTFTSLO  time.Duration // 0: the priority class default, fitted to the request (OwnTTFT)
 	TPOTSLO  time.Duration // 0: the priority class default
+	// OwnTTFT is how long the request's own uncached prompt takes to prefill at the measured
+	// rate of the engines that could run it. A request that names no TTFT SLO gets its class's
+	// target plus OwnTTFT (SLOFor), so a long prompt is judged on the work queued ahead of it,
+	// not on its own size. The first decision fills it from its options (Decision.OwnTTFT);
+	// the node keeps it for the request's later decisions.
+	OwnTTFT time.Duration
 	QueueTTL time.Duration // 0: Queue.TTL; a larger value is cut to Queue.TTL
 	Agent    string
 	Arrived  time.Time // the queue TTL counts from here
@@ -135,6 +141,12 @@ type Decision struct {
 	// PrefillTokens is the prompt less the longest prefix any candidate holds: the prefill
 	// work the request brings, which the waiting room's token caps and fairness count.
 	PrefillTokens int
+	// OwnTTFT is Request.OwnTTFT as this decision used it (computed if the request had none).
+	OwnTTFT time.Duration
+	// Priority is the priority Identify grants: the one asked for, or its key's maximum when
+	// it asked for more (PriorityClamped). The node runs the request at Priority.
+	Priority        int
+	PriorityClamped bool
 }
 
 // Refused reports whether d is a refusal.

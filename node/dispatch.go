@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,10 @@ const (
 	HeaderAgent    = "X-Kvmesh-Agent"
 	HeaderExplain  = "X-Kvmesh-Explain"
 )
+
+// HeaderPriorityGranted, on a response, is the priority the request ran at when its key (or
+// the mesh's cap) allowed less than X-Kvmesh-Priority asked for.
+const HeaderPriorityGranted = "X-Kvmesh-Priority-Granted"
 
 // CodeCarbonDeferred is the refusal of a sheddable request when every grid with room is dirty.
 const CodeCarbonDeferred = plan.CodeCarbonDeferred
@@ -114,7 +119,10 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		n.m.decisionOf(d)
 		return refuse(refusalOf(d), d.RetryAfter)
 	}
-	a.Tenant = tenant
+	a.Tenant, a.Priority = tenant, d.Priority
+	if d.PriorityClamped {
+		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
+	}
 	a.APIKey = "" // identified; the raw key goes no further
 	explain := r.Header.Get(HeaderExplain) == "1"
 	if n.cfg.Standalone {
@@ -184,6 +192,9 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)
 	} else {
 		n.planner.Queued(now, it, claim, &t.v.View, &t.Plan)
+	}
+	if p.adm.OwnTTFT == 0 {
+		p.adm.OwnTTFT = t.D.OwnTTFT // the request's default TTFT target, fitted once to its size
 	}
 	if t.CarbonRouted {
 		n.m.carbonRouted.Inc()

@@ -94,8 +94,10 @@ func TestOptionOfCountsTheEngineQueue(t *testing.T) {
 // peer, the ingress's decision (over its view holding that peer) and the owner's (over its
 // exact state, the same figures) both accept, or neither does and for the same reason. The
 // owner predicts the request's own uncached prefill and the decode step as the ingress does,
-// so a long prompt no idle engine can prefill within the TTFT target is refused at both.
+// so a long prompt no idle engine can prefill within an explicit TTFT target is refused at
+// both, and one with the default target, which grows with its own prefill, is accepted at both.
 func TestIngressAndOwnerAgree(t *testing.T) {
+	hard := func(r *admit.Request) { r.TTFTSLO = 2 * time.Second }
 	tests := []struct {
 		name   string
 		prompt int
@@ -106,9 +108,11 @@ func TestIngressAndOwnerAgree(t *testing.T) {
 	}{
 		{"idle", 1000, nil, nil, true, ""},
 		{"queued prefill within the target", 1000, func(p *route.Peer) { p.QueuedPrefillTokens = 8000 }, nil, true, ""},
-		{"own prefill past the target", 25000, nil, nil, false, admit.CodeSLOUnattainable},
-		{"cached prefix saves the prefill", 25000, func(p *route.Peer) { p.PrefixBlocks = 1500 }, nil, true, ""},
-		{"queue and own prefill past the target", 6000, func(p *route.Peer) { p.QueuedPrefillTokens = 15000 }, nil, false, admit.CodeSLOUnattainable},
+		{"a long prompt's default target grows with it", 25000, nil, nil, true, ""},
+		{"own prefill past an explicit target", 25000, nil, hard, false, admit.CodeSLOUnattainable},
+		{"cached prefix saves the prefill", 25000, func(p *route.Peer) { p.PrefixBlocks = 1500 }, hard, true, ""},
+		{"queue and own prefill past an explicit target", 6000, func(p *route.Peer) { p.QueuedPrefillTokens = 15000 }, hard, false, admit.CodeSLOUnattainable},
+		{"queue past the fitted target", 6000, func(p *route.Peer) { p.QueuedPrefillTokens = 30000 }, nil, false, admit.CodeSLOUnattainable},
 		{"decode step past the TPOT target", 1000, func(p *route.Peer) { p.DecodeStepSeconds = 0.3 }, nil, false, admit.CodeSLOUnattainable},
 		{"KV full", 1000, func(p *route.Peer) { p.KVBlocksUsed = 7700 }, nil, false, admit.CodeWaitKV},
 		{"explicit loose SLO", 25000, nil, func(r *admit.Request) { r.TTFTSLO = 10 * time.Second }, true, ""},
@@ -277,7 +281,7 @@ func TestAgentStepsStayHomeWithoutATTFTRefusal(t *testing.T) {
 	v := &View{BlockTokens: 16}
 	v.Add(peer("home", func(p *route.Peer) { p.AgentKeys = []uint64{route.AgentKey("ag")}; p.Agents = 1 }), false)
 	v.Add(peer("other", nil), false)
-	req := request(25000, func(r *admit.Request) { r.Agent = "ag" })
+	req := request(25000, func(r *admit.Request) { r.Agent, r.TTFTSLO = "ag", 2*time.Second })
 	var pl Plan
 	p.Ingress(t0, req, v, &pl)
 	if len(pl.Cands) != 1 || pl.Cands[0].Name != "home" || pl.D.Action != admit.Accept {

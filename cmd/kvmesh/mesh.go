@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
@@ -74,6 +75,13 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 	setString(c, "tls-dir", &cfg.TLSDir)
 	setString(c, "policy", &cfg.Policy)
 	setString(c, "api-keys", &cfg.APIKeysFile)
+	if c.IsSet("max-priority") {
+		p, err := admit.ParsePriority(c.String("max-priority"))
+		if err != nil {
+			return fmt.Errorf("--max-priority: %w", err)
+		}
+		cfg.Admit.Keys.MaxPriority = &p
+	}
 	setBool(c, "agent-from-user", &cfg.AgentFromUser)
 	setString(c, "gpu", &cfg.GPU)
 	return carbonConfig(c, cfg)
