@@ -40,9 +40,9 @@ type keyState struct {
 // Keys is the set of API keys, hot-replaceable. The zero value is an empty set, which means
 // open access (every request is tenant "default", unlimited).
 type Keys struct {
-	mu       sync.Mutex
-	keys     []*keyState
-	byHash   map[[sha256.Size]byte]*keyState
+	mu         sync.Mutex
+	keys       []*keyState
+	byHash     map[[sha256.Size]byte]*keyState
 	defRate    float64
 	defBurst   int
 	defMaxPrio int // the highest priority of a key that names none

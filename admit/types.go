@@ -39,14 +39,14 @@ type Request struct {
 	Tenant   string // trusted tenant (set by Identify; Admit uses it as given)
 	APIKey   string // raw bearer key; only its SHA-256 is compared
 
-	TTFTSLO  time.Duration // 0: the priority class default, fitted to the request (OwnTTFT)
-	TPOTSLO  time.Duration // 0: the priority class default
+	TTFTSLO time.Duration // 0: the priority class default, fitted to the request (OwnTTFT)
+	TPOTSLO time.Duration // 0: the priority class default
 	// OwnTTFT is how long the request's own uncached prompt takes to prefill at the measured
 	// rate of the engines that could run it. A request that names no TTFT SLO gets its class's
 	// target plus OwnTTFT (SLOFor), so a long prompt is judged on the work queued ahead of it,
 	// not on its own size. The first decision fills it from its options (Decision.OwnTTFT);
 	// the node keeps it for the request's later decisions.
-	OwnTTFT time.Duration
+	OwnTTFT  time.Duration
 	QueueTTL time.Duration // 0: Queue.TTL; a larger value is cut to Queue.TTL
 	Agent    string
 	Arrived  time.Time // the queue TTL counts from here

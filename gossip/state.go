@@ -52,18 +52,24 @@ type State struct {
 	Role       string
 	EngineKind string
 
-	EngineHealthy          bool
-	BlockTokens            int
-	KVBlocksTotal          int
-	KVBlocksUsed           int
-	HitRate                float64
-	Running                int
-	Waiting                int
-	QueuedPrefillTokens    int
-	InFlightTokens         int
-	PrefillTokensPerSecond float64
-	DecodeStepSeconds      float64
-	MaxRunning             int
+	EngineHealthy       bool
+	BlockTokens         int
+	KVBlocksTotal       int
+	KVBlocksUsed        int
+	HitRate             float64
+	Running             int
+	Waiting             int
+	QueuedPrefillTokens int
+	// PriorityScheduling says the engine runs waiting work by priority (the embedded engine;
+	// vLLM with --scheduling-policy priority): then only QueuedPrefillHigh is ahead of a high
+	// request, and all but QueuedPrefillLow ahead of a normal one. Without it every queued
+	// token is ahead of every request.
+	PriorityScheduling                  bool
+	QueuedPrefillHigh, QueuedPrefillLow int // of QueuedPrefillTokens: priority > 0, and < 0
+	InFlightTokens                      int
+	PrefillTokensPerSecond              float64
+	DecodeStepSeconds                   float64
+	MaxRunning                          int
 
 	PowerWatts     float64
 	PowerCapWatts  float64
@@ -128,7 +134,10 @@ const (
 	tagSeq
 	tagAgents
 	tagAgentKeys
-	tagLast = tagAgentKeys
+	tagPriorityScheduling
+	tagQueuedPrefillHigh
+	tagQueuedPrefillLow
+	tagLast = tagQueuedPrefillLow
 )
 
 const (
@@ -168,6 +177,9 @@ func AppendState(b []byte, s State) ([]byte, error) {
 	e.int(tagRunning, s.Running)
 	e.int(tagWaiting, s.Waiting)
 	e.int(tagQueuedPrefillTokens, s.QueuedPrefillTokens)
+	e.bool(tagPriorityScheduling, s.PriorityScheduling)
+	e.int(tagQueuedPrefillHigh, s.QueuedPrefillHigh)
+	e.int(tagQueuedPrefillLow, s.QueuedPrefillLow)
 	e.int(tagInFlightTokens, s.InFlightTokens)
 	e.float(tagPrefillTokensPerSecond, s.PrefillTokensPerSecond)
 	e.float(tagDecodeStepSeconds, s.DecodeStepSeconds)
@@ -313,6 +325,12 @@ func DecodeState(b []byte) (State, error) {
 			s.Waiting, err = integer(v)
 		case tagQueuedPrefillTokens:
 			s.QueuedPrefillTokens, err = integer(v)
+		case tagPriorityScheduling:
+			s.PriorityScheduling, err = boolean(v)
+		case tagQueuedPrefillHigh:
+			s.QueuedPrefillHigh, err = integer(v)
+		case tagQueuedPrefillLow:
+			s.QueuedPrefillLow, err = integer(v)
 		case tagInFlightTokens:
 			s.InFlightTokens, err = integer(v)
 		case tagPrefillTokensPerSecond:

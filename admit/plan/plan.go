@@ -193,7 +193,7 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	case err == nil:
 	case errors.As(err, &nce) && nce.Busy():
 		// Every host is busy: admission sees them with no room, so it queues (or sheds).
-		p.busyOptions(v, req.Model, pl)
+		p.busyOptions(v, req.Model, req.Priority, pl)
 	default:
 		pl.D = admit.Decision{Action: admit.Refuse, Status: statusServiceUnavailable, Layer: admit.LayerRoute,
 			Code: admit.CodeNoCapacity, Message: "no node can serve model " + req.Model + " now: " + err.Error(),
@@ -211,7 +211,7 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	}
 	for i := range pl.Cands {
 		c := &pl.Cands[i]
-		pl.Opts = append(pl.Opts, OptionOf(c, &v.Peers[c.Peer], v.BlockTokens))
+		pl.Opts = append(pl.Opts, OptionOf(c, &v.Peers[c.Peer], req.Priority, v.BlockTokens))
 	}
 	if claim != nil {
 		claim.Take(pl.Opts) // it runs beside a blocked head only on room the head does not wait for
@@ -343,11 +343,11 @@ func (p *Planner) plain(v *View, pl *Plan) {
 		MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens, Tenant: d.Tenant, KVBlocks: d.KVBlocks}
 }
 
-// OptionOf maps a route candidate on peer into admission's view of it: routing's predicted
-// TTFT and TPOT, and the KV free after the peer's running and queued work and this node's
-// reservations on it.
-func OptionOf(c *route.Candidate, peer *route.Peer, blockTokens int) admit.Option {
-	free := peer.KVBlocksTotal - peer.KVBlocksUsed - QueuedBlocks(peer.QueuedPrefillTokens, blockTokens) - c.Terms.ReservedBlocks
+// OptionOf maps a route candidate on peer into admission's view of it for a request of
+// priority: routing's predicted TTFT and TPOT, and the KV free after the peer's running work,
+// the queued work ahead of the request (route.QueuedAhead) and this node's reservations on it.
+func OptionOf(c *route.Candidate, peer *route.Peer, priority, blockTokens int) admit.Option {
+	free := peer.KVBlocksTotal - peer.KVBlocksUsed - QueuedBlocks(route.QueuedAhead(peer, priority), blockTokens) - c.Terms.ReservedBlocks
 	return admit.Option{
 		Peer: c.Name, PredictedTTFT: c.PredictedTTFT, PredictedTPOT: c.PredictedTPOT,
 		FreeKVBlocks: max(free, 0), TotalKVBlocks: peer.KVBlocksTotal, BlockTokens: blockTokens,
@@ -368,17 +368,18 @@ func QueuedBlocks(tokens, blockTokens int) int {
 // busyOptions lists the busy hosts of model as options, when routing found none with room:
 // their free KV as it is, and the prefill queued on them as the wait. The blocked head's claim
 // goes where it fits first (Admitter.ClaimFor); an accept on a busy host never runs (decide).
-func (p *Planner) busyOptions(v *View, model string, pl *Plan) {
+func (p *Planner) busyOptions(v *View, model string, priority int, pl *Plan) {
 	for i := range v.Peers {
 		peer := &v.Peers[i]
 		if !peer.Healthy || !slices.Contains(peer.Models, model) {
 			continue
 		}
+		ahead := route.QueuedAhead(peer, priority)
 		var ttft time.Duration
 		if peer.PrefillTokensPerSecond > 0 {
-			ttft = time.Duration(float64(peer.QueuedPrefillTokens) / peer.PrefillTokensPerSecond * float64(time.Second))
+			ttft = time.Duration(float64(ahead) / peer.PrefillTokensPerSecond * float64(time.Second))
 		}
-		free := peer.KVBlocksTotal - peer.KVBlocksUsed - QueuedBlocks(peer.QueuedPrefillTokens, v.BlockTokens)
+		free := peer.KVBlocksTotal - peer.KVBlocksUsed - QueuedBlocks(ahead, v.BlockTokens)
 		pl.Opts = append(pl.Opts, admit.Option{Peer: peer.Name, PredictedTTFT: ttft, FreeKVBlocks: max(free, 0),
 			TotalKVBlocks: peer.KVBlocksTotal, BlockTokens: v.BlockTokens, PrefillTokensPerSecond: peer.PrefillTokensPerSecond})
 	}
@@ -423,7 +424,7 @@ func (p *Planner) LocalOption(req admit.Request, self route.Peer, blockTokens in
 	self.Self = true
 	c := p.policy.Predict(p.routeRequest(req, blockTokens), &self)
 	c.Name = self.Name
-	return OptionOf(&c, &self, blockTokens)
+	return OptionOf(&c, &self, req.Priority, blockTokens)
 }
 
 // WithoutSLO is req with the SLO of an agent step decided again (AgentStepSLO).

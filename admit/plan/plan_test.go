@@ -78,7 +78,7 @@ func TestOptionOfCountsTheEngineQueue(t *testing.T) {
 			})
 			c := &route.Candidate{Peer: 0, Name: "p"}
 			c.Terms.ReservedBlocks = tt.reserved
-			if got := OptionOf(c, &pr, 16).FreeKVBlocks; got != tt.wantFree {
+			if got := OptionOf(c, &pr, 0, 16).FreeKVBlocks; got != tt.wantFree {
 				t.Errorf("OptionOf free = %d, want %d", got, tt.wantFree)
 			}
 			if tt.reserved == 0 {
@@ -303,5 +303,47 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("fifo"); err == nil {
 		t.Error("ParseMode(fifo) accepted")
+	}
+}
+
+// TestOnlyTheWorkAheadOfTheBandCounts: on an engine that schedules by priority, a high
+// request is judged on the prefill queued in its own class and above, not on a sheddable flood
+// queued behind it, at the ingress and at the owner alike; on an engine that does not, every
+// queued token is ahead of it and it is refused.
+func TestOnlyTheWorkAheadOfTheBandCounts(t *testing.T) {
+	flood := func(prio bool) func(*route.Peer) {
+		return func(p *route.Peer) {
+			p.QueuedPrefillTokens, p.QueuedPrefillLow, p.PriorityScheduling = 40000, 40000, prio
+			p.KVBlocksUsed = 5000
+		}
+	}
+	high := func(r *admit.Request) { r.Priority, r.TTFTSLO = 10, time.Second }
+	for _, tt := range []struct {
+		name   string
+		prio   bool
+		req    func(*admit.Request)
+		accept bool
+	}{
+		{"high, priority engine", true, high, true},
+		{"high, first-come engine", false, high, false},
+		{"sheddable, priority engine", true, func(r *admit.Request) { r.Priority, r.TTFTSLO = -10, time.Second }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(t, Config{}, nil)
+			pr := peer("owner", flood(tt.prio))
+			v := &View{BlockTokens: 16}
+			v.Add(pr, false)
+			var pl Plan
+			req := request(1000, tt.req)
+			p.Ingress(t0, req, v, &pl)
+			p.Release(&pl)
+			owner := p.Owner(t0, req, pr, 16, false)
+			if got := pl.D.Action == admit.Accept; got != tt.accept {
+				t.Errorf("ingress: %v %s (%s), want accept %v", pl.D.Action, pl.D.Code, pl.D.Message, tt.accept)
+			}
+			if got := owner.Action == admit.Accept; got != tt.accept {
+				t.Errorf("owner: %v %s (%s), want accept %v", owner.Action, owner.Code, owner.Message, tt.accept)
+			}
+		})
 	}
 }

@@ -193,7 +193,24 @@ func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting {
 		return true
 	}
-	return p.QueuedPrefillTokens+rv.prefill > cfg.BusyQueuedPrefillTokens
+	return QueuedAhead(p, req.Priority)+rv.prefill > cfg.BusyQueuedPrefillTokens
+}
+
+// QueuedAhead is the prefill queued on p that runs before a request of priority: all of it,
+// unless p's engine schedules by priority; then only the work of the request's class and above
+// (high: priority > 0; normal: 0; low: < 0), since lower classes wait behind it.
+func QueuedAhead(p *Peer, priority int) int {
+	total := max(p.QueuedPrefillTokens, 0)
+	if !p.PriorityScheduling {
+		return total
+	}
+	switch {
+	case priority > 0:
+		return min(max(p.QueuedPrefillHigh, 0), total)
+	case priority == 0:
+		return max(total-max(p.QueuedPrefillLow, 0), 0)
+	}
+	return total
 }
 
 func clamp01(v float64) float64 {
@@ -221,7 +238,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	if prompt > 0 {
 		t.Prefix = float64(t.PrefixTokens) / float64(prompt)
 	}
-	queued := max(p.QueuedPrefillTokens, 0) + rv.prefill
+	queued := QueuedAhead(p, req.Priority) + rv.prefill
 	t.ReservedTokens, t.ReservedBlocks = rv.prefill, rv.blocks
 	t.LoadTokens = queued + max(p.InFlightTokens, 0)
 	if lt := float64(t.LoadTokens); lt > 0 {

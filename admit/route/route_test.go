@@ -508,3 +508,22 @@ func TestReservations(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuedAhead pins which queued prefill is ahead of a request: all of it on a first-come
+// engine; on a priority engine only its class and above.
+func TestQueuedAhead(t *testing.T) {
+	p := Peer{QueuedPrefillTokens: 10000, QueuedPrefillHigh: 1000, QueuedPrefillLow: 6000}
+	for _, tt := range []struct {
+		prio     bool
+		priority int
+		want     int
+	}{
+		{false, 10, 10000}, {false, 0, 10000}, {false, -10, 10000},
+		{true, 10, 1000}, {true, 0, 4000}, {true, -10, 10000},
+	} {
+		p.PriorityScheduling = tt.prio
+		if got := QueuedAhead(&p, tt.priority); got != tt.want {
+			t.Errorf("priority scheduling %v, priority %d: %d ahead, want %d", tt.prio, tt.priority, got, tt.want)
+		}
+	}
+}
