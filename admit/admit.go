@@ -463,7 +463,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 	// Layers 5 and 6: queue caps and priority, only for a request that has to wait.
 	var aheadN, aheadTokens int
 	if useRoom {
-		aheadN, aheadTokens = a.room.ahead(req.Model, req.Role, req.Priority, a.deadline(req))
+		aheadN, aheadTokens = a.room.ahead(req.Model, req.Role, req.Tenant, req.Priority, a.deadline(req))
 	}
 	queueCode := ""
 	switch {
@@ -473,7 +473,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		queueCode = CodeWaitBehind
 	}
 	if queueCode != "" && useRoom {
-		ok, shed := a.room.canQueue(req.Model, req.Role, req.Priority, prefill)
+		ok, shed := a.room.canQueue(req.Model, req.Role, req.Tenant, req.Priority, prefill)
 		switch {
 		case shed:
 			return out(refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", shedMessage))
@@ -614,7 +614,8 @@ func (h Claim) Take(options []Option) {
 	}
 }
 
-// Evicted is the refusal for a waiter evicted by a higher-priority newcomer.
+// Evicted is the refusal for a waiter evicted by a higher-priority newcomer, or by one of a
+// tenant holding less of its band (WaitingRoom.Push).
 func (a *Admitter) Evicted(now time.Time) Decision {
 	d := refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", evictedMessage)
 	d.RetryAfter = a.room.RetryAfter(now)

@@ -467,12 +467,12 @@ func TestSLOStage(t *testing.T) {
 		{"slo clock after the window still counts", nil, func(r *Request) {
 			r.Arrived, r.SLOStart = t0.Add(-10*time.Second), t0.Add(-1900*time.Millisecond)
 		}, []Option{slow(200*time.Millisecond, 0)}, CodeSLOUnattainable, -1},
-		// SCORPIO: 15000 prefill tokens with earlier deadlines wait ahead at 10000 tokens/s:
-		// 1.5 s + 1 s predicted > 2 s.
-		{"queue ahead makes it late", items("a", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0)}, CodeSLOUnattainable, -1},
+		// SCORPIO: 15000 prefill tokens of its tenant with earlier deadlines wait ahead at
+		// 10000 tokens/s: 1.5 s + 1 s predicted > 2 s.
+		{"queue ahead makes it late", items("t", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0)}, CodeSLOUnattainable, -1},
 		// The same queue drains into two candidates at 20000 tokens/s: 0.75 s + 1 s fits.
-		{"queue ahead drains into every candidate", items("a", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0), slow(time.Second, 0)}, CodeWaitBehind, -1},
-		{"queue ahead but loose slo", items("a", 3, 0, 5000), func(r *Request) { r.TTFTSLO = 10 * time.Second }, []Option{slow(time.Second, 0)}, CodeWaitBehind, -1},
+		{"queue ahead drains into every candidate", items("t", 3, 0, 5000), func(*Request) {}, []Option{slow(time.Second, 0), slow(time.Second, 0)}, CodeWaitBehind, -1},
+		{"queue ahead but loose slo", items("t", 3, 0, 5000), func(r *Request) { r.TTFTSLO = 10 * time.Second }, []Option{slow(time.Second, 0)}, CodeWaitBehind, -1},
 		{"queue behind does not count", items("a", 3, -1, 5000), func(*Request) {}, []Option{slow(time.Second, 0)}, CodeAccepted, 0},
 	}
 	for _, tt := range tests {
@@ -523,9 +523,9 @@ func TestRecheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newAdmitter(t, func(c *Config) { c.Queue.MaxRequests = 3 })
-			// A full room of equal-rank work with earlier deadlines: Admit would make the
-			// request wait behind it (or shed it), and price 15000 tokens ahead of it.
-			for _, it := range items("a", 3, 0, 5000) {
+			// A full room of its tenant's equal-rank work with earlier deadlines: Admit would
+			// make the request wait behind it (or shed it), and price 15000 tokens ahead of it.
+			for _, it := range items("t", 3, 0, 5000) {
 				if _, err := a.Room().Push(t0, it); err != nil {
 					t.Fatalf("seeding: %v", err)
 				}

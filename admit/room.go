@@ -137,7 +137,7 @@ func (r *WaitingRoom) Push(now time.Time, it *Item) ([]*Item, error) {
 	if _, dup := r.byID[it.ID]; dup {
 		return nil, fmt.Errorf("admit: push: duplicate id %q", clip(it.ID))
 	}
-	if r.cfg.MaxRequests == 0 {
+	if r.cfg.MaxRequests <= 0 {
 		return nil, fmt.Errorf("%w: queueing is disabled", ErrQueueFull)
 	}
 	if len(r.byID) >= r.cfg.MaxTotal {
@@ -162,22 +162,25 @@ func (r *WaitingRoom) Push(now time.Time, it *Item) ([]*Item, error) {
 	}
 	var evicted []*Item
 	if over(n, tokens) {
-		// Can evicting every lower-priority waiter make room? Decide before touching anything.
-		ln, lt := 0, 0
-		if p != nil {
-			for _, b := range p.bands {
-				if b.prio < it.Priority {
-					ln += b.n
-					lt += b.tokens
-				}
+		// Can evicting every lower-priority waiter, then the latest work of the tenant holding
+		// more of the band than this item's tenant, make room? Decide before touching anything.
+		ln, lt := lowerLocked(p, it.Priority)
+		var fair []*Item
+		if over(n-ln, tokens-lt) {
+			if fair = r.fairVictimsLocked(p, it.Priority, it.Tenant, cost, n-ln, tokens-lt, over); fair == nil {
+				return nil, fmt.Errorf("%w: %d requests and %d prefill tokens waiting for %s (caps %d and %d)",
+					ErrQueueFull, n, tokens, clip(it.Model), maxReq, maxTok)
 			}
 		}
-		if over(n-ln, tokens-lt) {
-			return nil, fmt.Errorf("%w: %d requests and %d prefill tokens waiting for %s (caps %d and %d)",
-				ErrQueueFull, n, tokens, clip(it.Model), maxReq, maxTok)
-		}
-		for over(p.n, p.tokens) {
+		for over(p.n, p.tokens) && p.bands[len(p.bands)-1].prio < it.Priority {
 			v := r.victimLocked(p)
+			r.removeLocked(v)
+			evicted = append(evicted, v)
+		}
+		for _, v := range fair {
+			if !over(p.n, p.tokens) {
+				break
+			}
 			r.removeLocked(v)
 			evicted = append(evicted, v)
 		}
@@ -192,6 +195,62 @@ func (r *WaitingRoom) Push(now time.Time, it *Item) ([]*Item, error) {
 	it.seq = r.seq
 	r.insertLocked(it)
 	return evicted, nil
+}
+
+// lowerLocked returns the requests and tokens of p's bands below prio.
+func lowerLocked(p *pool, prio int) (n, tokens int) {
+	if p == nil {
+		return 0, 0
+	}
+	for _, b := range p.bands {
+		if b.prio < prio {
+			n += b.n
+			tokens += b.tokens
+		}
+	}
+	return n, tokens
+}
+
+// fairVictimsLocked lists what to evict so that an item of tenant, priority prio and cost
+// tokens fits in p (n and tokens: p's load once its lower bands are gone), when its tenant
+// holds less of its band than another: the latest deadlines of the tenant with the most queued
+// tokens in the band, while that tenant still holds more than tenant will. Fairness decides
+// who is refused, not only who goes first: a tenant flooding a full room loses its own latest
+// work to a tenant within its share. nil: no such room.
+func (r *WaitingRoom) fairVictimsLocked(p *pool, prio int, tenant string, cost, n, tokens int, over func(n, tokens int) bool) []*Item {
+	if p == nil {
+		return nil
+	}
+	i := slices.IndexFunc(p.bands, func(b *band) bool { return b.prio == prio })
+	if i < 0 {
+		return nil
+	}
+	b := p.bands[i]
+	own := cost
+	if f := b.flows[tenant]; f != nil {
+		own += f.tokens
+	}
+	var h *flow
+	for _, g := range b.active {
+		if g.tenant != tenant && (h == nil || g.tokens > h.tokens) {
+			h = g
+		}
+	}
+	if h == nil {
+		return nil
+	}
+	items := h.edfOrder()
+	held := h.tokens
+	var out []*Item
+	for k := len(items) - 1; k >= 0 && held > own; k-- {
+		v := items[k]
+		out = append(out, v)
+		n, tokens, held = n-1, tokens-v.Tokens, held-v.Tokens
+		if !over(n, tokens) {
+			return out
+		}
+	}
+	return nil
 }
 
 // victimLocked picks the eviction victim: in the lowest band, the tenant with the most queued
@@ -478,9 +537,12 @@ func (r *WaitingRoom) QueuedRequests() map[int]int {
 }
 
 // ahead returns the requests and prefill tokens that would be dispatched before a request of
-// the given priority and deadline in (model, role): every higher band, and the earlier
-// deadlines of its own band (SCORPIO's deadline-ordered walk).
-func (r *WaitingRoom) ahead(model, role string, prio int, deadline time.Time) (n, tokens int) {
+// tenant, priority and deadline in (model, role), as the room's order would dispatch them:
+// every higher band; in its own band, its tenant's items with earlier deadlines (EDF within a
+// tenant) and, of every other tenant's backlog, what fair queueing serves before it: the
+// tokens whose virtual start comes before the request's own. A tenant flooding the room so
+// pushes its own later requests back, not everyone's.
+func (r *WaitingRoom) ahead(model, role, tenant string, prio int, deadline time.Time) (n, tokens int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.pools[poolKey{model, role}]
@@ -493,12 +555,30 @@ func (r *WaitingRoom) ahead(model, role string, prio int, deadline time.Time) (n
 			n += b.n
 			tokens += b.tokens
 		case b.prio == prio:
-			for _, f := range b.active {
+			start := b.vtime // the request's virtual start: after its tenant's earlier work
+			if f := b.flows[tenant]; f != nil {
+				start = f.startTag()
 				for _, it := range f.items {
 					if !it.Deadline.After(deadline) {
 						n++
 						tokens += it.Tokens
+						start += int64(max(it.Tokens, r.cfg.MinChargeTokens))
 					}
+				}
+			}
+			for _, g := range b.active {
+				if g.tenant == tenant {
+					continue
+				}
+				// g's items start at its head's tag, one after another in deadline order.
+				at := g.startTag()
+				for _, it := range g.edfOrder() {
+					if at > start || (at == start && it.Deadline.After(deadline)) {
+						break // equal tags go earliest deadline first, as Next does
+					}
+					n++
+					tokens += it.Tokens
+					at += int64(max(it.Tokens, r.cfg.MinChargeTokens))
 				}
 			}
 		}
@@ -506,11 +586,26 @@ func (r *WaitingRoom) ahead(model, role string, prio int, deadline time.Time) (n
 	return n, tokens
 }
 
+// edfOrder returns f's items earliest deadline first (a copy; the heap is not disturbed).
+func (f *flow) edfOrder() []*Item {
+	out := slices.Clone([]*Item(f.items))
+	slices.SortFunc(out, func(a, b *Item) int {
+		if edfLess(a, b) {
+			return -1
+		}
+		if edfLess(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
 // canQueue reports whether Push would accept an item (without eviction races: Push decides).
-func (r *WaitingRoom) canQueue(model, role string, prio, cost int) (ok, shed bool) {
+func (r *WaitingRoom) canQueue(model, role, tenant string, prio, cost int) (ok, shed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cfg.MaxRequests == 0 || len(r.byID) >= r.cfg.MaxTotal {
+	if r.cfg.MaxRequests <= 0 || len(r.byID) >= r.cfg.MaxTotal {
 		return false, false
 	}
 	p := r.pools[poolKey{model, role}]
@@ -525,15 +620,12 @@ func (r *WaitingRoom) canQueue(model, role string, prio, cost int) (ok, shed boo
 			return false, true
 		}
 	}
-	if p != nil {
-		for _, b := range p.bands {
-			if b.prio < prio {
-				n -= b.n
-				tokens -= b.tokens
-			}
-		}
+	over := func(n, tokens int) bool { return n+1 > maxReq || (n > 0 && tokens+cost > maxTok) }
+	ln, lt := lowerLocked(p, prio)
+	if !over(n-ln, tokens-lt) {
+		return true, false
 	}
-	return !(n+1 > maxReq || (n > 0 && tokens+cost > maxTok)), false
+	return r.fairVictimsLocked(p, prio, tenant, cost, n-ln, tokens-lt, over) != nil, false
 }
 
 // RetryAfter estimates when a refused client should retry: the queued prefill tokens divided

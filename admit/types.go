@@ -116,7 +116,7 @@ const (
 	CodeWaitKV       = "wait_kv"     // queued: no candidate has KV room now
 	CodeWaitBehind   = "wait_behind" // queued: equal or higher rank is already waiting
 	CodeEvicted      = "evicted"     // message of a queue_full sent to an evicted waiter
-	evictedMessage   = "evicted by higher priority"
+	evictedMessage   = "evicted for higher-priority work, or for a tenant within its share of the queue"
 	shedMessage      = "sheddable request shed: the queue for this model is busy"
 	defaultTenant    = "default"
 	maxPriorityValue = 1000
