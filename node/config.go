@@ -44,8 +44,15 @@ type Config struct {
 	Engine     string `json:"engine"`
 	EngineKind string `json:"engine_kind"`
 	// Models lists the model names served. Default: DefaultModel with the sim engine, which
-	// gives each the sim's context size; an external engine's own list otherwise.
+	// gives each the sim's context size; with an external engine, every model its GET
+	// /v1/models lists. Given with an external engine, each must be one the engine lists (Start
+	// fails naming it otherwise), and the node serves those of them the engine lists now.
 	Models []string `json:"models"`
+	// ModelsInterval is how often an external engine's GET /v1/models is read again (default
+	// 30s); a failed read is retried every second. Models that appear or disappear there are
+	// advertised or withdrawn, and the node is unready while the engine does not answer or
+	// serves none of its models.
+	ModelsInterval time.Duration `json:"models_interval"`
 	// Sim configures the embedded engine (its Models, OnPrefix and Registerer are set by the
 	// node). File section "sim".
 	Sim sim.Config `json:"-"`
@@ -147,17 +154,18 @@ const (
 	AdmissionQueueCap = "queue-cap"
 )
 
-// DefaultModel is the model a node serves when none is configured.
+// DefaultModel is the model a node on the embedded engine serves when none is configured.
 const DefaultModel = "llama-3.1-8b"
 
 // DefaultConfig returns a node configuration for the embedded engine, every sub-config at its
-// own defaults, agent admission and carbon off, and no name.
+// own defaults, agent admission and carbon off, and no name. Its Models is empty, since the
+// default depends on the engine (see Config.Models); New fills it.
 func DefaultConfig() Config {
 	return Config{
 		HTTPAddr:            ":8080",
 		Engine:              "sim",
 		EngineKind:          "vllm",
-		Models:              []string{DefaultModel},
+		ModelsInterval:      30 * time.Second,
 		Sim:                 sim.DefaultConfig(),
 		MaxBodyBytes:        4 << 20,
 		DrainTimeout:        30 * time.Second,
@@ -197,11 +205,12 @@ func (c *Config) fill() {
 		}
 	}
 	if len(c.Models) == 0 && c.Engine == "sim" {
-		c.Models = d.Models
+		c.Models = []string{DefaultModel}
 	}
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&c.DrainTimeout, &d.DrainTimeout}, {&c.RoomTick, &d.RoomTick}, {&c.RetryAfter, &d.RetryAfter},
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
+		{&c.ModelsInterval, &d.ModelsInterval},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -246,6 +255,7 @@ func (c *Config) validate() error {
 	}{
 		{"DrainTimeout", c.DrainTimeout}, {"RoomTick", c.RoomTick}, {"RetryAfter", c.RetryAfter},
 		{"SpeculativeTTL", c.SpeculativeTTL}, {"AgentInterval", c.AgentInterval},
+		{"ModelsInterval", c.ModelsInterval},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("node: %s %v is negative", d.name, d.v)

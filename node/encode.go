@@ -100,10 +100,16 @@ func (e *encoder) complete(text string, last engine.Chunk) any {
 	}
 }
 
+// modelObject is OpenAI's model object for m, with vLLM's max_model_len.
+func modelObject(m engine.Model) openai.Model {
+	return openai.Model{ID: m.Name, Object: openai.ObjectModel, Created: 0, OwnedBy: "kvmesh", MaxModelLen: m.ContextTokens}
+}
+
+// handleModels is GET /v1/models: every model served in the mesh this node sees.
 func (n *Node) handleModels(w http.ResponseWriter, r *http.Request) {
 	list := openai.ModelList{Object: "list", Data: []openai.Model{}}
 	for _, m := range n.meshModels() {
-		list.Data = append(list.Data, openai.Model{ID: m.Name, Object: "model", Created: 0, OwnedBy: "kvmesh", MaxModelLen: m.ContextTokens})
+		list.Data = append(list.Data, modelObject(m))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -112,20 +118,24 @@ func (n *Node) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.cfg.Name})
 }
 
-// handleReadyz is 200 while the node takes new requests and its engine is healthy.
+// handleReadyz is 200 while the node takes new requests and its engine is healthy: for an
+// external engine, while it answers, serves at least one of the node's models and its metrics
+// scrape works. An unhealthy engine's body says why when it can ("reason").
 func (n *Node) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case n.isDraining():
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 	case !n.eng.State().Healthy:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "engine unhealthy"})
+		body := map[string]string{"status": "engine unhealthy"}
+		if n.ext != nil {
+			if err := n.ext.Health(); err != nil {
+				body["reason"] = err.Error()
+			}
+		}
+		writeJSON(w, http.StatusServiceUnavailable, body)
 	default:
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
-}
-
-func (n *Node) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	openai.WriteError(w, openai.NewError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

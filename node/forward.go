@@ -182,7 +182,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
 	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
 	p.agentFinal = a.Agent != "" && h.AgentFinal
-	if _, ok := n.models[a.Model]; !ok {
+	if _, ok := n.localModel(a.Model); !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
 		return
 	}

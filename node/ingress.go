@@ -189,11 +189,13 @@ func writeRefusal(w http.ResponseWriter, e *openai.Error, retryAfter time.Durati
 }
 
 // engineError maps an error from Engine.Generate (before any output) to the client's answer.
+// An external engine's HTTP error says itself what the client gets (extengine.StatusError's
+// APIError): a 4xx keeps its status, message and code, a 5xx is a 502 engine_error.
 func engineError(err error) *openai.Error {
-	var re interface{ HTTPStatus() int }
+	var ae interface{ APIError() *openai.Error }
 	switch {
-	case errors.As(err, &re) && re.HTTPStatus() >= 400 && re.HTTPStatus() < 500:
-		return openai.NewError(re.HTTPStatus(), openai.CodeInvalidRequest, err.Error())
+	case errors.As(err, &ae):
+		return ae.APIError()
 	case errors.Is(err, engine.ErrRejected):
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

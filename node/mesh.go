@@ -198,9 +198,20 @@ func (n *Node) selfPeer(blocks []uint64) route.Peer {
 	return p
 }
 
+// localModel reports whether this node's engine serves model now (an external engine's list
+// changes as the engine's does).
+func (n *Node) localModel(model string) (engine.Model, bool) {
+	for _, m := range n.eng.Models() {
+		if m.Name == model {
+			return m, true
+		}
+	}
+	return engine.Model{}, false
+}
+
 // meshModelInfo reports whether some node in the mesh serves model, and its context size.
 func (n *Node) meshModelInfo(model string) (int, bool) {
-	if m, ok := n.models[model]; ok {
+	if m, ok := n.localModel(model); ok {
 		return m.ContextTokens, true
 	}
 	if n.g == nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
@@ -37,7 +36,6 @@ type Node struct {
 	eng     engine.Engine
 	sim     *sim.Sim          // the embedded engine, when it is the engine
 	ext     *extengine.Engine // the external engine, when it is the engine
-	models  map[string]engine.Model
 	httpSrv *http.Server
 
 	g        *gossip.Gossip
@@ -83,29 +81,17 @@ func New(cfg Config) (*Node, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), models: map[string]engine.Model{},
+	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg),
 		done: make(chan struct{}), roomKick: make(chan struct{}, 1)}
 	if err := n.buildEngine(); err != nil {
 		return nil, err
-	}
-	for _, m := range n.eng.Models() {
-		n.models[m.Name] = m
 	}
 	if err := n.buildMesh(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", n.handleGenerate(engine.Chat))
-	mux.HandleFunc("POST /v1/completions", n.handleGenerate(engine.Completion))
-	mux.HandleFunc("GET /v1/models", n.handleModels)
-	mux.HandleFunc("GET /healthz", n.handleHealthz)
-	mux.HandleFunc("GET /readyz", n.handleReadyz)
-	mux.HandleFunc("GET /v1/mesh/peers", n.handlePeers)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/", n.handleNotFound)
 	n.httpSrv = &http.Server{
-		Handler:           n.counted(mux),
+		Handler:           n.counted(n.routes()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -148,8 +134,11 @@ func (n *Node) buildEngine() error {
 	ec := extengine.DefaultConfig()
 	ec.BaseURL = n.cfg.Engine
 	ec.Kind = n.cfg.EngineKind
+	ec.ModelsInterval = n.cfg.ModelsInterval
+	// The engine's max_model_len is a model's context; when the engine sends none, the
+	// admission config's context_tokens for it, else the engine package's default.
 	for _, name := range n.cfg.Models {
-		ec.Models = append(ec.Models, engine.Model{Name: name, ContextTokens: sim.DefaultConfig().Models[0].ContextTokens})
+		ec.Models = append(ec.Models, engine.Model{Name: name, ContextTokens: n.cfg.Admit.Models[name].ContextTokens})
 	}
 	ec.Registerer = n.reg
 	ec.Logger = n.log
@@ -170,11 +159,10 @@ func (n *Node) Start(ctx context.Context) error {
 		return errors.New("node: already started")
 	}
 	if n.ext != nil {
+		// An engine that does not answer yet leaves the node unready, not stopped; one that
+		// answers without a configured model stops it.
 		if err := n.ext.Start(ctx); err != nil {
 			return fmt.Errorf("node: engine: %w", err)
-		}
-		for _, m := range n.eng.Models() {
-			n.models[m.Name] = m
 		}
 	}
 	ln, err := net.Listen("tcp", n.cfg.HTTPAddr)

@@ -20,9 +20,11 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	n.m.served.WithLabelValues(origin).Inc()
 	st, err := n.eng.Generate(ctx, &p.req)
 	if err != nil {
+		// The engine said no before any output: a 4xx is a refusal (the client's request), the
+		// rest a failure (the engine's).
 		e := engineError(err)
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code}
+		return outcome{code: e.Code, refused: e.Status < 500}
 	}
 	defer st.Close()
 	first, err := st.Recv()

@@ -59,6 +59,24 @@ func TestNodeFlagsMapToConfig(t *testing.T) {
 	}
 }
 
+// TestExternalEngineServesItsOwnModelsByDefault pins that kvmesh node next to an external
+// engine configures no model unless --model is given (the node then serves the engine's
+// list), and that --models-interval sets the refresh. (The embedded engine's default model is
+// filled by node.New: node's TestConfigZeroRule.)
+func TestExternalEngineServesItsOwnModelsByDefault(t *testing.T) {
+	cfg, err := parseNode(t, "--insecure-dev", "--engine", "http://127.0.0.1:8000", "--models-interval", "5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Models) != 0 || cfg.ModelsInterval != 5*time.Second {
+		t.Errorf("external engine: models %v, interval %v; want none (the engine's list) and 5s", cfg.Models, cfg.ModelsInterval)
+	}
+	cfg, err = parseNode(t, "--insecure-dev", "--engine", "http://127.0.0.1:8000", "--model", "org/m")
+	if err != nil || strings.Join(cfg.Models, ",") != "org/m" {
+		t.Errorf("external engine with --model: %v %v", cfg.Models, err)
+	}
+}
+
 // TestStalePolicyReachesTheRouter pins that --stale-policy open keeps stale peers at both
 // layers: gossip's candidate marking and the router's own freshness filter.
 func TestStalePolicyReachesTheRouter(t *testing.T) {

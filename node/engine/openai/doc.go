@@ -18,7 +18,26 @@
 //   - PrefillTokensPerSecond, DecodeStepSeconds, MaxRunning: passed through from Config.
 //   - Healthy: false until the first good scrape and after Config.MaxScrapeFailures failures in
 //     a row. A scrape that finds none of the kind's request gauges counts as a failure, since it
-//     means the kind is misconfigured.
+//     means the kind is misconfigured. Also false while the model list is (below).
+//
+// # Models
+//
+// The models served come from the server's GET /v1/models, read at Start and every
+// Config.ModelsInterval: every model it lists, or, when Config.Models names some, those of them
+// it lists. A model's context is the entry's max_model_len (vLLM sends it), else the configured
+// one, else Config.DefaultContextTokens. Start fails (ErrModelNotServed) when the server
+// answers without a configured model; a server that does not answer does not fail Start but
+// leaves the engine unhealthy until a fetch succeeds (retried every ScrapeInterval), so a node
+// may start before its engine has loaded. The engine is unhealthy while it cannot fetch the
+// list (from the first failure before any success, after MaxScrapeFailures in a row later) and
+// while it serves no model; Health says why.
+//
+// # Errors
+//
+// An HTTP error before the first token is a *StatusError. Its APIError keeps a 4xx's status,
+// message, param and string code for the client (a code by status when the engine sends
+// none), and makes a 5xx, or the engine refusing the node's credentials (401, 403), a 502
+// engine_error.
 //
 // # Concurrency
 //

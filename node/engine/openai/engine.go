@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,10 +37,14 @@ type Config struct {
 	BaseURL string
 	// Kind is one of the Kind constants.
 	Kind string
-	// Models served; if empty, Start fetches GET /v1/models, using each entry's max_model_len
-	// when the server sends one and DefaultContextTokens otherwise.
+	// Models to serve, by name; empty serves whatever the server's GET /v1/models lists (see
+	// models.go). A model's context is the server's max_model_len, else the configured
+	// ContextTokens (0: none), else DefaultContextTokens.
 	Models               []engine.Model
 	DefaultContextTokens int
+	// ModelsInterval is the period of the GET /v1/models refresh (default 30s); a failed fetch
+	// is retried every ScrapeInterval.
+	ModelsInterval time.Duration
 	// ScrapeInterval is the period of the /metrics scrape; ScrapeTimeout bounds one scrape.
 	ScrapeInterval time.Duration
 	ScrapeTimeout  time.Duration
@@ -68,6 +73,7 @@ func DefaultConfig() Config {
 		BaseURL:              "http://127.0.0.1:8000",
 		Kind:                 KindVLLM,
 		DefaultContextTokens: 8192,
+		ModelsInterval:       30 * time.Second,
 		ScrapeInterval:       time.Second,
 		ScrapeTimeout:        time.Second,
 		MaxScrapeFailures:    3,
@@ -95,6 +101,15 @@ type Engine struct {
 	lastQ    float64
 	haveLast bool
 	started  bool
+
+	// Model discovery (models.go), under mu. models are those served: the configured ones
+	// until the first good fetch. modelsErr is why the model list makes the engine unhealthy
+	// (nil: it does not); modelFails counts failed fetches in a row; modelsKnown is set by the
+	// first good fetch; lastMissing is the configured names last found missing, as logged.
+	modelsErr   error
+	modelFails  int
+	modelsKnown bool
+	lastMissing string
 
 	inflight atomic.Int64
 
@@ -147,17 +162,25 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ScrapeTimeout == 0 {
 		cfg.ScrapeTimeout = min(cfg.ScrapeInterval, def.ScrapeTimeout)
 	}
-	if cfg.ScrapeInterval < 0 || cfg.ScrapeTimeout < 0 || cfg.DefaultContextTokens < 0 ||
+	if cfg.ModelsInterval == 0 {
+		cfg.ModelsInterval = def.ModelsInterval
+	}
+	if cfg.ScrapeInterval < 0 || cfg.ScrapeTimeout < 0 || cfg.ModelsInterval < 0 || cfg.DefaultContextTokens < 0 ||
 		cfg.MaxScrapeFailures < 0 || cfg.BlockTokens < 0 || cfg.NominalKVBlocks < 0 || cfg.AvgPromptTokens < 0 {
 		return nil, errors.New("openai: negative config value")
 	}
+	models := make([]engine.Model, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
-		if m.Name == "" || m.ContextTokens <= 0 {
-			return nil, fmt.Errorf("openai: model %q needs a name and a positive context", m.Name)
+		if m.Name == "" || m.ContextTokens < 0 {
+			return nil, fmt.Errorf("openai: model %q needs a name and a context of 0 (the engine's) or more", m.Name)
 		}
+		if m.ContextTokens == 0 {
+			m.ContextTokens = cfg.DefaultContextTokens
+		}
+		models = append(models, m)
 	}
 	e := &Engine{cfg: cfg, base: u, client: cfg.HTTPClient, log: cfg.Logger,
-		models: append([]engine.Model(nil), cfg.Models...)}
+		models: models, modelsErr: errModelsNotFetched}
 	if e.client == nil {
 		e.client = &http.Client{}
 	}
@@ -179,9 +202,10 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Start fetches the model list if none was configured, scrapes once, and starts the scrape loop
-// (none for kind "openai"). It fails if the model list cannot be fetched; a failed first scrape
-// only leaves the engine unhealthy.
+// Start fetches the model list, scrapes once, and starts the loop that refreshes both (no
+// scrape for kind "openai"). It fails only when the server answers and does not list a
+// configured model (ErrModelNotServed); a server that does not answer leaves the engine
+// unhealthy until a later fetch succeeds.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	if e.started {
@@ -189,21 +213,16 @@ func (e *Engine) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	e.started = true
-	need := len(e.models) == 0
 	e.mu.Unlock()
-	if need {
-		ms, err := e.fetchModels(ctx)
-		if err != nil {
+	if err := e.refreshModels(ctx, true); err != nil {
+		if errors.Is(err, ErrModelNotServed) {
 			return err
 		}
-		e.mu.Lock()
-		e.models = ms
-		e.mu.Unlock()
+		e.log.Warn("engine not reachable at start; unready until it answers", "engine", e.base.String(), "err", err)
 	}
-	if e.cfg.Kind == KindOpenAI {
-		return nil
+	if e.cfg.Kind != KindOpenAI {
+		e.scrape(ctx)
 	}
-	e.scrape(ctx)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	e.mu.Lock()
@@ -217,16 +236,27 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
+// loop scrapes /metrics every ScrapeInterval (not for kind "openai") and refreshes the model
+// list when nextModelsFetch says, until ctx ends.
 func (e *Engine) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	t := time.NewTicker(e.cfg.ScrapeInterval)
-	defer t.Stop()
+	var scrapes <-chan time.Time
+	if e.cfg.Kind != KindOpenAI {
+		t := time.NewTicker(e.cfg.ScrapeInterval)
+		defer t.Stop()
+		scrapes = t.C
+	}
+	models := time.NewTimer(e.nextModelsFetch())
+	defer models.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-scrapes:
 			e.scrape(ctx)
+		case <-models.C:
+			_ = e.refreshModels(ctx, false) // logged and counted inside
+			models.Reset(e.nextModelsFetch())
 		}
 	}
 }
@@ -249,17 +279,19 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Models returns the models served.
+// Models returns the models served: those of the server's last good list (see models.go).
 func (e *Engine) Models() []engine.Model {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]engine.Model(nil), e.models...)
 }
 
-// State returns the latest scraped snapshot.
+// State returns the latest scraped snapshot. It is healthy only while the model list is too
+// (see Health).
 func (e *Engine) State() engine.State {
 	e.mu.Lock()
 	s := e.state
+	s.Healthy = s.Healthy && e.modelsErr == nil
 	e.mu.Unlock()
 	if e.cfg.Kind == KindOpenAI {
 		s.Running = int(e.inflight.Load())
@@ -269,52 +301,25 @@ func (e *Engine) State() engine.State {
 
 func (e *Engine) url(path string) string { return e.base.String() + path }
 
-func (e *Engine) fetchModels(ctx context.Context) ([]engine.Model, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url("/v1/models"), nil)
-	if err != nil {
-		return nil, fmt.Errorf("openai: models request: %w", err)
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("openai: fetching models: %w: %w", engine.ErrUnavailable, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("openai: fetching models: status %d: %w", resp.StatusCode, engine.ErrUnavailable)
-	}
-	var list wire.ModelList
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("openai: decoding models: %w", err)
-	}
-	var ms []engine.Model
-	for _, m := range list.Data {
-		if m.ID == "" {
-			continue
-		}
-		ctxTokens := m.MaxModelLen
-		if ctxTokens <= 0 {
-			ctxTokens = e.cfg.DefaultContextTokens
-		}
-		ms = append(ms, engine.Model{Name: m.ID, ContextTokens: ctxTokens})
-	}
-	if len(ms) == 0 {
-		return nil, errors.New("openai: engine lists no models")
-	}
-	return ms, nil
-}
-
 // StatusError is an HTTP error answer from the engine before any output. It wraps
-// engine.ErrRejected for 4xx and engine.ErrUnavailable for 5xx, and keeps the engine's status
-// and OpenAI error fields so the node can relay a 4xx as is.
+// engine.ErrRejected for a 4xx the client caused and engine.ErrUnavailable otherwise, and
+// keeps the engine's status and OpenAI error fields so the node can relay a 4xx as is.
 type StatusError struct {
 	Status  int
 	Message string
 	Type    string
 	Param   string
-	Code    string
+	// Code is the engine's error code when it sent a string one (vLLM sends the HTTP status
+	// as a number, which is not kept).
+	Code string
+	// Structured: the body was a JSON error (OpenAI's {"error":{...}}, vLLM's or TGI's), not
+	// plain text such as a proxy's or a router's "404 page not found".
+	Structured bool
 }
+
+// CodeEngineOverloaded is the code of an engine's 429 that names none (TGI at its
+// concurrency cap sends {"error":"Model is overloaded","error_type":"overloaded"}).
+const CodeEngineOverloaded = "engine_overloaded"
 
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("openai: engine answered %d: %s", e.Status, e.Message)
@@ -323,27 +328,74 @@ func (e *StatusError) Error() string {
 // HTTPStatus is the engine's status code.
 func (e *StatusError) HTTPStatus() int { return e.Status }
 
+// clientError reports whether the answer is the client's to fix: a 4xx other than the
+// engine refusing the node's own credentials (401, 403, 407; the node sends none).
+func (e *StatusError) clientError() bool {
+	switch e.Status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired:
+		return false
+	}
+	return e.Status >= 400 && e.Status < 500
+}
+
 // Unwrap gives the engine sentinel.
 func (e *StatusError) Unwrap() error {
-	if e.Status >= 400 && e.Status < 500 {
+	if e.clientError() {
 		return engine.ErrRejected
 	}
 	return engine.ErrUnavailable
 }
 
-// APIError returns the error to send the client: the engine's own for a 4xx, a 502
-// engine_error for anything else.
+// APIError returns the error to send the client. A 4xx the client caused keeps its status, the
+// engine's message, param and string code; without a code it gets one by status: 404
+// model_not_found (not_found for a plain-text 404, which means a missing path), 413
+// body_too_large, 429 engine_overloaded, others invalid_request. Anything else (5xx, and the
+// engine refusing the node's credentials) is a 502 engine_error.
 func (e *StatusError) APIError() *wire.Error {
-	if e.Status < 400 || e.Status >= 500 {
+	if !e.clientError() {
 		return wire.ErrEngine(e.Error())
 	}
 	code := e.Code
 	if code == "" {
-		code = wire.CodeInvalidRequest
+		switch e.Status {
+		case http.StatusNotFound:
+			code = "not_found"
+			if e.Structured {
+				code = wire.CodeModelNotFound
+			}
+		case http.StatusRequestEntityTooLarge:
+			code = wire.CodeBodyTooLarge
+		case http.StatusTooManyRequests:
+			code = CodeEngineOverloaded
+		default:
+			code = wire.CodeInvalidRequest
+		}
 	}
 	out := wire.NewError(e.Status, code, e.Message)
 	out.Param = e.Param
 	return out
+}
+
+// errorFields are the fields of an OpenAI error object; vLLM's older builds send them at the
+// top level with "object":"error".
+type errorFields struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Param   *string         `json:"param"`
+	Code    json.RawMessage `json:"code"`
+}
+
+func (f *errorFields) into(se *StatusError) {
+	se.Message, se.Type, se.Structured = f.Message, f.Type, true
+	if f.Param != nil {
+		se.Param = *f.Param
+	}
+	var code string
+	if json.Unmarshal(f.Code, &code) == nil {
+		if _, err := strconv.Atoi(code); err != nil { // "404" is a status, not a code
+			se.Code = code
+		}
+	}
 }
 
 func statusError(resp *http.Response) *StatusError {
@@ -351,33 +403,20 @@ func statusError(resp *http.Response) *StatusError {
 	se := &StatusError{Status: resp.StatusCode}
 	var body struct {
 		Error json.RawMessage `json:"error"`
-		// TGI and some others send {"error":"msg","error_type":"..."}; vLLM's older builds send
-		// {"message":...} at the top.
-		Message   string `json:"message"`
+		// TGI and some others send {"error":"msg","error_type":"..."}.
 		ErrorType string `json:"error_type"`
+		errorFields
 	}
 	if json.Unmarshal(b, &body) == nil {
-		var d struct {
-			Message string          `json:"message"`
-			Type    string          `json:"type"`
-			Param   *string         `json:"param"`
-			Code    json.RawMessage `json:"code"`
-		}
+		var d errorFields
 		var s string
 		switch {
 		case json.Unmarshal(body.Error, &d) == nil && d.Message != "":
-			se.Message, se.Type = d.Message, d.Type
-			if d.Param != nil {
-				se.Param = *d.Param
-			}
-			var code string
-			if json.Unmarshal(d.Code, &code) == nil {
-				se.Code = code
-			}
+			d.into(se)
 		case json.Unmarshal(body.Error, &s) == nil && s != "":
-			se.Message, se.Type = s, body.ErrorType
+			se.Message, se.Type, se.Structured = s, body.ErrorType, true
 		case body.Message != "":
-			se.Message = body.Message
+			body.errorFields.into(se)
 		}
 	}
 	if se.Message == "" {

@@ -29,14 +29,18 @@ type fake struct {
 	mu      sync.Mutex
 	metrics string
 	status  int // of /metrics; 0 = 200
-	gen     http.HandlerFunc
-	bodies  chan []byte
-	scrapes atomic.Int64
+	// models is the /v1/models body and modelsStatus its status (0 = 200).
+	models       string
+	modelsStatus int
+	modelFetches atomic.Int64
+	gen          http.HandlerFunc
+	bodies       chan []byte
+	scrapes      atomic.Int64
 }
 
 func newFake(t *testing.T) *fake {
 	t.Helper()
-	f := &fake{bodies: make(chan []byte, 16)}
+	f := &fake{bodies: make(chan []byte, 16), models: modelsAB}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		f.scrapes.Add(1)
@@ -49,7 +53,14 @@ func newFake(t *testing.T) *fake {
 		io.WriteString(w, f.metrics)
 	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"object":"list","data":[{"id":"a","object":"model","created":1,"owned_by":"x","max_model_len":4096},{"id":"b","object":"model"}]}`)
+		f.modelFetches.Add(1)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.modelsStatus != 0 {
+			w.WriteHeader(f.modelsStatus)
+			return
+		}
+		io.WriteString(w, f.models)
 	})
 	h := func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -67,6 +78,30 @@ func newFake(t *testing.T) *fake {
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// modelsAB is vLLM-like: a sends max_model_len, b does not.
+const modelsAB = `{"object":"list","data":[{"id":"a","object":"model","created":1,"owned_by":"x","max_model_len":4096},{"id":"b","object":"model"}]}`
+
+// setModels sets the /v1/models answer: a status other than 200, or the listed ids (each with
+// max_model_len 1000 × its position + 1000).
+func (f *fake) setModels(status int, ids ...string) {
+	type entry struct {
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		MaxModelLen int    `json:"max_model_len"`
+	}
+	list := struct {
+		Object string  `json:"object"`
+		Data   []entry `json:"data"`
+	}{Object: "list", Data: []entry{}}
+	for i, id := range ids {
+		list.Data = append(list.Data, entry{ID: id, Object: "model", MaxModelLen: 1000 * (i + 1)})
+	}
+	b, _ := json.Marshal(list)
+	f.mu.Lock()
+	f.models, f.modelsStatus = string(b), status
+	f.mu.Unlock()
 }
 
 func (f *fake) set(metrics string) {
@@ -262,9 +297,148 @@ func TestModelsFetchedAtStart(t *testing.T) {
 	if got := e.Models(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("models = %v, want %v", got, want)
 	}
-	e2 := newEngine(t, f, KindVLLM, func(c *Config) { c.Models = []engine.Model{{Name: "z", ContextTokens: 5}} })
-	if got := e2.Models(); len(got) != 1 || got[0].Name != "z" {
-		t.Errorf("configured models replaced: %v", got)
+	if err := e.Health(); err != nil || !e.State().Healthy {
+		t.Errorf("health %v, state %+v", err, e.State())
+	}
+}
+
+// TestConfiguredModelsAreCheckedAndKeepTheirOrder pins the rule for configured models: those
+// the engine lists are served, in the configured order, each with the engine's max_model_len,
+// else its configured context, else DefaultContextTokens; one the engine does not list fails
+// Start, naming it.
+func TestConfiguredModelsAreCheckedAndKeepTheirOrder(t *testing.T) {
+	f := newFake(t)
+	e := newEngine(t, f, KindOpenAI, func(c *Config) {
+		c.DefaultContextTokens = 1000
+		c.Models = []engine.Model{{Name: "b", ContextTokens: 777}, {Name: "a", ContextTokens: 5}}
+	})
+	want := []engine.Model{{Name: "b", ContextTokens: 777}, {Name: "a", ContextTokens: 4096}}
+	if got := e.Models(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("models = %v, want %v", got, want)
+	}
+	e = newEngine(t, f, KindOpenAI, func(c *Config) { c.Models = []engine.Model{{Name: "b"}} })
+	if got := e.Models(); len(got) != 1 || got[0].Name != "b" || got[0].ContextTokens != 8192 {
+		t.Errorf("models = %v, want b with the default context", got)
+	}
+
+	cfg := DefaultConfig()
+	cfg.BaseURL, cfg.Kind = f.srv.URL, KindOpenAI
+	cfg.Models = []engine.Model{{Name: "a"}, {Name: "meta-llama/Llama-3.1-8B-Instruct"}}
+	missing, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer missing.Close()
+	err = missing.Start(context.Background())
+	if !errors.Is(err, ErrModelNotServed) || !strings.Contains(err.Error(), `"meta-llama/Llama-3.1-8B-Instruct"`) ||
+		strings.Contains(err.Error(), `serve "a"`) {
+		t.Errorf("Start = %v, want ErrModelNotServed naming the missing model only", err)
+	}
+}
+
+// modelStep is what the engine lists, and what the Engine should then serve (names, space
+// separated) and whether it should be healthy.
+type modelStep struct {
+	listed  []string
+	want    string
+	healthy bool
+}
+
+// TestModelsFollowTheEngine pins the refresh: a model the engine adds is served, one it drops
+// is not, and the engine is unhealthy while it serves none of the configured models.
+func TestModelsFollowTheEngine(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured []engine.Model
+		steps      []modelStep
+	}{
+		{name: "all the engine lists", steps: []modelStep{{[]string{"a", "b"}, "a b", true}, {[]string{"b", "c"}, "b c", true}, {nil, "", false}, {[]string{"c"}, "c", true}}},
+		{name: "configured", configured: []engine.Model{{Name: "a"}, {Name: "b"}}, steps: []modelStep{{[]string{"a", "b"}, "a b", true}, {[]string{"b", "c"}, "b", true}, {[]string{"c"}, "", false}, {[]string{"a", "c"}, "a", true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			f.setModels(0, tt.steps[0].listed...)
+			e := newEngine(t, f, KindOpenAI, func(c *Config) { c.Models = tt.configured })
+			for i, st := range tt.steps {
+				f.setModels(0, st.listed...)
+				if err := e.refreshModels(context.Background(), false); err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for _, m := range e.Models() {
+					names = append(names, m.Name)
+				}
+				if got := strings.Join(names, " "); got != st.want || e.State().Healthy != st.healthy || (e.Health() == nil) != st.healthy {
+					t.Errorf("step %d (engine lists %v): serves %q healthy %v (%v), want %q healthy %v",
+						i, st.listed, got, e.State().Healthy, e.Health(), st.want, st.healthy)
+				}
+			}
+		})
+	}
+}
+
+func TestModelsRefreshLoopRuns(t *testing.T) {
+	f := newFake(t)
+	e := newEngine(t, f, KindOpenAI, func(c *Config) { c.ModelsInterval = 5 * time.Millisecond })
+	f.setModels(0, "z")
+	if !poll.Within(5*time.Second, func() bool { m := e.Models(); return len(m) == 1 && m[0].Name == "z" }) {
+		t.Fatalf("the refresh never picked up the change: %v", e.Models())
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := f.modelFetches.Load()
+	e.Close()
+	if f.modelFetches.Load() != n {
+		t.Error("model fetches continued after Close")
+	}
+}
+
+// TestUnreachableEngineStartsUnready pins the start-up rule: an engine that does not answer
+// (here: answers 503 to /v1/models) does not fail Start; it is unhealthy, keeps the configured
+// models, is retried every ScrapeInterval, and turns healthy once it answers.
+func TestUnreachableEngineStartsUnready(t *testing.T) {
+	f := newFake(t)
+	f.setModels(http.StatusServiceUnavailable)
+	e := newEngine(t, f, KindOpenAI, func(c *Config) {
+		c.Models = []engine.Model{{Name: "a", ContextTokens: 100}}
+		c.ModelsInterval, c.ScrapeInterval = time.Hour, 5*time.Millisecond
+	})
+	if e.State().Healthy || e.Health() == nil || !strings.Contains(e.Health().Error(), "unreachable") {
+		t.Errorf("healthy with the model list failing: %v", e.Health())
+	}
+	if got := e.Models(); len(got) != 1 || got[0] != (engine.Model{Name: "a", ContextTokens: 100}) {
+		t.Errorf("models before any fetch = %v, want the configured ones", got)
+	}
+	f.setModels(0, "a")
+	if !poll.Within(5*time.Second, func() bool { return e.State().Healthy }) {
+		t.Fatalf("never healthy after the engine answered: %v", e.Health())
+	}
+	if got := e.Models(); len(got) != 1 || got[0].ContextTokens != 1000 {
+		t.Errorf("models = %v, want a with the engine's max_model_len", got)
+	}
+}
+
+// TestModelFetchFailuresAfterSuccess pins that a served list survives MaxScrapeFailures-1
+// failed fetches, and that the engine then turns unhealthy but keeps advertising it.
+func TestModelFetchFailuresAfterSuccess(t *testing.T) {
+	f := newFake(t)
+	e := newEngine(t, f, KindOpenAI, func(c *Config) { c.MaxScrapeFailures = 2; c.ScrapeInterval = 10 * time.Millisecond })
+	f.setModels(http.StatusInternalServerError)
+	if err := e.refreshModels(context.Background(), false); err == nil || !e.State().Healthy {
+		t.Errorf("one failed fetch: err %v, healthy %v; want an error and still healthy", err, e.State().Healthy)
+	}
+	if want := min(e.cfg.ScrapeInterval, e.cfg.ModelsInterval); e.nextModelsFetch() != want {
+		t.Errorf("next fetch in %v after a failure, want %v", e.nextModelsFetch(), want)
+	}
+	_ = e.refreshModels(context.Background(), false)
+	if e.State().Healthy || len(e.Models()) != 2 {
+		t.Errorf("two failed fetches: healthy %v, models %v; want unhealthy with the last list", e.State().Healthy, e.Models())
+	}
+	f.setModels(0, "a")
+	if err := e.refreshModels(context.Background(), false); err != nil || !e.State().Healthy || e.nextModelsFetch() != e.cfg.ModelsInterval {
+		t.Errorf("after recovery: %v, healthy %v, next in %v", err, e.State().Healthy, e.nextModelsFetch())
 	}
 }
 
@@ -276,8 +450,10 @@ func TestNewValidates(t *testing.T) {
 		{"kind", func(c *Config) { c.Kind = "triton" }},
 		{"scheme", func(c *Config) { c.BaseURL = "ftp://x" }},
 		{"no host", func(c *Config) { c.BaseURL = "http://" }},
-		{"model", func(c *Config) { c.Models = []engine.Model{{Name: "m"}} }},
+		{"model name", func(c *Config) { c.Models = []engine.Model{{ContextTokens: 5}} }},
+		{"model context", func(c *Config) { c.Models = []engine.Model{{Name: "m", ContextTokens: -1}} }},
 		{"negative", func(c *Config) { c.ScrapeInterval = -1 }},
+		{"negative models interval", func(c *Config) { c.ModelsInterval = -1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -454,8 +630,17 @@ func TestGenerateErrors(t *testing.T) {
 			engine.ErrRejected, "invalid_request", "max_tokens too big"},
 		{"string code 404", 404, `{"error":{"message":"no such model","type":"invalid_request_error","param":null,"code":"model_not_found"}}`,
 			engine.ErrRejected, "model_not_found", "no such model"},
+		{"vllm 404, numeric code", 404, `{"error":{"message":"The model ` + "`x`" + ` does not exist.","type":"NotFoundError","param":null,"code":404}}`,
+			engine.ErrRejected, "model_not_found", "The model `x` does not exist."},
+		{"older vllm, top level", 400, `{"object":"error","message":"bad n","type":"BadRequestError","param":"n","code":400}`,
+			engine.ErrRejected, "invalid_request", "bad n"},
+		{"plain-text 404", 404, `404 page not found`, engine.ErrRejected, "not_found", "404 page not found"},
+		{"413", 413, `{"error":{"message":"too big","code":null}}`, engine.ErrRejected, "body_too_large", "too big"},
+		{"string status code", 400, `{"error":{"message":"no","code":"400"}}`, engine.ErrRejected, "invalid_request", "no"},
 		{"tgi 422", 422, `{"error":"Input validation error","error_type":"validation"}`, engine.ErrRejected, "invalid_request", "Input validation error"},
-		{"plain 429", 429, `overloaded`, engine.ErrRejected, "invalid_request", "overloaded"},
+		{"tgi 429", 429, `{"error":"Model is overloaded","error_type":"overloaded"}`, engine.ErrRejected, "engine_overloaded", "Model is overloaded"},
+		{"plain 429", 429, `overloaded`, engine.ErrRejected, "engine_overloaded", "overloaded"},
+		{"401: the node's credentials", 401, `{"error":{"message":"bad key","code":"invalid_api_key"}}`, engine.ErrUnavailable, "engine_error", ""},
 		{"503", 503, `{"error":{"message":"down"}}`, engine.ErrUnavailable, "engine_error", ""},
 		{"500", 500, ``, engine.ErrUnavailable, "engine_error", ""},
 	}
@@ -476,11 +661,11 @@ func TestGenerateErrors(t *testing.T) {
 			if api.Code != tt.apiCode || (tt.apiMsg != "" && api.Message != tt.apiMsg) {
 				t.Errorf("api error %+v", api)
 			}
-			if tt.status < 500 && api.Status != tt.status {
+			if tt.apiCode != "engine_error" && api.Status != tt.status {
 				t.Errorf("relayed status %d, want %d", api.Status, tt.status)
 			}
-			if tt.status >= 500 && api.Status != http.StatusBadGateway {
-				t.Errorf("5xx relayed as %d, want 502", api.Status)
+			if tt.apiCode == "engine_error" && api.Status != http.StatusBadGateway {
+				t.Errorf("%d relayed as %d, want 502", tt.status, api.Status)
 			}
 			if got := e.State().Running; got != 0 {
 				t.Errorf("in flight after refusal = %d", got)

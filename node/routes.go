@@ -1,0 +1,93 @@
+package node
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// Codes of the HTTP API's own errors, beside the request path's (openai.Code*).
+const (
+	// CodeNotFound (404): no such endpoint.
+	CodeNotFound = "not_found"
+	// CodeMethodNotAllowed (405): the endpoint exists but not for this method; Allow lists the
+	// methods it takes.
+	CodeMethodNotAllowed = "method_not_allowed"
+)
+
+// routes is the HTTP API. Every known path answers a method it does not take with 405, an
+// Allow header and an OpenAI error body (ServeMux's own 405 is text, and a catch-all pattern
+// would turn it into a 404); an unknown path is a 404 in the same shape. A GET endpoint also
+// answers HEAD.
+func (n *Node) routes() http.Handler {
+	mux := http.NewServeMux()
+	get := func(h http.HandlerFunc) map[string]http.Handler { return map[string]http.Handler{http.MethodGet: h} }
+	post := func(h http.HandlerFunc) map[string]http.Handler { return map[string]http.Handler{http.MethodPost: h} }
+	for _, r := range []struct {
+		pattern string
+		methods map[string]http.Handler
+	}{
+		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
+		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
+		{"/v1/models", get(n.handleModels)},
+		// The id may hold slashes (meta-llama/Llama-3.1-8B-Instruct), sent as they are or as %2F.
+		{"/v1/models/{id...}", get(n.handleModel)},
+		{"/healthz", get(n.handleHealthz)},
+		{"/readyz", get(n.handleReadyz)},
+		{"/v1/mesh/peers", get(n.handlePeers)},
+		{"/metrics", map[string]http.Handler{http.MethodGet: promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})}},
+	} {
+		mux.Handle(r.pattern, byMethod(r.methods))
+	}
+	mux.HandleFunc("/", n.handleNotFound)
+	return mux
+}
+
+// byMethod sends a request to the handler of its method, HEAD to GET's, and answers any other
+// method 405.
+func byMethod(methods map[string]http.Handler) http.Handler {
+	var allowed []string
+	for m := range methods {
+		allowed = append(allowed, m)
+		if m == http.MethodGet {
+			allowed = append(allowed, http.MethodHead)
+		}
+	}
+	slices.Sort(allowed)
+	allow := strings.Join(allowed, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := r.Method
+		if m == http.MethodHead {
+			m = http.MethodGet
+		}
+		if h, ok := methods[m]; ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Allow", allow)
+		openai.WriteError(w, openai.NewError(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow))
+	})
+}
+
+func (n *Node) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	openai.WriteError(w, openai.NewError(http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
+}
+
+// handleModel is GET /v1/models/{id}: the model object of a model served in the mesh, or 404
+// model_not_found.
+func (n *Node) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	for _, m := range n.meshModels() {
+		if m.Name == id {
+			writeJSON(w, http.StatusOK, modelObject(m))
+			return
+		}
+	}
+	openai.WriteError(w, openai.ErrModelNotFound(id))
+}
