@@ -35,6 +35,7 @@ type keyState struct {
 	rate    float64
 	burst   int
 	limiter *rate.Limiter // nil: unlimited
+	use     meshUse       // what it consumes here and elsewhere in the mesh (usage.go)
 }
 
 // Keys is the set of API keys, hot-replaceable. The zero value is an empty set, which means
@@ -178,6 +179,7 @@ func (k *Keys) Replace(entries []KeyEntry, now time.Time) error {
 			continue
 		}
 		if prev, ok := old[st.hash]; ok && prev.limiter != nil {
+			st.use.carry(&prev.use)
 			st.limiter = prev.limiter
 			st.limiter.SetLimitAt(now, rate.Limit(st.rate))
 			st.limiter.SetBurstAt(now, st.burst)
@@ -222,6 +224,9 @@ func (st *keyState) take(now time.Time, tokens int) (time.Duration, bool) {
 		return 0, true
 	}
 	n := min(max(tokens, 1), st.burst)
+	// The key's rate holds across the mesh: what it consumed on other ingresses lately comes
+	// off this ingress's share (usage.go).
+	st.limiter.SetLimitAt(now, rate.Limit(st.use.share(now, st.rate)))
 	r := st.limiter.ReserveN(now, n)
 	if !r.OK() {
 		return time.Second, false
@@ -230,5 +235,6 @@ func (st *keyState) take(now time.Time, tokens int) (time.Duration, bool) {
 		r.CancelAt(now)
 		return d, false
 	}
+	st.use.add(now, n)
 	return 0, true
 }

@@ -23,7 +23,17 @@ const (
 	// lists the most recently active: an agent's next step soon after its last is the one an
 	// ingress that never routed it may see, and the ingress that did remembers the home.
 	MaxAgentKeys = 64
+	// MaxKeyUsage bounds State.KeyUsage: 8 entries of 16 bytes keep the fullest record, its
+	// agent keys included, inside one broadcast. A node publishes its heaviest keys.
+	MaxKeyUsage = 8
 )
+
+// KeyUsage is what one rate-limited API key consumed through a node: ID, the first 8 bytes
+// of the key's SHA-256, and tokens per second.
+type KeyUsage struct {
+	ID              uint64
+	TokensPerSecond float64
+}
 
 // Decoding errors.
 var (
@@ -67,9 +77,12 @@ type State struct {
 	PriorityScheduling                  bool
 	QueuedPrefillHigh, QueuedPrefillLow int // of QueuedPrefillTokens: priority > 0, and < 0
 	InFlightTokens                      int
-	PrefillTokensPerSecond              float64
-	DecodeStepSeconds                   float64
-	MaxRunning                          int
+	// KeyUsage is what the heaviest rate-limited API keys consumed through this node, at most
+	// MaxKeyUsage: every ingress takes the others' off its share of a key's rate.
+	KeyUsage               []KeyUsage
+	PrefillTokensPerSecond float64
+	DecodeStepSeconds      float64
+	MaxRunning             int
 
 	PowerWatts     float64
 	PowerCapWatts  float64
@@ -137,7 +150,8 @@ const (
 	tagPriorityScheduling
 	tagQueuedPrefillHigh
 	tagQueuedPrefillLow
-	tagLast = tagQueuedPrefillLow
+	tagKeyUsage
+	tagLast = tagKeyUsage
 )
 
 const (
@@ -180,6 +194,17 @@ func AppendState(b []byte, s State) ([]byte, error) {
 	e.bool(tagPriorityScheduling, s.PriorityScheduling)
 	e.int(tagQueuedPrefillHigh, s.QueuedPrefillHigh)
 	e.int(tagQueuedPrefillLow, s.QueuedPrefillLow)
+	if len(s.KeyUsage) > 0 {
+		if len(s.KeyUsage) > MaxKeyUsage {
+			return b, fmt.Errorf("%w: %d key usage entries", ErrMalformed, len(s.KeyUsage))
+		}
+		v := make([]byte, 0, 16*len(s.KeyUsage))
+		for _, u := range s.KeyUsage {
+			v = binary.LittleEndian.AppendUint64(v, u.ID)
+			v = binary.LittleEndian.AppendUint64(v, math.Float64bits(u.TokensPerSecond))
+		}
+		e.field(tagKeyUsage, v)
+	}
 	e.int(tagInFlightTokens, s.InFlightTokens)
 	e.float(tagPrefillTokensPerSecond, s.PrefillTokensPerSecond)
 	e.float(tagDecodeStepSeconds, s.DecodeStepSeconds)
@@ -331,6 +356,8 @@ func DecodeState(b []byte) (State, error) {
 			s.QueuedPrefillHigh, err = integer(v)
 		case tagQueuedPrefillLow:
 			s.QueuedPrefillLow, err = integer(v)
+		case tagKeyUsage:
+			s.KeyUsage, err = keyUsage(v)
 		case tagInFlightTokens:
 			s.InFlightTokens, err = integer(v)
 		case tagPrefillTokensPerSecond:
@@ -384,6 +411,23 @@ func DecodeState(b []byte) (State, error) {
 		return State{}, err
 	}
 	return s, nil
+}
+
+// keyUsage decodes 16 bytes an entry (id, then tokens per second as float64 bits, little
+// endian), at most MaxKeyUsage, each rate finite and not negative.
+func keyUsage(v []byte) ([]KeyUsage, error) {
+	if len(v)%16 != 0 || len(v)/16 > MaxKeyUsage || len(v) == 0 {
+		return nil, fmt.Errorf("%w: key usage of %d bytes", ErrMalformed, len(v))
+	}
+	out := make([]KeyUsage, len(v)/16)
+	for i := range out {
+		out[i].ID = binary.LittleEndian.Uint64(v[16*i:])
+		out[i].TokensPerSecond = math.Float64frombits(binary.LittleEndian.Uint64(v[16*i+8:]))
+		if r := out[i].TokensPerSecond; !(r >= 0) || math.IsInf(r, 0) {
+			return nil, fmt.Errorf("%w: key usage rate %v", ErrMalformed, r)
+		}
+	}
+	return out, nil
 }
 
 // checkAgentKeys checks n keys for the bound and strictly ascending order.

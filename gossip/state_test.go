@@ -19,7 +19,7 @@ func fullState() State {
 		Role:   "mixed", EngineKind: "sim", EngineHealthy: true, BlockTokens: 16,
 		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
 		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedPrefillHigh: 1000, QueuedPrefillLow: 5000,
-		InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5,
+		InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5, KeyUsage: []KeyUsage{{ID: 7, TokensPerSecond: 1500.5}, {ID: 3, TokensPerSecond: 2}},
 		DecodeStepSeconds: 0.021, MaxRunning: 256, PowerWatts: 612.5, PowerCapWatts: 700,
 		TempC: 71, VRAMTotalBytes: 80 << 30, VRAMUsedBytes: 70 << 30, Vendor: "nvidia",
 		GPUName: "H100 SXM", CarbonIntensity: 231, CarbonZone: "DE", CarbonAgeSeconds: 120,
@@ -95,12 +95,17 @@ func TestDecodeStateMalformed(t *testing.T) {
 	}
 }
 
-// agentState is fullState home to 80 agents, advertising the most keys a record may carry.
+// agentState is fullState home to 80 agents, advertising the most agent keys and API key
+// usage entries a record may carry.
 func agentState() State {
 	s := fullState()
 	s.Agents = 80
 	for i := range MaxAgentKeys {
 		s.AgentKeys = append(s.AgentKeys, uint64(i+1)*(math.MaxUint64/(MaxAgentKeys+1))) // full-width keys
+	}
+	s.KeyUsage = nil
+	for i := range MaxKeyUsage {
+		s.KeyUsage = append(s.KeyUsage, KeyUsage{ID: math.MaxUint64 - uint64(i), TokensPerSecond: 1e6 + float64(i)})
 	}
 	return s
 }

@@ -41,6 +41,9 @@ func (n *Node) localState() gossip.State {
 	}
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)
+	for _, u := range n.adm.Keys().Usage(time.Now(), gossip.MaxKeyUsage) {
+		s.KeyUsage = append(s.KeyUsage, gossip.KeyUsage{ID: u.ID, TokensPerSecond: u.TokensPerSecond})
+	}
 	return s
 }
 

@@ -104,6 +104,7 @@ func (n *Node) runRoom(ctx context.Context) {
 		now := time.Now()
 		if now.Sub(lastRate) >= time.Second {
 			n.updatePrefillRates()
+			n.updateKeyUsage(now)
 			lastRate = now
 		}
 		for _, it := range room.Expire(now) {
@@ -146,6 +147,24 @@ func (n *Node) drainRoom() {
 		}
 		n.settle(it, n.drainingRefusal())
 	}
+}
+
+// updateKeyUsage tells the API keys what each consumed through the other nodes, from their
+// latest state records, so that a key's rate holds across the mesh (admit/usage.go).
+func (n *Node) updateKeyUsage(now time.Time) {
+	if n.g == nil || n.adm.Keys().Len() == 0 {
+		return
+	}
+	remote := map[uint64]float64{}
+	for _, m := range n.g.Members() {
+		if m.Self || m.Liveness != gossip.LivenessAlive {
+			continue
+		}
+		for _, u := range m.State.KeyUsage {
+			remote[u.ID] += u.TokensPerSecond
+		}
+	}
+	n.adm.Keys().SetRemote(now, remote)
 }
 
 // updatePrefillRates tells the waiting room each model's prefill throughput across the mesh,
