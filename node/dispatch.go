@@ -120,6 +120,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return refuse(refusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority = tenant, d.Priority
+	p.req.Priority = a.Priority
 	if d.PriorityClamped {
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
 	}

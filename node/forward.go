@@ -180,6 +180,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	start := now.Add(-h.Waited)
 	a := &p.adm
 	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
+	p.req.Priority = a.Priority
 	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
 	p.agentFinal = a.Agent != "" && h.AgentFinal
 	if _, ok := n.localModel(a.Model); !ok {

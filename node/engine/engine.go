@@ -34,6 +34,10 @@ type Request struct {
 	Stop []string
 	// Seed makes the embedded engine's output text deterministic per request.
 	Seed uint64
+	// Priority is the admitted request's priority, in kvmesh's convention: higher is more
+	// important, 0 normal, negative sheddable. The embedded engine schedules by it (vLLM's
+	// --scheduling-policy priority); external engines are not sent it.
+	Priority int
 }
 
 // Finish reasons, as in the OpenAI API.
@@ -86,6 +90,18 @@ type State struct {
 	Waiting int
 	// QueuedPrefillTokens are prompt tokens admitted but not yet prefilled.
 	QueuedPrefillTokens int
+	// QueuedPrefillHigh, QueuedPrefillNormal and QueuedPrefillLow split QueuedPrefillTokens by
+	// the requests' priority class (Request.Priority > 0, == 0, < 0), waiting and running
+	// alike, so admission can count only the prefill ahead of a request's class in an engine
+	// that schedules by priority: a high request goes before all normal and low prefill still
+	// waiting, a normal one before the low. Not quite all: lower-class prefill already running
+	// still takes its chunks of each step before a waiting request is admitted. The embedded
+	// engine fills them, summing to QueuedPrefillTokens; an engine that does not schedule by
+	// priority (the external ones) leaves all three 0, and then all of QueuedPrefillTokens is
+	// ahead of every request.
+	QueuedPrefillHigh   int
+	QueuedPrefillNormal int
+	QueuedPrefillLow    int
 	// PrefillTokensPerSecond is the engine's measured (or modelled) prefill throughput and
 	// DecodeStepSeconds its current decode step time; admission predicts TTFT and TPOT from them.
 	PrefillTokensPerSecond float64

@@ -6,8 +6,8 @@
 // # Model
 //
 // One goroutine runs the engine step by step (continuous batching). Each step schedules the
-// running sequences first, in arrival order (one decode token each, or the next prefill
-// chunk), then admits waiting sequences from the head, all under a token budget
+// running sequences first, in priority then arrival order (one decode token each, or the next
+// prefill chunk), then admits waiting sequences from the head, all under a token budget
 // (MaxNumBatchedTokens) and a cap on running sequences (MaxNumSeqs). A step lasts
 //
 //	StepFixed + StepPerToken·(tokens computed) + StepPerContextToken·(context tokens in the batch)
@@ -23,9 +23,22 @@
 // holds stay resident and are evicted least recently used first, a released prefix tail
 // first, when space is needed (reported to OnPrefix as evicted); blocks passed to Demote (a
 // prefix its owner is done with) go before all others. When a running sequence needs a block
-// and none can be had, the most recently arrived running sequence is preempted: its blocks
-// are freed, it returns to the head of the waiting queue and its context (prompt and output
-// so far) is recomputed when it is readmitted.
+// and none can be had, the running sequence of lowest priority, latest arrival among those,
+// is preempted: its blocks are freed, it returns to the front of its priority in the waiting
+// queue and its context (prompt and output so far) is recomputed when it is readmitted.
+//
+// # Priority
+//
+// Request.Priority (higher first) orders the scheduler, modelled on vLLM's
+// --scheduling-policy priority: the waiting queue is sorted by priority then arrival (first come first served within
+// a priority), running sequences take the budget in priority then arrival order, and
+// preemption takes the lowest priority, latest arrival first. When the head of the waiting
+// queue cannot get its blocks, running sequences of strictly lower priority are preempted for
+// it, lowest first, and it is admitted in that step; nothing is preempted when that would not
+// make room, and never one of equal or higher priority. With all priorities equal the
+// schedule is the first-come-first-served one, step for step. State splits
+// QueuedPrefillTokens by class (QueuedPrefillHigh, Normal, Low). docs/design/engine.md has
+// the rules and what vLLM's own priority field would need.
 //
 // # Text
 //

@@ -1,24 +1,28 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
-// scheduleLocked plans one step, vLLM v1 style: running sequences first, in arrival order,
-// each taking what it still needs (1 token when decoding, a chunk when prefilling) from the
-// token budget; then waiting sequences from the head while budget, seats and blocks last.
-// When a running sequence's next blocks cannot be had, the most recently arrived running
-// sequence is preempted (recompute) until they can. It returns the step's modelled duration
-// and false if there is nothing to run. Evictions go to s.evicted.
+// scheduleLocked plans one step, vLLM v1 style: running sequences first, in priority order
+// then arrival order, each taking what it still needs (1 token when decoding, a chunk when
+// prefilling) from the token budget; then waiting sequences from the head while budget, seats
+// and blocks last. When a running sequence's next blocks cannot be had, the running sequence
+// of lowest priority and latest arrival is preempted (recompute) until they can, and nothing
+// new is admitted in that step. When the waiting head's blocks cannot be had, running
+// sequences of strictly lower priority are preempted for it (see preemptForLocked). It
+// returns the step's modelled duration and false if there is nothing to run. Evictions go to
+// s.evicted.
 func (s *Sim) scheduleLocked() (time.Duration, bool) {
 	c := &s.cfg
 	bt := c.BlockTokens
 	budget := c.MaxNumBatchedTokens
 	s.plan = s.plan[:0]
 	s.evicted = s.evicted[:0]
-	var tokens, ctx int
 	preempted := false
 
 	for i := 0; i < len(s.running) && budget > 0; i++ {
@@ -35,6 +39,7 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 				q.own += need
 				break
 			}
+			// The tail is after q in this loop's order, so never a sequence already planned.
 			victim := s.running[len(s.running)-1]
 			s.preemptLocked(victim)
 			preempted = true
@@ -48,11 +53,10 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		}
 		s.plan = append(s.plan, planItem{q, n})
 		budget -= n
-		tokens += n
-		ctx += q.computed + n
 	}
 
-	// vLLM admits nothing new in a step that had to preempt: the pool is already short.
+	// vLLM admits nothing new in a step that had to preempt for a running sequence: the pool
+	// is already short.
 	for !preempted && budget > 0 && len(s.waiting) > 0 && len(s.running) < c.MaxNumSeqs {
 		q := s.waiting[0]
 		total := q.promptTokens + q.gen
@@ -62,7 +66,11 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		n := min(total-hitTok, budget)
 		need := (hitTok+n+bt-1)/bt - hits
 		if need > s.cache.available()-evictableHits {
-			break // head of line waits for blocks, as in vLLM
+			if !s.preemptForLocked(q, hits, &budget) {
+				break // head of line waits for blocks, as in vLLM
+			}
+			n = min(total-hitTok, budget)
+			need = (hitTok+n+bt-1)/bt - hits
 		}
 		s.cache.acquire(q.blocks[:hits])
 		s.evicted, _ = s.cache.allocate(need, s.evicted)
@@ -83,8 +91,6 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		}
 		s.plan = append(s.plan, planItem{q, n})
 		budget -= n
-		tokens += n
-		ctx += q.computed + n
 	}
 	if len(s.waiting) == 0 {
 		s.waiting = s.waiting[:0:0] // let the popped prefix's backing array go
@@ -92,22 +98,152 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 	if len(s.plan) == 0 {
 		return 0, false
 	}
+	var tokens, ctx int
+	for _, it := range s.plan {
+		tokens += it.n
+		ctx += it.q.computed + it.n
+	}
 	return c.StepFixed + time.Duration(tokens)*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken, true
 }
 
-// preemptLocked frees q's blocks and puts it back at the head of the waiting queue; its
-// output so far is kept and its KV will be recomputed.
+// preemptForLocked makes room for the waiting head q, which holds hits cached blocks and cannot
+// get the rest, by preempting running sequences of strictly lower priority, lowest priority
+// and latest arrival first, until q's next chunk fits. A victim planned in this step leaves
+// the plan and its tokens go back to *budget (q's chunk may grow with them). It preempts
+// nothing, and reports false, when q would not fit even with every lower-priority sequence
+// gone: a preemption that cannot admit q would only waste the victims' work. Equal and
+// higher priorities are never preempted for a waiting sequence.
+func (s *Sim) preemptForLocked(q *seq, hits int, budget *int) bool {
+	bt := s.cfg.BlockTokens
+	k := len(s.running)
+	for k > 0 && s.running[k-1].priority < q.priority {
+		k--
+	}
+	victims := s.running[k:]
+	if len(victims) == 0 {
+		return false
+	}
+	total, hitTok := q.promptTokens+q.gen, hits*bt
+	fits := func(budget, avail, evictableHits int) bool {
+		n := min(total-hitTok, budget)
+		return (hitTok+n+bt-1)/bt-hits <= avail-evictableHits
+	}
+	// With every victim gone: their private blocks are free, and so is each cached block only
+	// they hold (evictable, and usable by q without allocating if it is one of q's hits).
+	refund, own, shared := 0, 0, 0
+	for _, it := range s.plan {
+		if it.q.priority < q.priority {
+			refund += it.n
+		}
+	}
+	for _, v := range victims {
+		own += v.own
+		shared += v.shared
+	}
+	_, evictableHits := s.cache.lookup(q.blocks, hits)
+	avail := s.cache.available() + own
+	if !fits(*budget+refund, avail+shared, evictableHits) {
+		return false // even if all their cached blocks came free
+	}
+	refs := make(map[uint64]int, shared)
+	for _, v := range victims {
+		for _, h := range v.blocks[:v.shared] {
+			refs[h]++
+		}
+	}
+	for h, n := range refs {
+		if s.cache.entries[h].refs == n {
+			avail++
+		}
+	}
+	for _, h := range q.blocks[:hits] {
+		if n := refs[h]; n > 0 && s.cache.entries[h].refs == n {
+			evictableHits++
+		}
+	}
+	if !fits(*budget+refund, avail, evictableHits) {
+		return false
+	}
+	for !fits(*budget, s.cache.available(), evictableHits) {
+		v := s.running[len(s.running)-1]
+		if v.priority >= q.priority {
+			return false // unreachable: with every victim gone q fits
+		}
+		*budget += s.unplanLocked(v)
+		s.preemptLocked(v)
+		_, evictableHits = s.cache.lookup(q.blocks, hits)
+	}
+	return true
+}
+
+// unplanLocked removes q from this step's plan and returns the tokens it had (0 if none).
+func (s *Sim) unplanLocked(q *seq) int {
+	for i, it := range s.plan {
+		if it.q == q {
+			s.plan = slices.Delete(s.plan, i, i+1)
+			return it.n
+		}
+	}
+	return 0
+}
+
+// preemptLocked frees q's blocks and puts it back at the front of its priority band in the
+// waiting queue; its output so far is kept and its KV will be recomputed.
 func (s *Sim) preemptLocked(q *seq) {
 	s.freeLocked(q)
 	s.removeRunningLocked(q)
 	q.state = waiting
 	q.estHit, _ = s.cache.lookup(q.blocks, (q.promptTokens+q.gen-1)/s.cfg.BlockTokens)
 	q.estHit *= s.cfg.BlockTokens
-	s.waiting = append(s.waiting, nil)
-	copy(s.waiting[1:], s.waiting)
-	s.waiting[0] = q
+	s.waiting = slices.Insert(s.waiting, s.bandFrontLocked(q.priority), q)
 	s.nPreempt++
-	s.log.Debug("sim: preempted", "seq", q.id, "generated", q.gen)
+	s.log.Debug("sim: preempted", "seq", q.id, "priority", q.priority, "generated", q.gen)
+}
+
+// The queues' order. The waiting queue is sorted by priority, higher first, and within a
+// priority by arrival, except that a preempted sequence goes to the front of its priority
+// (it arrived before any sequence of its priority still waiting there, bar other preempted
+// ones). The running list is sorted by priority, higher first, then arrival (id): the order
+// in which running sequences take the step's budget, so its tail is the preemption victim.
+// With every priority equal both are first come, first served.
+
+// enqueueLocked puts a new sequence at the back of its priority band in the waiting queue.
+func (s *Sim) enqueueLocked(q *seq) {
+	i := len(s.waiting)
+	for i > 0 && s.waiting[i-1].priority < q.priority {
+		i--
+	}
+	s.waiting = slices.Insert(s.waiting, i, q)
+}
+
+// bandFrontLocked returns the waiting queue index of the front of priority p's band: after
+// every sequence of higher priority.
+func (s *Sim) bandFrontLocked(p int) int {
+	i := 0
+	for i < len(s.waiting) && s.waiting[i].priority > p {
+		i++
+	}
+	return i
+}
+
+// runOrder orders the running list: higher priority first, then earlier arrival.
+func runOrder(a, b *seq) int {
+	if c := cmp.Compare(b.priority, a.priority); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// priorityClass maps a priority to its index in State's split of queued prefill: 0 high
+// (> 0), 1 normal (0), 2 low (< 0).
+func priorityClass(p int) int {
+	switch {
+	case p > 0:
+		return 0
+	case p < 0:
+		return 2
+	}
+	return 1
 }
 
 // recordLookupLocked adds one prefix-cache lookup to the counters and the hit-rate window.

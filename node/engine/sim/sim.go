@@ -32,7 +32,8 @@ const (
 
 // seq is one request inside the engine.
 type seq struct {
-	id           uint64 // arrival order: preemption picks the highest running id
+	id           uint64 // arrival order: within a priority, preemption picks the highest running id
+	priority     int    // engine.Request.Priority: higher is scheduled first, preempted last
 	model        string
 	blocks       []uint64 // full prompt blocks' chained hashes
 	promptTokens int
@@ -78,8 +79,8 @@ type Sim struct {
 	closed  bool
 	nextID  uint64
 	cache   *blockCache
-	running []*seq // sorted by id
-	waiting []*seq // head first
+	running []*seq // sorted by runOrder: priority, then id
+	waiting []*seq // head first: priority, then arrival (see enqueueLocked)
 	plan    []planItem
 	simNow  time.Duration
 	// Recent prompt tokens and their cache hits, for HitRate.
@@ -233,6 +234,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		blocks:       blocks,
 		promptTokens: p,
 		maxTokens:    req.MaxTokens,
+		priority:     req.Priority,
 		natural:      naturalLength(tseed, req.MaxTokens),
 		tseed:        tseed,
 		out:          newOutput(req.Stop),
@@ -251,7 +253,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	q.arrivalSim = s.simNow
 	q.estHit, _ = s.cache.lookup(q.blocks, (p-1)/bt)
 	q.estHit *= bt
-	s.waiting = append(s.waiting, q)
+	s.enqueueLocked(q)
 	s.mu.Unlock()
 
 	// The callback may run at once (ctx already done) on another goroutine, and dropLocked
@@ -312,25 +314,15 @@ func (s *Sim) freeLocked(q *seq) {
 }
 
 func (s *Sim) removeRunningLocked(q *seq) {
-	i, ok := slices.BinarySearchFunc(s.running, q.id, func(e *seq, id uint64) int { return cmpU64(e.id, id) })
+	i, ok := slices.BinarySearchFunc(s.running, q, runOrder)
 	if ok {
 		s.running = slices.Delete(s.running, i, i+1)
 	}
 }
 
 func (s *Sim) insertRunningLocked(q *seq) {
-	i, _ := slices.BinarySearchFunc(s.running, q.id, func(e *seq, id uint64) int { return cmpU64(e.id, id) })
+	i, _ := slices.BinarySearchFunc(s.running, q, runOrder)
 	s.running = slices.Insert(s.running, i, q)
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // maxLag bounds how far the step loop may run behind its wall-clock schedule and still catch
@@ -402,14 +394,14 @@ func (s *Sim) report(stored, evicted []uint64) {
 func (s *Sim) State() engine.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	queued := 0
+	var queued [3]int // by priorityClass
 	for _, q := range s.waiting {
-		queued += max(0, q.promptTokens+q.gen-q.estHit)
+		queued[priorityClass(q.priority)] += max(0, q.promptTokens+q.gen-q.estHit)
 	}
 	var ctx int
 	for _, q := range s.running {
 		if r := q.promptTokens + q.gen - q.computed; r > 1 {
-			queued += r
+			queued[priorityClass(q.priority)] += r
 		}
 		ctx += q.promptTokens + q.gen
 	}
@@ -428,7 +420,10 @@ func (s *Sim) State() engine.State {
 		HitRate:                hit,
 		Running:                len(s.running),
 		Waiting:                len(s.waiting),
-		QueuedPrefillTokens:    queued,
+		QueuedPrefillTokens:    queued[0] + queued[1] + queued[2],
+		QueuedPrefillHigh:      queued[0],
+		QueuedPrefillNormal:    queued[1],
+		QueuedPrefillLow:       queued[2],
 		PrefillTokensPerSecond: float64(c.MaxNumBatchedTokens) / full.Seconds() * c.TimeScale,
 		DecodeStepSeconds:      decode.Seconds() / c.TimeScale,
 		MaxRunning:             c.MaxNumSeqs,
