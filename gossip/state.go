@@ -71,12 +71,12 @@ type State struct {
 	Waiting             int
 	QueuedPrefillTokens int
 	// PriorityScheduling says the engine runs waiting work by priority (the embedded engine;
-	// vLLM with --scheduling-policy priority): then only QueuedPrefillHigh is ahead of a high
-	// request, and all but QueuedPrefillLow ahead of a normal one. Without it every queued
+	// vLLM with --scheduling-policy priority): then only QueuedBeforeHigh is ahead of a high
+	// request, and all but QueuedLowWaiting ahead of a normal one. Without it every queued
 	// token is ahead of every request.
-	PriorityScheduling                  bool
-	QueuedPrefillHigh, QueuedPrefillLow int // of QueuedPrefillTokens: priority > 0, and < 0
-	InFlightTokens                      int
+	PriorityScheduling                 bool
+	QueuedBeforeHigh, QueuedLowWaiting int // of QueuedPrefillTokens (engine.State)
+	InFlightTokens                     int
 	// KeyUsage is what the heaviest rate-limited API keys consumed through this node, at most
 	// MaxKeyUsage: every ingress takes the others' off its share of a key's rate.
 	KeyUsage               []KeyUsage
@@ -148,8 +148,8 @@ const (
 	tagAgents
 	tagAgentKeys
 	tagPriorityScheduling
-	tagQueuedPrefillHigh
-	tagQueuedPrefillLow
+	tagQueuedBeforeHigh
+	tagQueuedLowWaiting
 	tagKeyUsage
 	tagLast = tagKeyUsage
 )
@@ -192,8 +192,8 @@ func AppendState(b []byte, s State) ([]byte, error) {
 	e.int(tagWaiting, s.Waiting)
 	e.int(tagQueuedPrefillTokens, s.QueuedPrefillTokens)
 	e.bool(tagPriorityScheduling, s.PriorityScheduling)
-	e.int(tagQueuedPrefillHigh, s.QueuedPrefillHigh)
-	e.int(tagQueuedPrefillLow, s.QueuedPrefillLow)
+	e.int(tagQueuedBeforeHigh, s.QueuedBeforeHigh)
+	e.int(tagQueuedLowWaiting, s.QueuedLowWaiting)
 	if len(s.KeyUsage) > 0 {
 		if len(s.KeyUsage) > MaxKeyUsage {
 			return b, fmt.Errorf("%w: %d key usage entries", ErrMalformed, len(s.KeyUsage))
@@ -352,10 +352,10 @@ func DecodeState(b []byte) (State, error) {
 			s.QueuedPrefillTokens, err = integer(v)
 		case tagPriorityScheduling:
 			s.PriorityScheduling, err = boolean(v)
-		case tagQueuedPrefillHigh:
-			s.QueuedPrefillHigh, err = integer(v)
-		case tagQueuedPrefillLow:
-			s.QueuedPrefillLow, err = integer(v)
+		case tagQueuedBeforeHigh:
+			s.QueuedBeforeHigh, err = integer(v)
+		case tagQueuedLowWaiting:
+			s.QueuedLowWaiting, err = integer(v)
 		case tagKeyUsage:
 			s.KeyUsage, err = keyUsage(v)
 		case tagInFlightTokens:

@@ -18,7 +18,7 @@ func fullState() State {
 		Models: []ModelInfo{{"llama-3.1-8b", 131072}, {"qwen2.5-7b", 32768}},
 		Role:   "mixed", EngineKind: "sim", EngineHealthy: true, BlockTokens: 16,
 		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
-		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedPrefillHigh: 1000, QueuedPrefillLow: 5000,
+		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedBeforeHigh: 1000, QueuedLowWaiting: 5000,
 		InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5, KeyUsage: []KeyUsage{{ID: 7, TokensPerSecond: 1500.5}, {ID: 3, TokensPerSecond: 2}},
 		DecodeStepSeconds: 0.021, MaxRunning: 256, PowerWatts: 612.5, PowerCapWatts: 700,
 		TempC: 71, VRAMTotalBytes: 80 << 30, VRAMUsedBytes: 70 << 30, Vendor: "nvidia",

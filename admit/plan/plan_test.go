@@ -313,7 +313,7 @@ func TestParseMode(t *testing.T) {
 func TestOnlyTheWorkAheadOfTheBandCounts(t *testing.T) {
 	flood := func(prio bool) func(*route.Peer) {
 		return func(p *route.Peer) {
-			p.QueuedPrefillTokens, p.QueuedPrefillLow, p.PriorityScheduling = 40000, 40000, prio
+			p.QueuedPrefillTokens, p.QueuedLowWaiting, p.PriorityScheduling = 40000, 40000, prio
 			p.KVBlocksUsed = 5000
 		}
 	}

@@ -206,9 +206,9 @@ func QueuedAhead(p *Peer, priority int) int {
 	}
 	switch {
 	case priority > 0:
-		return min(max(p.QueuedPrefillHigh, 0), total)
+		return min(max(p.QueuedBeforeHigh, 0), total)
 	case priority == 0:
-		return max(total-max(p.QueuedPrefillLow, 0), 0)
+		return max(total-max(p.QueuedLowWaiting, 0), 0)
 	}
 	return total
 }

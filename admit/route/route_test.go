@@ -512,7 +512,7 @@ func TestReservations(t *testing.T) {
 // TestQueuedAhead pins which queued prefill is ahead of a request: all of it on a first-come
 // engine; on a priority engine only its class and above.
 func TestQueuedAhead(t *testing.T) {
-	p := Peer{QueuedPrefillTokens: 10000, QueuedPrefillHigh: 1000, QueuedPrefillLow: 6000}
+	p := Peer{QueuedPrefillTokens: 10000, QueuedBeforeHigh: 1000, QueuedLowWaiting: 6000}
 	for _, tt := range []struct {
 		prio     bool
 		priority int

@@ -54,16 +54,17 @@ type Peer struct {
 	Running, Waiting, MaxRunning  int
 	QueuedPrefillTokens           int
 	// PriorityScheduling: the peer's engine runs waiting work by priority, so of its queued
-	// prefill only QueuedPrefillHigh (priority > 0) is ahead of a high request and all but
-	// QueuedPrefillLow (priority < 0) ahead of a normal one (QueuedAhead).
-	PriorityScheduling                  bool
-	QueuedPrefillHigh, QueuedPrefillLow int
-	InFlightTokens                      int
-	PrefillTokensPerSecond              float64
-	DecodeStepSeconds                   float64
-	PowerWatts, PowerCapWatts           float64
-	TempC                               float64
-	CarbonIntensity                     float64
+	// prefill only QueuedBeforeHigh (every running prefill and the waiting high requests') is
+	// ahead of a high request, and all but QueuedLowWaiting (the waiting sheddable requests')
+	// ahead of a normal one (QueuedAhead).
+	PriorityScheduling                 bool
+	QueuedBeforeHigh, QueuedLowWaiting int
+	InFlightTokens                     int
+	PrefillTokensPerSecond             float64
+	DecodeStepSeconds                  float64
+	PowerWatts, PowerCapWatts          float64
+	TempC                              float64
+	CarbonIntensity                    float64
 
 	// Agents is how many agents the peer is home to (under agent-level admission), and
 	// AgentKeys the AgentKey of some of them, sorted ascending: all of them, or the most

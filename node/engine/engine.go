@@ -90,18 +90,16 @@ type State struct {
 	Waiting int
 	// QueuedPrefillTokens are prompt tokens admitted but not yet prefilled.
 	QueuedPrefillTokens int
-	// QueuedPrefillHigh, QueuedPrefillNormal and QueuedPrefillLow split QueuedPrefillTokens by
-	// the requests' priority class (Request.Priority > 0, == 0, < 0), waiting and running
-	// alike, so admission can count only the prefill ahead of a request's class in an engine
-	// that schedules by priority: a high request goes before all normal and low prefill still
-	// waiting, a normal one before the low. Not quite all: lower-class prefill already running
-	// still takes its chunks of each step before a waiting request is admitted. The embedded
-	// engine fills them, summing to QueuedPrefillTokens; an engine that does not schedule by
-	// priority (the external ones) leaves all three 0, and then all of QueuedPrefillTokens is
-	// ahead of every request.
-	QueuedPrefillHigh   int
-	QueuedPrefillNormal int
-	QueuedPrefillLow    int
+	// PriorityScheduling says the engine runs waiting requests by Request.Priority. Then of
+	// QueuedPrefillTokens only QueuedBeforeHigh is ahead of a new high request (priority > 0):
+	// the prefill of every running request, whose chunks take each step's budget before a
+	// waiting request is admitted, and the waiting high requests'; and all but
+	// QueuedLowWaiting (the waiting sheddable requests' prefill, priority < 0) is ahead of a
+	// normal one. An engine that does not schedule by priority leaves all three zero, and all
+	// of QueuedPrefillTokens is ahead of every request.
+	PriorityScheduling bool
+	QueuedBeforeHigh   int
+	QueuedLowWaiting   int
 	// PrefillTokensPerSecond is the engine's measured (or modelled) prefill throughput and
 	// DecodeStepSeconds its current decode step time; admission predicts TTFT and TPOT from them.
 	PrefillTokensPerSecond float64

@@ -36,9 +36,10 @@
 // queue cannot get its blocks, running sequences of strictly lower priority are preempted for
 // it, lowest first, and it is admitted in that step; nothing is preempted when that would not
 // make room, and never one of equal or higher priority. With all priorities equal the
-// schedule is the first-come-first-served one, step for step. State splits
-// QueuedPrefillTokens by class (QueuedPrefillHigh, Normal, Low). docs/design/engine.md has
-// the rules and what vLLM's own priority field would need.
+// schedule is the first-come-first-served one, step for step. State reports
+// PriorityScheduling and what of QueuedPrefillTokens is ahead of a high request
+// (QueuedBeforeHigh) and what a normal one goes before (QueuedLowWaiting).
+// docs/design/engine.md has the rules and what vLLM's own priority field would need.
 //
 // # Text
 //

@@ -399,18 +399,25 @@ func TestStateQueuedByClass(t *testing.T) {
 	submitPrio(t, s, "b", 50, 5, 0)
 	submitPrio(t, s, "c", 30, 5, -2)
 	submitPrio(t, s, "d", 20, 5, 0)
-	check := func(when string, high, normal, low int) {
+	check := func(when string, total, beforeHigh, lowWaiting int) {
 		t.Helper()
 		st := s.State()
-		if st.QueuedPrefillHigh != high || st.QueuedPrefillNormal != normal || st.QueuedPrefillLow != low ||
-			st.QueuedPrefillTokens != high+normal+low {
-			t.Errorf("%s: high %d normal %d low %d of %d, want %d %d %d", when, st.QueuedPrefillHigh,
-				st.QueuedPrefillNormal, st.QueuedPrefillLow, st.QueuedPrefillTokens, high, normal, low)
+		if !st.PriorityScheduling || st.QueuedPrefillTokens != total || st.QueuedBeforeHigh != beforeHigh || st.QueuedLowWaiting != lowWaiting {
+			t.Errorf("%s: total %d, before high %d, low waiting %d; want %d %d %d", when, st.QueuedPrefillTokens,
+				st.QueuedBeforeHigh, st.QueuedLowWaiting, total, beforeHigh, lowWaiting)
 		}
 	}
-	check("all waiting", 100, 70, 30)
+	check("all waiting", 200, 100, 30)
 	if plan := step(t, s); !slices.Equal(plan, []planned{{1, 64}}) {
 		t.Fatalf("plan %v, want a's first 64-token chunk", plan)
 	}
-	check("a running mid-prefill", 36, 70, 30)
+	check("a running mid-prefill", 136, 36, 30)
+	// A running sheddable prefill is ahead of a high request too: its chunks come first.
+	s2 := newTestSim(t, func(c *Config) { c.MaxNumBatchedTokens = 64 })
+	submitPrio(t, s2, "c", 300, 5, -2)
+	step(t, s2)
+	submitPrio(t, s2, "a", 100, 5, 1)
+	if st := s2.State(); st.QueuedBeforeHigh != 236+100 || st.QueuedLowWaiting != 0 {
+		t.Errorf("a sheddable prefill running: before high %d, low waiting %d; want 336 and 0", st.QueuedBeforeHigh, st.QueuedLowWaiting)
+	}
 }

@@ -394,14 +394,14 @@ func (s *Sim) report(stored, evicted []uint64) {
 func (s *Sim) State() engine.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var queued [3]int // by priorityClass
+	var waiting [3]int // by priorityClass
 	for _, q := range s.waiting {
-		queued[priorityClass(q.priority)] += max(0, q.promptTokens+q.gen-q.estHit)
+		waiting[priorityClass(q.priority)] += max(0, q.promptTokens+q.gen-q.estHit)
 	}
-	var ctx int
+	var ctx, running int
 	for _, q := range s.running {
 		if r := q.promptTokens + q.gen - q.computed; r > 1 {
-			queued[priorityClass(q.priority)] += r
+			running += r // ahead of every waiting request, whatever its class
 		}
 		ctx += q.promptTokens + q.gen
 	}
@@ -420,10 +420,10 @@ func (s *Sim) State() engine.State {
 		HitRate:                hit,
 		Running:                len(s.running),
 		Waiting:                len(s.waiting),
-		QueuedPrefillTokens:    queued[0] + queued[1] + queued[2],
-		QueuedPrefillHigh:      queued[0],
-		QueuedPrefillNormal:    queued[1],
-		QueuedPrefillLow:       queued[2],
+		QueuedPrefillTokens:    running + waiting[0] + waiting[1] + waiting[2],
+		PriorityScheduling:     true,
+		QueuedBeforeHigh:       running + waiting[0],
+		QueuedLowWaiting:       waiting[2],
 		PrefillTokensPerSecond: float64(c.MaxNumBatchedTokens) / full.Seconds() * c.TimeScale,
 		DecodeStepSeconds:      decode.Seconds() / c.TimeScale,
 		MaxRunning:             c.MaxNumSeqs,
