@@ -1,11 +1,19 @@
 package node_test
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
 
@@ -74,4 +82,51 @@ func TestKeyPriorityIsClamped(t *testing.T) {
 		t.Errorf("received %v requests, want 2", got)
 	}
 	reconciles(t, []string{url})
+}
+
+// TestHighPriorityServedDuringASheddableFlood pins priority end to end: while a flood of 150
+// sheddable 4,500-token requests fills one node's waiting room and engine, high-priority
+// requests sent behind it are served, not refused for the flood: the waiting room puts them
+// first, sheddable work only runs on spare capacity, the engine schedules them first, and
+// admission counts only the work ahead of their band.
+func TestHighPriorityServedDuringASheddableFlood(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) {
+		cfg.Sim.KVBlocks = 8192
+		cfg.Sim.TimeScale = 1
+	})
+	url := tn.URLs()[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 150 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions",
+				strings.NewReader(chatBody(longPrompt(fmt.Sprint("flood ", i), 4500), 64, false)))
+			req.Header.Set(node.HeaderPriority, "low")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}()
+	}
+	poll.Until(t, 20*time.Second, "the flood queued", func() bool {
+		return metric(t, url, "vllm:num_requests_running", "") >= 4 && metric(t, url, "kvmesh_requests_received_total", "") >= 150
+	})
+	for i := range 5 {
+		resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt(fmt.Sprint("urgent ", i), 500), 16, false),
+			map[string]string{node.HeaderPriority: "high"})
+		if b := readAll(t, resp); resp.StatusCode != 200 {
+			t.Errorf("high-priority request %d during the flood: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	cancel() // the flood's clients leave
+	wg.Wait()
+	poll.Until(t, 20*time.Second, "every request accounted", func() bool {
+		received := metric(t, url, "kvmesh_requests_received_total", "")
+		done := metric(t, url, "kvmesh_requests_completed_total", "") + metric(t, url, "kvmesh_requests_refused_total", "") +
+			metric(t, url, "kvmesh_requests_failed_total", "")
+		return received == 155 && done == received
+	})
 }
