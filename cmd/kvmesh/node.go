@@ -38,6 +38,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "http", Value: d.HTTPAddr, Usage: "listen address of the OpenAI API and /metrics", EnvVars: env("http")},
 		&cli.StringFlag{Name: "engine", Value: d.Engine, Usage: "'sim' (embedded simulated engine) or the base URL of an OpenAI-compatible engine", EnvVars: env("engine")},
 		&cli.StringFlag{Name: "engine-kind", Value: d.EngineKind, Usage: "metric names to scrape from an external engine: vllm, sglang, llamacpp, tgi or openai", EnvVars: env("engine-kind")},
+		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default " + strings.Join(d.Models, ", ") + " for the sim)", EnvVars: env("model")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long SIGINT/SIGTERM waits for in-flight requests", EnvVars: env("drain-timeout")},
@@ -146,6 +147,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	setString(c, "http", &cfg.HTTPAddr)
 	setString(c, "engine", &cfg.Engine)
 	setString(c, "engine-kind", &cfg.EngineKind)
+	setInt(c, "engine-kv-blocks", &cfg.EngineKVBlocks)
 	setStrings(c, "model", &cfg.Models)
 	setInt64(c, "max-body-bytes", &cfg.MaxBodyBytes)
 	setDuration(c, "drain-timeout", &cfg.DrainTimeout)
