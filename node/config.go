@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
+	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -43,6 +44,10 @@ type Config struct {
 	// external OpenAI-compatible engine, whose metric names EngineKind selects (default "vllm").
 	Engine     string `json:"engine"`
 	EngineKind string `json:"engine_kind"`
+	// EngineKVBlocks is an external engine's KV cache size in blocks of 16 tokens when its
+	// metrics do not say it (vLLM's and SGLang's do); it sizes the model of what the engine
+	// caches. Default 4096.
+	EngineKVBlocks int `json:"engine_kv_blocks"`
 	// Models lists the model names served. Default: DefaultModel with the sim engine, which
 	// gives each the sim's context size; with an external engine, every model its GET
 	// /v1/models lists. Given with an external engine, each must be one the engine lists (Start
@@ -166,6 +171,7 @@ func DefaultConfig() Config {
 		Engine:              "sim",
 		EngineKind:          "vllm",
 		ModelsInterval:      30 * time.Second,
+		EngineKVBlocks:      extengine.DefaultConfig().NominalKVBlocks,
 		Sim:                 sim.DefaultConfig(),
 		MaxBodyBytes:        4 << 20,
 		DrainTimeout:        30 * time.Second,
@@ -218,7 +224,7 @@ func (c *Config) fill() {
 	}
 	for _, f := range []struct{ v, def *int }{
 		{&c.QueueCap, &d.QueueCap}, {&c.ForwardAttempts, &d.ForwardAttempts}, {&c.MaxAgentIDBytes, &d.MaxAgentIDBytes},
-		{&c.AgentLeaseIntervals, &d.AgentLeaseIntervals},
+		{&c.AgentLeaseIntervals, &d.AgentLeaseIntervals}, {&c.EngineKVBlocks, &d.EngineKVBlocks},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -267,6 +273,7 @@ func (c *Config) validate() error {
 	}{
 		{"QueueCap", int64(c.QueueCap)}, {"ForwardAttempts", int64(c.ForwardAttempts)}, {"MaxAgentIDBytes", int64(c.MaxAgentIDBytes)},
 		{"AgentLeaseIntervals", int64(c.AgentLeaseIntervals)}, {"MaxBodyBytes", c.MaxBodyBytes},
+		{"EngineKVBlocks", int64(c.EngineKVBlocks)},
 	} {
 		if n.v < 0 {
 			return fmt.Errorf("node: %s %d is negative", n.name, n.v)

@@ -129,6 +129,8 @@ func (n *Node) startMesh(ctx context.Context) error {
 	n.g.SetLocal(n.localState)
 	if n.sim != nil {
 		n.g.SetSnapshot(n.sim.ResidentBlocks)
+	} else if n.ext != nil {
+		n.g.SetSnapshot(n.ext.ResidentBlocks)
 	}
 	if err := n.g.Start(ctx); err != nil {
 		return fmt.Errorf("node: gossip: %w", err)

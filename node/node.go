@@ -111,19 +111,8 @@ func (n *Node) buildEngine() error {
 		}
 		sc.Registerer = n.reg
 		sc.Logger = n.log
-		// The engine reports exactly what it caches and evicts; gossip spreads it. n.g is set
-		// before the engine runs anything (New builds it, Start starts both).
-		sc.OnPrefix = func(stored, evicted []uint64) {
-			if n.g == nil {
-				return
-			}
-			if len(stored) > 0 {
-				n.g.PrefixStored(stored)
-			}
-			if len(evicted) > 0 {
-				n.g.PrefixEvicted(evicted)
-			}
-		}
+		// The engine reports exactly what it caches and evicts; gossip spreads it.
+		sc.OnPrefix = n.onPrefix
 		s, err := sim.New(sc)
 		if err != nil {
 			return fmt.Errorf("node: %w", err)
@@ -142,12 +131,30 @@ func (n *Node) buildEngine() error {
 	}
 	ec.Registerer = n.reg
 	ec.Logger = n.log
+	ec.NominalKVBlocks = n.cfg.EngineKVBlocks
+	// The engine's residency model says what the server caches; gossip spreads it as the
+	// embedded engine's exact report.
+	ec.OnPrefix = n.onPrefix
 	e, err := extengine.New(ec)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.ext, n.eng = e, e
 	return nil
+}
+
+// onPrefix hands the engine's stored and evicted prefix blocks to gossip. n.g is set before
+// the engine runs anything (New builds it, Start starts both); a standalone node has none.
+func (n *Node) onPrefix(stored, evicted []uint64) {
+	if n.g == nil {
+		return
+	}
+	if len(stored) > 0 {
+		n.g.PrefixStored(stored)
+	}
+	if len(evicted) > 0 {
+		n.g.PrefixEvicted(evicted)
+	}
 }
 
 // Start binds the listeners, joins the mesh and starts serving. It returns once the node

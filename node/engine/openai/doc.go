@@ -9,12 +9,14 @@
 //   - Waiting, Running: the kind's waiting and running request gauges (kind "openai", which has
 //     no metrics, reports the requests this Engine has in flight as Running).
 //   - KVBlocksTotal: from cache_config_info (vLLM block_size × num_gpu_blocks, SGLang
-//     page_size × num_pages) converted to blocks of Config.BlockTokens; otherwise
-//     Config.NominalKVBlocks. KVBlocksUsed is the kind's KV usage fraction × KVBlocksTotal.
+//     page_size × num_pages, else SGLang's max_total_num_tokens) converted to blocks of
+//     Config.BlockTokens; otherwise Config.NominalKVBlocks. KVBlocksUsed is the kind's KV usage
+//     fraction × KVBlocksTotal.
 //   - HitRate: vLLM's prefix_cache_hits / prefix_cache_queries over the interval between two
 //     scrapes; SGLang's cache_hit_rate gauge; 0 for the others.
-//   - QueuedPrefillTokens: no engine exports it, so it is estimated as Waiting ×
-//     Config.AvgPromptTokens.
+//   - QueuedPrefillTokens: no engine exports it; it is the prompt tokens this Engine sent the
+//     server and has not seen the first token of, less each prompt's prefix the residency model
+//     predicts cached.
 //   - PrefillTokensPerSecond, DecodeStepSeconds, MaxRunning: passed through from Config.
 //   - Healthy: false until the first good scrape and after Config.MaxScrapeFailures failures in
 //     a row. A scrape that finds none of the kind's request gauges counts as a failure, since it
@@ -38,6 +40,16 @@
 // message, param and string code for the client (a code by status when the engine sends
 // none), and makes a 5xx, or the engine refusing the node's credentials (401, 403), a 502
 // engine_error.
+//
+// # Residency
+//
+// The Engine keeps a model (package residency) of what the server's prefix cache holds: the
+// chained blocks of the prompts it sent there, stored at each request's first token and evicted
+// least recently used first at the server's KV size (KVBlocksTotal), corrected by each
+// response's usage.prompt_tokens_details.cached_tokens. Config.OnPrefix receives its stored and
+// evicted blocks, ResidentBlocks its full contents, as the embedded engine reports its exact
+// cache. A restart of the server (its process_start_time_seconds changed, its prompt token
+// counter went back, or its health failed and returned) empties the model.
 //
 // # Concurrency
 //

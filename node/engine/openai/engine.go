@@ -57,10 +57,13 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// BlockTokens is the KV block size State reports in.
 	BlockTokens int
-	// NominalKVBlocks is KVBlocksTotal when the server does not say its KV size.
+	// NominalKVBlocks is KVBlocksTotal when the server does not say its KV size, and so the
+	// residency model's capacity.
 	NominalKVBlocks int
-	// AvgPromptTokens estimates QueuedPrefillTokens from the waiting count.
-	AvgPromptTokens int
+	// OnPrefix, if set, is called with the block hashes the residency model stored and evicted
+	// (see ResidentBlocks), in order, with the model's lock held: it must not block, must not
+	// call back into the Engine and must not keep the slices.
+	OnPrefix func(stored, evicted []uint64)
 	// Passed through to State; engines do not export them.
 	PrefillTokensPerSecond float64
 	DecodeStepSeconds      float64
@@ -79,7 +82,6 @@ func DefaultConfig() Config {
 		MaxScrapeFailures:    3,
 		BlockTokens:          16,
 		NominalKVBlocks:      4096,
-		AvgPromptTokens:      512,
 		MaxRunning:           256,
 	}
 }
@@ -92,6 +94,7 @@ type Engine struct {
 	log    *slog.Logger
 
 	scrapeErrors prometheus.Counter
+	res          *shadow // the residency model (residency.go)
 
 	mu       sync.Mutex
 	models   []engine.Model
@@ -154,7 +157,6 @@ func New(cfg Config) (*Engine, error) {
 	fill(&cfg.MaxScrapeFailures, def.MaxScrapeFailures)
 	fill(&cfg.BlockTokens, def.BlockTokens)
 	fill(&cfg.NominalKVBlocks, def.NominalKVBlocks)
-	fill(&cfg.AvgPromptTokens, def.AvgPromptTokens)
 	fill(&cfg.MaxRunning, def.MaxRunning)
 	if cfg.ScrapeInterval == 0 {
 		cfg.ScrapeInterval = def.ScrapeInterval
@@ -166,7 +168,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.ModelsInterval = def.ModelsInterval
 	}
 	if cfg.ScrapeInterval < 0 || cfg.ScrapeTimeout < 0 || cfg.ModelsInterval < 0 || cfg.DefaultContextTokens < 0 ||
-		cfg.MaxScrapeFailures < 0 || cfg.BlockTokens < 0 || cfg.NominalKVBlocks < 0 || cfg.AvgPromptTokens < 0 {
+		cfg.MaxScrapeFailures < 0 || cfg.BlockTokens < 0 || cfg.NominalKVBlocks < 0 {
 		return nil, errors.New("openai: negative config value")
 	}
 	models := make([]engine.Model, 0, len(cfg.Models))
@@ -195,6 +197,9 @@ func New(cfg Config) (*Engine, error) {
 		if err := cfg.Registerer.Register(e.scrapeErrors); err != nil {
 			return nil, fmt.Errorf("openai: registering metrics: %w", err)
 		}
+	}
+	if e.res, err = newShadow(cfg, e.log); err != nil {
+		return nil, err
 	}
 	e.state = engine.State{BlockTokens: cfg.BlockTokens, KVBlocksTotal: cfg.NominalKVBlocks,
 		PrefillTokensPerSecond: cfg.PrefillTokensPerSecond, DecodeStepSeconds: cfg.DecodeStepSeconds,
@@ -296,6 +301,7 @@ func (e *Engine) State() engine.State {
 	if e.cfg.Kind == KindOpenAI {
 		s.Running = int(e.inflight.Load())
 	}
+	s.QueuedPrefillTokens = e.res.queuedTokens()
 	return s
 }
 
@@ -428,9 +434,9 @@ func statusError(resp *http.Response) *StatusError {
 	return se
 }
 
-// Generate forwards req to the engine and returns once the engine answered 200 and its stream
-// is open.
-func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+// generate forwards req to the engine and returns once the engine answered 200 and its stream
+// is open (Generate, in residency.go, wraps it).
+func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	path := "/v1/chat/completions"
 	if req.Endpoint == engine.Completion {
 		path = "/v1/completions"

@@ -160,19 +160,21 @@ vllm:prefix_cache_queries_total{model_name="m"} 2000
 vllm:prefix_cache_hits_total{model_name="m"} 850
 `,
 			// 32×1000 tokens = 2000 blocks of 16; hit rate (850-100)/(2000-1000).
-			want: engine.State{Waiting: 3, Running: 7, KVBlocksTotal: 2000, KVBlocksUsed: 1000, QueuedPrefillTokens: 3 * 512}, wantHits: 0.75},
+			want: engine.State{Waiting: 3, Running: 7, KVBlocksTotal: 2000, KVBlocksUsed: 1000}, wantHits: 0.75},
 		{kind: KindVLLM, first: "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.25\n",
-			want: engine.State{Waiting: 1, KVBlocksTotal: 4096, KVBlocksUsed: 1024, QueuedPrefillTokens: 512}},
+			want: engine.State{Waiting: 1, KVBlocksTotal: 4096, KVBlocksUsed: 1024}},
 		{kind: KindSGLang, first: `sglang:num_queue_reqs{tp_rank="0"} 2
 sglang:num_running_reqs{tp_rank="0"} 5
 sglang:token_usage 0.1
 sglang:cache_hit_rate 0.4
 sglang:cache_config_info{page_size="1",num_pages="16000"} 1
-`, want: engine.State{Waiting: 2, Running: 5, KVBlocksTotal: 1000, KVBlocksUsed: 100, QueuedPrefillTokens: 1024}, wantHits: 0.4},
+`, want: engine.State{Waiting: 2, Running: 5, KVBlocksTotal: 1000, KVBlocksUsed: 100}, wantHits: 0.4},
+		{kind: KindSGLang, first: "sglang:num_queue_reqs 0\nsglang:max_total_num_tokens 161721\nsglang:token_usage 0.5\n",
+			want: engine.State{KVBlocksTotal: 10107, KVBlocksUsed: 5054}},
 		{kind: KindLlamaCpp, first: "llamacpp:requests_deferred 4\nllamacpp:requests_processing 1\nllamacpp:kv_cache_usage_ratio 0.5\n",
-			want: engine.State{Waiting: 4, Running: 1, KVBlocksTotal: 4096, KVBlocksUsed: 2048, QueuedPrefillTokens: 2048}},
+			want: engine.State{Waiting: 4, Running: 1, KVBlocksTotal: 4096, KVBlocksUsed: 2048}},
 		{kind: KindTGI, first: "tgi_queue_size 6\ntgi_batch_current_size 2\n",
-			want: engine.State{Waiting: 6, Running: 2, KVBlocksTotal: 4096, QueuedPrefillTokens: 3072}},
+			want: engine.State{Waiting: 6, Running: 2, KVBlocksTotal: 4096}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind, func(t *testing.T) {

@@ -141,6 +141,7 @@ type kindNames struct {
 	waiting, running, kvUse []string
 	cacheInfo               string
 	sizeLabel, countLabel   string
+	kvTotalTokens           string // the KV size in tokens, when cacheInfo is absent
 }
 
 var kinds = map[string]kindNames{
@@ -149,7 +150,8 @@ var kinds = map[string]kindNames{
 		cacheInfo: "vllm:cache_config_info", sizeLabel: "block_size", countLabel: "num_gpu_blocks"},
 	KindSGLang: {waiting: []string{"sglang:num_queue_reqs"}, running: []string{"sglang:num_running_reqs"},
 		kvUse:     []string{"sglang:token_usage"},
-		cacheInfo: "sglang:cache_config_info", sizeLabel: "page_size", countLabel: "num_pages"},
+		cacheInfo: "sglang:cache_config_info", sizeLabel: "page_size", countLabel: "num_pages",
+		kvTotalTokens: "sglang:max_total_num_tokens"},
 	KindLlamaCpp: {waiting: []string{"llamacpp:requests_deferred"}, running: []string{"llamacpp:requests_processing"},
 		kvUse: []string{"llamacpp:kv_cache_usage_ratio"}},
 	KindTGI: {waiting: []string{"tgi_queue_size"}, running: []string{"tgi_batch_current_size"}},
@@ -176,6 +178,7 @@ func (e *Engine) scrape(ctx context.Context) {
 		e.mu.Unlock()
 		e.log.Debug("engine scrape failed", "url", e.base.String(), "err", err)
 	}
+	e.res.scraped(m, e.State()) // residency.go: KV size and restarts
 }
 
 func (e *Engine) fetchMetrics(ctx context.Context) (map[string][]sample, error) {
@@ -212,12 +215,13 @@ func (e *Engine) apply(m map[string][]sample) error {
 	defer e.mu.Unlock()
 	s := &e.state
 	s.Waiting, s.Running = int(waiting), int(running)
-	s.QueuedPrefillTokens = s.Waiting * e.cfg.AvgPromptTokens
 	s.BlockTokens = e.cfg.BlockTokens
 	s.KVBlocksTotal = e.cfg.NominalKVBlocks
 	if names.cacheInfo != "" {
 		if tokens, ok := kvTokens(m, names.cacheInfo, names.sizeLabel, names.countLabel); ok {
 			s.KVBlocksTotal = max(1, tokens/e.cfg.BlockTokens)
+		} else if v, ok := sum(m, names.kvTotalTokens); ok && v >= 1 {
+			s.KVBlocksTotal = max(1, int(v)/e.cfg.BlockTokens)
 		}
 	}
 	s.KVBlocksUsed = int(math.Round(use * float64(s.KVBlocksTotal)))

@@ -25,6 +25,9 @@ type stream struct {
 	usage   *engine.Usage
 	done    bool
 	once    sync.Once
+
+	// cachedReported: the usage had prompt_tokens_details (residency.go corrects on it).
+	cachedReported bool
 }
 
 // sseChunk covers both chat and completion chunks: only choice 0 is read (kvmesh forwards n=1).
@@ -67,6 +70,7 @@ func (s *stream) Recv() (engine.Chunk, error) {
 			u := &engine.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
 			if c.Usage.PromptTokensDetails != nil {
 				u.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
+				s.cachedReported = true
 			}
 			s.usage = u
 		}
