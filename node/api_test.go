@@ -137,7 +137,7 @@ func TestRefusalStatusCodes(t *testing.T) {
 		code             string
 	}{
 		{"malformed JSON", "/v1/chat/completions", `{"model":`, nil, 400, "invalid_request"},
-		{"unknown field", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"bogus":1}`, nil, 400, "invalid_parameter"},
+		{"unknown field the embedded engine cannot honour", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"bogus":1}`, nil, 400, "unsupported_parameter"},
 		{"wrong type", "/v1/chat/completions", `{"model":"` + model + `","messages":"x"}`, nil, 400, "invalid_parameter"},
 		{"body too large", "/v1/chat/completions", huge, nil, 413, "body_too_large"},
 		{"unknown model", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil, 404, "model_not_found"},

@@ -74,6 +74,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		seed   *int64
 		prompt []byte
 		a      = &p.adm
+		r      = &p.req // what the engine needs beyond the prompt; the literal below keeps it
 	)
 	switch ep {
 	case engine.Chat:
@@ -96,9 +97,16 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
 		p.stream = cr.Stream
 		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
+		r.Logprobs = a.Logprobs != nil
+		if r.Logprobs {
+			r.TopLogprobs = *a.Logprobs
+		}
+		r.Extra = extraFields(cr.Extra, cr.StreamOptions)
 		msgs := make([]kvindex.Message, len(cr.Messages))
+		r.Roles = make([]string, len(cr.Messages))
 		for i, m := range cr.Messages {
 			msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
+			r.Roles[i] = m.Role
 		}
 		prompt = kvindex.RenderChat(nil, msgs)
 	case engine.Completion:
@@ -111,6 +119,11 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
 		p.stream = cr.Stream
 		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
+		if cr.Logprobs != nil {
+			r.Logprobs, r.TopLogprobs = true, *cr.Logprobs
+		}
+		r.Echo = cr.Echo != nil && *cr.Echo
+		r.Extra = extraFields(cr.Extra, cr.StreamOptions)
 		prompt = []byte(cr.PromptText())
 	}
 	ctxTokens, _ := n.meshModelInfo(a.Model)
@@ -130,8 +143,27 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, n.blockTokens()),
 		Stop:         p.req.Stop,
 		Seed:         s,
+		Logprobs:     r.Logprobs,
+		TopLogprobs:  r.TopLogprobs,
+		Echo:         r.Echo,
+		Roles:        r.Roles,
+		Extra:        r.Extra,
 	}
 	return p, nil
+}
+
+// extraFields lists the members of a request kvmesh does not read, stream_options' after the
+// top level's as "stream_options.NAME", for the engine to honour or refuse.
+func extraFields(top openai.Fields, so *openai.StreamOptions) []openai.Field {
+	if so == nil || len(so.Extra) == 0 {
+		return top
+	}
+	out := make([]openai.Field, 0, len(top)+len(so.Extra))
+	out = append(out, top...)
+	for _, f := range so.Extra {
+		out = append(out, openai.Field{Name: "stream_options." + f.Name, Value: f.Value})
+	}
+	return out
 }
 
 func (n *Node) blockTokens() int {
@@ -189,11 +221,32 @@ func writeRefusal(w http.ResponseWriter, e *openai.Error, retryAfter time.Durati
 }
 
 // engineError maps an error from Engine.Generate (before any output) to the client's answer.
+// A field the engine refused is a 400 naming it; an external engine's own 4xx keeps its status,
+// message and param, and its code when it is one of kvmesh's request codes (so the refusal
+// counters' labels stay bounded).
 func engineError(err error) *openai.Error {
+	var pe *engine.ParamError
 	var re interface{ HTTPStatus() int }
+	var ae interface{ APIError() *openai.Error }
 	switch {
+	case errors.As(err, &pe) && pe.Unsupported:
+		return openai.NewError(http.StatusBadRequest, openai.CodeUnsupportedParameter,
+			fmt.Sprintf("unsupported parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
+	case errors.As(err, &pe):
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			fmt.Sprintf("invalid parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
 	case errors.As(err, &re) && re.HTTPStatus() >= 400 && re.HTTPStatus() < 500:
-		return openai.NewError(re.HTTPStatus(), openai.CodeInvalidRequest, err.Error())
+		e := openai.NewError(re.HTTPStatus(), openai.CodeInvalidRequest, err.Error())
+		if errors.As(err, &ae) {
+			if own := ae.APIError(); own != nil {
+				e.Message, e.Param = own.Message, own.Param
+				switch own.Code {
+				case openai.CodeInvalidParameter, openai.CodeUnsupportedParameter, openai.CodeContextLengthExceeded:
+					e.Code = own.Code
+				}
+			}
+		}
+		return e
 	case errors.Is(err, engine.ErrRejected):
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
