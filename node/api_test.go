@@ -137,7 +137,7 @@ func TestRefusalStatusCodes(t *testing.T) {
 		code             string
 	}{
 		{"malformed JSON", "/v1/chat/completions", `{"model":`, nil, 400, "invalid_request"},
-		{"unknown field", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"bogus":1}`, nil, 400, "invalid_parameter"},
+		{"unknown field the embedded engine cannot honour", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"bogus":1}`, nil, 400, "unsupported_parameter"},
 		{"wrong type", "/v1/chat/completions", `{"model":"` + model + `","messages":"x"}`, nil, 400, "invalid_parameter"},
 		{"body too large", "/v1/chat/completions", huge, nil, 413, "body_too_large"},
 		{"unknown model", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil, 404, "model_not_found"},
@@ -368,6 +368,19 @@ func TestNodeInFrontOfKvmeshEngineAsExternalEngine(t *testing.T) {
 	}
 	if u := streamUsage(t, ev); u.PromptTokensDetails.CachedTokens == 0 {
 		t.Errorf("the engine's cached_tokens did not come through: %+v", u)
+	}
+	// vLLM's fields pass the node; kvmesh engine runs the no-ops and refuses, by name, what it
+	// cannot keep, and the node relays that refusal as it is.
+	base := `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"max_tokens":3,"top_k":40,"min_p":0.1`
+	if resp := post(t, url, "/v1/chat/completions", base+`}`, nil); resp.StatusCode != 200 {
+		t.Errorf("top_k and min_p: status %d: %s", resp.StatusCode, readAll(t, resp))
+	} else {
+		readAll(t, resp)
+	}
+	resp = post(t, url, "/v1/chat/completions", base+`,"guided_json":{"type":"object"}}`, nil)
+	if e := decodeError(t, readAll(t, resp)); resp.StatusCode != 400 || e.Error.Code != "unsupported_parameter" ||
+		e.Error.Param == nil || *e.Error.Param != "guided_json" {
+		t.Errorf("guided_json: status %d, error %+v", resp.StatusCode, e.Error)
 	}
 	// The node scrapes the engine's vLLM metrics into its state record.
 	poll.Until(t, 5*time.Second, "the scraped KV size", func() bool {

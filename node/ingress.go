@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -16,7 +17,9 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
+	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 // Response headers.
@@ -74,6 +77,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		seed   *int64
 		prompt []byte
 		a      = &p.adm
+		r      = &p.req // what the engine needs beyond the prompt; the literal below keeps it
 	)
 	switch ep {
 	case engine.Chat:
@@ -96,9 +100,16 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
 		p.stream = cr.Stream
 		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
+		r.Logprobs = a.Logprobs != nil
+		if r.Logprobs {
+			r.TopLogprobs = *a.Logprobs
+		}
+		r.Extra = extraFields(cr.Extra, cr.StreamOptions)
 		msgs := make([]kvindex.Message, len(cr.Messages))
+		r.Roles = make([]string, len(cr.Messages))
 		for i, m := range cr.Messages {
 			msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
+			r.Roles[i] = m.Role
 		}
 		prompt = kvindex.RenderChat(nil, msgs)
 	case engine.Completion:
@@ -111,6 +122,11 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
 		p.stream = cr.Stream
 		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
+		if cr.Logprobs != nil {
+			r.Logprobs, r.TopLogprobs = true, *cr.Logprobs
+		}
+		r.Echo = cr.Echo != nil && *cr.Echo
+		r.Extra = extraFields(cr.Extra, cr.StreamOptions)
 		prompt = []byte(cr.PromptText())
 	}
 	ctxTokens, _ := n.meshModelInfo(a.Model)
@@ -130,8 +146,27 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, n.blockTokens()),
 		Stop:         p.req.Stop,
 		Seed:         s,
+		Logprobs:     r.Logprobs,
+		TopLogprobs:  r.TopLogprobs,
+		Echo:         r.Echo,
+		Roles:        r.Roles,
+		Extra:        r.Extra,
 	}
 	return p, nil
+}
+
+// extraFields lists the members of a request kvmesh does not read, stream_options' after the
+// top level's as "stream_options.NAME", for the engine to honour or refuse.
+func extraFields(top openai.Fields, so *openai.StreamOptions) []openai.Field {
+	if so == nil || len(so.Extra) == 0 {
+		return top
+	}
+	out := make([]openai.Field, 0, len(top)+len(so.Extra))
+	out = append(out, top...)
+	for _, f := range so.Extra {
+		out = append(out, openai.Field{Name: "stream_options." + f.Name, Value: f.Value})
+	}
+	return out
 }
 
 func (n *Node) blockTokens() int {
@@ -153,10 +188,32 @@ func (n *Node) account(ep engine.Endpoint, o outcome) {
 	case o.completed:
 		n.m.completed.WithLabelValues(endpointName(ep)).Inc()
 	case o.refused:
-		n.m.refused.WithLabelValues(o.code).Inc()
+		n.m.refused.WithLabelValues(metricCode(o.code)).Inc()
 	default:
-		n.m.failed.WithLabelValues(o.code).Inc()
+		n.m.failed.WithLabelValues(metricCode(o.code)).Inc()
 	}
+}
+
+// knownCodes are the refusal and failure codes kvmesh itself gives.
+var knownCodes = []string{
+	openai.CodeInvalidRequest, openai.CodeInvalidParameter, openai.CodeUnsupportedParameter, openai.CodeBodyTooLarge,
+	openai.CodeModelNotFound, openai.CodeContextLengthExceeded, openai.CodeInvalidAPIKey, openai.CodeRateLimited,
+	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
+	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
+	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, "hop_limit",
+	transport.CodeVersion, transport.CodeKind,
+}
+
+// codeEngineRejected labels, in the metrics, a refusal with an external engine's own code:
+// the client gets the engine's code, the counters a bounded label set.
+const codeEngineRejected = "engine_rejected"
+
+// metricCode is code as a metric label: one of kvmesh's own, else codeEngineRejected.
+func metricCode(code string) string {
+	if slices.Contains(knownCodes, code) {
+		return code
+	}
+	return codeEngineRejected
 }
 
 func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
@@ -189,11 +246,19 @@ func writeRefusal(w http.ResponseWriter, e *openai.Error, retryAfter time.Durati
 }
 
 // engineError maps an error from Engine.Generate (before any output) to the client's answer.
-// An external engine's HTTP error says itself what the client gets (extengine.StatusError's
-// APIError): a 4xx keeps its status, message and code, a 5xx is a 502 engine_error.
+// A field the engine refused is a 400 naming it. An external engine's HTTP error says itself
+// what the client gets (extengine.StatusError's APIError): a 4xx keeps its status, message,
+// param and code; a 5xx is a 502 engine_error.
 func engineError(err error) *openai.Error {
+	var pe *engine.ParamError
 	var ae interface{ APIError() *openai.Error }
 	switch {
+	case errors.As(err, &pe) && pe.Unsupported:
+		return openai.NewError(http.StatusBadRequest, openai.CodeUnsupportedParameter,
+			fmt.Sprintf("unsupported parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
+	case errors.As(err, &pe):
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			fmt.Sprintf("invalid parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
 	case errors.As(err, &ae):
 		return ae.APIError()
 	case errors.Is(err, engine.ErrRejected):

@@ -81,14 +81,15 @@ func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 // with an error event instead of [DONE], so the client knows the output is incomplete.
 func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
 	sse := openai.NewSSEWriter(w)
+	lp := newLogprobEncoder(enc.p.endpoint)
 	if rc := enc.roleChunk(); rc != nil {
 		if err := sse.WriteData(rc); err != nil {
 			return outcome{code: openai.CodeClientClosed}, nil
 		}
 	}
 	for {
-		if c.Text != "" || c.FinishReason != "" {
-			if err := sse.WriteData(enc.chunk(c)); err != nil {
+		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 {
+			if err := sse.WriteData(withLogprobs(enc.chunk(c), lp.encode(c.Logprobs))); err != nil {
 				return outcome{code: openai.CodeClientClosed}, nil
 			}
 		}
@@ -122,12 +123,15 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 // collect gathers the whole generation into one JSON response.
 func (n *Node) collect(w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
 	var text strings.Builder
+	var lps []engine.Logprob
 	for {
 		text.WriteString(c.Text)
+		lps = append(lps, c.Logprobs...)
 		if c.FinishReason != "" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
-			_ = json.NewEncoder(w).Encode(enc.complete(text.String(), c))
+			resp := withLogprobs(enc.complete(text.String(), c), newLogprobEncoder(enc.p.endpoint).encode(lps))
+			_ = json.NewEncoder(w).Encode(resp)
 			return outcome{completed: true}, c.Usage
 		}
 		var err error

@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"github.com/kvmesh/kvmesh/node/openai"
 )
 
 // Endpoint says which OpenAI API a request came in on.
@@ -38,7 +41,39 @@ type Request struct {
 	// important, 0 normal, negative sheddable. The embedded engine schedules by it (vLLM's
 	// --scheduling-policy priority); external engines are not sent it.
 	Priority int
+	// Logprobs asks for each output token's log probability, and TopLogprobs (0..20) for that
+	// many of the likeliest tokens at each position: chat's logprobs and top_logprobs,
+	// completions' logprobs.
+	Logprobs    bool
+	TopLogprobs int
+	// Echo (completions) puts the prompt before the output, and its tokens before the output's
+	// in the logprobs.
+	Echo bool
+	// Roles are the chat messages' roles in order (nil for completions), whatever they are:
+	// an external engine's chat template may know roles OpenAI's API does not.
+	Roles []string
+	// Extra are the body's members the node does not read, in body order with their values as
+	// sent (stream_options' named "stream_options.NAME"): sampling fields, structured output,
+	// tools, an engine's extensions. External engines receive them in Body; the embedded engine
+	// honours, accepts as no-ops, or refuses each (a *ParamError).
+	Extra []openai.Field
 }
+
+// ParamError is an engine's refusal, before any output, of one request field: a value it
+// cannot honour (Unsupported) or a malformed one. It wraps ErrRejected; the node answers 400
+// unsupported_parameter or invalid_parameter, naming Param.
+type ParamError struct {
+	// Param is the field as the client named it: "guided_json", "messages[2].role".
+	Param       string
+	Unsupported bool
+	// Reason says why, for the client.
+	Reason string
+}
+
+func (e *ParamError) Error() string { return fmt.Sprintf("engine: %s: %s", e.Param, e.Reason) }
+
+// Unwrap returns ErrRejected.
+func (e *ParamError) Unwrap() error { return ErrRejected }
 
 // Finish reasons, as in the OpenAI API.
 const (
@@ -60,6 +95,27 @@ type Chunk struct {
 	Text         string
 	FinishReason string
 	Usage        *Usage
+	// Logprobs are those of the tokens generated since the previous chunk, in order, when the
+	// request asked for them (a token's text may be held back to a later chunk, as at a
+	// possible stop sequence). An echoed prompt's tokens come first in the first chunk.
+	Logprobs []Logprob
+}
+
+// Logprob is one token's log probability and the likeliest tokens at its position.
+type Logprob struct {
+	Token   string
+	Logprob float64
+	// Unscored marks a token without a probability: the first token of an echoed prompt.
+	Unscored bool
+	// Top are the likeliest tokens at the position, most likely first: Request.TopLogprobs of
+	// them (an engine may send fewer).
+	Top []TopLogprob
+}
+
+// TopLogprob is one of the likeliest tokens at a position.
+type TopLogprob struct {
+	Token   string
+	Logprob float64
 }
 
 // Stream is a generation in progress. Recv blocks for the next chunk; Close cancels the

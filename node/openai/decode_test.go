@@ -38,9 +38,15 @@ func TestDecodeChat(t *testing.T) {
 			"modalities":["text"],"prompt_cache_key":"p","safety_identifier":"s","verbosity":"low"}`,
 			check: func(t *testing.T, r *ChatRequest) {
 				if *r.MaxTokens != 5 || *r.MaxCompletionTokens != 6 || !r.StreamOptions.IncludeUsage ||
-					!reflect.DeepEqual(r.Stop, Stop{"\n"}) || *r.Seed != 7 || !r.Messages[1].Content.Null ||
-					r.LogitBias["50256"] != -100 || string(r.ToolChoice) != `"auto"` {
+					!reflect.DeepEqual(r.Stop, Stop{"\n"}) || *r.Seed != 7 || !r.Messages[1].Content.Null {
 					t.Errorf("got %+v", r)
+				}
+				if got := extraNames(r.Extra); got != "presence_penalty frequency_penalty logit_bias response_format tools tool_choice parallel_tool_calls "+
+					"metadata store service_tier reasoning_effort modalities prompt_cache_key safety_identifier verbosity" {
+					t.Errorf("extra members %q", got)
+				}
+				if string(r.Extra[2].Value) != `{"50256":-100}` || string(r.Extra[5].Value) != `"auto"` {
+					t.Errorf("extra values %s %s", r.Extra[2].Value, r.Extra[5].Value)
 				}
 			}},
 		{name: "stop array", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b"]}`,
@@ -49,10 +55,47 @@ func TestDecodeChat(t *testing.T) {
 					t.Errorf("stop = %v", r.Stop)
 				}
 			}},
-		{name: "unknown field", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"bogus":1}`,
-			status: 400, code: CodeInvalidParameter, param: "bogus"},
+		{name: "unknown field passes, value as sent", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"bogus": [1, {"a" : 2}] }`,
+			check: func(t *testing.T, r *ChatRequest) {
+				if len(r.Extra) != 1 || r.Extra[0].Name != "bogus" || string(r.Extra[0].Value) != `[1, {"a" : 2}]` {
+					t.Errorf("extra %+v", r.Extra)
+				}
+			}},
+		{name: "unknown message fields and roles pass", body: `{"model":"m","messages":[{"role":"user","content":"q","name":5},
+			{"role":"assistant","content":"a","reasoning_content":"because"},{"role":"critic","content":"c"}]}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				if len(r.Messages) != 3 || r.Messages[1].Text() != "a" || r.Messages[2].Role != "critic" {
+					t.Errorf("messages %+v", r.Messages)
+				}
+			}},
+		{name: "stream options keep their other members", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,
+			"stream_options":{"include_usage":true,"continuous_usage_stats":true,"include_obfuscation":false}}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				o := r.StreamOptions
+				if !o.IncludeUsage || extraNames(o.Extra) != "continuous_usage_stats include_obfuscation" || string(o.Extra[0].Value) != "true" {
+					t.Errorf("stream_options %+v", o)
+				}
+			}},
+		{name: "names are case-sensitive", body: `{"Model":"m","model":"n","messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				if r.Model != "n" || extraNames(r.Extra) != "Model" {
+					t.Errorf("model %q extra %+v", r.Model, r.Extra)
+				}
+			}},
+		{name: "logprobs", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":3}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				if !*r.Logprobs || *r.TopLogprobs != 3 || len(r.Extra) != 0 {
+					t.Errorf("got %+v", r)
+				}
+			}},
 		{name: "wrong type", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":"5"}`,
 			status: 400, code: CodeInvalidParameter, param: "max_tokens"},
+		{name: "top_logprobs without logprobs", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2}`,
+			status: 400, code: CodeInvalidParameter, param: "top_logprobs"},
+		{name: "wrong type in stream_options", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"x":1,"include_usage":"yes"}}`,
+			status: 400, code: CodeInvalidParameter, param: "stream_options.include_usage"},
+		{name: "stream_options not an object", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":[true]}`,
+			status: 400, code: CodeInvalidParameter, param: "stream_options"},
 		{name: "wrong nested type", body: `{"model":"m","messages":[{"role":5,"content":"x"}]}`,
 			status: 400, code: CodeInvalidParameter, param: "messages.role"},
 		{name: "image part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`,
@@ -97,14 +140,16 @@ func TestDecodeCompletion(t *testing.T) {
 		param  string
 		want   string
 	}{
-		{name: "string prompt", body: `{"model":"m","prompt":"hello","max_tokens":3,"echo":false,"logprobs":2,"suffix":"s","best_of":1}`, want: "hello"},
+		{name: "string prompt", body: `{"model":"m","prompt":"hello","max_tokens":3,"echo":false,"logprobs":2}`, want: "hello"},
 		{name: "array prompt", body: `{"model":"m","prompt":["hello"]}`, want: "hello"},
 		{name: "empty string prompt is present", body: `{"model":"m","prompt":""}`, want: ""},
 		{name: "batch prompt", body: `{"model":"m","prompt":["a","b"]}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
 		{name: "token prompt", body: `{"model":"m","prompt":[1,2]}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
 		{name: "missing prompt", body: `{"model":"m"}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
-		{name: "messages is unknown here", body: `{"model":"m","prompt":"x","messages":[]}`, status: 400, code: CodeInvalidParameter, param: "messages"},
+		{name: "unread fields pass", body: `{"model":"m","prompt":"x","suffix":"s","best_of":1,"top_k":4,"messages":[]}`, want: "x"},
 		{name: "bad echo", body: `{"model":"m","prompt":"x","echo":"yes"}`, status: 400, code: CodeInvalidParameter, param: "echo"},
+		{name: "bad logprobs", body: `{"model":"m","prompt":"x","logprobs":true}`, status: 400, code: CodeInvalidParameter, param: "logprobs"},
+		{name: "null prompt", body: `{"model":"m","prompt":null}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +166,14 @@ func TestDecodeCompletion(t *testing.T) {
 			assertAPIError(t, err, tt.status, tt.code, tt.param)
 		})
 	}
+}
+
+func extraNames(f Fields) string {
+	names := make([]string, len(f))
+	for i, m := range f {
+		names[i] = m.Name
+	}
+	return strings.Join(names, " ")
 }
 
 func assertAPIError(t *testing.T, err error, status int, code, param string) {
@@ -176,5 +229,94 @@ func TestWriteError(t *testing.T) {
 	}
 	if got := NewError(http.StatusForbidden, "x", "y").Type; got != TypePermission {
 		t.Errorf("403 type = %q", got)
+	}
+}
+
+// vLLMFields are request fields vLLM's OpenAI server takes beyond OpenAI's own, with a value
+// each: kvmesh reads none of them, so they must pass.
+var vLLMFields = map[string]string{
+	"top_k":                      `40`,
+	"min_p":                      `0.05`,
+	"repetition_penalty":         `1.1`,
+	"min_tokens":                 `4`,
+	"ignore_eos":                 `true`,
+	"chat_template_kwargs":       `{"enable_thinking": false}`,
+	"guided_json":                `{"type":"object","properties":{"a":{"type":"string"}}}`,
+	"skip_special_tokens":        `false`,
+	"stop_token_ids":             `[128009]`,
+	"include_stop_str_in_output": `true`,
+	"structured_outputs":         `{"choice":["a","b"]}`,
+	"priority":                   `-1`,
+	"guided_decoding_backend":    `null`,
+}
+
+func TestDecodeAcceptsVLLMFields(t *testing.T) {
+	for name, value := range vLLMFields {
+		t.Run(name, func(t *testing.T) {
+			chat := `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y","reasoning_content":"z"}],"` +
+				name + `":` + value + `}`
+			r, err := DecodeChat(strings.NewReader(chat), 1<<20)
+			if err != nil {
+				t.Fatalf("chat: %v", err)
+			}
+			if len(r.Extra) != 1 || r.Extra[0].Name != name || string(r.Extra[0].Value) != value {
+				t.Errorf("chat extra %+v, want %s: %s as sent", r.Extra, name, value)
+			}
+			cr, err := DecodeCompletion(strings.NewReader(`{"model":"m","prompt":"p","`+name+`":`+value+`}`), 1<<20)
+			if err != nil {
+				t.Fatalf("completion: %v", err)
+			}
+			if len(cr.Extra) != 1 || cr.Extra[0].Name != name || string(cr.Extra[0].Value) != value {
+				t.Errorf("completion extra %+v", cr.Extra)
+			}
+		})
+	}
+}
+
+// TestDecodeStillChecksTheFieldsKvmeshReads: passing unknown fields through does not loosen
+// the types of the fields kvmesh acts on, even beside vLLM's.
+func TestDecodeStillChecksTheFieldsKvmeshReads(t *testing.T) {
+	tests := []struct{ field, value, param string }{
+		{"model", `5`, "model"},
+		{"messages", `{"role":"user"}`, "messages"},
+		{"messages", `[{"role":["user"],"content":"x"}]`, "messages.role"},
+		{"max_tokens", `"5"`, "max_tokens"},
+		{"max_tokens", `1.5`, "max_tokens"},
+		{"max_completion_tokens", `true`, "max_completion_tokens"},
+		{"stream", `"yes"`, "stream"},
+		{"stream_options", `{"include_usage":1}`, "stream_options.include_usage"},
+		{"stop", `5`, "stop"},
+		{"n", `"1"`, "n"},
+		{"temperature", `"hot"`, "temperature"},
+		{"top_p", `[]`, "top_p"},
+		{"seed", `1.5`, "seed"},
+		{"user", `5`, "user"},
+		{"logprobs", `"yes"`, "logprobs"},
+		{"top_logprobs", `"2"`, "top_logprobs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field+"="+tt.value, func(t *testing.T) {
+			body := `{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":40,"guided_json":{},"` + tt.field + `":` + tt.value + `}`
+			_, err := DecodeChat(strings.NewReader(body), 1<<20)
+			assertAPIError(t, err, 400, CodeInvalidParameter, tt.param)
+		})
+	}
+}
+
+// TestRequestMarshalKeepsExtra: a decoded request encodes back with its unread members, in
+// order, values as sent.
+func TestRequestMarshalKeepsExtra(t *testing.T) {
+	body := `{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":40,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"guided_json":{"type":"object"}}`
+	r, err := DecodeChat(strings.NewReader(body), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, jerr := json.Marshal(r)
+	if jerr != nil {
+		t.Fatal(jerr)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true,"continuous_usage_stats":true},"top_k":40,"guided_json":{"type":"object"}}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
 	}
 }

@@ -4,10 +4,16 @@
 //
 // # Decoding
 //
-// DecodeChat and DecodeCompletion read a whole body under a size cap and reject unknown fields,
-// fields of the wrong type, trailing data and empty bodies, so a client mistake is a 400 that names
-// the field rather than a silently ignored parameter. Every error they return is an *Error that
-// WriteError can send as is.
+// DecodeChat and DecodeCompletion read a whole body under a size cap, member by member. The
+// members kvmesh reads (model, messages or prompt, max_tokens, max_completion_tokens, stream,
+// stream_options.include_usage, stop, n, temperature, top_p, seed, user, logprobs,
+// top_logprobs, echo) are matched by exact name and decoded strictly, so a wrong type is a 400
+// that names the field. Every other member (an OpenAI field kvmesh leaves to the engine, or an
+// engine's own such as vLLM's top_k or guided_json) is kept with its value as sent in the
+// request's Extra (stream_options' in its own), for the engine to honour or refuse: kvmesh
+// neither refuses nor silently drops it. Messages keep their role and text; their other
+// members, like any role name, are the engine's business. Trailing data, empty bodies and
+// non-objects are refused. Every error they return is an *Error that WriteError can send as is.
 //
 // # Concurrency
 //

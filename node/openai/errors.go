@@ -7,8 +7,11 @@ import (
 
 // Error codes kvmesh returns; each pairs with the status of its constructor.
 const (
-	CodeInvalidRequest        = "invalid_request"
-	CodeInvalidParameter      = "invalid_parameter"
+	CodeInvalidRequest   = "invalid_request"
+	CodeInvalidParameter = "invalid_parameter"
+	// CodeUnsupportedParameter: a well-formed field the engine that would run the request
+	// cannot honour (the embedded engine and guided_json, say); its param names the field.
+	CodeUnsupportedParameter  = "unsupported_parameter"
 	CodeBodyTooLarge          = "body_too_large"
 	CodeModelNotFound         = "model_not_found"
 	CodeContextLengthExceeded = "context_length_exceeded"

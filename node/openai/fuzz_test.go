@@ -12,6 +12,10 @@ func FuzzDecodeChat(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stop":"x","max_tokens":3}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"tools":[{"type":"function"}],"logit_bias":{"1":2}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":null}],"stream":true,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"r"},{"role":"critic","content":"c"}],"top_k":40,"min_p":0.1,` +
+		`"repetition_penalty":1.1,"min_tokens":2,"ignore_eos":true,"chat_template_kwargs":{"enable_thinking":false},"guided_json":{"type":"object"},` +
+		`"skip_special_tokens":false,"logprobs":true,"top_logprobs":3,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`))
+	f.Add([]byte(`{"model":"m","Model":"n","messages":[{"role":"user","content":"x"}],"x":1,"x":[2],"stream_options":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeChat(bytes.NewReader(b), 1<<16)
 		if err != nil {
@@ -34,6 +38,7 @@ func FuzzDecodeChat(f *testing.F) {
 func FuzzDecodeCompletion(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":"hi","echo":true,"suffix":"s"}`))
 	f.Add([]byte(`{"model":"m","prompt":["hi"],"stop":["a"]}`))
+	f.Add([]byte(`{"model":"m","prompt":"p","logprobs":5,"echo":true,"top_k":-1,"min_tokens":3,"guided_regex":"a+","stream_options":{"x":{}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeCompletion(bytes.NewReader(b), 1<<16)
 		if err != nil {

@@ -9,59 +9,95 @@ import (
 	"strings"
 )
 
-// ChatRequest is the body of POST /v1/chat/completions, every field of the public API. Pointer
-// fields are nil when the client left them out. Fields kvmesh does not interpret are kept as raw
-// JSON so external engines receive them unchanged.
+// ChatRequest is the body of POST /v1/chat/completions. Its typed fields are the ones kvmesh
+// reads (to validate, route and admit the request, or to run it on the embedded engine), and
+// they are checked strictly: a wrong type is a 400 that names the field. Every other member is
+// kept in Extra with its value as sent: an external engine receives the client's body, so a
+// field only the engine knows (vLLM's top_k, guided_json, chat_template_kwargs, ...) reaches
+// it untouched, and the embedded engine decides for itself what to make of each. Pointer fields
+// are nil when the client left them out.
 type ChatRequest struct {
-	Model               string             `json:"model"`
-	Messages            []Message          `json:"messages"`
-	MaxTokens           *int               `json:"max_tokens,omitempty"`
-	MaxCompletionTokens *int               `json:"max_completion_tokens,omitempty"`
-	Stream              bool               `json:"stream,omitempty"`
-	StreamOptions       *StreamOptions     `json:"stream_options,omitempty"`
-	Stop                Stop               `json:"stop,omitempty"`
-	Temperature         *float64           `json:"temperature,omitempty"`
-	TopP                *float64           `json:"top_p,omitempty"`
-	N                   *int               `json:"n,omitempty"`
-	Seed                *int64             `json:"seed,omitempty"`
-	User                string             `json:"user,omitempty"`
-	PresencePenalty     *float64           `json:"presence_penalty,omitempty"`
-	FrequencyPenalty    *float64           `json:"frequency_penalty,omitempty"`
-	Logprobs            *bool              `json:"logprobs,omitempty"`
-	TopLogprobs         *int               `json:"top_logprobs,omitempty"`
-	LogitBias           map[string]float64 `json:"logit_bias,omitempty"`
-	ResponseFormat      json.RawMessage    `json:"response_format,omitempty"`
-	Tools               json.RawMessage    `json:"tools,omitempty"`
-	ToolChoice          json.RawMessage    `json:"tool_choice,omitempty"`
-	ParallelToolCalls   *bool              `json:"parallel_tool_calls,omitempty"`
-	Functions           json.RawMessage    `json:"functions,omitempty"`     // deprecated by tools
-	FunctionCall        json.RawMessage    `json:"function_call,omitempty"` // deprecated by tool_choice
-	Metadata            map[string]string  `json:"metadata,omitempty"`
-	Store               *bool              `json:"store,omitempty"`
-	ServiceTier         string             `json:"service_tier,omitempty"`
-	ReasoningEffort     string             `json:"reasoning_effort,omitempty"`
-	Modalities          []string           `json:"modalities,omitempty"`
-	Audio               json.RawMessage    `json:"audio,omitempty"`
-	Prediction          json.RawMessage    `json:"prediction,omitempty"`
-	WebSearchOptions    json.RawMessage    `json:"web_search_options,omitempty"`
-	PromptCacheKey      string             `json:"prompt_cache_key,omitempty"`
-	SafetyIdentifier    string             `json:"safety_identifier,omitempty"`
-	Verbosity           string             `json:"verbosity,omitempty"`
+	Model               string         `json:"model"`
+	Messages            []Message      `json:"messages"`
+	MaxTokens           *int           `json:"max_tokens,omitempty"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
+	Stream              bool           `json:"stream,omitempty"`
+	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
+	Stop                Stop           `json:"stop,omitempty"`
+	Temperature         *float64       `json:"temperature,omitempty"`
+	TopP                *float64       `json:"top_p,omitempty"`
+	N                   *int           `json:"n,omitempty"`
+	Seed                *int64         `json:"seed,omitempty"`
+	User                string         `json:"user,omitempty"`
+	Logprobs            *bool          `json:"logprobs,omitempty"`
+	TopLogprobs         *int           `json:"top_logprobs,omitempty"`
+	// Extra are the body's other members, in body order.
+	Extra Fields `json:"-"`
 }
 
-// Message is one chat message. Content arrives as a string or as an array of parts; text parts
-// are flattened (concatenated) into Content.Text.
-type Message struct {
-	Role       string          `json:"role"`
-	Content    Content         `json:"content"`
-	Name       string          `json:"name,omitempty"`
-	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
-	Refusal    *string         `json:"refusal,omitempty"`
-	// FunctionCall is the deprecated form of ToolCalls.
-	FunctionCall json.RawMessage `json:"function_call,omitempty"`
-	Audio        json.RawMessage `json:"audio,omitempty"`
+// member returns where the value of the member name goes, nil for a member kvmesh does not read.
+func (r *ChatRequest) member(name string) any {
+	switch name {
+	case "model":
+		return &r.Model
+	case "messages":
+		return &r.Messages
+	case "max_tokens":
+		return &r.MaxTokens
+	case "max_completion_tokens":
+		return &r.MaxCompletionTokens
+	case "stream":
+		return &r.Stream
+	case "stream_options":
+		return &r.StreamOptions
+	case "stop":
+		return &r.Stop
+	case "temperature":
+		return &r.Temperature
+	case "top_p":
+		return &r.TopP
+	case "n":
+		return &r.N
+	case "seed":
+		return &r.Seed
+	case "user":
+		return &r.User
+	case "logprobs":
+		return &r.Logprobs
+	case "top_logprobs":
+		return &r.TopLogprobs
+	}
+	return nil
 }
+
+// MarshalJSON writes the typed fields, then Extra's members.
+func (r ChatRequest) MarshalJSON() ([]byte, error) {
+	type plain ChatRequest
+	b, err := json.Marshal(plain(r))
+	if err != nil {
+		return nil, err
+	}
+	return r.Extra.appendTo(b), nil
+}
+
+// Message is one chat message: the role and the text kvmesh renders into the prompt it routes
+// on. Content arrives as a string or as an array of parts; text parts are flattened
+// (concatenated) into Content.Text. Its other members (name, tool_calls, tool_call_id, vLLM's
+// reasoning_content, ...) are not kept: external engines read them from the client's body.
+// Role is any non-empty string here; the engine decides which roles it knows.
+type Message struct {
+	Role    string  `json:"role"`
+	Content Content `json:"content"`
+}
+
+// Roles known to the OpenAI chat API.
+var knownRoles = map[string]bool{
+	"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true,
+}
+
+// KnownRole reports whether role is one of the OpenAI chat API's: system, developer, user,
+// assistant, tool and the deprecated function.
+func KnownRole(role string) bool { return knownRoles[role] }
 
 // Content is a message's text. Null marks JSON null (an assistant turn with only tool calls).
 type Content struct {
@@ -127,10 +163,38 @@ var (
 	errPrompt      = errors.New("prompt must be a string or an array of one string")
 )
 
-// StreamOptions are the options of a streamed response.
+// StreamOptions are the options of a streamed response. kvmesh reads include_usage; the other
+// members (include_obfuscation, vLLM's continuous_usage_stats, ...) are kept in Extra.
 type StreamOptions struct {
-	IncludeUsage       bool  `json:"include_usage,omitempty"`
-	IncludeObfuscation *bool `json:"include_obfuscation,omitempty"`
+	IncludeUsage bool `json:"include_usage,omitempty"`
+	// Extra are the other members, in body order.
+	Extra Fields `json:"-"`
+}
+
+func (o *StreamOptions) member(name string) any {
+	if name == "include_usage" {
+		return &o.IncludeUsage
+	}
+	return nil
+}
+
+// UnmarshalJSON decodes the object, keeping unread members in Extra. null leaves o unchanged.
+func (o *StreamOptions) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return nil
+	}
+	*o = StreamOptions{}
+	return decodeMembers(json.NewDecoder(bytes.NewReader(b)), o.member, &o.Extra)
+}
+
+// MarshalJSON writes include_usage, then Extra's members.
+func (o StreamOptions) MarshalJSON() ([]byte, error) {
+	type plain StreamOptions
+	b, err := json.Marshal(plain(o))
+	if err != nil {
+		return nil, err
+	}
+	return o.Extra.appendTo(b), nil
 }
 
 // Stop is the stop sequences, sent as a string or an array of strings.
@@ -159,26 +223,67 @@ func (s *Stop) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// CompletionRequest is the body of POST /v1/completions (the legacy text completion API).
+// CompletionRequest is the body of POST /v1/completions (the legacy text completion API), read
+// as ChatRequest is: typed fields for what kvmesh reads, Extra for the rest.
 type CompletionRequest struct {
-	Model            string             `json:"model"`
-	Prompt           *Prompt            `json:"prompt"`
-	MaxTokens        *int               `json:"max_tokens,omitempty"`
-	Stream           bool               `json:"stream,omitempty"`
-	StreamOptions    *StreamOptions     `json:"stream_options,omitempty"`
-	Stop             Stop               `json:"stop,omitempty"`
-	Temperature      *float64           `json:"temperature,omitempty"`
-	TopP             *float64           `json:"top_p,omitempty"`
-	N                *int               `json:"n,omitempty"`
-	Seed             *int64             `json:"seed,omitempty"`
-	User             string             `json:"user,omitempty"`
-	Echo             *bool              `json:"echo,omitempty"`
-	Logprobs         *int               `json:"logprobs,omitempty"`
-	Suffix           *string            `json:"suffix,omitempty"`
-	BestOf           *int               `json:"best_of,omitempty"`
-	PresencePenalty  *float64           `json:"presence_penalty,omitempty"`
-	FrequencyPenalty *float64           `json:"frequency_penalty,omitempty"`
-	LogitBias        map[string]float64 `json:"logit_bias,omitempty"`
+	Model         string         `json:"model"`
+	Prompt        *Prompt        `json:"prompt"`
+	MaxTokens     *int           `json:"max_tokens,omitempty"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
+	Stop          Stop           `json:"stop,omitempty"`
+	Temperature   *float64       `json:"temperature,omitempty"`
+	TopP          *float64       `json:"top_p,omitempty"`
+	N             *int           `json:"n,omitempty"`
+	Seed          *int64         `json:"seed,omitempty"`
+	User          string         `json:"user,omitempty"`
+	Echo          *bool          `json:"echo,omitempty"`
+	Logprobs      *int           `json:"logprobs,omitempty"`
+	// Extra are the body's other members (suffix, best_of, vLLM's sampling fields, ...), in
+	// body order.
+	Extra Fields `json:"-"`
+}
+
+func (r *CompletionRequest) member(name string) any {
+	switch name {
+	case "model":
+		return &r.Model
+	case "prompt":
+		return &r.Prompt
+	case "max_tokens":
+		return &r.MaxTokens
+	case "stream":
+		return &r.Stream
+	case "stream_options":
+		return &r.StreamOptions
+	case "stop":
+		return &r.Stop
+	case "temperature":
+		return &r.Temperature
+	case "top_p":
+		return &r.TopP
+	case "n":
+		return &r.N
+	case "seed":
+		return &r.Seed
+	case "user":
+		return &r.User
+	case "echo":
+		return &r.Echo
+	case "logprobs":
+		return &r.Logprobs
+	}
+	return nil
+}
+
+// MarshalJSON writes the typed fields, then Extra's members.
+func (r CompletionRequest) MarshalJSON() ([]byte, error) {
+	type plain CompletionRequest
+	b, err := json.Marshal(plain(r))
+	if err != nil {
+		return nil, err
+	}
+	return r.Extra.appendTo(b), nil
 }
 
 // Prompt is a completion prompt: a string, or an array holding exactly one string (batched
@@ -212,6 +317,36 @@ func (r *CompletionRequest) PromptText() string {
 // MarshalJSON writes the prompt as a string.
 func (p Prompt) MarshalJSON() ([]byte, error) { return json.Marshal(p.Text) }
 
+// Field is a request member kvmesh does not read: its name and its value as the client sent it.
+type Field struct {
+	Name  string
+	Value json.RawMessage
+}
+
+// Fields are a request's members kvmesh does not read, in body order.
+type Fields []Field
+
+// appendTo adds f's members to b, an encoded JSON object, before its closing brace.
+func (f Fields) appendTo(b []byte) []byte {
+	if len(f) == 0 || len(b) < 2 {
+		return b
+	}
+	out := b[:len(b)-1]
+	for _, m := range f {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = appendString(out, m.Name)
+		out = append(out, ':')
+		if len(m.Value) == 0 {
+			out = append(out, "null"...)
+		} else {
+			out = append(out, m.Value...)
+		}
+	}
+	return append(out, '}')
+}
+
 // DefaultBodyLimit is a reasonable cap on a request body: about a million tokens of prompt.
 const DefaultBodyLimit = 4 << 20
 
@@ -220,7 +355,7 @@ const DefaultBodyLimit = 4 << 20
 // keep it in a *Error variable, not an error interface, to avoid a non-nil nil.
 func DecodeChat(r io.Reader, limit int64) (*ChatRequest, *Error) {
 	var req ChatRequest
-	if err := decodeStrict(r, limit, &req); err != nil {
+	if err := decodeBody(r, limit, req.member, &req.Extra); err != nil {
 		return nil, err
 	}
 	if req.Model == "" {
@@ -235,13 +370,16 @@ func DecodeChat(r io.Reader, limit int64) (*ChatRequest, *Error) {
 			return nil, ErrInvalidParameter(p, p+" is required")
 		}
 	}
+	if req.TopLogprobs != nil && *req.TopLogprobs != 0 && (req.Logprobs == nil || !*req.Logprobs) {
+		return nil, ErrInvalidParameter("top_logprobs", "top_logprobs needs logprobs set to true")
+	}
 	return &req, nil
 }
 
 // DecodeCompletion reads and validates a completions body of at most limit bytes, like DecodeChat.
 func DecodeCompletion(r io.Reader, limit int64) (*CompletionRequest, *Error) {
 	var req CompletionRequest
-	if err := decodeStrict(r, limit, &req); err != nil {
+	if err := decodeBody(r, limit, req.member, &req.Extra); err != nil {
 		return nil, err
 	}
 	if req.Model == "" {
@@ -253,8 +391,9 @@ func DecodeCompletion(r io.Reader, limit int64) (*CompletionRequest, *Error) {
 	return &req, nil
 }
 
-// decodeStrict reads at most limit bytes and decodes exactly one JSON object into v.
-func decodeStrict(r io.Reader, limit int64, v any) *Error {
+// decodeBody reads at most limit bytes and decodes exactly one JSON object, member by member
+// (see decodeMembers).
+func decodeBody(r io.Reader, limit int64, member func(string) any, extra *Fields) *Error {
 	if limit <= 0 {
 		limit = DefaultBodyLimit
 	}
@@ -273,8 +412,7 @@ func decodeStrict(r io.Reader, limit int64, v any) *Error {
 		return ErrInvalidRequest("request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := decodeMembers(dec, member, extra); err != nil {
 		return decodeError(err)
 	}
 	if rest := bytes.TrimSpace(trimmed[dec.InputOffset():]); len(rest) > 0 {
@@ -283,47 +421,89 @@ func decodeStrict(r io.Reader, limit int64, v any) *Error {
 	return nil
 }
 
-// decodeError turns encoding/json's errors into 400s that name the field.
-func decodeError(err error) *Error {
-	var typeErr *json.UnmarshalTypeError
-	var synErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			return ErrInvalidRequest("request body must be a JSON object")
+var errNotObject = errors.New("not a JSON object")
+
+// decodeMembers reads one JSON object from dec, one member at a time: a member whose name
+// member knows (exactly, case included) is decoded into the value it returns, strictly typed;
+// any other is appended to extra with its value as sent. So the fields kvmesh reads are
+// checked and the rest pass through. A member's decoding error comes back as a *fieldError
+// naming its path.
+func decodeMembers(dec *json.Decoder, member func(string) any, extra *Fields) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t != json.Delim('{') {
+		return errNotObject
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
 		}
-		return ErrInvalidParameter(field, fmt.Sprintf("field %q must be of type %s, not %s",
-			field, jsonType(typeErr.Type.Kind().String()), typeErr.Value))
+		name, _ := t.(string) // an object's keys are strings, or Token fails
+		if v := member(name); v != nil {
+			if err := dec.Decode(v); err != nil {
+				return inField(name, err)
+			}
+			continue
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		*extra = append(*extra, Field{Name: name, Value: raw})
+	}
+	_, err = dec.Token() // the closing brace
+	return err
+}
+
+// fieldError is the decoding error of the member at path ("max_tokens", "messages.role").
+type fieldError struct {
+	path string
+	err  error
+}
+
+func (e *fieldError) Error() string { return e.path + ": " + e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+// inField puts err, from decoding member name's value, under name's path.
+func inField(name string, err error) error {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return &fieldError{path: name + "." + fe.path, err: fe.err}
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return &fieldError{path: name + "." + typeErr.Field, err: err}
+	}
+	return &fieldError{path: name, err: err}
+}
+
+// decodeError turns decoding errors into 400s that name the field.
+func decodeError(err error) *Error {
+	var synErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	var fe *fieldError
+	switch {
 	case errors.As(err, &synErr):
 		return ErrInvalidRequest(fmt.Sprintf("invalid JSON at byte %d: %v", synErr.Offset, synErr))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return ErrInvalidRequest("request body is truncated JSON")
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		name := strings.Trim(f, `"`)
-		return ErrInvalidParameter(name, "unknown field "+f)
-	}
-	// Errors from our own UnmarshalJSON methods arrive wrapped with the field path.
-	if f := fieldOf(err); f != "" {
-		return ErrInvalidParameter(f, f+": "+msg)
-	}
-	return ErrInvalidRequest("invalid request body: " + strings.TrimPrefix(msg, "json: "))
-}
-
-// fieldOf names the field of an error from one of our UnmarshalJSON methods ("" if none):
-// encoding/json passes those errors through without the field path.
-func fieldOf(err error) string {
-	switch {
-	case errors.Is(err, errStop):
-		return "stop"
-	case errors.Is(err, errPrompt):
-		return "prompt"
+	case !errors.As(err, &fe):
+		if errors.Is(err, errNotObject) {
+			return ErrInvalidRequest("request body must be a JSON object")
+		}
+		return ErrInvalidRequest("invalid request body: " + strings.TrimPrefix(err.Error(), "json: "))
 	case errors.Is(err, errContent), errors.Is(err, errContentPart):
-		return "messages.content"
+		return ErrInvalidParameter("messages.content", "messages.content: "+fe.err.Error())
+	case errors.As(err, &typeErr):
+		return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be of type %s, not %s",
+			fe.path, jsonType(typeErr.Type.Kind().String()), typeErr.Value))
+	case errors.Is(err, errNotObject):
+		return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be an object", fe.path))
 	}
-	return ""
+	return ErrInvalidParameter(fe.path, fe.path+": "+strings.TrimPrefix(fe.err.Error(), "json: "))
 }
 
 func jsonType(kind string) string {

@@ -478,6 +478,8 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestForceStreaming: the engine gets the client's body with streaming and usage forced on
+// and every other byte as sent (fields the node does not know, order, spacing, escapes).
 func TestForceStreaming(t *testing.T) {
 	tests := []struct {
 		name string
@@ -485,11 +487,22 @@ func TestForceStreaming(t *testing.T) {
 		want string
 	}{
 		{"non-streaming client", engine.Request{Body: []byte(`{"model":"m","stream":false,"temperature":0.5,"messages":[{"role":"user","content":"x"}]}`)},
-			`{"messages":[{"role":"user","content":"x"}],"model":"m","stream":true,"stream_options":{"include_usage":true},"temperature":0.5}`},
-		{"keeps other stream options", engine.Request{Body: []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false,"include_obfuscation":false}}`)},
-			`{"model":"m","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}`},
+			`{"model":"m","stream":true,"temperature":0.5,"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`},
+		{"streaming client with usage is unchanged", engine.Request{Body: []byte(` {"model" : "m", "stream": true, "stream_options" : {"include_usage": true}, "top_k": 4 }` + "\n")},
+			`{"model" : "m", "stream": true, "stream_options" : {"include_usage": true}, "top_k": 4 }`},
+		{"keeps other stream options", engine.Request{Body: []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`)},
+			`{"model":"m","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`},
+		{"adds include_usage", engine.Request{Body: []byte(`{"model":"m","stream_options":{"include_obfuscation":false}}`)},
+			`{"model":"m","stream_options":{"include_obfuscation":false,"include_usage":true},"stream":true}`},
+		{"empty stream options", engine.Request{Body: []byte(`{"model":"m","stream_options":{ }}`)},
+			`{"model":"m","stream_options":{ "include_usage":true},"stream":true}`},
 		{"null stream options", engine.Request{Body: []byte(`{"model":"m","stream_options":null}`)},
-			`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+			`{"model":"m","stream_options":{"include_usage":true},"stream":true}`},
+		{"vLLM fields and escapes untouched", engine.Request{Body: []byte(`{"stream":null,"model":"m","prompt":"<a> & \u00e9","top_k":-1,"min_p":0.050,` +
+			`"guided_json":{"type":"object"},"chat_template_kwargs":{"enable_thinking":false},"x":1,"x":2}`)},
+			`{"stream":true,"model":"m","prompt":"<a> & \u00e9","top_k":-1,"min_p":0.050,` +
+				`"guided_json":{"type":"object"},"chat_template_kwargs":{"enable_thinking":false},"x":1,"x":2,"stream_options":{"include_usage":true}}`},
+		{"empty object", engine.Request{Body: []byte(`{}`)}, `{"stream":true,"stream_options":{"include_usage":true}}`},
 		{"synthesised completion", engine.Request{Endpoint: engine.Completion, Model: "m", Prompt: []byte("hi"), MaxTokens: 3, Stop: []string{"."}},
 			`{"max_tokens":3,"model":"m","prompt":"hi","stop":["."],"stream":true,"stream_options":{"include_usage":true}}`},
 	}
@@ -502,10 +515,15 @@ func TestForceStreaming(t *testing.T) {
 			if string(got) != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
+			if !json.Valid(got) {
+				t.Errorf("not JSON: %s", got)
+			}
 		})
 	}
-	if _, err := ForceStreaming(&engine.Request{Body: []byte(`[1]`)}); !errors.Is(err, engine.ErrRejected) {
-		t.Errorf("array body: %v", err)
+	for _, bad := range []string{`[1]`, `{"a":1} {}`, `{"a":`, `"s"`} {
+		if _, err := ForceStreaming(&engine.Request{Body: []byte(bad)}); !errors.Is(err, engine.ErrRejected) {
+			t.Errorf("%s: %v", bad, err)
+		}
 	}
 }
 
@@ -544,6 +562,24 @@ func TestGenerateStreams(t *testing.T) {
 			usageEvent, "[DONE]"},
 			want: []engine.Chunk{{Text: "ab"}, {Text: "c", FinishReason: "stop",
 				Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8}}}},
+		{name: "chat logprobs", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],` +
+				`"top_logprobs":[{"token":"Hi","logprob":-0.5,"bytes":[72,105]},{"token":"Yo","logprob":-1.5,"bytes":[89,111]}]}]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"!"},"logprobs":{"content":[{"token":"!","logprob":-0.25,"top_logprobs":[]}]},"finish_reason":"stop"}]}`,
+			usageEvent, "[DONE]"},
+			want: []engine.Chunk{
+				{Text: "Hi", Logprobs: []engine.Logprob{{Token: "Hi", Logprob: -0.5, Top: []engine.TopLogprob{{Token: "Hi", Logprob: -0.5}, {Token: "Yo", Logprob: -1.5}}}}},
+				{Text: "!", FinishReason: "stop", Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8},
+					Logprobs: []engine.Logprob{{Token: "!", Logprob: -0.25}}}}},
+		{name: "completion logprobs with echo", endpoint: engine.Completion, path: "/v1/completions", events: []string{
+			`{"choices":[{"index":0,"text":"ab","logprobs":{"tokens":["a","b"],"token_logprobs":[null,-2],"top_logprobs":[null,{"b":-2,"c":-3}],"text_offset":[0,1]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`,
+			`{"choices":[{"index":0,"text":"d","logprobs":{"tokens":["d"],"token_logprobs":[-0.1],"top_logprobs":[{"d":-0.1}],"text_offset":[2]},"finish_reason":null}]}`,
+			usageEvent, "[DONE]"},
+			want: []engine.Chunk{
+				{Text: "ab", Logprobs: []engine.Logprob{{Token: "a", Unscored: true}, {Token: "b", Logprob: -2, Top: []engine.TopLogprob{{Token: "b", Logprob: -2}, {Token: "c", Logprob: -3}}}}},
+				{Text: "d", FinishReason: "length", Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8},
+					Logprobs: []engine.Logprob{{Token: "d", Logprob: -0.1, Top: []engine.TopLogprob{{Token: "d", Logprob: -0.1}}}}}}},
 		{name: "no usage chunk", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
 			`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}`, "[DONE]"},
 			want: []engine.Chunk{{Text: "x", FinishReason: "stop"}}},
@@ -613,6 +649,9 @@ func deref(cs []engine.Chunk) []string {
 		s := fmt.Sprintf("%q/%s", c.Text, c.FinishReason)
 		if c.Usage != nil {
 			s += fmt.Sprintf("/%+v", *c.Usage)
+		}
+		if c.Logprobs != nil {
+			s += fmt.Sprintf("/%+v", c.Logprobs)
 		}
 		out = append(out, s)
 	}

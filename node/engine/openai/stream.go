@@ -37,8 +37,9 @@ type sseChunk struct {
 		Delta struct {
 			Content *string `json:"content"`
 		} `json:"delta"`
-		Text         *string `json:"text"`
-		FinishReason *string `json:"finish_reason"`
+		Text         *string         `json:"text"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason *string         `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *wire.Usage     `json:"usage"`
 	Error json.RawMessage `json:"error"`
@@ -75,6 +76,7 @@ func (s *stream) Recv() (engine.Chunk, error) {
 			s.usage = u
 		}
 		var text, reason string
+		var lps []engine.Logprob
 		for _, ch := range c.Choices {
 			if ch.Index != 0 {
 				continue
@@ -85,23 +87,26 @@ func (s *stream) Recv() (engine.Chunk, error) {
 			if ch.Text != nil {
 				text += *ch.Text
 			}
+			lps = append(lps, parseLogprobs(ch.Logprobs)...)
 			if ch.FinishReason != nil {
 				reason = *ch.FinishReason
 			}
 		}
 		switch {
 		case reason != "":
-			s.pending = &engine.Chunk{Text: text, FinishReason: reason}
+			s.pending = &engine.Chunk{Text: text, FinishReason: reason, Logprobs: lps}
 			if s.usage != nil {
 				return s.emitPending(), nil
 			}
 		case s.pending != nil && s.usage != nil:
 			s.pending.Text += text
+			s.pending.Logprobs = append(s.pending.Logprobs, lps...)
 			return s.emitPending(), nil
 		case s.pending != nil:
 			s.pending.Text += text
-		case text != "":
-			return engine.Chunk{Text: text}, nil
+			s.pending.Logprobs = append(s.pending.Logprobs, lps...)
+		case text != "" || len(lps) > 0:
+			return engine.Chunk{Text: text, Logprobs: lps}, nil
 		}
 	}
 }
@@ -147,4 +152,53 @@ func (s *stream) release() {
 func (s *stream) Close() error {
 	s.release()
 	return nil
+}
+
+// sseLogprobs is a choice's logprobs in either API's shape: chat's content entries, or the
+// completions API's parallel arrays.
+type sseLogprobs struct {
+	Content []struct {
+		Token       string  `json:"token"`
+		Logprob     float64 `json:"logprob"`
+		TopLogprobs []struct {
+			Token   string  `json:"token"`
+			Logprob float64 `json:"logprob"`
+		} `json:"top_logprobs"`
+	} `json:"content"`
+	Tokens        []string      `json:"tokens"`
+	TokenLogprobs []*float64    `json:"token_logprobs"`
+	TopLogprobs   []wire.TopMap `json:"top_logprobs"`
+}
+
+// parseLogprobs reads a chunk choice's logprobs (nil for null or a shape it does not know, which
+// leaves the text to stand alone rather than failing the generation).
+func parseLogprobs(raw json.RawMessage) []engine.Logprob {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var l sseLogprobs
+	if json.Unmarshal(raw, &l) != nil {
+		return nil
+	}
+	var out []engine.Logprob
+	for _, c := range l.Content {
+		lp := engine.Logprob{Token: c.Token, Logprob: c.Logprob}
+		for _, e := range c.TopLogprobs {
+			lp.Top = append(lp.Top, engine.TopLogprob{Token: e.Token, Logprob: e.Logprob})
+		}
+		out = append(out, lp)
+	}
+	for i, tok := range l.Tokens {
+		lp := engine.Logprob{Token: tok, Unscored: true}
+		if i < len(l.TokenLogprobs) && l.TokenLogprobs[i] != nil {
+			lp.Logprob, lp.Unscored = *l.TokenLogprobs[i], false
+		}
+		if i < len(l.TopLogprobs) {
+			for _, e := range l.TopLogprobs[i] {
+				lp.Top = append(lp.Top, engine.TopLogprob{Token: e.Token, Logprob: e.Logprob})
+			}
+		}
+		out = append(out, lp)
+	}
+	return out
 }

@@ -50,6 +50,23 @@
 // sequences end the output with "stop"; text that could be the start of a stop string is held
 // back until it cannot be, so a stop string split across tokens is never sent.
 //
+// With Request.Logprobs every output token is scored: the token is the likeliest of its
+// position, the other words trail it by gaps drawn from the seed, so log probabilities are
+// below 0, the TopLogprobs listed are in descending order and start with the token, and a
+// request's logprobs repeat with its seed. Request.Echo (completions) puts the prompt before
+// the output in the first chunk, with its tokens (4 bytes each, stretched to a character
+// boundary; the first unscored) before the output's.
+//
+// # Request fields
+//
+// The fields the node does not read (Request.Extra) are never ignored silently (params.go):
+// sampling knobs, template switches and bookkeeping (top_k, min_p, repetition_penalty,
+// chat_template_kwargs, skip_special_tokens, tools with tool_choice auto, ...) are accepted as
+// no-ops once their type is right; min_tokens, ignore_eos and include_stop_str_in_output are
+// honoured; a value the simulator cannot keep (guided_json, a json_schema response_format, a
+// forced tool call, best_of above 1, token ids, ...), a field it does not know, and a role
+// outside OpenAI's chat API are refused with an *engine.ParamError naming the field.
+//
 // # Calibration
 //
 // The defaults model Llama-3.1-8B in BF16 on one H100 SXM 80 GB, worked from first principles

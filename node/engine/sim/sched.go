@@ -291,7 +291,11 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 			q.own -= len(q.blocks) - q.shared
 			q.shared = len(q.blocks)
 		}
-		text, stopped := q.out.add(word(q.tseed, q.gen))
+		tok := word(q.tseed, q.gen)
+		if q.logprobs {
+			q.lp = append(q.lp, outputLogprob(q.tseed, q.gen, tok, q.topLogprobs))
+		}
+		text, stopped := q.out.add(tok, q.gen+1 >= q.minTokens)
 		q.gen++
 		s.nGen++
 		st := q.stream
@@ -312,7 +316,8 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 		}
 		if finish == "" {
 			if text != "" {
-				st.push(engine.Chunk{Text: text})
+				st.push(engine.Chunk{Text: text, Logprobs: q.lp})
+				q.lp = nil
 			}
 			continue
 		}
@@ -323,9 +328,10 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 		st.timing.E2E = s.simNow - q.arrivalSim
 		st.mu.Unlock()
 		s.met.e2e.Observe(now.Sub(q.arrivalWall).Seconds())
-		st.push(engine.Chunk{Text: text, FinishReason: finish, Usage: &engine.Usage{
+		st.push(engine.Chunk{Text: text, FinishReason: finish, Logprobs: q.lp, Usage: &engine.Usage{
 			PromptTokens: q.promptTokens, CompletionTokens: q.gen, CachedTokens: q.cached,
 		}})
+		q.lp = nil
 		s.dropLocked(q)
 		ends = append(ends, q)
 	}

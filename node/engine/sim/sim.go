@@ -39,8 +39,12 @@ type seq struct {
 	promptTokens int
 	maxTokens    int
 	natural      int
+	minTokens    int // stop sequences are looked for only from this many tokens on
 	tseed        uint64
 	out          *output
+	logprobs     bool             // score each output token
+	topLogprobs  int              // list this many of the likeliest tokens at each position
+	lp           []engine.Logprob // scores of tokens generated since the last chunk
 
 	state     seqState
 	gen       int // tokens generated so far (kept across preemption)
@@ -186,8 +190,9 @@ func (s *Sim) Close() error {
 func (s *Sim) Models() []engine.Model { return slices.Clone(s.cfg.Models) }
 
 // Generate queues req and returns its stream. It refuses, wrapping engine.ErrRejected, an
-// unknown model, max_tokens < 1, a request over the model's context, and one whose prompt
-// plus max_tokens needs more blocks than the whole pool (it could never run).
+// unknown model, max_tokens < 1, a request over the model's context, one whose prompt plus
+// max_tokens needs more blocks than the whole pool (it could never run), and (an
+// *engine.ParamError) an extra field or a role it cannot honour (see params.go).
 func (s *Sim) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	st, err := s.submit(ctx, req)
 	if err != nil {
@@ -209,6 +214,10 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	if req.MaxTokens < 1 {
 		return nil, fmt.Errorf("sim: max_tokens %d < 1: %w", req.MaxTokens, engine.ErrRejected)
 	}
+	opts, err := checkRequest(req)
+	if err != nil {
+		return nil, err
+	}
 	p := req.PromptTokens
 	if p <= 0 {
 		p = kvindex.Tokens(len(req.Prompt))
@@ -229,19 +238,29 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	// Never more full blocks than the token count allows (PromptTokens may be given).
 	blocks = blocks[:min(len(blocks), p/bt)]
 	tseed := textSeed(req.Seed, req.Prompt)
+	natural := naturalLength(tseed, req.MaxTokens)
+	if opts.ignoreEOS {
+		natural = req.MaxTokens
+	}
 	q := &seq{
 		model:        req.Model,
 		blocks:       blocks,
 		promptTokens: p,
 		maxTokens:    req.MaxTokens,
 		priority:     req.Priority,
-		natural:      naturalLength(tseed, req.MaxTokens),
+		natural:      max(natural, opts.minTokens),
+		minTokens:    opts.minTokens,
 		tseed:        tseed,
-		out:          newOutput(req.Stop),
+		out:          newOutput(req.Stop, opts.includeStop),
+		logprobs:     req.Logprobs,
+		topLogprobs:  req.TopLogprobs,
 		arrivalWall:  time.Now(),
 	}
 	st := newStream(s)
 	st.seq, q.stream = q, st
+	if req.Echo {
+		st.echo = &echo{prompt: req.Prompt, logprobs: req.Logprobs, top: req.TopLogprobs, seed: tseed}
+	}
 
 	s.mu.Lock()
 	if s.closed {

@@ -26,6 +26,10 @@ type Stream struct {
 	sim *Sim
 	seq *seq
 
+	// echo is the prompt to put before the first chunk (completions' echo); the reader's
+	// goroutine does it, so scoring a long prompt never holds up the step loop.
+	echo *echo
+
 	mu     sync.Mutex
 	buf    []engine.Chunk
 	err    error // delivered after buf drains: io.EOF or a failure
@@ -65,9 +69,18 @@ func (st *Stream) wake() {
 	}
 }
 
+// echo is an echoed prompt waiting for the first chunk.
+type echo struct {
+	prompt   []byte
+	logprobs bool
+	top      int
+	seed     uint64
+}
+
 // Recv returns the next chunk, blocking until the engine produces one. After the final chunk
 // (FinishReason set, Usage filled) it returns io.EOF; if the engine closed or the request's
-// context ended first it returns that error.
+// context ended first it returns that error. An echoed prompt rides in the first chunk, with
+// the first output token, so it is not sent before the engine has run the request.
 func (st *Stream) Recv() (engine.Chunk, error) {
 	for {
 		st.mu.Lock()
@@ -76,6 +89,13 @@ func (st *Stream) Recv() (engine.Chunk, error) {
 			st.buf[0] = engine.Chunk{}
 			st.buf = st.buf[1:]
 			st.mu.Unlock()
+			if e := st.echo; e != nil {
+				st.echo = nil
+				c.Text = string(e.prompt) + c.Text
+				if e.logprobs {
+					c.Logprobs = append(promptLogprobs(e.seed, e.prompt, e.top), c.Logprobs...)
+				}
+			}
 			return c, nil
 		}
 		err := st.err

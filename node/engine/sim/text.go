@@ -50,12 +50,13 @@ func word(seed uint64, i int) string {
 type output struct {
 	stops   []string
 	maxStop int
+	include bool // include_stop_str_in_output: a matched stop string is sent too
 	text    strings.Builder
 	sent    int // bytes of text already handed out
 }
 
-func newOutput(stops []string) *output {
-	o := &output{}
+func newOutput(stops []string, include bool) *output {
+	o := &output{include: include}
 	for _, s := range stops {
 		if s == "" {
 			continue
@@ -67,25 +68,30 @@ func newOutput(stops []string) *output {
 }
 
 // add appends a token's text. It returns the text now safe to send and whether a stop
-// sequence matched (the returned text then ends just before it).
-func (o *output) add(tok string) (string, bool) {
+// sequence matched (the returned text then ends just before it, or just after it when the
+// stop string is included). With check false (min_tokens not reached yet) stop sequences are
+// not looked for and the text is sent at once.
+func (o *output) add(tok string, check bool) (string, bool) {
 	before := o.text.Len()
 	o.text.WriteString(tok)
-	if len(o.stops) == 0 {
+	if len(o.stops) == 0 || !check {
 		return o.flush(), false
 	}
 	all := o.text.String()
 	// Only a match ending in the new text is new; start far enough back to catch one that
 	// began in earlier tokens.
 	from := max(0, before-o.maxStop+1, o.sent)
-	cut := -1
+	cut, end := -1, 0
 	for _, s := range o.stops {
 		if i := strings.Index(all[from:], s); i >= 0 && (cut < 0 || from+i < cut) {
-			cut = from + i
+			cut, end = from+i, from+i+len(s)
 		}
 	}
 	if cut >= 0 {
-		out := all[o.sent:cut]
+		if !o.include {
+			end = cut
+		}
+		out := all[o.sent:end]
 		o.sent = len(all)
 		return out, true
 	}
