@@ -18,14 +18,19 @@ import (
 )
 
 // reconciles checks the accounting identity on every node of urls: each request received is
-// completed, refused or failed, once.
+// completed, refused or failed, once. Handlers of requests whose clients left may still be
+// finishing, so it waits (bounded) for the counters to settle.
 func reconciles(t *testing.T, urls []string) {
 	t.Helper()
 	for _, url := range urls {
-		received := metric(t, url, "kvmesh_requests_received_total", "")
-		done := metric(t, url, "kvmesh_requests_completed_total", "") + metric(t, url, "kvmesh_requests_refused_total", "") +
-			metric(t, url, "kvmesh_requests_failed_total", "")
-		if received != done {
+		var received, done float64
+		settled := poll.Within(10*time.Second, func() bool {
+			received = metric(t, url, "kvmesh_requests_received_total", "")
+			done = metric(t, url, "kvmesh_requests_completed_total", "") + metric(t, url, "kvmesh_requests_refused_total", "") +
+				metric(t, url, "kvmesh_requests_failed_total", "")
+			return received == done
+		})
+		if !settled {
 			t.Errorf("%s: received %v, completed+refused+failed %v", url, received, done)
 		}
 	}
