@@ -304,7 +304,7 @@ func TestDecodeStillChecksTheFieldsKvmeshReads(t *testing.T) {
 }
 
 // TestRequestMarshalKeepsExtra: a decoded request encodes back with its unread members, in
-// order, values as sent.
+// order, values as sent, after the members kvmesh reads (shared ones first).
 func TestRequestMarshalKeepsExtra(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":40,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"guided_json":{"type":"object"}}`
 	r, err := DecodeChat(strings.NewReader(body), 1<<20)
@@ -315,7 +315,7 @@ func TestRequestMarshalKeepsExtra(t *testing.T) {
 	if jerr != nil {
 		t.Fatal(jerr)
 	}
-	want := `{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true,"continuous_usage_stats":true},"top_k":40,"guided_json":{"type":"object"}}`
+	want := `{"model":"m","stream_options":{"include_usage":true,"continuous_usage_stats":true},"messages":[{"role":"user","content":"x"}],"top_k":40,"guided_json":{"type":"object"}}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}

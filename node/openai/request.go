@@ -17,57 +17,69 @@ import (
 // it untouched, and the embedded engine decides for itself what to make of each. Pointer fields
 // are nil when the client left them out.
 type ChatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []Message      `json:"messages"`
-	MaxTokens           *int           `json:"max_tokens,omitempty"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
-	Stream              bool           `json:"stream,omitempty"`
-	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
-	Stop                Stop           `json:"stop,omitempty"`
-	Temperature         *float64       `json:"temperature,omitempty"`
-	TopP                *float64       `json:"top_p,omitempty"`
-	N                   *int           `json:"n,omitempty"`
-	Seed                *int64         `json:"seed,omitempty"`
-	User                string         `json:"user,omitempty"`
-	Logprobs            *bool          `json:"logprobs,omitempty"`
-	TopLogprobs         *int           `json:"top_logprobs,omitempty"`
+	Generation
+	Messages            []Message `json:"messages"`
+	MaxCompletionTokens *int      `json:"max_completion_tokens,omitempty"`
+	Logprobs            *bool     `json:"logprobs,omitempty"`
+	TopLogprobs         *int      `json:"top_logprobs,omitempty"`
 	// Extra are the body's other members, in body order.
 	Extra Fields `json:"-"`
+}
+
+// Generation holds the members kvmesh reads that chat and completion requests share.
+type Generation struct {
+	Model         string         `json:"model"`
+	MaxTokens     *int           `json:"max_tokens,omitempty"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
+	Stop          Stop           `json:"stop,omitempty"`
+	Temperature   *float64       `json:"temperature,omitempty"`
+	TopP          *float64       `json:"top_p,omitempty"`
+	N             *int           `json:"n,omitempty"`
+	Seed          *int64         `json:"seed,omitempty"`
+	User          string         `json:"user,omitempty"`
+}
+
+// member returns where the value of the shared member name goes, nil for another.
+func (g *Generation) member(name string) any {
+	switch name {
+	case "model":
+		return &g.Model
+	case "max_tokens":
+		return &g.MaxTokens
+	case "stream":
+		return &g.Stream
+	case "stream_options":
+		return &g.StreamOptions
+	case "stop":
+		return &g.Stop
+	case "temperature":
+		return &g.Temperature
+	case "top_p":
+		return &g.TopP
+	case "n":
+		return &g.N
+	case "seed":
+		return &g.Seed
+	case "user":
+		return &g.User
+	}
+	return nil
 }
 
 // member returns where the value of the member name goes, nil for a member kvmesh does not read.
 func (r *ChatRequest) member(name string) any {
 	switch name {
-	case "model":
-		return &r.Model
 	case "messages":
 		return &r.Messages
-	case "max_tokens":
-		return &r.MaxTokens
 	case "max_completion_tokens":
 		return &r.MaxCompletionTokens
-	case "stream":
-		return &r.Stream
-	case "stream_options":
-		return &r.StreamOptions
-	case "stop":
-		return &r.Stop
-	case "temperature":
-		return &r.Temperature
-	case "top_p":
-		return &r.TopP
-	case "n":
-		return &r.N
-	case "seed":
-		return &r.Seed
-	case "user":
-		return &r.User
 	case "logprobs":
 		return &r.Logprobs
 	case "top_logprobs":
 		return &r.TopLogprobs
 	}
-	return nil
+	return r.Generation.member(name)
 }
 
 // MarshalJSON writes the typed fields, then Extra's members.
@@ -226,19 +238,10 @@ func (s *Stop) UnmarshalJSON(b []byte) error {
 // CompletionRequest is the body of POST /v1/completions (the legacy text completion API), read
 // as ChatRequest is: typed fields for what kvmesh reads, Extra for the rest.
 type CompletionRequest struct {
-	Model         string         `json:"model"`
-	Prompt        *Prompt        `json:"prompt"`
-	MaxTokens     *int           `json:"max_tokens,omitempty"`
-	Stream        bool           `json:"stream,omitempty"`
-	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
-	Stop          Stop           `json:"stop,omitempty"`
-	Temperature   *float64       `json:"temperature,omitempty"`
-	TopP          *float64       `json:"top_p,omitempty"`
-	N             *int           `json:"n,omitempty"`
-	Seed          *int64         `json:"seed,omitempty"`
-	User          string         `json:"user,omitempty"`
-	Echo          *bool          `json:"echo,omitempty"`
-	Logprobs      *int           `json:"logprobs,omitempty"`
+	Generation
+	Prompt   *Prompt `json:"prompt"`
+	Echo     *bool   `json:"echo,omitempty"`
+	Logprobs *int    `json:"logprobs,omitempty"`
 	// Extra are the body's other members (suffix, best_of, vLLM's sampling fields, ...), in
 	// body order.
 	Extra Fields `json:"-"`
@@ -246,34 +249,14 @@ type CompletionRequest struct {
 
 func (r *CompletionRequest) member(name string) any {
 	switch name {
-	case "model":
-		return &r.Model
 	case "prompt":
 		return &r.Prompt
-	case "max_tokens":
-		return &r.MaxTokens
-	case "stream":
-		return &r.Stream
-	case "stream_options":
-		return &r.StreamOptions
-	case "stop":
-		return &r.Stop
-	case "temperature":
-		return &r.Temperature
-	case "top_p":
-		return &r.TopP
-	case "n":
-		return &r.N
-	case "seed":
-		return &r.Seed
-	case "user":
-		return &r.User
 	case "echo":
 		return &r.Echo
 	case "logprobs":
 		return &r.Logprobs
 	}
-	return nil
+	return r.Generation.member(name)
 }
 
 // MarshalJSON writes the typed fields, then Extra's members.
