@@ -48,6 +48,13 @@ type Config struct {
 	// metrics do not say it (vLLM's and SGLang's do); it sizes the model of what the engine
 	// caches. Default 4096.
 	EngineKVBlocks int `json:"engine_kv_blocks"`
+	// EnginePriority sends an external vLLM each request's priority in its priority field
+	// (negated: vLLM runs a lower value first) and advertises that the engine schedules by it,
+	// so admission counts only the queued prefill ahead of a request's class. vLLM must run
+	// with --scheduling-policy priority: without it, it refuses a non-zero priority. Only for
+	// EngineKind "vllm" (New fails otherwise); off by default. The embedded engine schedules
+	// by priority whatever this says.
+	EnginePriority bool `json:"engine_priority"`
 	// Models lists the model names served. Default: DefaultModel with the sim engine, which
 	// gives each the sim's context size; with an external engine, every model its GET
 	// /v1/models lists. Given with an external engine, each must be one the engine lists (Start

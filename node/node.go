@@ -132,6 +132,7 @@ func (n *Node) buildEngine() error {
 	ec.Registerer = n.reg
 	ec.Logger = n.log
 	ec.NominalKVBlocks = n.cfg.EngineKVBlocks
+	ec.Priority = n.cfg.EnginePriority
 	// The engine's residency model says what the server caches; gossip spreads it as the
 	// embedded engine's exact report.
 	ec.OnPrefix = n.onPrefix

@@ -16,7 +16,7 @@ import (
 )
 
 // recordingEngine is an external OpenAI-compatible engine that records every generation body it is
-// sent and answers each with one scored token.
+// sent and answers each with one scored token. Its /metrics are an idle vLLM's.
 type recordingEngine struct {
 	url    string
 	bodies chan []byte
@@ -50,6 +50,9 @@ func startRecordingEngine(t *testing.T) *recordingEngine {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","max_model_len":131072}]}`, model)
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { // for --engine-kind vllm
+		io.WriteString(w, "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n")
 	})
 	mux.HandleFunc("POST /v1/chat/completions", gen)
 	mux.HandleFunc("POST /v1/completions", gen)

@@ -77,6 +77,22 @@ func TestExternalEngineServesItsOwnModelsByDefault(t *testing.T) {
 	}
 }
 
+// TestEnginePriorityIsOffUnlessAsked pins that an external engine is sent no priority by
+// default (vLLM refuses one unless started with --scheduling-policy priority) and that
+// --engine-priority turns it on.
+func TestEnginePriorityIsOffUnlessAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		args := []string{"--insecure-dev", "--engine", "http://127.0.0.1:8000"}
+		if on {
+			args = append(args, "--engine-priority")
+		}
+		cfg, err := parseNode(t, args...)
+		if err != nil || cfg.EnginePriority != on {
+			t.Errorf("%v: EnginePriority %v, err %v", args, cfg.EnginePriority, err)
+		}
+	}
+}
+
 // TestStalePolicyReachesTheRouter pins that --stale-policy open keeps stale peers at both
 // layers: gossip's candidate marking and the router's own freshness filter.
 func TestStalePolicyReachesTheRouter(t *testing.T) {

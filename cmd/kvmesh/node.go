@@ -39,6 +39,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "engine-kind", Value: d.EngineKind, Usage: "metric names to scrape from an external engine: vllm, sglang, llamacpp, tgi or openai", EnvVars: env("engine-kind")},
 		&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default: " + node.DefaultModel + " for the sim, every model an external engine lists; an external engine must list each one given)", EnvVars: env("model")},
 		&cli.DurationFlag{Name: "models-interval", Value: d.ModelsInterval, Usage: "how often an external engine's /v1/models is read again", EnvVars: env("models-interval")},
+		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long SIGINT/SIGTERM waits for in-flight requests", EnvVars: env("drain-timeout")},
@@ -149,6 +150,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	setString(c, "engine", &cfg.Engine)
 	setString(c, "engine-kind", &cfg.EngineKind)
 	setInt(c, "engine-kv-blocks", &cfg.EngineKVBlocks)
+	setBool(c, "engine-priority", &cfg.EnginePriority)
 	setStrings(c, "model", &cfg.Models)
 	setDuration(c, "models-interval", &cfg.ModelsInterval)
 	setInt64(c, "max-body-bytes", &cfg.MaxBodyBytes)

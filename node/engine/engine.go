@@ -39,7 +39,8 @@ type Request struct {
 	Seed uint64
 	// Priority is the admitted request's priority, in kvmesh's convention: higher is more
 	// important, 0 normal, negative sheddable. The embedded engine schedules by it (vLLM's
-	// --scheduling-policy priority); external engines are not sent it.
+	// --scheduling-policy priority); an external vLLM is sent it negated, in its priority
+	// field, when the node is configured to (openai.Config.Priority).
 	Priority int
 	// Logprobs asks for each output token's log probability, and TopLogprobs (0..20) for that
 	// many of the likeliest tokens at each position: chat's logprobs and top_logprobs,

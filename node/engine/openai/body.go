@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/kvmesh/kvmesh/node/engine"
 )
@@ -35,6 +36,21 @@ func ForceStreaming(req *engine.Request) ([]byte, error) {
 			return o
 		})
 	}
+	if err != nil {
+		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+	}
+	return out, nil
+}
+
+// SetPriority returns body (a JSON object, as ForceStreaming makes it) with vLLM's request
+// priority set to kvmesh's priority p: "priority": -p, since vLLM handles a lower value
+// earlier (default 0) and kvmesh a higher one. Like ForceStreaming it changes no other byte:
+// a client's own priority member is replaced where it stands (every occurrence), so the
+// priority the node admitted the request at, after its key's cap, is the one the engine
+// schedules by; a body without one gets the member before its closing brace.
+func SetPriority(body []byte, p int) ([]byte, error) {
+	v := []byte(strconv.Itoa(-p))
+	out, err := setMember(bytes.TrimSpace(body), "priority", func([]byte) []byte { return v })
 	if err != nil {
 		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
 	}

@@ -18,6 +18,10 @@
 //   - QueuedPrefillTokens: no engine exports it; it is the prompt tokens this Engine sent the
 //     server and has not seen the first token of, less each prompt's prefix the residency model
 //     predicts cached.
+//   - PriorityScheduling, QueuedBeforeHigh, QueuedLowWaiting: with Config.Priority (vLLM
+//     only), which also sends each request's priority (SetPriority). The split of the queued
+//     prefill is an estimate: the earliest dispatched prompt counts as the one the server is
+//     prefilling, ahead of every class; the others wait in their class.
 //   - PrefillTokensPerSecond, DecodeStepSeconds, MaxRunning: passed through from Config.
 //   - Healthy: false until the first good scrape and after Config.MaxScrapeFailures failures in
 //     a row. A scrape that finds none of the kind's request gauges counts as a failure, since it

@@ -64,6 +64,12 @@ type Config struct {
 	// (see ResidentBlocks), in order, with the model's lock held: it must not block, must not
 	// call back into the Engine and must not keep the slices.
 	OnPrefix func(stored, evicted []uint64)
+	// Priority sends each request's priority to the server in vLLM's priority field
+	// (SetPriority: kvmesh's priority negated, a client's own value replaced), and makes State
+	// report PriorityScheduling with the queued prefill split by class (see queuedTokens). Only
+	// for KindVLLM, which must run with --scheduling-policy priority: without it vLLM refuses
+	// a non-zero priority. Off, a client's priority member reaches the server as sent.
+	Priority bool
 	// Passed through to State; engines do not export them.
 	PrefillTokensPerSecond float64
 	DecodeStepSeconds      float64
@@ -170,6 +176,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ScrapeInterval < 0 || cfg.ScrapeTimeout < 0 || cfg.ModelsInterval < 0 || cfg.DefaultContextTokens < 0 ||
 		cfg.MaxScrapeFailures < 0 || cfg.BlockTokens < 0 || cfg.NominalKVBlocks < 0 {
 		return nil, errors.New("openai: negative config value")
+	}
+	if cfg.Priority && cfg.Kind != KindVLLM {
+		return nil, fmt.Errorf("openai: request priority is sent only to a %s engine, not %s", KindVLLM, cfg.Kind)
 	}
 	models := make([]engine.Model, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
@@ -292,7 +301,8 @@ func (e *Engine) Models() []engine.Model {
 }
 
 // State returns the latest scraped snapshot. It is healthy only while the model list is too
-// (see Health).
+// (see Health). Its queued prefill is what this node dispatched and has not seen the first
+// token of, split by class with Config.Priority (see queuedTokens).
 func (e *Engine) State() engine.State {
 	e.mu.Lock()
 	s := e.state
@@ -301,7 +311,11 @@ func (e *Engine) State() engine.State {
 	if e.cfg.Kind == KindOpenAI {
 		s.Running = int(e.inflight.Load())
 	}
-	s.QueuedPrefillTokens = e.res.queuedTokens()
+	q := e.res.queuedTokens()
+	s.QueuedPrefillTokens = q.total
+	if e.cfg.Priority {
+		s.PriorityScheduling, s.QueuedBeforeHigh, s.QueuedLowWaiting = true, q.beforeHigh, q.lowWaiting
+	}
 	return s
 }
 
@@ -442,6 +456,9 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		path = "/v1/completions"
 	}
 	body, err := ForceStreaming(req)
+	if err == nil && e.cfg.Priority {
+		body, err = SetPriority(body, req.Priority)
+	}
 	if err != nil {
 		return nil, err
 	}

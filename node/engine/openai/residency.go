@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,9 @@ type shadow struct {
 	d           residency.Delta // scratch
 	engineBlock int             // the server's KV block size in its tokens; 0: unknown
 	queued      int             // uncached prompt tokens dispatched and not yet prefilled
+	queuedHigh  int             // of queued, those of requests of priority > 0
+	queuedLow   int             // and of priority < 0
+	order       list.List       // the queued tickets with uncached tokens, in dispatch order
 	start       float64         // processStart at the last scrape that had it
 	haveStart   bool
 	prompts     float64 // the kind's prompt counter at the last scrape that had it
@@ -112,7 +116,9 @@ type ticket struct {
 	promptTokens int
 	pred         residency.Prediction
 	uncached     int
+	priority     int
 	queued       bool
+	elem         *list.Element // in shadow.order while queued, when uncached > 0
 	hold         *residency.Hold
 	done         bool
 }
@@ -121,18 +127,36 @@ type ticket struct {
 func (r *shadow) dispatch(req *engine.Request) *ticket {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := &ticket{blocks: req.Blocks, promptTokens: req.PromptTokens}
+	t := &ticket{blocks: req.Blocks, promptTokens: req.PromptTokens, priority: req.Priority}
 	t.pred = r.model.Predict(req.Blocks, req.PromptTokens)
 	t.uncached = max(0, req.PromptTokens-t.pred.Tokens)
 	t.queued = true
-	r.queued += t.uncached
+	r.countLocked(t, t.uncached)
+	if t.uncached > 0 {
+		t.elem = r.order.PushBack(t)
+	}
 	return t
+}
+
+// countLocked adds n tokens of t's to the queued prefill and to its class's.
+func (r *shadow) countLocked(t *ticket, n int) {
+	r.queued += n
+	switch {
+	case t.priority > 0:
+		r.queuedHigh += n
+	case t.priority < 0:
+		r.queuedLow += n
+	}
 }
 
 func (r *shadow) unqueueLocked(t *ticket) {
 	if t.queued {
 		t.queued = false
-		r.queued -= t.uncached
+		r.countLocked(t, -t.uncached)
+		if t.elem != nil {
+			r.order.Remove(t.elem)
+			t.elem = nil
+		}
 	}
 }
 
@@ -190,11 +214,31 @@ func (r *shadow) ended(t *ticket) {
 	r.publishLocked()
 }
 
-// queuedTokens is the prefill this node dispatched to the server and has not seen start.
-func (r *shadow) queuedTokens() int {
+// queue is the prefill this node dispatched to the server and has not seen start, and what
+// of it is ahead of each class when the server schedules by priority (engine.State's fields).
+type queue struct {
+	total, beforeHigh, lowWaiting int
+}
+
+// queuedTokens splits the queued prefill by class. The server does not say which of these
+// prompts it has begun to prefill (a request shows only with its first token), so the split
+// takes the earliest dispatched one as the prefill running now, ahead of every class whatever
+// its own (a running prefill's chunks take each step's budget first), and every other one as
+// waiting in its class: an engine with a queue admits one prompt at a time into the step's
+// budget, and the oldest one is the likeliest to be it.
+func (r *shadow) queuedTokens() queue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.queued
+	q := queue{total: r.queued, beforeHigh: r.queuedHigh, lowWaiting: r.queuedLow}
+	if f := r.order.Front(); f != nil {
+		if t := f.Value.(*ticket); t.priority <= 0 {
+			q.beforeHigh += t.uncached
+			if t.priority < 0 {
+				q.lowWaiting -= t.uncached
+			}
+		}
+	}
+	return q
 }
 
 // resident lists the model's blocks, least recently used first.
