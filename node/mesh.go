@@ -286,6 +286,9 @@ type PeerInfo struct {
 	Running                int                `json:"running"`
 	Waiting                int                `json:"waiting"`
 	QueuedPrefillTokens    int                `json:"queued_prefill_tokens"`
+	PriorityScheduling     bool               `json:"priority_scheduling"`
+	QueuedBeforeHigh       int                `json:"queued_before_high"`
+	QueuedLowWaiting       int                `json:"queued_low_waiting"`
 	InFlightTokens         int                `json:"in_flight_tokens"`
 	PrefillTokensPerSecond float64            `json:"prefill_tokens_per_second"`
 	DecodeStepSeconds      float64            `json:"decode_step_seconds"`
@@ -320,6 +323,7 @@ func peerInfo(m *gossip.Member) PeerInfo {
 		Models: s.Models, Role: s.Role, EngineKind: s.EngineKind, EngineHealthy: s.EngineHealthy,
 		BlockTokens: s.BlockTokens, KVBlocksTotal: s.KVBlocksTotal, KVBlocksUsed: s.KVBlocksUsed,
 		HitRate: s.HitRate, Running: s.Running, Waiting: s.Waiting, QueuedPrefillTokens: s.QueuedPrefillTokens,
+		PriorityScheduling: s.PriorityScheduling, QueuedBeforeHigh: s.QueuedBeforeHigh, QueuedLowWaiting: s.QueuedLowWaiting,
 		InFlightTokens: s.InFlightTokens, PrefillTokensPerSecond: s.PrefillTokensPerSecond,
 		DecodeStepSeconds: s.DecodeStepSeconds, MaxRunning: s.MaxRunning, PowerWatts: s.PowerWatts,
 		PowerCapWatts: s.PowerCapWatts, TempC: s.TempC, VRAMTotalBytes: s.VRAMTotalBytes,

@@ -39,7 +39,7 @@
 // schedule is the first-come-first-served one, step for step. State reports
 // PriorityScheduling and what of QueuedPrefillTokens is ahead of a high request
 // (QueuedBeforeHigh) and what a normal one goes before (QueuedLowWaiting).
-// docs/design/engine.md has the rules and what vLLM's own priority field would need.
+// docs/design/engine.md has the rules, and how an external vLLM is sent the priority.
 //
 // # Text
 //

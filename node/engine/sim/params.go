@@ -159,8 +159,8 @@ var params = map[string]param{
 	"prompt_logprobs":            {cannot: always("the simulated engine does not score prompts (on /v1/completions, echo with logprobs does)")},
 	"truncate_prompt_tokens":     {cannot: always("the simulated engine does not truncate prompts")},
 	"cache_salt":                 {cannot: always("the simulated engine's prefix cache is shared by every request, not partitioned by salt")},
-	"priority": {kind: kindInteger, cannot: unless("the simulated engine schedules first come, first served; "+
-		"X-Kvmesh-Priority orders requests in the mesh", `0`)},
+	"priority": {kind: kindInteger, cannot: unless("the simulated engine schedules by the priority admission "+
+		"granted (X-Kvmesh-Priority, capped by the API key), not by a body field", `0`)},
 	"echo":                                  {kind: kindBool, cannot: unless("the simulated engine does not echo the last message on /v1/chat/completions", `false`)},
 	"suffix":                                {cannot: always("the simulated engine does not insert text after a suffix")},
 	"modalities":                            {kind: kindArray, cannot: unless(whyTextOnly, `["text"]`, `[]`)},
