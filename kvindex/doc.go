@@ -12,6 +12,13 @@
 // chain. The embedded engine (node/engine/sim) uses these same functions, so a request's blocks
 // and an engine's residency match exactly.
 //
+// # Calibration
+//
+// Calibration learns, per model, how many prompt bytes an engine's real tokeniser makes one
+// token, from the engine's counts of finished prompts, so that a prompt's token count (for the
+// context budget, KV need and latency predictions) follows the model. It changes counting only:
+// the block rule above stays at BytesPerToken on every node.
+//
 // # Index
 //
 // Index holds, per peer, the confirmed block hashes its engine reported (LRU-bounded by
@@ -27,5 +34,6 @@
 // # Concurrency and zero value
 //
 // An Index is safe for concurrent use; create it with NewIndex (the zero Index is not
-// usable). Summary is a plain value. The hashing functions are pure.
+// usable). A Calibration is safe for concurrent use; create it with NewCalibration. Summary is
+// a plain value. The hashing functions are pure.
 package kvindex

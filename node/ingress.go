@@ -30,7 +30,8 @@ const (
 )
 
 // prepared is a decoded request ready to admit and run: the same function builds it at the
-// ingress and, from the forwarded body, on the owner, so both agree on tokens and blocks.
+// ingress and, from the forwarded body, on the owner, so both agree on its blocks (and on its
+// prompt tokens as far as their learned bytes per token agree).
 type prepared struct {
 	endpoint     engine.Endpoint
 	stream       bool
@@ -131,7 +132,9 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	}
 	ctxTokens, _ := n.meshModelInfo(a.Model)
 	p.model = engine.Model{Name: a.Model, ContextTokens: ctxTokens}
-	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), kvindex.Tokens(len(prompt))
+	// Admission counts the prompt in the model's own tokens, as far as this node has learned
+	// them (learnTokens); the engine's request keeps kvindex's count, the blocks' unit.
+	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.tok.Tokens(a.Model, len(prompt))
 	s := xxhash.Sum64(prompt)
 	if seed != nil {
 		s = uint64(*seed)
@@ -142,7 +145,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		Model:        a.Model,
 		Body:         body,
 		Prompt:       prompt,
-		PromptTokens: a.PromptTokens,
+		PromptTokens: kvindex.Tokens(len(prompt)),
 		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, n.blockTokens()),
 		Stop:         p.req.Stop,
 		Seed:         s,

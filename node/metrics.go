@@ -25,6 +25,7 @@ type metrics struct {
 	queueTime      prometheus.Histogram
 	sloFinished    *prometheus.CounterVec // class
 	sloMet         *prometheus.CounterVec // class
+	bytesPerToken  *prometheus.GaugeVec   // model: at most kvindex.DefaultCalibrationMaxModels series
 	carbonRouted   prometheus.Counter
 	carbonDeferred prometheus.Counter
 	// Registered only when the carbon signal is configured.
@@ -89,6 +90,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sloMet = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_slo_met_total", Help: "Completed requests that met both their TTFT and TPOT SLOs (goodput), by priority class.",
 	}, []string{"class"})
+	m.bytesPerToken = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kvmesh_tokens_bytes_per_token", Help: "Prompt bytes per token this node counts a model's prompts with, learned from its external engine's usage (4 until learned).",
+	}, []string{"model"})
 	m.carbonRouted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvmesh_carbon_rerouted_total", Help: "Sheddable requests kept off nodes whose grid is over the carbon threshold.",
 	})
@@ -97,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.e2e, m.forwards, m.served,
-			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.carbonRouted, m.carbonDeferred)
+			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred)
 	}
 	return m
 }

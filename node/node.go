@@ -48,6 +48,7 @@ type Node struct {
 	carbon   *carbon.Tracker
 
 	carbonProvider carbon.Provider
+	tok            *kvindex.Calibration // prompt bytes per token by model (tokens.go)
 	inFlightTokens atomic.Int64
 	advertiseHTTP  string
 	advertiseQUIC  string
@@ -81,7 +82,7 @@ func New(cfg Config) (*Node, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg),
+	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), tok: newTokenCalibration(),
 		done: make(chan struct{}), roomKick: make(chan struct{}, 1)}
 	if err := n.buildEngine(); err != nil {
 		return nil, err

@@ -57,10 +57,11 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	return o
 }
 
-// finished learns the request's output length and counts whether it met its SLOs (goodput).
+// finished learns the request's output length and its model's bytes per token, and counts whether it met its SLOs (goodput).
 // The node that ran it counts it, with the time the request spent at its ingress included.
 func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 	n.adm.Observe(p.adm.Model, p.adm.Tenant, u.CompletionTokens)
+	n.learnTokens(p, u)
 	n.observeAgent(p, u)
 	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
 	// window let it in (see admit.Request.SLOStart).
