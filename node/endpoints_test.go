@@ -10,12 +10,15 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/kvindex"
@@ -363,4 +366,40 @@ func TestEmbeddingsAndResponsesPassToExternalEngines(t *testing.T) {
 		}
 		reconciles(t, urls[:1])
 	})
+}
+
+// TestEmbeddingsGoThroughIdentity: an embeddings request needs a valid API key and pays its
+// input's tokens into the key's bucket, so a key's rate bounds embeddings as it does
+// generations.
+func TestEmbeddingsGoThroughIdentity(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	// A bucket of 600 tokens refilling at 1 token/s: two inputs of 250 tokens pass, a third does not.
+	if err := os.WriteFile(keys, []byte(admit.HashKey("sk-alpha")+" alpha 1 600\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.APIKeysFile = keys })
+	url := tn.URLs()[0]
+	body := `{"model":"` + model + `","input":"` + strings.Repeat("x", 1000) + `"}`
+	if kvindex.Tokens(1000) != 250 {
+		t.Fatalf("the input is %d tokens; the bucket's arithmetic below wants 250", kvindex.Tokens(1000))
+	}
+	for _, key := range []string{"", "Bearer sk-wrong"} {
+		resp := post(t, url, "/v1/embeddings", body, map[string]string{"Authorization": key})
+		if e := decodeError(t, readAll(t, resp)); resp.StatusCode != http.StatusUnauthorized || e.Error.Code != "invalid_api_key" {
+			t.Errorf("key %q: %d %+v", key, resp.StatusCode, e.Error)
+		}
+	}
+	var statuses []int
+	for range 3 {
+		resp := post(t, url, "/v1/embeddings", body, map[string]string{"Authorization": "Bearer sk-alpha"})
+		b := readAll(t, resp)
+		statuses = append(statuses, resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests && (decodeError(t, b).Error.Code != "rate_limited" || resp.Header.Get("Retry-After") == "") {
+			t.Errorf("429 without rate_limited and Retry-After: %s", b)
+		}
+	}
+	if !slices.Equal(statuses, []int{200, 200, 429}) {
+		t.Errorf("statuses %v, want [200 200 429]", statuses)
+	}
+	reconciles(t, []string{url})
 }
