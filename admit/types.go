@@ -23,7 +23,7 @@ type Request struct {
 	ID       string
 	Model    string
 	Role     string // pool role from routing ("prefill", "decode", "" = both)
-	Endpoint string // "chat" or "completions"
+	Endpoint string // "chat", "completions", "embeddings" or "responses"
 
 	PromptTokens int
 	MaxTokens    *int // nil: not given (a default is filled)

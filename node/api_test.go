@@ -146,7 +146,10 @@ func TestRefusalStatusCodes(t *testing.T) {
 		{"context exceeded", "/v1/chat/completions", tooLong, nil, 400, "context_length_exceeded"},
 		{"bad priority header", "/v1/chat/completions", chatBody("x", 4, false), map[string]string{node.HeaderPriority: "urgent"}, 400, "invalid_parameter"},
 		{"bad TTL header", "/v1/chat/completions", chatBody("x", 4, false), map[string]string{node.HeaderQueueTTL: "soon"}, 400, "invalid_parameter"},
-		{"unknown path", "/v1/embeddings", `{}`, nil, 404, "not_found"},
+		{"embeddings body too large", "/v1/embeddings", `{"model":"` + model + `","input":"` + strings.Repeat("a", 70<<10) + `"}`, nil, 413, "body_too_large"},
+		{"embeddings bad priority header", "/v1/embeddings", `{"model":"` + model + `","input":"x"}`, map[string]string{node.HeaderPriority: "urgent"}, 400, "invalid_parameter"},
+		{"responses body too large", "/v1/responses", `{"model":"` + model + `","input":"` + strings.Repeat("a", 70<<10) + `"}`, nil, 413, "body_too_large"},
+		{"unknown path", "/v1/audio/speech", `{}`, nil, 404, "not_found"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -158,7 +161,7 @@ func TestRefusalStatusCodes(t *testing.T) {
 			if e := decodeError(t, body); e.Error.Code != c.code || e.Error.Message == "" {
 				t.Errorf("error %+v, want code %s", e.Error, c.code)
 			}
-			if c.path != "/v1/embeddings" && resp.Header.Get(node.HeaderReason) != c.code {
+			if c.code != "not_found" && resp.Header.Get(node.HeaderReason) != c.code {
 				t.Errorf("%s = %q", node.HeaderReason, resp.Header.Get(node.HeaderReason))
 			}
 		})

@@ -168,6 +168,9 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	case h.Kind == transport.KindAgentRenew || h.Kind == transport.KindAgentGiveUp:
 		n.serveAgentLease(ctx, h, fw)
 		return
+	case h.Endpoint == transport.EndpointEmbeddings || h.Endpoint == transport.EndpointResponses:
+		n.serveSimpleForward(ctx, h, body, fw, refuse)
+		return
 	case h.Endpoint == transport.EndpointCompletions:
 		ep = engine.Completion
 	}

@@ -204,7 +204,7 @@ var knownCodes = []string{
 	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
 	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, "hop_limit",
-	transport.CodeVersion, transport.CodeKind,
+	transport.CodeVersion, transport.CodeKind, CodeUnsupportedEndpoint, CodePreviousResponseNotFound,
 }
 
 // codeEngineRejected labels, in the metrics, a refusal with an external engine's own code:

@@ -45,7 +45,7 @@ var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvmesh_requests_received_total", Help: "Generation requests received by this node's API, by endpoint.",
+			Name: "kvmesh_requests_received_total", Help: "API requests received by this node (generation, embeddings, responses), by endpoint.",
 		}, []string{"endpoint"}),
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_requests_completed_total", Help: "Requests that ended in a full completion.",

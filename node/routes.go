@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 // Codes of the HTTP API's own errors, beside the request path's (openai.Code*).
@@ -34,6 +35,8 @@ func (n *Node) routes() http.Handler {
 	}{
 		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
 		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
+		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.ingestEmbeddings))},
+		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.ingestResponses))},
 		{"/v1/models", get(n.handleModels)},
 		// The id may hold slashes (meta-llama/Llama-3.1-8B-Instruct), sent as they are or as %2F.
 		{"/v1/models/{id...}", get(n.handleModel)},

@@ -34,6 +34,10 @@
 // version lives in the header, so that a refusal can say what went wrong, which a failed
 // handshake could not.
 //
+// An endpoint added within a version (EndpointEmbeddings and EndpointResponses came after
+// chat and completions) needs no new version: a peer built before it refuses such a request
+// with StatusKind and CodeKind, and the ingress tries another candidate.
+//
 // # Trust
 //
 // InitCA, IssueNode and LoadTLS manage a cluster CA and node certificates. Both ends of every

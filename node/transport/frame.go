@@ -119,7 +119,16 @@ const (
 	EndpointChat Endpoint = iota
 	// EndpointCompletions is POST /v1/completions.
 	EndpointCompletions
+	// EndpointEmbeddings is POST /v1/embeddings: the body is the client's embeddings request;
+	// the ingress leaves Blocks, Deadline, Waited, TTFTSLO, TPOTSLO and AgentFinal zero.
+	EndpointEmbeddings
+	// EndpointResponses is POST /v1/responses, passed to the owner's external engine; the
+	// request fields are unused as for EndpointEmbeddings.
+	EndpointResponses
 
+	// numEndpoints is the number of endpoints this version knows. A peer built before an
+	// endpoint was added refuses its requests with StatusKind and CodeKind, so a new endpoint
+	// needs no new Version: the ingress tries the next candidate.
 	numEndpoints
 )
 
@@ -130,6 +139,10 @@ func (e Endpoint) String() string {
 		return "chat"
 	case EndpointCompletions:
 		return "completions"
+	case EndpointEmbeddings:
+		return "embeddings"
+	case EndpointResponses:
+		return "responses"
 	default:
 		return fmt.Sprintf("endpoint(%d)", uint8(e))
 	}

@@ -26,6 +26,8 @@ func TestHeaderRoundTrip(t *testing.T) {
 			Endpoint: EndpointCompletions, Waited: 1500 * time.Microsecond, TTFTSLO: 2 * time.Second,
 			TPOTSLO: 200 * time.Millisecond, AgentFinal: true}},
 		{"request at the duration limit", Header{Endpoint: EndpointChat, Waited: math.MaxInt64, TTFTSLO: 1, TPOTSLO: math.MaxInt64}},
+		{"embeddings request", Header{Endpoint: EndpointEmbeddings, RequestID: "r", Hops: 1, Tenant: "t", Ingress: "a"}},
+		{"responses request", Header{Endpoint: EndpointResponses, RequestID: "r", Hops: 1, Priority: 10, Ingress: "a"}},
 		{"agent renew", Header{Kind: KindAgentRenew, RequestID: "r", Hops: 1, Priority: 3, Tenant: "t", AgentID: "a",
 			Ingress: "b", RenewWait: 250 * time.Millisecond}},
 		{"agent renew without a wait", Header{Kind: KindAgentRenew, AgentID: "a"}},
@@ -59,6 +61,22 @@ var zeroCommon = []byte{0, 0, 0, 0, 0, 0, 0, 0}
 // rawHeader is a header encoding: version, kind, zero common fields, then tail.
 func rawHeader(version byte, kind Kind, tail ...byte) []byte {
 	return append(append([]byte{version, byte(kind)}, zeroCommon...), tail...)
+}
+
+// TestEndpointNames pins the endpoint names logs show, one per endpoint this version knows.
+func TestEndpointNames(t *testing.T) {
+	want := []string{"chat", "completions", "embeddings", "responses"}
+	if int(numEndpoints) != len(want) {
+		t.Fatalf("%d endpoints, %d names", numEndpoints, len(want))
+	}
+	for i, w := range want {
+		if got := Endpoint(i).String(); got != w {
+			t.Errorf("Endpoint(%d) = %q, want %q", i, got, w)
+		}
+	}
+	if got := numEndpoints.String(); got != fmt.Sprintf("endpoint(%d)", numEndpoints) {
+		t.Errorf("unknown endpoint = %q", got)
+	}
 }
 
 func TestHeaderRejects(t *testing.T) {
@@ -263,6 +281,8 @@ func FuzzDecodeHeader(f *testing.F) {
 			Waited: time.Millisecond, TTFTSLO: time.Second, TPOTSLO: 50 * time.Millisecond, AgentFinal: true},
 		{Kind: KindAgentRenew, AgentID: "a", Ingress: "b", RenewWait: time.Second},
 		{Kind: KindAgentGiveUp, AgentID: "a", Priority: -5},
+		{RequestID: "e", Endpoint: EndpointEmbeddings, Tenant: "t", Ingress: "a"},
+		{RequestID: "p", Endpoint: EndpointResponses, Hops: 1, Ingress: "a"},
 	} {
 		p, _ := EncodeHeader(nil, h)
 		f.Add(p)
@@ -308,6 +328,8 @@ func FuzzEncodeHeader(f *testing.F) {
 	f.Add(uint8(KindRequest), uint8(EndpointChat), "r", "a", 1, int64(-3), int64(5e9), uint16(2), int64(1e6), int64(2e9), int64(1e8), true, int64(0))
 	f.Add(uint8(KindAgentRenew), uint8(0), "r", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(5e8))
 	f.Add(uint8(KindAgentGiveUp), uint8(0), "", "a", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
+	f.Add(uint8(KindRequest), uint8(EndpointEmbeddings), "e", "", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
+	f.Add(uint8(KindRequest), uint8(EndpointResponses), "p", "", 1, int64(10), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
 	f.Add(uint8(numKinds), uint8(numEndpoints), "\xff", "", -1, int64(1<<40), int64(-1), uint16(0), int64(-1), int64(0), int64(0), true, int64(1))
 	f.Fuzz(func(t *testing.T, kind, endpoint uint8, id, agent string, hops int, prio, deadline int64, blocks uint16,
 		waited, ttft, tpot int64, final bool, hold int64) {

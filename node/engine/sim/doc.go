@@ -67,6 +67,13 @@
 // forced tool call, best_of above 1, token ids, ...), a field it does not know, and a role
 // outside OpenAI's chat API are refused with an *engine.ParamError naming the field.
 //
+// # Embeddings
+//
+// Embedding gives deterministic pseudo-embeddings (EmbeddingDims values of unit length, seeded
+// by the model and the text) so that a mesh on the embedded engine serves POST /v1/embeddings
+// end to end. They are computed at once, outside the simulated batch: an embeddings request
+// takes no simulated GPU time and no KV blocks. The vectors carry no meaning.
+//
 // # Calibration
 //
 // The defaults model Llama-3.1-8B in BF16 on one H100 SXM 80 GB, worked from first principles

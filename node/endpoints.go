@@ -1,0 +1,464 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/kvindex"
+	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// POST /v1/embeddings and POST /v1/responses take a simpler path than generation: decode,
+// validate, identity (API key, rate), then the least loaded node that serves the model, this
+// one or a peer over QUIC, tried in turn as a generation's candidates are. There is no
+// KV prefix to follow, no SLO, no waiting room and no agent window: a request no candidate
+// takes is a 503 no_capacity at once. A node in front of an external engine hands the body to
+// its engine as sent and relays the answer; the embedded engine computes embeddings itself
+// (sim.Embedding) and refuses the Responses API (CodeUnsupportedEndpoint).
+
+// Codes of the simple endpoints' refusals.
+const (
+	// CodeUnsupportedEndpoint (400): every node that serves the model runs the embedded
+	// engine, which does not implement the endpoint (POST /v1/responses).
+	CodeUnsupportedEndpoint = "unsupported_endpoint"
+	// CodePreviousResponseNotFound (404): previous_response_id names a response this mesh did
+	// not produce, or one whose node has left the mesh.
+	CodePreviousResponseNotFound = "previous_response_not_found"
+)
+
+// handleSimple counts and runs one request of a simple endpoint, as handleGenerate does a
+// generation.
+func (n *Node) handleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) outcome) http.HandlerFunc {
+	label := ep.String()
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		n.m.received.WithLabelValues(label).Inc()
+		n.m.inFlight.Inc()
+		defer n.m.inFlight.Dec()
+		id := newRequestID()
+		w.Header().Set(HeaderRequestID, id)
+		o := ingest(r.Context(), w, r, id, start)
+		switch {
+		case o.completed:
+			n.m.completed.WithLabelValues(label).Inc()
+		case o.refused:
+			n.m.refused.WithLabelValues(metricCode(o.code)).Inc()
+		default:
+			n.m.failed.WithLabelValues(metricCode(o.code)).Inc()
+		}
+		n.m.e2e.Observe(time.Since(start).Seconds())
+		if !o.completed {
+			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.code, "refused", o.refused)
+		}
+	}
+}
+
+// simpleRequest is a decoded request of a simple endpoint.
+type simpleRequest struct {
+	ep   transport.Endpoint
+	id   string
+	body []byte
+	adm  admit.Request
+}
+
+// refuseSimple writes e and returns its outcome.
+func refuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) outcome {
+	writeRefusal(w, e, retry)
+	return outcome{code: e.Code, refused: true}
+}
+
+// admitSimple runs validation (the X-Kvmesh-* headers, a model the mesh serves) and identity
+// (API key and its token bucket, charged the input's tokens and output, the default output
+// when output is nil) on q.
+func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *outcome {
+	refuse := func(e *openai.Error, retry time.Duration) *outcome {
+		o := refuseSimple(w, e, retry)
+		return &o
+	}
+	a := &q.adm
+	if oerr := parseHeaders(r.Header, a, n.cfg.MaxAgentIDBytes); oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return refuse(oerr, 0)
+	}
+	a.ID, a.Endpoint, a.Arrived, a.APIKey = q.id, q.ep.String(), start, bearer(r.Header)
+	if d := n.adm.Validate(*a); d.Refused() {
+		n.m.decisionOf(d)
+		return refuse(refusalOf(d), 0)
+	}
+	a.MaxTokens = output
+	tenant, d := n.adm.Identify(start, *a)
+	if d.Refused() {
+		n.m.decisionOf(d)
+		return refuse(refusalOf(d), d.RetryAfter)
+	}
+	a.Tenant, a.Priority, a.APIKey = tenant, d.Priority, ""
+	if d.PriorityClamped {
+		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
+	}
+	return nil
+}
+
+// simpleCandidate is a node a simple request may run on.
+type simpleCandidate struct {
+	name    string
+	quic    string // "" for this node
+	self    bool
+	busy    float64 // running and waiting requests over the engine's cap
+	prefill int     // queued prefill tokens
+}
+
+// simpleCandidates lists the healthy nodes that serve model, least loaded first (this node
+// first among equals: no hop), and whether some healthy node serves it on the embedded engine
+// when external is set and only nodes in front of an external engine are listed.
+func (n *Node) simpleCandidates(model string, external bool) (out []simpleCandidate, embedded bool) {
+	add := func(m *gossip.Member, quic string) {
+		s := &m.State
+		if !s.EngineHealthy || !slices.ContainsFunc(s.Models, func(mi gossip.ModelInfo) bool { return mi.Name == model }) {
+			return
+		}
+		if external && s.EngineKind == "sim" {
+			embedded = true
+			return
+		}
+		out = append(out, simpleCandidate{name: m.Name, quic: quic, self: m.Self,
+			busy: float64(s.Running+s.Waiting) / float64(max(s.MaxRunning, 1)), prefill: s.QueuedPrefillTokens})
+	}
+	self := gossip.Member{Name: n.cfg.Name, Self: true, State: n.localState()}
+	add(&self, "")
+	if n.g != nil {
+		for _, m := range n.g.Members() {
+			if !m.Self && m.Candidate {
+				add(&m, m.State.QUICAddr)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b simpleCandidate) int {
+		switch {
+		case a.busy != b.busy:
+			return cmpFloat(a.busy, b.busy)
+		case a.prefill != b.prefill:
+			return a.prefill - b.prefill
+		case a.self != b.self:
+			if a.self {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out, embedded
+}
+
+func cmpFloat(a, b float64) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+// dispatchSimple runs q on the first of cands that takes it: local runs it here, a peer over
+// QUIC. An owner's refusal, an unreachable owner or a failed engine before any byte moves on
+// to the next candidate, up to ForwardAttempts; with pinned set (a response's owner) the
+// owner's answer, whatever it is, is the client's.
+func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, cands []simpleCandidate, pinned bool, local func(http.ResponseWriter, string) outcome) outcome {
+	last, retry := admit.CodeNoCapacity, time.Duration(0)
+	for i, c := range cands {
+		if i >= n.cfg.ForwardAttempts {
+			break
+		}
+		if c.self {
+			n.m.forwards.WithLabelValues("local").Inc()
+			return local(w, "local")
+		}
+		if o, done := n.forwardSimple(ctx, w, q, c, pinned, &last, &retry); done {
+			return o
+		}
+		if ctx.Err() != nil {
+			return outcome{code: openai.CodeClientClosed, refused: true}
+		}
+	}
+	if retry == 0 {
+		retry = n.planner.Config().RetryAfter
+	}
+	msg := fmt.Sprintf("no node could take the %s request for model %q", q.ep, q.adm.Model)
+	if last != admit.CodeNoCapacity {
+		msg += " (last refusal: " + last + ")"
+	}
+	return refuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity, msg), retry)
+}
+
+// forwardSimple sends q to candidate c. done reports that the client got an answer.
+func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, c simpleCandidate, pinned bool, last *string, retry *time.Duration) (outcome, bool) {
+	if c.quic == "" {
+		n.m.forwards.WithLabelValues("no_address").Inc()
+		return outcome{}, false
+	}
+	h := transport.Header{
+		Kind:      transport.KindRequest,
+		Endpoint:  q.ep,
+		RequestID: q.id,
+		Hops:      1,
+		Priority:  q.adm.Priority,
+		Tenant:    q.adm.Tenant,
+		Ingress:   n.cfg.Name,
+	}
+	resp, err := n.tr.Forward(ctx, c.quic, h, q.body)
+	var ref *transport.Refusal
+	switch {
+	case err == nil:
+	case errors.As(err, &ref):
+		n.m.forwards.WithLabelValues("refused").Inc()
+		n.log.Debug("owner refused", "id", q.id, "owner", c.name, "code", ref.Code)
+		*last, *retry = ref.Code, ref.RetryAfter
+		if pinned || ref.Status == http.StatusBadRequest {
+			// The request itself is at fault (no other node thinks otherwise), or only this
+			// owner can run it.
+			return refuseSimple(w, openai.NewError(ref.Status, ref.Code, ref.Message), ref.RetryAfter), true
+		}
+		return outcome{}, false
+	default:
+		n.m.forwards.WithLabelValues("unreachable").Inc()
+		n.log.Info("owner unreachable", "id", q.id, "owner", c.name, "err", err)
+		if pinned {
+			return refuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity,
+				"node "+c.name+", which holds the previous response, cannot be reached"), n.planner.Config().RetryAfter), true
+		}
+		return outcome{}, false
+	}
+	if resp.Status >= 500 && !pinned {
+		_ = resp.Body.Close()
+		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		*last = resp.Headers[HeaderReason]
+		return outcome{}, false
+	}
+	n.m.forwards.WithLabelValues("accepted").Inc()
+	return n.relaySimple(w, resp), true
+}
+
+// relaySimple copies an owner's answer to the client as it arrives.
+func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) outcome {
+	defer resp.Body.Close()
+	for k, v := range resp.Headers {
+		if k != HeaderRequestID {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(resp.Status)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		nr, err := resp.Body.Read(buf)
+		if nr > 0 {
+			if _, werr := w.Write(buf[:nr]); werr != nil {
+				return outcome{code: openai.CodeClientClosed}
+			}
+			_ = rc.Flush()
+		}
+		switch {
+		case err == io.EOF && resp.Status < 300:
+			return outcome{completed: true}
+		case err == io.EOF:
+			return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
+		case err != nil:
+			// The answer is cut short; the client sees a body that does not parse or a stream
+			// without its last event.
+			n.log.Info("owner failed mid-response", "err", err)
+			return outcome{code: openai.CodeEngineError}
+		}
+	}
+}
+
+// serveSimpleForward runs a simple request a peer forwarded here, on this node's engine.
+func (n *Node) serveSimpleForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter, refuse func(status int, code, msg string, retry time.Duration)) {
+	w := transport.HTTPResponseWriter(fw)
+	switch h.Endpoint {
+	case transport.EndpointEmbeddings:
+		er, oerr := openai.DecodeEmbeddings(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		if oerr != nil {
+			refuse(oerr.Status, oerr.Code, oerr.Message, 0)
+			return
+		}
+		if _, ok := n.localModel(er.Model); !ok {
+			refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+er.Model, 0)
+			return
+		}
+		n.serveEmbeddings(ctx, w, er, body, h.RequestID, "peer")
+	case transport.EndpointResponses:
+		rr, oerr := openai.DecodeResponses(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		if oerr != nil {
+			refuse(oerr.Status, oerr.Code, oerr.Message, 0)
+			return
+		}
+		if _, ok := n.localModel(rr.Model); !ok {
+			refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+rr.Model, 0)
+			return
+		}
+		n.serveResponses(ctx, w, rr, body, h.RequestID, "peer")
+	}
+}
+
+// ingestEmbeddings is POST /v1/embeddings at the ingress.
+func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+	body, oerr := readBody(r.Body, n.cfg.MaxBodyBytes)
+	var er *openai.EmbeddingsRequest
+	if oerr == nil {
+		er, oerr = openai.DecodeEmbeddings(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+	}
+	if oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return refuseSimple(w, oerr, 0)
+	}
+	q := &simpleRequest{ep: transport.EndpointEmbeddings, id: id, body: body,
+		adm: admit.Request{Model: er.Model, PromptTokens: embeddingTokens(er.Input)}}
+	zero := 0 // embeddings generate nothing: the bucket is charged the input alone
+	if o := n.admitSimple(w, r, q, start, &zero); o != nil {
+		return *o
+	}
+	local := func(w http.ResponseWriter, origin string) outcome {
+		return n.serveEmbeddings(ctx, w, er, body, id, origin)
+	}
+	if n.cfg.Standalone {
+		return local(w, "local")
+	}
+	cands, _ := n.simpleCandidates(er.Model, false)
+	return n.dispatchSimple(ctx, w, q, cands, false, local)
+}
+
+// embeddingTokens counts an input's tokens as kvindex does a prompt's (a token id is one).
+func embeddingTokens(in *openai.EmbeddingInput) int {
+	t := 0
+	for _, s := range in.Texts {
+		t += kvindex.Tokens(len(s))
+	}
+	for _, ids := range in.Tokens {
+		t += len(ids)
+	}
+	return t
+}
+
+// serveEmbeddings runs an embeddings request on this node's engine: an external engine gets
+// the body as sent and its answer is relayed; the embedded engine computes them.
+func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *openai.EmbeddingsRequest, body []byte, id, origin string) outcome {
+	n.m.served.WithLabelValues(origin).Inc()
+	if n.ext != nil {
+		return n.passToEngine(ctx, w, "/v1/embeddings", id, body, nil)
+	}
+	if er.Input.Tokens != nil {
+		return refuseSimple(w, openai.NewError(http.StatusBadRequest, openai.CodeUnsupportedParameter,
+			"the embedded engine embeds text only, not token ids").WithParam("input"), 0)
+	}
+	dims := sim.EmbeddingDims
+	if er.Dimensions != nil {
+		if *er.Dimensions > sim.EmbeddingDims {
+			return refuseSimple(w, openai.ErrInvalidParameter("dimensions",
+				fmt.Sprintf("dimensions must be between 1 and %d", sim.EmbeddingDims)), 0)
+		}
+		dims = *er.Dimensions
+	}
+	b64 := er.EncodingFormat != nil && *er.EncodingFormat == openai.EncodingBase64
+	resp := openai.Embeddings{Object: "list", Model: er.Model, Data: make([]openai.Embedding, len(er.Input.Texts))}
+	for i, text := range er.Input.Texts {
+		if ctx.Err() != nil {
+			return outcome{code: openai.CodeClientClosed}
+		}
+		e := openai.Embedding{Object: "embedding", Index: i, Vector: sim.Embedding(er.Model, text, dims)}
+		if b64 {
+			e.Base64 = base64Floats(e.Vector)
+		}
+		resp.Data[i] = e
+		resp.Usage.PromptTokens += kvindex.Tokens(len(text))
+	}
+	resp.Usage.TotalTokens = resp.Usage.PromptTokens
+	w.Header().Set(HeaderNode, n.cfg.Name)
+	writeJSON(w, http.StatusOK, resp)
+	return outcome{completed: true}
+}
+
+// base64Floats is OpenAI's base64 encoding of a vector: its float32s, little-endian.
+func base64Floats(v []float32) string {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// maxEngineError bounds the engine's error body the node reads to learn its code.
+const maxEngineError = 64 << 10
+
+// passToEngine posts body to path on the external engine and relays its answer: a 2xx or 4xx
+// with its status, content type and body as the engine sent them (a 4xx's code in
+// X-Kvmesh-Reason), a 5xx, or a 401 or 403 (the engine wants credentials the node does not
+// send), as 502 engine_error. rewrite, if set, may transform a 2xx body on its way (see
+// responseIDs).
+func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id string, body []byte, rewrite func(body io.Reader, contentType string) io.Reader) outcome {
+	resp, err := n.ext.Post(ctx, path, id, body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{code: openai.CodeClientClosed}
+		}
+		e := openai.ErrEngine("engine failed before answering: " + err.Error())
+		writeRefusal(w, e, 0)
+		return outcome{code: e.Code}
+	}
+	defer resp.Body.Close()
+	var src io.Reader = resp.Body
+	var code string
+	if resp.StatusCode >= 300 {
+		eb, _ := io.ReadAll(io.LimitReader(resp.Body, maxEngineError))
+		ae := extengine.ErrorOf(resp.StatusCode, eb).APIError()
+		if ae.Status >= 500 {
+			writeRefusal(w, ae, 0)
+			return outcome{code: ae.Code}
+		}
+		code = ae.Code
+		w.Header().Set(HeaderReason, code)
+		src = io.MultiReader(bytes.NewReader(eb), resp.Body)
+	} else if rewrite != nil {
+		src = rewrite(resp.Body, resp.Header.Get("Content-Type"))
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.Header().Set(HeaderNode, n.cfg.Name)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		nr, err := src.Read(buf)
+		if nr > 0 {
+			if _, werr := w.Write(buf[:nr]); werr != nil {
+				return outcome{code: openai.CodeClientClosed}
+			}
+			_ = rc.Flush()
+		}
+		switch {
+		case err == io.EOF && code == "":
+			return outcome{completed: true}
+		case err == io.EOF:
+			return outcome{code: code, refused: true}
+		case err != nil:
+			n.log.Info("engine failed mid-answer", "id", id, "err", err)
+			if ctx.Err() != nil {
+				return outcome{code: openai.CodeClientClosed}
+			}
+			return outcome{code: openai.CodeEngineError}
+		}
+	}
+}
