@@ -137,3 +137,34 @@ func TestHighPriorityServedDuringASheddableFlood(t *testing.T) {
 		return received == 155 && done == received
 	})
 }
+
+// TestKeyUsageReachesPeers pins the gossip half of a key's mesh-wide rate: what a rate-limited
+// key consumed through one node appears, by its hash prefix, in that node's state record as
+// its peers hold it, so they take it off their own share of the key's rate.
+func TestKeyUsageReachesPeers(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte(admit.HashKey("sk-spread")+" spread 100000 100000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.APIKeysFile = keys })
+	url := tn.URLs()[0]
+	for range 3 {
+		resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("spread", 1000), 8, false),
+			map[string]string{"Authorization": "Bearer sk-spread"})
+		if b := readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	poll.Until(t, 10*time.Second, "n1's key usage in n2's view", func() bool {
+		for _, m := range tn.Nodes[1].Members() {
+			if m.Name == tn.Nodes[0].Name() {
+				for _, u := range m.State.KeyUsage {
+					if u.TokensPerSecond >= 1 {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+}

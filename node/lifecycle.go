@@ -126,7 +126,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 		return fmt.Errorf("node: quic: %w", err)
 	}
 	n.advertiseQUIC = n.advertise(n.tr.Addr())
-	n.g.SetLocal(n.localState)
+	n.g.SetLocal(n.publishedState)
 	if n.sim != nil {
 		n.g.SetSnapshot(n.sim.ResidentBlocks)
 	} else if n.ext != nil {

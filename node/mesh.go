@@ -44,6 +44,14 @@ func (n *Node) localState() gossip.State {
 	}
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)
+	return s
+}
+
+// publishedState is the state record gossip publishes: localState and what the heaviest
+// rate-limited API keys consumed through this node (admit/usage.go), which only peers need,
+// so routing's own reads of localState do not pay for it.
+func (n *Node) publishedState() gossip.State {
+	s := n.localState()
 	for _, u := range n.adm.Keys().Usage(time.Now(), gossip.MaxKeyUsage) {
 		s.KeyUsage = append(s.KeyUsage, gossip.KeyUsage{ID: u.ID, TokensPerSecond: u.TokensPerSecond})
 	}
