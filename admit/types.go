@@ -26,11 +26,14 @@ type Request struct {
 	Endpoint string // "chat", "completions", "embeddings" or "responses"
 
 	PromptTokens int
-	MaxTokens    *int // nil: not given (a default is filled)
-	N            *int
-	StopCount    int
-	Temperature  *float64
-	TopP         *float64
+	// TokenScale is PromptTokens over the prompt's length in kvindex's tokens (≤ 0: 1): a
+	// cached prefix of N kvindex tokens is N × TokenScale of the request's.
+	TokenScale  float64
+	MaxTokens   *int // nil: not given (a default is filled)
+	N           *int
+	StopCount   int
+	Temperature *float64
+	TopP        *float64
 	// Logprobs is the number of top log-probabilities asked for (chat: top_logprobs when
 	// logprobs is true; completions: logprobs); nil: none.
 	Logprobs *int

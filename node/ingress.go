@@ -135,6 +135,9 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	// Admission counts the prompt in the model's own tokens, as far as this node has learned
 	// them (learnTokens); the engine's request keeps kvindex's count, the blocks' unit.
 	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.tok.Tokens(a.Model, len(prompt))
+	if own := kvindex.Tokens(len(prompt)); own > 0 {
+		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
+	}
 	s := xxhash.Sum64(prompt)
 	if seed != nil {
 		s = uint64(*seed)

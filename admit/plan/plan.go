@@ -253,7 +253,7 @@ func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request
 	}
 	return route.Request{
 		Model: req.Model, PromptTokens: req.PromptTokens, MaxTokens: maxTokens, Priority: req.Priority,
-		Session: req.Agent, BlockTokens: blockTokens, StayHome: p.cfg.Agents && req.Agent != "",
+		Session: req.Agent, BlockTokens: blockTokens, TokenScale: req.TokenScale, StayHome: p.cfg.Agents && req.Agent != "",
 		KeepBusy: p.cfg.Mode != ModeKvmesh, // no waiting room: the engine queues
 	}
 }

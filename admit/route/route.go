@@ -184,7 +184,7 @@ func capable(cfg *Config, p *Peer, need uint64, vendors []string) bool {
 func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
 		prompt := max(req.PromptTokens, 0)
-		cached := min(max(p.PrefixBlocks, 0)*bt, prompt)
+		cached := min(prefixTokens(p.PrefixBlocks, bt, req.TokenScale), prompt)
 		need := (prompt - cached + max(req.MaxTokens, 0) + bt - 1) / bt
 		if float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
 			return true
@@ -194,6 +194,16 @@ func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 		return true
 	}
 	return QueuedAhead(p, req.Priority)+rv.prefill > cfg.BusyQueuedPrefillTokens
+}
+
+// prefixTokens is what blocks cached blocks of bt kvindex tokens hold in the request's own
+// tokens (scale: Request.TokenScale).
+func prefixTokens(blocks, bt int, scale float64) int {
+	n := max(blocks, 0) * bt
+	if scale > 0 && scale != 1 {
+		n = int(float64(n) * scale)
+	}
+	return n
 }
 
 // QueuedAhead is the prefill queued on p that runs before a request of priority: all of it,
@@ -233,7 +243,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 		step = cfg.DefaultDecodeStepSeconds
 	}
 	t := &c.Terms
-	t.PrefixTokens = min(max(p.PrefixBlocks, 0)*bt, prompt)
+	t.PrefixTokens = min(prefixTokens(p.PrefixBlocks, bt, req.TokenScale), prompt)
 	t.PrefixSaved = toDuration(float64(t.PrefixTokens) / tps)
 	if prompt > 0 {
 		t.Prefix = float64(t.PrefixTokens) / float64(prompt)

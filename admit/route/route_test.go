@@ -527,3 +527,23 @@ func TestQueuedAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedPrefixInTheRequestsTokens: blocks are cut in kvindex's tokens, so once a model's
+// tokens are calibrated (TokenScale) a cached block holds that many more of the request's
+// tokens, and the prediction deducts them.
+func TestCachedPrefixInTheRequestsTokens(t *testing.T) {
+	for _, tt := range []struct {
+		scale  float64
+		cached int
+	}{{0, 1024}, {1, 1024}, {1.5, 1536}, {4, 4000}} {
+		p := idle("p")
+		p.PrefixBlocks = 64 // 1,024 kvindex tokens
+		rq := req(4000)
+		rq.TokenScale = tt.scale
+		r := newRouter(t, nil)
+		got := mustRoute(t, r, t0, rq, []Peer{p})[0]
+		if got.Terms.PrefixTokens != tt.cached {
+			t.Errorf("scale %v: %d cached tokens, want %d", tt.scale, got.Terms.PrefixTokens, tt.cached)
+		}
+	}
+}

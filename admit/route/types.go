@@ -35,6 +35,10 @@ type Request struct {
 	KeepBusy bool
 	// BlockTokens is the KV block size the prompt was hashed with (≤ 0: kvindex's default).
 	BlockTokens int
+	// TokenScale is PromptTokens over the prompt's length in kvindex's own tokens, in which
+	// blocks are cut: a cached block holds BlockTokens × TokenScale of the request's tokens
+	// (≤ 0: 1). It differs from 1 once the node has learned a model's bytes per token.
+	TokenScale float64
 }
 
 // Peer is one node's view of a peer (or of itself), mapped from its gossiped state record.
