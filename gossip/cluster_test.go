@@ -49,7 +49,7 @@ func startNode(t *testing.T, cfg Config) *Gossip {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.UpdateLocal(State{HTTPAddr: "127.0.0.1:0", Models: []ModelInfo{{"m", 8192}}, EngineHealthy: true})
+	g.UpdateLocal(State{HTTPAddr: "127.0.0.1:0", Models: []ModelInfo{{Name: "m", ContextTokens: 8192}}, EngineHealthy: true})
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,9 @@ var (
 type ModelInfo struct {
 	Name          string
 	ContextTokens int
+	// BytesPerToken is the model's rendered-prompt bytes per engine token this node learned
+	// from its engine (kvindex.Calibration); 0: not learned.
+	BytesPerToken float64
 }
 
 // State is the record a node publishes about itself (DESIGN.md, Gossip): identity and
@@ -155,8 +158,9 @@ const (
 )
 
 const (
-	modelTagName = 1
-	modelTagCtx  = 2
+	modelTagName          = 1
+	modelTagCtx           = 2
+	modelTagBytesPerToken = 3
 )
 
 // EncodeState returns s's encoding: the version byte, then (uvarint tag, uvarint length,
@@ -178,6 +182,7 @@ func AppendState(b []byte, s State) ([]byte, error) {
 		var me enc
 		me.str(modelTagName, m.Name)
 		me.int(modelTagCtx, m.ContextTokens)
+		me.float(modelTagBytesPerToken, m.BytesPerToken)
 		e.field(tagModel, me.b)
 		e.err = errors.Join(e.err, me.err)
 	}
@@ -460,7 +465,7 @@ func agentKeys(v []byte) ([]uint64, error) {
 }
 
 func decodeModel(b []byte, m *ModelInfo) error {
-	var seen [3]bool
+	var seen [4]bool
 	return fields(b, func(tag uint64, v []byte) error {
 		if tag < uint64(len(seen)) {
 			if seen[tag] {
@@ -474,6 +479,10 @@ func decodeModel(b []byte, m *ModelInfo) error {
 			m.Name, err = str(v)
 		case modelTagCtx:
 			m.ContextTokens, err = integer(v)
+		case modelTagBytesPerToken:
+			if m.BytesPerToken, err = float(v); err == nil && !(m.BytesPerToken >= 0 && m.BytesPerToken <= 64) {
+				err = fmt.Errorf("%w: bytes per token %v", ErrMalformed, m.BytesPerToken)
+			}
 		}
 		return err
 	})

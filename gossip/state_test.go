@@ -15,7 +15,7 @@ import (
 func fullState() State {
 	return State{
 		Name: "gpu-07", HTTPAddr: "10.0.0.7:8080", QUICAddr: "10.0.0.7:7443",
-		Models: []ModelInfo{{"llama-3.1-8b", 131072}, {"qwen2.5-7b", 32768}},
+		Models: []ModelInfo{{Name: "llama-3.1-8b", ContextTokens: 131072, BytesPerToken: 3.5}, {Name: "qwen2.5-7b", ContextTokens: 32768}},
 		Role:   "mixed", EngineKind: "sim", EngineHealthy: true, BlockTokens: 16,
 		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
 		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedBeforeHigh: 1000, QueuedLowWaiting: 5000,

@@ -132,9 +132,10 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	}
 	ctxTokens, _ := n.meshModelInfo(a.Model)
 	p.model = engine.Model{Name: a.Model, ContextTokens: ctxTokens}
-	// Admission counts the prompt in the model's own tokens, as far as this node has learned
-	// them (learnTokens); the engine's request keeps kvindex's count, the blocks' unit.
-	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.tok.Tokens(a.Model, len(prompt))
+	// Admission counts the prompt in the model's own tokens, as far as this node or the mesh
+	// has learned them (promptTokens); the engine's request keeps kvindex's count, the blocks'
+	// unit.
+	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.promptTokens(a.Model, len(prompt))
 	if own := kvindex.Tokens(len(prompt)); own > 0 {
 		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
 	}

@@ -40,7 +40,11 @@ func (n *Node) localState() gossip.State {
 		SoftwareVersion:        Version,
 	}
 	for _, m := range n.eng.Models() {
-		s.Models = append(s.Models, gossip.ModelInfo{Name: m.Name, ContextTokens: m.ContextTokens})
+		mi := gossip.ModelInfo{Name: m.Name, ContextTokens: m.ContextTokens}
+		if f, learned := n.tok.BytesPerToken(m.Name); learned {
+			mi.BytesPerToken = f
+		}
+		s.Models = append(s.Models, mi)
 	}
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)

@@ -1,9 +1,38 @@
 package node
 
 import (
+	"math"
+
+	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
+
+// promptTokens counts promptBytes of model's rendered prompt in its engines' tokens: with the
+// figure this node's engine taught it, else the mean of the figures the model's other nodes
+// publish (gossip ModelInfo.BytesPerToken), else kvindex's 4-byte rule. An ingress that does
+// not serve a model so counts it as the owner will, and fits its default TTFT target to it.
+func (n *Node) promptTokens(model string, promptBytes int) int {
+	if _, learned := n.tok.BytesPerToken(model); learned || n.g == nil {
+		return n.tok.Tokens(model, promptBytes)
+	}
+	sum, k := 0.0, 0
+	for _, m := range n.g.Members() {
+		if m.Self || m.Liveness != gossip.LivenessAlive {
+			continue
+		}
+		for _, mi := range m.State.Models {
+			if mi.Name == model && mi.BytesPerToken > 0 {
+				sum += mi.BytesPerToken
+				k++
+			}
+		}
+	}
+	if k == 0 {
+		return n.tok.Tokens(model, promptBytes)
+	}
+	return int(math.Ceil(float64(promptBytes) / (sum / float64(k))))
+}
 
 // newTokenCalibration is the node's per-model bytes-per-token figure, at its defaults.
 func newTokenCalibration() *kvindex.Calibration {

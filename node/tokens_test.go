@@ -92,6 +92,19 @@ func TestContextBudgetFollowsTheEnginesTokens(t *testing.T) {
 		return math.Abs(bytesPerToken()-2) < 0.01
 	})
 
+	// The owner publishes the figure; the ingress counts the model's prompts with it too.
+	poll.Until(t, 5*time.Second, "the owner's figure in the ingress's view", func() bool {
+		for _, m := range tn.Nodes[1].Members() {
+			for _, mi := range m.State.Models {
+				if m.Name == tn.Nodes[0].Name() && mi.Name == calibModel && math.Abs(mi.BytesPerToken-2) < 0.01 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	ownerRefused := metric(t, owner, "kvmesh_admission_decisions_total", `reason="context_length_exceeded"`)
+	ingressRefused := metric(t, ingress, "kvmesh_admission_decisions_total", `reason="context_length_exceeded"`)
 	for _, url := range []string{owner, ingress} {
 		resp := post(t, url, "/v1/chat/completions", long, nil)
 		b := readAll(t, resp)
@@ -99,6 +112,13 @@ func TestContextBudgetFollowsTheEnginesTokens(t *testing.T) {
 			t.Errorf("after calibration, via %s: %d %s; want 400 context_length_exceeded (about 4,000 + 1,500 of 4,096 tokens)",
 				url, resp.StatusCode, b)
 		}
+	}
+	// Each refused where it was counted: the owner its own client's, the ingress its own.
+	if got := metric(t, owner, "kvmesh_admission_decisions_total", `reason="context_length_exceeded"`) - ownerRefused; got != 1 {
+		t.Errorf("the owner refused %v long prompts for context, want 1 (its own client's only)", got)
+	}
+	if got := metric(t, ingress, "kvmesh_admission_decisions_total", `reason="context_length_exceeded"`) - ingressRefused; got != 1 {
+		t.Errorf("the ingress refused %v long prompts for context itself, want 1", got)
 	}
 	// A short request still runs: only the count changed.
 	resp := post(t, ingress, "/v1/chat/completions", body("hello", 8), nil)
