@@ -31,14 +31,29 @@ type Config struct {
 	Fast bool
 	// Configure, if set, adjusts node i's configuration before it is built.
 	Configure func(i int, cfg *node.Config)
+	// Engines is EnginesEmbedded (the zero value: each node runs the simulated engine in
+	// process) or EnginesExternal: node i runs in front of its own standalone simulated engine
+	// (what kvmesh engine serves) on a loopback port, as in front of vLLM. That engine takes
+	// the node's Sim and Models as Configure left them; the node's Engine is the engine's URL,
+	// its EngineKind "vllm" and its Models empty (it serves what the engine's /v1/models lists).
+	Engines string
 	// Logger receives every node's logs; nil discards.
 	Logger *slog.Logger
 }
 
+// Engine placements of Config.Engines.
+const (
+	EnginesEmbedded = "embedded"
+	EnginesExternal = "external"
+)
+
 // Net is a running testnet.
 type Net struct {
-	Nodes  []*node.Node
-	tmpDir string
+	Nodes []*node.Node
+	// Engines are the standalone engines in front of which Nodes run, in the same order, with
+	// EnginesExternal; empty otherwise.
+	Engines []*node.Node
+	tmpDir  string
 }
 
 // Name is node i's name.
@@ -68,6 +83,11 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
+	}
+	switch cfg.Engines {
+	case "", EnginesEmbedded, EnginesExternal:
+	default:
+		return nil, fmt.Errorf("testnet: engines %q is neither %s nor %s", cfg.Engines, EnginesEmbedded, EnginesExternal)
 	}
 	t := &Net{}
 	dir := cfg.Dir
@@ -120,6 +140,15 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 		if cfg.Configure != nil {
 			cfg.Configure(i, &nc)
 		}
+		if cfg.Engines == EnginesExternal {
+			e, err := startEngine(ctx, nc, cfg.Host)
+			if err != nil {
+				t.Close()
+				return nil, fmt.Errorf("testnet: %s: engine: %w", names[i], err)
+			}
+			t.Engines = append(t.Engines, e)
+			nc.Engine, nc.EngineKind, nc.Models = "http://"+e.HTTPAddr(), "vllm", nil
+		}
 		n, err := node.New(nc)
 		if err != nil {
 			t.Close()
@@ -136,6 +165,28 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 		}
 	}
 	return t, nil
+}
+
+// startEngine starts a standalone simulated engine on host with nc's Sim and Models, for the
+// node nc describes to run in front of.
+func startEngine(ctx context.Context, nc node.Config, host string) (*node.Node, error) {
+	ec := node.DefaultConfig()
+	ec.Name = nc.Name + "-engine"
+	ec.HTTPAddr = net.JoinHostPort(host, "0")
+	ec.Standalone = true
+	ec.GPU = "none"
+	ec.Models = nc.Models
+	ec.Sim = nc.Sim
+	ec.DrainTimeout = nc.DrainTimeout
+	ec.Logger = nc.Logger
+	e, err := node.New(ec)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Start(ctx); err != nil {
+		return nil, errors.Join(err, e.Shutdown(context.Background()))
+	}
+	return e, nil
 }
 
 // URLs are the nodes' API base URLs.
@@ -178,11 +229,24 @@ func (t *Net) converged() bool {
 	return true
 }
 
-// Close shuts every node down (draining in-flight requests) and removes a temporary directory.
+// EngineURLs are the standalone engines' base URLs (none with EnginesEmbedded).
+func (t *Net) EngineURLs() []string {
+	out := make([]string, len(t.Engines))
+	for i, e := range t.Engines {
+		out[i] = "http://" + e.HTTPAddr()
+	}
+	return out
+}
+
+// Close shuts every node down (draining in-flight requests), then the engines behind them, and
+// removes a temporary directory.
 func (t *Net) Close() error {
 	var errs []error
 	for i := len(t.Nodes) - 1; i >= 0; i-- {
 		errs = append(errs, t.Nodes[i].Shutdown(context.Background()))
+	}
+	for i := len(t.Engines) - 1; i >= 0; i-- {
+		errs = append(errs, t.Engines[i].Shutdown(context.Background()))
 	}
 	if t.tmpDir != "" {
 		errs = append(errs, os.RemoveAll(t.tmpDir))

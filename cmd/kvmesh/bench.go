@@ -27,6 +27,7 @@ func benchFlags() []cli.Flag {
 	}
 	return []cli.Flag{
 		&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "nodes in every run's testnet", EnvVars: env("bench-nodes")},
+		&cli.StringFlag{Name: "engines", Value: d.Engines, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("bench-engines")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "run the simulated engines this many times faster than real time (SLOs scale with it)", EnvVars: env("bench-time-scale")},
 		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("bench-workload")},
 		&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake JSONL or Azure CSV trace instead of a workload", EnvVars: env("bench-trace")},
@@ -89,6 +90,7 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 		return cfg, err
 	}
 	cfg.Nodes = c.Int("nodes")
+	cfg.Engines = c.String("engines")
 	cfg.TimeScale = c.Float64("time-scale")
 	cfg.Workload = c.String("workload")
 	cfg.Trace = c.String("trace")

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,4 +186,18 @@ func isIdent(e ast.Expr, name string) bool {
 func isSelector(e ast.Expr, pkg, name string) bool {
 	sel, ok := e.(*ast.SelectorExpr)
 	return ok && isIdent(sel.X, pkg) && sel.Sel.Name == name
+}
+
+// TestOperatingDocListsEveryTestnetFlag fails for a flag of `kvmesh testnet`, and for the
+// bench's --engines, that docs/operating.md does not list with its environment variable.
+func TestOperatingDocListsEveryTestnetFlag(t *testing.T) {
+	doc := readOperatingDoc(t)
+	for _, f := range testnetCommand().Flags {
+		checkFlagDocumented(t, doc, "kvmesh testnet", f)
+	}
+	for _, f := range benchCommand().Flags {
+		if slices.Contains(f.Names(), "engines") {
+			checkFlagDocumented(t, doc, "kvmesh bench", f)
+		}
+	}
 }

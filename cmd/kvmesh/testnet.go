@@ -15,10 +15,11 @@ import (
 func testnetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "testnet",
-		Usage: "run a local mesh of N nodes on loopback on the embedded engine (mTLS, gossip key), until Ctrl-C",
+		Usage: "run a local mesh of N nodes on loopback on the simulated engine, embedded or external (mTLS, gossip key), until Ctrl-C",
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes", EnvVars: env("testnet-nodes")},
 			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
+			&cli.StringFlag{Name: "engines", Value: testnet.EnginesEmbedded, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("testnet-engines")},
 			&cli.StringFlag{Name: "policy", Value: node.DefaultConfig().Policy, Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {
@@ -29,6 +30,7 @@ func testnetCommand() *cli.Command {
 			tc := testnet.Config{
 				Nodes:    c.Int("nodes"),
 				HTTPBase: c.Int("http-base"),
+				Engines:  c.String("engines"),
 				Logger:   log,
 				Configure: func(i int, cfg *node.Config) {
 					simConfig(c, cfg)
@@ -45,8 +47,13 @@ func testnetCommand() *cli.Command {
 			if err != nil {
 				log.Warn("mesh not converged yet", "err", err)
 			}
+			engines := tn.EngineURLs()
 			for i, u := range tn.URLs() {
-				fmt.Printf("%s  %s\n", testnet.Name(i), u)
+				if i < len(engines) {
+					fmt.Printf("%s  %s  (engine %s)\n", testnet.Name(i), u, engines[i])
+				} else {
+					fmt.Printf("%s  %s\n", testnet.Name(i), u)
+				}
 			}
 			fmt.Printf("\ntry:\n  curl -s %s/v1/chat/completions -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"stream\":true}'\n", tn.URLs()[0], node.DefaultModel)
 			fmt.Printf("  bin/kvmesh status --node %s\n", tn.URLs()[0])

@@ -87,6 +87,10 @@ func PolicyNames() []string {
 type Config struct {
 	// Nodes is the testnet size of every run.
 	Nodes int
+	// Engines is where each node's simulated engine runs: testnet.EnginesEmbedded (the
+	// default, in the node) or testnet.EnginesExternal (a standalone engine per node, reached
+	// over HTTP as vLLM is, with the same Sim settings: TimeScale, KVBlocks and Configure's).
+	Engines string
 	// TimeScale runs the simulated engines this many times faster than real time; SLOs and
 	// tool waits are scaled with it (see the package doc).
 	TimeScale float64
@@ -138,7 +142,8 @@ type Config struct {
 // DefaultConfig returns a 4-node benchmark of the bursty mix in real time, 60 s per run.
 func DefaultConfig() Config {
 	return Config{
-		Nodes: 4,
+		Nodes:   4,
+		Engines: testnet.EnginesEmbedded,
 		// Real time: a faster run divides the SLOs by the time scale while this machine's own
 		// latencies (every token is an SSE event through a node, QUIC and the load generator,
 		// on shared cores) stay as they are, so past a few hundred requests a second they, not
@@ -191,6 +196,13 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.Nodes == 0 {
 		cfg.Nodes = def.Nodes
+	}
+	switch cfg.Engines {
+	case "":
+		cfg.Engines = def.Engines
+	case testnet.EnginesEmbedded, testnet.EnginesExternal:
+	default:
+		return bad("engines %q is neither %s nor %s", cfg.Engines, testnet.EnginesEmbedded, testnet.EnginesExternal)
 	}
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = def.TimeScale
@@ -274,7 +286,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{
-		Nodes: cfg.Nodes, TimeScale: cfg.TimeScale, Workload: cfg.Workload, Trace: cfg.Trace,
+		Nodes: cfg.Nodes, Engines: cfg.Engines, TimeScale: cfg.TimeScale, Workload: cfg.Workload, Trace: cfg.Trace,
 		Speedup: cfg.Speedup, Scale: cfg.Scale, Seed: cfg.Seed, Duration: cfg.Duration.Seconds(),
 		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
 		Interactive: cfg.Interactive.Name,
@@ -324,9 +336,10 @@ func (b *bencher) progressf(format string, a ...any) {
 // start starts a fresh testnet with p on every node and waits for it to converge.
 func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 	tc := testnet.Config{
-		Nodes:  b.cfg.Nodes,
-		Fast:   true, // gossip's timers on the same footing as the sped-up engines
-		Logger: b.cfg.Logger,
+		Nodes:   b.cfg.Nodes,
+		Engines: b.cfg.Engines,
+		Fast:    true, // gossip's timers on the same footing as the sped-up engines
+		Logger:  b.cfg.Logger,
 		Configure: func(i int, nc *node.Config) {
 			nc.Policy, nc.Admission = p.Route, p.Admission
 			if p.QueueCap > 0 {

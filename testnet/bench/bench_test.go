@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
@@ -27,6 +28,8 @@ func TestValidate(t *testing.T) {
 		{"zero takes defaults", func(c *Config) {}, true},
 		{"default", func(c *Config) { *c = DefaultConfig() }, true},
 		{"negative nodes", func(c *Config) { c.Nodes = -1 }, false},
+		{"external engines", func(c *Config) { c.Engines = testnet.EnginesExternal }, true},
+		{"unknown engines", func(c *Config) { c.Engines = "gpu" }, false},
 		{"NaN time scale", func(c *Config) { c.TimeScale = math.NaN() }, false},
 		{"scale above one", func(c *Config) { c.Scale = 1.5 }, false},
 		{"zero load", func(c *Config) { c.Loads = []float64{0.5, 0} }, false},
@@ -54,7 +57,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			if got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
+			if got.Engines == "" || got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
 				got.Duration <= 0 || got.KVBlocks <= 0 || got.ProbeDuration <= 0 || got.ProbeRate <= 0 || got.ProbeAttainment <= 0 || got.ProbeSteps <= 0 {
 				t.Errorf("defaults not filled: %+v", got)
 			}

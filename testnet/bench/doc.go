@@ -25,6 +25,12 @@
 // The probe's steps are shorter (ProbeDuration, 20 s): below the knee there is no backlog to
 // build, and the search takes about seven steps.
 //
+// Engines says where the simulated engines run. Embedded (the default), each node drives its
+// engine in process. External, each node runs in front of its own standalone engine (what
+// kvmesh engine serves) and drives it over HTTP as it drives vLLM: it reads the engine's load
+// from its vLLM metrics and knows what it caches only from its residency model of the engine's
+// prefix cache, so a run measures the external path, not the engines, against the embedded one.
+//
 // # Time
 //
 // TimeScale speeds the simulated engines up. Everything the workload carries is scaled with it

@@ -133,7 +133,9 @@ func Ratios(rows []Row) []Ratio {
 
 // Result is a benchmark's outcome. Its JSON field names are stable.
 type Result struct {
-	Nodes     int     `json:"nodes"`
+	Nodes int `json:"nodes"`
+	// Engines is where the simulated engines ran: embedded in the nodes or external.
+	Engines   string  `json:"engines"`
 	TimeScale float64 `json:"time_scale"`
 	// Workload is the synthetic workload's name, or "trace" with Trace the file.
 	Workload string  `json:"workload"`
@@ -198,8 +200,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if r.Trace != "" {
 		src = fmt.Sprintf("trace %s (speedup %g, scale %g)", r.Trace, r.Speedup, r.Scale)
 	}
-	p("kvmesh bench: %d nodes, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
-		r.Nodes, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
+	engines := r.Engines
+	if engines == "" {
+		engines = "embedded"
+	}
+	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
+		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
 	p("rates, latencies in simulated time (wall × time scale)\n")
 	if r.Probe == nil {
 		p("capacity %.2f req/s: given\n", r.Capacity)
