@@ -337,6 +337,9 @@ type StatusError struct {
 	Structured bool
 }
 
+// PriorityHeader carries a request's admitted priority to the engine, in kvmesh's convention.
+const PriorityHeader = "X-Kvmesh-Priority"
+
 // CodeEngineOverloaded is the code of an engine's 429 that names none (TGI at its
 // concurrency cap sends {"error":"Model is overloaded","error_type":"overloaded"}).
 const CodeEngineOverloaded = "engine_overloaded"
@@ -472,6 +475,11 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 	hreq.Header.Set("Accept", "text/event-stream")
 	if req.ID != "" {
 		hreq.Header.Set("X-Request-Id", req.ID)
+	}
+	if req.Priority != 0 {
+		// A kvmesh engine (the embedded engine served alone) schedules by it; other engines
+		// ignore the header (vLLM's own field is SetPriority's, with Config.Priority).
+		hreq.Header.Set(PriorityHeader, strconv.Itoa(req.Priority))
 	}
 	resp, err := e.client.Do(hreq)
 	if err != nil {

@@ -35,12 +35,13 @@ type fake struct {
 	modelFetches atomic.Int64
 	gen          http.HandlerFunc
 	bodies       chan []byte
+	priorities   chan string // X-Kvmesh-Priority of each generation request
 	scrapes      atomic.Int64
 }
 
 func newFake(t *testing.T) *fake {
 	t.Helper()
-	f := &fake{bodies: make(chan []byte, 16), models: modelsAB}
+	f := &fake{bodies: make(chan []byte, 16), priorities: make(chan string, 16), models: modelsAB}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		f.scrapes.Add(1)
@@ -66,6 +67,10 @@ func newFake(t *testing.T) *fake {
 		b, _ := io.ReadAll(r.Body)
 		select {
 		case f.bodies <- b:
+		default:
+		}
+		select {
+		case f.priorities <- r.Header.Get(PriorityHeader):
 		default:
 		}
 		f.mu.Lock()

@@ -128,6 +128,10 @@ func TestGenerateSendsPriority(t *testing.T) {
 			if got := <-f.bodies; string(got) != want {
 				t.Errorf("the engine got\n%s\nwant\n%s", got, want)
 			}
+			// The header carries it either way, for a kvmesh engine, which schedules by it.
+			if got := <-f.priorities; got != "10" {
+				t.Errorf("%s = %q, want 10", PriorityHeader, got)
+			}
 			if st := e.State(); st.PriorityScheduling != on {
 				t.Errorf("PriorityScheduling %v", st.PriorityScheduling)
 			}
