@@ -22,7 +22,9 @@
 //     only), which also sends each request's priority (SetPriority). The split of the queued
 //     prefill is an estimate: the earliest dispatched prompt counts as the one the server is
 //     prefilling, ahead of every class; the others wait in their class.
-//   - PrefillTokensPerSecond, DecodeStepSeconds, MaxRunning: passed through from Config.
+//   - PrefillTokensPerSecond: learned from the prompt-token and cache-hit counters over
+//     intervals in which requests waited (measurePrefillLocked), unless Config sets it.
+//   - DecodeStepSeconds, MaxRunning: passed through from Config.
 //   - Healthy: false until the first good scrape and after Config.MaxScrapeFailures failures in
 //     a row. A scrape that finds none of the kind's request gauges counts as a failure, since it
 //     means the kind is misconfigured. Also false while the model list is (below).

@@ -107,9 +107,15 @@ type Engine struct {
 	state    engine.State
 	fails    int
 	lastHits float64
-	lastQ    float64
-	haveLast bool
-	started  bool
+	// The prefill counters at the last scrape and the rate learned from them
+	// (measurePrefillLocked).
+	lastPrompt, lastPromptHits float64
+	prefillAt                  time.Time
+	lastWaiting                int
+	prefillRate                float64
+	lastQ                      float64
+	haveLast                   bool
+	started                    bool
 
 	// Model discovery (models.go), under mu. models are those served: the configured ones
 	// until the first good fetch. modelsErr is why the model list makes the engine unhealthy

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // sample is one series of the text exposition format.
@@ -163,7 +164,7 @@ var errNoMetrics = errors.New("openai: engine exports none of the expected metri
 func (e *Engine) scrape(ctx context.Context) {
 	m, err := e.fetchMetrics(ctx)
 	if err == nil {
-		err = e.apply(m)
+		err = e.apply(time.Now(), m)
 	}
 	if err != nil {
 		e.scrapeErrors.Inc()
@@ -201,7 +202,7 @@ func (e *Engine) fetchMetrics(ctx context.Context) (map[string][]sample, error) 
 }
 
 // apply maps one scrape into the state.
-func (e *Engine) apply(m map[string][]sample) error {
+func (e *Engine) apply(now time.Time, m map[string][]sample) error {
 	names := kinds[e.cfg.Kind]
 	waiting, okW := sum(m, names.waiting...)
 	running, okR := sum(m, names.running...)
@@ -241,7 +242,47 @@ func (e *Engine) apply(m map[string][]sample) error {
 			s.HitRate = math.Min(math.Max(r, 0), 1)
 		}
 	}
+	e.measurePrefillLocked(now, m, s.Waiting)
 	s.Healthy = true
 	e.fails = 0
 	return nil
+}
+
+// prefillWeight is the weight of a new sample in the moving prefill rate.
+const prefillWeight = 0.3
+
+// measurePrefillLocked learns the server's prefill throughput from its counters: the prompt
+// tokens it took in, less those its prefix cache served (vLLM counts both), per second over
+// a scrape interval in which requests waited at both ends, so that what it did was all it
+// could. An idle or lightly loaded server teaches nothing and keeps the last figure. State
+// reports the figure unless Config.PrefillTokensPerSecond sets one: admission prices queued
+// work, fits default TTFT targets and caps the waiting room by it.
+func (e *Engine) measurePrefillLocked(now time.Time, m map[string][]sample, waiting int) {
+	name, ok := promptCounters[e.cfg.Kind]
+	if !ok {
+		return
+	}
+	prompt, okP := sum(m, name)
+	if !okP {
+		return
+	}
+	hits, _ := sum(m, "vllm:prefix_cache_hits_total")
+	if e.cfg.Kind != KindVLLM {
+		hits = 0
+	}
+	if !e.prefillAt.IsZero() && now.After(e.prefillAt) && prompt >= e.lastPrompt && hits >= e.lastPromptHits &&
+		waiting > 0 && e.lastWaiting > 0 {
+		rate := ((prompt - e.lastPrompt) - (hits - e.lastPromptHits)) / now.Sub(e.prefillAt).Seconds()
+		switch {
+		case rate <= 0:
+		case e.prefillRate == 0:
+			e.prefillRate = rate
+		default:
+			e.prefillRate += prefillWeight * (rate - e.prefillRate)
+		}
+	}
+	e.lastPrompt, e.lastPromptHits, e.prefillAt, e.lastWaiting = prompt, hits, now, waiting
+	if e.cfg.PrefillTokensPerSecond <= 0 && e.prefillRate > 0 {
+		e.state.PrefillTokensPerSecond = e.prefillRate
+	}
 }
