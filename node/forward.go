@@ -17,6 +17,9 @@ import (
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
+// CodeHopLimit is the refusal of a request forwarded more often than MaxHops.
+const CodeHopLimit = "hop_limit"
+
 // MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
 const MaxHops = 1
 
@@ -155,7 +158,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		_ = fw.Refuse(transport.Refusal{Status: status, Code: code, Message: msg, RetryAfter: retry, State: st})
 	}
 	if h.Hops > MaxHops {
-		refuse(http.StatusLoopDetected, "hop_limit", fmt.Sprintf("forwarded %d times; the limit is %d", h.Hops, MaxHops), 0)
+		refuse(http.StatusLoopDetected, CodeHopLimit, fmt.Sprintf("forwarded %d times; the limit is %d", h.Hops, MaxHops), 0)
 		return
 	}
 	if n.isDraining() {

@@ -207,7 +207,7 @@ var knownCodes = []string{
 	openai.CodeModelNotFound, openai.CodeContextLengthExceeded, openai.CodeInvalidAPIKey, openai.CodeRateLimited,
 	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
-	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, "hop_limit",
+	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, CodeHopLimit,
 	transport.CodeVersion, transport.CodeKind, CodeUnsupportedEndpoint, CodePreviousResponseNotFound,
 }
 

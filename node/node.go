@@ -48,7 +48,8 @@ type Node struct {
 	carbon   *carbon.Tracker
 
 	carbonProvider carbon.Provider
-	tok            *kvindex.Calibration // prompt bytes per token by model (tokens.go)
+	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
+	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
 	inFlightTokens atomic.Int64
 	advertiseHTTP  string
 	advertiseQUIC  string

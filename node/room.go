@@ -105,6 +105,7 @@ func (n *Node) runRoom(ctx context.Context) {
 		if now.Sub(lastRate) >= time.Second {
 			n.updatePrefillRates()
 			n.updateKeyUsage(now)
+			n.updateMeshTokens()
 			lastRate = now
 		}
 		for _, it := range room.Expire(now) {

@@ -10,28 +10,41 @@ import (
 
 // promptTokens counts promptBytes of model's rendered prompt in its engines' tokens: with the
 // figure this node's engine taught it, else the mean of the figures the model's other nodes
-// publish (gossip ModelInfo.BytesPerToken), else kvindex's 4-byte rule. An ingress that does
-// not serve a model so counts it as the owner will, and fits its default TTFT target to it.
+// publish (updateMeshTokens), else kvindex's 4-byte rule. An ingress that does not serve a
+// model so counts it as the owner will, and fits its default TTFT target to it.
 func (n *Node) promptTokens(model string, promptBytes int) int {
-	if _, learned := n.tok.BytesPerToken(model); learned || n.g == nil {
-		return n.tok.Tokens(model, promptBytes)
+	if _, learned := n.tok.BytesPerToken(model); !learned {
+		if mesh := n.meshTok.Load(); mesh != nil && (*mesh)[model] > 0 {
+			return int(math.Ceil(float64(promptBytes) / (*mesh)[model]))
+		}
 	}
-	sum, k := 0.0, 0
+	return n.tok.Tokens(model, promptBytes)
+}
+
+// updateMeshTokens takes, once a second from the room loop, the mean bytes per token each
+// model's other nodes publish (gossip ModelInfo.BytesPerToken), so a request's count reads a
+// map instead of walking the members.
+func (n *Node) updateMeshTokens() {
+	if n.g == nil {
+		return
+	}
+	sum, k := map[string]float64{}, map[string]int{}
 	for _, m := range n.g.Members() {
 		if m.Self || m.Liveness != gossip.LivenessAlive {
 			continue
 		}
 		for _, mi := range m.State.Models {
-			if mi.Name == model && mi.BytesPerToken > 0 {
-				sum += mi.BytesPerToken
-				k++
+			if mi.BytesPerToken > 0 {
+				sum[mi.Name] += mi.BytesPerToken
+				k[mi.Name]++
 			}
 		}
 	}
-	if k == 0 {
-		return n.tok.Tokens(model, promptBytes)
+	mean := make(map[string]float64, len(sum))
+	for model, s := range sum {
+		mean[model] = s / float64(k[model])
 	}
-	return int(math.Ceil(float64(promptBytes) / (sum / float64(k))))
+	n.meshTok.Store(&mean)
 }
 
 // newTokenCalibration is the node's per-model bytes-per-token figure, at its defaults.

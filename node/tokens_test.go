@@ -103,6 +103,7 @@ func TestContextBudgetFollowsTheEnginesTokens(t *testing.T) {
 		}
 		return false
 	})
+	tn.Nodes[1].RefreshMeshTokens() // rather than wait for the room loop's second
 	ownerRefused := metric(t, owner, "kvmesh_admission_decisions_total", `reason="context_length_exceeded"`)
 	ingressRefused := metric(t, ingress, "kvmesh_admission_decisions_total", `reason="context_length_exceeded"`)
 	for _, url := range []string{owner, ingress} {

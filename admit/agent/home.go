@@ -75,9 +75,6 @@ func NewHome(cfg HomeConfig, reg *Registry) (*Home, error) {
 // Registry returns the registry the Home tends.
 func (h *Home) Registry() *Registry { return h.reg }
 
-// Name returns the home's node name.
-func (h *Home) Name() string { return h.cfg.Name }
-
 // Arrive registers a step of agent id with promptTokens at this home: Admit runs it, Wait
 // parks it at its ingress, whose lease on the agent's place starts now. The error is the
 // Registry's (ErrFull: run the step unprotected).
