@@ -518,13 +518,39 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		b.progressf("policy %s: load %.2g× capacity (%.2f req/s simulated)", p.Name, l, l*wallCapacity/b.cfg.TimeScale)
 		lc := b.load(tn.URLs(), l*wallCapacity, b.cfg.Duration)
 		lc.Requests, lc.RunLabel = b.cfg.Requests, fmt.Sprintf("%s@%g", p.Name, l)
+		before, err := b.residency(ctx, tn, nil)
+		if err != nil {
+			return rows, err
+		}
 		rep, err := loadgen.Run(ctx, lc)
 		if rep != nil {
-			rows = append(rows, newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name))
+			row := newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name)
+			after, rerr := b.residency(ctx, tn, before)
+			if rerr != nil {
+				return rows, rerr
+			}
+			if after != nil {
+				re := after.summary()
+				row.Residency = &re
+			}
+			rows = append(rows, row)
 		}
 		if err != nil {
 			return rows, fmt.Errorf("bench: %s at %.2g×: %w", p.Name, l, err)
 		}
 	}
 	return rows, nil
+}
+
+// residency reads the residency model's error histograms of a testnet of external engines
+// (nil for embedded engines), as gathered since before when before is not nil.
+func (b *bencher) residency(ctx context.Context, tn *testnet.Net, before buckets) (buckets, error) {
+	if b.cfg.Engines != testnet.EnginesExternal {
+		return nil, nil
+	}
+	now, err := scrapeResidency(ctx, tn.URLs())
+	if err != nil || before == nil {
+		return now, err
+	}
+	return now.since(before), nil
 }

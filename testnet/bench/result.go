@@ -57,6 +57,8 @@ type Row struct {
 	// RefusalsByReason and Failures are copied from the report, for the table.
 	RefusalsByReason map[string]int `json:"refusals_by_reason"`
 	Failures         map[string]int `json:"failures"`
+	// Residency is the residency model's error over the run, for external engines.
+	Residency *ResidencyError `json:"residency_error,omitempty"`
 	// Report is loadgen's report of the run, in wall time.
 	Report *loadgen.Report `json:"report"`
 }
@@ -225,6 +227,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), row.P99TTFT,
 			pct(row.RefusalRate), pct(row.CacheHitRatio), counts(row.RefusalsByReason), counts(row.Failures))
 	}
+	if res := residencyRows(r.Rows); len(res) > 0 {
+		p("\npolicy\tload\tresidency error median\tp90\tjudged requests\n")
+		for _, row := range res {
+			p("%s\t%.2g\t%s\t%s\t%d\n", row.Policy, row.Load, pct(row.Residency.P50), pct(row.Residency.P90), row.Residency.Judged)
+		}
+	}
 	if len(r.Ratios) > 0 {
 		p("\nload\tkvmesh goodput\tbest other\tits goodput\tkvmesh / best other\n")
 		for _, q := range r.Ratios {
@@ -236,4 +244,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// residencyRows are the rows that measured a residency model (external engines).
+func residencyRows(rows []Row) []Row {
+	var out []Row
+	for _, row := range rows {
+		if row.Residency != nil {
+			out = append(out, row)
+		}
+	}
+	return out
 }

@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// residencyMetric is the histogram a node in front of an external engine keeps of its residency
+// model's error per request: |predicted − reported cached tokens| ÷ prompt tokens.
+const residencyMetric = "kvmesh_residency_error_ratio_bucket"
+
+// ResidencyError summarises the residency model's error over one run's requests, read from the
+// nodes' histograms (so a quantile is interpolated inside its bucket, as histogram_quantile does).
+type ResidencyError struct {
+	Judged int     `json:"judged"` // requests the engines reported cached tokens for
+	P50    float64 `json:"p50"`
+	P90    float64 `json:"p90"`
+}
+
+// buckets maps a bucket's upper bound to its cumulative count, summed over nodes.
+type buckets map[float64]float64
+
+// scrapeResidency sums the residency histogram over the nodes at urls. A node without the
+// histogram (an embedded engine) adds nothing.
+func scrapeResidency(ctx context.Context, urls []string) (buckets, error) {
+	sum := buckets{}
+	for _, u := range urls {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := scrapeInto(ctx, strings.TrimSuffix(u, "/")+"/metrics", sum)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return sum, nil
+}
+
+func scrapeInto(ctx context.Context, url string, sum buckets) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: scrape %s: %s", url, resp.Status)
+	}
+	return parseBuckets(resp.Body, sum)
+}
+
+// parseBuckets adds the residency histogram's lines of a text exposition to sum.
+func parseBuckets(r io.Reader, sum buckets) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, residencyMetric+"{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `le="`)
+		le, rest, ok := strings.Cut(rest, `"`)
+		fields := strings.Fields(rest)
+		if !ok || len(fields) < 2 {
+			return fmt.Errorf("bench: malformed bucket line %q", line)
+		}
+		bound, err1 := strconv.ParseFloat(le, 64)
+		n, err2 := strconv.ParseFloat(fields[1], 64)
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("bench: malformed bucket line %q", line)
+		}
+		sum[bound] += n
+	}
+	return sc.Err()
+}
+
+// since returns the counts of b gathered after before (histograms are cumulative over a
+// testnet's life, which spans several loads).
+func (b buckets) since(before buckets) buckets {
+	d := buckets{}
+	for le, n := range b {
+		d[le] = n - before[le]
+	}
+	return d
+}
+
+// summary returns the judged count and the interpolated median and 90th percentile.
+func (b buckets) summary() ResidencyError {
+	les := make([]float64, 0, len(b))
+	for le := range b {
+		les = append(les, le)
+	}
+	sort.Float64s(les)
+	if len(les) == 0 || b[les[len(les)-1]] <= 0 {
+		return ResidencyError{}
+	}
+	total := b[les[len(les)-1]]
+	q := func(p float64) float64 {
+		rank, lo, below := p*total, 0.0, 0.0
+		for _, le := range les {
+			if n := b[le]; n >= rank {
+				if le > 1e300 || n == below { // +Inf, or a bucket that adds nothing
+					return lo
+				}
+				return lo + (le-lo)*(rank-below)/(n-below)
+			}
+			lo, below = le, b[le]
+		}
+		return lo
+	}
+	return ResidencyError{Judged: int(total), P50: q(0.5), P90: q(0.9)}
+}
