@@ -322,7 +322,11 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 			continue
 		}
 		if !stopped {
-			text += q.out.flush()
+			rest, hit := q.out.finish()
+			text += rest
+			if hit {
+				finish = engine.FinishStop
+			}
 		}
 		st.mu.Lock()
 		st.timing.E2E = s.simNow - q.arrivalSim

@@ -69,36 +69,76 @@ func newOutput(stops []string, include bool) *output {
 
 // add appends a token's text. It returns the text now safe to send and whether a stop
 // sequence matched (the returned text then ends just before it, or just after it when the
-// stop string is included). With check false (min_tokens not reached yet) stop sequences are
-// not looked for and the text is sent at once.
+// stop string is included). The earliest stop in the text wins, whichever string it is: a
+// complete match is held while an earlier one could still complete with the next tokens
+// ("d f" begun before a matched " "). With check false (min_tokens not reached yet) stop
+// sequences are not looked for and the text is sent at once.
 func (o *output) add(tok string, check bool) (string, bool) {
-	before := o.text.Len()
 	o.text.WriteString(tok)
 	if len(o.stops) == 0 || !check {
 		return o.flush(), false
 	}
 	all := o.text.String()
-	// Only a match ending in the new text is new; start far enough back to catch one that
-	// began in earlier tokens.
-	from := max(0, before-o.maxStop+1, o.sent)
-	cut, end := -1, 0
-	for _, s := range o.stops {
-		if i := strings.Index(all[from:], s); i >= 0 && (cut < 0 || from+i < cut) {
-			cut, end = from+i, from+i+len(s)
-		}
+	cut, end, rank := o.match(all)
+	hold := o.partial(all, cut, rank)
+	if cut >= 0 && hold < 0 {
+		return o.cut(all, cut, end), true
 	}
-	if cut >= 0 {
-		if !o.include {
-			end = cut
-		}
-		out := all[o.sent:end]
-		o.sent = len(all)
-		return out, true
+	safe := len(all)
+	if hold >= 0 {
+		safe = hold
 	}
-	safe := max(o.sent, len(all)-o.maxStop+1)
 	out := all[o.sent:safe]
 	o.sent = safe
 	return out, false
+}
+
+// finish ends the output: the earliest complete stop in the held text still ends it there.
+func (o *output) finish() (string, bool) {
+	all := o.text.String()
+	if cut, end, _ := o.match(all); cut >= 0 && len(o.stops) > 0 {
+		return o.cut(all, cut, end), true
+	}
+	return o.flush(), false
+}
+
+// match returns the earliest complete stop in the unsent text (on a tie, the first listed):
+// its start, its end and its index in stops; cut is -1 without one.
+func (o *output) match(all string) (cut, end, rank int) {
+	cut = -1
+	for k, s := range o.stops {
+		if i := strings.Index(all[o.sent:], s); i >= 0 && (cut < 0 || o.sent+i < cut) {
+			cut, end, rank = o.sent+i, o.sent+i+len(s), k
+		}
+	}
+	return cut, end, rank
+}
+
+// partial returns where the earliest unfinished stop begins (a suffix of the text that is a
+// proper prefix of a stop string) if it would win over a complete match at cut of stop rank
+// (cut -1: any), else -1.
+func (o *output) partial(all string, cut, rank int) int {
+	for i := max(o.sent, len(all)-o.maxStop+1); i < len(all); i++ {
+		if cut >= 0 && i > cut {
+			return -1
+		}
+		for k, s := range o.stops {
+			if len(s) > len(all)-i && strings.HasPrefix(s, all[i:]) && (cut < 0 || i < cut || k < rank) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// cut hands out the text up to a match at [cut, end) and nothing after it.
+func (o *output) cut(all string, cut, end int) string {
+	if !o.include {
+		end = cut
+	}
+	out := all[o.sent:end]
+	o.sent = len(all)
+	return out
 }
 
 // flush returns everything not yet sent.
