@@ -58,6 +58,15 @@ func TestIdleMeshServesALongPrompt(t *testing.T) {
 	if b := readAll(t, resp); resp.StatusCode != 200 {
 		t.Fatalf("100k-token prompt on an idle mesh: %d %s", resp.StatusCode, b)
 	}
+	// The response declares the target it was held to: the normal class's 2 s plus its own
+	// prefill; an explicit target is declared as sent.
+	if got, err := time.ParseDuration(resp.Header.Get(node.HeaderTTFTTarget)); err != nil || got <= 2*time.Second {
+		t.Errorf("fitted target %q (%v), want over the class's 2s", resp.Header.Get(node.HeaderTTFTTarget), err)
+	}
+	resp = post(t, urls[0], "/v1/chat/completions", chatBody("short", 8, false), map[string]string{node.HeaderTTFTSLO: "7s"})
+	if readAll(t, resp); resp.Header.Get(node.HeaderTTFTTarget) != "7s" || resp.Header.Get(node.HeaderTPOTTarget) == "" {
+		t.Errorf("explicit 7s target declared as %q (TPOT %q)", resp.Header.Get(node.HeaderTTFTTarget), resp.Header.Get(node.HeaderTPOTTarget))
+	}
 	reconciles(t, urls)
 }
 

@@ -29,6 +29,13 @@ const (
 // the mesh's cap) allowed less than X-Kvmesh-Priority asked for.
 const HeaderPriorityGranted = "X-Kvmesh-Priority-Granted"
 
+// HeaderTTFTTarget and HeaderTPOTTarget, on an admitted request's response, are the targets the
+// mesh held it to: the client's own, or its class default with the TTFT one fitted to its size.
+const (
+	HeaderTTFTTarget = "X-Kvmesh-TTFT-Target"
+	HeaderTPOTTarget = "X-Kvmesh-TPOT-Target"
+)
+
 // CodeCarbonDeferred is the refusal of a sheddable request when every grid with room is dirty.
 const CodeCarbonDeferred = plan.CodeCarbonDeferred
 
@@ -168,6 +175,9 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 			return outcome{code: e.Code, refused: true}
 		}
 		p.req.MaxTokens = t.D.MaxTokens
+		ttft, tpot := n.adm.SLOFor(p.adm)
+		w.Header().Set(HeaderTTFTTarget, ttft.String())
+		w.Header().Set(HeaderTPOTTarget, tpot.String())
 		res := n.dispatch(ctx, w, p, t, start)
 		if !res.requeue {
 			n.kickRoom()

@@ -41,6 +41,7 @@ func benchFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "capacity", Usage: "skip the probe and take this capacity (requests per simulated second)", EnvVars: env("bench-capacity")},
 		&cli.Float64Flag{Name: "probe-attainment", Value: d.ProbeAttainment, Usage: "capacity is the highest rate at which cache-aware routing without admission meets this share of SLOs", EnvVars: env("bench-probe-attainment")},
 		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},
+		&cli.BoolFlag{Name: "fitted-ttft", Usage: "send no TTFT SLO header: the mesh fits each request's target to its size and declares it, which judges the request", EnvVars: env("bench-fitted-ttft")},
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
@@ -103,6 +104,7 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.Capacity = c.Float64("capacity")
 	cfg.Seed = c.Int64("seed")
 	cfg.KVBlocks = c.Int("kv-blocks")
+	cfg.FittedTTFT = c.Bool("fitted-ttft")
 	if !c.Bool("quiet") {
 		cfg.Progress = os.Stderr
 	}

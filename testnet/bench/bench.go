@@ -135,6 +135,8 @@ type Config struct {
 	// RequestRecord, its "run" POLICY@LOAD; times in wall seconds, like Row's Report), not of
 	// the capacity probe (nil = none). A write error ends the benchmark after that run.
 	Requests io.Writer
+	// FittedTTFT runs the load with loadgen.Config.FittedTTFT: requests name no TTFT target.
+	FittedTTFT bool
 	// Logger receives the nodes' logs (nil = discard).
 	Logger *slog.Logger
 }
@@ -388,6 +390,7 @@ func (b *bencher) load(urls []string, wallRate float64, window time.Duration) lo
 	lc.BurstPeriod = scaleDur(loadgen.DefaultBurstPeriod, s)
 	lc.Timeout = scaleDur(ClientTimeout, s)
 	lc.Progress = b.cfg.Progress
+	lc.FittedTTFT = b.cfg.FittedTTFT
 	return lc
 }
 

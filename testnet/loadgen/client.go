@@ -73,6 +73,9 @@ type Result struct {
 	HasRetryAfter bool
 	// Output is the generated text (agents append it to their next prompt).
 	Output string
+	// TTFTTarget is the TTFT target the mesh declared for a request sent without one
+	// (Config.FittedTTFT; zero otherwise).
+	TTFTTarget time.Duration
 }
 
 // TPOT is (E2E − TTFT)/(OutputTokens − 1), zero for fewer than two tokens.
@@ -83,9 +86,14 @@ func (r *Result) TPOT() time.Duration {
 	return (r.E2E - r.TTFT) / time.Duration(r.OutputTokens-1)
 }
 
-// MetSLO reports whether a completed request met both of its class's SLOs.
+// MetSLO reports whether a completed request met both of its class's SLOs, its TTFT target
+// being the one the mesh fitted to it when the request named none (Config.FittedTTFT).
 func (r *Result) MetSLO() bool {
-	return r.Outcome == Completed && r.TTFT <= r.Class.TTFT && r.TPOT() <= r.Class.TPOT
+	ttft := r.Class.TTFT
+	if r.TTFTTarget > 0 {
+		ttft = r.TTFTTarget
+	}
+	return r.Outcome == Completed && r.TTFT <= ttft && r.TPOT() <= r.Class.TPOT
 }
 
 // wire shapes of the OpenAI chat API, the few fields loadgen needs.
@@ -275,9 +283,10 @@ func parseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 
 // client sends requests.
 type client struct {
-	http   *http.Client
-	model  string
-	apiKey string
+	http       *http.Client
+	model      string
+	apiKey     string
+	fittedTTFT bool
 }
 
 // attempt sends one request to target and measures it from start. A context error ends it as
@@ -310,7 +319,7 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 		prio = strconv.Itoa(it.Class.Priority)
 	}
 	h.Set("X-Kvmesh-Priority", prio)
-	if it.Class.TTFT > 0 {
+	if it.Class.TTFT > 0 && !c.fittedTTFT {
 		h.Set("X-Kvmesh-TTFT-SLO", it.Class.TTFT.String())
 	}
 	if it.Class.TPOT > 0 {
@@ -332,6 +341,9 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 		resp.Body.Close()
 	}()
 	res.Node = resp.Header.Get("X-Kvmesh-Node")
+	if c.fittedTTFT {
+		res.TTFTTarget = headerDuration(resp.Header, "X-Kvmesh-TTFT-Target")
+	}
 	if resp.StatusCode != http.StatusOK {
 		res.Outcome, res.Status = Refused, resp.StatusCode
 		res.RetryAfter, res.HasRetryAfter = parseRetryAfter(resp.Header, time.Now())
@@ -408,4 +420,13 @@ func ctxFailure(ctx context.Context, def string) string {
 		return FailCanceled
 	}
 	return def
+}
+
+// headerDuration parses a Go duration header; absent or malformed is 0 (the class's target).
+func headerDuration(h http.Header, name string) time.Duration {
+	d, err := time.ParseDuration(h.Get(name))
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }

@@ -102,6 +102,10 @@ type Config struct {
 	ProgressInterval time.Duration
 	// APIKey is sent as "Authorization: Bearer KEY" when set.
 	APIKey string
+	// FittedTTFT sends no TTFT header, so the mesh holds each request to its priority class's
+	// default target fitted to the request's size (its own prefill time added), and judges its
+	// TTFT by the target the mesh declares in the response (X-Kvmesh-TTFT-Target).
+	FittedTTFT bool
 	// Logger receives one line per failed request (nil = discard).
 	Logger *slog.Logger
 }

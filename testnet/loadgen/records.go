@@ -34,6 +34,8 @@ type RequestRecord struct {
 	E2ES                float64 `json:"e2e_s"`
 	Retried             bool    `json:"retried,omitempty"`
 	MetSLO              bool    `json:"met_slo"`
+	// TTFTTargetS is the TTFT target the mesh declared (Config.FittedTTFT).
+	TTFTTargetS float64 `json:"ttft_target_s,omitempty"`
 }
 
 // recorder writes RequestRecords to a Config.Requests writer, one line each; it keeps the
@@ -70,7 +72,7 @@ func (rc *recorder) write(it *Item, r *Result) {
 		PlannedPromptTokens: planned, MaxTokens: it.MaxTokens,
 		PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
 		TTFTS: r.TTFT.Seconds(), TPOTS: r.TPOT().Seconds(), MaxITLS: maxITL.Seconds(), E2ES: r.E2E.Seconds(),
-		Retried: r.Retried, MetSLO: r.MetSLO()}
+		Retried: r.Retried, MetSLO: r.MetSLO(), TTFTTargetS: r.TTFTTarget.Seconds()}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if err := rc.enc.Encode(rec); err != nil && rc.err == nil {

@@ -31,6 +31,7 @@ type step struct {
 	node       string
 	cachedPct  int
 	output     string // content of every token chunk (default "tok ")
+	ttftTarget string // X-Kvmesh-TTFT-Target, the target the mesh declares
 }
 
 type captured struct {
@@ -89,6 +90,9 @@ func newFake(t *testing.T, script func(n int, req chatRequest) step, counter *at
 		}
 		if s.node != "" {
 			w.Header().Set("X-Kvmesh-Node", s.node)
+		}
+		if s.ttftTarget != "" {
+			w.Header().Set("X-Kvmesh-TTFT-Target", s.ttftTarget)
 		}
 		if s.status != 0 {
 			if s.reason != "" {
@@ -304,6 +308,33 @@ func TestRunSLOMetAndMissed(t *testing.T) {
 	}
 	if prios["normal"] != "10ms" || prios["-1"] != "1m0s" || len(prios) != 2 {
 		t.Errorf("priority → TTFT SLO headers %v", prios)
+	}
+}
+
+// TestRunFittedTTFT: with FittedTTFT no TTFT header is sent and a request is judged by the
+// target the server declares, not its class's: a 10 ms class target is missed by every
+// request, a declared minute met.
+func TestRunFittedTTFT(t *testing.T) {
+	f := newFake(t, func(n int, _ chatRequest) step {
+		s := step{ttft: 30 * time.Millisecond, tokens: 2}
+		if n%2 == 0 {
+			s.ttftTarget = "1m0s"
+		}
+		return s
+	}, nil)
+	cfg := runCfg("chat", f.srv.URL)
+	cfg.MaxRequests, cfg.Concurrency = 10, 1
+	cfg.FittedTTFT = true
+	cfg.Interactive = Class{Name: "interactive", TTFT: 10 * time.Millisecond, TPOT: time.Minute}
+	cfg.Batch = Class{Name: "batch", Priority: -1, TTFT: 10 * time.Millisecond, TPOT: time.Minute}
+	rep := mustRun(t, cfg)
+	if rep.Completed != 10 || rep.Good != 5 {
+		t.Errorf("completed %d, good %d: want 10 and the 5 with a declared minute", rep.Completed, rep.Good)
+	}
+	for _, c := range f.requests() {
+		if c.header.Get("X-Kvmesh-TTFT-SLO") != "" || c.header.Get("X-Kvmesh-TPOT-SLO") != "1m0s" {
+			t.Fatalf("headers sent: TTFT %q, TPOT %q; want none and the class's", c.header.Get("X-Kvmesh-TTFT-SLO"), c.header.Get("X-Kvmesh-TPOT-SLO"))
+		}
 	}
 }
 
