@@ -7,12 +7,14 @@
 // Prometheus /metrics on an interval and maps the metric names of Config.Kind into an
 // engine.State:
 //
-//   - Waiting, Running: the kind's waiting and running request gauges (kind "openai", which has
-//     no metrics, reports the requests this Engine has in flight as Running).
-//   - KVBlocksTotal: from cache_config_info (vLLM block_size × num_gpu_blocks, SGLang
-//     page_size × num_pages, else SGLang's max_total_num_tokens) converted to blocks of
-//     Config.BlockTokens; otherwise Config.NominalKVBlocks. KVBlocksUsed is the kind's KV usage
-//     fraction × KVBlocksTotal.
+//   - Waiting, Running: the kind's waiting and running request gauges, summed over their series
+//     (SGLang's per-priority series beside the total are dropped); kind "openai", which has no
+//     metrics, reports the requests this Engine has in flight as Running.
+//   - KVBlocksTotal: the server's KV size (vLLM's cache_config_info kv_cache_size_tokens, else
+//     block_size × num_gpu_blocks; SGLang's page_size × num_pages, else max_total_num_tokens)
+//     converted to blocks of Config.BlockTokens; otherwise Config.NominalKVBlocks (llama.cpp,
+//     TGI). KVBlocksUsed is the kind's KV usage fraction × KVBlocksTotal (0 for TGI and recent
+//     llama.cpp, which export none).
 //   - HitRate: vLLM's prefix_cache_hits / prefix_cache_queries over the interval between two
 //     scrapes; SGLang's cache_hit_rate gauge; 0 for the others.
 //   - QueuedPrefillTokens: no engine exports it; it is the prompt tokens this Engine sent the
@@ -23,7 +25,8 @@
 //     prefill is an estimate: the earliest dispatched prompt counts as the one the server is
 //     prefilling, ahead of every class; the others wait in their class.
 //   - PrefillTokensPerSecond: learned from the prompt-token and cache-hit counters over
-//     intervals in which requests waited (measurePrefillLocked), unless Config sets it.
+//     intervals in which requests waited (measurePrefillLocked), unless Config sets it. TGI
+//     has no such counter.
 //   - DecodeStepSeconds, MaxRunning: passed through from Config.
 //   - Healthy: false until the first good scrape and after Config.MaxScrapeFailures failures in
 //     a row. A scrape that finds none of the kind's request gauges counts as a failure, since it

@@ -168,6 +168,16 @@ vllm:prefix_cache_hits_total{model_name="m"} 850
 			want: engine.State{Waiting: 3, Running: 7, KVBlocksTotal: 2000, KVBlocksUsed: 1000}, wantHits: 0.75},
 		{kind: KindVLLM, first: "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.25\n",
 			want: engine.State{Waiting: 1, KVBlocksTotal: 4096, KVBlocksUsed: 1024}},
+		// vLLM 0.8: the hit rate from its gpu_ counters.
+		{kind: KindVLLM, first: "vllm:num_requests_waiting 1\nvllm:gpu_prefix_cache_queries_total 100\nvllm:gpu_prefix_cache_hits_total 10\n",
+			second: "vllm:num_requests_waiting 1\nvllm:gpu_prefix_cache_queries_total 300\nvllm:gpu_prefix_cache_hits_total 110\n",
+			want:   engine.State{Waiting: 1, KVBlocksTotal: 4096}, wantHits: 0.5},
+		// A hybrid model on two data-parallel engines: kv_cache_size_tokens, not block_size ×
+		// num_gpu_blocks (vllm-project/vllm issue #51163), summed over the engines.
+		{kind: KindVLLM, first: `vllm:num_requests_waiting 0
+vllm:cache_config_info{block_size="4",engine="0",kv_cache_size_tokens="160000",num_gpu_blocks="100000"} 1
+vllm:cache_config_info{block_size="4",engine="1",kv_cache_size_tokens="160000",num_gpu_blocks="100000"} 1
+`, want: engine.State{KVBlocksTotal: 20000}},
 		{kind: KindSGLang, first: `sglang:num_queue_reqs{tp_rank="0"} 2
 sglang:num_running_reqs{tp_rank="0"} 5
 sglang:token_usage 0.1

@@ -18,15 +18,8 @@ import (
 // prompts it sent there (package residency), and the queued prefill derived from it. It is
 // published through Config.OnPrefix as the embedded engine publishes its exact cache.
 
-// promptCounters are the kinds' prompt token counters: one going back means the server
-// restarted.
-var promptCounters = map[string]string{
-	KindVLLM:     "vllm:prompt_tokens_total",
-	KindSGLang:   "sglang:prompt_tokens_total",
-	KindLlamaCpp: "llamacpp:prompt_tokens_total",
-}
-
-// processStart is the Prometheus clients' process start time (vLLM and SGLang export it).
+// processStart is the Prometheus clients' process start time. vLLM exports it; SGLang, whose
+// /metrics is prometheus_client's multiprocess collector, does not.
 const processStart = "process_start_time_seconds"
 
 // errorRatioBuckets resolve a model that is right (0), a block or two off, and wrong.
@@ -261,7 +254,8 @@ func (r *shadow) scraped(m map[string][]sample, st engine.State) {
 			}
 			r.start, r.haveStart = v, true
 		}
-		if name := promptCounters[r.kind]; name != "" {
+		// A prompt token counter going back means the server restarted.
+		if name := kinds[r.kind].prompt; name != "" {
 			if v, ok := sum(m, name); ok {
 				if r.havePrompts && v < r.prompts {
 					restart = "prompt token counter went back"
@@ -289,16 +283,17 @@ func (r *shadow) scraped(m map[string][]sample, st engine.State) {
 }
 
 // engineBlockTokens is the server's KV block size in its tokens, from its cache_config_info
-// (vLLM's block_size, SGLang's page_size), or 0.
+// (vLLM's block_size, SGLang's page_size) or its block size gauge (newer SGLang's page_size),
+// or 0.
 func engineBlockTokens(m map[string][]sample, kind string) int {
 	names := kinds[kind]
-	if names.cacheInfo == "" {
-		return 0
-	}
 	for _, s := range m[names.cacheInfo] {
 		if v, err := strconv.Atoi(s.labels[names.sizeLabel]); err == nil && v > 0 {
 			return v
 		}
+	}
+	if v, ok := mean(m, names.blockGauge); ok && v >= 1 {
+		return int(v)
 	}
 	return 0
 }
