@@ -202,6 +202,10 @@ func (k *Keys) Len() int {
 	return len(k.keys)
 }
 
+// Valid reports whether raw is one of the keys; the empty string never is. It charges nothing:
+// the node asks it for the admin paths (/metrics, /v1/mesh/peers), which any key may read.
+func (k *Keys) Valid(raw string) bool { return raw != "" && k.lookup(raw) != nil }
+
 // lookup finds the key. Only SHA-256 digests are ever compared, never the key itself: the map
 // finds the candidate by digest and the final comparison is constant-time, so timing can at
 // most reveal bytes of a digest, which does not help anyone guess a key.

@@ -92,6 +92,27 @@ func TestKeysReplaceKeepsBucket(t *testing.T) {
 	}
 }
 
+// TestKeysValidChargesNothing pins the admin paths' check: a listed key is valid, an unknown
+// or empty one is not, and asking does not take from the key's bucket.
+func TestKeysValidChargesNothing(t *testing.T) {
+	now := time.Unix(1000, 0)
+	k, err := NewKeys([]KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 1, Burst: 10}}, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if !k.Valid("k") {
+			t.Fatal("a listed key is not valid")
+		}
+	}
+	if k.Valid("other") || k.Valid("") {
+		t.Error("an unknown or empty key is valid")
+	}
+	if _, ok := k.lookup("k").take(now, 10); !ok {
+		t.Error("Valid took from the key's bucket")
+	}
+}
+
 func TestKeysZeroValueIsOpen(t *testing.T) {
 	var k Keys
 	if k.Len() != 0 || k.lookup("x") != nil {

@@ -74,7 +74,7 @@ func TestIdleMeshServesALongPrompt(t *testing.T) {
 // priority 1000 runs at low, and the response says so; a key allowed high gets high.
 func TestKeyPriorityIsClamped(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
-	file := admit.HashKey("sk-batch") + " batch 0 0 low\n" + admit.HashKey("sk-gold") + " gold 0 0 high\n"
+	file := admit.HashKey("sk-batch") + " batch 0 0 low\n" + admit.HashKey("sk-gold") + " gold 0 0 high\n" + scrapeKeyLine
 	if err := os.WriteFile(keys, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestHighPriorityServedDuringASheddableFlood(t *testing.T) {
 		}()
 	}
 	poll.Until(t, 20*time.Second, "the flood queued", func() bool {
-		return metric(t, url, "vllm:num_requests_running", "") >= 4 && metric(t, url, "kvmesh_requests_received_total", "") >= 150
+		return metric(t, url, "kvmesh_engine_requests_running", "") >= 4 && metric(t, url, "kvmesh_requests_received_total", "") >= 150
 	})
 	for i := range 5 {
 		// A 5 s target rather than the class's 1 s: the engine runs in real time, and a loaded

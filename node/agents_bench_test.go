@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node"
@@ -76,7 +78,10 @@ func BenchmarkAgents(b *testing.B) {
 		b.Run(m.name, func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
+			// The engines' vLLM-named metrics (preemptions), which a node keeps off its /metrics.
+			simRegs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 			tn, err := testnet.Start(ctx, testnet.Config{Nodes: 2, Fast: true, Configure: func(i int, cfg *node.Config) {
+				cfg.Sim.Registerer = simRegs[i]
 				cfg.GPU = "none"
 				cfg.Sim.TimeScale = scale
 				cfg.Sim.KVBlocks = kv
@@ -172,7 +177,7 @@ func BenchmarkAgents(b *testing.B) {
 			b.ReportMetric(float64(prompt-cached)/float64(completed), "prefilled-tok/step")
 			// Of those, the agents' earlier context computed again (the client's count).
 			b.ReportMetric(float64(recomputed)/float64(completed), "recomputed-tok/step")
-			b.ReportMetric(gathered(b, tn, "vllm:num_preemptions_total")/float64(b.N), "preemptions")
+			b.ReportMetric(sumGathered(b, simRegs, "vllm:num_preemptions_total")/float64(b.N), "preemptions")
 			b.Logf("%s: refusals by code, summed over the nodes (retried steps included): %v", m.name, gatheredBy(b, tn, "kvmesh_requests_refused_total", "code"))
 			if m.agents {
 				b.ReportMetric(gathered(b, tn, "kvmesh_agent_pauses_total")/float64(b.N), "pauses")
@@ -211,7 +216,7 @@ func traceWindows(b *testing.B, tn *testnet.Net, stop chan struct{}) {
 				gathered(b, one, "kvmesh_agent_window_cap"), gathered(b, one, "kvmesh_agent_active"), gathered(b, one, "kvmesh_agent_paused"),
 				gathered(b, one, "kvmesh_agent_waiting"), gathered(b, one, "kvmesh_agent_kv_use"),
 				gathered(b, one, "kvmesh_agent_kv_use_next"), gathered(b, one, "kvmesh_agent_hit_rate"),
-				gathered(b, one, "vllm:num_requests_running"), gathered(b, one, "vllm:kv_cache_usage_perc"))
+				gathered(b, one, "kvmesh_engine_requests_running"), gathered(b, one, "kvmesh_engine_kv_use_ratio"))
 		}
 		b.Log(line)
 	}
@@ -220,9 +225,19 @@ func traceWindows(b *testing.B, tn *testnet.Net, stop chan struct{}) {
 // gathered sums metric family name over the testnet's nodes.
 func gathered(tb testing.TB, tn *testnet.Net, name string) float64 {
 	tb.Helper()
+	regs := make([]*prometheus.Registry, len(tn.Nodes))
+	for i, n := range tn.Nodes {
+		regs[i] = n.Registry()
+	}
+	return sumGathered(tb, regs, name)
+}
+
+// sumGathered sums metric family name over regs.
+func sumGathered(tb testing.TB, regs []*prometheus.Registry, name string) float64 {
+	tb.Helper()
 	var sum float64
-	for _, n := range tn.Nodes {
-		fams, err := n.Registry().Gather()
+	for _, reg := range regs {
+		fams, err := reg.Gather()
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -641,7 +641,7 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 	}()
 	var full time.Time
 	poll.Until(t, 10*time.Second, "the home's KV full for many leases", func() bool {
-		if metric(t, home, "vllm:kv_cache_usage_perc", "") < 0.85 {
+		if metric(t, home, "kvmesh_engine_kv_use_ratio", "") < 0.85 {
 			full = time.Time{}
 			return false
 		}

@@ -271,7 +271,7 @@ func TestModelsHealthReadyMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(readAll(t, resp))
-	for _, fam := range []string{"vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total",
+	for _, fam := range []string{"kvmesh_engine_requests_running", "kvmesh_engine_kv_use_ratio", "kvmesh_engine_prefix_hit_ratio", "kvmesh_build_info",
 		"kvmesh_requests_received_total", "kvmesh_admission_decisions_total", "kvmesh_gossip_members", "kvmesh_gpu_power_watts"} {
 		if !strings.Contains(text, fam) {
 			t.Errorf("/metrics lacks %s", fam)

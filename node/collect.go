@@ -5,17 +5,27 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 )
 
 // stateCollector exports, at scrape time, what the node's libraries count without metrics of
-// their own: routing's filter drops and the waiting room's depth per priority band.
+// their own: routing's filter drops, the waiting room's depth per priority band and the
+// engine's load as the node sees it (State), the same for the embedded and an external engine.
 type stateCollector struct {
 	n           *Node
 	filtered    *prometheus.Desc
 	queueDepth  *prometheus.Desc
 	queueTokens *prometheus.Desc
+	running     *prometheus.Desc
+	waiting     *prometheus.Desc
+	kvUse       *prometheus.Desc
+	hitRatio    *prometheus.Desc
 }
+
+// namedBands are the priority bands the queue gauges show at zero when nothing waits in them:
+// those of X-Kvmesh-Priority's names. A band of another value shows while it holds requests.
+var namedBands = []int{admit.PriorityHigh, admit.PriorityNormal, admit.PriorityLow}
 
 func newStateCollector(n *Node) *stateCollector {
 	return &stateCollector{
@@ -26,24 +36,51 @@ func newStateCollector(n *Node) *stateCollector {
 			"Requests waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
 		queueTokens: prometheus.NewDesc("kvmesh_admission_queue_prefill_tokens",
 			"Prefill tokens waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
+		running: prometheus.NewDesc("kvmesh_engine_requests_running",
+			"Requests in this node's engine's running batch.", nil, nil),
+		waiting: prometheus.NewDesc("kvmesh_engine_requests_waiting",
+			"Requests waiting inside this node's engine to be scheduled.", nil, nil),
+		kvUse: prometheus.NewDesc("kvmesh_engine_kv_use_ratio",
+			"Share of this node's engine's KV blocks in use, 0..1.", nil, nil),
+		hitRatio: prometheus.NewDesc("kvmesh_engine_prefix_hit_ratio",
+			"Share of this node's engine's recent prompt tokens found in its prefix cache, 0..1.", nil, nil),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.filtered
-	ch <- c.queueDepth
-	ch <- c.queueTokens
+	for _, d := range []*prometheus.Desc{c.filtered, c.queueDepth, c.queueTokens, c.running, c.waiting, c.kvUse, c.hitRatio} {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
 	for reason, v := range c.n.planner.Policy().Counts() {
 		ch <- prometheus.MustNewConstMetric(c.filtered, prometheus.CounterValue, float64(v), route.Reason(reason).String())
 	}
 	room := c.n.adm.Room()
-	for prio, v := range room.QueuedRequests() {
-		ch <- prometheus.MustNewConstMetric(c.queueDepth, prometheus.GaugeValue, float64(v), strconv.Itoa(prio))
+	for _, by := range []struct {
+		d *prometheus.Desc
+		m map[int]int
+	}{{c.queueDepth, room.QueuedRequests()}, {c.queueTokens, room.QueuedTokens()}} {
+		for _, prio := range namedBands {
+			if _, ok := by.m[prio]; !ok {
+				by.m[prio] = 0
+			}
+		}
+		for prio, v := range by.m {
+			gauge(by.d, float64(v), strconv.Itoa(prio))
+		}
 	}
-	for prio, v := range room.QueuedTokens() {
-		ch <- prometheus.MustNewConstMetric(c.queueTokens, prometheus.GaugeValue, float64(v), strconv.Itoa(prio))
+	st := c.n.eng.State()
+	kvUse := 0.0
+	if st.KVBlocksTotal > 0 {
+		kvUse = float64(st.KVBlocksUsed) / float64(st.KVBlocksTotal)
 	}
+	gauge(c.running, float64(st.Running))
+	gauge(c.waiting, float64(st.Waiting))
+	gauge(c.kvUse, kvUse)
+	gauge(c.hitRatio, st.HitRate)
 }

@@ -40,6 +40,12 @@ type Config struct {
 	Name string `json:"name"`
 	// HTTPAddr is the API's listen address (default ":8080"); port 0 picks a free port.
 	HTTPAddr string `json:"http_addr"`
+	// AdminAddr, if set, is a second listen address serving /metrics, /v1/mesh/peers, /healthz
+	// and /readyz without an API key, meant for a private interface; the API listener then
+	// asks a key for /metrics and /v1/mesh/peers even without a key file. Empty, the default:
+	// no admin listener, and the API listener asks a key for them only while a key file is
+	// loaded.
+	AdminAddr string `json:"admin_addr"`
 	// Engine is "sim" (the embedded simulated engine, the default) or the base URL of an
 	// external OpenAI-compatible engine, whose metric names EngineKind selects (default "vllm").
 	Engine     string `json:"engine"`
@@ -65,8 +71,10 @@ type Config struct {
 	// advertised or withdrawn, and the node is unready while the engine does not answer or
 	// serves none of its models.
 	ModelsInterval time.Duration `json:"models_interval"`
-	// Sim configures the embedded engine (its Models, OnPrefix and Registerer are set by the
-	// node). File section "sim".
+	// Sim configures the embedded engine (its Models and OnPrefix are set by the node). Its
+	// vLLM-named metrics go on the node's registry in Standalone (kvmesh engine), and otherwise
+	// on Sim.Registerer as the caller set it (nil: nowhere), never on the node's /metrics.
+	// File section "sim".
 	Sim sim.Config `json:"-"`
 	// Standalone serves the engine alone: no gossip, no forwarding (kvmesh engine).
 	Standalone bool `json:"-"`

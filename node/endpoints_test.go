@@ -374,7 +374,7 @@ func TestEmbeddingsAndResponsesPassToExternalEngines(t *testing.T) {
 func TestEmbeddingsGoThroughIdentity(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	// A bucket of 600 tokens refilling at 1 token/s: two inputs of 250 tokens pass, a third does not.
-	if err := os.WriteFile(keys, []byte(admit.HashKey("sk-alpha")+" alpha 1 600\n"), 0o600); err != nil {
+	if err := os.WriteFile(keys, []byte(admit.HashKey("sk-alpha")+" alpha 1 600\n"+scrapeKeyLine), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.APIKeysFile = keys })

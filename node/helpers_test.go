@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet"
 )
@@ -155,15 +156,44 @@ func decodeError(t *testing.T, b []byte) errorBody {
 	return e
 }
 
-// peers fetches a node's /v1/mesh/peers.
-func peers(t *testing.T, url string) node.PeersResponse {
+// scrapeKey is the API key the helpers send to the admin paths (/metrics, /v1/mesh/peers),
+// which ask one while a key file is loaded: a test with a key file lists it (scrapeKeyLine).
+const scrapeKey = "sk-scrape"
+
+var scrapeKeyLine = admit.HashKey(scrapeKey) + " ops\n"
+
+// adminGet GETs an admin path of a node with scrapeKey and fails unless the answer is 200.
+func adminGet(t *testing.T, url string) []byte {
 	t.Helper()
-	resp, err := http.Get(url + "/v1/mesh/peers")
+	status, b := getWithKey(t, url, scrapeKey)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, status, b)
+	}
+	return b
+}
+
+// getWithKey GETs url with key as its bearer token (none when empty).
+func getWithKey(t *testing.T, url, key string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, readAll(t, resp)
+}
+
+// peers fetches a node's /v1/mesh/peers.
+func peers(t *testing.T, url string) node.PeersResponse {
+	t.Helper()
 	var pr node.PeersResponse
-	if err := json.Unmarshal(readAll(t, resp), &pr); err != nil {
+	if err := json.Unmarshal(adminGet(t, url+"/v1/mesh/peers"), &pr); err != nil {
 		t.Fatal(err)
 	}
 	return pr
@@ -192,12 +222,8 @@ func longPrompt(seed string, tokens int) string {
 // (e.g. `code="queue_full"`; empty matches all). Absent families read 0.
 func metric(t *testing.T, url, name, match string) float64 {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, line := range strings.Split(string(readAll(t, resp)), "\n") {
+	for _, line := range strings.Split(string(adminGet(t, url+"/metrics")), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 2 || strings.HasPrefix(line, "#") {
 			continue

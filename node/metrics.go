@@ -1,6 +1,11 @@
 package node
 
 import (
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -15,6 +20,7 @@ type metrics struct {
 	failed    *prometheus.CounterVec // code
 	inFlight  prometheus.Gauge
 	ttft      prometheus.Histogram
+	tpot      prometheus.Histogram
 	e2e       prometheus.Histogram
 	forwards  *prometheus.CounterVec // result
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
@@ -40,9 +46,50 @@ func (m *metrics) decision(layer string, a admit.Action, code string) {
 
 func (m *metrics) decisionOf(d admit.Decision) { m.decision(d.Layer, d.Action, d.Code) }
 
-var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+// Bucket edges in seconds. latencyBuckets holds the default TTFT SLOs (1 s high, 2 s normal,
+// 30 s low) and tpotBuckets the default TPOT ones (100 ms, 200 ms); newMetrics adds the
+// configured class SLOs, so the share of requests within a class's target reads off a bucket.
+var (
+	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 2.5, 5, 10, 30, 60, 120}
+	tpotBuckets    = []float64{.005, .01, .02, .03, .05, .075, .1, .15, .2, .3, .5, 1}
+)
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// Label values the request families are exported with from the start, at zero, so a rate over
+// them is right from a node's first request and a dashboard shows 0, not "no data".
+var (
+	forwardResults = []string{"local", "accepted", "refused", "unreachable", "owner_failed", "no_address"}
+	origins        = []string{"local", "peer"}
+	classes        = []string{admit.Class(admit.PriorityHigh), admit.Class(admit.PriorityNormal), admit.Class(admit.PriorityLow)}
+)
+
+// withEdges returns base with the positive targets added as edges, sorted and without
+// duplicates.
+func withEdges(base []float64, targets ...admit.Duration) []float64 {
+	out := slices.Clone(base)
+	for _, d := range targets {
+		if d > 0 {
+			out = append(out, time.Duration(d).Seconds())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// revision is the VCS revision the binary was built from, or "unknown".
+func revision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+// newMetrics builds the node's families and registers them on reg (nil: none). slo gives the
+// class SLOs (filled) that the TTFT and TPOT histograms get bucket edges at.
+func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_requests_received_total", Help: "API requests received by this node (generation, embeddings, responses), by endpoint.",
@@ -60,7 +107,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kvmesh_requests_in_flight", Help: "Requests this node's API is handling now.",
 		}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kvmesh_request_ttft_seconds", Help: "Time from request arrival to the first output token, at the ingress.", Buckets: latencyBuckets,
+			Name: "kvmesh_request_ttft_seconds", Help: "Time from request arrival to the first output token, at the ingress.",
+			Buckets: withEdges(latencyBuckets, slo.High.TTFT, slo.Normal.TTFT, slo.Low.TTFT),
+		}),
+		tpot: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvmesh_request_tpot_seconds", Help: "Mean time per output token after the first, of completed requests with two or more, at the node that ran them.",
+			Buckets: withEdges(tpotBuckets, slo.High.TPOT, slo.Normal.TPOT, slo.Low.TPOT),
 		}),
 		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kvmesh_request_duration_seconds", Help: "Time from request arrival to the end of the response, at the ingress.", Buckets: latencyBuckets,
@@ -85,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kvmesh_admission_queue_seconds", Help: "Time requests spent in the waiting room before dispatch or refusal.", Buckets: latencyBuckets,
 	})
 	m.sloFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kvmesh_slo_requests_total", Help: "Completed requests ingested here, by priority class (high, normal, low).",
+		Name: "kvmesh_slo_requests_total", Help: "Completed requests this node ran (ingested here or forwarded by a peer), by priority class (high, normal, low).",
 	}, []string{"class"})
 	m.sloMet = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_slo_met_total", Help: "Completed requests that met both their TTFT and TPOT SLOs (goodput), by priority class.",
@@ -99,9 +151,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.carbonDeferred = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvmesh_carbon_deferred_total", Help: "Sheddable requests refused with carbon_deferred.",
 	})
+	for _, r := range forwardResults {
+		m.forwards.WithLabelValues(r)
+	}
+	for _, o := range origins {
+		m.served.WithLabelValues(o)
+	}
+	for _, c := range classes {
+		m.sloFinished.WithLabelValues(c)
+		m.sloMet.WithLabelValues(c)
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvmesh_build_info", Help: "Always 1; the kvmesh version, VCS revision and Go version this node was built with, in its labels.",
+		ConstLabels: prometheus.Labels{"version": Version, "revision": revision(), "go_version": runtime.Version()},
+	})
+	buildInfo.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.e2e, m.forwards, m.served,
-			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred)
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.served,
+			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
+			buildInfo)
 	}
 	return m
 }

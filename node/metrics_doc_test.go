@@ -10,11 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
@@ -33,8 +31,8 @@ type metricFamily struct{ name, typ, help string }
 
 func (f metricFamily) String() string { return f.name + " " + f.typ + " " + f.help }
 
-// TestMetricsGolden pins every kvmesh_* and vllm:* family a node can export (name, type, help)
-// to testdata/metrics.golden. Regenerate with: go test ./node -run TestMetricsGolden -update
+// TestMetricsGolden pins every kvmesh_* family a node can export and the vllm:* ones of kvmesh
+// engine (name, type, help) to testdata/metrics.golden. Regenerate with: go test ./node -run TestMetricsGolden -update
 func TestMetricsGolden(t *testing.T) {
 	var b strings.Builder
 	for _, f := range exportedFamilies(t) {
@@ -92,14 +90,15 @@ func TestOperatingDocListsEveryMetric(t *testing.T) {
 	}
 }
 
-// exportedFamilies builds two nodes that between them register every family a node exports
+// exportedFamilies builds three nodes that between them register every family a node exports
 // (one on the embedded engine with agent admission, carbon and the sim GPU on; one in front of
-// an external engine) and lists their kvmesh_* and vllm:* families, sorted by name. The list
-// comes from the registries' descriptors, so a vector with no series yet is listed too.
+// an external engine; one standalone, as kvmesh engine runs it) and lists their kvmesh_* and
+// vllm:* families, sorted by name. The list comes from the registries' descriptors, so a
+// vector with no series yet is listed too.
 func exportedFamilies(t *testing.T) []metricFamily {
 	t.Helper()
 	dir := t.TempDir()
-	if err := transport.NewDevCA(dir, "golden-sim", "golden-ext"); err != nil {
+	if err := transport.NewDevCA(dir, "golden-sim", "golden-ext", "golden-engine"); err != nil {
 		t.Fatal(err)
 	}
 	build := func(name string, configure func(*Config)) *Node {
@@ -118,11 +117,6 @@ func exportedFamilies(t *testing.T) []metricFamily {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = n.Shutdown(t.Context()) })
-		// The waiting room's gauges have a series per priority band only while something waits.
-		now := time.Now()
-		if _, err := n.adm.Room().Push(now, &admit.Item{ID: "golden", Model: DefaultModel, Tokens: 16, Arrived: now}); err != nil {
-			t.Fatal(err)
-		}
 		return n
 	}
 	sim := build("golden-sim", func(cfg *Config) {
@@ -134,9 +128,10 @@ func exportedFamilies(t *testing.T) []metricFamily {
 		}
 	})
 	ext := build("golden-ext", func(cfg *Config) { cfg.Engine = "http://127.0.0.1:1" })
+	engine := build("golden-engine", func(cfg *Config) { cfg.Standalone = true })
 
 	byName := map[string]metricFamily{}
-	for _, reg := range []*prometheus.Registry{sim.Registry(), ext.Registry()} {
+	for _, reg := range []*prometheus.Registry{sim.Registry(), ext.Registry(), engine.Registry()} {
 		for _, f := range registryFamilies(t, reg) {
 			if prev, ok := byName[f.name]; ok && prev != f {
 				t.Errorf("two nodes export %s differently: %q and %q", f.name, prev, f)

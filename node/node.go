@@ -37,6 +37,7 @@ type Node struct {
 	sim     *sim.Sim          // the embedded engine, when it is the engine
 	ext     *extengine.Engine // the external engine, when it is the engine
 	httpSrv *http.Server
+	admSrv  *http.Server // the admin listener's, when Config.AdminAddr is set
 
 	g        *gossip.Gossip
 	tr       *transport.Transport
@@ -60,6 +61,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	ln       net.Listener
+	admLn    net.Listener
 	started  bool
 	draining atomic.Bool // set once Shutdown begins
 	closed   bool
@@ -83,7 +85,7 @@ func New(cfg Config) (*Node, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), tok: newTokenCalibration(),
+	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.Admit.WithDefaults().SLO), tok: newTokenCalibration(),
 		done: make(chan struct{}), roomKick: make(chan struct{}, 1)}
 	if err := n.buildEngine(); err != nil {
 		return nil, err
@@ -96,6 +98,13 @@ func New(cfg Config) (*Node, error) {
 		Handler:           n.counted(n.routes()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if cfg.AdminAddr != "" {
+		n.admSrv = &http.Server{
+			Handler:           n.adminHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          n.httpSrv.ErrorLog,
+		}
 	}
 	return n, nil
 }
@@ -111,7 +120,12 @@ func (n *Node) buildEngine() error {
 		for _, name := range n.cfg.Models {
 			sc.Models = append(sc.Models, engine.Model{Name: name, ContextTokens: ctxTokens})
 		}
-		sc.Registerer = n.reg
+		if n.cfg.Standalone {
+			// kvmesh engine's /metrics carries vLLM's names, for the node in front of it (and
+			// any scraper built for vLLM) to read. A node's own /metrics keeps to kvmesh_*
+			// names, which pass Prometheus's linter: the engine's load is in stateCollector.
+			sc.Registerer = n.reg
+		}
 		sc.Logger = n.log
 		// The engine reports exactly what it caches and evicts; gossip spreads it.
 		sc.OnPrefix = n.onPrefix
@@ -182,26 +196,52 @@ func (n *Node) Start(ctx context.Context) error {
 	n.ln = ln
 	n.started = true
 	n.advertiseHTTP = n.advertise(ln.Addr())
+	if n.admSrv != nil {
+		if n.admLn, err = net.Listen("tcp", n.cfg.AdminAddr); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("node: listen admin: %w", err)
+		}
+	}
 	if err := n.startMesh(ctx); err != nil {
+		_ = ln.Close()
+		if n.admLn != nil {
+			_ = n.admLn.Close()
+		}
 		return err
 	}
-	go func() {
-		if err := n.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("http server stopped", "err", err)
-		}
-	}()
-	n.log.Info("serving", "http", ln.Addr().String(), "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
+	n.serve(n.httpSrv, ln, "http")
+	admin := ""
+	if n.admLn != nil {
+		n.serve(n.admSrv, n.admLn, "admin")
+		admin = n.admLn.Addr().String()
+	}
+	n.log.Info("serving", "http", ln.Addr().String(), "admin", admin, "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
 	return nil
 }
 
+// serve runs srv on ln until it is closed.
+func (n *Node) serve(srv *http.Server, ln net.Listener, name string) {
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error(name+" server stopped", "err", err)
+		}
+	}()
+}
+
 // HTTPAddr is the bound API address (valid after Start).
-func (n *Node) HTTPAddr() string {
+func (n *Node) HTTPAddr() string { return n.boundAddr(&n.ln) }
+
+// AdminAddr is the bound admin address (valid after Start; "" without Config.AdminAddr).
+func (n *Node) AdminAddr() string { return n.boundAddr(&n.admLn) }
+
+// boundAddr is the address of the listener *ln, "" while there is none.
+func (n *Node) boundAddr(ln *net.Listener) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ln == nil {
+	if *ln == nil {
 		return ""
 	}
-	return n.ln.Addr().String()
+	return (*ln).Addr().String()
 }
 
 // Name is the node's name in the mesh.
@@ -247,6 +287,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// Unused connections close now; past the deadline, so do the stragglers, whose
 		// streams end with an error.
 		_ = n.httpSrv.Close()
+		if n.admSrv != nil {
+			// Metrics and the mesh view stay readable through the drain.
+			_ = n.admSrv.Close()
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node: drain: %w", err))
 		}

@@ -9,19 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
 
 func TestSLOUnattainableIsRefusedWithoutRunningThePrefill(t *testing.T) {
-	tn := startNet(t, 1, nil)
+	simReg := prometheus.NewRegistry() // the engine's own counters, kept off the node's /metrics
+	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.Sim.Registerer = simReg })
 	url := tn.URLs()[0]
 	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("slo", 3000), 4, false), map[string]string{node.HeaderTTFTSLO: "1ms"})
 	b := readAll(t, resp)
 	if resp.StatusCode != http.StatusTooManyRequests || decodeError(t, b).Error.Code != "slo_unattainable" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	if got := metric(t, url, "vllm:prompt_tokens_total", ""); got != 0 {
+	if got := sumGathered(t, []*prometheus.Registry{simReg}, "vllm:prompt_tokens_total"); got != 0 {
 		t.Errorf("the engine prefilled %v tokens of a refused request", got)
 	}
 }
@@ -188,7 +191,7 @@ func TestSmallRequestRunsBesideALongPromptWaitingForRoom(t *testing.T) {
 			}
 		}()
 	}
-	kv := func(i int) float64 { return metric(t, urls[i], "vllm:kv_cache_usage_perc", "") }
+	kv := func(i int) float64 { return metric(t, urls[i], "kvmesh_engine_kv_use_ratio", "") }
 	// 175 blocks on one node; the next 100 cannot join them, so they go to the other.
 	long("x", 2800, 1000)
 	poll.Until(t, 10*time.Second, "the first node to fill", func() bool { return max(kv(0), kv(1)) > 0.6 })

@@ -21,18 +21,27 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 )
 
+// endpoint is one path and the handler of each method it takes.
+type endpoint struct {
+	pattern string
+	methods map[string]http.Handler
+}
+
+// get and post are the methods of an endpoint that takes one.
+func get(h http.HandlerFunc) map[string]http.Handler {
+	return map[string]http.Handler{http.MethodGet: h}
+}
+
+func post(h http.HandlerFunc) map[string]http.Handler {
+	return map[string]http.Handler{http.MethodPost: h}
+}
+
 // routes is the HTTP API. Every known path answers a method it does not take with 405, an
 // Allow header and an OpenAI error body (ServeMux's own 405 is text, and a catch-all pattern
 // would turn it into a 404); an unknown path is a 404 in the same shape. A GET endpoint also
-// answers HEAD.
+// answers HEAD. The admin paths need a key (requireKey); the probes never do.
 func (n *Node) routes() http.Handler {
-	mux := http.NewServeMux()
-	get := func(h http.HandlerFunc) map[string]http.Handler { return map[string]http.Handler{http.MethodGet: h} }
-	post := func(h http.HandlerFunc) map[string]http.Handler { return map[string]http.Handler{http.MethodPost: h} }
-	for _, r := range []struct {
-		pattern string
-		methods map[string]http.Handler
-	}{
+	rs := []endpoint{
 		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
 		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
 		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.ingestEmbeddings))},
@@ -40,15 +49,56 @@ func (n *Node) routes() http.Handler {
 		{"/v1/models", get(n.handleModels)},
 		// The id may hold slashes (meta-llama/Llama-3.1-8B-Instruct), sent as they are or as %2F.
 		{"/v1/models/{id...}", get(n.handleModel)},
-		{"/healthz", get(n.handleHealthz)},
-		{"/readyz", get(n.handleReadyz)},
-		{"/v1/mesh/peers", get(n.handlePeers)},
-		{"/metrics", map[string]http.Handler{http.MethodGet: promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})}},
-	} {
+	}
+	rs = append(rs, n.probeRoutes()...)
+	for _, r := range n.adminRoutes() {
+		for m, h := range r.methods {
+			r.methods[m] = n.requireKey(h)
+		}
+		rs = append(rs, r)
+	}
+	return n.mux(rs)
+}
+
+// adminHandler serves the admin listener (Config.AdminAddr): the probes and the admin paths,
+// without a key.
+func (n *Node) adminHandler() http.Handler {
+	return n.mux(append(n.probeRoutes(), n.adminRoutes()...))
+}
+
+// probeRoutes are the load balancer's probes, open on every listener.
+func (n *Node) probeRoutes() []endpoint {
+	return []endpoint{{"/healthz", get(n.handleHealthz)}, {"/readyz", get(n.handleReadyz)}}
+}
+
+// adminRoutes are the operator's paths: the mesh view and the metrics.
+func (n *Node) adminRoutes() []endpoint {
+	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})
+	return []endpoint{{"/v1/mesh/peers", get(n.handlePeers)}, {"/metrics", get(metrics.ServeHTTP)}}
+}
+
+func (n *Node) mux(rs []endpoint) http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range rs {
 		mux.Handle(r.pattern, byMethod(r.methods))
 	}
 	mux.HandleFunc("/", n.handleNotFound)
 	return mux
+}
+
+// requireKey guards an admin path on the API listener. While an API key file is loaded, or an
+// admin listener serves the admin paths, a request must carry a valid API key (any tenant's:
+// whoever may run requests may read the mesh's state and metrics; a key is not charged for
+// it), or it is answered 401 invalid_api_key, as the inference endpoints answer.
+func (n *Node) requireKey(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys := n.adm.Keys()
+		if (keys.Len() > 0 || n.cfg.AdminAddr != "") && !keys.Valid(bearer(r.Header)) {
+			openai.WriteError(w, openai.ErrInvalidAPIKey("invalid or missing API key"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // byMethod sends a request to the handler of its method, HEAD to GET's, and answers any other

@@ -69,6 +69,7 @@ func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 	var tpot time.Duration
 	if u.CompletionTokens > 1 {
 		tpot = end.Sub(firstAt) / time.Duration(u.CompletionTokens-1)
+		n.m.tpot.Observe(tpot.Seconds())
 	}
 	ttftSLO, tpotSLO := n.adm.SLOFor(p.adm)
 	class := admit.Class(p.adm.Priority)

@@ -70,7 +70,7 @@ func storm(ctx context.Context, url, key string, clients, perClient int, polite 
 // storm's whole backlog, and the storm's own requests are the ones refused.
 func TestPoliteTenantKeepsItsShareUnderARetryStorm(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
-	file := admit.HashKey("sk-storm") + " storm\n" + admit.HashKey("sk-polite") + " polite\n"
+	file := admit.HashKey("sk-storm") + " storm\n" + admit.HashKey("sk-polite") + " polite\n" + scrapeKeyLine
 	if err := os.WriteFile(keys, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}

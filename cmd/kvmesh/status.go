@@ -22,10 +22,18 @@ func statusCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "node", Value: "http://127.0.0.1:18080", Usage: "base URL of the node to ask", EnvVars: env("status-node")},
 			&cli.BoolFlag{Name: "json", Usage: "print the raw JSON", EnvVars: env("status-json")},
+			&cli.StringFlag{Name: "api-key", Usage: "API key sent as a bearer token, for a node with --api-keys (any key in its file)", EnvVars: env("status-api-key")},
 		},
 		Action: func(c *cli.Context) error {
 			client := &http.Client{Timeout: 10 * time.Second}
-			resp, err := client.Get(strings.TrimRight(c.String("node"), "/") + "/v1/mesh/peers")
+			req, err := http.NewRequestWithContext(c.Context, http.MethodGet, strings.TrimRight(c.String("node"), "/")+"/v1/mesh/peers", nil)
+			if err != nil {
+				return err
+			}
+			if k := c.String("api-key"); k != "" {
+				req.Header.Set("Authorization", "Bearer "+k)
+			}
+			resp, err := client.Do(req)
 			if err != nil {
 				return err
 			}

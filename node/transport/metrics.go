@@ -52,6 +52,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Inbound packets, connections and streams dropped, by reason.",
 		}, []string{"reason"}),
 	}
+	for _, d := range []string{dirIn, dirOut} {
+		m.conns.WithLabelValues(d) // at zero until a connection opens
+	}
 	if reg == nil {
 		return m, nil
 	}
