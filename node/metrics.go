@@ -17,6 +17,7 @@ type metrics struct {
 	ttft      prometheus.Histogram
 	e2e       prometheus.Histogram
 	forwards  *prometheus.CounterVec // result
+	ejections *prometheus.CounterVec // reason: transport.FailureReason's
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
@@ -68,6 +69,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_forward_attempts_total", Help: "Attempts to run a request on a peer, by result.",
 		}, []string{"result"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_forward_peer_ejections_total", Help: "Peers taken out of routing because forwards to them failed at the transport, by reason (tls, timeout, refused, handshake).",
+		}, []string{"reason"}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
@@ -100,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kvmesh_carbon_deferred_total", Help: "Sheddable requests refused with carbon_deferred.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.e2e, m.forwards, m.served,
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.e2e, m.forwards, m.ejections, m.served,
 			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred)
 	}
 	return m

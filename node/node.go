@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
@@ -41,6 +42,7 @@ type Node struct {
 	g        *gossip.Gossip
 	tr       *transport.Transport
 	planner  *plan.Planner
+	eject    *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
 	adm      *admit.Admitter
 	agents   *agentGate // nil: agent admission off
 	roomKick chan struct{}
