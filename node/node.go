@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -170,6 +171,15 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.started {
 		return errors.New("node: already started")
 	}
+	serve := n.httpSrv.Serve
+	if n.cfg.TLSCert != "" {
+		r, err := loadCertReloader(n.cfg.TLSCert, n.cfg.TLSKey, n.log)
+		if err != nil {
+			return err
+		}
+		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.getCertificate}
+		serve = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
+	}
 	if n.ext != nil {
 		// An engine that does not answer yet leaves the node unready, not stopped; one that
 		// answers without a configured model stops it.
@@ -188,11 +198,11 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	go func() {
-		if err := n.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http server stopped", "err", err)
 		}
 	}()
-	n.log.Info("serving", "http", ln.Addr().String(), "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
+	n.log.Info("serving", "http", ln.Addr().String(), "https", n.cfg.TLSCert != "", "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
 	return nil
 }
 
