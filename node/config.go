@@ -91,6 +91,16 @@ type Config struct {
 	// TLSDir is the directory holding ca.crt and NAME.crt/NAME.key (kvmesh ca) that LoadTLS
 	// reads TLS from. New does no I/O and reads only TLS.
 	TLSDir string `json:"tls_dir"`
+	// DevCADir is the directory of the development CA that LoadDevTLS reads TLS from, shared by
+	// the --insecure-dev nodes of one host (transport.DevTLS); empty, the default, is
+	// transport.DefaultDevCADir.
+	DevCADir string `json:"dev_ca_dir"`
+	// TLSCert and TLSKey are PEM files of the certificate and key the client API (HTTPAddr)
+	// serves HTTPS with; empty, the default, serves plain HTTP. Both or neither. Start reads
+	// them; a change to either file is picked up at the next TLS handshake, and a new pair that
+	// does not load leaves the last good one in use (logged as an error).
+	TLSCert string `json:"tls_cert"`
+	TLSKey  string `json:"tls_key"`
 	// AdvertiseHost is the address peers use to reach this node's HTTP and QUIC ports
 	// (default: the gossip advertise address, else the bound host, else 127.0.0.1).
 	AdvertiseHost string `json:"advertise_host"`
@@ -267,6 +277,9 @@ func (c *Config) validate() error {
 	if c.Name == "" {
 		return errors.New("node: a name is required")
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("node: the API's TLS needs both a certificate and a key file")
+	}
 	if !c.Standalone && c.TLS == nil {
 		return errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")
 	}
@@ -312,4 +325,24 @@ func (c *Config) LoadTLS() error {
 	}
 	c.TLS = t
 	return nil
+}
+
+// LoadDevTLS sets TLS from the development CA in DevCADir (or transport.DefaultDevCADir),
+// creating it if there is none, and returns the directory it used. It reads and may write
+// files; New does not.
+func (c *Config) LoadDevTLS() (string, error) {
+	dir := c.DevCADir
+	if dir == "" {
+		d, err := transport.DefaultDevCADir()
+		if err != nil {
+			return "", fmt.Errorf("node: %w", err)
+		}
+		dir = d
+	}
+	t, err := transport.DevTLS(dir, c.Name)
+	if err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	c.TLS = t
+	return dir, nil
 }

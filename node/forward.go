@@ -53,7 +53,9 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	var ref *transport.Refusal
 	switch {
 	case err == nil:
+		n.peerReached(c.Name)
 	case errors.As(err, &ref):
+		n.peerReached(c.Name)
 		n.m.forwards.WithLabelValues("refused").Inc()
 		n.log.Debug("owner refused", "id", p.req.ID, "owner", c.Name, "code", ref.Code)
 		res.lastCode, res.retry = ref.Code, ref.RetryAfter
@@ -70,7 +72,11 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		return outcome{}, false
 	default:
 		n.m.forwards.WithLabelValues("unreachable").Inc()
-		n.log.Info("owner unreachable", "id", p.req.ID, "owner", c.Name, "err", err)
+		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
+			n.peerFailed(p.req.ID, c.Name, addr, err)
+		} else {
+			n.log.Debug("forward failed", "id", p.req.ID, "owner", c.Name, "err", err)
+		}
 		return outcome{}, false
 	}
 	if resp.Status >= 500 {
@@ -87,6 +93,27 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
 	}
 	return n.relay(w, resp, p, start), true
+}
+
+// peerFailed records a forward to peer that failed at the transport. The failure that ejects
+// the peer from routing (route.Ejector) is logged as an error and counted by reason, once per
+// ejection; the others only at debug level.
+func (n *Node) peerFailed(id, peer, addr string, err error) {
+	d := n.eject.Failure(time.Now(), peer)
+	if d == 0 {
+		n.log.Debug("owner unreachable", "id", id, "owner", peer, "err", err)
+		return
+	}
+	reason := transport.FailureReason(err)
+	n.m.ejections.WithLabelValues(reason).Inc()
+	n.log.Error("peer ejected from routing: forwards to it fail", "peer", peer, "addr", addr, "reason", reason, "for", d, "id", id, "err", err)
+}
+
+// peerReached records a forward that reached peer, which ends any ejection of it.
+func (n *Node) peerReached(peer string) {
+	if n.eject.Success(peer) {
+		n.log.Info("peer reachable again", "peer", peer)
+	}
 }
 
 func endpointOf(ep engine.Endpoint) transport.Endpoint {

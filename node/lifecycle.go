@@ -23,6 +23,9 @@ func (n *Node) buildMesh() error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if n.eject, err = route.NewEjector(n.cfg.Route.Eject); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	ac := n.cfg.Admit
 	ac.ModelInfo = n.meshModelInfo
 	if n.adm, err = admit.New(ac); err != nil {

@@ -168,18 +168,19 @@ func (n *Node) buildView(v *view, blocks []uint64, agent string) {
 	v.quic = v.quic[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
-	v.add(&selfMember, "", n.carbonDirty(self))
+	v.add(&selfMember, "", n.carbonDirty(self), false)
 	// Each record clears the reservations and refusals it already reflects (route.Observe);
 	// this node's own state is read live.
 	policy := n.planner.Policy()
-	policy.Observe(n.cfg.Name, time.Now())
+	now := time.Now()
+	policy.Observe(n.cfg.Name, now)
 	if n.g != nil {
 		for _, m := range n.g.Members() {
 			if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale {
 				continue
 			}
 			policy.Observe(m.Name, m.Updated)
-			v.add(&m, m.State.QUICAddr, n.carbonDirty(m.State))
+			v.add(&m, m.State.QUICAddr, n.carbonDirty(m.State), n.eject.Ejected(now, m.Name))
 		}
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
 		for _, mt := range v.matches {
@@ -195,8 +196,11 @@ func (n *Node) buildView(v *view, blocks []uint64, agent string) {
 	}
 }
 
-func (v *view) add(m *gossip.Member, quic string, dirty bool) {
-	v.Add(peerOf(m), dirty)
+// add appends m; ejected marks a peer this node's forwards cannot reach lately (route.Ejector).
+func (v *view) add(m *gossip.Member, quic string, dirty, ejected bool) {
+	p := peerOf(m)
+	p.Ejected = ejected
+	v.Add(p, dirty)
 	v.quic = append(v.quic, quic)
 }
 

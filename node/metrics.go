@@ -23,6 +23,7 @@ type metrics struct {
 	tpot      prometheus.Histogram
 	e2e       prometheus.Histogram
 	forwards  *prometheus.CounterVec // result
+	ejections *prometheus.CounterVec // reason: transport.FailureReason's
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
@@ -120,6 +121,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_forward_attempts_total", Help: "Attempts to run a request on a peer, by result.",
 		}, []string{"result"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_forward_peer_ejections_total", Help: "Peers taken out of routing because forwards to them failed at the transport, by reason (tls, timeout, refused, handshake).",
+		}, []string{"reason"}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
@@ -167,7 +171,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	})
 	buildInfo.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.served,
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.served,
 			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			buildInfo)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
@@ -42,6 +44,7 @@ type Node struct {
 	g        *gossip.Gossip
 	tr       *transport.Transport
 	planner  *plan.Planner
+	eject    *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
 	adm      *admit.Admitter
 	agents   *agentGate // nil: agent admission off
 	roomKick chan struct{}
@@ -182,6 +185,15 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.started {
 		return errors.New("node: already started")
 	}
+	serve := n.httpSrv.Serve
+	if n.cfg.TLSCert != "" {
+		r, err := loadCertReloader(n.cfg.TLSCert, n.cfg.TLSKey, n.log)
+		if err != nil {
+			return err
+		}
+		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.getCertificate}
+		serve = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
+	}
 	if n.ext != nil {
 		// An engine that does not answer yet leaves the node unready, not stopped; one that
 		// answers without a configured model stops it.
@@ -209,20 +221,20 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	n.serve(n.httpSrv, ln, "http")
+	n.serve(serve, ln, "http")
 	admin := ""
 	if n.admLn != nil {
-		n.serve(n.admSrv, n.admLn, "admin")
+		n.serve(n.admSrv.Serve, n.admLn, "admin")
 		admin = n.admLn.Addr().String()
 	}
-	n.log.Info("serving", "http", ln.Addr().String(), "admin", admin, "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
+	n.log.Info("serving", "http", ln.Addr().String(), "https", n.cfg.TLSCert != "", "admin", admin, "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
 	return nil
 }
 
 // serve runs srv on ln until it is closed.
-func (n *Node) serve(srv *http.Server, ln net.Listener, name string) {
+func (n *Node) serve(serve func(net.Listener) error, ln net.Listener, name string) {
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error(name+" server stopped", "err", err)
 		}
 	}()

@@ -188,6 +188,10 @@ type Config struct {
 	ObserveMargin time.Duration `json:"observe_margin"`
 	// MaxReservationsPerPeer bounds memory; the oldest is dropped past it. Default 4096.
 	MaxReservationsPerPeer int `json:"max_reservations_per_peer"`
+
+	// Eject configures the node's Ejector (NewEjector), which marks peers that cannot be
+	// reached Peer.Ejected for every policy; the Router itself does not read it.
+	Eject EjectConfig `json:"eject"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -214,6 +218,7 @@ func DefaultConfig() Config {
 		ReservationTTL:                3 * time.Second,
 		ObserveMargin:                 200 * time.Millisecond,
 		MaxReservationsPerPeer:        4096,
+		Eject:                         DefaultEjectConfig(),
 	}
 }
 
@@ -259,6 +264,9 @@ func (c *Config) fill() error {
 	fillDur(&c.ReservationTTL, d.ReservationTTL)
 	fillDur(&c.ObserveMargin, d.ObserveMargin)
 	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
+	if err := c.Eject.fill(); err != nil {
+		return err
+	}
 	return c.validate()
 }
 

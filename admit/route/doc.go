@@ -15,20 +15,23 @@
 //  2. stale: Age > MaxAge or Stale; dropped under StaleClosed, kept at its last load under
 //     StaleOpen. The Self peer is never stale.
 //  3. unhealthy: the peer's engine reports unhealthy.
-//  4. capability: ModelBytes[model] ≤ VRAMTotalBytes, vendor in ModelVendors[model], role in
+//  4. ejected: forwards to the peer failed at the transport lately (Peer.Ejected, set by the
+//     node from its Ejector: Failures in a row eject a peer for Backoff, doubling to
+//     MaxBackoff, until a forward succeeds).
+//  5. capability: ModelBytes[model] ≤ VRAMTotalBytes, vendor in ModelVendors[model], role in
 //     Roles (each check skipped when unconfigured or unknown).
-//  5. busy: (KVBlocksUsed + reserved blocks + the request's new blocks)/KVBlocksTotal >
+//  6. busy: (KVBlocksUsed + reserved blocks + the request's new blocks)/KVBlocksTotal >
 //     BusyKVUse on a peer using any blocks (new blocks: its uncached prompt and MaxTokens), or
 //     Waiting ≥ BusyWaiting, or QueuedPrefillTokens + reserved prefill tokens >
 //     BusyQueuedPrefillTokens, or the peer's owner refused a request of this priority or
 //     higher since its last record (Refused). Skipped for Request.KeepBusy (a node with no
 //     waiting room, where the engine's queue is the only place to wait).
-//  6. power_cap: PowerWatts ≥ PowerCapFraction × PowerCapWatts, dropped only if some other
+//  7. power_cap: PowerWatts ≥ PowerCapFraction × PowerCapWatts, dropped only if some other
 //     survivor is under its cap and below the thermal hard limit.
-//  7. thermal: TempC ≥ ThermalHardC.
+//  8. thermal: TempC ≥ ThermalHardC.
 //
 // NoCandidateError.NoHost (no peer serves the model: 503 no_capacity) is told apart from
-// NoCandidateError.Busy (hosts exist but are loaded or hot: queue or 429).
+// NoCandidateError.Busy (hosts exist but are loaded, ejected or hot: queue or 429).
 //
 // # Score
 //
@@ -93,13 +96,13 @@
 // NewPolicy builds kvmesh (the Router) or a comparison baseline: round-robin, least-load
 // (fewest running+waiting requests), cache-aware (highest prefix match, by load when the best
 // match is under CacheThreshold of the prompt; no busy filter, gate or reservations), random.
-// Baselines apply only the model filter.
+// Baselines apply only the model and ejection filters.
 //
 // docs/design/routing.md gives the reasoning behind the filters, the score and the defaults.
 //
 // # Concurrency
 //
-// A Router (and every Policy) is safe for concurrent use; one mutex guards reservations,
+// A Router (and every Policy, and an Ejector) is safe for concurrent use; one mutex guards reservations,
 // sessions, counts and the random source. Route does not allocate when dst has capacity for
 // every peer and the request carries no new session. The zero Router is not usable: use New.
 package route

@@ -383,6 +383,23 @@ func TestPolicies(t *testing.T) {
 			}
 		}
 	})
+	t.Run("every policy drops ejected peers", func(t *testing.T) {
+		for _, name := range PolicyNames {
+			p := newP(t, name, 1)
+			peers := scenario()
+			peers[0].Ejected, peers[1].Ejected = true, true
+			for range 4 {
+				if got := names(mustRoute(t, p, t0, req(2048), peers)); !slices.Equal(got, []string{"n2"}) {
+					t.Fatalf("%s: candidates %v, want [n2]", name, got)
+				}
+			}
+			peers[2].Ejected = true
+			_, err := p.Route(t0, req(2048), peers, nil)
+			if nc, ok := err.(*NoCandidateError); !ok || !nc.Busy() || nc.Counts[ReasonEjected] != 3 {
+				t.Fatalf("%s: every host ejected: err %v, want Busy with ejected=3", name, err)
+			}
+		}
+	})
 	t.Run("unknown policy", func(t *testing.T) {
 		if _, err := NewPolicy("fastest", DefaultConfig()); err == nil {
 			t.Fatal("unknown policy accepted")

@@ -22,7 +22,7 @@ type placement struct {
 }
 
 // homeLocked is the home of a StayHome request (see Request.StayHome), or "". Among the
-// healthy peers serving the model (eligible):
+// healthy peers serving the model that are not ejected (eligible):
 //
 //  1. an eligible peer that advertises the agent (Peer.AgentKeys) is its home; if several do
 //     (two ingresses placed the agent before gossip told either), the first of them in the
@@ -40,7 +40,7 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 		return ""
 	}
 	key := AgentKey(req.Session)
-	eligible := func(p *Peer) bool { return p.Healthy && slices.Contains(p.Models, req.Model) }
+	eligible := func(p *Peer) bool { return p.Healthy && !p.Ejected && slices.Contains(p.Models, req.Model) }
 
 	// 1. Advertised.
 	home, top, n := "", uint64(0), 0

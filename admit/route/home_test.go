@@ -59,6 +59,7 @@ func TestHomeChoice(t *testing.T) {
 		keys      []uint64
 		prefix    int
 		unhealthy bool
+		ejected   bool
 	}
 	tests := []struct {
 		name  string
@@ -73,6 +74,7 @@ func TestHomeChoice(t *testing.T) {
 		{"first two at the bound: the third", 0, [3]peerSpec{{agents: 9}, {agents: 9}, {agents: 0}}, "n2"},
 		{"an advertised agent stays, however loaded its home", 0, [3]peerSpec{{}, {}, {agents: 50, keys: []uint64{key}}}, "n2"},
 		{"an unhealthy home moves its agents by load", 0, [3]peerSpec{{agents: 9}, {agents: 0}, {agents: 9, keys: []uint64{key}, unhealthy: true}}, "n1"},
+		{"an ejected home moves its agents by load", 0, [3]peerSpec{{agents: 9}, {agents: 0}, {agents: 9, keys: []uint64{key}, ejected: true}}, "n1"},
 		{"two advertise: the first by hash, whatever the prefixes", 0, [3]peerSpec{{keys: []uint64{key}, prefix: 3}, {keys: []uint64{key}, prefix: 7}, {}}, "n0"},
 		{"two advertise: the first by hash of the two", 0, [3]peerSpec{{}, {keys: []uint64{key}, prefix: 2}, {keys: []uint64{key}, prefix: 9}}, "n1"},
 		{"a count under the keys counts the keys", 0, [3]peerSpec{{agents: 0, keys: []uint64{1, 2, 3, 4, 5}}, {agents: 3}, {agents: 3}}, "n1"},
@@ -82,7 +84,7 @@ func TestHomeChoice(t *testing.T) {
 			peers := idlePeers(3)
 			for i, s := range tt.peers {
 				peers[i].Agents, peers[i].AgentKeys, peers[i].PrefixBlocks = s.agents, s.keys, s.prefix
-				peers[i].Healthy = !s.unhealthy
+				peers[i].Healthy, peers[i].Ejected = !s.unhealthy, s.ejected
 			}
 			for ingress := range 3 { // every ingress (a fresh router each) agrees
 				r := newRouter(t, func(c *Config) { c.HomeBalance = tt.eps })

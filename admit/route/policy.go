@@ -22,8 +22,8 @@ const (
 // PolicyNames lists the policies NewPolicy knows, kvmesh first.
 var PolicyNames = []string{PolicyKvmesh, PolicyRoundRobin, PolicyLeastLoad, PolicyCacheAware, PolicyRandom}
 
-// Policy picks where a request runs. Every policy filters on the model; only kvmesh applies
-// the other filters, the gate, reservations, refusal marks and session stickiness (the
+// Policy picks where a request runs. Every policy filters on the model and drops ejected
+// peers (Peer.Ejected); only kvmesh applies the other filters, the gate, reservations, refusal marks and session stickiness (the
 // others' Reserve, Observe, Release, Refused and Stick do nothing and their Counts stay zero,
 // so the node calls them whatever the policy). Implementations are safe for concurrent use.
 type Policy interface {
@@ -76,7 +76,7 @@ func NewPolicy(name string, cfg Config) (Policy, error) {
 	}, nil
 }
 
-// baseline is a comparison policy: model filter only, then one ordering rule. Each
+// baseline is a comparison policy: model and ejection filters only, then one ordering rule. Each
 // candidate's Score is that rule's key (higher first): round-robin and random 0, least-load
 // −(running+waiting), cache-aware the prefix fraction when it leads, else −(running+waiting).
 type baseline struct {
@@ -123,14 +123,18 @@ func (b *baseline) Route(now time.Time, req Request, peers []Peer, dst []Candida
 	if bt <= 0 {
 		bt = kvindex.DefaultBlockTokens
 	}
+	var counts FilterCounts
 	for i := range peers {
-		if slices.Contains(peers[i].Models, req.Model) {
+		switch {
+		case !slices.Contains(peers[i].Models, req.Model):
+			counts[ReasonModel]++
+		case peers[i].Ejected:
+			counts[ReasonEjected]++
+		default:
 			dst = append(dst, evaluate(&b.cfg, req, bt, i, &peers[i], reserved{}))
 		}
 	}
 	if len(dst) == 0 {
-		var counts FilterCounts
-		counts[ReasonModel] = len(peers)
 		return dst, &NoCandidateError{Model: req.Model, Peers: len(peers), Counts: counts}
 	}
 	switch b.name {

@@ -98,6 +98,10 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			counts[ReasonUnhealthy]++
 			continue
 		}
+		if p.Ejected {
+			counts[ReasonEjected]++
+			continue
+		}
 		if !capable(cfg, p, need, vendors) {
 			counts[ReasonCapability]++
 			continue

@@ -111,6 +111,7 @@ func TestFilters(t *testing.T) {
 		{name: "self never stale", bad: func(p *Peer) { p.Self, p.Age, p.Stale = true, time.Hour, true }, want: []string{"bad", "good"}},
 		{name: "stale open keeps", cfg: func(c *Config) { c.StalePolicy = StaleOpen }, bad: func(p *Peer) { p.Age = time.Hour }, want: []string{"bad", "good"}},
 		{name: "unhealthy", bad: func(p *Peer) { p.Healthy = false }, want: []string{"good"}, wantDrop: ReasonUnhealthy},
+		{name: "ejected", bad: func(p *Peer) { p.Ejected = true }, want: []string{"good"}, wantDrop: ReasonEjected},
 		{name: "vram too small", cfg: func(c *Config) { c.ModelBytes = map[string]uint64{"m": 40 * gib} },
 			bad: func(p *Peer) { p.VRAMTotalBytes = 24 * gib }, want: []string{"good"}, wantDrop: ReasonCapability},
 		{name: "vram unknown passes", cfg: func(c *Config) { c.ModelBytes = map[string]uint64{"m": 40 * gib} },
@@ -188,6 +189,7 @@ func TestNoCandidateError(t *testing.T) {
 		{"all too hot", func(p *Peer) { p.TempC = 99 }, false, true, "thermal=3"},
 		{"all stale", func(p *Peer) { p.Stale = true }, false, false, "stale=3"},
 		{"all unhealthy", func(p *Peer) { p.Healthy = false }, false, false, "unhealthy=3"},
+		{"all ejected", func(p *Peer) { p.Ejected = true }, false, true, "ejected=3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,6 +49,9 @@ type Peer struct {
 	Age     time.Duration // since its last state record was received
 	Stale   bool          // marked stale by the gossip layer, whatever its Age
 	Healthy bool
+	// Ejected: forwards to the peer failed at the transport lately (Ejector), so it is not a
+	// candidate until its ejection ends.
+	Ejected bool
 	Role    string
 	Vendor  string
 
@@ -177,6 +180,7 @@ const (
 	ReasonModel      Reason = iota // does not host the model
 	ReasonStale                    // state too old (StaleClosed)
 	ReasonUnhealthy                // engine reports unhealthy
+	ReasonEjected                  // unreachable at the transport lately (Peer.Ejected)
 	ReasonCapability               // VRAM too small, wrong vendor or role
 	ReasonBusy                     // KV use or queued prefill tokens over threshold
 	ReasonPowerCap                 // at its power cap while another peer is under its cap
@@ -184,7 +188,7 @@ const (
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"model", "stale", "unhealthy", "capability", "busy", "power_cap", "thermal"}
+var reasonNames = [NumReasons]string{"model", "stale", "unhealthy", "ejected", "capability", "busy", "power_cap", "thermal"}
 
 // String is the reason's metric label value.
 func (r Reason) String() string {
@@ -231,10 +235,11 @@ func (e *NoCandidateError) Unwrap() error { return ErrNoCandidate }
 func (e *NoCandidateError) NoHost() bool { return e.Counts[ReasonModel] == e.Peers }
 
 // Busy reports that some peer hosting the model was dropped for a passing reason (busy,
-// power cap, thermal): admission should queue or answer 429 with Retry-After, not 503.
-// When neither NoHost nor Busy holds, every host is stale, unhealthy or incapable: 503.
+// ejected for a backoff, power cap, thermal): admission should queue or answer 429 with
+// Retry-After, not 503. When neither NoHost nor Busy holds, every host is stale, unhealthy or
+// incapable: 503.
 func (e *NoCandidateError) Busy() bool {
-	return !e.NoHost() && e.Counts[ReasonBusy]+e.Counts[ReasonPowerCap]+e.Counts[ReasonThermal] > 0
+	return !e.NoHost() && e.Counts[ReasonBusy]+e.Counts[ReasonEjected]+e.Counts[ReasonPowerCap]+e.Counts[ReasonThermal] > 0
 }
 
 // toDuration converts seconds to a Duration, saturating instead of overflowing.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -21,23 +22,28 @@ func caCommand() *cli.Command {
 					if err := transport.InitCA(c.String("dir")); err != nil {
 						return err
 					}
-					fmt.Println("CA written to", c.String("dir"))
+					fmt.Printf("CA written to %s (ca.crt, ca.key): keep ca.key here, off the nodes\n", c.String("dir"))
 					return nil
 				},
 			},
 			{
 				Name:  "issue",
-				Usage: "issue a node certificate (NAME.crt, NAME.key) signed by the CA in --dir",
+				Usage: "issue a node certificate signed by the CA in --dir, into a directory for that node alone (ca.crt, NAME.crt, NAME.key)",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "dir", Required: true, Usage: "directory holding the CA", EnvVars: env("ca-dir")},
 					&cli.StringFlag{Name: "node", Required: true, Usage: "node name (the certificate's name)", EnvVars: env("ca-node")},
 					&cli.StringSliceFlag{Name: "host", Usage: "extra IP or DNS name for the certificate (repeatable)", EnvVars: env("ca-host")},
+					&cli.StringFlag{Name: "out", Usage: "the node's directory, its --tls-dir (default: NAME inside --dir); never the CA's own", EnvVars: env("ca-out")},
 				},
 				Action: func(c *cli.Context) error {
-					if err := transport.IssueNode(c.String("dir"), c.String("node"), c.StringSlice("host")); err != nil {
+					name, out := c.String("node"), c.String("out")
+					if out == "" {
+						out = filepath.Join(c.String("dir"), name)
+					}
+					if err := transport.IssueNode(c.String("dir"), out, name, c.StringSlice("host")); err != nil {
 						return err
 					}
-					fmt.Printf("certificate for %s written to %s\n", c.String("node"), c.String("dir"))
+					fmt.Printf("certificate for %s written to %s (ca.crt, %s.crt, %s.key): copy that directory to the node as its --tls-dir\n", name, out, name, name)
 					return nil
 				},
 			},

@@ -37,6 +37,7 @@ func loadFlags() []cli.Flag {
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT to this file", EnvVars: env("load-plot")},
 		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request (outcome, node, tokens, latencies, SLO met) to this file", EnvVars: env("load-requests")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress line", EnvVars: env("load-quiet")},
+		caCertFlag("load"),
 	}
 }
 
@@ -73,6 +74,10 @@ func loadCommand() *cli.Command {
 			cfg := loadConfig(c)
 			if len(cfg.Targets) == 0 {
 				return fmt.Errorf("load: at least one --target is required")
+			}
+			var err error
+			if cfg.TLS, err = clientTLS(c.String("ca-cert")); err != nil {
+				return fmt.Errorf("load: %w", err)
 			}
 			closeRecords, err := openRecords(c.String("requests"), &cfg.Requests)
 			if err != nil {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 func TestEnvNamesFollowFlags(t *testing.T) {
@@ -27,6 +31,11 @@ func TestEnvNamesFollowFlags(t *testing.T) {
 // with the files a running node reads loaded.
 func parseNode(t *testing.T, args ...string) (node.Config, error) {
 	t.Helper()
+	// --insecure-dev without --dev-ca-dir creates the development CA in the user cache
+	// directory: a test's own, not the user's.
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv("HOME", cache)
 	var cfg node.Config
 	var cerr error
 	cmd := nodeCommand()
@@ -46,12 +55,14 @@ func parseNode(t *testing.T, args ...string) (node.Config, error) {
 
 func TestNodeFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseNode(t, "--name", "gpu-7", "--http", "127.0.0.1:9", "--insecure-dev", "--model", "a", "--model", "b",
-		"--policy", "least-load", "--time-scale", "8", "--join", "10.0.0.1:7946", "--carbon-provider", "static", "--carbon-static-intensity", "250")
+		"--policy", "least-load", "--time-scale", "8", "--join", "10.0.0.1:7946", "--carbon-provider", "static", "--carbon-static-intensity", "250",
+		"--tls-cert", "api.crt", "--tls-key", "api.key")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Name != "gpu-7" || cfg.HTTPAddr != "127.0.0.1:9" || strings.Join(cfg.Models, ",") != "a,b" || cfg.Policy != "least-load" ||
-		cfg.Sim.TimeScale != 8 || len(cfg.Gossip.Join) != 1 || !cfg.Gossip.Insecure || cfg.TLS == nil {
+		cfg.Sim.TimeScale != 8 || len(cfg.Gossip.Join) != 1 || !cfg.Gossip.Insecure || cfg.TLS == nil ||
+		cfg.TLSCert != "api.crt" || cfg.TLSKey != "api.key" {
 		t.Errorf("config %+v", cfg)
 	}
 	if cfg.Carbon == nil || cfg.Carbon.Provider.StaticIntensity != 250 {
@@ -111,6 +122,74 @@ func TestStalePolicyReachesTheRouter(t *testing.T) {
 	}
 	if _, err := parseNode(t, "--insecure-dev", "--stale-policy", "ajar"); err == nil {
 		t.Error("--stale-policy ajar accepted")
+	}
+}
+
+// TestInsecureDevNodesOfOneHostTrustEachOther: two --insecure-dev nodes configured apart, as
+// two processes are, share the development CA in --dev-ca-dir, so each trusts the other's
+// certificate; a node given another directory is under another CA.
+func TestInsecureDevNodesOfOneHostTrustEachOther(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "dev-ca")
+	leafAndRoots := func(args ...string) (*x509.Certificate, *x509.CertPool) {
+		t.Helper()
+		cfg, err := parseNode(t, append([]string{"--insecure-dev"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(cfg.TLS.Certificates[0].Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf, cfg.TLS.RootCAs
+	}
+	a, aRoots := leafAndRoots("--name", "a", "--dev-ca-dir", dir)
+	b, bRoots := leafAndRoots("--name", "b", "--dev-ca-dir", dir)
+	c, _ := leafAndRoots("--name", "c", "--dev-ca-dir", filepath.Join(t.TempDir(), "other"))
+	verify := func(leaf *x509.Certificate, roots *x509.CertPool) error {
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: transport.PeerServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		return err
+	}
+	if err := verify(a, bRoots); err != nil {
+		t.Errorf("b does not trust a: %v", err)
+	}
+	if err := verify(b, aRoots); err != nil {
+		t.Errorf("a does not trust b: %v", err)
+	}
+	if verify(c, aRoots) == nil {
+		t.Error("a trusts a node of another development CA")
+	}
+}
+
+// TestCAIssueKeepsTheCAKeyOffTheNode: kvmesh ca issue writes the node's directory with its
+// pair and ca.crt only, NAME inside the CA's directory by default, and refuses to write a
+// node's files beside ca.key.
+func TestCAIssueKeepsTheCAKeyOffTheNode(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca")
+	if _, err := run(t, "ca", "init", "--dir", ca); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "ca", "issue", "--dir", ca, "--node", "gpu-01", "--host", "10.0.0.11"); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "tls-gpu-02")
+	if _, err := run(t, "ca", "issue", "--dir", ca, "--node", "gpu-02", "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	for dir, name := range map[string]string{filepath.Join(ca, "gpu-01"): "gpu-01", out: "gpu-02"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Name())
+		}
+		if want := []string{"ca.crt", name + ".crt", name + ".key"}; !slices.Equal(got, want) {
+			t.Errorf("%s holds %v, want %v", dir, got, want)
+		}
+	}
+	if _, err := run(t, "ca", "issue", "--dir", ca, "--node", "gpu-03", "--out", ca); !errors.Is(err, transport.ErrCAKeyBeside) {
+		t.Errorf("issue into the CA's own directory: %v, want ErrCAKeyBeside", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
@@ -15,7 +14,6 @@ import (
 	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
-	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 func carbonFlags() []cli.Flag {
@@ -73,6 +71,9 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 	}
 	setString(c, "quic", &cfg.QUICAddr)
 	setString(c, "tls-dir", &cfg.TLSDir)
+	setString(c, "dev-ca-dir", &cfg.DevCADir)
+	setString(c, "tls-cert", &cfg.TLSCert)
+	setString(c, "tls-key", &cfg.TLSKey)
 	setString(c, "policy", &cfg.Policy)
 	setString(c, "api-keys", &cfg.APIKeysFile)
 	if c.IsSet("max-priority") {
@@ -126,31 +127,30 @@ func carbonConfig(c *cli.Context, cfg *node.Config) error {
 }
 
 // loadNodeFiles checks and reads what a running node needs beyond its settings: the gossip
-// key, the TLS certificates (a throwaway CA of its own with --insecure-dev and no --tls-dir),
-// and the carbon provider's credentials.
+// key, the TLS certificates (with --insecure-dev and no --tls-dir, a leaf of this process's
+// own under the host's development CA), and the carbon provider's credentials.
 func loadNodeFiles(cfg *node.Config) error {
 	if len(cfg.Gossip.Key) == 0 && !cfg.Gossip.Insecure {
 		return fmt.Errorf("--gossip-key is required (or --insecure-dev for a development node)")
 	}
+	tlsFrom := cfg.TLSDir
 	switch {
 	case cfg.TLSDir != "":
 		if err := cfg.LoadTLS(); err != nil {
 			return err
 		}
 	case cfg.Gossip.Insecure:
-		// A throwaway CA of this node alone: fine for one node, refused by every peer.
-		d, err := os.MkdirTemp("", "kvmesh-dev-ca-")
+		dir, err := cfg.LoadDevTLS()
 		if err != nil {
-			return err
+			return fmt.Errorf("--insecure-dev: %w (--dev-ca-dir picks another directory)", err)
 		}
-		if err := transport.NewDevCA(d, cfg.Name); err != nil {
-			return err
-		}
-		if cfg.TLS, err = transport.LoadTLS(d, cfg.Name); err != nil {
-			return err
-		}
+		tlsFrom = "development CA in " + dir
 	default:
 		return fmt.Errorf("--tls-dir is required (kvmesh ca init/issue), or --insecure-dev for a development node")
+	}
+	if cfg.Gossip.Insecure && cfg.Logger != nil {
+		cfg.Logger.Warn("INSECURE development mode (--insecure-dev): this mesh is not secure, do not use it in production",
+			"gossip_encrypted", len(cfg.Gossip.Key) > 0, "peer_tls", tlsFrom)
 	}
 	if cfg.Carbon == nil || cfg.Carbon.Provider.Kind == provider.KindStatic {
 		return nil

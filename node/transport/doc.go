@@ -40,12 +40,17 @@
 //
 // # Trust
 //
-// InitCA, IssueNode and LoadTLS manage a cluster CA and node certificates. Both ends of every
-// connection present a certificate and verify the other's chain against the cluster CA; the
-// client verifies the owner under PeerServerName, a SAN every node certificate carries, since
-// peers are known by gossiped address, not by DNS. ALPN is kvmesh/1, TLS is 1.3 only.
+// InitCA, IssueNode and LoadTLS manage a cluster CA and node certificates; IssueNode writes a
+// node's directory with its pair and ca.crt, never the CA key. DevTLS is the development
+// variant: a CA kept in a directory the nodes of one host share, created once, each process
+// issuing its own certificate in memory. Both ends of every connection present a certificate
+// and verify the other's chain against the cluster CA; the client verifies the owner under
+// PeerServerName, a SAN every node certificate carries, since peers are known by gossiped
+// address, not by DNS. ALPN is kvmesh/1, TLS is 1.3 only.
 // Datagrams that are not QUIC, failed handshakes and malformed streams are dropped and counted
-// in kvmesh_transport_rejected_total{reason}.
+// in kvmesh_transport_rejected_total{reason}. On the dialling side, FailureReason tells why a
+// Forward could not reach its owner (tls, timeout, refused, handshake), for the node's
+// ejection of unreachable peers.
 //
 // # Concurrency
 //

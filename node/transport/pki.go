@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -46,20 +47,34 @@ func InitCA(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("transport: ca dir: %w", err)
 	}
-	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
 	for _, p := range []string{certPath, keyPath} {
 		if _, err := os.Stat(p); err == nil {
 			return fmt.Errorf("%w: %s", ErrExists, p)
 		}
 	}
+	der, key, err := newCA("kvmesh cluster CA")
+	if err != nil {
+		return err
+	}
+	return writePair(certPath, keyPath, der, key)
+}
+
+// The CA's files in its directory.
+const (
+	caCertFile = "ca.crt"
+	caKeyFile  = "ca.key"
+)
+
+func newCA(commonName string) ([]byte, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("transport: ca key: %w", err)
+		return nil, nil, fmt.Errorf("transport: ca key: %w", err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "kvmesh cluster CA", Organization: []string{"kvmesh"}},
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"kvmesh"}},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -69,28 +84,66 @@ func InitCA(dir string) error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return fmt.Errorf("transport: ca cert: %w", err)
+		return nil, nil, fmt.Errorf("transport: ca cert: %w", err)
 	}
-	return writePair(certPath, keyPath, der, key)
+	return der, key, nil
 }
 
-// IssueNode issues NAME.crt and NAME.key in dir, signed by the CA there, valid for both server
-// and client auth. SANs are name (when it is a DNS name), PeerServerName and hosts (IPs or DNS
-// names; DefaultHosts when empty). It refuses to overwrite an existing node certificate.
-func IssueNode(dir, name string, hosts []string) error {
-	if !nodeNameRE.MatchString(name) || name == "ca" {
-		return fmt.Errorf("transport: invalid node name %q", name)
+// ErrCAKeyBeside is returned by IssueNode for an output directory that holds a CA key: what
+// goes to a node must not let it mint other members.
+var ErrCAKeyBeside = errors.New("transport: the output directory holds ca.key; a node's directory must not")
+
+// IssueNode issues a certificate for node name, signed by the CA in caDir, and writes what the
+// node needs, and nothing more, to outDir (created 0700): NAME.crt, NAME.key (0600) and a copy
+// of ca.crt. outDir is the node's --tls-dir; it must not be caDir, or any directory holding a
+// ca.key (ErrCAKeyBeside). The certificate is valid for both server and client auth; its SANs
+// are name (when it is a DNS name), PeerServerName and hosts (IPs or DNS names; DefaultHosts
+// when empty). It refuses to overwrite a node certificate, or a ca.crt of another CA.
+func IssueNode(caDir, outDir, name string, hosts []string) error {
+	if err := checkName(name); err != nil {
+		return err
 	}
-	caCert, caKey, err := loadCA(dir)
+	caCert, caKey, err := loadCA(caDir)
 	if err != nil {
 		return err
 	}
-	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if _, err := os.Stat(filepath.Join(outDir, caKeyFile)); err == nil {
+		return fmt.Errorf("%w (%s)", ErrCAKeyBeside, outDir)
+	}
+	certPath, keyPath := filepath.Join(outDir, name+".crt"), filepath.Join(outDir, name+".key")
 	for _, p := range []string{certPath, keyPath} {
 		if _, err := os.Stat(p); err == nil {
 			return fmt.Errorf("%w: %s", ErrExists, p)
 		}
 	}
+	der, key, err := nodeCert(caCert, caKey, name, hosts)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(outDir, 0o700); err != nil {
+		return fmt.Errorf("transport: node dir: %w", err)
+	}
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw})
+	caCopy := filepath.Join(outDir, caCertFile)
+	if old, err := os.ReadFile(caCopy); err == nil {
+		if !bytes.Equal(old, caPEM) {
+			return fmt.Errorf("%w: %s is another CA's", ErrExists, caCopy)
+		}
+	} else if err := writeExcl(caCopy, caPEM, 0o644); err != nil {
+		return err
+	}
+	return writePair(certPath, keyPath, der, key)
+}
+
+func checkName(name string) error {
+	if !nodeNameRE.MatchString(name) || name == "ca" {
+		return fmt.Errorf("transport: invalid node name %q", name)
+	}
+	return nil
+}
+
+// nodeCert makes a node key and its certificate signed by the CA.
+func nodeCert(caCert *x509.Certificate, caKey *ecdsa.PrivateKey, name string, hosts []string) ([]byte, *ecdsa.PrivateKey, error) {
 	if len(hosts) == 0 {
 		hosts = DefaultHosts
 	}
@@ -116,23 +169,34 @@ func IssueNode(dir, name string, hosts []string) error {
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("transport: node key: %w", err)
+		return nil, nil, fmt.Errorf("transport: node key: %w", err)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return fmt.Errorf("transport: node cert: %w", err)
+		return nil, nil, fmt.Errorf("transport: node cert: %w", err)
 	}
-	return writePair(certPath, keyPath, der, key)
+	return der, key, nil
 }
 
-// NewDevCA makes a throwaway CA in dir and one certificate per name with DefaultHosts, for the
-// testnet and tests.
+// NewDevCA makes a throwaway CA in dir and one certificate per name with DefaultHosts, all in
+// dir beside the CA key, for the testnet and tests.
 func NewDevCA(dir string, names ...string) error {
 	if err := InitCA(dir); err != nil {
 		return err
 	}
+	caCert, caKey, err := loadCA(dir)
+	if err != nil {
+		return err
+	}
 	for _, n := range names {
-		if err := IssueNode(dir, n, nil); err != nil {
+		if err := checkName(n); err != nil {
+			return err
+		}
+		der, key, err := nodeCert(caCert, caKey, n, nil)
+		if err != nil {
+			return err
+		}
+		if err := writePair(filepath.Join(dir, n+".crt"), filepath.Join(dir, n+".key"), der, key); err != nil {
 			return err
 		}
 	}
@@ -143,22 +207,27 @@ func NewDevCA(dir string, names ...string) error {
 // both ends of a peer connection: TLS 1.3 only, ALPN kvmesh/1, client certificates required and
 // verified against the CA, the server verified against the CA under PeerServerName.
 func LoadTLS(dir, name string) (*tls.Config, error) {
-	if !nodeNameRE.MatchString(name) || name == "ca" {
-		return nil, fmt.Errorf("transport: invalid node name %q", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(dir, caCertFile))
 	if err != nil {
 		return nil, fmt.Errorf("transport: read ca: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("transport: no certificate in %s", filepath.Join(dir, "ca.crt"))
+		return nil, fmt.Errorf("transport: no certificate in %s", filepath.Join(dir, caCertFile))
 	}
 	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
 	if err != nil {
 		return nil, fmt.Errorf("transport: load node %q: %w", name, err)
 	}
-	// Refuse a pair the cluster itself would reject, at startup rather than at first dial.
+	return peerTLS(pool, pair, name)
+}
+
+// peerTLS is LoadTLS's config for pair under the CAs in pool. It refuses a pair the cluster
+// itself would reject, at startup rather than at first dial.
+func peerTLS(pool *x509.CertPool, pair tls.Certificate, name string) (*tls.Config, error) {
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
 		return nil, fmt.Errorf("transport: parse node %q: %w", name, err)
@@ -183,17 +252,22 @@ func LoadTLS(dir, name string) (*tls.Config, error) {
 }
 
 func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile))
 	if err != nil {
 		return nil, nil, fmt.Errorf("transport: load ca: %w", err)
 	}
+	return caOf(pair, dir)
+}
+
+// caOf checks that pair, read from where, is an ECDSA CA.
+func caOf(pair tls.Certificate, where string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	cert, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
 		return nil, nil, fmt.Errorf("transport: parse ca: %w", err)
 	}
 	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok || !cert.IsCA {
-		return nil, nil, fmt.Errorf("transport: %s is not an ecdsa ca", dir)
+		return nil, nil, fmt.Errorf("transport: %s is not an ecdsa ca", where)
 	}
 	return cert, key, nil
 }

@@ -62,10 +62,11 @@ func TestIssueNode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := IssueNode(dir, tt.name, tt.hosts); err != nil {
+			out := filepath.Join(t.TempDir(), "tls-"+tt.name)
+			if err := IssueNode(dir, out, tt.name, tt.hosts); err != nil {
 				t.Fatal(err)
 			}
-			c := readCert(t, filepath.Join(dir, tt.name+".crt"))
+			c := readCert(t, filepath.Join(out, tt.name+".crt"))
 			if !slices.Equal(c.DNSNames, tt.wantDNS) {
 				t.Errorf("DNS SANs %v, want %v", c.DNSNames, tt.wantDNS)
 			}
@@ -82,21 +83,70 @@ func TestIssueNode(t *testing.T) {
 			if c.Subject.CommonName != tt.name {
 				t.Errorf("CN %q", c.Subject.CommonName)
 			}
-			if st, err := os.Stat(filepath.Join(dir, tt.name+".key")); err != nil || st.Mode().Perm() != 0o600 {
+			if st, err := os.Stat(filepath.Join(out, tt.name+".key")); err != nil || st.Mode().Perm() != 0o600 {
 				t.Errorf("key mode: %v %v", st.Mode().Perm(), err)
 			}
-			if err := IssueNode(dir, tt.name, nil); !errors.Is(err, ErrExists) {
+			if err := IssueNode(dir, out, tt.name, nil); !errors.Is(err, ErrExists) {
 				t.Errorf("reissue = %v, want ErrExists", err)
 			}
 		})
 	}
 	for _, bad := range []string{"", "ca", "../x", "a/b", "-x", string(make([]byte, 80))} {
-		if err := IssueNode(dir, bad, nil); err == nil {
+		if err := IssueNode(dir, t.TempDir(), bad, nil); err == nil {
 			t.Errorf("IssueNode(%q) accepted", bad)
 		}
 	}
-	if err := IssueNode(t.TempDir(), "n", nil); err == nil {
+	if err := IssueNode(t.TempDir(), t.TempDir(), "n", nil); err == nil {
 		t.Error("IssueNode without a CA succeeded")
+	}
+}
+
+// TestIssueNodeWritesOnlyWhatTheNodeNeeds: the node's directory holds its own pair and the CA
+// certificate, which LoadTLS accepts, and never the CA key: issuing into the CA's own
+// directory, or any directory holding a ca.key, is refused.
+func TestIssueNodeWritesOnlyWhatTheNodeNeeds(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca")
+	if err := InitCA(ca); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "tls-gpu-01")
+	if err := IssueNode(ca, out, "gpu-01", nil); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if want := []string{"ca.crt", "gpu-01.crt", "gpu-01.key"}; !slices.Equal(got, want) {
+		t.Errorf("node dir holds %v, want %v", got, want)
+	}
+	if st, err := os.Stat(out); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("node dir mode %v, %v; want 0700", st.Mode().Perm(), err)
+	}
+	if _, err := LoadTLS(out, "gpu-01"); err != nil {
+		t.Errorf("LoadTLS of the issued dir: %v", err)
+	}
+	// Another node's pair from the same CA may go beside it.
+	if err := IssueNode(ca, out, "gpu-02", nil); err != nil {
+		t.Errorf("second node into the same dir: %v", err)
+	}
+	if err := IssueNode(ca, ca, "gpu-03", nil); !errors.Is(err, ErrCAKeyBeside) {
+		t.Errorf("IssueNode into the CA dir = %v, want ErrCAKeyBeside", err)
+	}
+	if _, err := os.Stat(filepath.Join(ca, "gpu-03.key")); err == nil {
+		t.Error("a node key was written beside ca.key")
+	}
+	// A dir holding another CA's certificate is not mixed into.
+	other := filepath.Join(t.TempDir(), "other")
+	if err := InitCA(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := IssueNode(other, out, "gpu-04", nil); !errors.Is(err, ErrExists) {
+		t.Errorf("IssueNode over another CA's ca.crt = %v, want ErrExists", err)
 	}
 }
 

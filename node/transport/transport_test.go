@@ -375,10 +375,13 @@ func TestMisbehavingOwner(t *testing.T) {
 func TestDialDeadAddressIsUnreachable(t *testing.T) {
 	dir := pki(t, "a")
 	client := startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
-	for _, addr := range []string{deadAddr(t), "not an address"} {
+	for addr, reason := range map[string]string{deadAddr(t): FailTimeout, "not an address": FailHandshake} {
 		_, err := client.tr.Forward(testCtx(t), addr, Header{RequestID: "d"}, nil)
 		if !isUnreachable(err) {
 			t.Errorf("Forward(%q) = %v, want ErrUnreachable", addr, err)
+		}
+		if got := FailureReason(err); got != reason {
+			t.Errorf("Forward(%q) failed for %q (%v), want %q", addr, got, err, reason)
 		}
 	}
 	if got := testutil.ToFloat64(client.tr.m.dialErrors); got != 2 {
@@ -403,6 +406,9 @@ func TestForeignCertificatesAreRefused(t *testing.T) {
 			_, err := client.tr.Forward(testCtx(t), server.addr(), Header{RequestID: "x"}, []byte("{}"))
 			if !isUnreachable(err) {
 				t.Fatalf("Forward = %v, want ErrUnreachable", err)
+			}
+			if got := FailureReason(err); got != FailTLS {
+				t.Errorf("failed for %q (%v), want %q", got, err, FailTLS)
 			}
 			poll.Until(t, 5*time.Second, "the failed handshake to be counted", func() bool { return server.rejected(reasonHandshake) >= 1 })
 			if rec.n() != 0 {
@@ -839,6 +845,7 @@ kvmesh_transport_streams_total{direction="in",result="refused"} 1
 # HELP kvmesh_transport_connections Open peer QUIC connections by direction (in: accepted, out: dialed).
 # TYPE kvmesh_transport_connections gauge
 kvmesh_transport_connections{direction="in"} 1
+kvmesh_transport_connections{direction="out"} 0
 `
 	if err := testutil.GatherAndCompare(server.reg, strings.NewReader(want), "kvmesh_transport_streams_total", "kvmesh_transport_connections"); err != nil {
 		t.Error(err)

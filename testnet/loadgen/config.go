@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -92,6 +93,8 @@ type Config struct {
 	Interactive, Batch Class
 	// HTTPClient sends the requests (nil = a client with a pooled transport, closed at the end).
 	HTTPClient *http.Client
+	// TLS configures that pooled transport's HTTPS to https targets (nil = the system roots).
+	TLS *tls.Config
 	// Requests receives one line of JSON per request as it ends (RequestRecord; nil = none).
 	// Writes are serialized; the first write error ends nothing and is returned by Run.
 	Requests io.Writer

@@ -39,6 +39,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 1024
 		tr.MaxConnsPerHost = connsPerTarget(len(cfg.Targets))
+		tr.TLSClientConfig = cfg.TLS
 		defer tr.CloseIdleConnections()
 		hc = &http.Client{Transport: tr}
 	}
