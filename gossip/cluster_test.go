@@ -378,6 +378,20 @@ func TestLifecycleErrors(t *testing.T) {
 	}
 }
 
+// TestLeaveNotSentIsNotAnError pins that a departure no peer took within the timeout (nodes
+// stopping together) is logged, not returned: the member shuts down cleanly either way.
+func TestLeaveNotSentIsNotAnError(t *testing.T) {
+	gs := startCluster(t, 2, func(i int, c *Config) {
+		// Members meet by push/pull alone; nothing gossips or probes, so the departure stays
+		// queued.
+		c.GossipInterval, c.ProbeInterval = time.Hour, time.Hour
+	})
+	poll.Until(t, 10*time.Second, "both members alive in both views", func() bool { return allAlive(gs, "n0", "n1") })
+	if err := gs[0].Leave(10 * time.Millisecond); err != nil {
+		t.Fatalf("Leave with no peer taking the departure: %v", err)
+	}
+}
+
 func TestJoinBeforeSeedRetries(t *testing.T) {
 	// Reserve a port for the seed by starting and stopping a member on it.
 	probe := startNode(t, testConfig("probe"))

@@ -67,6 +67,8 @@ type Config struct {
 	JoinRetryMax time.Duration `json:"join_retry_max"`
 	// DeadRetention is how long a dead or left member stays listed (default 5m).
 	DeadRetention time.Duration `json:"dead_retention"`
+	// LeaveTimeout is how long Close waits for the departure broadcast to go out (default 1s).
+	LeaveTimeout time.Duration `json:"leave_timeout"`
 
 	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value.
 	ProbeInterval       time.Duration `json:"probe_interval"`
@@ -101,6 +103,7 @@ func DefaultConfig() Config {
 		PushPullInterval:   10 * time.Second,
 		JoinRetryMax:       30 * time.Second,
 		DeadRetention:      5 * time.Minute,
+		LeaveTimeout:       time.Second,
 	}
 }
 
@@ -131,7 +134,7 @@ func (c *Config) validate() error {
 		c.BindPort = d.BindPort
 	}
 	for _, v := range []time.Duration{c.PublishInterval, c.MinPublishInterval, c.FlushInterval, c.StaleAfter,
-		c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
+		c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.LeaveTimeout, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
 		c.TCPTimeout, c.DeadNodeReclaimTime} {
 		if v < 0 {
 			return fmt.Errorf("%w: negative interval %v", ErrConfig, v)
@@ -152,6 +155,7 @@ func (c *Config) validate() error {
 	def(&c.PushPullInterval, d.PushPullInterval)
 	def(&c.JoinRetryMax, d.JoinRetryMax)
 	def(&c.DeadRetention, d.DeadRetention)
+	def(&c.LeaveTimeout, d.LeaveTimeout)
 	if c.MinPublishInterval > c.PublishInterval {
 		c.MinPublishInterval = c.PublishInterval
 	}

@@ -542,11 +542,14 @@ func (g *Gossip) Members() []Member {
 	return out
 }
 
-// Close leaves the mesh gracefully (up to one second) and shuts down. Safe to call twice.
-func (g *Gossip) Close() error { return g.Leave(time.Second) }
+// Close leaves the mesh gracefully (waiting up to LeaveTimeout) and shuts down. Safe to call
+// twice.
+func (g *Gossip) Close() error { return g.Leave(g.cfg.LeaveTimeout) }
 
-// Leave broadcasts this node's departure (waiting up to timeout), then shuts down. Safe to
-// call twice; later calls return the first result.
+// Leave broadcasts this node's departure (waiting up to timeout), then shuts down. A departure
+// not sent within timeout is logged, not returned: peers stopping at the same moment may
+// never take it, and the failure detector marks the node dead without it. Safe to call twice;
+// later calls return the first result.
 func (g *Gossip) Leave(timeout time.Duration) error { return g.shutdown(true, timeout) }
 
 func (g *Gossip) shutdown(leave bool, timeout time.Duration) error {
@@ -565,7 +568,7 @@ func (g *Gossip) shutdown(leave bool, timeout time.Duration) error {
 		var errs []error
 		if leave {
 			if err := ml.Leave(timeout); err != nil {
-				errs = append(errs, fmt.Errorf("gossip: leave: %w", err))
+				g.log.Warn("leaving the mesh: departure not sent; peers will detect the node gone", "err", err)
 			}
 		}
 		if err := ml.Shutdown(); err != nil {

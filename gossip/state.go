@@ -44,13 +44,14 @@ var (
 	ErrVersion = errors.New("gossip: unknown message version")
 )
 
-// ModelInfo is one model a node serves.
+// ModelInfo is one model a node serves. The JSON names are those of GET /v1/mesh/peers; the
+// wire record is binary (EncodeState).
 type ModelInfo struct {
-	Name          string
-	ContextTokens int
+	Name          string `json:"name"`
+	ContextTokens int    `json:"context_tokens"`
 	// BytesPerToken is the model's rendered-prompt bytes per engine token this node learned
 	// from its engine (kvindex.Calibration); 0: not learned.
-	BytesPerToken float64
+	BytesPerToken float64 `json:"bytes_per_token"`
 }
 
 // State is the record a node publishes about itself (DESIGN.md, Gossip): identity and

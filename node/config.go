@@ -156,8 +156,19 @@ type Config struct {
 	// MaxBodyBytes caps a request body (413 above it). Default 4 MiB: a full 128k-token
 	// context is 512 KiB of text, and JSON escaping can double it.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
-	// DrainTimeout bounds how long Shutdown waits for in-flight requests. Default 30s.
+	// DrainDelay is how long Shutdown keeps serving, new requests included, with /readyz at
+	// 503 and peers told the engine is unhealthy, before it stops accepting: the time a load
+	// balancer takes to see the node unready and stop sending it work. Default 5s; negative
+	// means none.
+	DrainDelay time.Duration `json:"drain_delay"`
+	// DrainTimeout bounds how long Shutdown then waits for in-flight requests. Default 30s.
 	DrainTimeout time.Duration `json:"drain_timeout"`
+	// BodyTimeout bounds reading one request, headers and body, from its first byte (408
+	// body_timeout past it), so a client that trickles its body cannot hold a connection and a
+	// handler indefinitely; it does not bound the response. Default 30s.
+	BodyTimeout time.Duration `json:"body_timeout"`
+	// IdleTimeout closes a client connection idle this long between requests. Default 120s.
+	IdleTimeout time.Duration `json:"idle_timeout"`
 	// Logger receives one line per event; nil discards.
 	Logger *slog.Logger `json:"-"`
 	// Registry collects the node's metrics and is served on /metrics; nil makes a new one.
@@ -199,7 +210,10 @@ func DefaultConfig() Config {
 		EngineKVBlocks:      extengine.DefaultConfig().NominalKVBlocks,
 		Sim:                 sim.DefaultConfig(),
 		MaxBodyBytes:        4 << 20,
+		DrainDelay:          5 * time.Second,
 		DrainTimeout:        30 * time.Second,
+		BodyTimeout:         30 * time.Second,
+		IdleTimeout:         120 * time.Second,
 		Gossip:              gossip.DefaultConfig(),
 		QUICAddr:            ":7443",
 		Policy:              route.PolicyKvmesh,
@@ -241,7 +255,8 @@ func (c *Config) fill() {
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&c.DrainTimeout, &d.DrainTimeout}, {&c.RoomTick, &d.RoomTick}, {&c.RetryAfter, &d.RetryAfter},
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
-		{&c.ModelsInterval, &d.ModelsInterval},
+		{&c.ModelsInterval, &d.ModelsInterval}, {&c.DrainDelay, &d.DrainDelay},
+		{&c.BodyTimeout, &d.BodyTimeout}, {&c.IdleTimeout, &d.IdleTimeout},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -289,7 +304,7 @@ func (c *Config) validate() error {
 	}{
 		{"DrainTimeout", c.DrainTimeout}, {"RoomTick", c.RoomTick}, {"RetryAfter", c.RetryAfter},
 		{"SpeculativeTTL", c.SpeculativeTTL}, {"AgentInterval", c.AgentInterval},
-		{"ModelsInterval", c.ModelsInterval},
+		{"ModelsInterval", c.ModelsInterval}, {"BodyTimeout", c.BodyTimeout}, {"IdleTimeout", c.IdleTimeout},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("node: %s %v is negative", d.name, d.v)

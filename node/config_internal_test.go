@@ -246,7 +246,8 @@ func TestConfigZeroRule(t *testing.T) {
 	c.fill()
 	d := DefaultConfig()
 	if c.ForwardAttempts != 3 || c.AgentLeaseIntervals != 5 || c.RetryAfter != time.Second || c.MaxAgentIDBytes != 256 ||
-		c.HTTPAddr != d.HTTPAddr || c.DrainTimeout != d.DrainTimeout || c.AgentInterval != DefaultAgentInterval || len(c.Models) != 1 {
+		c.HTTPAddr != d.HTTPAddr || c.DrainTimeout != d.DrainTimeout || c.AgentInterval != DefaultAgentInterval || len(c.Models) != 1 ||
+		c.DrainDelay != d.DrainDelay || c.BodyTimeout != d.BodyTimeout || c.IdleTimeout != d.IdleTimeout {
 		t.Errorf("filled %+v", c)
 	}
 	for name, mod := range map[string]func(*Config){
@@ -255,6 +256,8 @@ func TestConfigZeroRule(t *testing.T) {
 		"retry after":      func(c *Config) { c.RetryAfter = -time.Second },
 		"max agent id":     func(c *Config) { c.MaxAgentIDBytes = -1 },
 		"drain timeout":    func(c *Config) { c.DrainTimeout = -time.Second },
+		"body timeout":     func(c *Config) { c.BodyTimeout = -time.Second },
+		"idle timeout":     func(c *Config) { c.IdleTimeout = -time.Second },
 		"admission mode":   func(c *Config) { c.Admission = "maybe" },
 		"no name":          func(c *Config) { c.Name = "" },
 	} {

@@ -91,7 +91,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return outcome{code: e.Code, refused: true}
 	}
 	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
-	body, oerr := readBody(r.Body, n.cfg.MaxBodyBytes)
+	body, oerr := n.readBody(r)
 	var p *prepared
 	if oerr == nil {
 		p, oerr = n.prepare(ep, id, body)

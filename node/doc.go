@@ -9,10 +9,11 @@
 // New fills a Config's zero fields with their defaults, validates it and builds the parts
 // without I/O. Start reads an external engine's model list (it fails when the engine answers
 // without a configured model; an engine that does not answer leaves the node unready until it
-// does), binds the listeners and joins the mesh; Shutdown stops taking new requests,
-// drains in-flight ones within a deadline, leaves the mesh and closes everything. A Node is safe
-// for concurrent use; Shutdown is safe to call twice. The zero Node is not usable: build one
-// with New.
+// does), binds the listeners and joins the mesh; Shutdown turns the node unready and serves on
+// for the drain delay, so load balancers and peers can stop sending it work, then stops taking
+// new requests, drains in-flight ones within a deadline, leaves the mesh and closes everything.
+// A Node is safe for concurrent use; Shutdown is safe to call twice. The zero Node is not
+// usable: build one with New.
 //
 // # Configuration
 //

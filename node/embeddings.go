@@ -19,7 +19,7 @@ import (
 
 // ingestEmbeddings is POST /v1/embeddings at the ingress.
 func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
-	body, oerr := readBody(r.Body, n.cfg.MaxBodyBytes)
+	body, oerr := n.readBody(r)
 	var er *openai.EmbeddingsRequest
 	if oerr == nil {
 		er, oerr = openai.DecodeEmbeddings(bytes.NewReader(body), n.cfg.MaxBodyBytes)

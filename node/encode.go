@@ -118,13 +118,13 @@ func (n *Node) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.cfg.Name})
 }
 
-// handleReadyz is 200 while the node takes new requests and its engine is healthy: for an
+// handleReadyz is 200 while the node is not shutting down and its engine is healthy: for an
 // external engine, while it answers, serves at least one of the node's models and its metrics
-// scrape works. An unhealthy engine's body says why when it can ("reason").
+// scrape works. A 503's body says why ("reason"), for an unhealthy engine when it can.
 func (n *Node) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case n.isDraining():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+	case n.unready.Load():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": CodeDraining, "reason": "the node is shutting down"})
 	case !n.eng.State().Healthy:
 		body := map[string]string{"status": "engine unhealthy"}
 		if n.ext != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -57,13 +58,17 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// readBody reads at most limit bytes; a longer body is a 413.
-func readBody(r io.Reader, limit int64) ([]byte, *openai.Error) {
-	body, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
+// readBody reads r's body: at most MaxBodyBytes (413 above) within BodyTimeout (408 past it).
+func (n *Node) readBody(r *http.Request) ([]byte, *openai.Error) {
+	limit := n.cfg.MaxBodyBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, openai.NewError(http.StatusRequestTimeout, openai.CodeBodyTimeout,
+			fmt.Sprintf("the request body did not arrive within %v", n.cfg.BodyTimeout))
+	case err != nil:
 		return nil, openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, "reading request body: "+err.Error())
-	}
-	if int64(len(body)) > limit {
+	case int64(len(body)) > limit:
 		return nil, openai.NewError(http.StatusRequestEntityTooLarge, openai.CodeBodyTooLarge,
 			fmt.Sprintf("request body is larger than %d bytes", limit))
 	}
@@ -203,7 +208,7 @@ func (n *Node) account(ep engine.Endpoint, o outcome) {
 
 // knownCodes are the refusal and failure codes kvmesh itself gives.
 var knownCodes = []string{
-	openai.CodeInvalidRequest, openai.CodeInvalidParameter, openai.CodeUnsupportedParameter, openai.CodeBodyTooLarge,
+	openai.CodeInvalidRequest, openai.CodeInvalidParameter, openai.CodeUnsupportedParameter, openai.CodeBodyTooLarge, openai.CodeBodyTimeout,
 	openai.CodeModelNotFound, openai.CodeContextLengthExceeded, openai.CodeInvalidAPIKey, openai.CodeRateLimited,
 	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,

@@ -153,7 +153,7 @@ func (n *Node) goBG(f func()) {
 func (n *Node) stopMesh() error {
 	var errs []error
 	if n.g != nil {
-		errs = append(errs, n.g.Leave(time.Second))
+		errs = append(errs, n.g.Close())
 	}
 	if n.tr != nil {
 		errs = append(errs, n.tr.Close())

@@ -51,11 +51,14 @@ func (n *Node) localState() gossip.State {
 	return s
 }
 
-// publishedState is the state record gossip publishes: localState and what the heaviest
-// rate-limited API keys consumed through this node (admit/usage.go), which only peers need,
-// so routing's own reads of localState do not pay for it.
+// publishedState is the state record gossip publishes: localState, unhealthy from the moment
+// Shutdown begins, and what the heaviest rate-limited API keys consumed through this node
+// (admit/usage.go), which only peers need, so routing's own reads of localState do not pay
+// for it.
 func (n *Node) publishedState() gossip.State {
 	s := n.localState()
+	// A node shutting down still runs what reaches it, but asks peers to send it nothing new.
+	s.EngineHealthy = s.EngineHealthy && !n.unready.Load()
 	for _, u := range n.adm.Keys().Usage(time.Now(), gossip.MaxKeyUsage) {
 		s.KeyUsage = append(s.KeyUsage, gossip.KeyUsage{ID: u.ID, TokensPerSecond: u.TokensPerSecond})
 	}

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -235,4 +236,36 @@ func TestHotPrefixSpreadsUnderLoadAndReturnsWhenDrained(t *testing.T) {
 	if u.PromptTokensDetails.CachedTokens < 1990 {
 		t.Errorf("after the burst the request ran on %s with %d cached tokens; want a prefix holder", resp.Header.Get(node.HeaderNode), u.PromptTokensDetails.CachedTokens)
 	}
+}
+
+// TestPeersJSONIsSnakeCase pins that every key GET /v1/mesh/peers sends, nested ones
+// included, is snake_case.
+func TestPeersJSONIsSnakeCase(t *testing.T) {
+	tn := startNet(t, 1, nil)
+	resp, err := http.Get(tn.URLs()[0] + "/v1/mesh/peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(readAll(t, resp), &v); err != nil {
+		t.Fatal(err)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if !snake.MatchString(k) {
+					t.Errorf("key %s.%s is not snake_case", path, k)
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	walk("", v)
 }

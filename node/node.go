@@ -66,7 +66,9 @@ type Node struct {
 	ln       net.Listener
 	admLn    net.Listener
 	started  bool
-	draining atomic.Bool // set once Shutdown begins
+	serves   bool        // Start succeeded: the API is served
+	unready  atomic.Bool // set once Shutdown begins: /readyz is 503, peers see the engine unhealthy
+	draining atomic.Bool // set once the drain delay is over: the node takes no new work
 	closed   bool
 	done     chan struct{}
 }
@@ -100,7 +102,11 @@ func New(cfg Config) (*Node, error) {
 	n.httpSrv = &http.Server{
 		Handler:           n.counted(n.routes()),
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// ReadTimeout bounds the headers and the body alone: the server lifts the deadline
+		// once the body has been read, so a long stream back is not cut.
+		ReadTimeout: cfg.BodyTimeout,
+		IdleTimeout: cfg.IdleTimeout,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if cfg.AdminAddr != "" {
 		n.admSrv = &http.Server{
@@ -221,6 +227,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		return err
 	}
+	n.serves = true
 	n.serve(serve, ln, "http")
 	admin := ""
 	if n.admLn != nil {
@@ -262,8 +269,10 @@ func (n *Node) Name() string { return n.cfg.Name }
 // Registry is the node's metric registry.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
-// Shutdown stops accepting requests, waits up to the drain timeout (or ctx) for in-flight ones,
-// then closes the engine and everything else. It is safe to call more than once.
+// Shutdown turns the node unready and keeps serving for the drain delay, then stops accepting
+// requests, waits up to the drain timeout for in-flight ones, leaves the mesh and closes the
+// engine and everything else. The end of ctx cuts the delay and the drain short. It is safe
+// to call more than once.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.mu.Lock()
 	if n.closed {
@@ -272,45 +281,70 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	n.closed = true
-	n.draining.Store(true)
-	started := n.started
+	n.unready.Store(true)
+	started, serves := n.started, n.serves
 	n.mu.Unlock()
 	defer close(n.done)
 
 	var errs []error
 	if started {
-		// Peers see EngineHealthy false in the next record and stop sending work; new client
-		// connections are refused while in-flight requests, local and forwarded, finish.
-		dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
-		// httpSrv.Shutdown closes the listener and the idle connections and waits for the
-		// rest, but it counts a connection that never sent a request as busy for 5 s (HTTP
-		// clients dial spares), so the drain ends when no request, local or forwarded, is in
-		// flight, whatever such connections do.
-		quiet, stop := context.WithCancel(dctx)
-		go func() {
-			if n.waitIdle(quiet) == nil {
-				stop()
-			}
-		}()
-		_ = n.httpSrv.Shutdown(quiet)
-		stop()
-		err := n.waitIdle(dctx)
-		cancel()
-		// Unused connections close now; past the deadline, so do the stragglers, whose
-		// streams end with an error.
-		_ = n.httpSrv.Close()
-		if n.admSrv != nil {
-			// Metrics and the mesh view stay readable through the drain.
-			_ = n.admSrv.Close()
+		if serves { // a node that failed to start has no one to tell
+			n.deregister(ctx)
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("node: drain: %w", err))
-		}
-		errs = append(errs, n.stopMesh())
+		n.draining.Store(true)
+		errs = append(errs, n.drain(ctx), n.stopMesh())
 	}
 	errs = append(errs, closeEngine(n.eng))
 	n.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// deregister waits out the drain delay: /readyz answers 503 and the next state record tells
+// peers the engine is unhealthy, so load balancers and peers stop sending work, while requests
+// that still arrive are served as before.
+func (n *Node) deregister(ctx context.Context) {
+	if n.cfg.DrainDelay <= 0 {
+		return
+	}
+	n.log.Info("unready: serving until the drain delay ends", "drain_delay", n.cfg.DrainDelay)
+	t := time.NewTimer(n.cfg.DrainDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// drain closes the listener and waits up to the drain timeout (or ctx) until no request,
+// local or forwarded here, is in flight; past it, the stragglers' connections are closed.
+func (n *Node) drain(ctx context.Context) error {
+	n.log.Info("draining", "timeout", n.cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
+	defer cancel()
+	// httpSrv.Shutdown closes the listener and the idle connections and waits for the rest,
+	// but it counts a connection that never sent a request as busy for 5 s (HTTP clients dial
+	// spares), so the drain ends when no request, local or forwarded, is in flight, whatever
+	// such connections do.
+	quiet, stop := context.WithCancel(dctx)
+	go func() {
+		if n.waitIdle(quiet) == nil {
+			stop()
+		}
+	}()
+	_ = n.httpSrv.Shutdown(quiet)
+	stop()
+	err := n.waitIdle(dctx)
+	// Unused connections close now; past the deadline, so do the stragglers, whose streams
+	// end with an error.
+	_ = n.httpSrv.Close()
+	if n.admSrv != nil {
+		// Metrics and the mesh view stayed readable through the drain.
+		_ = n.admSrv.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("node: drain: %w", err)
+	}
+	return nil
 }
 
 func closeEngine(e engine.Engine) error {

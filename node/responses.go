@@ -81,7 +81,7 @@ func errPreviousNotFound(msg string) *openai.Error {
 // ran the response it continues, a new response to the least loaded node in front of an
 // external engine that serves the model.
 func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
-	body, oerr := readBody(r.Body, n.cfg.MaxBodyBytes)
+	body, oerr := n.readBody(r)
 	var rr *openai.ResponsesRequest
 	if oerr == nil {
 		rr, oerr = openai.DecodeResponses(bytes.NewReader(body), n.cfg.MaxBodyBytes)

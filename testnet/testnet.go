@@ -128,6 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 		}
 		nc.GPU = "sim"
 		nc.DrainTimeout = 5 * time.Second
+		nc.DrainDelay = -1 // no load balancer to wait for
 		if cfg.Logger != nil {
 			nc.Logger = cfg.Logger
 		}
@@ -177,7 +178,7 @@ func startEngine(ctx context.Context, nc node.Config, host string) (*node.Node, 
 	ec.GPU = "none"
 	ec.Models = nc.Models
 	ec.Sim = nc.Sim
-	ec.DrainTimeout = nc.DrainTimeout
+	ec.DrainDelay, ec.DrainTimeout = -1, nc.DrainTimeout
 	ec.Logger = nc.Logger
 	e, err := node.New(ec)
 	if err != nil {

@@ -36,7 +36,8 @@ func loadFlags() []cli.Flag {
 		&cli.StringFlag{Name: "json", Usage: "write the report as JSON to this file", EnvVars: env("load-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT to this file", EnvVars: env("load-plot")},
 		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request (outcome, node, tokens, latencies, SLO met) to this file", EnvVars: env("load-requests")},
-		&cli.BoolFlag{Name: "quiet", Usage: "no progress line", EnvVars: env("load-quiet")},
+		&cli.StringFlag{Name: "api-key", Usage: "API key sent as Authorization: Bearer KEY", EnvVars: env("load-api-key")},
+		&cli.BoolFlag{Name: "quiet", Usage: "no progress line (one line per update when stderr is not a terminal)", EnvVars: env("load-quiet")},
 		caCertFlag("load"),
 	}
 }
@@ -59,6 +60,7 @@ func loadConfig(c *cli.Context) loadgen.Config {
 	cfg.Interactive.TTFT = c.Duration("ttft-slo")
 	cfg.Interactive.TPOT = c.Duration("tpot-slo")
 	cfg.FittedTTFT = c.Bool("fitted-ttft")
+	cfg.APIKey = c.String("api-key")
 	if !c.Bool("quiet") {
 		cfg.Progress = os.Stderr
 	}

@@ -30,6 +30,8 @@ func newApp() *cli.App {
 		Name:    "kvmesh",
 		Usage:   "peer-to-peer admission and routing mesh for LLM inference",
 		Version: node.Version,
+		// Bash and zsh completion ask the binary for the next words (kvmesh completion).
+		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
@@ -44,6 +46,7 @@ func newApp() *cli.App {
 			caCommand(),
 			configCommand(),
 			versionCommand(),
+			completionCommand(),
 		},
 	}
 }

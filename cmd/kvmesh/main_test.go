@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +23,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/transport"
+	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
 func TestEnvNamesFollowFlags(t *testing.T) {
@@ -211,7 +216,7 @@ func TestStatusTableHasARowPerNode(t *testing.T) {
 		{Name: "n1", Self: true, Liveness: "alive", KVUse: 0.5, PowerWatts: 300, PowerCapWatts: 700, TempC: 61},
 		{Name: "n2", Liveness: "dead", CarbonIntensity: 420, CarbonZone: "DE"},
 	}}
-	if err := writeStatus(&buf, pr); err != nil {
+	if err := writeStatus(&buf, pr, nil); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -219,6 +224,85 @@ func TestStatusTableHasARowPerNode(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestStatusTakesAHostPortAndShowsReadiness pins that --node without a scheme is reached over
+// http, and that a live node's READY is what its /readyz said, reason included, or its
+// gossiped health when it does not answer.
+func TestStatusTakesAHostPortAndShowsReadiness(t *testing.T) {
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `{"status":"engine unhealthy","reason":"engine unreachable"}`)
+	}))
+	t.Cleanup(peer.Close)
+	pr := node.PeersResponse{Node: "n1", Peers: []node.PeerInfo{
+		{Name: "n1", Self: true, Liveness: "alive", EngineHealthy: true},
+		{Name: "n2", Liveness: "alive", HTTPAddr: peer.Listener.Addr().String()},
+		{Name: "n3", Liveness: "alive"},
+	}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/mesh/peers", func(w http.ResponseWriter, r *http.Request) { _ = json.NewEncoder(w).Encode(pr) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"status":"ready"}`) })
+	self := httptest.NewServer(mux)
+	t.Cleanup(self.Close)
+
+	out, err := run(t, "status", "--node", strings.TrimPrefix(self.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"n1 *": "ready", "n2": "engine unhealthy: engine unreachable", "n3": "not ready (gossip)"}
+	for _, line := range strings.Split(out, "\n") {
+		for name, ready := range want {
+			if strings.HasPrefix(line, name+" ") && strings.HasSuffix(line, "  "+ready) {
+				delete(want, name)
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("status lacks the readiness %v:\n%s", want, out)
+	}
+}
+
+// TestLoadTakesAnAPIKey pins that kvmesh load sends --api-key, or KVMESH_LOAD_API_KEY, as the
+// bearer token of every request.
+func TestLoadTakesAnAPIKey(t *testing.T) {
+	parse := func(args ...string) loadgen.Config {
+		var cfg loadgen.Config
+		cmd := loadCommand()
+		cmd.Action = func(c *cli.Context) error { cfg = loadConfig(c); return nil }
+		if err := (&cli.App{Commands: []*cli.Command{cmd}}).Run(append([]string{"kvmesh", "load"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if cfg := parse("--api-key", "sk-flag"); cfg.APIKey != "sk-flag" {
+		t.Errorf("--api-key: APIKey %q", cfg.APIKey)
+	}
+	t.Setenv("KVMESH_LOAD_API_KEY", "sk-env")
+	if cfg := parse(); cfg.APIKey != "sk-env" {
+		t.Errorf("KVMESH_LOAD_API_KEY: APIKey %q", cfg.APIKey)
+	}
+}
+
+// TestCompletionScripts pins that kvmesh completion prints a script for each shell it names:
+// bash and zsh asking the binary for its words, fish listing them.
+func TestCompletionScripts(t *testing.T) {
+	if !newApp().EnableBashCompletion {
+		t.Fatal("the app does not answer --generate-bash-completion, which the bash and zsh scripts call")
+	}
+	for shell, want := range map[string]string{
+		"bash": "complete -o bashdefault -o default -F _kvmesh_complete kvmesh",
+		"zsh":  "compdef _kvmesh kvmesh",
+		"fish": "complete -c kvmesh -n '__fish_seen_subcommand_from node' -f -l drain-delay",
+	} {
+		out, err := run(t, "completion", shell)
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("completion %s: %v, script lacks %q:\n%s", shell, err, want, out)
+		}
+	}
+	if _, err := run(t, "completion", "ksh"); err == nil {
+		t.Errorf("completion ksh: no error")
 	}
 }
 

@@ -43,7 +43,10 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
-		&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long SIGINT/SIGTERM waits for in-flight requests", EnvVars: env("drain-timeout")},
+		&cli.DurationFlag{Name: "drain-delay", Value: d.DrainDelay, Usage: "how long SIGINT/SIGTERM keeps serving with /readyz at 503 before it stops accepting (negative: none)", EnvVars: env("drain-delay")},
+		&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long SIGINT/SIGTERM then waits for in-flight requests", EnvVars: env("drain-timeout")},
+		&cli.DurationFlag{Name: "body-timeout", Value: d.BodyTimeout, Usage: "time a request, headers and body, has to arrive (408 body_timeout past it; the response may stream longer)", EnvVars: env("body-timeout")},
+		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, Usage: "close a client connection idle this long between requests", EnvVars: env("idle-timeout")},
 		&cli.StringFlag{Name: "gossip", Value: net.JoinHostPort(d.Gossip.BindAddr, strconv.Itoa(d.Gossip.BindPort)), Usage: "gossip bind address (UDP and TCP; port 0 picks one)", EnvVars: env("gossip")},
 		&cli.StringFlag{Name: "advertise", Usage: "address peers reach this node at (default: the bound address)", EnvVars: env("advertise")},
 		&cli.StringSliceFlag{Name: "join", Usage: "gossip address of a seed node (repeatable)", EnvVars: env("join")},
@@ -159,7 +162,10 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	setStrings(c, "model", &cfg.Models)
 	setDuration(c, "models-interval", &cfg.ModelsInterval)
 	setInt64(c, "max-body-bytes", &cfg.MaxBodyBytes)
+	setDuration(c, "drain-delay", &cfg.DrainDelay)
 	setDuration(c, "drain-timeout", &cfg.DrainTimeout)
+	setDuration(c, "body-timeout", &cfg.BodyTimeout)
+	setDuration(c, "idle-timeout", &cfg.IdleTimeout)
 	setFloat(c, "dispatch-slack", &cfg.Admit.Queue.DispatchSlack)
 	setInt(c, "forward-attempts", &cfg.ForwardAttempts)
 	setDuration(c, "retry-after", &cfg.RetryAfter)
@@ -229,7 +235,6 @@ func runNode(ctx context.Context, cfg node.Config) error {
 		return err
 	}
 	<-ctx.Done()
-	cfg.Logger.Info("draining", "timeout", cfg.DrainTimeout)
 	if err := n.Shutdown(context.Background()); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -261,6 +266,8 @@ func engineCommand() *cli.Command {
 			cfg.Name = c.String("name")
 			cfg.HTTPAddr = c.String("http")
 			cfg.Standalone = true
+			// A node in front of it watches its models and metrics, not its /readyz.
+			cfg.DrainDelay = -1
 			setStrings(c, "model", &cfg.Models)
 			simConfig(c, &cfg)
 			return runNode(c.Context, cfg)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -20,14 +22,15 @@ import (
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
-		Usage: "print a node's view of the mesh as a table",
+		Usage: "print a node's view of the mesh as a table, with every live node's readiness",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "node", Value: "http://127.0.0.1:18080", Usage: "base URL of the node to ask", EnvVars: env("status-node")},
+			&cli.StringFlag{Name: "node", Value: "http://127.0.0.1:18080", Usage: "base URL of the node to ask (host:port alone means http)", EnvVars: env("status-node")},
 			&cli.BoolFlag{Name: "json", Usage: "print the raw JSON", EnvVars: env("status-json")},
 			&cli.StringFlag{Name: "api-key", Usage: "API key sent as a bearer token, for a node with --api-keys (any key in its file)", EnvVars: env("status-api-key")},
 			caCertFlag("status"),
 		},
 		Action: func(c *cli.Context) error {
+			base := baseURL(c.String("node"))
 			tlsCfg, err := clientTLS(c.String("ca-cert"))
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
@@ -35,34 +38,22 @@ func statusCommand() *cli.Command {
 			tr := http.DefaultTransport.(*http.Transport).Clone()
 			tr.TLSClientConfig = tlsCfg
 			client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
-			req, err := http.NewRequestWithContext(c.Context, http.MethodGet, strings.TrimRight(c.String("node"), "/")+"/v1/mesh/peers", nil)
+			status, body, err := get(c.Context, client, base+"/v1/mesh/peers", c.String("api-key"))
 			if err != nil {
-				return err
+				return fmt.Errorf("status: %w", err)
 			}
-			if k := c.String("api-key"); k != "" {
-				req.Header.Set("Authorization", "Bearer "+k)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("status: %s: %s", resp.Status, body)
+			if status != http.StatusOK {
+				return fmt.Errorf("status: %d: %s", status, body)
 			}
 			if c.Bool("json") {
-				_, err = os.Stdout.Write(body)
+				_, err = c.App.Writer.Write(body)
 				return err
 			}
 			var pr node.PeersResponse
 			if err := json.Unmarshal(body, &pr); err != nil {
 				return fmt.Errorf("status: decoding the answer: %w", err)
 			}
-			return writeStatus(os.Stdout, pr)
+			return writeStatus(c.App.Writer, pr, readiness(c.Context, pr, base, tr))
 		},
 	}
 }
@@ -89,11 +80,78 @@ func clientTLS(caFile string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
-// writeStatus prints one row per node, for a person to read at a glance.
-func writeStatus(w io.Writer, pr node.PeersResponse) error {
+// baseURL makes --node a base URL: a host:port without a scheme is reached over http.
+func baseURL(s string) string {
+	s = strings.TrimRight(s, "/")
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	return s
+}
+
+// get fetches url, with key as a bearer token when set, and returns its status and (bounded)
+// body.
+func get(ctx context.Context, client *http.Client, url, key string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return resp.StatusCode, body, err
+}
+
+// readiness asks every live node's /readyz, the node asked at base and its peers at their
+// advertised HTTP addresses, and returns what each said by name: "ready", or the status and
+// reason of a 503. A node that does not answer is left out. Peers are asked with base's scheme
+// over tr (the same CA).
+func readiness(ctx context.Context, pr node.PeersResponse, base string, tr http.RoundTripper) map[string]string {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: tr}
+	scheme, _, _ := strings.Cut(base, "://")
+	out := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range pr.Peers {
+		url := base
+		if !p.Self {
+			if p.Liveness != "alive" || p.HTTPAddr == "" {
+				continue
+			}
+			url = scheme + "://" + p.HTTPAddr
+		}
+		wg.Go(func() {
+			status, body, err := get(ctx, client, url+"/readyz", "")
+			if err != nil {
+				return
+			}
+			var rz struct{ Status, Reason string }
+			_ = json.Unmarshal(body, &rz)
+			said := "ready"
+			if status != http.StatusOK {
+				said = strings.TrimSuffix(rz.Status+": "+rz.Reason, ": ")
+			}
+			mu.Lock()
+			out[p.Name] = said
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// writeStatus prints one row per node, for a person to read at a glance; ready is readiness's
+// answer.
+func writeStatus(w io.Writer, pr node.PeersResponse, ready map[string]string) error {
 	fmt.Fprintf(w, "view of %s\n", pr.Node)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVENESS\tMODEL\tKV USE\tHIT RATE\tRUNNING\tWAITING\tQUEUED PREFILL\tPOWER\tTEMP\tCARBON\tAGE")
+	fmt.Fprintln(tw, "NODE\tLIVENESS\tMODEL\tKV USE\tHIT RATE\tRUNNING\tWAITING\tQUEUED PREFILL\tPOWER\tTEMP\tCARBON\tAGE\tREADY")
 	for _, p := range pr.Peers {
 		name := p.Name
 		if p.Self {
@@ -122,8 +180,21 @@ func writeStatus(w io.Writer, pr node.PeersResponse) error {
 		if p.Stale && live == "alive" {
 			live = "alive (stale)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t%.0f%%\t%d\t%d\t%d\t%s\t%s\t%s\t%.1fs\n", name, live, strings.Join(models, ","),
-			100*p.KVUse, 100*p.HitRate, p.Running, p.Waiting, p.QueuedPrefillTokens, power, temp, carbon, p.AgeSeconds)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t%.0f%%\t%d\t%d\t%d\t%s\t%s\t%s\t%.1fs\t%s\n", name, live, strings.Join(models, ","),
+			100*p.KVUse, 100*p.HitRate, p.Running, p.Waiting, p.QueuedPrefillTokens, power, temp, carbon, p.AgeSeconds, readyOf(p, ready))
 	}
 	return tw.Flush()
+}
+
+// readyOf is a node's readiness: what its /readyz said, else its gossiped engine health.
+func readyOf(p node.PeerInfo, ready map[string]string) string {
+	switch said, ok := ready[p.Name]; {
+	case ok:
+		return said
+	case p.Liveness != "alive":
+		return "-"
+	case p.EngineHealthy:
+		return "ready (gossip)"
+	}
+	return "not ready (gossip)"
 }

@@ -11,8 +11,10 @@ const (
 	CodeInvalidParameter = "invalid_parameter"
 	// CodeUnsupportedParameter: a well-formed field the engine that would run the request
 	// cannot honour (the embedded engine and guided_json, say); its param names the field.
-	CodeUnsupportedParameter  = "unsupported_parameter"
-	CodeBodyTooLarge          = "body_too_large"
+	CodeUnsupportedParameter = "unsupported_parameter"
+	CodeBodyTooLarge         = "body_too_large"
+	// CodeBodyTimeout (408): the request body did not arrive within the node's body timeout.
+	CodeBodyTimeout           = "body_timeout"
 	CodeModelNotFound         = "model_not_found"
 	CodeContextLengthExceeded = "context_length_exceeded"
 	CodeInvalidAPIKey         = "invalid_api_key"

@@ -100,7 +100,8 @@ type Config struct {
 	Requests io.Writer
 	// RunLabel is every RequestRecord's "run" (`kvmesh bench` writes "POLICY@LOAD").
 	RunLabel string
-	// Progress receives a live progress line every ProgressInterval (nil = none).
+	// Progress receives a progress line every ProgressInterval (nil = none): redrawn in place
+	// with carriage returns on a terminal, one line per update anywhere else.
 	Progress         io.Writer
 	ProgressInterval time.Duration
 	// APIKey is sent as "Authorization: Bearer KEY" when set.

@@ -3,7 +3,9 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,12 +211,17 @@ func (r *runner) request(ctx context.Context, it *Item, msgs []Message, final bo
 	}
 }
 
-// progress writes a live line to cfg.Progress until the returned func is called, which writes
-// the final line and a newline.
+// progress writes a progress line to cfg.Progress every ProgressInterval until the returned
+// func is called, which writes the final one. On a terminal the line is redrawn in place;
+// elsewhere (a log file, a CI job) each update is a line of its own.
 func (r *runner) progress() (stop func()) {
 	w := r.cfg.Progress
 	if w == nil {
 		return func() {}
+	}
+	start, end := "", "\n"
+	if isTerminal(w) {
+		start, end = "\r", " "
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -222,8 +229,8 @@ func (r *runner) progress() (stop func()) {
 		ended, completed, good, refused, failed := r.col.counts()
 		sent := int(r.issued.Load())
 		el := time.Since(r.start)
-		fmt.Fprintf(w, "\r[%6.1fs] rate %6.1f req/s  sent %d  in flight %d  completed %d  goodput %d (%.1f req/s)  refused %d  failed %d ",
-			el.Seconds(), rate, sent, sent-ended, completed, good, ratio(float64(good), el.Seconds()), refused, failed)
+		fmt.Fprintf(w, "%s[%6.1fs] rate %6.1f req/s  sent %d  in flight %d  completed %d  goodput %d (%.1f req/s)  refused %d  failed %d%s",
+			start, el.Seconds(), rate, sent, sent-ended, completed, good, ratio(float64(good), el.Seconds()), refused, failed, end)
 	}
 	wg.Go(func() {
 		t := time.NewTicker(r.cfg.ProgressInterval)
@@ -244,6 +251,19 @@ func (r *runner) progress() (stop func()) {
 		close(done)
 		wg.Wait()
 		line(ratio(float64(r.issued.Load()), time.Since(r.start).Seconds()))
-		fmt.Fprintln(w)
+		if start != "" {
+			fmt.Fprintln(w)
+		}
 	}
+}
+
+// isTerminal reports whether w is a terminal (a character device), where a line can be
+// redrawn with a carriage return.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -251,6 +251,57 @@ func TestRunAccountingReconciles(t *testing.T) {
 	}
 }
 
+// TestRunSendsTheAPIKey pins that every request carries APIKey as its bearer token.
+func TestRunSendsTheAPIKey(t *testing.T) {
+	f := newFake(t, func(int, chatRequest) step { return step{tokens: 1} }, nil)
+	cfg := runCfg("chat", f.srv.URL)
+	cfg.MaxRequests, cfg.APIKey = 3, "sk-test"
+	mustRun(t, cfg)
+	got := f.requests()
+	if len(got) != 3 {
+		t.Fatalf("%d requests, want 3", len(got))
+	}
+	for _, c := range got {
+		if a := c.header.Get("Authorization"); a != "Bearer sk-test" {
+			t.Errorf("Authorization %q", a)
+		}
+	}
+}
+
+// TestProgressIsOneLinePerUpdateOffATerminal pins that progress written to a file (a log, a CI
+// job) has a line per update and no carriage returns, which would pile every update into one
+// line there.
+func TestProgressIsOneLinePerUpdateOffATerminal(t *testing.T) {
+	f := newFake(t, func(int, chatRequest) step { return step{tokens: 2, gap: time.Millisecond} }, nil)
+	cfg := runCfg("chat", f.srv.URL)
+	cfg.MaxRequests = 20
+	cfg.Rate = 1000
+	out, err := os.Create(filepath.Join(t.TempDir(), "progress"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cfg.Progress, cfg.ProgressInterval = out, time.Millisecond
+	mustRun(t, cfg)
+	b, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if strings.Contains(s, "\r") || !strings.HasSuffix(s, "\n") {
+		t.Fatalf("progress off a terminal %q: want lines without carriage returns", s)
+	}
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "[") || !strings.Contains(l, " sent ") {
+			t.Errorf("progress line %q", l)
+		}
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, "sent 20 ") {
+		t.Errorf("final progress line %q", last)
+	}
+}
+
 // TestRunRequestRecordsWriteError: a Requests writer that fails does not stop the run; Run
 // returns the report and the first write error.
 func TestRunRequestRecordsWriteError(t *testing.T) {
