@@ -9,12 +9,14 @@ import (
 )
 
 // stateCollector exports, at scrape time, what the node's libraries count without metrics of
-// their own: routing's filter drops and the waiting room's depth per priority band.
+// their own (routing's filter drops and the waiting room's depth per priority band) and the
+// hash of the config file in force.
 type stateCollector struct {
 	n           *Node
 	filtered    *prometheus.Desc
 	queueDepth  *prometheus.Desc
 	queueTokens *prometheus.Desc
+	configHash  *prometheus.Desc
 }
 
 func newStateCollector(n *Node) *stateCollector {
@@ -26,6 +28,8 @@ func newStateCollector(n *Node) *stateCollector {
 			"Requests waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
 		queueTokens: prometheus.NewDesc("kvmesh_admission_queue_prefill_tokens",
 			"Prefill tokens waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
+		configHash: prometheus.NewDesc("kvmesh_config_hash_info",
+			"Always 1; hash is the SHA-256 of the config file in force as sha256sum prints it (\"none\" without a config file).", []string{"hash"}, nil),
 	}
 }
 
@@ -33,6 +37,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.filtered
 	ch <- c.queueDepth
 	ch <- c.queueTokens
+	ch <- c.configHash
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -46,4 +51,5 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for prio, v := range room.QueuedTokens() {
 		ch <- prometheus.MustNewConstMetric(c.queueTokens, prometheus.GaugeValue, float64(v), strconv.Itoa(prio))
 	}
+	ch <- prometheus.MustNewConstMetric(c.configHash, prometheus.GaugeValue, 1, c.n.configHash())
 }

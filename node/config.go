@@ -113,8 +113,8 @@ type Config struct {
 	// ForwardAttempts is how many candidates one dispatch tries before the request goes back
 	// to the waiting room. Default 3.
 	ForwardAttempts int `json:"forward_attempts"`
-	// APIKeysFile holds the API keys (admit.ParseKeys format), hot-reloaded; empty, the
-	// default, means open.
+	// APIKeysFile holds the API keys (admit.ParseKeys format), reloaded with the config file
+	// (Reload, ConfigWatch); empty, the default, means open.
 	APIKeysFile string `json:"api_keys_file"`
 	// AgentFromUser takes the agent id from the OpenAI "user" field when X-Kvmesh-Agent is absent.
 	AgentFromUser bool `json:"agent_from_user"`
@@ -140,6 +140,20 @@ type Config struct {
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// DrainTimeout bounds how long Shutdown waits for in-flight requests. Default 30s.
 	DrainTimeout time.Duration `json:"drain_timeout"`
+	// ConfigFile is the config file the settings were read from (ReadConfigFile sets it);
+	// Reload reads it again. Empty: there is none, and a reload reads the API key file alone.
+	ConfigFile string `json:"-"`
+	// ConfigWatch is how often the config file and the API key file are checked for a change
+	// of content, which reloads them (Reload). Default 2s; negative (-1) turns the check off,
+	// leaving Reload (kvmesh node: SIGHUP).
+	ConfigWatch time.Duration `json:"-"`
+	// Overrides, when set, is applied to each reloaded config before it is checked and used:
+	// kvmesh node applies its flags and environment variables there again, so that they keep
+	// winning over the file.
+	Overrides func(*Config) error `json:"-"`
+	// fileSum is the hex SHA-256 of ConfigFile's content as ReadConfigFile read it.
+	fileSum string
+
 	// Logger receives one line per event; nil discards.
 	Logger *slog.Logger `json:"-"`
 	// Registry collects the node's metrics and is served on /metrics; nil makes a new one.
@@ -197,6 +211,7 @@ func DefaultConfig() Config {
 		AgentInterval:       DefaultAgentInterval,
 		AgentLeaseIntervals: 5,
 		GPU:                 "auto",
+		ConfigWatch:         2 * time.Second,
 	}
 }
 
@@ -223,7 +238,7 @@ func (c *Config) fill() {
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&c.DrainTimeout, &d.DrainTimeout}, {&c.RoomTick, &d.RoomTick}, {&c.RetryAfter, &d.RetryAfter},
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
-		{&c.ModelsInterval, &d.ModelsInterval},
+		{&c.ModelsInterval, &d.ModelsInterval}, {&c.ConfigWatch, &d.ConfigWatch},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def

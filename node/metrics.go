@@ -28,6 +28,8 @@ type metrics struct {
 	bytesPerToken  *prometheus.GaugeVec   // model: at most kvindex.DefaultCalibrationMaxModels series
 	carbonRouted   prometheus.Counter
 	carbonDeferred prometheus.Counter
+	reloads        *prometheus.CounterVec // result: ok or error
+	reloaded       prometheus.Gauge
 	// Registered only when the carbon signal is configured.
 	carbonMode      *prometheus.GaugeVec
 	carbonIntensity prometheus.Gauge
@@ -99,9 +101,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.carbonDeferred = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvmesh_carbon_deferred_total", Help: "Sheddable requests refused with carbon_deferred.",
 	})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvmesh_config_reloads_total", Help: "Reloads of the config file and the API key file (SIGHUP or a changed file), by result: ok, or error when a file was rejected and its previous settings stayed in force.",
+	}, []string{"result"})
+	for _, r := range []string{reloadOK, reloadError} {
+		m.reloads.WithLabelValues(r) // both series from the start, for rate() alerts
+	}
+	m.reloaded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
+	})
 	if reg != nil {
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.e2e, m.forwards, m.served,
-			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred)
+			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
+			m.reloads, m.reloaded)
 	}
 	return m
 }
