@@ -175,29 +175,22 @@ func LoadConfigFile(data []byte, base Config) (Config, error) {
 	return cfg, err
 }
 
-// decodeConfigFile is LoadConfigFile for a file named name ("": told by its content).
-func decodeConfigFile(name string, data []byte, base Config) (Config, bool, error) {
-	data, err := configJSON(name, data)
+// decodeConfigFile is LoadConfigFile for a file named name ("": told by its content); legacy
+// reports an admission-only file.
+func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy bool, err error) {
+	if data, err = configJSON(name, data); err != nil {
+		return base, false, err
+	}
+	top, legacy, err := topLevel(data)
 	if err != nil {
 		return base, false, err
 	}
-	cfg, err := decodeConfigJSON(data, base)
-	_, legacy, _ := topLevel(data)
-	return cfg, legacy && err == nil, err
-}
-
-// decodeConfigJSON reads a config file in JSON over base.
-func decodeConfigJSON(data []byte, base Config) (Config, error) {
-	top, legacy, err := topLevel(data)
-	if err != nil {
-		return base, err
-	}
-	cfg := base
+	cfg = base
 	if legacy {
 		if cfg.Admit, err = admit.DecodeConfig(data, base.Admit); err != nil {
-			return base, fmt.Errorf("node: config file: %w", err)
+			return base, false, fmt.Errorf("node: config file: %w", err)
 		}
-		return cfg, nil
+		return cfg, true, nil
 	}
 	l := fileLayout[json.RawMessage]{Node: base, Gossip: base.Gossip, Route: base.Route, Sim: base.Sim,
 		Agents: agentsOf(base), Carbon: base.Carbon}
@@ -209,7 +202,7 @@ func decodeConfigJSON(data []byte, base Config) (Config, error) {
 		l.Carbon = &cc
 	}
 	if err := jsonconf.Decode(data, &l); err != nil {
-		return base, fmt.Errorf("node: config file: %w", err)
+		return base, false, fmt.Errorf("node: config file: %w", err)
 	}
 	cfg = l.Node
 	cfg.Gossip, cfg.Route, cfg.Sim, cfg.Carbon = l.Gossip, l.Route, l.Sim, l.Carbon
@@ -220,10 +213,10 @@ func decodeConfigJSON(data []byte, base Config) (Config, error) {
 	}
 	if raw := l.Admission; raw != nil && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		if cfg.Admit, err = admit.DecodeConfig(raw, base.Admit); err != nil {
-			return base, fmt.Errorf("node: config file: admission: %w", err)
+			return base, false, fmt.Errorf("node: config file: admission: %w", err)
 		}
 	}
-	return cfg, nil
+	return cfg, false, nil
 }
 
 func agentsOf(c Config) *agentsSection {
