@@ -2,6 +2,8 @@ package admit
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,12 +17,13 @@ const (
 )
 
 // Admitter runs the admission layers. It owns the node's API keys, waiting room and output
-// length estimator; it is safe for concurrent use.
+// length estimator; it is safe for concurrent use, SetConfig included.
 type Admitter struct {
-	cfg  Config
-	keys *Keys
-	room *WaitingRoom
-	est  *estimator
+	cfg   atomic.Pointer[Config] // replaced whole by SetConfig, never changed in place
+	setMu sync.Mutex             // one SetConfig at a time, so the room's and cfg's settings agree
+	keys  *Keys
+	room  *WaitingRoom
+	est   *estimator
 }
 
 // New validates cfg and builds an Admitter with no keys (open access) and an empty room.
@@ -40,7 +43,48 @@ func New(cfg Config) (*Admitter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admitter{cfg: cfg, keys: keys, room: room, est: newEstimator(cfg.Budget)}, nil
+	a := &Admitter{keys: keys, room: room, est: newEstimator(cfg.Budget)}
+	a.cfg.Store(&cfg)
+	return a, nil
+}
+
+// Validate reports whether c is a valid admission config once its zero fields are filled,
+// as New and SetConfig would find it.
+func (c Config) Validate() error { return c.validate() }
+
+// conf is the configuration in force. A decision may read it more than once; across a
+// SetConfig it may see both, each of which is valid.
+func (a *Admitter) conf() *Config { return a.cfg.Load() }
+
+// Config returns the configuration in force, defaults filled.
+func (a *Admitter) Config() Config { return *a.conf() }
+
+// SetConfig replaces the admission settings while the admitter runs: validation bounds, budget
+// limits, tenants and models, the KV marks, the queue's caps and TTL, and the SLO classes. A
+// few settings keep the values New was given, since the state built from them stays: Keys (the
+// key set's default buckets), Budget's Estimate* fields (the output-length estimator),
+// Queue.DrainWindow (the dispatch-rate meter) and ModelInfo, when cfg has none. An invalid cfg
+// is an error and changes nothing. A decision in progress may see the old settings, the new
+// ones, or some of each; all are valid.
+func (a *Admitter) SetConfig(cfg Config) error {
+	a.setMu.Lock()
+	defer a.setMu.Unlock()
+	old := a.conf()
+	if cfg.ModelInfo == nil {
+		cfg.ModelInfo = old.ModelInfo
+	}
+	cfg.Keys = old.Keys
+	cfg.Budget.EstimateMinSamples, cfg.Budget.EstimateAlpha = old.Budget.EstimateMinSamples, old.Budget.EstimateAlpha
+	cfg.Budget.EstimateSigmas, cfg.Budget.EstimateMaxSeries = old.Budget.EstimateSigmas, old.Budget.EstimateMaxSeries
+	cfg.Queue.DrainWindow = old.Queue.DrainWindow
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := a.room.SetConfig(cfg.Queue); err != nil {
+		return err
+	}
+	a.cfg.Store(&cfg)
+	return nil
 }
 
 // Keys returns the key set; the node calls Keys().Replace when the key file changes.
@@ -60,22 +104,22 @@ func refuse(status int, layer, code, param, format string, args ...any) Decision
 }
 
 func (a *Admitter) model(name string) (ModelConfig, bool) {
-	if a.cfg.ModelInfo != nil {
-		ctx, ok := a.cfg.ModelInfo(name)
+	if a.conf().ModelInfo != nil {
+		ctx, ok := a.conf().ModelInfo(name)
 		if !ok {
 			return ModelConfig{}, false
 		}
-		m := a.cfg.Models[name]
+		m := a.conf().Models[name]
 		m.ContextTokens = ctx
 		return m, true
 	}
-	m, ok := a.cfg.Models[name]
+	m, ok := a.conf().Models[name]
 	return m, ok
 }
 
 // Validate is layer 1: parameter bounds and a model the mesh serves. It is pure and cheap.
 func (a *Admitter) Validate(req Request) Decision {
-	v := a.cfg.Validation
+	v := a.conf().Validation
 	bad := func(param, format string, args ...any) Decision {
 		return refuse(statusBadRequest, LayerValidation, CodeInvalidParameter, param, format, args...)
 	}
@@ -111,14 +155,14 @@ func (a *Admitter) Validate(req Request) Decision {
 
 // limits returns the default and maximum max_tokens for req: tenant, then model, then Budget.
 func (a *Admitter) limits(m ModelConfig, tenant string) (def, maxMT int) {
-	def, maxMT = a.cfg.Budget.DefaultMaxTokens, a.cfg.Budget.MaxMaxTokens
+	def, maxMT = a.conf().Budget.DefaultMaxTokens, a.conf().Budget.MaxMaxTokens
 	if m.DefaultMaxTokens > 0 {
 		def = m.DefaultMaxTokens
 	}
 	if m.MaxMaxTokens > 0 {
 		maxMT = m.MaxMaxTokens
 	}
-	if t, ok := a.cfg.Tenants[tenant]; ok {
+	if t, ok := a.conf().Tenants[tenant]; ok {
 		if t.DefaultMaxTokens > 0 {
 			def = t.DefaultMaxTokens
 		}
@@ -138,8 +182,8 @@ func (a *Admitter) limits(m ModelConfig, tenant string) (def, maxMT int) {
 func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 	if a.keys.Len() == 0 {
 		open := maxPriorityValue
-		if a.cfg.Keys.MaxPriority != nil {
-			open = *a.cfg.Keys.MaxPriority
+		if a.conf().Keys.MaxPriority != nil {
+			open = *a.conf().Keys.MaxPriority
 		}
 		return defaultTenant, granted(Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: defaultTenant, Option: -1}, req.Priority, open)
 	}
@@ -188,7 +232,7 @@ func (a *Admitter) budget(req Request) Decision {
 	} else {
 		mt = *req.MaxTokens
 		if maxMT > 0 && mt > maxMT {
-			if !a.cfg.Budget.ClampMaxTokens {
+			if !a.conf().Budget.ClampMaxTokens {
 				return refuse(statusBadRequest, LayerBudget, CodeInvalidParameter, "max_tokens",
 					"max_tokens %d is above this route's limit of %d", mt, maxMT)
 			}
@@ -220,12 +264,12 @@ func Class(priority int) string {
 // SLOFor returns the TTFT and TPOT targets of req: its own (the client's hard targets), else
 // its class default, the TTFT one plus the request's own prefill time (Request.OwnTTFT).
 func (a *Admitter) SLOFor(req Request) (ttft, tpot time.Duration) {
-	c := a.cfg.SLO.Normal
+	c := a.conf().SLO.Normal
 	switch Class(req.Priority) {
 	case "high":
-		c = a.cfg.SLO.High
+		c = a.conf().SLO.High
 	case "low":
-		c = a.cfg.SLO.Low
+		c = a.conf().SLO.Low
 	}
 	ttft, tpot = req.TTFTSLO, req.TPOTSLO
 	if ttft == 0 {
@@ -238,7 +282,7 @@ func (a *Admitter) SLOFor(req Request) (ttft, tpot time.Duration) {
 }
 
 func (a *Admitter) ttl(req Request) time.Duration {
-	ttl := time.Duration(a.cfg.Queue.TTL)
+	ttl := time.Duration(a.conf().Queue.TTL)
 	if req.QueueTTL > 0 && req.QueueTTL < ttl {
 		ttl = req.QueueTTL // the header may only shorten it
 	}
@@ -293,7 +337,7 @@ func (a *Admitter) kvRoom(priority int, o Option, need int, mark float64) bool {
 	}
 	own := mark
 	if priority < 0 {
-		own = min(mark, a.cfg.KV.Sheddable)
+		own = min(mark, a.conf().KV.Sheddable)
 	}
 	if fits(o, need, own) {
 		return true
@@ -318,7 +362,7 @@ func (a *Admitter) kvRoom(priority int, o Option, need int, mark float64) bool {
 // an engine with next to nothing queued ahead of it (under a tenth of the normal TTFT), so a
 // long prompt is not held forever; normal traffic routes around that engine meanwhile.
 func (a *Admitter) spare(priority, prompt int, o Option) bool {
-	normal := time.Duration(a.cfg.SLO.Normal.TTFT)
+	normal := time.Duration(a.conf().SLO.Normal.TTFT)
 	if priority >= 0 || normal <= 0 {
 		return true
 	}
@@ -451,7 +495,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		if o.TotalKVBlocks <= 0 || needs[i] <= o.TotalKVBlocks {
 			neverFit = false
 		}
-		if fit < 0 && a.kvRoom(req.Priority, o, needs[i], a.cfg.KV.QueueOn) {
+		if fit < 0 && a.kvRoom(req.Priority, o, needs[i], a.conf().KV.QueueOn) {
 			fit = i
 		}
 	}
@@ -499,7 +543,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		}
 		if ok {
 			anyFeasible = true
-			if chosen < 0 && queueCode == "" && a.kvRoom(req.Priority, o, needs[i], a.cfg.KV.QueueOn) && a.spare(req.Priority, req.PromptTokens, o) {
+			if chosen < 0 && queueCode == "" && a.kvRoom(req.Priority, o, needs[i], a.conf().KV.QueueOn) && a.spare(req.Priority, req.PromptTokens, o) {
 				chosen = i
 			}
 		}
@@ -551,7 +595,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 	// the room hands out the earliest deadlines first, so under overload every request it
 	// dispatches has nearly used its target up waiting, and the estimate's error would make
 	// most of them late (docs/design/admission.md).
-	dispatchTTFT := ttftSLO - time.Duration(float64(ttftSLO)*max(a.cfg.Queue.DispatchSlack, 0))
+	dispatchTTFT := ttftSLO - time.Duration(float64(ttftSLO)*max(a.conf().Queue.DispatchSlack, 0))
 	waited := now.Sub(it.Req.SLOClock())
 	anyFeasible := false
 	for i, o := range options {
@@ -560,7 +604,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		}
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
-		if a.kvRoom(it.Priority, o, need, a.cfg.KV.QueueOff) && a.spare(it.Priority, it.Req.PromptTokens, o) {
+		if a.kvRoom(it.Priority, o, need, a.conf().KV.QueueOff) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
 				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
 		}
@@ -569,7 +613,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		d := refuse(statusTooManyRequests, LayerSLO, CodeSLOUnattainable, "",
 			"waited %v; no candidate can still meet the TTFT target of %v", waited.Round(time.Millisecond), ttftSLO)
 		d.Tenant, d.MaxTokens, d.ExpectedTokens = it.Tenant, it.MaxTokens, it.ExpectedTokens
-		d.RetryAfter = time.Duration(a.cfg.Queue.MinRetryAfter)
+		d.RetryAfter = time.Duration(a.conf().Queue.MinRetryAfter)
 		return d
 	}
 	return Decision{Action: Queue, Layer: LayerKV, Code: CodeWaitKV, Tenant: it.Tenant, Option: -1,

@@ -690,8 +690,8 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 		t.Fatalf("New with zero layers: %v", err)
 	}
 	want := DefaultConfig()
-	want.Models = a.cfg.Models
-	if got, _ := json.Marshal(a.cfg); string(got) != string(must(json.Marshal(want))) {
+	want.Models = a.Config().Models
+	if got, _ := json.Marshal(a.Config()); string(got) != string(must(json.Marshal(want))) {
 		t.Errorf("New filled\n%s\nwant the defaults\n%s", got, must(json.Marshal(want)))
 	}
 	r, err := NewWaitingRoom(QueueConfig{})
@@ -730,5 +730,44 @@ func TestItemCountsPrefillWork(t *testing.T) {
 	}
 	if it := a.Item(r, d); it.Tokens != 200 {
 		t.Errorf("item tokens %d, want 200", it.Tokens)
+	}
+}
+
+// TestSetConfig pins what SetConfig changes in a running admitter: the SLO classes and the
+// waiting room's caps apply at once, the settings whose state is built once keep New's values,
+// and an invalid config changes nothing.
+func TestSetConfig(t *testing.T) {
+	a := newAdmitter(t, nil)
+	d := DefaultConfig()
+	c := testConfig()
+	c.SLO.Normal.TTFT = Duration(500 * time.Millisecond)
+	c.Queue.MaxRequests = 1
+	c.Queue.DrainWindow = Duration(30 * time.Second)
+	c.Budget.EstimateAlpha = 0.5
+	c.Keys.RateTokens = 10
+	if err := a.SetConfig(c); err != nil {
+		t.Fatal(err)
+	}
+	if ttft, _ := a.SLOFor(Request{}); ttft != 500*time.Millisecond {
+		t.Errorf("normal TTFT target %v after SetConfig, want 500ms", ttft)
+	}
+	if _, err := a.Room().Push(t0, &Item{ID: "a", Model: "m", Tokens: 16, Arrived: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Room().Push(t0, &Item{ID: "b", Model: "m", Tokens: 16, Arrived: t0}); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("second waiter under max_requests 1: %v, want ErrQueueFull", err)
+	}
+	got := a.Config()
+	if got.Queue.DrainWindow != d.Queue.DrainWindow || got.Budget.EstimateAlpha != d.Budget.EstimateAlpha || got.Keys.RateTokens != 0 {
+		t.Errorf("built-once settings changed: drain window %v, estimate alpha %v, key rate %v",
+			got.Queue.DrainWindow, got.Budget.EstimateAlpha, got.Keys.RateTokens)
+	}
+	bad := c
+	bad.KV.QueueOn = 2
+	if err := a.SetConfig(bad); !errors.Is(err, ErrConfig) {
+		t.Errorf("SetConfig with queue_on 2: %v, want ErrConfig", err)
+	}
+	if a.Config().KV.QueueOn != d.KV.QueueOn {
+		t.Errorf("a rejected config took effect: queue_on %v", a.Config().KV.QueueOn)
 	}
 }

@@ -51,6 +51,8 @@
 // # Concurrency
 //
 // Admitter, Keys, WaitingRoom and SLOTracker are safe for concurrent use (mutexes; no
-// goroutines, no I/O, time always passed in). The zero values are not usable: build them with
+// goroutines, no I/O, time always passed in). Admitter.SetConfig and WaitingRoom.SetConfig
+// change a running one's settings (a node's config reload); the waiting room, the keys'
+// buckets and the learned output lengths stay. The zero values are not usable: build them with
 // New, NewKeys/ParseKeys, NewWaitingRoom and NewSLOTracker.
 package admit

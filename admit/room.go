@@ -83,14 +83,38 @@ type WaitingRoom struct {
 
 // NewWaitingRoom builds an empty room from cfg (DefaultConfig().Queue for the defaults).
 func NewWaitingRoom(cfg QueueConfig) (*WaitingRoom, error) {
+	cfg, err := checkQueue(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &WaitingRoom{cfg: cfg, pools: make(map[poolKey]*pool), byID: make(map[string]*Item),
+		drain: drainMeter{window: time.Duration(cfg.DrainWindow)}}, nil
+}
+
+// checkQueue fills cfg's zero fields with their defaults and validates it.
+func checkQueue(cfg QueueConfig) (QueueConfig, error) {
 	c := Config{Models: map[string]ModelConfig{"_": {ContextTokens: 1}}, Validation: DefaultConfig().Validation,
 		Budget: DefaultConfig().Budget, KV: DefaultConfig().KV, Queue: cfg}
 	if err := c.validate(); err != nil {
-		return nil, err
+		return QueueConfig{}, err
 	}
-	cfg = c.Queue // zero fields filled with their defaults
-	return &WaitingRoom{cfg: cfg, pools: make(map[poolKey]*pool), byID: make(map[string]*Item),
-		drain: drainMeter{window: time.Duration(cfg.DrainWindow)}}, nil
+	return c.Queue, nil
+}
+
+// SetConfig replaces the room's caps, TTL, fairness and Retry-After settings while it runs;
+// the waiters stay, and a lowered cap turns newcomers away until the room is under it again.
+// DrainWindow keeps the value the room was built with (it sizes the dispatch-rate meter). An
+// invalid cfg is an error and changes nothing.
+func (r *WaitingRoom) SetConfig(cfg QueueConfig) error {
+	cfg, err := checkQueue(cfg)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg.DrainWindow = r.cfg.DrainWindow
+	r.cfg = cfg
+	return nil
 }
 
 // SetPrefillRate records the measured prefill throughput (tokens/s, summed over the pool's

@@ -99,6 +99,13 @@ func (c *Config) fill() {
 	}
 }
 
+// Validate reports whether c is a valid Config once its zero fields are filled, as New and
+// Tracker.SetConfig would find it.
+func (c Config) Validate() error {
+	c.fill()
+	return c.validate()
+}
+
 func (c *Config) validate() error {
 	switch {
 	case c.Threshold <= 0 || math.IsNaN(c.Threshold) || math.IsInf(c.Threshold, 0):

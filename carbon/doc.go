@@ -56,8 +56,9 @@
 //
 // # Concurrency and zero values
 //
-// Tracker is safe for concurrent use; the zero Tracker is not usable: build one with New,
-// which validates a Config (start from DefaultConfig). Config, Decide and Config.Dirty are
+// Tracker is safe for concurrent use, SetConfig (a node's config reload) included; the zero
+// Tracker is not usable: build one with New, which validates a Config (start from
+// DefaultConfig). Config, Decide and Config.Dirty are
 // plain values and functions, safe anywhere; the zero Config fails open and calls any
 // positive intensity dirty. Static is read-only after construction; the zero Static reports
 // intensity 0 in gCO2eq/kWh for zone "static".

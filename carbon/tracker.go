@@ -38,9 +38,8 @@ type Status struct {
 
 // Tracker holds the latest reading, the poll schedule and the fail mode. Safe for concurrent use.
 type Tracker struct {
-	cfg Config
-
 	mu       sync.Mutex
+	cfg      Config
 	have     bool
 	reading  Reading
 	next     time.Time // zero: poll now
@@ -58,7 +57,25 @@ func New(cfg Config) (*Tracker, error) {
 }
 
 // Config returns the tracker's configuration.
-func (t *Tracker) Config() Config { return t.cfg }
+func (t *Tracker) Config() Config {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg
+}
+
+// SetConfig replaces the configuration while the tracker runs (a node's config reload): the
+// threshold, staleness, fail mode and backoff apply from the next call, and the reading and
+// the poll already scheduled stay. An invalid cfg is an error and changes nothing.
+func (t *Tracker) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.fill()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cfg = cfg
+	return nil
+}
 
 // Record stores a good reading and schedules the next poll after PollInterval, or at the
 // provider's NextChange when that comes sooner.

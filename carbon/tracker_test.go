@@ -242,3 +242,22 @@ func TestTrackerDecideRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestSetConfig pins that a running tracker judges its reading by a new threshold at once and
+// refuses an invalid config whole.
+func TestSetConfig(t *testing.T) {
+	tr := mustTracker(t, Config{Threshold: 300})
+	tr.Record(t0, Reading{Intensity: 250, At: t0})
+	if tr.Dirty(t0) {
+		t.Fatal("250 is dirty under 300")
+	}
+	if err := tr.SetConfig(Config{Threshold: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Dirty(t0) || tr.Config().MaxAge != DefaultConfig().MaxAge {
+		t.Errorf("after threshold 200: dirty %v, max age %v", tr.Dirty(t0), tr.Config().MaxAge)
+	}
+	if err := tr.SetConfig(Config{Threshold: -1}); !errors.Is(err, ErrConfig) || tr.Config().Threshold != 200 {
+		t.Errorf("threshold -1: %v, threshold now %v", err, tr.Config().Threshold)
+	}
+}

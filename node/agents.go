@@ -259,16 +259,7 @@ func isClosed(ch <-chan struct{}) bool {
 func (n *Node) runAgents(ctx context.Context) {
 	g := n.agents
 	defer close(g.stop)
-	t := time.NewTicker(n.cfg.AgentInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n.agentTick(time.Now())
-	}
+	ticking(ctx, n.cfg.AgentInterval, func() { n.agentTick(time.Now()) })
 }
 
 // agentTick is one control interval (agent.Home.Tick), then the wake-ups it allows.

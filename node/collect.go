@@ -10,8 +10,9 @@ import (
 )
 
 // stateCollector exports, at scrape time, what the node's libraries count without metrics of
-// their own: routing's filter drops, the waiting room's depth per priority band and the
-// engine's load as the node sees it (State), the same for the embedded and an external engine.
+// their own: routing's filter drops, the waiting room's depth per priority band, the engine's
+// load as the node sees it (State), the same for the embedded and an external engine, and the
+// hash of the config file in force.
 type stateCollector struct {
 	n           *Node
 	filtered    *prometheus.Desc
@@ -21,6 +22,7 @@ type stateCollector struct {
 	waiting     *prometheus.Desc
 	kvUse       *prometheus.Desc
 	hitRatio    *prometheus.Desc
+	configHash  *prometheus.Desc
 }
 
 // namedBands are the priority bands the queue gauges show at zero when nothing waits in them:
@@ -44,11 +46,13 @@ func newStateCollector(n *Node) *stateCollector {
 			"Share of this node's engine's KV blocks in use, 0..1.", nil, nil),
 		hitRatio: prometheus.NewDesc("kvmesh_engine_prefix_hit_ratio",
 			"Share of this node's engine's recent prompt tokens found in its prefix cache, 0..1.", nil, nil),
+		configHash: prometheus.NewDesc("kvmesh_config_hash_info",
+			"Always 1; hash is the SHA-256 of the config file in force as sha256sum prints it (\"none\" without a config file).", []string{"hash"}, nil),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.filtered, c.queueDepth, c.queueTokens, c.running, c.waiting, c.kvUse, c.hitRatio} {
+	for _, d := range []*prometheus.Desc{c.filtered, c.queueDepth, c.queueTokens, c.running, c.waiting, c.kvUse, c.hitRatio, c.configHash} {
 		ch <- d
 	}
 }
@@ -83,4 +87,5 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.waiting, float64(st.Waiting))
 	gauge(c.kvUse, kvUse)
 	gauge(c.hitRatio, st.HitRate)
+	ch <- prometheus.MustNewConstMetric(c.configHash, prometheus.GaugeValue, 1, c.n.configHash())
 }

@@ -131,8 +131,8 @@ type Config struct {
 	// ForwardAttempts is how many candidates one dispatch tries before the request goes back
 	// to the waiting room. Default 3.
 	ForwardAttempts int `json:"forward_attempts"`
-	// APIKeysFile holds the API keys (admit.ParseKeys format), hot-reloaded; empty, the
-	// default, means open.
+	// APIKeysFile holds the API keys (admit.ParseKeys format), reloaded with the config file
+	// (Reload, ConfigWatch); empty, the default, means open.
 	APIKeysFile string `json:"api_keys_file"`
 	// AgentFromUser takes the agent id from the OpenAI "user" field when X-Kvmesh-Agent is absent.
 	AgentFromUser bool `json:"agent_from_user"`
@@ -169,6 +169,20 @@ type Config struct {
 	BodyTimeout time.Duration `json:"body_timeout"`
 	// IdleTimeout closes a client connection idle this long between requests. Default 120s.
 	IdleTimeout time.Duration `json:"idle_timeout"`
+	// ConfigFile is the config file the settings were read from (ReadConfigFile sets it);
+	// Reload reads it again. Empty: there is none, and a reload reads the API key file alone.
+	ConfigFile string `json:"-"`
+	// ConfigWatch is how often the config file and the API key file are checked for a change
+	// of content, which reloads them (Reload). Default 2s; negative (-1) turns the check off,
+	// leaving Reload (kvmesh node: SIGHUP).
+	ConfigWatch time.Duration `json:"-"`
+	// Overrides, when set, is applied to each reloaded config before it is checked and used:
+	// kvmesh node applies its flags and environment variables there again, so that they keep
+	// winning over the file.
+	Overrides func(*Config) error `json:"-"`
+	// fileSum is the hex SHA-256 of ConfigFile's content as ReadConfigFile read it.
+	fileSum string
+
 	// Logger receives one line per event; nil discards.
 	Logger *slog.Logger `json:"-"`
 	// Registry collects the node's metrics and is served on /metrics; nil makes a new one.
@@ -229,6 +243,7 @@ func DefaultConfig() Config {
 		AgentInterval:       DefaultAgentInterval,
 		AgentLeaseIntervals: 5,
 		GPU:                 "auto",
+		ConfigWatch:         2 * time.Second,
 	}
 }
 
@@ -256,7 +271,7 @@ func (c *Config) fill() {
 		{&c.DrainTimeout, &d.DrainTimeout}, {&c.RoomTick, &d.RoomTick}, {&c.RetryAfter, &d.RetryAfter},
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
 		{&c.ModelsInterval, &d.ModelsInterval}, {&c.DrainDelay, &d.DrainDelay},
-		{&c.BodyTimeout, &d.BodyTimeout}, {&c.IdleTimeout, &d.IdleTimeout},
+		{&c.BodyTimeout, &d.BodyTimeout}, {&c.IdleTimeout, &d.IdleTimeout}, {&c.ConfigWatch, &d.ConfigWatch},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def

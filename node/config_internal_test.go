@@ -2,6 +2,8 @@ package node
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -235,7 +237,72 @@ func TestConfigFileRoundTrip(t *testing.T) {
 			if string(again) != string(out) {
 				t.Errorf("round trip changed the config:\n%s\nthen\n%s", out, again)
 			}
+			y, err := MarshalConfigFileYAML(c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back, err = LoadConfigFile(y, DefaultConfig()); err != nil {
+				t.Fatalf("the printed YAML does not load: %v\n%s", err, y)
+			}
+			if again, _ := MarshalConfigFile(back); string(again) != string(out) {
+				t.Errorf("the YAML round trip changed the config:\n%s\nthen\n%s", y, again)
+			}
 		})
+	}
+}
+
+// TestConfigFileFormats pins how a config file's format is told: YAML and JSON saying the same
+// thing read the same, by content when the name says nothing, by the name when it does.
+func TestConfigFileFormats(t *testing.T) {
+	const (
+		js = `{"node": {"forward_attempts": 2}, "route": {"weights": {"power": -1}}, "admission": {"queue": {"ttl": "30s"}}}`
+		ym = "# comments are fine\nnode:\n  forward_attempts: 2\nroute:\n  weights: {power: -1}\nadmission:\n  queue:\n    ttl: 30s\n"
+	)
+	want, err := LoadConfigFile([]byte(js), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOut, _ := MarshalConfigFile(want)
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name, content string
+		ok            bool
+	}{
+		{"kvmesh.json", js, true},
+		{"kvmesh.yaml", ym, true},
+		{"kvmesh.yml", ym, true},
+		{"kvmesh.yaml", js, true}, // JSON is YAML
+		{"kvmesh.conf", ym, true},
+		{"kvmesh.conf", js, true},
+		{"kvmesh.json", ym, false},
+	} {
+		path := filepath.Join(dir, tt.name)
+		if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := ReadConfigFile(path, DefaultConfig())
+		if !tt.ok {
+			if err == nil {
+				t.Errorf("%s holding YAML read without an error", tt.name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if out, _ := MarshalConfigFile(got); string(out) != string(wantOut) {
+			t.Errorf("%s read differently from the JSON:\n%s", tt.name, out)
+		}
+		if got.ConfigFile != path || got.fileSum != contentSum([]byte(tt.content)) {
+			t.Errorf("%s: ConfigFile %q, sum %q; want the file and its hash", tt.name, got.ConfigFile, got.fileSum)
+		}
+	}
+	if _, err := LoadConfigFile([]byte("route:\n  max_agee: 1s\n"), DefaultConfig()); err == nil || !strings.Contains(err.Error(), `unknown key "route.max_agee"`) {
+		t.Errorf("an unknown YAML key: %v", err)
+	}
+	if !ConfigFileIsLegacy([]byte("queue:\n  ttl: 20s\n")) {
+		t.Error("an admission-only YAML file is not told legacy")
 	}
 }
 

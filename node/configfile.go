@@ -2,11 +2,17 @@ package node
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
@@ -16,9 +22,9 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 )
 
-// The config file (kvmesh node --config FILE) is one JSON object with a section per part of
-// the node, each read over the configuration it is given (DefaultConfig, for kvmesh node), so
-// a file names only what it changes:
+// The config file (kvmesh node --config FILE) is one JSON object, or the same in YAML, with a
+// section per part of the node, each read over the configuration it is given (DefaultConfig,
+// for kvmesh node), so a file names only what it changes:
 //
 //	{
 //	  "node":      {"name": "gpu-7", "http_addr": ":8080", "tls_dir": "/etc/kvmesh/tls", "forward_attempts": 2},
@@ -29,6 +35,18 @@ import (
 //	  "carbon":    {"provider": {"kind": "static", "static_intensity": 250}},
 //	  "sim":       {"kv_blocks": 8192}
 //	}
+//
+// In YAML the same file is a mapping of the same sections and keys:
+//
+//	node:
+//	  name: gpu-7
+//	route:
+//	  weights: {power: -1}
+//
+// A file whose name ends in .yaml or .yml is YAML, one ending in .json is JSON, and any other is
+// told by its content: JSON starts with "{". YAML is converted to JSON (sigs.k8s.io/yaml, which
+// refuses a key given twice) and read as JSON is, so a key that names no setting is an error
+// naming its path in either.
 //
 // "node" holds Config's own fields, the others Gossip, Route, Admit (admit.Config's format),
 // Agents (agent.Config plus "interval" and "lease_intervals"), Carbon and Sim. "agents" and
@@ -65,6 +83,25 @@ type fileLayout[A any] struct {
 	Sim       sim.Config     `json:"sim"`
 }
 
+// configJSON returns a config file's content as JSON: as it is when it is JSON, converted
+// when it is YAML (see the format above; name "" tells by the content alone).
+func configJSON(name string, data []byte) ([]byte, error) {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".json":
+		return data, nil
+	case ".yaml", ".yml":
+	default:
+		if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+			return data, nil
+		}
+	}
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("node: config file: %w", err)
+	}
+	return j, nil
+}
+
 // topLevel reads the file's top-level keys and tells the two formats apart.
 func topLevel(data []byte) (map[string]json.RawMessage, bool, error) {
 	var top map[string]json.RawMessage
@@ -72,7 +109,7 @@ func topLevel(data []byte) (map[string]json.RawMessage, bool, error) {
 		return nil, false, fmt.Errorf("node: config file: %w", err)
 	}
 	if top == nil {
-		return nil, false, fmt.Errorf("node: config file: want a JSON object")
+		return nil, false, fmt.Errorf("node: config file: want an object (JSON) or a mapping (YAML) of sections")
 	}
 	sections, legacy := 0, 0
 	for k := range top {
@@ -98,24 +135,62 @@ func topLevel(data []byte) (map[string]json.RawMessage, bool, error) {
 // ConfigFileIsLegacy reports whether data is an admission-only config file (a top-level
 // admit.Config, the format of earlier versions), which LoadConfigFile reads into Admit.
 func ConfigFileIsLegacy(data []byte) bool {
-	_, legacy, err := topLevel(data)
+	j, err := configJSON("", data)
+	if err != nil {
+		return false
+	}
+	_, legacy, err := topLevel(j)
 	return err == nil && legacy
 }
 
-// LoadConfigFile reads a config file over base and returns the result; base is not changed.
-// Unknown keys, and admission settings whose zero meant "off" before zero meant "the
-// default", are errors (see admit.DecodeConfig). The result is not validated: New does that.
+// ReadConfigFile reads the config file at path over base, as LoadConfigFile does, telling JSON
+// from YAML by the file's name or content. The result names the file (ConfigFile) and
+// remembers the content's hash, so that the node's reload knows what is in force; legacy
+// reports an admission-only file (ConfigFileIsLegacy).
+func ReadConfigFile(path string, base Config) (cfg Config, legacy bool, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return base, false, fmt.Errorf("node: config file: %w", err)
+	}
+	cfg, legacy, err = decodeConfigFile(path, data, base)
+	if err != nil {
+		return base, false, err
+	}
+	cfg.ConfigFile, cfg.fileSum = path, contentSum(data)
+	return cfg, legacy, nil
+}
+
+// contentSum is the hex SHA-256 of a file's content, as sha256sum prints it.
+func contentSum(data []byte) string {
+	s := sha256.Sum256(data)
+	return hex.EncodeToString(s[:])
+}
+
+// LoadConfigFile reads a config file, JSON or YAML (told by its content), over base and
+// returns the result; base is not changed. Unknown keys, and admission settings whose zero
+// meant "off" before zero meant "the default", are errors (see admit.DecodeConfig). The result
+// is not validated: New does that.
 func LoadConfigFile(data []byte, base Config) (Config, error) {
+	cfg, _, err := decodeConfigFile("", data, base)
+	return cfg, err
+}
+
+// decodeConfigFile is LoadConfigFile for a file named name ("": told by its content); legacy
+// reports an admission-only file.
+func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy bool, err error) {
+	if data, err = configJSON(name, data); err != nil {
+		return base, false, err
+	}
 	top, legacy, err := topLevel(data)
 	if err != nil {
-		return base, err
+		return base, false, err
 	}
-	cfg := base
+	cfg = base
 	if legacy {
 		if cfg.Admit, err = admit.DecodeConfig(data, base.Admit); err != nil {
-			return base, fmt.Errorf("node: config file: %w", err)
+			return base, false, fmt.Errorf("node: config file: %w", err)
 		}
-		return cfg, nil
+		return cfg, true, nil
 	}
 	l := fileLayout[json.RawMessage]{Node: base, Gossip: base.Gossip, Route: base.Route, Sim: base.Sim,
 		Agents: agentsOf(base), Carbon: base.Carbon}
@@ -127,7 +202,7 @@ func LoadConfigFile(data []byte, base Config) (Config, error) {
 		l.Carbon = &cc
 	}
 	if err := jsonconf.Decode(data, &l); err != nil {
-		return base, fmt.Errorf("node: config file: %w", err)
+		return base, false, fmt.Errorf("node: config file: %w", err)
 	}
 	cfg = l.Node
 	cfg.Gossip, cfg.Route, cfg.Sim, cfg.Carbon = l.Gossip, l.Route, l.Sim, l.Carbon
@@ -138,10 +213,10 @@ func LoadConfigFile(data []byte, base Config) (Config, error) {
 	}
 	if raw := l.Admission; raw != nil && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		if cfg.Admit, err = admit.DecodeConfig(raw, base.Admit); err != nil {
-			return base, fmt.Errorf("node: config file: admission: %w", err)
+			return base, false, fmt.Errorf("node: config file: admission: %w", err)
 		}
 	}
-	return cfg, nil
+	return cfg, false, nil
 }
 
 func agentsOf(c Config) *agentsSection {
@@ -151,13 +226,26 @@ func agentsOf(c Config) *agentsSection {
 	return &agentsSection{Config: *c.Agents, Interval: c.AgentInterval, LeaseIntervals: c.AgentLeaseIntervals}
 }
 
-// MarshalConfigFile writes cfg as a config file that LoadConfigFile reads back to cfg: every
-// setting, the admission section with its zero fields filled, agents and carbon null when off,
-// and no secrets.
+// MarshalConfigFile writes cfg as a JSON config file that LoadConfigFile reads back to cfg:
+// every setting, the admission section with its zero fields filled, agents and carbon null
+// when off, and no secrets.
 func MarshalConfigFile(cfg Config) ([]byte, error) {
 	l := fileLayout[admit.Config]{Node: cfg, Gossip: cfg.Gossip, Route: cfg.Route, Admission: cfg.Admit.WithDefaults(),
 		Agents: agentsOf(cfg), Carbon: cfg.Carbon, Sim: cfg.Sim}
 	b, err := jsonconf.Marshal(l)
+	if err != nil {
+		return nil, fmt.Errorf("node: config file: %w", err)
+	}
+	return b, nil
+}
+
+// MarshalConfigFileYAML is MarshalConfigFile in YAML (keys in alphabetical order).
+func MarshalConfigFileYAML(cfg Config) ([]byte, error) {
+	j, err := MarshalConfigFile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := yaml.JSONToYAML(j)
 	if err != nil {
 		return nil, fmt.Errorf("node: config file: %w", err)
 	}

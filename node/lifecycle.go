@@ -106,11 +106,15 @@ func (n *Node) startMesh(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
 	n.bgCancel = cancel
 	if n.cfg.APIKeysFile != "" {
-		loaded, err := n.loadKeys(time.Now())
+		n.reloadMu.Lock()
+		err := n.loadKeysLocked(time.Now())
+		n.reloadMu.Unlock()
 		if err != nil {
 			return err
 		}
-		n.goBG(func() { n.watchKeys(bg, loaded) })
+	}
+	if n.cfg.ConfigWatch > 0 && (n.cfg.ConfigFile != "" || n.cfg.APIKeysFile != "") {
+		n.goBG(func() { n.watchFiles(bg, n.cfg.ConfigWatch) })
 	}
 	n.goBG(func() { n.runRoom(bg) })
 	n.goBG(func() { _ = n.gpu.Run(bg) })
@@ -139,6 +143,20 @@ func (n *Node) startMesh(ctx context.Context) error {
 		return fmt.Errorf("node: gossip: %w", err)
 	}
 	return nil
+}
+
+// ticking calls f every interval until ctx ends.
+func ticking(ctx context.Context, every time.Duration, f func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
 }
 
 func (n *Node) goBG(f func()) {

@@ -35,6 +35,8 @@ type metrics struct {
 	bytesPerToken  *prometheus.GaugeVec   // model: at most kvindex.DefaultCalibrationMaxModels series
 	carbonRouted   prometheus.Counter
 	carbonDeferred prometheus.Counter
+	reloads        *prometheus.CounterVec // result: ok or error
+	reloaded       prometheus.Gauge
 	// Registered only when the carbon signal is configured.
 	carbonMode      *prometheus.GaugeVec
 	carbonIntensity prometheus.Gauge
@@ -170,10 +172,19 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		ConstLabels: prometheus.Labels{"version": Version, "revision": revision(), "go_version": runtime.Version()},
 	})
 	buildInfo.Set(1)
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvmesh_config_reloads_total", Help: "Reloads of the config file and the API key file (SIGHUP or a changed file), by result: ok, or error when a file was rejected and its previous settings stayed in force.",
+	}, []string{"result"})
+	for _, r := range []string{reloadOK, reloadError} {
+		m.reloads.WithLabelValues(r) // both series from the start, for rate() alerts
+	}
+	m.reloaded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
+	})
 	if reg != nil {
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.served,
 			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
-			buildInfo)
+			m.reloads, m.reloaded, buildInfo)
 	}
 	return m
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -62,6 +63,13 @@ type Node struct {
 	forwarded      atomic.Int64 // requests peers forwarded here, in flight
 	serving        atomic.Int64 // HTTP requests in their handlers
 
+	// Reloads (reload.go) take turns under reloadMu, which guards the fields after it.
+	reloadMu  sync.Mutex
+	applied   Config                 // the settings last loaded: the file's, flags over it
+	configSum string                 // hash of the config file's content as last read
+	keysSum   string                 // the same of the API key file
+	inForce   atomic.Pointer[string] // hash of the config file in force (kvmesh_config_hash_info)
+
 	mu       sync.Mutex
 	ln       net.Listener
 	admLn    net.Listener
@@ -91,7 +99,10 @@ func New(cfg Config) (*Node, error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.Admit.WithDefaults().SLO), tok: newTokenCalibration(),
-		done: make(chan struct{}), roomKick: make(chan struct{}, 1)}
+		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.fileSum}
+	hash := cmp.Or(cfg.fileSum, noConfigFile)
+	n.inForce.Store(&hash)
+	n.m.reloaded.SetToCurrentTime()
 	if err := n.buildEngine(); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -321,5 +322,37 @@ func (c *Config) validate() error {
 	case c.MaxReservationsPerPeer < 0:
 		return bad("MaxReservationsPerPeer %d is negative", c.MaxReservationsPerPeer)
 	}
+	return nil
+}
+
+// Validate reports whether c is a valid Config once its zero fields are filled, as New and
+// SetConfig would find it.
+func (c Config) Validate() error { return c.fill() }
+
+// liveConfig is a policy's Config, replaced whole by SetConfig while the policy runs, never
+// changed in place: Route loads it once for its filters, scores and gate.
+type liveConfig struct {
+	p atomic.Pointer[Config]
+}
+
+// init stores the filled and validated cfg New was given.
+func (l *liveConfig) init(cfg Config) { l.p.Store(&cfg) }
+
+func (l *liveConfig) conf() *Config { return l.p.Load() }
+
+// Config returns the configuration in use, defaults filled.
+func (l *liveConfig) Config() Config { return *l.conf() }
+
+// SetConfig replaces the configuration while the policy runs: thresholds, weights, the gate,
+// the tie-break's epsilon, reservation timing and the rest take effect from the next decision.
+// Seed and MaxSessions keep the values the policy was built with (its random source and
+// session table stay). An invalid cfg is an error and changes nothing.
+func (l *liveConfig) SetConfig(cfg Config) error {
+	if err := cfg.fill(); err != nil {
+		return err
+	}
+	old := l.conf()
+	cfg.Seed, cfg.MaxSessions = old.Seed, old.MaxSessions
+	l.p.Store(&cfg)
 	return nil
 }

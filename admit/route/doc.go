@@ -102,7 +102,8 @@
 //
 // # Concurrency
 //
-// A Router (and every Policy, and an Ejector) is safe for concurrent use; one mutex guards reservations,
-// sessions, counts and the random source. Route does not allocate when dst has capacity for
+// A Router (and every Policy, and an Ejector) is safe for concurrent use; one mutex guards
+// reservations, sessions, counts and the random source; SetConfig swaps the configuration
+// atomically under a running Route. Route does not allocate when dst has capacity for
 // every peer and the request carries no new session. The zero Router is not usable: use New.
 package route

@@ -83,7 +83,7 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 	for _, l := range loads {
 		total += l
 	}
-	bound := int(math.Ceil((1 + r.cfg.HomeBalance) * float64(total+1) / float64(n)))
+	bound := int(math.Ceil((1 + r.conf().HomeBalance) * float64(total+1) / float64(n)))
 	order := r.order[:0]
 	for i := range peers {
 		if eligible(&peers[i]) {
@@ -107,7 +107,7 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 			break
 		}
 	}
-	if len(r.placed) < r.cfg.MaxSessions {
+	if len(r.placed) < r.conf().MaxSessions {
 		r.placed[key] = placement{peer: home, at: now}
 	}
 	return home
@@ -155,7 +155,7 @@ func (r *Router) agentLoadsLocked(now time.Time, peers []Peer, eligible func(*Pe
 	}
 	r.loads = loads
 	for key, pl := range r.placed {
-		if !now.Before(pl.at.Add(r.cfg.ReservationTTL)) {
+		if !now.Before(pl.at.Add(r.conf().ReservationTTL)) {
 			delete(r.placed, key)
 			continue
 		}

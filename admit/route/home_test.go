@@ -146,7 +146,7 @@ func TestHomePlacementsCount(t *testing.T) {
 		if l := r.agentLoadsLocked(t0.Add(time.Second), peers, eligible); l[0]+l[1] != 1 {
 			t.Fatalf("loads %v a second after one placement, want 1 in all", l)
 		}
-		if l := r.agentLoadsLocked(t0.Add(r.cfg.ReservationTTL), peers, eligible); l[0]+l[1] != 0 {
+		if l := r.agentLoadsLocked(t0.Add(r.Config().ReservationTTL), peers, eligible); l[0]+l[1] != 0 {
 			t.Fatalf("loads %v after ReservationTTL, want none", l)
 		}
 	})

@@ -164,3 +164,31 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("%d tokens still reserved after the TTL", total)
 	}
 }
+
+// TestSetConfig pins that a running policy takes a new config at once, keeps the seed and
+// session bound it was built with, and refuses an invalid one whole.
+func TestSetConfig(t *testing.T) {
+	for _, name := range PolicyNames {
+		p, err := NewPolicy(name, Config{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetConfig(Config{BusyKVUse: 0.8, Seed: 9, MaxSessions: 5, Weights: Weights{FreeKV: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		got := p.Config()
+		if got.BusyKVUse != 0.8 || got.Weights.FreeKV != 2 || got.Weights.Prefix != DefaultConfig().Weights.Prefix {
+			t.Errorf("%s: busy kv use %v, weights %+v after SetConfig", name, got.BusyKVUse, got.Weights)
+		}
+		if got.Seed != 1 || got.MaxSessions != DefaultConfig().MaxSessions {
+			t.Errorf("%s: seed %d, max sessions %d; want the built ones", name, got.Seed, got.MaxSessions)
+		}
+		peer := Peer{Name: "p", Models: []string{"m"}, Healthy: true, KVBlocksTotal: 100}
+		if s := p.Predict(Request{Model: "m"}, &peer).Score; s < 2 {
+			t.Errorf("%s: score %v does not use the free_kv weight of 2", name, s)
+		}
+		if err := p.SetConfig(Config{BusyKVUse: 2}); err == nil || p.Config().BusyKVUse != 0.8 {
+			t.Errorf("%s: SetConfig with busy_kv_use 2: %v, busy kv use now %v", name, err, p.Config().BusyKVUse)
+		}
+	}
+}

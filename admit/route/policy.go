@@ -46,6 +46,10 @@ type Policy interface {
 	// owner's check of a forwarded request uses it on its own exact state, so that the owner
 	// and the ingress predict TTFT, TPOT and cached tokens the same way.
 	Predict(req Request, p *Peer) Candidate
+	// Config returns the configuration in use, defaults filled; SetConfig replaces it while
+	// the policy runs (a node's config reload), keeping Seed and MaxSessions.
+	Config() Config
+	SetConfig(cfg Config) error
 }
 
 var (
@@ -69,19 +73,20 @@ func NewPolicy(name string, cfg Config) (Policy, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &baseline{
+	b := &baseline{
 		name: name,
-		cfg:  cfg,
 		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-	}, nil
+	}
+	b.init(cfg)
+	return b, nil
 }
 
 // baseline is a comparison policy: model and ejection filters only, then one ordering rule. Each
 // candidate's Score is that rule's key (higher first): round-robin and random 0, least-load
 // −(running+waiting), cache-aware the prefix fraction when it leads, else −(running+waiting).
 type baseline struct {
+	liveConfig
 	name string
-	cfg  Config
 
 	mu   sync.Mutex
 	next int
@@ -104,7 +109,7 @@ func (b *baseline) Stick(string, string) {}
 
 func (b *baseline) Counts() FilterCounts { return FilterCounts{} }
 
-func (b *baseline) Predict(req Request, p *Peer) Candidate { return predict(&b.cfg, req, p) }
+func (b *baseline) Predict(req Request, p *Peer) Candidate { return predict(b.conf(), req, p) }
 
 // predict is evaluate for a lone peer with nothing reserved on it.
 func predict(cfg *Config, req Request, p *Peer) Candidate {
@@ -124,6 +129,7 @@ func (b *baseline) Route(now time.Time, req Request, peers []Peer, dst []Candida
 		bt = kvindex.DefaultBlockTokens
 	}
 	var counts FilterCounts
+	cfg := b.conf()
 	for i := range peers {
 		switch {
 		case !slices.Contains(peers[i].Models, req.Model):
@@ -131,7 +137,7 @@ func (b *baseline) Route(now time.Time, req Request, peers []Peer, dst []Candida
 		case peers[i].Ejected:
 			counts[ReasonEjected]++
 		default:
-			dst = append(dst, evaluate(&b.cfg, req, bt, i, &peers[i], reserved{}))
+			dst = append(dst, evaluate(cfg, req, bt, i, &peers[i], reserved{}))
 		}
 	}
 	if len(dst) == 0 {

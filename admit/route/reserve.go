@@ -53,7 +53,7 @@ func (r *Router) Reserve(now time.Time, peer string, prefillTokens, blocks int) 
 		p = &peerRes{}
 		r.res[peer] = p
 	}
-	if len(p.entries) >= r.cfg.MaxReservationsPerPeer {
+	if len(p.entries) >= r.conf().MaxReservationsPerPeer {
 		p.removeAt(0)
 	}
 	p.entries = append(p.entries, resEntry{id: res.ID, at: now, prefill: prefillTokens, blocks: blocks})
@@ -69,7 +69,7 @@ func (r *Router) Reserve(now time.Time, peer string, prefillTokens, blocks int) 
 func (r *Router) Observe(peer string, received time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ref, ok := r.refs[peer]; ok && !received.Before(ref.at.Add(onDur(r.cfg.ObserveMargin))) {
+	if ref, ok := r.refs[peer]; ok && !received.Before(ref.at.Add(onDur(r.conf().ObserveMargin))) {
 		delete(r.refs, peer)
 	}
 	p := r.res[peer]
@@ -77,7 +77,7 @@ func (r *Router) Observe(peer string, received time.Time) {
 		return
 	}
 	for i := 0; i < len(p.entries); {
-		if !received.Before(p.entries[i].at.Add(onDur(r.cfg.ObserveMargin))) {
+		if !received.Before(p.entries[i].at.Add(onDur(r.conf().ObserveMargin))) {
 			p.removeAt(i)
 			continue
 		}
@@ -103,7 +103,7 @@ type refusal struct {
 func (r *Router) Refused(now time.Time, peer string, priority int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.refs[peer]; ok && now.Before(old.at.Add(r.cfg.ReservationTTL)) {
+	if old, ok := r.refs[peer]; ok && now.Before(old.at.Add(r.conf().ReservationTTL)) {
 		priority = max(priority, old.priority)
 	}
 	r.refs[peer] = refusal{at: now, priority: priority}
@@ -115,7 +115,7 @@ func (r *Router) refusedLocked(now time.Time, peer string, priority int) bool {
 	if !ok {
 		return false
 	}
-	if !now.Before(ref.at.Add(r.cfg.ReservationTTL)) {
+	if !now.Before(ref.at.Add(r.conf().ReservationTTL)) {
 		delete(r.refs, peer)
 		return false
 	}
@@ -159,7 +159,7 @@ func (r *Router) reservedLocked(now time.Time, peer string) reserved {
 		return reserved{}
 	}
 	for i := 0; i < len(p.entries); {
-		if !now.Before(p.entries[i].at.Add(r.cfg.ReservationTTL)) {
+		if !now.Before(p.entries[i].at.Add(r.conf().ReservationTTL)) {
 			p.removeAt(i)
 			continue
 		}

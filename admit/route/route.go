@@ -13,7 +13,7 @@ import (
 // Router is the kvmesh policy: filters, score, load gate, spreading tie-break, session
 // stickiness and reservations. It is safe for concurrent use.
 type Router struct {
-	cfg Config
+	liveConfig
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -36,24 +36,22 @@ func New(cfg Config) (*Router, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Router{
-		cfg:    cfg,
+	r := &Router{
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		res:    make(map[string]*peerRes),
 		refs:   make(map[string]refusal),
 		sess:   sessions{max: cfg.MaxSessions, m: make(map[string]*sessEntry)},
 		placed: make(map[uint64]placement),
-	}, nil
+	}
+	r.init(cfg)
+	return r, nil
 }
 
 // Name returns "kvmesh".
 func (r *Router) Name() string { return PolicyKvmesh }
 
-// Config returns the configuration in use, defaults filled.
-func (r *Router) Config() Config { return r.cfg }
-
 // Predict implements Policy.
-func (r *Router) Predict(req Request, p *Peer) Candidate { return predict(&r.cfg, req, p) }
+func (r *Router) Predict(req Request, p *Peer) Candidate { return predict(r.conf(), req, p) }
 
 // Counts returns how many peers each filter has dropped since New (for
 // kvmesh_route_filtered_total{reason}).
@@ -73,7 +71,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 	if bt <= 0 {
 		bt = kvindex.DefaultBlockTokens
 	}
-	cfg := &r.cfg
+	cfg := r.conf()
 	need := cfg.ModelBytes[req.Model]
 	vendors := cfg.ModelVendors[req.Model]
 
@@ -375,7 +373,7 @@ func (r *Router) tieBreakLocked(req Request, dst []Candidate) {
 	}
 	if pick < 0 {
 		k := 1
-		for k < len(dst) && !dst[k].Gated && dst[0].Score-dst[k].Score <= on(r.cfg.Epsilon) {
+		for k < len(dst) && !dst[k].Gated && dst[0].Score-dst[k].Score <= on(r.conf().Epsilon) {
 			k++
 		}
 		if k < 2 {

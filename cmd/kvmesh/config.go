@@ -17,20 +17,32 @@ func configCommand() *cli.Command {
 			{
 				Name:  "defaults",
 				Usage: "print every setting at its default, as a config file to start from (kvmesh node --print-config prints a node's own)",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "format", Value: "json", Usage: "json or yaml"},
+				},
 				Action: func(c *cli.Context) error {
-					return printConfig(c.App.Writer, node.DefaultConfig())
+					return printConfig(c.App.Writer, node.DefaultConfig(), c.String("format"))
 				},
 			},
 		},
 	}
 }
 
-// printConfig writes cfg as a config file, which kvmesh node --config reads back to cfg.
-func printConfig(w io.Writer, cfg node.Config) error {
-	b, err := node.MarshalConfigFile(cfg)
+// printConfig writes cfg as a config file in format (json or yaml), which kvmesh node --config
+// reads back to cfg.
+func printConfig(w io.Writer, cfg node.Config, format string) error {
+	marshal := node.MarshalConfigFile
+	switch format {
+	case "json":
+	case "yaml":
+		marshal = node.MarshalConfigFileYAML
+	default:
+		return fmt.Errorf("--format must be json or yaml, not %q", format)
+	}
+	b, err := marshal(cfg)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprint(w, string(b))
+	_, err = w.Write(b)
 	return err
 }

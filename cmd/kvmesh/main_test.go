@@ -367,6 +367,7 @@ func TestConfigFileUnderFlags(t *testing.T) {
 	  "agents": {"interval": "250ms", "controller": {"max_window": 40, "initial_window": 4}}
 	}`)
 	t.Setenv("KVMESH_FORWARD_ATTEMPTS", "2")
+	t.Setenv("KVMESH_HTTP", ":9300")
 	cfg, err := parseNode(t, "--config", file, "--insecure-dev", "--http", ":9100", "--agent-window", "20")
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +377,7 @@ func TestConfigFileUnderFlags(t *testing.T) {
 		ok   bool
 	}{
 		{"file: name", cfg.Name == "from-file"},
-		{"flag over file: http", cfg.HTTPAddr == ":9100"},
+		{"flag over environment and file: http", cfg.HTTPAddr == ":9100"},
 		{"env over file: forward attempts", cfg.ForwardAttempts == 2},
 		{"file: drain timeout", cfg.DrainTimeout == 10*time.Second},
 		{"file: join", len(cfg.Gossip.Join) == 1 && cfg.Gossip.Join[0] == "10.0.0.9:7946"},
@@ -434,5 +435,59 @@ func TestPrintConfigLoadsBack(t *testing.T) {
 	}
 	if again, _ := node.MarshalConfigFile(back); string(again) != defaults {
 		t.Errorf("kvmesh config defaults does not load back unchanged:\n%s\nthen\n%s", defaults, again)
+	}
+	yaml, err := run(t, "config", "defaults", "--format", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(strings.TrimSpace(yaml), "{") || !strings.Contains(yaml, "admission:\n") {
+		t.Errorf("kvmesh config defaults --format yaml is not YAML:\n%s", yaml)
+	}
+	if back, err = node.LoadConfigFile([]byte(yaml), node.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := node.MarshalConfigFile(back); string(again) != defaults {
+		t.Errorf("kvmesh config defaults --format yaml does not load back to the defaults:\n%s\nthen\n%s", yaml, again)
+	}
+	if _, err := run(t, "config", "defaults", "--format", "toml"); err == nil {
+		t.Error("--format toml accepted")
+	}
+}
+
+// TestReloadKeepsFlagsOverTheFile pins that the flags and environment variables set at start
+// still win over the config file when the node reads it again (node.Config.Overrides), while
+// the file's new values stand where nothing else is set; and that --config-watch 0 turns the
+// watch off.
+func TestReloadKeepsFlagsOverTheFile(t *testing.T) {
+	file := writeFile(t, `{"admission": {"queue": {"dispatch_slack": 0.1}}, "route": {"busy_kv_use": 0.8}}`)
+	t.Setenv("KVMESH_FORWARD_ATTEMPTS", "2")
+	cfg, err := parseNode(t, "--config", file, "--insecure-dev", "--dispatch-slack", "0.3", "--config-watch", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConfigFile != file || cfg.Overrides == nil || cfg.ConfigWatch >= 0 {
+		t.Fatalf("config file %q, overrides set %v, watch %v; want the file, overrides, and the watch off",
+			cfg.ConfigFile, cfg.Overrides != nil, cfg.ConfigWatch)
+	}
+	if err := os.WriteFile(file, []byte(`{"admission": {"queue": {"dispatch_slack": 0.5}}, "route": {"busy_kv_use": 0.7},
+		"node": {"forward_attempts": 5, "retry_after": "3s"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := node.ReadConfigFile(file, node.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Overrides(&next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Admit.Queue.DispatchSlack != 0.3 || next.ForwardAttempts != 2 {
+		t.Errorf("reloaded: dispatch slack %v, forward attempts %d; want the flag's 0.3 and the variable's 2",
+			next.Admit.Queue.DispatchSlack, next.ForwardAttempts)
+	}
+	if next.Route.BusyKVUse != 0.7 || next.RetryAfter != 3*time.Second {
+		t.Errorf("reloaded: busy kv use %v, retry after %v; want the file's 0.7 and 3s", next.Route.BusyKVUse, next.RetryAfter)
+	}
+	if cfg, err = parseNode(t, "--insecure-dev"); err != nil || cfg.ConfigWatch != node.DefaultConfig().ConfigWatch {
+		t.Errorf("default --config-watch: %v (%v), want %v", cfg.ConfigWatch, err, node.DefaultConfig().ConfigWatch)
 	}
 }

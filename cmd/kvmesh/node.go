@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -31,7 +33,8 @@ func nodeFlags() []cli.Flag {
 	host, _ := os.Hostname()
 	d := node.DefaultConfig()
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "config", Usage: "config file (JSON: node, gossip, route, admission, agents, carbon and sim sections; see README); flags and environment variables that are set override it", EnvVars: env("config")},
+		&cli.StringFlag{Name: "config", Usage: "config file (JSON or YAML: node, gossip, route, admission, agents, carbon and sim sections; see README); flags and environment variables that are set override it; reloaded on SIGHUP and when it changes", EnvVars: env("config")},
+		&cli.DurationFlag{Name: "config-watch", Value: d.ConfigWatch, Usage: "how often the config and API key files are checked for a change, which reloads them (0: never; SIGHUP always reloads)", EnvVars: env("config-watch")},
 		&cli.BoolFlag{Name: "print-config", Usage: "print the configuration the file, flags and environment make, as a config file, and exit"},
 		&cli.StringFlag{Name: "name", Value: host, Usage: "node name in the mesh", EnvVars: env("name")},
 		&cli.StringFlag{Name: "http", Value: d.HTTPAddr, Usage: "listen address of the OpenAI API and /metrics", EnvVars: env("http")},
@@ -59,7 +62,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert", EnvVars: env("tls-key")},
 		&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "routing policy: kvmesh, round-robin, least-load, cache-aware or random", EnvVars: env("policy")},
 		&cli.StringFlag{Name: "stale-policy", Value: string(d.Gossip.StalePolicy), Usage: "a peer with a stale state record is not a candidate (closed) or one at its last load (open)", EnvVars: env("stale-policy")},
-		&cli.StringFlag{Name: "api-keys", Usage: "API key file (sha256 tenant [rate burst [max_priority]] per line), hot-reloaded; none means open", EnvVars: env("api-keys")},
+		&cli.StringFlag{Name: "api-keys", Usage: "API key file (sha256 tenant [rate burst [max_priority]] per line), reloaded with the config file; none means open", EnvVars: env("api-keys")},
 		&cli.StringFlag{Name: "max-priority", Usage: "highest X-Kvmesh-Priority a request may ask for when its key names none or no key file is loaded (high, normal, low or an integer); unset: normal for keys, unlimited without a key file", EnvVars: env("max-priority")},
 		&cli.Float64Flag{Name: "dispatch-slack", Value: d.Admit.Queue.DispatchSlack, Usage: "share of a queued request's TTFT target left to spare when it is dispatched (-1: none)", EnvVars: env("dispatch-slack")},
 		&cli.IntFlag{Name: "forward-attempts", Value: d.ForwardAttempts, Usage: "candidates one dispatch tries before the request goes back to the waiting room", EnvVars: env("forward-attempts")},
@@ -129,8 +132,10 @@ func simConfig(c *cli.Context, cfg *node.Config) {
 }
 
 // nodeConfig builds the node's configuration: DefaultConfig, then the --config file, then the
-// flags and environment variables that are set. It reads the config file and nothing else
-// (loadNodeFiles reads the certificates and tokens a running node needs).
+// flags and environment variables that are set (a flag over its variable: urfave/cli reads the
+// variable only when the flag is absent). It reads the config file and nothing else
+// (loadNodeFiles reads the certificates and tokens a running node needs). The node reads the
+// file again on a reload and applies the same flags and variables over it (Config.Overrides).
 func nodeConfig(c *cli.Context) (node.Config, error) {
 	cfg := node.DefaultConfig()
 	log, err := newLogger(c)
@@ -138,18 +143,28 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		return cfg, err
 	}
 	if f := c.String("config"); f != "" {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return cfg, fmt.Errorf("--config: %w", err)
-		}
-		if node.ConfigFileIsLegacy(data) {
-			log.Warn("the config file holds admission settings alone, a format that is deprecated: put them in its \"admission\" section", "file", f)
-		}
-		if cfg, err = node.LoadConfigFile(data, cfg); err != nil {
+		var legacy bool
+		if cfg, legacy, err = node.ReadConfigFile(f, cfg); err != nil {
 			return cfg, fmt.Errorf("--config %s: %w", f, err)
+		}
+		if legacy {
+			log.Warn("the config file holds admission settings alone, a format that is deprecated: put them in its \"admission\" section", "file", f)
 		}
 	}
 	cfg.Logger = log
+	if err := flagConfig(c, &cfg); err != nil {
+		return cfg, err
+	}
+	cfg.Overrides = func(next *node.Config) error { return flagConfig(c, next) }
+	cfg.ConfigWatch = c.Duration("config-watch")
+	if cfg.ConfigWatch <= 0 {
+		cfg.ConfigWatch = -1 // the flag's 0 is off; the config's is the default
+	}
+	return cfg, nil
+}
+
+// flagConfig maps the flags and environment variables that are set onto cfg.
+func flagConfig(c *cli.Context, cfg *node.Config) error {
 	if c.IsSet("name") || cfg.Name == "" {
 		cfg.Name = c.String("name")
 	}
@@ -170,12 +185,12 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	setInt(c, "forward-attempts", &cfg.ForwardAttempts)
 	setDuration(c, "retry-after", &cfg.RetryAfter)
 	setInt(c, "max-agent-id-bytes", &cfg.MaxAgentIDBytes)
-	simConfig(c, &cfg)
-	if err := meshConfig(c, &cfg); err != nil {
-		return cfg, err
+	simConfig(c, cfg)
+	if err := meshConfig(c, cfg); err != nil {
+		return err
 	}
-	agentConfig(c, &cfg)
-	return cfg, nil
+	agentConfig(c, cfg)
+	return nil
 }
 
 // agentConfig maps the agent flags: --agent-window turns agent admission on (over the file's
@@ -214,7 +229,7 @@ func nodeCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("print-config") {
-				return printConfig(c.App.Writer, cfg)
+				return printConfig(c.App.Writer, cfg, "json")
 			}
 			if err := loadNodeFiles(&cfg); err != nil {
 				return err
@@ -225,7 +240,11 @@ func nodeCommand() *cli.Command {
 }
 
 // runNode starts a node and serves until ctx ends (SIGINT/SIGTERM), then drains and exits.
+// SIGHUP reloads the config and API key files (node.Reload).
 func runNode(ctx context.Context, cfg node.Config) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // from now on, not the default: ending the process
+	defer signal.Stop(hup)
 	n, err := node.New(cfg)
 	if err != nil {
 		return err
@@ -234,7 +253,13 @@ func runNode(ctx context.Context, cfg node.Config) error {
 		_ = n.Shutdown(context.Background())
 		return err
 	}
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			_ = n.Reload() // the node logs what became of each file
+		}
+	}
 	if err := n.Shutdown(context.Background()); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -1,0 +1,259 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+)
+
+// Reload results, the values of kvmesh_config_reloads_total's result label.
+const (
+	reloadOK    = "ok"
+	reloadError = "error"
+)
+
+// noConfigFile is kvmesh_config_hash_info's hash while no config file is in force.
+const noConfigFile = "none"
+
+// Reload reads the config file (Config.ConfigFile) and the API key file again and applies what
+// can change while the node runs: admission (validation bounds, budgets, tenants, the KV marks,
+// the waiting room's caps and TTL, the SLO classes), routing (thresholds, weights, the gate),
+// the carbon tracker's threshold, staleness and fail mode, and the keys. Every other setting
+// the file changes takes effect at the next restart; each one is named in a WARN line. The
+// file is read over DefaultConfig with Config.Overrides applied after it, as at start, so a
+// setting given by a flag keeps winning.
+//
+// Each file is all or nothing: one that does not parse, names an unknown key or holds an
+// invalid value is rejected with one ERROR line, and its previous settings stay in force.
+// Reload returns the rejections. It is safe to call at any time, concurrently too (reloads take
+// turns); kvmesh node calls it on SIGHUP, and the node itself when a file changes (ConfigWatch).
+func (n *Node) Reload() error {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	var errs []error
+	if n.cfg.ConfigFile != "" {
+		if err := n.reloadConfigLocked(); err != nil {
+			n.log.Error("config file not reloaded: its previous settings stay in force", "file", n.cfg.ConfigFile, "err", err)
+			errs = append(errs, err)
+		}
+	}
+	if n.cfg.APIKeysFile != "" {
+		if err := n.loadKeysLocked(time.Now()); err != nil {
+			n.log.Error("api keys not reloaded: the previous keys stay in force", "file", n.cfg.APIKeysFile, "err", err)
+			errs = append(errs, err)
+		} else {
+			n.log.Info("api keys reloaded", "keys", n.adm.Keys().Len())
+		}
+	}
+	if len(errs) > 0 {
+		n.m.reloads.WithLabelValues(reloadError).Inc()
+		return errors.Join(errs...)
+	}
+	n.m.reloads.WithLabelValues(reloadOK).Inc()
+	n.m.reloaded.SetToCurrentTime()
+	return nil
+}
+
+// reloadConfigLocked reads the config file, checks the result whole, then applies its live
+// settings. The caller holds reloadMu.
+func (n *Node) reloadConfigLocked() error {
+	path := n.cfg.ConfigFile
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("node: config file: %w", err)
+	}
+	sum := contentSum(data)
+	n.configSum = sum // read, whatever comes of it: the watch waits for the next change
+	base := DefaultConfig()
+	base.Name = n.cfg.Name // the node's identity: a file that names none keeps it
+	next, _, err := decodeConfigFile(path, data, base)
+	if err != nil {
+		return err
+	}
+	if n.cfg.Overrides != nil {
+		if err := n.cfg.Overrides(&next); err != nil {
+			return fmt.Errorf("node: config file: %w", err)
+		}
+	}
+	next.fill()
+	next.TLS, next.Standalone = n.cfg.TLS, n.cfg.Standalone // not settings of the file
+	ac := next.Admit
+	ac.ModelInfo = n.meshModelInfo
+	carbonLive := n.carbon != nil && next.Carbon != nil
+	if err := next.validate(); err != nil {
+		return err
+	}
+	if err := ac.Validate(); err != nil {
+		return fmt.Errorf("node: config file: admission: %w", err)
+	}
+	if err := next.Route.Validate(); err != nil {
+		return fmt.Errorf("node: config file: %w", err)
+	}
+	if carbonLive {
+		if err := next.Carbon.Tracker.Validate(); err != nil {
+			return fmt.Errorf("node: config file: carbon: %w", err)
+		}
+	}
+	restart, live, err := n.changesLocked(next, carbonLive)
+	if err != nil {
+		return err
+	}
+	// Checked above, so none of these fails.
+	if err := errors.Join(n.adm.SetConfig(ac), n.planner.Policy().SetConfig(next.Route)); err != nil {
+		return fmt.Errorf("node: config file: %w", err)
+	}
+	if carbonLive {
+		if err := n.carbon.SetConfig(next.Carbon.Tracker); err != nil {
+			return fmt.Errorf("node: config file: carbon: %w", err)
+		}
+	}
+	n.applied = next
+	n.inForce.Store(&sum)
+	for _, k := range restart {
+		n.log.Warn("config setting changed: it takes effect when the node restarts", "key", k)
+	}
+	n.log.Info("config file reloaded", "file", path, "sha256", sum, "changed", live)
+	return nil
+}
+
+// changesLocked lists the settings next changes that need a restart, against the settings the node
+// started with (which those keep until then), and those a reload applies, against the settings
+// last loaded.
+func (n *Node) changesLocked(next Config, carbonLive bool) (restart, live []string, err error) {
+	started, err1 := settingsOf(n.cfg)
+	last, err2 := settingsOf(n.applied)
+	now, err3 := settingsOf(next)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, nil, err
+	}
+	for _, k := range changed(started, now) {
+		if !liveSetting(k, carbonLive) {
+			restart = append(restart, k)
+		}
+	}
+	for _, k := range changed(last, now) {
+		if liveSetting(k, carbonLive) {
+			live = append(live, k)
+		}
+	}
+	return restart, live, nil
+}
+
+// Settings a reload applies, by their config file keys: these sections and prefixes, less the
+// exceptions, whose state is built once (the key set's default buckets, the output-length
+// estimator, the dispatch-rate meter, the router's random source and session table; a model's
+// context_tokens sizes an external engine's model list).
+var (
+	liveSettings    = []string{"admission.", "route.", "carbon.tracker."}
+	restartSettings = []string{"admission.keys.", "admission.budget.estimate_", "admission.queue.drain_window", "route.seed", "route.max_sessions"}
+)
+
+// liveSetting reports whether a reload applies the setting at key; carbonLive is whether the
+// carbon tracker runs and stays on.
+func liveSetting(key string, carbonLive bool) bool {
+	switch {
+	case strings.HasPrefix(key, "carbon.") && !carbonLive,
+		strings.HasPrefix(key, "admission.models.") && strings.HasSuffix(key, ".context_tokens"),
+		slices.ContainsFunc(restartSettings, func(p string) bool { return strings.HasPrefix(key, p) }):
+		return false
+	}
+	return slices.ContainsFunc(liveSettings, func(p string) bool { return strings.HasPrefix(key, p) })
+}
+
+// settingsOf flattens cfg's config file into its keys ("route.weights.prefix") and their values
+// in JSON. An empty object or a null is a value of its own.
+func settingsOf(cfg Config) (map[string]string, error) {
+	b, err := MarshalConfigFile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var tree any
+	if err := json.Unmarshal(b, &tree); err != nil {
+		return nil, fmt.Errorf("node: config file: %w", err)
+	}
+	out := map[string]string{}
+	var walk func(key string, v any)
+	walk = func(key string, v any) {
+		if obj, ok := v.(map[string]any); ok && len(obj) > 0 {
+			for k, e := range obj {
+				walk(strings.TrimPrefix(key+"."+k, "."), e)
+			}
+			return
+		}
+		j, _ := json.Marshal(v)
+		out[key] = string(j)
+	}
+	walk("", tree)
+	return out, nil
+}
+
+// changed lists, sorted, the keys whose values differ between a and b, or that one lacks.
+func changed(a, b map[string]string) []string {
+	var out []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			out = append(out, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// loadKeysLocked reads the API key file into admission. A key that survives a reload keeps its
+// token bucket, so editing the file never refills anyone. The caller holds reloadMu.
+func (n *Node) loadKeysLocked(now time.Time) error {
+	data, err := os.ReadFile(n.cfg.APIKeysFile)
+	if err != nil {
+		return fmt.Errorf("node: api keys: %w", err)
+	}
+	n.keysSum = contentSum(data) // read, whatever comes of it: the watch waits for the next change
+	entries, err := admit.ParseKeys(data)
+	if err != nil {
+		return fmt.Errorf("node: api keys %s: %w", n.cfg.APIKeysFile, err)
+	}
+	if err := n.adm.Keys().Replace(entries, now); err != nil {
+		return fmt.Errorf("node: api keys: %w", err)
+	}
+	return nil
+}
+
+// watchFiles reloads (Reload) when the config file or the API key file holds new content,
+// checking every interval until ctx ends.
+func (n *Node) watchFiles(ctx context.Context, every time.Duration) {
+	ticking(ctx, every, func() {
+		if n.filesChanged() {
+			_ = n.Reload() // it logs what became of each file
+		}
+	})
+}
+
+// filesChanged reports whether the config file or the API key file holds other content than
+// the last reload read. A file that cannot be read (one being replaced) counts as unchanged.
+func (n *Node) filesChanged() bool {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	for _, f := range []struct{ path, sum string }{{n.cfg.ConfigFile, n.configSum}, {n.cfg.APIKeysFile, n.keysSum}} {
+		if f.path == "" {
+			continue
+		}
+		if data, err := os.ReadFile(f.path); err == nil && contentSum(data) != f.sum {
+			return true
+		}
+	}
+	return false
+}
+
+// configHash is the hex SHA-256 of the config file in force, noConfigFile without one.
+func (n *Node) configHash() string { return *n.inForce.Load() }
