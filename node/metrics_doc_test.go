@@ -133,7 +133,7 @@ func exportedFamilies(t *testing.T) []metricFamily {
 			Tracker:  carbon.DefaultConfig(),
 		}
 	})
-	ext := build("golden-ext", func(cfg *Config) { cfg.Engine = "http://127.0.0.1:1" })
+	ext := build("golden-ext", func(cfg *Config) { cfg.Engine, cfg.EngineKVEvents = "http://127.0.0.1:1", "tcp://127.0.0.1:1" })
 
 	byName := map[string]metricFamily{}
 	for _, reg := range []*prometheus.Registry{sim.Registry(), ext.Registry()} {

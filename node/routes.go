@@ -47,6 +47,9 @@ func (n *Node) routes() http.Handler {
 	} {
 		mux.Handle(r.pattern, byMethod(r.methods))
 	}
+	if n.cfg.Standalone && n.sim != nil {
+		mux.Handle("/reset_prefix_cache", byMethod(post(n.handleResetPrefixCache)))
+	}
 	mux.HandleFunc("/", n.handleNotFound)
 	return mux
 }
