@@ -20,7 +20,8 @@
 // A Subscriber dials one publisher (tcp://host:port), subscribes to a topic prefix, and hands
 // each decoded Batch to its OnBatch, in order. It follows the sequence numbers: a batch after
 // a gap, after a message it could not decode, or the first one read mid-stream says Missed; a
-// number that goes back says Restarted (a new publisher, so a restarted engine). A lost
+// number that goes back, or a first one read numbered 0, says Restarted (a publisher read from
+// its start, whose engine's cache was empty then). A lost
 // connection is dialled again after RetryInterval. Frames longer than MaxFrameBytes end the
 // connection (zmq4 would allocate them whole), and the handshake is bounded in time. It exports
 // kvmesh_engine_kv_events_total{type}, kvmesh_engine_kv_event_gaps_total,

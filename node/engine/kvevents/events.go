@@ -81,7 +81,10 @@ type Batch struct {
 	// a decode error, or joining a stream already under way), so the events before it are
 	// not all known.
 	Missed bool
-	// Restarted: the sequence started over: a new publisher, so a restarted engine.
+	// Restarted: the batch is a publisher's first, so its engine's cache was empty before it:
+	// the sequence started over (a restarted engine), or the first batch read is numbered 0
+	// (the node reads the engine from its start). Missed says whether batches of the new
+	// publisher were lost before it.
 	Restarted bool
 }
 

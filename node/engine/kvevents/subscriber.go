@@ -97,12 +97,18 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 // everything it started has stopped.
 func (s *Subscriber) Run(ctx context.Context) error {
 	registerGuarded()
+	quiet := false // a failure already logged since the last connection
 	for {
-		err := s.session(ctx)
+		connected, err := s.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.log.Warn("engine kv events: disconnected; dialling again", "endpoint", s.cfg.Endpoint,
+		level := slog.LevelWarn
+		if quiet && !connected {
+			level = slog.LevelDebug
+		}
+		quiet = true
+		s.log.Log(ctx, level, "engine kv events: not connected; dialling again", "endpoint", s.cfg.Endpoint,
 			"retry", s.cfg.RetryInterval, "err", err)
 		t := time.NewTimer(s.cfg.RetryInterval)
 		select {
@@ -114,18 +120,19 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 }
 
-// session dials once and reads until the connection or ctx ends.
-func (s *Subscriber) session(ctx context.Context) error {
+// session dials once and reads until the connection or ctx ends; it reports whether it
+// connected.
+func (s *Subscriber) session(ctx context.Context) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sock := zmq4.NewSub(sctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(handshakeTimeout),
 		zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)))
 	defer sock.Close()
 	if err := sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		return err
+		return false, err
 	}
 	if err := sock.Dial(guardedScheme + "://" + s.addr); err != nil {
-		return err
+		return false, err
 	}
 	s.connected.Set(1)
 	defer s.connected.Set(0)
@@ -134,7 +141,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 	for {
 		msg, err := sock.Recv()
 		if err != nil {
-			return err
+			return true, err
 		}
 		if msg.Type == zmq4.CmdMsg {
 			continue
@@ -177,11 +184,12 @@ func (s *Subscriber) handle(frames [][]byte) error {
 
 // sequence follows the sequence numbers: a number past the next is a gap; one not past the
 // last is a new publisher (an engine numbers its batches from 0 when it starts); the first
-// number read is a gap unless it is 0 (the node joined a stream under way).
+// number read is the publisher's start if it is 0, else a gap (the node joined a stream under
+// way).
 func (s *Subscriber) sequence(seq uint64) (missed, restarted bool) {
 	switch {
 	case !s.haveLast:
-		missed = seq != 0
+		restarted, missed = seq == 0, seq != 0
 	case seq <= s.last:
 		restarted, missed = true, seq != 0
 	case seq > s.last+1:

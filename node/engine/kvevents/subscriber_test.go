@@ -58,13 +58,13 @@ func startSubscriber(t *testing.T, endpoint string) *sub {
 	return &sub{s: s, batches: ch}
 }
 
-// sync publishes probes until one arrives (a PUB socket drops what it sends before the
-// subscription reaches it), and returns the probe's sequence number.
-func (s *sub) sync(t *testing.T, p *Publisher) uint64 {
+// await publishes e until a batch arrives (a PUB socket drops what it sends before the
+// subscription reaches it), and returns that batch.
+func (s *sub) await(t *testing.T, p *Publisher, e Event) Batch {
 	t.Helper()
 	var got Batch
-	poll.Until(t, 10*time.Second, "a probe batch to arrive", func() bool {
-		p.Publish(Event{Kind: Unknown})
+	poll.Until(t, 10*time.Second, "a batch to arrive", func() bool {
+		p.Publish(e)
 		select {
 		case got = <-s.batches:
 			return true
@@ -72,13 +72,21 @@ func (s *sub) sync(t *testing.T, p *Publisher) uint64 {
 			return false
 		}
 	})
-	for { // probes sent after the one that arrived
-		select {
-		case got = <-s.batches:
-		case <-time.After(50 * time.Millisecond):
-			return got.Seq
-		}
+	return got
+}
+
+// sync waits for the subscription, then reads up to a marker batch and returns its sequence
+// number: the next batch published is numbered one more.
+func (s *sub) sync(t *testing.T, p *Publisher) uint64 {
+	t.Helper()
+	s.await(t, p, Event{Kind: Unknown})
+	p.Publish(Event{Kind: Unknown})
+	p.mu.Lock()
+	marker := p.seq - 1
+	p.mu.Unlock()
+	for s.next(t).Seq != marker {
 	}
+	return marker
 }
 
 func (s *sub) next(t *testing.T) Batch {
@@ -179,17 +187,7 @@ func TestSubscriberRedialsARestartedPublisher(t *testing.T) {
 	poll.Until(t, 10*time.Second, "the subscriber to see the publisher gone", func() bool {
 		return testutil.ToFloat64(s.s.connected) == 0
 	})
-	p2 := startPublisher(t, addr)
-	var b Batch
-	poll.Until(t, 10*time.Second, "a batch from the new publisher", func() bool {
-		p2.Publish(Event{Kind: AllBlocksCleared})
-		select {
-		case b = <-s.batches:
-			return true
-		case <-time.After(5 * time.Millisecond):
-			return false
-		}
-	})
+	b := s.await(t, startPublisher(t, addr), Event{Kind: AllBlocksCleared})
 	if !b.Restarted {
 		t.Errorf("the new publisher's batch %d is not a restart", b.Seq)
 	}
@@ -304,6 +302,36 @@ func TestEndpoints(t *testing.T) {
 		_, err = NewPublisher(PublisherConfig{Endpoint: tt.ep})
 		if (err == nil) != tt.pub {
 			t.Errorf("publisher on %q: err %v", tt.ep, err)
+		}
+	}
+}
+
+// TestSequenceNumbers: how each number read is judged, after those before it.
+func TestSequenceNumbers(t *testing.T) {
+	tests := []struct {
+		name              string
+		seqs              []uint64 // read in turn; the last is judged
+		missed, restarted bool
+	}{
+		{"the first read, 0: the publisher's start", []uint64{0}, false, true},
+		{"the first read, past 0: joined under way", []uint64{5}, true, false},
+		{"the next", []uint64{5, 6}, false, false},
+		{"past the next: a gap", []uint64{5, 9}, true, false},
+		{"back to 0: a new publisher read from its start", []uint64{5, 0}, false, true},
+		{"back, past 0: a new publisher, its first batches lost", []uint64{5, 3}, true, true},
+		{"the same again: a new publisher", []uint64{5, 5}, true, true},
+	}
+	for _, tt := range tests {
+		s, err := NewSubscriber(Config{Endpoint: "tcp://127.0.0.1:1", OnBatch: func(Batch) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var missed, restarted bool
+		for _, seq := range tt.seqs {
+			missed, restarted = s.sequence(seq)
+		}
+		if missed != tt.missed || restarted != tt.restarted {
+			t.Errorf("%s: missed %v restarted %v, want %v %v", tt.name, missed, restarted, tt.missed, tt.restarted)
 		}
 	}
 }

@@ -40,7 +40,7 @@ func (r *shadow) onKVBatch(b kvevents.Batch) {
 	defer r.mu.Unlock()
 	kv := r.kv
 	switch {
-	case b.Restarted: // a new server: its cache was empty when it started
+	case b.Restarted: // a server read from its start: its cache was empty then
 		clear(kv.held)
 		kv.exact, kv.credit, kv.removed = !b.Missed, 0, 0
 	case b.Missed:
@@ -93,9 +93,11 @@ func (r *shadow) evictRemovedLocked(n int) {
 	r.model.EvictOldest(blocks-paid, &r.d)
 }
 
-// kvmeshBlocksLocked converts n server blocks to kvmesh blocks, by tokens.
+// kvmeshBlocksLocked converts n server blocks to kvmesh blocks, by tokens, rounded up: the
+// cap it sets errs toward keeping blocks.
 func (r *shadow) kvmeshBlocksLocked(n int) int {
-	return int(float64(n*r.kvBlockSizeLocked())*r.tokenRatioLocked()) / r.model.BlockTokens()
+	bt := r.model.BlockTokens()
+	return (int(float64(n*r.kvBlockSizeLocked())*r.tokenRatioLocked()) + bt - 1) / bt
 }
 
 // kvBlockSizeLocked is the server's block size in its tokens: its events' own, else its
