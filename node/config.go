@@ -61,6 +61,15 @@ type Config struct {
 	// EngineKind "vllm" (New fails otherwise); off by default. The embedded engine schedules
 	// by priority whatever this says.
 	EnginePriority bool `json:"engine_priority"`
+	// EngineKVEvents is an external engine's KV cache event publisher (vLLM's and SGLang's
+	// --kv-events-config endpoint), tcp://host:port, e.g. tcp://127.0.0.1:5557; empty, the
+	// default, reads none. The events tell the node at once when the engine clears its cache
+	// and how much it evicts (see docs/design/engine.md). External engines only.
+	EngineKVEvents string `json:"engine_kv_events"`
+	// PublishKVEvents has the embedded engine publish its KV cache events in vLLM's format on
+	// this endpoint (tcp://host:port; kvmesh engine --kv-events); empty, the default, publishes
+	// none.
+	PublishKVEvents string `json:"-"`
 	// Models lists the model names served. Default: DefaultModel with the sim engine, which
 	// gives each the sim's context size; with an external engine, every model its GET
 	// /v1/models lists. Given with an external engine, each must be one the engine lists (Start

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 )
 
 func TestMain(m *testing.M) {
@@ -11,5 +13,7 @@ func TestMain(m *testing.M) {
 		// quic-go and net/http keep-alive goroutines can outlive a test by a moment after Close.
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		// zmq4 never stops a PUB socket's writer (kvevents.Publisher.Close).
+		goleak.IgnoreAnyFunction(kvevents.LeakedWriter),
 	)
 }

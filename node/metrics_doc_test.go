@@ -127,7 +127,7 @@ func exportedFamilies(t *testing.T) []metricFamily {
 			Tracker:  carbon.DefaultConfig(),
 		}
 	})
-	ext := build("golden-ext", func(cfg *Config) { cfg.Engine = "http://127.0.0.1:1" })
+	ext := build("golden-ext", func(cfg *Config) { cfg.Engine, cfg.EngineKVEvents = "http://127.0.0.1:1", "tcp://127.0.0.1:1" })
 	engine := build("golden-engine", func(cfg *Config) { cfg.Standalone = true })
 
 	byName := map[string]metricFamily{}

@@ -24,6 +24,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
@@ -32,15 +33,18 @@ import (
 
 // Node is one kvmesh node.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	m       *metrics
-	eng     engine.Engine
-	sim     *sim.Sim          // the embedded engine, when it is the engine
-	ext     *extengine.Engine // the external engine, when it is the engine
-	httpSrv *http.Server
-	admSrv  *http.Server // the admin listener's, when Config.AdminAddr is set
+	cfg   Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	m     *metrics
+	eng   engine.Engine
+	sim   *sim.Sim            // the embedded engine, when it is the engine
+	ext   *extengine.Engine   // the external engine, when it is the engine
+	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
+	// kvBlockTokens is the embedded engine's block size, for its published events.
+	kvBlockTokens int
+	httpSrv       *http.Server
+	admSrv        *http.Server // the admin listener's, when Config.AdminAddr is set
 
 	g        *gossip.Gossip
 	tr       *transport.Transport
@@ -131,6 +135,9 @@ func New(cfg Config) (*Node, error) {
 
 func (n *Node) buildEngine() error {
 	if n.cfg.Engine == "sim" {
+		if n.cfg.EngineKVEvents != "" {
+			return errors.New("node: engine_kv_events reads an external engine's KV events; the embedded engine reports its cache itself")
+		}
 		sc := n.cfg.Sim
 		if sc.BlockTokens == 0 {
 			sc.BlockTokens = kvindex.DefaultBlockTokens
@@ -154,7 +161,10 @@ func (n *Node) buildEngine() error {
 			return fmt.Errorf("node: %w", err)
 		}
 		n.sim, n.eng = s, s
-		return nil
+		return n.buildKVPublisher(sc.BlockTokens)
+	}
+	if n.cfg.PublishKVEvents != "" {
+		return errors.New("node: only the embedded engine publishes KV events (an external engine publishes its own)")
 	}
 	ec := extengine.DefaultConfig()
 	ec.BaseURL = n.cfg.Engine
@@ -169,6 +179,7 @@ func (n *Node) buildEngine() error {
 	ec.Logger = n.log
 	ec.NominalKVBlocks = n.cfg.EngineKVBlocks
 	ec.Priority = n.cfg.EnginePriority
+	ec.KVEvents = n.cfg.EngineKVEvents
 	// The engine's residency model says what the server caches; gossip spreads it as the
 	// embedded engine's exact report.
 	ec.OnPrefix = n.onPrefix
@@ -183,6 +194,7 @@ func (n *Node) buildEngine() error {
 // onPrefix hands the engine's stored and evicted prefix blocks to gossip. n.g is set before
 // the engine runs anything (New builds it, Start starts both); a standalone node has none.
 func (n *Node) onPrefix(stored, evicted []uint64) {
+	n.publishKV(stored, evicted)
 	if n.g == nil {
 		return
 	}
@@ -216,6 +228,11 @@ func (n *Node) Start(ctx context.Context) error {
 		// answers without a configured model stops it.
 		if err := n.ext.Start(ctx); err != nil {
 			return fmt.Errorf("node: engine: %w", err)
+		}
+	}
+	if n.kvpub != nil {
+		if err := n.kvpub.Start(); err != nil {
+			return fmt.Errorf("node: kv events: %w", err)
 		}
 	}
 	ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
@@ -306,6 +323,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		errs = append(errs, n.drain(ctx), n.stopMesh())
 	}
 	errs = append(errs, closeEngine(n.eng))
+	if n.kvpub != nil {
+		errs = append(errs, n.kvpub.Close())
+	}
 	n.log.Info("stopped")
 	return errors.Join(errs...)
 }

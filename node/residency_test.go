@@ -17,11 +17,20 @@ import (
 // cache of kvBlocks 16-token blocks, as an external engine for a node.
 func startKVEngine(t *testing.T, model string, kvBlocks int) string {
 	t.Helper()
+	return "http://" + startEngineNode(t, model, kvBlocks, nil).HTTPAddr()
+}
+
+// startEngineNode is startKVEngine's engine, its config changed by mod (if not nil).
+func startEngineNode(t *testing.T, model string, kvBlocks int, mod func(*node.Config)) *node.Node {
+	t.Helper()
 	cfg := node.DefaultConfig()
 	cfg.Name, cfg.HTTPAddr, cfg.Standalone, cfg.GPU = "engine-"+model, "127.0.0.1:0", true, "none"
 	cfg.Models = []string{model}
 	cfg.Sim.TimeScale = 100
 	cfg.Sim.KVBlocks = kvBlocks
+	if mod != nil {
+		mod(&cfg)
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +39,7 @@ func startKVEngine(t *testing.T, model string, kvBlocks int) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
-	return "http://" + n.HTTPAddr()
+	return n
 }
 
 // chatFor is a streamed chat request for model with one user message, asking for usage.

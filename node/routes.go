@@ -82,6 +82,9 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 	for _, r := range rs {
 		mux.Handle(r.pattern, byMethod(r.methods))
 	}
+	if n.cfg.Standalone && n.sim != nil {
+		mux.Handle("/reset_prefix_cache", byMethod(post(n.handleResetPrefixCache)))
+	}
 	mux.HandleFunc("/", n.handleNotFound)
 	return mux
 }

@@ -109,6 +109,21 @@ func TestEnginePriorityIsOffUnlessAsked(t *testing.T) {
 	}
 }
 
+// TestEngineKVEventsIsOffUnlessAsked pins that a node reads no KV events by default and that
+// --engine-kv-events names the publisher.
+func TestEngineKVEventsIsOffUnlessAsked(t *testing.T) {
+	for _, ep := range []string{"", "tcp://127.0.0.1:5557"} {
+		args := []string{"--insecure-dev", "--engine", "http://127.0.0.1:8000"}
+		if ep != "" {
+			args = append(args, "--engine-kv-events", ep)
+		}
+		cfg, err := parseNode(t, args...)
+		if err != nil || cfg.EngineKVEvents != ep {
+			t.Errorf("%v: EngineKVEvents %q, err %v", args, cfg.EngineKVEvents, err)
+		}
+	}
+}
+
 // TestStalePolicyReachesTheRouter pins that --stale-policy open keeps stale peers at both
 // layers: gossip's candidate marking and the router's own freshness filter.
 func TestStalePolicyReachesTheRouter(t *testing.T) {

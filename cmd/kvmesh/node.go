@@ -44,6 +44,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default: " + node.DefaultModel + " for the sim, every model an external engine lists; an external engine must list each one given)", EnvVars: env("model")},
 		&cli.DurationFlag{Name: "models-interval", Value: d.ModelsInterval, Usage: "how often an external engine's /v1/models is read again", EnvVars: env("models-interval")},
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
+		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher (vLLM/SGLang --kv-events-config endpoint), e.g. tcp://127.0.0.1:5557; off by default", EnvVars: env("engine-kv-events")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.DurationFlag{Name: "drain-delay", Value: d.DrainDelay, Usage: "how long SIGINT/SIGTERM keeps serving with /readyz at 503 before it stops accepting (negative: none)", EnvVars: env("drain-delay")},
@@ -174,6 +175,7 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	setString(c, "engine-kind", &cfg.EngineKind)
 	setInt(c, "engine-kv-blocks", &cfg.EngineKVBlocks)
 	setBool(c, "engine-priority", &cfg.EnginePriority)
+	setString(c, "engine-kv-events", &cfg.EngineKVEvents)
 	setStrings(c, "model", &cfg.Models)
 	setDuration(c, "models-interval", &cfg.ModelsInterval)
 	setInt64(c, "max-body-bytes", &cfg.MaxBodyBytes)
@@ -280,6 +282,7 @@ func engineCommand() *cli.Command {
 			&cli.StringFlag{Name: "http", Value: engineHTTPAddr, Usage: "listen address", EnvVars: env("engine-http")},
 			&cli.StringFlag{Name: "name", Value: engineName, Usage: "name reported in X-Kvmesh-Node", EnvVars: env("engine-name")},
 			&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default " + node.DefaultModel + ")", EnvVars: env("engine-model")},
+			&cli.StringFlag{Name: "kv-events", Usage: "publish KV cache events as vLLM's --kv-events-config does, on this endpoint (tcp://127.0.0.1:5557, tcp://*:5557); off by default", EnvVars: env("engine-publish-kv-events")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg := node.DefaultConfig()
@@ -294,6 +297,7 @@ func engineCommand() *cli.Command {
 			// A node in front of it watches its models and metrics, not its /readyz.
 			cfg.DrainDelay = -1
 			setStrings(c, "model", &cfg.Models)
+			setString(c, "kv-events", &cfg.PublishKVEvents)
 			simConfig(c, &cfg)
 			return runNode(c.Context, cfg)
 		},

@@ -61,6 +61,11 @@
 // cache. A restart of the server (its process_start_time_seconds changed, its prompt token
 // counter went back, or its health failed and returned) empties the model.
 //
+// With Config.KVEvents the Engine also reads the server's KV cache events (package kvevents)
+// on its loop's lifetime: a clear empties the model, removals evict its least recently used
+// blocks, and the server's stored-block count caps it while that count is exact (kvevents.go
+// says what the events can and cannot tell).
+//
 // # Concurrency
 //
 // An Engine is safe for concurrent use. A Stream belongs to one goroutine, but Close may be

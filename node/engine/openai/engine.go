@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 	wire "github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	// for KindVLLM, which must run with --scheduling-policy priority: without it vLLM refuses
 	// a non-zero priority. Off, a client's priority member reaches the server as sent.
 	Priority bool
+	// KVEvents is the server's KV cache event publisher (vLLM's and SGLang's
+	// --kv-events-config endpoint), tcp://host:port; empty, the default, reads none. Its
+	// events drive the residency model's evictions (kvevents.go).
+	KVEvents string
 	// Passed through to State; engines do not export them.
 	PrefillTokensPerSecond float64
 	DecodeStepSeconds      float64
@@ -100,7 +105,8 @@ type Engine struct {
 	log    *slog.Logger
 
 	scrapeErrors prometheus.Counter
-	res          *shadow // the residency model (residency.go)
+	res          *shadow              // the residency model (residency.go)
+	sub          *kvevents.Subscriber // the server's KV events, with Config.KVEvents
 
 	mu       sync.Mutex
 	models   []engine.Model
@@ -216,6 +222,13 @@ func New(cfg Config) (*Engine, error) {
 	if e.res, err = newShadow(cfg, e.log); err != nil {
 		return nil, err
 	}
+	if cfg.KVEvents != "" {
+		e.sub, err = kvevents.NewSubscriber(kvevents.Config{Endpoint: cfg.KVEvents, OnBatch: e.res.onKVBatch,
+			RetryInterval: cfg.ScrapeInterval, Logger: e.log, Registerer: cfg.Registerer})
+		if err != nil {
+			return nil, fmt.Errorf("openai: %w", err)
+		}
+	}
 	e.state = engine.State{BlockTokens: cfg.BlockTokens, KVBlocksTotal: cfg.NominalKVBlocks,
 		PrefillTokensPerSecond: cfg.PrefillTokensPerSecond, DecodeStepSeconds: cfg.DecodeStepSeconds,
 		MaxRunning: cfg.MaxRunning, Healthy: cfg.Kind == KindOpenAI}
@@ -257,9 +270,17 @@ func (e *Engine) Start(ctx context.Context) error {
 }
 
 // loop scrapes /metrics every ScrapeInterval (not for kind "openai") and refreshes the model
-// list when nextModelsFetch says, until ctx ends.
+// list when nextModelsFetch says, and runs the KV event subscriber, until ctx ends.
 func (e *Engine) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	if e.sub != nil {
+		subDone := make(chan struct{})
+		go func() {
+			defer close(subDone)
+			_ = e.sub.Run(ctx) // it logs and counts its own failures
+		}()
+		defer func() { <-subDone }()
+	}
 	var scrapes <-chan time.Time
 	if e.cfg.Kind != KindOpenAI {
 		t := time.NewTicker(e.cfg.ScrapeInterval)

@@ -45,6 +45,9 @@ type shadow struct {
 	havePrompts bool
 	healthy     bool // at the last scrape
 	everHealthy bool
+	// The prompt tokens the server reported and kvmesh counted, over the same requests.
+	enginePrompt, kvmeshPrompt float64
+	kv                         *kvState // the server's KV events (kvevents.go); nil without
 
 	errRatio  prometheus.Histogram
 	predicted prometheus.Counter
@@ -59,6 +62,9 @@ func newShadow(cfg Config, log *slog.Logger) (*shadow, error) {
 		return nil, fmt.Errorf("openai: %w", err)
 	}
 	r := &shadow{onPrefix: cfg.OnPrefix, kind: cfg.Kind, log: log, model: m}
+	if cfg.KVEvents != "" {
+		r.kv = &kvState{held: map[uint64]struct{}{}}
+	}
 	r.errRatio = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kvmesh_residency_error_ratio",
 		Help:    "Per request on the external engine: |predicted - reported cached prompt tokens| / prompt tokens, the residency model's error.",
@@ -160,6 +166,7 @@ func (r *shadow) prefilled(t *ticket) {
 	r.unqueueLocked(t)
 	if t.hold == nil && !t.done {
 		t.hold = r.model.Acquire(t.blocks, t.promptTokens, &r.d)
+		r.creditLocked(len(r.d.Evicted))
 	}
 	r.publishLocked()
 }
@@ -178,8 +185,11 @@ func (r *shadow) finished(t *ticket, u *engine.Usage, cachedReported bool) {
 	output := u.CompletionTokens
 	if u.PromptTokens > 0 && t.promptTokens > 0 {
 		output = u.CompletionTokens * t.promptTokens / u.PromptTokens
+		r.enginePrompt += float64(u.PromptTokens)
+		r.kvmeshPrompt += float64(t.promptTokens)
 	}
 	r.model.Release(t.hold, t.promptTokens+output, &r.d)
+	r.creditLocked(len(r.d.Evicted))
 	if cachedReported && t.promptTokens > 0 {
 		o := r.model.Correct(t.pred, t.blocks, t.promptTokens,
 			residency.Report{PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens, EngineBlockTokens: r.engineBlock}, &r.d)
@@ -203,6 +213,7 @@ func (r *shadow) ended(t *ticket) {
 	if !t.done {
 		t.done = true
 		r.model.Release(t.hold, t.promptTokens, &r.d)
+		r.creditLocked(len(r.d.Evicted))
 	}
 	r.publishLocked()
 }

@@ -25,6 +25,10 @@
 //     it did not see, or its capacity is smaller than the engine's): the reported blocks of the
 //     prompt enter it.
 //
+// When the engine says what it evicted (its KV cache events), EvictOldest evicts as many of
+// the least recently used blocks, and Cap evicts them down to the number the engine says it
+// holds; neither touches a running request's blocks.
+//
 // Every change is returned as a Delta of stored and evicted hashes, for the node to gossip.
 // Clear empties the model when the engine restarted; predictions and holds from before it
 // change nothing afterwards.

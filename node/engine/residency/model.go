@@ -17,6 +17,7 @@ type Model struct {
 	// The unpinned entries, least recently used first: evictions take the head. Stamps rise
 	// from head to tail.
 	head, tail *entry
+	unpinned   int    // entries listed: those no running request holds
 	reserved   int    // blocks the running requests hold outside the cache (partial and output)
 	clock      uint64 // the last stamp given
 	epoch      uint64 // bumped by Clear
@@ -248,8 +249,25 @@ func (m *Model) Clear(d *Delta) {
 		}
 	}
 	clear(m.entries)
-	m.head, m.tail, m.reserved = nil, nil, 0
+	m.head, m.tail, m.reserved, m.unpinned = nil, nil, 0, 0
 	m.epoch++
+}
+
+// EvictOldest evicts, into d, the n least recently used unpinned blocks (fewer if fewer are
+// unpinned), and returns how many: the engine said it evicted that many.
+func (m *Model) EvictOldest(n int, d *Delta) int {
+	k := 0
+	for ; k < n && m.head != nil; k++ {
+		m.evict(m.head, d)
+	}
+	return k
+}
+
+// Cap evicts, into d, least recently used blocks until at most limit are unpinned, and returns
+// how many: the engine said it holds no more than limit. Pinned blocks do not count, since a
+// running request's blocks may be newer than what the engine said.
+func (m *Model) Cap(limit int, d *Delta) int {
+	return m.EvictOldest(m.unpinned-max(limit, 0), d)
 }
 
 // Resident appends every block the model holds to dst, least recently used first (those
@@ -320,6 +338,7 @@ func (m *Model) list(e *entry) {
 	}
 	m.tail = e
 	e.listed = true
+	m.unpinned++
 }
 
 func (m *Model) unlist(e *entry) {
@@ -337,4 +356,5 @@ func (m *Model) unlist(e *entry) {
 		m.tail = e.prev
 	}
 	e.prev, e.next, e.listed = nil, nil, false
+	m.unpinned--
 }

@@ -389,3 +389,38 @@ func TestReleaseTwiceIsHarmless(t *testing.T) {
 		t.Errorf("resident %v", got)
 	}
 }
+
+// TestEngineSaidEvictions: EvictOldest and Cap take the least recently used unpinned blocks
+// (a prefix from its end), never a running request's, and only as many as there are.
+func TestEngineSaidEvictions(t *testing.T) {
+	m := newModel(t, 100)
+	serve(m, chain(1, 3), 0)  // LRU order after: 3 2 1
+	serve(m, chain(11, 2), 0) // then 12 11
+	var d Delta
+	running := m.Acquire(chain(21, 2), tokens(2), &d)
+	d.Reset()
+
+	if n := m.EvictOldest(2, &d); n != 2 || !slices.Equal(d.Evicted, []uint64{3, 2}) {
+		t.Errorf("EvictOldest(2) evicted %d: %v, want [3 2]", n, d.Evicted)
+	}
+	d.Reset()
+	// 3 unpinned blocks left (1, 12, 11); a cap of 1 evicts 2 of them, not the running ones.
+	if n := m.Cap(1, &d); n != 2 || !slices.Equal(d.Evicted, []uint64{1, 12}) {
+		t.Errorf("Cap(1) evicted %d: %v, want [1 12]", n, d.Evicted)
+	}
+	d.Reset()
+	if n := m.Cap(5, &d); n != 0 {
+		t.Errorf("Cap above the unpinned count evicted %d", n)
+	}
+	if n := m.EvictOldest(10, &d); n != 1 || !slices.Equal(d.Evicted, []uint64{11}) {
+		t.Errorf("EvictOldest(10) with one unpinned block evicted %d: %v", n, d.Evicted)
+	}
+	if got := sorted(m.Resident(nil)); !slices.Equal(got, []uint64{21, 22}) {
+		t.Errorf("resident %v, want the running request's [21 22]", got)
+	}
+	d.Reset()
+	m.Release(running, tokens(2), &d)
+	if n := m.Cap(0, &d); n != 2 {
+		t.Errorf("Cap(0) after the release evicted %d, want 2", n)
+	}
+}

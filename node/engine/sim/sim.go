@@ -20,6 +20,8 @@ var (
 	ErrClosed = fmt.Errorf("sim: closed: %w", engine.ErrUnavailable)
 	// ErrStreamClosed is what Recv returns after the caller closed the stream.
 	ErrStreamClosed = errors.New("sim: stream closed")
+	// ErrCacheInUse: ResetPrefixCache was called while requests run or wait.
+	ErrCacheInUse = errors.New("sim: the prefix cache is in use by running or waiting requests")
 )
 
 type seqState uint8
@@ -462,6 +464,21 @@ func (s *Sim) ResidentBlocks() []uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cache.resident(make([]uint64, 0, len(s.cache.entries)))
+}
+
+// ResetPrefixCache empties the prefix cache, as vLLM's POST /reset_prefix_cache does, and
+// returns the hashes it held. Like vLLM it refuses (ErrCacheInUse) while any request runs or
+// waits, whose blocks it could not drop. It does not call OnPrefix: the caller reports the
+// reset.
+func (s *Sim) ResetPrefixCache() ([]uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.running) > 0 || len(s.waiting) > 0 {
+		return nil, ErrCacheInUse
+	}
+	held := s.cache.resident(make([]uint64, 0, len(s.cache.entries)))
+	s.cache = newBlockCache(s.cache.total)
+	return held, nil
 }
 
 // SimTime returns the simulated engine time elapsed: the sum of modelled step durations.

@@ -604,7 +604,7 @@ func TestConcurrentSamePrefixSharesBlocks(t *testing.T) {
 			t.Errorf("usage = %+v", r.last.Usage)
 		}
 	}
-	poll.Until(t, 10*time.Second, "both to leave the batch", func() bool { return s.State().Running == 0 })
+	poll.Until(t, 10*time.Second, "both to leave the batch", func() bool { st := s.State(); return st.Running+st.Waiting == 0 })
 	if st := s.State(); st.KVBlocksUsed != 0 || s.CachedBlocks() != 10 {
 		t.Errorf("after finish: used %d, cached %d; want 0, 10", st.KVBlocksUsed, s.CachedBlocks())
 	}
@@ -634,5 +634,43 @@ func TestPace(t *testing.T) {
 				t.Errorf("pace = %v after t0, want %v", got.Sub(t0), tt.want.Sub(t0))
 			}
 		})
+	}
+}
+
+// TestResetPrefixCache: a reset drops every cached block and returns them, so the same prompt
+// hits nothing after it; while a request runs it refuses, as vLLM's does, and drops nothing.
+func TestResetPrefixCache(t *testing.T) {
+	s := newTestSim(t, func(c *Config) { c.TimeScale = 1 }) // the long request runs for a minute
+	p := prompt("reset", 64)
+	gen(t, s, &engine.Request{Model: testModel, Prompt: p, MaxTokens: 1})
+	before := s.ResidentBlocks()
+	if len(before) != 4 {
+		t.Fatalf("%d blocks cached, want the prompt's 4", len(before))
+	}
+
+	st, err := s.Generate(context.Background(), &engine.Request{Model: testModel, Prompt: prompt("long", 32), MaxTokens: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ResetPrefixCache(); !errors.Is(err, ErrCacheInUse) {
+		t.Errorf("reset while a request runs: err %v, want ErrCacheInUse", err)
+	}
+	st.Close()
+	poll.Until(t, 5*time.Second, "the closed request to leave", func() bool { st := s.State(); return st.Running+st.Waiting == 0 })
+
+	held, err := s.ResetPrefixCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) < 4 || s.CachedBlocks() != 0 {
+		t.Errorf("reset returned %d blocks and left %d cached", len(held), s.CachedBlocks())
+	}
+	for _, h := range before {
+		if !slices.Contains(held, h) {
+			t.Errorf("block %x was cached and is not among those reset", h)
+		}
+	}
+	if r := gen(t, s, &engine.Request{Model: testModel, Prompt: p, MaxTokens: 1}); r.last.Usage.CachedTokens != 0 {
+		t.Errorf("the prompt again hit %d cached tokens after the reset", r.last.Usage.CachedTokens)
 	}
 }
