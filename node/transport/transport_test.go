@@ -48,6 +48,9 @@ func TestForwardRoundTrip(t *testing.T) {
 		TTFTSLO:    2 * time.Second,
 		TPOTSLO:    150 * time.Millisecond,
 		AgentFinal: true,
+		// The owner continues the ingress's trace.
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		TraceState:  "rojo=00f067aa0ba902b7",
 	}
 	type seen struct {
 		h    Header
@@ -712,6 +715,66 @@ func TestForwardToVersion1Owner(t *testing.T) {
 		}
 	default:
 		t.Error("the owner read no header")
+	}
+}
+
+// TestForwardToOwnerWithoutTraceContext stands in for a peer of this frame version built before
+// the trace context, which resets the stream of a header carrying one as malformed: Forward
+// sends the header again without it, and the peer runs the request.
+func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
+	dir := pki(t, "a", "b")
+	ln, err := quic.ListenAddr("127.0.0.1:0", loadTLS(t, dir, "b"), &quic.Config{MaxIdleTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan Header, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		defer c.CloseWithError(0, "")
+		for {
+			str, err := c.AcceptStream(context.Background())
+			if err != nil {
+				return
+			}
+			_, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes)
+			h, derr := DecodeHeader(p)
+			if err != nil || derr != nil {
+				return
+			}
+			seen <- h
+			if h.TraceParent != "" { // what the older peer's decoder makes of the trace flag
+				str.CancelRead(codeProtocol)
+				str.CancelWrite(codeProtocol)
+				continue
+			}
+			r, _ := encodeRefuse(Refusal{Status: 429, Code: "read"})
+			_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
+			_ = str.Close()
+		}
+	}()
+	client := startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
+	t.Cleanup(func() {
+		_ = client.tr.Close()
+		_ = ln.Close()
+		<-done
+	})
+	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"}
+	_, err = client.tr.Forward(testCtx(t), ln.Addr().String(), h, []byte("{}"))
+	var ref *Refusal
+	if !errors.As(err, &ref) || ref.Code != "read" {
+		t.Fatalf("Forward = %v, want the owner's answer to the header without a trace", err)
+	}
+	first, second := <-seen, <-seen
+	if first.TraceParent != h.TraceParent || first.TraceState != h.TraceState {
+		t.Errorf("first attempt carried %q %q, want the trace context", first.TraceParent, first.TraceState)
+	}
+	if second.TraceParent != "" || second.TraceState != "" || second.RequestID != "r" {
+		t.Errorf("second attempt %+v, want the same header without a trace context", second)
 	}
 }
 
