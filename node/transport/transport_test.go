@@ -667,16 +667,16 @@ func rawAnswer(t *testing.T, addr string, conf *tls.Config, wire []byte) (byte, 
 	return readFrame(bufio.NewReader(str), MaxAnswerBytes)
 }
 
-// TestForwardToVersion1Owner stands in for a node on frame version 1, which resets the stream
-// of any header it cannot decode as malformed: the ingress gets an error that says so and
-// lets it try another peer.
-func TestForwardToVersion1Owner(t *testing.T) {
+// rawOwner stands in for a peer that serves forwards its own way: it takes the connection of
+// the client node it returns, and calls serve with each stream and the payload of its header
+// frame.
+func rawOwner(t *testing.T, serve func(str *quic.Stream, hdr []byte)) (client *node, addr string) {
+	t.Helper()
 	dir := pki(t, "a", "b")
 	ln, err := quic.ListenAddr("127.0.0.1:0", loadTLS(t, dir, "b"), &quic.Config{MaxIdleTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sawVersion := make(chan byte, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -685,25 +685,43 @@ func TestForwardToVersion1Owner(t *testing.T) {
 			return
 		}
 		defer c.CloseWithError(0, "")
-		str, err := c.AcceptStream(context.Background())
-		if err != nil {
-			return
+		for { // until the client closes the connection
+			str, err := c.AcceptStream(context.Background())
+			if err != nil {
+				return
+			}
+			if _, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes); err == nil {
+				serve(str, p)
+			}
 		}
-		if _, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes); err == nil && len(p) > 0 {
-			sawVersion <- p[0]
-		}
-		// What version 1's serveStream does with a header it cannot decode.
-		str.CancelRead(codeProtocol)
-		str.CancelWrite(codeProtocol)
-		<-c.Context().Done() // until the ingress closes the connection
 	}()
-	client := startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
+	client = startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
 	t.Cleanup(func() {
 		_ = client.tr.Close()
 		_ = ln.Close()
 		<-done
 	})
-	_, err = client.tr.Forward(testCtx(t), ln.Addr().String(), Header{RequestID: "r"}, []byte("{}"))
+	return client, ln.Addr().String()
+}
+
+// resetAsMalformed is what a peer's serveStream does with a header it cannot decode.
+func resetAsMalformed(str *quic.Stream) {
+	str.CancelRead(codeProtocol)
+	str.CancelWrite(codeProtocol)
+}
+
+// TestForwardToVersion1Owner stands in for a node on frame version 1, which resets the stream
+// of any header it cannot decode as malformed: the ingress gets an error that says so and
+// lets it try another peer.
+func TestForwardToVersion1Owner(t *testing.T) {
+	sawVersion := make(chan byte, 1)
+	client, addr := rawOwner(t, func(str *quic.Stream, hdr []byte) {
+		if len(hdr) > 0 {
+			sawVersion <- hdr[0]
+		}
+		resetAsMalformed(str)
+	})
+	_, err := client.tr.Forward(testCtx(t), addr, Header{RequestID: "r"}, []byte("{}"))
 	var ref *Refusal
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrRejected) || errors.As(err, &ref) {
 		t.Errorf("Forward = %v, want ErrUnreachable and ErrRejected", err)
@@ -722,49 +740,23 @@ func TestForwardToVersion1Owner(t *testing.T) {
 // the trace context, which resets the stream of a header carrying one as malformed: Forward
 // sends the header again without it, and the peer runs the request.
 func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
-	dir := pki(t, "a", "b")
-	ln, err := quic.ListenAddr("127.0.0.1:0", loadTLS(t, dir, "b"), &quic.Config{MaxIdleTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := make(chan Header, 2)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept(context.Background())
+	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
+		h, err := DecodeHeader(p)
 		if err != nil {
 			return
 		}
-		defer c.CloseWithError(0, "")
-		for {
-			str, err := c.AcceptStream(context.Background())
-			if err != nil {
-				return
-			}
-			_, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes)
-			h, derr := DecodeHeader(p)
-			if err != nil || derr != nil {
-				return
-			}
-			seen <- h
-			if h.TraceParent != "" { // what the older peer's decoder makes of the trace flag
-				str.CancelRead(codeProtocol)
-				str.CancelWrite(codeProtocol)
-				continue
-			}
-			r, _ := encodeRefuse(Refusal{Status: 429, Code: "read"})
-			_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
-			_ = str.Close()
+		seen <- h
+		if h.TraceParent != "" { // what the older peer's decoder makes of the trace flag
+			resetAsMalformed(str)
+			return
 		}
-	}()
-	client := startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
-	t.Cleanup(func() {
-		_ = client.tr.Close()
-		_ = ln.Close()
-		<-done
+		r, _ := encodeRefuse(Refusal{Status: 429, Code: "read"})
+		_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
+		_ = str.Close()
 	})
 	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"}
-	_, err = client.tr.Forward(testCtx(t), ln.Addr().String(), h, []byte("{}"))
+	_, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}"))
 	var ref *Refusal
 	if !errors.As(err, &ref) || ref.Code != "read" {
 		t.Fatalf("Forward = %v, want the owner's answer to the header without a trace", err)
