@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
@@ -37,6 +39,8 @@ type Node struct {
 	sim     *sim.Sim          // the embedded engine, when it is the engine
 	ext     *extengine.Engine // the external engine, when it is the engine
 	httpSrv *http.Server
+	tracer  trace.Tracer             // a no-op one with tracing off (trace.go)
+	tp      *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
 	g        *gossip.Gossip
 	tr       *transport.Transport
@@ -85,6 +89,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), tok: newTokenCalibration(),
 		done: make(chan struct{}), roomKick: make(chan struct{}, 1)}
+	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
 		return nil, err
 	}
@@ -167,6 +172,9 @@ func (n *Node) Start(ctx context.Context) error {
 	defer n.mu.Unlock()
 	if n.started {
 		return errors.New("node: already started")
+	}
+	if err := n.startTracing(); err != nil {
+		return err
 	}
 	if n.ext != nil {
 		// An engine that does not answer yet leaves the node unready, not stopped; one that
@@ -253,6 +261,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		errs = append(errs, n.stopMesh())
 	}
 	errs = append(errs, closeEngine(n.eng))
+	errs = append(errs, n.stopTracing(ctx)) // the last spans, the drain's included
 	n.log.Info("stopped")
 	return errors.Join(errs...)
 }
