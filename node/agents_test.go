@@ -333,6 +333,9 @@ func oneHome(t *testing.T) []string {
 	tn := startNet(t, 2, func(i int, cfg *node.Config) {
 		cfg.Agents = agentConfig(1, time.Minute) // only a final step or an abandon frees the slot
 		cfg.AgentInterval = 20 * time.Millisecond
+		// A parked step's lease outlives these tests' waits however late a loaded machine
+		// renews it, so only the ingress's give-up or the step's end can drop it.
+		cfg.AgentLeaseIntervals = 100
 		if i == 1 {
 			cfg.Models = []string{"another-model"}
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
@@ -17,6 +18,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -192,6 +194,18 @@ type Config struct {
 	// fileSum is the hex SHA-256 of ConfigFile's content as ReadConfigFile read it.
 	fileSum string
 
+	// OTLPEndpoint turns tracing on: the node's spans go over OTLP/HTTP to this collector,
+	// host:port (plain HTTP, path /v1/traces) or an http:// or https:// URL (package
+	// node/tracing). Empty, the default, leaves tracing off: no span is recorded, and a
+	// client's own traceparent alone is passed on, to the owner and to an external engine.
+	OTLPEndpoint string `json:"otlp_endpoint"`
+	// TraceSample is the share of new traces sampled, at most 1 (default 1); a request whose
+	// client sent a traceparent follows the client's decision. -1 (any negative value) samples
+	// no new trace, only those the clients sampled.
+	TraceSample float64 `json:"trace_sample"`
+	// TracerProvider, when set, receives the node's spans in place of OTLPEndpoint's pipeline
+	// (a test's in-memory exporter); the node does not shut it down.
+	TracerProvider trace.TracerProvider `json:"-"`
 	// Logger receives one line per event; nil discards.
 	Logger *slog.Logger `json:"-"`
 	// Registry collects the node's metrics and is served on /metrics; nil makes a new one.
@@ -253,6 +267,7 @@ func DefaultConfig() Config {
 		AgentLeaseIntervals: 5,
 		GPU:                 "auto",
 		ConfigWatch:         2 * time.Second,
+		TraceSample:         1,
 	}
 }
 
@@ -296,6 +311,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.TraceSample == 0 {
+		c.TraceSample = d.TraceSample
 	}
 	if c.Carbon != nil {
 		cc := *c.Carbon // the node's own copy, not the caller's
@@ -344,6 +362,14 @@ func (c *Config) validate() error {
 	} {
 		if n.v < 0 {
 			return fmt.Errorf("node: %s %d is negative", n.name, n.v)
+		}
+	}
+	if !(c.TraceSample <= 1) { // NaN too
+		return fmt.Errorf("node: TraceSample %v: want at most 1", c.TraceSample)
+	}
+	if c.OTLPEndpoint != "" {
+		if err := tracing.CheckEndpoint(c.OTLPEndpoint); err != nil {
+			return fmt.Errorf("node: %w", err)
 		}
 	}
 	if c.Carbon != nil && c.Carbon.FetchTimeout < 0 {

@@ -211,6 +211,7 @@ func TestConfigFileRoundTrip(t *testing.T) {
 	cc.Provider.Kind, cc.Provider.Zone, cc.Provider.Token, cc.TokenFile = "electricitymaps", "DE", "secret", "/run/token"
 	cfg.Agents, cfg.Carbon, cfg.AgentInterval = &ac, &cc, 300*time.Millisecond
 	cfg.Sim.TimeScale, cfg.Sim.StepPerContextToken = 20, 35*time.Nanosecond
+	cfg.OTLPEndpoint, cfg.TraceSample = "http://collector:4318/v1/traces", -1
 
 	for _, c := range []struct {
 		name string
@@ -314,7 +315,8 @@ func TestConfigZeroRule(t *testing.T) {
 	d := DefaultConfig()
 	if c.ForwardAttempts != 3 || c.AgentLeaseIntervals != 5 || c.RetryAfter != time.Second || c.MaxAgentIDBytes != 256 ||
 		c.HTTPAddr != d.HTTPAddr || c.DrainTimeout != d.DrainTimeout || c.AgentInterval != DefaultAgentInterval || len(c.Models) != 1 ||
-		c.DrainDelay != d.DrainDelay || c.BodyTimeout != d.BodyTimeout || c.IdleTimeout != d.IdleTimeout {
+		c.DrainDelay != d.DrainDelay || c.BodyTimeout != d.BodyTimeout || c.IdleTimeout != d.IdleTimeout ||
+		c.TraceSample != 1 {
 		t.Errorf("filled %+v", c)
 	}
 	for name, mod := range map[string]func(*Config){
@@ -327,6 +329,8 @@ func TestConfigZeroRule(t *testing.T) {
 		"idle timeout":     func(c *Config) { c.IdleTimeout = -time.Second },
 		"admission mode":   func(c *Config) { c.Admission = "maybe" },
 		"no name":          func(c *Config) { c.Name = "" },
+		"trace sample":     func(c *Config) { c.TraceSample = 1.5 },
+		"otlp endpoint":    func(c *Config) { c.OTLPEndpoint = "collector" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := standalone()

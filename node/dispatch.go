@@ -163,6 +163,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 				return outcome{code: openai.CodeClientClosed, refused: true}
 			}
 		}
+		traceDecision(ctx, p, t)
 		if explain && len(t.Cands) > 0 {
 			w.Header().Set(HeaderExplain, route.Explain(t.Cands, 3))
 		}

@@ -26,6 +26,17 @@
 // restart, and keeps the settings in force when the file is bad. Start watches the file and
 // the API key file for changes (Config.ConfigWatch).
 //
+// # Tracing
+//
+// With Config.OTLPEndpoint (or a Config.TracerProvider) a node traces each generation request
+// with OpenTelemetry (trace.go): the ingress's server span with its admission decision and
+// route, its waits in the waiting room, a client span per forward attempt, the owner's server
+// span continuing the trace from the forward's transport header, and the engine run with an
+// external engine's HTTP call under it. The W3C trace context comes from the client's
+// traceparent; with tracing off the tracer is a no-op that passes a client's trace context on
+// unchanged and invents none. Start builds the OTLP pipeline (package node/tracing) and
+// Shutdown flushes it.
+//
 // # Metrics
 //
 // The node registers its own families and its parts' on Config.Registry (or a new registry),

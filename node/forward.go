@@ -45,8 +45,11 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		TPOTSLO:    tpot,
 		AgentFinal: p.agentFinal,
 	}
+	ctx, span := n.startForward(ctx, c.Name, &h)
+	defer span.End()
 	if addr == "" {
 		n.m.forwards.WithLabelValues("no_address").Inc()
+		forwardResult(span, "no_address", "")
 		return outcome{}, false
 	}
 	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
@@ -57,6 +60,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	case errors.As(err, &ref):
 		n.peerReached(c.Name)
 		n.m.forwards.WithLabelValues("refused").Inc()
+		forwardResult(span, "refused", ref.Code)
 		n.log.Debug("owner refused", "id", p.req.ID, "owner", c.Name, "code", ref.Code)
 		res.lastCode, res.retry = ref.Code, ref.RetryAfter
 		if ref.Status == http.StatusBadRequest {
@@ -72,6 +76,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		return outcome{}, false
 	default:
 		n.m.forwards.WithLabelValues("unreachable").Inc()
+		forwardResult(span, "unreachable", "")
 		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
 			n.peerFailed(p.req.ID, c.Name, addr, err)
 		} else {
@@ -84,9 +89,11 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		_ = resp.Body.Close()
 		n.m.forwards.WithLabelValues("owner_failed").Inc()
 		res.lastCode = resp.Headers[HeaderReason]
+		forwardResult(span, "owner_failed", res.lastCode)
 		return outcome{}, false
 	}
 	n.m.forwards.WithLabelValues("accepted").Inc()
+	forwardResult(span, "accepted", "")
 	if n.g != nil {
 		// The owner now holds (or is computing) this prefix: the next turn of the session
 		// should follow before the owner's own summary arrives.
@@ -180,7 +187,10 @@ func (n *Node) relay(w http.ResponseWriter, resp *transport.Response, p *prepare
 func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter) {
 	n.forwarded.Add(1)
 	defer n.forwarded.Add(-1)
+	ctx, span := n.startOwner(ctx, h)
+	defer span.End()
 	refuse := func(status int, code, msg string, retry time.Duration) {
+		spanError(span, code)
 		st, _ := gossip.EncodeState(n.localState())
 		_ = fw.Refuse(transport.Refusal{Status: status, Code: code, Message: msg, RetryAfter: retry, State: st})
 	}
@@ -226,14 +236,18 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	d := n.planner.Owner(now, *a, n.selfPeer(p.req.Blocks), n.blockTokens(), known)
 	n.m.decisionOf(d)
+	traceOwnerDecision(span, p, d)
 	if d.Refused() {
 		refuse(d.Status, d.Code, d.Message, d.RetryAfter)
 		return
 	}
 	p.req.MaxTokens = d.MaxTokens
-	if _, ran := n.agentStep(ctx, transport.HTTPResponseWriter(fw), p, start, "peer"); !ran {
+	o, ran := n.agentStep(ctx, transport.HTTPResponseWriter(fw), p, start, "peer")
+	if !ran {
 		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)
+		return
 	}
+	endOutcome(span, o)
 }
 
 // relayTail is how much of a relayed stream's end keepTail keeps: more than the longest last

@@ -236,7 +236,10 @@ func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
 		defer n.m.inFlight.Dec()
 		id := newRequestID()
 		w.Header().Set(HeaderRequestID, id)
-		o := n.ingest(r.Context(), w, r, ep, id, start)
+		ctx, span := n.startRequest(r, ep, id)
+		defer span.End()
+		o := n.ingest(ctx, w, r, ep, id, start)
+		endOutcome(span, o)
 		n.account(ep, o)
 		n.m.e2e.Observe(time.Since(start).Seconds())
 		if !o.completed {

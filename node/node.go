@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
@@ -44,7 +46,9 @@ type Node struct {
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
-	admSrv        *http.Server // the admin listener's, when Config.AdminAddr is set
+	admSrv        *http.Server             // the admin listener's, when Config.AdminAddr is set
+	tracer        trace.Tracer             // a no-op one with tracing off (trace.go)
+	tp            *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
 	g        *gossip.Gossip
 	tr       *transport.Transport
@@ -107,6 +111,7 @@ func New(cfg Config) (*Node, error) {
 	hash := cmp.Or(cfg.fileSum, noConfigFile)
 	n.inForce.Store(&hash)
 	n.m.reloaded.SetToCurrentTime()
+	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
 		return nil, err
 	}
@@ -223,6 +228,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.getCertificate}
 		serve = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
 	}
+	if err := n.startTracing(); err != nil {
+		return err
+	}
 	if n.ext != nil {
 		// An engine that does not answer yet leaves the node unready, not stopped; one that
 		// answers without a configured model stops it.
@@ -326,6 +334,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.kvpub != nil {
 		errs = append(errs, n.kvpub.Close())
 	}
+	errs = append(errs, n.stopTracing(ctx)) // the last spans, the drain's included
 	n.log.Info("stopped")
 	return errors.Join(errs...)
 }

@@ -16,21 +16,27 @@ import (
 )
 
 // recordingEngine is an external OpenAI-compatible engine that records every generation body it is
-// sent and answers each with one scored token. Its /metrics are an idle vLLM's.
+// sent, and its traceparent and tracestate headers, and answers each with one scored token. Its
+// /metrics are an idle vLLM's.
 type recordingEngine struct {
 	url    string
 	bodies chan []byte
+	traces chan [2]string // traceparent, tracestate
 }
 
 func startRecordingEngine(t *testing.T) *recordingEngine {
 	t.Helper()
-	f := &recordingEngine{bodies: make(chan []byte, 64)}
+	f := &recordingEngine{bodies: make(chan []byte, 64), traces: make(chan [2]string, 64)}
 	gen := func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		select {
 		case f.bodies <- b:
 		default:
 			t.Errorf("fake engine: body not collected")
+		}
+		select { // tests that do not read them leave them
+		case f.traces <- [2]string{r.Header.Get("traceparent"), r.Header.Get("tracestate")}:
+		default:
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		events := []string{

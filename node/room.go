@@ -33,6 +33,8 @@ func (n *Node) kickRoom() {
 
 // wait parks p until the room loop dispatches or refuses it, or the client goes away.
 func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
+	ctx, span := n.startQueue(ctx, t.D)
+	defer span.End()
 	now := time.Now()
 	wt := &waiter{p: p, t: t, ready: make(chan struct{})}
 	it := n.adm.Item(p.adm, t.D)

@@ -18,7 +18,7 @@ import (
 // (and, for a forwarded request, lets the ingress try another peer).
 func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) outcome {
 	n.m.served.WithLabelValues(origin).Inc()
-	st, err := n.eng.Generate(ctx, &p.req)
+	st, err := n.generate(ctx, p)
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
 		// rest a failure (the engine's).

@@ -75,6 +75,8 @@ func nodeFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "agent-interval", Value: d.AgentInterval, Usage: "control interval of the agent window", EnvVars: env("agent-interval")},
 		&cli.IntFlag{Name: "agent-lease-intervals", Value: d.AgentLeaseIntervals, Usage: "intervals a step held for the window may go without its ingress renewing the hold", EnvVars: env("agent-lease-intervals")},
 		&cli.StringFlag{Name: "gpu", Value: d.GPU, Usage: "GPU telemetry: auto, nvml, none or sim", EnvVars: env("gpu")},
+		&cli.StringFlag{Name: "otlp-endpoint", Usage: "send traces over OTLP/HTTP to this collector: host:port (plain HTTP, /v1/traces) or a URL; none: tracing off", EnvVars: env("otlp-endpoint")},
+		&cli.Float64Flag{Name: "trace-sample", Value: d.TraceSample, Usage: "share of new traces sampled (a client's traceparent decides for its own; -1: none)", EnvVars: env("trace-sample")},
 	}, append(carbonFlags(), simFlags()...)...)
 }
 
@@ -187,6 +189,8 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	setInt(c, "forward-attempts", &cfg.ForwardAttempts)
 	setDuration(c, "retry-after", &cfg.RetryAfter)
 	setInt(c, "max-agent-id-bytes", &cfg.MaxAgentIDBytes)
+	setString(c, "otlp-endpoint", &cfg.OTLPEndpoint)
+	setFloat(c, "trace-sample", &cfg.TraceSample)
 	simConfig(c, cfg)
 	if err := meshConfig(c, cfg); err != nil {
 		return err

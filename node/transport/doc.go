@@ -38,6 +38,10 @@
 // chat and completions) needs no new version: a peer built before it refuses such a request
 // with StatusKind and CodeKind, and the ingress tries another candidate.
 //
+// The trace context (Header.TraceParent and TraceState, a request flag) also came within
+// version 2. A header without one is encoded as before; a peer built before it resets a header
+// with one as malformed, and Forward sends that header once more without it.
+//
 // # Trust
 //
 // InitCA, IssueNode and LoadTLS manage a cluster CA and node certificates; IssueNode writes a

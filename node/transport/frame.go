@@ -182,6 +182,12 @@ type Header struct {
 	// AgentFinal marks an agent's last step: its home ends the agent once the step is done
 	// (KindRequest).
 	AgentFinal bool
+	// TraceParent and TraceState are the request's W3C trace context, the values of the
+	// traceparent and tracestate HTTP headers, so that the owner continues the ingress's
+	// trace; empty when the request has none. TraceState goes only with a TraceParent
+	// (KindRequest).
+	TraceParent string
+	TraceState  string
 
 	// RenewWait is how long the home may wait for the agent to be let into its window before
 	// it answers (KindAgentRenew).
@@ -364,8 +370,10 @@ func validStatus(s int) bool { return s >= 200 && s <= 599 }
 //
 // The encoding is the version byte, the kind byte, the common fields (request id, hops,
 // priority, tenant, deadline, agent id, blocks, ingress), then the kind's own fields: for
-// KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal), Waited, TTFTSLO and
-// TPOTSLO; for KindAgentRenew RenewWait; nothing for KindAgentGiveUp. Strings are a uvarint
+// KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal, bit 1: a trace context),
+// Waited, TTFTSLO, TPOTSLO and, with bit 1, TraceParent and TraceState; for KindAgentRenew
+// RenewWait; nothing for KindAgentGiveUp. A header without a trace context is encoded as
+// before the trace context existed, so a peer built before it reads it. Strings are a uvarint
 // length and UTF-8 bytes, blocks a uvarint count and little-endian uint64s, durations uvarint
 // nanoseconds, the deadline varint Unix nanoseconds (0: none).
 func EncodeHeader(dst []byte, h Header) ([]byte, error) {
@@ -400,10 +408,17 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		if h.AgentFinal {
 			flags |= flagAgentFinal
 		}
+		if h.TraceParent != "" {
+			flags |= flagTrace
+		}
 		e.b = append(e.b, byte(h.Endpoint), flags)
 		e.uvarint(uint64(h.Waited))
 		e.uvarint(uint64(h.TTFTSLO))
 		e.uvarint(uint64(h.TPOTSLO))
+		if flags&flagTrace != 0 {
+			e.str(h.TraceParent)
+			e.str(h.TraceState)
+		}
 	case KindAgentRenew:
 		e.uvarint(uint64(h.RenewWait))
 	}
@@ -420,8 +435,11 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 // Request flags.
 const (
 	flagAgentFinal byte = 1 << iota
+	// flagTrace: TraceParent and TraceState follow the SLOs. A peer built before it resets
+	// such a header as malformed (see Transport.Forward).
+	flagTrace
 
-	knownFlags = flagAgentFinal
+	knownFlags = flagAgentFinal | flagTrace
 )
 
 // checkHeader rejects the numbers of h that its encoding could not carry, and fields of
@@ -442,8 +460,11 @@ func checkHeader(v int, h Header) error {
 		return fmt.Errorf("%w: %d blocks (> %d)", ErrMalformed, len(h.Blocks), MaxBlocks)
 	case h.Waited < 0 || h.TTFTSLO < 0 || h.TPOTSLO < 0 || h.RenewWait < 0:
 		return fmt.Errorf("%w: negative duration", ErrMalformed)
-	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal):
+	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal ||
+		h.TraceParent != "" || h.TraceState != ""):
 		return fmt.Errorf("%w: request fields in a %v header", ErrMalformed, h.Kind)
+	case h.TraceState != "" && h.TraceParent == "":
+		return fmt.Errorf("%w: a trace state without a trace parent", ErrMalformed)
 	case h.Kind != KindAgentRenew && h.RenewWait != 0:
 		return fmt.Errorf("%w: renew wait in a %v header", ErrMalformed, h.Kind)
 	}
@@ -517,6 +538,13 @@ func DecodeHeader(p []byte) (Header, error) {
 		h.Waited = d.duration("waited")
 		h.TTFTSLO = d.duration("ttft slo")
 		h.TPOTSLO = d.duration("tpot slo")
+		if flags&flagTrace != 0 {
+			h.TraceParent = d.str("trace parent", maxShortString)
+			h.TraceState = d.str("trace state", maxShortString)
+			if d.err == nil && h.TraceParent == "" {
+				d.fail("empty trace parent") // the flag is set only with one
+			}
+		}
 	case KindAgentRenew:
 		h.RenewWait = d.duration("renew wait")
 	}

@@ -32,6 +32,10 @@ func TestHeaderRoundTrip(t *testing.T) {
 			Ingress: "b", RenewWait: 250 * time.Millisecond}},
 		{"agent renew without a wait", Header{Kind: KindAgentRenew, AgentID: "a"}},
 		{"agent give-up", Header{Kind: KindAgentGiveUp, RequestID: "r", Hops: 1, AgentID: "a", Ingress: "b"}},
+		{"request with a trace parent", Header{RequestID: "r", Hops: 1, Ingress: "a", AgentFinal: true,
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"request with a trace state", Header{Endpoint: EndpointCompletions, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+			TraceState: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +55,20 @@ func TestHeaderRoundTrip(t *testing.T) {
 				t.Errorf("round trip %+v, want %+v", got, tt.h)
 			}
 		})
+	}
+}
+
+// TestHeaderWithoutTraceIsUnchanged pins the bytes of a request header without a trace
+// context: they are those of a peer built before the trace context, which reads them.
+func TestHeaderWithoutTraceIsUnchanged(t *testing.T) {
+	h := Header{RequestID: "r", Hops: 1, Endpoint: EndpointCompletions, AgentFinal: true, Waited: 1, TTFTSLO: 2, TPOTSLO: 3}
+	p, err := EncodeHeader(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte{Version, byte(KindRequest), 1, 'r', 1, 0, 0, 0, 0, 0, 0, byte(EndpointCompletions), flagAgentFinal, 1, 2, 3}
+	if !bytes.Equal(p, want) {
+		t.Errorf("encoding %v, want %v", p, want)
 	}
 }
 
@@ -104,6 +122,9 @@ func TestHeaderRejects(t *testing.T) {
 		{"renew wait in a give-up", Header{Kind: KindAgentGiveUp, RenewWait: time.Second}, ErrMalformed},
 		{"long string", Header{Tenant: strings.Repeat("t", maxShortString+1)}, ErrMalformed},
 		{"bad utf-8", Header{RequestID: "\xff"}, ErrMalformed},
+		{"trace state alone", Header{TraceState: "a=b"}, ErrMalformed},
+		{"trace in a renew", Header{Kind: KindAgentRenew, TraceParent: "00-x"}, ErrMalformed},
+		{"long trace parent", Header{TraceParent: strings.Repeat("t", maxShortString+1)}, ErrMalformed},
 	}
 	for _, tt := range encodeTests {
 		t.Run("encode "+tt.name, func(t *testing.T) {
@@ -128,7 +149,10 @@ func TestHeaderRejects(t *testing.T) {
 		{"unknown kind", []byte{Version, byte(numKinds)}, ErrKind},
 		{"unknown kind with garbage", []byte{Version, 0xff, 0xff, 0xff}, ErrKind},
 		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), ErrKind},
-		{"unknown request flag", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0), ErrMalformed},
+		{"unknown request flag", rawHeader(Version, KindRequest, 0, 4, 0, 0, 0), ErrMalformed},
+		{"trace flag without a trace", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0), ErrMalformed},
+		{"trace flag with an empty trace", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0, 0, 0), ErrMalformed},
+		{"trace state cut short", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0, 1, 'p', 3, 's'), ErrMalformed},
 		{"request without its fields", rawHeader(Version, KindRequest), ErrMalformed},
 		{"request cut in its slos", rawHeader(Version, KindRequest, 0, 0, 0, 0), ErrMalformed},
 		{"waited past int64", rawHeader(Version, KindRequest, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0), ErrMalformed},
@@ -152,7 +176,8 @@ func TestHeaderRejects(t *testing.T) {
 		})
 	}
 	// The zero tails above are well-formed with the right kind: the rejections are theirs.
-	for _, p := range [][]byte{rawHeader(Version, KindRequest, 0, 1, 0, 0, 0), rawHeader(Version, KindAgentRenew, 0), rawHeader(Version, KindAgentGiveUp)} {
+	for _, p := range [][]byte{rawHeader(Version, KindRequest, 0, 1, 0, 0, 0), rawHeader(Version, KindRequest, 0, 3, 0, 0, 0, 1, 'p', 0),
+		rawHeader(Version, KindAgentRenew, 0), rawHeader(Version, KindAgentGiveUp)} {
 		if _, err := DecodeHeader(p); err != nil {
 			t.Errorf("DecodeHeader(%v) = %v", p, err)
 		}
@@ -283,6 +308,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		{Kind: KindAgentGiveUp, AgentID: "a", Priority: -5},
 		{RequestID: "e", Endpoint: EndpointEmbeddings, Tenant: "t", Ingress: "a"},
 		{RequestID: "p", Endpoint: EndpointResponses, Hops: 1, Ingress: "a"},
+		{RequestID: "t", Hops: 1, Ingress: "a", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"},
 	} {
 		p, _ := EncodeHeader(nil, h)
 		f.Add(p)
@@ -325,17 +351,22 @@ func FuzzDecodeHeader(f *testing.F) {
 // encoder accepts must decode to the same header, and what it refuses it refuses with a
 // sentinel.
 func FuzzEncodeHeader(f *testing.F) {
-	f.Add(uint8(KindRequest), uint8(EndpointChat), "r", "a", 1, int64(-3), int64(5e9), uint16(2), int64(1e6), int64(2e9), int64(1e8), true, int64(0))
-	f.Add(uint8(KindAgentRenew), uint8(0), "r", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(5e8))
-	f.Add(uint8(KindAgentGiveUp), uint8(0), "", "a", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
-	f.Add(uint8(KindRequest), uint8(EndpointEmbeddings), "e", "", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
-	f.Add(uint8(KindRequest), uint8(EndpointResponses), "p", "", 1, int64(10), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0))
-	f.Add(uint8(numKinds), uint8(numEndpoints), "\xff", "", -1, int64(1<<40), int64(-1), uint16(0), int64(-1), int64(0), int64(0), true, int64(1))
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "r", "a", 1, int64(-3), int64(5e9), uint16(2), int64(1e6), int64(2e9), int64(1e8), true, int64(0), "", "")
+	f.Add(uint8(KindAgentRenew), uint8(0), "r", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(5e8), "", "")
+	f.Add(uint8(KindAgentGiveUp), uint8(0), "", "a", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "")
+	f.Add(uint8(KindRequest), uint8(EndpointEmbeddings), "e", "", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "")
+	f.Add(uint8(KindRequest), uint8(EndpointResponses), "p", "", 1, int64(10), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "")
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "t", "a", 1, int64(0), int64(0), uint16(1), int64(0), int64(0), int64(0), true, int64(0), tp, "k=v")
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "t", "", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "k=v")
+	f.Add(uint8(KindAgentRenew), uint8(0), "t", "", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), tp, "")
+	f.Add(uint8(numKinds), uint8(numEndpoints), "\xff", "", -1, int64(1<<40), int64(-1), uint16(0), int64(-1), int64(0), int64(0), true, int64(1), "\xff", "")
 	f.Fuzz(func(t *testing.T, kind, endpoint uint8, id, agent string, hops int, prio, deadline int64, blocks uint16,
-		waited, ttft, tpot int64, final bool, hold int64) {
+		waited, ttft, tpot int64, final bool, hold int64, traceParent, traceState string) {
 		h := Header{Kind: Kind(kind), RequestID: id, Hops: hops, Priority: int(prio), AgentID: agent, Ingress: agent,
 			Endpoint: Endpoint(endpoint), Waited: time.Duration(waited), TTFTSLO: time.Duration(ttft),
-			TPOTSLO: time.Duration(tpot), AgentFinal: final, RenewWait: time.Duration(hold)}
+			TPOTSLO: time.Duration(tpot), AgentFinal: final, RenewWait: time.Duration(hold),
+			TraceParent: traceParent, TraceState: traceState}
 		if n := int(blocks) % 1024; n > 0 {
 			h.Blocks = make([]uint64, n)
 		}

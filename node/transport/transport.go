@@ -486,8 +486,18 @@ type Response struct {
 // returned as a *Refusal error; failure before any answer wraps ErrUnreachable (or is ctx's
 // error when ctx ended). Cancelling ctx at any time, also while reading Body, cancels the
 // stream so the owner's request context is cancelled.
+//
+// A header with a trace context that the owner resets as malformed (ErrRejected) is sent once
+// more without it: a peer of this frame version built before Header.TraceParent cannot read
+// one, and runs the request untraced.
 func (t *Transport) Forward(ctx context.Context, addr string, h Header, body []byte) (*Response, error) {
 	resp, result, err := t.forward(ctx, addr, h, body)
+	if h.TraceParent != "" && errors.Is(err, ErrRejected) && ctx.Err() == nil {
+		t.m.streams.WithLabelValues(dirOut, result).Inc()
+		t.log.Debug("transport: owner rejected a trace context; forwarding without it", "request_id", h.RequestID, "addr", addr)
+		h.TraceParent, h.TraceState = "", ""
+		resp, result, err = t.forward(ctx, addr, h, body)
+	}
 	t.m.streams.WithLabelValues(dirOut, result).Inc()
 	if err != nil && result != resultRefused {
 		t.log.Debug("transport: forward failed", "request_id", h.RequestID, "addr", addr, "err", err)

@@ -48,6 +48,9 @@ func TestForwardRoundTrip(t *testing.T) {
 		TTFTSLO:    2 * time.Second,
 		TPOTSLO:    150 * time.Millisecond,
 		AgentFinal: true,
+		// The owner continues the ingress's trace.
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		TraceState:  "rojo=00f067aa0ba902b7",
 	}
 	type seen struct {
 		h    Header
@@ -670,16 +673,16 @@ func rawAnswer(t *testing.T, addr string, conf *tls.Config, wire []byte) (byte, 
 	return readFrame(bufio.NewReader(str), MaxAnswerBytes)
 }
 
-// TestForwardToVersion1Owner stands in for a node on frame version 1, which resets the stream
-// of any header it cannot decode as malformed: the ingress gets an error that says so and
-// lets it try another peer.
-func TestForwardToVersion1Owner(t *testing.T) {
+// rawOwner stands in for a peer that serves forwards its own way: it takes the connection of
+// the client node it returns, and calls serve with each stream and the payload of its header
+// frame.
+func rawOwner(t *testing.T, serve func(str *quic.Stream, hdr []byte)) (client *node, addr string) {
+	t.Helper()
 	dir := pki(t, "a", "b")
 	ln, err := quic.ListenAddr("127.0.0.1:0", loadTLS(t, dir, "b"), &quic.Config{MaxIdleTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sawVersion := make(chan byte, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -688,25 +691,43 @@ func TestForwardToVersion1Owner(t *testing.T) {
 			return
 		}
 		defer c.CloseWithError(0, "")
-		str, err := c.AcceptStream(context.Background())
-		if err != nil {
-			return
+		for { // until the client closes the connection
+			str, err := c.AcceptStream(context.Background())
+			if err != nil {
+				return
+			}
+			if _, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes); err == nil {
+				serve(str, p)
+			}
 		}
-		if _, p, err := readFrame(bufio.NewReader(str), MaxHeaderBytes); err == nil && len(p) > 0 {
-			sawVersion <- p[0]
-		}
-		// What version 1's serveStream does with a header it cannot decode.
-		str.CancelRead(codeProtocol)
-		str.CancelWrite(codeProtocol)
-		<-c.Context().Done() // until the ingress closes the connection
 	}()
-	client := startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
+	client = startNode(t, loadTLS(t, dir, "a"), "127.0.0.1:0", nil)
 	t.Cleanup(func() {
 		_ = client.tr.Close()
 		_ = ln.Close()
 		<-done
 	})
-	_, err = client.tr.Forward(testCtx(t), ln.Addr().String(), Header{RequestID: "r"}, []byte("{}"))
+	return client, ln.Addr().String()
+}
+
+// resetAsMalformed is what a peer's serveStream does with a header it cannot decode.
+func resetAsMalformed(str *quic.Stream) {
+	str.CancelRead(codeProtocol)
+	str.CancelWrite(codeProtocol)
+}
+
+// TestForwardToVersion1Owner stands in for a node on frame version 1, which resets the stream
+// of any header it cannot decode as malformed: the ingress gets an error that says so and
+// lets it try another peer.
+func TestForwardToVersion1Owner(t *testing.T) {
+	sawVersion := make(chan byte, 1)
+	client, addr := rawOwner(t, func(str *quic.Stream, hdr []byte) {
+		if len(hdr) > 0 {
+			sawVersion <- hdr[0]
+		}
+		resetAsMalformed(str)
+	})
+	_, err := client.tr.Forward(testCtx(t), addr, Header{RequestID: "r"}, []byte("{}"))
 	var ref *Refusal
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrRejected) || errors.As(err, &ref) {
 		t.Errorf("Forward = %v, want ErrUnreachable and ErrRejected", err)
@@ -718,6 +739,40 @@ func TestForwardToVersion1Owner(t *testing.T) {
 		}
 	default:
 		t.Error("the owner read no header")
+	}
+}
+
+// TestForwardToOwnerWithoutTraceContext stands in for a peer of this frame version built before
+// the trace context, which resets the stream of a header carrying one as malformed: Forward
+// sends the header again without it, and the peer runs the request.
+func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
+	seen := make(chan Header, 2)
+	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
+		h, err := DecodeHeader(p)
+		if err != nil {
+			return
+		}
+		seen <- h
+		if h.TraceParent != "" { // what the older peer's decoder makes of the trace flag
+			resetAsMalformed(str)
+			return
+		}
+		r, _ := encodeRefuse(Refusal{Status: 429, Code: "read"})
+		_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
+		_ = str.Close()
+	})
+	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"}
+	_, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}"))
+	var ref *Refusal
+	if !errors.As(err, &ref) || ref.Code != "read" {
+		t.Fatalf("Forward = %v, want the owner's answer to the header without a trace", err)
+	}
+	first, second := <-seen, <-seen
+	if first.TraceParent != h.TraceParent || first.TraceState != h.TraceState {
+		t.Errorf("first attempt carried %q %q, want the trace context", first.TraceParent, first.TraceState)
+	}
+	if second.TraceParent != "" || second.TraceState != "" || second.RequestID != "r" {
+		t.Errorf("second attempt %+v, want the same header without a trace context", second)
 	}
 }
 

@@ -66,6 +66,13 @@
 // blocks, and the server's stored-block count caps it while that count is exact (kvevents.go
 // says what the events can and cannot tell).
 //
+// # Tracing
+//
+// Each call to the server sends the W3C trace context of the caller's context in traceparent
+// and tracestate, from a client span on the pipeline of the caller's span (vLLM continues the
+// trace with --otlp-traces-endpoint). With a no-op tracer the caller's own trace context, a
+// client's traceparent, passes through unchanged, and a request without one gets none.
+//
 // # Concurrency
 //
 // An Engine is safe for concurrent use. A Stream belongs to one goroutine, but Close may be

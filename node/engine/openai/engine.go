@@ -508,23 +508,27 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		// ignore the header (vLLM's own field is SetPriority's, with Config.Priority).
 		hreq.Header.Set(PriorityHeader, strconv.Itoa(req.Priority))
 	}
+	span := startCall(hreq)
 	resp, err := e.client.Do(hreq)
 	if err != nil {
 		cancel()
+		callFailed(span, err)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("openai: request cancelled: %w", ctx.Err())
 		}
 		return nil, fmt.Errorf("openai: %w: %w", engine.ErrUnavailable, err)
 	}
+	callAnswered(span, resp.StatusCode)
 	if resp.StatusCode != http.StatusOK {
 		se := statusError(resp)
 		resp.Body.Close()
 		cancel()
+		span.End()
 		e.log.Debug("engine refused request", "id", req.ID, "status", se.Status, "message", se.Message)
 		return nil, se
 	}
 	e.inflight.Add(1)
 	s := &stream{ctx: sctx, cancel: cancel, body: resp.Body, sse: wire.NewSSEReader(resp.Body),
-		onClose: func() { e.inflight.Add(-1) }}
+		onClose: func() { e.inflight.Add(-1); span.End() }}
 	return s, nil
 }

@@ -25,16 +25,19 @@ func (e *Engine) Post(ctx context.Context, path, id string, body []byte) (*http.
 	if id != "" {
 		hreq.Header.Set("X-Request-Id", id)
 	}
+	span := startCall(hreq)
 	resp, err := e.client.Do(hreq)
 	if err != nil {
+		callFailed(span, err)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("openai: request cancelled: %w", ctx.Err())
 		}
 		return nil, fmt.Errorf("openai: %w: %w", engine.ErrUnavailable, err)
 	}
+	callAnswered(span, resp.StatusCode)
 	e.inflight.Add(1)
 	var once sync.Once
-	resp.Body = &closeHook{ReadCloser: resp.Body, done: func() { once.Do(func() { e.inflight.Add(-1) }) }}
+	resp.Body = &closeHook{ReadCloser: resp.Body, done: func() { once.Do(func() { e.inflight.Add(-1); span.End() }) }}
 	return resp, nil
 }
 
