@@ -17,7 +17,7 @@ GO ?= go
 NODES ?= 3
 FUZZTIME ?= 10s
 
-.PHONY: build build-release image test bench fuzz lint testnet tidy-check clean
+.PHONY: build build-release image test bench fuzz lint testnet tidy-check deploy-check release-check clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kvmesh ./cmd/kvmesh
@@ -60,6 +60,14 @@ tidy-check:
 	ok=1; git diff --quiet -- go.mod go.sum || ok=0; \
 	cp /tmp/kvmesh-go.mod.bak go.mod; cp /tmp/kvmesh-go.sum.bak go.sum; \
 	[ $$ok = 1 ] || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
+# The systemd unit, the Helm chart, the release build and the packaging files: deploy/check.sh.
+deploy-check:
+	deploy/check.sh
+
+# goreleaser's own check of .goreleaser.yaml, when goreleaser is installed.
+release-check:
+	@if command -v goreleaser >/dev/null; then goreleaser check; else echo "goreleaser not on PATH: skipping goreleaser check"; fi
 
 clean:
 	rm -rf bin dist
