@@ -77,22 +77,24 @@ needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr 
 echo "kvmesh $version: stripped, -trimpath, cgo, links only libc.so.6"
 
 step "the release binary on a host without the NVIDIA driver"
-port=$((20000 + RANDOM % 20000))
-"$bin" --log-format text node --insecure-dev --name check --http "127.0.0.1:$port" --gossip 127.0.0.1:0 --quic 127.0.0.1:0 \
-  --gpu auto --drain-timeout 5s >"$work/node.log" 2>&1 &
+"$bin" --log-format text node --insecure-dev --name check --http 127.0.0.1:0 --gossip 127.0.0.1:0 \
+  --quic 127.0.0.1:0 --gpu auto --drain-timeout 5s >"$work/node.log" 2>&1 &
 node_pid=$!
 deadline=$((SECONDS + 30))
-until KVMESH_HTTP="127.0.0.1:$port" "$bin" health --ready --timeout 1s 2>/dev/null; do
+addr=""
+until [ -n "$addr" ] && KVMESH_HTTP="$addr" "$bin" health --ready --timeout 1s 2>/dev/null; do
   kill -0 "$node_pid" 2>/dev/null || { cat "$work/node.log"; fail "the node exited at start"; }
   [ $SECONDS -lt $deadline ] || { cat "$work/node.log"; fail "the node was not ready in 30s"; }
+  addr=$(sed -n 's/.* msg=serving .* http=\([^ ]*\) .*/\1/p' "$work/node.log")
   sleep 0.2
 done
-KVMESH_HTTP="127.0.0.1:$port" "$bin" health || fail "kvmesh health failed against a ready node"
+KVMESH_HTTP="$addr" "$bin" health || fail "kvmesh health failed against a ready node"
+grep -q "msg=serving .* version=$version" "$work/node.log" || { cat "$work/node.log"; fail "the node does not log version=$version"; }
 grep -q 'running without GPU telemetry' "$work/node.log" || { cat "$work/node.log"; fail "no 'running without GPU telemetry' line: NVML's absence was not handled as documented"; }
 kill -TERM "$node_pid"
 wait "$node_pid" || { cat "$work/node.log"; fail "the node did not exit 0 after SIGTERM"; }
 node_pid=""
-if "$bin" health --http "127.0.0.1:$port" --timeout 1s 2>/dev/null; then fail "kvmesh health passed with no node"; fi
+if "$bin" health --http "$addr" --timeout 1s 2>/dev/null; then fail "kvmesh health passed with no node"; fi
 echo "started without libnvidia-ml, ready, healthy, drained and exited 0 on SIGTERM"
 
 step "systemd unit"
