@@ -2,18 +2,33 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
 
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# v0.1.0 on a release tag, v0.1.0-3-gabc1234 after it, v0.0.0-N-gHASH before the first tag.
+VERSION ?= $(shell deploy/version.sh)
 LDFLAGS := -X github.com/kvmesh/kvmesh/node.Version=$(VERSION)
+# Release binaries (the container image, make build-release): no symbol table or DWARF, no
+# build paths. cgo stays on: go-nvml dlopens libnvidia-ml at run time, so a host without the
+# driver still runs the binary (without GPU telemetry).
+RELEASE_LDFLAGS := -s -w $(LDFLAGS)
+OUT ?= bin/kvmesh
+IMAGE ?= kvmesh
 # go-nvml's headers warn about deprecated NVML calls; the warnings say nothing about kvmesh.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 GO ?= go
 NODES ?= 3
 FUZZTIME ?= 10s
 
-.PHONY: build test bench fuzz lint testnet tidy-check clean
+.PHONY: build build-release image test bench fuzz lint testnet tidy-check deploy-check release-check clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kvmesh ./cmd/kvmesh
+
+# The release build the Dockerfile runs: OUT (bin/kvmesh), stripped, -trimpath, cgo on.
+build-release:
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $(OUT) ./cmd/kvmesh
+
+# The container image (needs a Docker daemon with BuildKit); docs/operating.md#containers.
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 test:
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -46,5 +61,13 @@ tidy-check:
 	cp /tmp/kvmesh-go.mod.bak go.mod; cp /tmp/kvmesh-go.sum.bak go.sum; \
 	[ $$ok = 1 ] || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
+# The systemd unit, the Helm chart, the release build and the packaging files: deploy/check.sh.
+deploy-check:
+	deploy/check.sh
+
+# goreleaser's own check of .goreleaser.yaml, when goreleaser is installed.
+release-check:
+	@if command -v goreleaser >/dev/null; then goreleaser check; else echo "goreleaser not on PATH: skipping goreleaser check"; fi
+
 clean:
-	rm -rf bin
+	rm -rf bin dist

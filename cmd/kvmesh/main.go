@@ -1,5 +1,5 @@
 // Command kvmesh is the kvmesh binary: a node, the embedded engine served alone, a local
-// testnet, the load generator and benchmark, the cluster CA, and a status view.
+// testnet, the load generator and benchmark, the cluster CA, a status view and a health check.
 package main
 
 import (
@@ -41,6 +41,7 @@ func newApp() *cli.App {
 			engineCommand(),
 			testnetCommand(),
 			statusCommand(),
+			healthCommand(),
 			loadCommand(),
 			benchCommand(),
 			caCommand(),
