@@ -75,6 +75,9 @@ func lintMetrics(t *testing.T, text []byte) {
 	}
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
+		if os.Getenv("KVMESH_REQUIRE_PROMTOOL") != "" { // CI installs it
+			t.Fatal("promtool is not on PATH and KVMESH_REQUIRE_PROMTOOL is set")
+		}
 		t.Log("promtool is not on PATH: skipping promtool check metrics (promlint ran)")
 		return
 	}
