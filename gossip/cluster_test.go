@@ -409,3 +409,28 @@ func TestJoinBeforeSeedRetries(t *testing.T) {
 	seed := startNode(t, sc)
 	poll.Until(t, 10*time.Second, "the early node joins the late seed", func() bool { return allAlive([]*Gossip{early, seed}, "early", "seed") })
 }
+
+// TestSeedThatWasOnlyItselfKeepsJoining: a node whose seeds answered with only itself (its own
+// address among them, the other not up yet, as two pods behind one headless name can start)
+// keeps joining while it is alone, so it finds the other seed once that one starts.
+func TestSeedThatWasOnlyItselfKeepsJoining(t *testing.T) {
+	reserve := func(name string) (string, int) {
+		probe := startNode(t, testConfig(name))
+		addr := probe.LocalAddr()
+		_ = probe.Close()
+		var port int
+		if _, err := fmt.Sscanf(addr[len("127.0.0.1:"):], "%d", &port); err != nil {
+			t.Fatal(err)
+		}
+		return addr, port
+	}
+	addrA, portA := reserve("probe-a")
+	addrB, portB := reserve("probe-b")
+	ca := testConfig("a")
+	ca.BindPort, ca.Join = portA, []string{addrA, addrB}
+	a := startNode(t, ca) // its first join reaches itself: a success with no one else
+	cb := testConfig("b")
+	cb.BindPort = portB
+	b := startNode(t, cb)
+	poll.Until(t, 10*time.Second, "a joins b, its other seed", func() bool { return allAlive([]*Gossip{a, b}, "a", "b") })
+}

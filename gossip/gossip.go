@@ -322,9 +322,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 		// memberlist's Join takes no context; each seed attempt is bounded by TCPTimeout.
 		if _, err := ml.Join(g.cfg.Join); err != nil {
 			g.log.Warn("join failed, retrying in background", "seeds", g.cfg.Join, "err", err)
-			g.wg.Add(1)
-			go g.joinLoop(lctx)
 		}
+		g.wg.Add(1)
+		go g.joinLoop(lctx)
 	}
 	return nil
 }
@@ -346,6 +346,9 @@ func (g *Gossip) LocalAddr() string {
 	return ml.LocalNode().Address()
 }
 
+// joinLoop joins the seeds again whenever this node is alone: after a first join that failed,
+// and after one that reached only this node itself (two nodes started together whose seed name
+// resolved to themselves would otherwise stay two meshes for good), or once every peer left.
 func (g *Gossip) joinLoop(ctx context.Context) {
 	defer g.wg.Done()
 	backoff := 100 * time.Millisecond
@@ -360,12 +363,17 @@ func (g *Gossip) joinLoop(ctx context.Context) {
 		g.mu.Lock()
 		ml := g.ml
 		g.mu.Unlock()
-		n, err := ml.Join(g.cfg.Join)
-		if err == nil {
-			g.log.Info("joined", "contacted", n)
-			return
+		if ml.NumMembers() > 1 {
+			backoff = g.cfg.JoinRetryMax // not alone: look again later
+			continue
 		}
-		g.log.Debug("join retry failed", "err", err)
+		n, err := ml.Join(g.cfg.Join)
+		if err == nil && ml.NumMembers() > 1 {
+			g.log.Info("joined", "contacted", n)
+			backoff = g.cfg.JoinRetryMax
+			continue
+		}
+		g.log.Debug("join retry: still alone", "contacted", n, "err", err)
 		backoff = min(2*backoff, g.cfg.JoinRetryMax)
 	}
 }
