@@ -908,6 +908,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
 	level := slog.LevelDebug
 	switch {
+	case strings.Contains(msg, "use of closed network connection"):
+		// memberlist's probes racing its own shutdown: the node is stopping, nothing failed.
 	case strings.Contains(msg, "[ERR]"):
 		level = slog.LevelError
 	case strings.Contains(msg, "[WARN]"):

@@ -177,8 +177,8 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 		}
 		p.req.MaxTokens = t.D.MaxTokens
 		ttft, tpot := n.adm.SLOFor(p.adm)
-		w.Header().Set(HeaderTTFTTarget, ttft.String())
-		w.Header().Set(HeaderTPOTTarget, tpot.String())
+		w.Header().Set(HeaderTTFTTarget, ttft.Round(time.Millisecond).String())
+		w.Header().Set(HeaderTPOTTarget, tpot.Round(time.Millisecond).String())
 		res := n.dispatch(ctx, w, p, t, start)
 		if !res.requeue {
 			n.kickRoom()
