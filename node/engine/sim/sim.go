@@ -39,8 +39,10 @@ type seq struct {
 	model        string
 	blocks       []uint64 // full prompt blocks' chained hashes
 	promptTokens int
-	maxTokens    int
+	maxTokens    int // the cap on the whole generation: a resumed one's base tokens count
 	natural      int
+	base         int // tokens an earlier engine generated before a resume (engine.Resume)
+	usagePrompt  int // the prompt tokens Usage reports: a resumed generation's original's
 	minTokens    int // stop sequences are looked for only from this many tokens on
 	tseed        uint64
 	out          *output
@@ -239,24 +241,35 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	}
 	// Never more full blocks than the token count allows (PromptTokens may be given).
 	blocks = blocks[:min(len(blocks), p/bt)]
-	tseed := textSeed(req.Seed, req.Prompt)
-	natural := naturalLength(tseed, req.MaxTokens)
-	if opts.ignoreEOS {
-		natural = req.MaxTokens
+	tseed, total, usagePrompt := textSeed(req.Seed, req.Prompt), req.MaxTokens, p
+	if r := req.Resume; r != nil {
+		tseed, total = resumeSeed(r), req.MaxTokens+max(r.Tokens, 0)
+		if r.PromptTokens > 0 {
+			usagePrompt = r.PromptTokens
+		}
 	}
+	natural := naturalLength(tseed, total)
+	if opts.ignoreEOS {
+		natural = total
+	}
+	natural = max(natural, opts.minTokens)
 	q := &seq{
 		model:        req.Model,
 		blocks:       blocks,
 		promptTokens: p,
-		maxTokens:    req.MaxTokens,
+		maxTokens:    total,
 		priority:     req.Priority,
-		natural:      max(natural, opts.minTokens),
+		natural:      natural,
 		minTokens:    opts.minTokens,
 		tseed:        tseed,
 		out:          newOutput(req.Stop, opts.includeStop),
 		logprobs:     req.Logprobs,
 		topLogprobs:  req.TopLogprobs,
+		usagePrompt:  usagePrompt,
 		arrivalWall:  time.Now(),
+	}
+	if r := req.Resume; r != nil {
+		q.base = replay(q.out, tseed, r.Bytes, opts.minTokens, min(total, natural)-1)
 	}
 	st := newStream(s)
 	st.seq, q.stream = q, st
