@@ -202,7 +202,7 @@ func checkRequest(req *engine.Request) (options, error) {
 	}
 	limit := req.MaxTokens
 	if r := req.Resume; r != nil {
-		limit += max(r.Tokens, 0) // min_tokens counts the whole generation's
+		limit += r.Tokens // min_tokens counts the whole generation's
 	}
 	if o.minTokens > limit {
 		return o, &engine.ParamError{Param: "min_tokens",

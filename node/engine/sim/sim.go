@@ -195,7 +195,8 @@ func (s *Sim) Models() []engine.Model { return slices.Clone(s.cfg.Models) }
 
 // Generate queues req and returns its stream. It refuses, wrapping engine.ErrRejected, an
 // unknown model, max_tokens < 1, a request over the model's context, one whose prompt plus
-// max_tokens needs more blocks than the whole pool (it could never run), and (an
+// max_tokens needs more blocks than the whole pool (it could never run), a Resume whose
+// tokens and max_tokens are over the model's context, and (an
 // *engine.ParamError) an extra field or a role it cannot honour (see params.go).
 func (s *Sim) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	st, err := s.submit(ctx, req)
@@ -231,6 +232,10 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		return nil, fmt.Errorf("sim: %d prompt + %d max tokens over the %d-token context: %w",
 			p, req.MaxTokens, m.ContextTokens, engine.ErrRejected)
 	}
+	if r := req.Resume; r != nil && (r.Tokens < 0 || r.Bytes < 0 || r.Tokens+req.MaxTokens > m.ContextTokens) {
+		return nil, fmt.Errorf("sim: resuming %d tokens + %d max tokens over the %d-token context: %w",
+			r.Tokens, req.MaxTokens, m.ContextTokens, engine.ErrRejected)
+	}
 	bt := s.cfg.BlockTokens
 	if need := (p + req.MaxTokens + bt - 1) / bt; need > s.kvBlocks {
 		return nil, fmt.Errorf("sim: request needs %d KV blocks, pool has %d: %w", need, s.kvBlocks, engine.ErrRejected)
@@ -243,7 +248,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	blocks = blocks[:min(len(blocks), p/bt)]
 	tseed, total, usagePrompt := textSeed(req.Seed, req.Prompt), req.MaxTokens, p
 	if r := req.Resume; r != nil {
-		tseed, total = resumeSeed(r), req.MaxTokens+max(r.Tokens, 0)
+		tseed, total = resumeSeed(r), req.MaxTokens+r.Tokens
 		if r.PromptTokens > 0 {
 			usagePrompt = r.PromptTokens
 		}
