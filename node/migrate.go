@@ -273,24 +273,21 @@ func (s *clientStream) Write(b []byte) (int, error) {
 		return s.w.Write(b)
 	}
 	s.pending = append(s.pending, b...)
-	wrote := false
+	rest, wrote := s.pending, false
 	for {
-		i := bytes.Index(s.pending, []byte("\n\n"))
+		i := bytes.Index(rest, []byte("\n\n"))
 		if i < 0 {
 			break
 		}
-		ev := s.pending[:i+2]
-		if s.keep(ev[:i]) {
-			if _, err := s.w.Write(ev); err != nil {
+		if s.keep(rest[:i]) {
+			if _, err := s.w.Write(rest[:i+2]); err != nil {
 				return 0, err
 			}
 			wrote = true
 		}
-		s.pending = s.pending[i+2:]
+		rest = rest[i+2:]
 	}
-	if len(s.pending) == 0 {
-		s.pending = s.pending[:0:0]
-	}
+	s.pending = append(s.pending[:0], rest...) // the event in progress, at the front
 	if wrote {
 		s.Flush()
 	}
