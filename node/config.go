@@ -142,6 +142,11 @@ type Config struct {
 	// ForwardAttempts is how many candidates one dispatch tries before the request goes back
 	// to the waiting room. Default 3.
 	ForwardAttempts int `json:"forward_attempts"`
+	// Migrations is how many times one request may move to another node when its owner fails
+	// mid-response (its QUIC stream breaks after the first token) while the client is still
+	// connected: the ingress sends the rest of the request, as a continuation of the text
+	// already streamed, to the next candidate. Default 1; negative (-1) turns migration off.
+	Migrations int `json:"migrations"`
 	// APIKeysFile holds the API keys (admit.ParseKeys format), reloaded with the config file
 	// (Reload, ConfigWatch); empty, the default, means open.
 	APIKeysFile string `json:"api_keys_file"`
@@ -259,6 +264,7 @@ func DefaultConfig() Config {
 		RoomTick:            5 * time.Millisecond,
 		RetryAfter:          time.Second,
 		ForwardAttempts:     3,
+		Migrations:          1,
 		Admission:           AdmissionKvmesh,
 		QueueCap:            64,
 		SpeculativeTTL:      5 * time.Second,
@@ -303,7 +309,7 @@ func (c *Config) fill() {
 	}
 	for _, f := range []struct{ v, def *int }{
 		{&c.QueueCap, &d.QueueCap}, {&c.ForwardAttempts, &d.ForwardAttempts}, {&c.MaxAgentIDBytes, &d.MaxAgentIDBytes},
-		{&c.AgentLeaseIntervals, &d.AgentLeaseIntervals}, {&c.EngineKVBlocks, &d.EngineKVBlocks},
+		{&c.AgentLeaseIntervals, &d.AgentLeaseIntervals}, {&c.EngineKVBlocks, &d.EngineKVBlocks}, {&c.Migrations, &d.Migrations},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def

@@ -200,6 +200,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 // is the room the blocked head of its pool waits for (nil: none). It never blocks.
 func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, claim *admit.Claim) {
 	n.buildView(&t.v, p.req.Blocks, p.adm.Agent)
+	t.v.exclude(p.exclude)
 	if it == nil {
 		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)
 	} else {

@@ -26,6 +26,13 @@
 // restart, and keeps the settings in force when the file is bad. Start watches the file and
 // the API key file for changes (Config.ConfigWatch).
 //
+// # Migration
+//
+// The ingress relays an owner's stream to the client event by event (clientStream, forward.go)
+// and keeps what it sent; when the owner fails mid-response the request moves on as a
+// continuation of that text (migrate.go), through admission and routing again, up to
+// Config.Migrations times, spliced into the client's stream.
+//
 // # Tracing
 //
 // With Config.OTLPEndpoint (or a Config.TracerProvider) a node traces each generation request

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +43,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		TTFTSLO:    ttft,
 		TPOTSLO:    tpot,
 		AgentFinal: p.agentFinal,
+		Resume:     resumeHeader(p.req.Resume),
 	}
 	ctx, span := n.startForward(ctx, c.Name, &h)
 	defer span.End()
@@ -99,7 +99,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		// should follow before the owner's own summary arrives.
 		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
 	}
-	return n.relay(w, resp, p, start), true
+	return n.relay(ctx, w, resp, p, c.Name, start), true
 }
 
 // peerFailed records a forward to peer that failed at the transport. The failure that ejects
@@ -130,55 +130,82 @@ func endpointOf(ep engine.Endpoint) transport.Endpoint {
 	return transport.EndpointChat
 }
 
-// relay copies the owner's response to the client as it arrives, byte for byte. If the owner
-// dies mid-stream the client's stream ends with an explicit error event, never silently.
-func (n *Node) relay(w http.ResponseWriter, resp *transport.Response, p *prepared, start time.Time) outcome {
+// relay answers the client with the owner's response: a stream event by event as it arrives
+// (clientStream), anything else once it has all arrived. If the owner fails before its
+// response ended (its transport breaks, or it closes a stream between two events), the
+// request migrates: it continues on another node, or the client's response ends with an
+// explicit error, never silently short.
+func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *prepared, owner string, start time.Time) outcome {
 	defer resp.Body.Close()
-	for k, v := range resp.Headers {
-		if k == HeaderRequestID {
-			continue // the client keeps this node's id
-		}
-		w.Header().Set(k, v)
+	if !p.stream || resp.Status != http.StatusOK {
+		return n.relayWhole(ctx, w, resp, p, owner, start)
 	}
-	w.WriteHeader(resp.Status)
-	rc := http.NewResponseController(w)
+	cs, ok := w.(*clientStream) // a continuation's stream goes on in the client's
+	if !ok {
+		cs = newClientStream(w, p.endpoint, n.cfg.Migrations >= 0)
+	}
+	for k, v := range resp.Headers {
+		if k != HeaderRequestID { // the client keeps this node's id
+			cs.Header().Set(k, v)
+		}
+	}
+	cs.WriteHeader(resp.Status)
 	buf := make([]byte, 32<<10)
-	first := true
-	var tail []byte // the end of the relayed stream, to check that it ended with its last event
+	first := p.origin == nil
 	for {
 		nr, err := resp.Body.Read(buf)
 		if nr > 0 {
-			if first && resp.Status == http.StatusOK {
+			if first {
 				n.m.ttft.Observe(time.Since(start).Seconds())
 				first = false
 			}
-			if _, werr := w.Write(buf[:nr]); werr != nil {
+			if _, werr := cs.Write(buf[:nr]); werr != nil {
 				return outcome{code: openai.CodeClientClosed}
-			}
-			_ = rc.Flush()
-			if p.stream {
-				tail = keepTail(append(tail, buf[:nr]...))
 			}
 		}
 		if err == io.EOF {
-			if resp.Status != http.StatusOK {
-				return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
-			}
-			if !p.stream || sseEnded(tail) {
-				return outcome{completed: true}
+			if o, ended := cs.outcome(); ended {
+				return o
 			}
 			// The owner's side closed without [DONE] or an error event (its transport went
-			// away between two events): the output is cut short, and the client must know.
+			// away between two events): the output is cut short.
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
-			if p.stream {
-				_ = openai.NewSSEWriter(w).WriteError(e)
-			}
-			return outcome{code: e.Code}
+			return n.migrate(ctx, cs, p, owner, err)
 		}
 	}
+}
+
+// relayWhole reads the owner's whole response, then sends it: a client that asked for no
+// stream gets nothing before the answer is complete, so an owner that fails before that can
+// be replaced without the client seeing it.
+func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *prepared, owner string, start time.Time) outcome {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if resp.Status == http.StatusOK {
+			return n.migrate(ctx, w, p, owner, err)
+		}
+		e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
+		writeRefusal(w, e, 0)
+		return outcome{code: e.Code}
+	}
+	for k, v := range resp.Headers {
+		if k != HeaderRequestID {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(resp.Status)
+	if resp.Status == http.StatusOK && p.origin == nil {
+		n.m.ttft.Observe(time.Since(start).Seconds())
+	}
+	if _, err := w.Write(body); err != nil {
+		return outcome{code: openai.CodeClientClosed}
+	}
+	if resp.Status != http.StatusOK {
+		return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
+	}
+	return outcome{completed: true}
 }
 
 // ServeForward runs a request a peer forwarded here: the owner's authoritative check with exact
@@ -219,6 +246,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return
 	}
+	p.req.Resume = resumeOf(h.Resume)
 	now := time.Now()
 	start := now.Add(-h.Waited)
 	a := &p.adm
@@ -248,30 +276,4 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	endOutcome(span, o)
-}
-
-// relayTail is how much of a relayed stream's end keepTail keeps: more than the longest last
-// event an owner writes (an error event).
-const relayTail = 4 << 10
-
-// keepTail returns the last relayTail bytes of b, reusing b.
-func keepTail(b []byte) []byte {
-	if len(b) <= 2*relayTail {
-		return b
-	}
-	return append(b[:0], b[len(b)-relayTail:]...)
-}
-
-// sseEnded reports whether an SSE stream whose end is tail ended with its last event: [DONE],
-// or an error event.
-func sseEnded(tail []byte) bool {
-	body, ok := bytes.CutSuffix(tail, []byte("\n\n"))
-	if !ok {
-		return false
-	}
-	last := body
-	if i := bytes.LastIndex(body, []byte("\n\n")); i >= 0 {
-		last = body[i+2:]
-	}
-	return bytes.Equal(last, []byte("data: [DONE]")) || bytes.HasPrefix(last, []byte(`data: {"error"`))
 }

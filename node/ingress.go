@@ -43,6 +43,12 @@ type prepared struct {
 	adm          admit.Request // the fields admission checks (the node adds headers and identity)
 	agentFinal   bool          // HeaderAgentFinal: the agent's last step
 	parked       parking       // the home whose agent window parked this step, while it waits here
+	// A request whose owner failed mid-response moves on (migrate.go): origin is the client's
+	// request a continuation continues (nil for the client's own), migrations counts the
+	// moves begun for the client's request, and exclude lists the owners that failed it.
+	origin     *prepared
+	migrations int
+	exclude    []string
 }
 
 func endpointName(ep engine.Endpoint) string {

@@ -199,6 +199,16 @@ func (n *Node) buildView(v *view, blocks []uint64, agent string) {
 	}
 }
 
+// exclude marks the peers named in names ejected, for this view's request alone: the owners
+// that failed it mid-response (migrate.go).
+func (v *view) exclude(names []string) {
+	for i := range v.Peers {
+		if slices.Contains(names, v.Peers[i].Name) {
+			v.Peers[i].Ejected = true
+		}
+	}
+}
+
 // add appends m; ejected marks a peer this node's forwards cannot reach lately (route.Ejector).
 func (v *view) add(m *gossip.Member, quic string, dirty, ejected bool) {
 	p := peerOf(m)

@@ -134,8 +134,11 @@ func TestOwnerDeadBeforeFirstByteIsRetriedElsewhere(t *testing.T) {
 	}
 }
 
+// TestOwnerDeathMidStreamEndsWithAnErrorEvent pins the end of a stream whose owner dies when
+// migration is off (--migrations -1): an explicit error event, never a silently short answer,
+// and the move counted refused.
 func TestOwnerDeathMidStreamEndsWithAnErrorEvent(t *testing.T) {
-	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Sim.TimeScale = 1 })
+	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Sim.TimeScale, cfg.Migrations = 1, -1 })
 	urls := tn.URLs()
 	prompt := longPrompt("midstream", 3000)
 	o, ingress := placePrefix(t, tn, chatBody(prompt, 2, false))
@@ -154,6 +157,9 @@ func TestOwnerDeathMidStreamEndsWithAnErrorEvent(t *testing.T) {
 	ev := sseEvents(t, readAll(t, resp))
 	if len(ev) == 0 || ev[len(ev)-1] == "[DONE]" || !strings.Contains(ev[len(ev)-1], `"error"`) {
 		t.Fatalf("stream ended with %q, want an error event", ev[max(len(ev)-1, 0):])
+	}
+	if n := metric(t, urls[ingress], "kvmesh_migrations_total", `outcome="refused"`); n != 1 {
+		t.Errorf("migrations refused = %v, want 1", n)
 	}
 }
 

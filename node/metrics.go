@@ -25,6 +25,7 @@ type metrics struct {
 	forwards  *prometheus.CounterVec // result
 	ejections *prometheus.CounterVec // reason: transport.FailureReason's
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
+	migrated  *prometheus.CounterVec // outcome: migrationOutcomes
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
 	queued         prometheus.Counter
@@ -60,9 +61,10 @@ var (
 // Label values the request families are exported with from the start, at zero, so a rate over
 // them is right from a node's first request and a dashboard shows 0, not "no data".
 var (
-	forwardResults = []string{"local", "accepted", "refused", "unreachable", "owner_failed", "no_address"}
-	origins        = []string{"local", "peer"}
-	classes        = []string{admit.Class(admit.PriorityHigh), admit.Class(admit.PriorityNormal), admit.Class(admit.PriorityLow)}
+	forwardResults    = []string{"local", "accepted", "refused", "unreachable", "owner_failed", "no_address"}
+	origins           = []string{"local", "peer"}
+	migrationOutcomes = []string{migrationCompleted, migrationFailed, migrationRefused}
+	classes           = []string{admit.Class(admit.PriorityHigh), admit.Class(admit.PriorityNormal), admit.Class(admit.PriorityLow)}
 )
 
 // withEdges returns base with the positive targets added as edges, sorted and without
@@ -129,6 +131,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
+		migrated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_migrations_total", Help: "Requests whose owner failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it).",
+		}, []string{"outcome"}),
 	}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_admission_decisions_total", Help: "Admission verdicts, by layer, decision (accept, queue, refuse) and reason.",
@@ -163,6 +168,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	for _, o := range origins {
 		m.served.WithLabelValues(o)
 	}
+	for _, o := range migrationOutcomes {
+		m.migrated.WithLabelValues(o)
+	}
 	for _, c := range classes {
 		m.sloFinished.WithLabelValues(c)
 		m.sloMet.WithLabelValues(c)
@@ -182,7 +190,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.served,
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.served, m.migrated,
 			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, buildInfo)
 	}

@@ -90,7 +90,8 @@ func lintMetrics(t *testing.T, text []byte) {
 
 // TestIdleNodeExportsZeroSeries pins that a fresh node's /metrics has, at 0, the series of
 // every known label value a dashboard sums or divides by: the waiting room's named bands, the
-// goodput classes, the forward results, both transport directions, the engine's load.
+// goodput classes, the forward results, the migration outcomes, both transport directions, the
+// engine's load.
 func TestIdleNodeExportsZeroSeries(t *testing.T) {
 	tn := startNet(t, 1, nil)
 	text := string(adminGet(t, tn.URLs()[0]+"/metrics"))
@@ -104,6 +105,9 @@ func TestIdleNodeExportsZeroSeries(t *testing.T) {
 	}
 	for _, r := range []string{"local", "accepted", "refused", "unreachable", "owner_failed", "no_address"} {
 		want = append(want, `kvmesh_forward_attempts_total{result="`+r+`"} 0`)
+	}
+	for _, o := range []string{"completed", "failed", "refused"} {
+		want = append(want, `kvmesh_migrations_total{outcome="`+o+`"} 0`)
 	}
 	want = append(want, `kvmesh_engine_requests_total{origin="local"} 0`, `kvmesh_engine_requests_total{origin="peer"} 0`,
 		`kvmesh_transport_connections{direction="in"} 0`, `kvmesh_transport_connections{direction="out"} 0`,

@@ -37,7 +37,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 		return outcome{code: e.Code}
 	}
 	firstAt := time.Now()
-	if origin == "local" {
+	if origin == "local" && p.origin == nil { // a continuation's first token is not the request's
 		n.m.ttft.Observe(firstAt.Sub(start).Seconds())
 	}
 	n.inFlightTokens.Add(int64(p.req.MaxTokens))
@@ -61,7 +61,9 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 // The node that ran it counts it, with the time the request spent at its ingress included.
 func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 	n.adm.Observe(p.adm.Model, p.adm.Tenant, u.CompletionTokens)
-	n.learnTokens(p, u)
+	if p.req.Resume == nil { // a continuation's usage is the whole request's, not its prompt's
+		n.learnTokens(p, u)
+	}
 	n.observeAgent(p, u)
 	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
 	// window let it in (see admit.Request.SLOStart).

@@ -58,6 +58,28 @@ type Request struct {
 	// tools, an engine's extensions. External engines receive them in Body; the embedded engine
 	// honours, accepts as no-ops, or refuses each (a *ParamError).
 	Extra []openai.Field
+	// Resume, when set, makes the request the continuation of a generation that another node
+	// began and lost mid-response (see Resume); nil for every other request.
+	Resume *Resume
+}
+
+// Resume describes the generation a request continues: one whose node failed after it had
+// sent part of its output. The node builds the continuation: its prompt already ends with the
+// text sent (for chat, as a final assistant message to continue, not a new turn), and its
+// MaxTokens is what is left of the original's. The engine generates what follows that text,
+// and its Usage counts the whole generation, as if it had never broken: PromptTokens the
+// original prompt's, CompletionTokens those sent before as well as its own.
+type Resume struct {
+	// Seed is the original request's Seed and PromptHash the xxhash (cespare/xxhash, Sum64)
+	// of its Prompt: the embedded engine draws its words from them, so a continuation draws
+	// those the unbroken generation would have.
+	Seed, PromptHash uint64
+	// Tokens counts the chunks of text sent before (at most the tokens generated: a chunk
+	// carries one token or more), Bytes the bytes of that text.
+	Tokens, Bytes int
+	// PromptTokens is the original prompt's token count as the node counted it (kvindex's
+	// tokens, the embedded engine's own).
+	PromptTokens int
 }
 
 // ParamError is an engine's refusal, before any output, of one request field: a value it

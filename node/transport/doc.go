@@ -40,7 +40,10 @@
 //
 // The trace context (Header.TraceParent and TraceState, a request flag) also came within
 // version 2. A header without one is encoded as before; a peer built before it resets a header
-// with one as malformed, and Forward sends that header once more without it.
+// with one as malformed, and Forward sends that header once more without it. So did a
+// continuation's Header.Resume (another request flag), but a header with one is not sent
+// again without it: the caller tries another peer, since a continuation run as a new request
+// would send the client its text twice.
 //
 // # Trust
 //

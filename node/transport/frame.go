@@ -188,10 +188,22 @@ type Header struct {
 	// (KindRequest).
 	TraceParent string
 	TraceState  string
+	// Resume marks a continuation: a request whose first owner failed mid-response, which the
+	// ingress sends on with the text already streamed in its body; nil for every other
+	// request (KindRequest).
+	Resume *Resume
 
 	// RenewWait is how long the home may wait for the agent to be let into its window before
 	// it answers (KindAgentRenew).
 	RenewWait time.Duration
+}
+
+// Resume is what the owner's engine needs to continue another owner's generation where the
+// client's stream stopped (the node's engine.Resume): the original request's seed and prompt
+// hash, and the chunks and bytes of text sent, and its prompt tokens, each at most MaxInt32.
+type Resume struct {
+	Seed, PromptHash            uint64
+	Tokens, Bytes, PromptTokens int
 }
 
 // Refusal is the owner's "no" before any token; it is also the error Forward returns for it.
@@ -324,6 +336,29 @@ func (d *decoder) duration(what string) time.Duration {
 	return time.Duration(v)
 }
 
+// resume reads a Resume's fields (see EncodeHeader).
+func (d *decoder) resume() *Resume {
+	if d.err == nil && len(d.b) < 16 {
+		d.fail("resume truncated")
+	}
+	if d.err != nil {
+		return nil
+	}
+	r := &Resume{Seed: binary.LittleEndian.Uint64(d.b), PromptHash: binary.LittleEndian.Uint64(d.b[8:])}
+	d.b = d.b[16:]
+	for _, f := range []struct {
+		what string
+		v    *int
+	}{{"resume tokens", &r.Tokens}, {"resume bytes", &r.Bytes}, {"resume prompt tokens", &r.PromptTokens}} {
+		v := d.uvarint(f.what)
+		if v > maxResumeCount {
+			d.fail("%s out of range", f.what)
+		}
+		*f.v = int(v)
+	}
+	return r
+}
+
 func (d *decoder) str(what string, limit int) string {
 	p := d.raw(what, limit)
 	if d.err == nil && !utf8.Valid(p) {
@@ -370,12 +405,14 @@ func validStatus(s int) bool { return s >= 200 && s <= 599 }
 //
 // The encoding is the version byte, the kind byte, the common fields (request id, hops,
 // priority, tenant, deadline, agent id, blocks, ingress), then the kind's own fields: for
-// KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal, bit 1: a trace context),
-// Waited, TTFTSLO, TPOTSLO and, with bit 1, TraceParent and TraceState; for KindAgentRenew
-// RenewWait; nothing for KindAgentGiveUp. A header without a trace context is encoded as
-// before the trace context existed, so a peer built before it reads it. Strings are a uvarint
-// length and UTF-8 bytes, blocks a uvarint count and little-endian uint64s, durations uvarint
-// nanoseconds, the deadline varint Unix nanoseconds (0: none).
+// KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal, bit 1: a trace context, bit
+// 2: a Resume), Waited, TTFTSLO, TPOTSLO, with bit 1 TraceParent and TraceState, and with bit 2
+// the Resume's seed and prompt hash (little-endian uint64s) and its tokens, bytes and prompt
+// tokens (uvarints); for KindAgentRenew RenewWait; nothing for KindAgentGiveUp. A header
+// without a trace context or a Resume is encoded as before they existed, so a peer built
+// before them reads it. Strings are a uvarint length and UTF-8 bytes, blocks a uvarint count
+// and little-endian uint64s, durations uvarint nanoseconds, the deadline varint Unix
+// nanoseconds (0: none).
 func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 	v := h.Version
 	if v == 0 {
@@ -411,6 +448,9 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		if h.TraceParent != "" {
 			flags |= flagTrace
 		}
+		if h.Resume != nil {
+			flags |= flagResume
+		}
 		e.b = append(e.b, byte(h.Endpoint), flags)
 		e.uvarint(uint64(h.Waited))
 		e.uvarint(uint64(h.TTFTSLO))
@@ -418,6 +458,13 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		if flags&flagTrace != 0 {
 			e.str(h.TraceParent)
 			e.str(h.TraceState)
+		}
+		if r := h.Resume; r != nil {
+			e.b = binary.LittleEndian.AppendUint64(e.b, r.Seed)
+			e.b = binary.LittleEndian.AppendUint64(e.b, r.PromptHash)
+			e.uvarint(uint64(r.Tokens))
+			e.uvarint(uint64(r.Bytes))
+			e.uvarint(uint64(r.PromptTokens))
 		}
 	case KindAgentRenew:
 		e.uvarint(uint64(h.RenewWait))
@@ -438,9 +485,16 @@ const (
 	// flagTrace: TraceParent and TraceState follow the SLOs. A peer built before it resets
 	// such a header as malformed (see Transport.Forward).
 	flagTrace
+	// flagResume: a Resume follows. A peer built before it resets such a header as malformed
+	// too, and Forward does not send it again without it: a continuation that ran as a new
+	// request would repeat the text already sent, so the ingress tries another peer.
+	flagResume
 
-	knownFlags = flagAgentFinal | flagTrace
+	knownFlags = flagAgentFinal | flagTrace | flagResume
 )
+
+// maxResumeCount bounds Resume's counts.
+const maxResumeCount = math.MaxInt32
 
 // checkHeader rejects the numbers of h that its encoding could not carry, and fields of
 // another kind than h's, which its encoding would drop.
@@ -461,14 +515,25 @@ func checkHeader(v int, h Header) error {
 	case h.Waited < 0 || h.TTFTSLO < 0 || h.TPOTSLO < 0 || h.RenewWait < 0:
 		return fmt.Errorf("%w: negative duration", ErrMalformed)
 	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal ||
-		h.TraceParent != "" || h.TraceState != ""):
+		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil):
 		return fmt.Errorf("%w: request fields in a %v header", ErrMalformed, h.Kind)
 	case h.TraceState != "" && h.TraceParent == "":
 		return fmt.Errorf("%w: a trace state without a trace parent", ErrMalformed)
 	case h.Kind != KindAgentRenew && h.RenewWait != 0:
 		return fmt.Errorf("%w: renew wait in a %v header", ErrMalformed, h.Kind)
+	case h.Resume != nil && !resumeCountsOK(h.Resume):
+		return fmt.Errorf("%w: resume counts out of range", ErrMalformed)
 	}
 	return nil
+}
+
+func resumeCountsOK(r *Resume) bool {
+	for _, n := range []int{r.Tokens, r.Bytes, r.PromptTokens} {
+		if n < 0 || n > maxResumeCount {
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeHeader decodes a header strictly. Another version is ErrVersion and an unknown kind
@@ -544,6 +609,9 @@ func DecodeHeader(p []byte) (Header, error) {
 			if d.err == nil && h.TraceParent == "" {
 				d.fail("empty trace parent") // the flag is set only with one
 			}
+		}
+		if flags&flagResume != 0 {
+			h.Resume = d.resume()
 		}
 	case KindAgentRenew:
 		h.RenewWait = d.duration("renew wait")

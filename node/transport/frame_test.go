@@ -36,6 +36,10 @@ func TestHeaderRoundTrip(t *testing.T) {
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 		{"request with a trace state", Header{Endpoint: EndpointCompletions, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
 			TraceState: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}},
+		{"continuation", Header{RequestID: "r", Hops: 1, Ingress: "a", Resume: &Resume{Seed: math.MaxUint64, PromptHash: 7,
+			Tokens: 12, Bytes: 48, PromptTokens: maxResumeCount}}},
+		{"traced continuation", Header{Endpoint: EndpointCompletions, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Resume: &Resume{}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,6 +129,9 @@ func TestHeaderRejects(t *testing.T) {
 		{"trace state alone", Header{TraceState: "a=b"}, ErrMalformed},
 		{"trace in a renew", Header{Kind: KindAgentRenew, TraceParent: "00-x"}, ErrMalformed},
 		{"long trace parent", Header{TraceParent: strings.Repeat("t", maxShortString+1)}, ErrMalformed},
+		{"resume in a renew", Header{Kind: KindAgentRenew, Resume: &Resume{}}, ErrMalformed},
+		{"negative resume tokens", Header{Resume: &Resume{Tokens: -1}}, ErrMalformed},
+		{"resume bytes past int32", Header{Resume: &Resume{Bytes: maxResumeCount + 1}}, ErrMalformed},
 	}
 	for _, tt := range encodeTests {
 		t.Run("encode "+tt.name, func(t *testing.T) {
@@ -149,7 +156,11 @@ func TestHeaderRejects(t *testing.T) {
 		{"unknown kind", []byte{Version, byte(numKinds)}, ErrKind},
 		{"unknown kind with garbage", []byte{Version, 0xff, 0xff, 0xff}, ErrKind},
 		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), ErrKind},
-		{"unknown request flag", rawHeader(Version, KindRequest, 0, 4, 0, 0, 0), ErrMalformed},
+		{"unknown request flag", rawHeader(Version, KindRequest, 0, 8, 0, 0, 0), ErrMalformed},
+		{"resume flag without a resume", rawHeader(Version, KindRequest, 0, 4, 0, 0, 0), ErrMalformed},
+		{"resume cut in its counts", rawHeader(Version, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...)...), ErrMalformed},
+		{"resume prompt tokens past int32", rawHeader(Version, KindRequest, append(append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...),
+			0x80, 0x80, 0x80, 0x80, 0x08)...), ErrMalformed},
 		{"trace flag without a trace", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0), ErrMalformed},
 		{"trace flag with an empty trace", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0, 0, 0), ErrMalformed},
 		{"trace state cut short", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0, 1, 'p', 3, 's'), ErrMalformed},
@@ -177,6 +188,7 @@ func TestHeaderRejects(t *testing.T) {
 	}
 	// The zero tails above are well-formed with the right kind: the rejections are theirs.
 	for _, p := range [][]byte{rawHeader(Version, KindRequest, 0, 1, 0, 0, 0), rawHeader(Version, KindRequest, 0, 3, 0, 0, 0, 1, 'p', 0),
+		rawHeader(Version, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 19)...)...),
 		rawHeader(Version, KindAgentRenew, 0), rawHeader(Version, KindAgentGiveUp)} {
 		if _, err := DecodeHeader(p); err != nil {
 			t.Errorf("DecodeHeader(%v) = %v", p, err)
@@ -309,6 +321,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		{RequestID: "e", Endpoint: EndpointEmbeddings, Tenant: "t", Ingress: "a"},
 		{RequestID: "p", Endpoint: EndpointResponses, Hops: 1, Ingress: "a"},
 		{RequestID: "t", Hops: 1, Ingress: "a", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"},
+		{RequestID: "c", Hops: 1, Ingress: "a", Resume: &Resume{Seed: 1, PromptHash: 2, Tokens: 3, Bytes: 12, PromptTokens: 40}},
 	} {
 		p, _ := EncodeHeader(nil, h)
 		f.Add(p)
@@ -352,21 +365,28 @@ func FuzzDecodeHeader(f *testing.F) {
 // sentinel.
 func FuzzEncodeHeader(f *testing.F) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	f.Add(uint8(KindRequest), uint8(EndpointChat), "r", "a", 1, int64(-3), int64(5e9), uint16(2), int64(1e6), int64(2e9), int64(1e8), true, int64(0), "", "")
-	f.Add(uint8(KindAgentRenew), uint8(0), "r", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(5e8), "", "")
-	f.Add(uint8(KindAgentGiveUp), uint8(0), "", "a", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "")
-	f.Add(uint8(KindRequest), uint8(EndpointEmbeddings), "e", "", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "")
-	f.Add(uint8(KindRequest), uint8(EndpointResponses), "p", "", 1, int64(10), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "")
-	f.Add(uint8(KindRequest), uint8(EndpointChat), "t", "a", 1, int64(0), int64(0), uint16(1), int64(0), int64(0), int64(0), true, int64(0), tp, "k=v")
-	f.Add(uint8(KindRequest), uint8(EndpointChat), "t", "", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "k=v")
-	f.Add(uint8(KindAgentRenew), uint8(0), "t", "", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), tp, "")
-	f.Add(uint8(numKinds), uint8(numEndpoints), "\xff", "", -1, int64(1<<40), int64(-1), uint16(0), int64(-1), int64(0), int64(0), true, int64(1), "\xff", "")
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "r", "a", 1, int64(-3), int64(5e9), uint16(2), int64(1e6), int64(2e9), int64(1e8), true, int64(0), "", "", 0)
+	f.Add(uint8(KindAgentRenew), uint8(0), "r", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(5e8), "", "", 0)
+	f.Add(uint8(KindAgentGiveUp), uint8(0), "", "a", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "", 0)
+	f.Add(uint8(KindRequest), uint8(EndpointEmbeddings), "e", "", 0, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "", 0)
+	f.Add(uint8(KindRequest), uint8(EndpointResponses), "p", "", 1, int64(10), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "", 0)
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "t", "a", 1, int64(0), int64(0), uint16(1), int64(0), int64(0), int64(0), true, int64(0), tp, "k=v", 0)
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "t", "", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "k=v", 0)
+	f.Add(uint8(KindAgentRenew), uint8(0), "t", "", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), tp, "", 0)
+	f.Add(uint8(numKinds), uint8(numEndpoints), "\xff", "", -1, int64(1<<40), int64(-1), uint16(0), int64(-1), int64(0), int64(0), true, int64(1), "\xff", "", 0)
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "c", "a", 1, int64(0), int64(0), uint16(1), int64(0), int64(0), int64(0), false, int64(0), "", "", 12)
+	f.Add(uint8(KindRequest), uint8(EndpointChat), "c", "a", 1, int64(0), int64(0), uint16(1), int64(0), int64(0), int64(0), false, int64(0), "", "", -1)
+	f.Add(uint8(KindAgentGiveUp), uint8(0), "c", "a", 1, int64(0), int64(0), uint16(0), int64(0), int64(0), int64(0), false, int64(0), "", "", 1)
 	f.Fuzz(func(t *testing.T, kind, endpoint uint8, id, agent string, hops int, prio, deadline int64, blocks uint16,
-		waited, ttft, tpot int64, final bool, hold int64, traceParent, traceState string) {
+		waited, ttft, tpot int64, final bool, hold int64, traceParent, traceState string, resumed int) {
 		h := Header{Kind: Kind(kind), RequestID: id, Hops: hops, Priority: int(prio), AgentID: agent, Ingress: agent,
 			Endpoint: Endpoint(endpoint), Waited: time.Duration(waited), TTFTSLO: time.Duration(ttft),
 			TPOTSLO: time.Duration(tpot), AgentFinal: final, RenewWait: time.Duration(hold),
 			TraceParent: traceParent, TraceState: traceState}
+		if resumed != 0 { // a continuation of resumed tokens (0: none)
+			h.Resume = &Resume{Seed: uint64(resumed) * 0x9e3779b97f4a7c15, PromptHash: ^uint64(resumed), Tokens: resumed,
+				Bytes: 4 * resumed, PromptTokens: resumed / 2}
+		}
 		if n := int(blocks) % 1024; n > 0 {
 			h.Blocks = make([]uint64, n)
 		}

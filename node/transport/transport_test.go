@@ -776,6 +776,35 @@ func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
 	}
 }
 
+// TestForwardToOwnerWithoutResume stands in for a peer built before Header.Resume, which resets
+// the stream of a header carrying one as malformed: Forward does not send the continuation
+// again without it (it would run as a new request), so the ingress tries another peer.
+func TestForwardToOwnerWithoutResume(t *testing.T) {
+	seen := make(chan Header, 2)
+	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
+		h, err := DecodeHeader(p)
+		if err != nil {
+			return
+		}
+		seen <- h
+		resetAsMalformed(str) // what the older peer's decoder makes of the resume flag
+	})
+	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		Resume: &Resume{Seed: 1, Tokens: 2, Bytes: 8}}
+	_, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}"))
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrRejected) {
+		t.Fatalf("Forward = %v, want ErrUnreachable and ErrRejected", err)
+	}
+	if first := <-seen; first.Resume == nil || *first.Resume != *h.Resume {
+		t.Errorf("the owner read %+v, want the continuation", first.Resume)
+	}
+	select {
+	case again := <-seen:
+		t.Errorf("Forward sent the continuation again: %+v", again)
+	default:
+	}
+}
+
 func validHeaderFrame() []byte {
 	hdr, _ := EncodeHeader(nil, Header{RequestID: "v"})
 	return append(appendFrameHead(nil, frameHeader, len(hdr)), hdr...)

@@ -66,6 +66,17 @@
 // blocks, and the server's stored-block count caps it while that count is exact (kvevents.go
 // says what the events can and cannot tell).
 //
+// # Continuations
+//
+// A request with engine.Request.Resume continues a generation another node lost mid-response;
+// its body, which the node built, already ends with the text sent. Chat continuations tell
+// the server to continue the final assistant message rather than answer it: vLLM's
+// "continue_final_message": true with "add_generation_prompt": false, SGLang's and TGI's
+// "continue_final_message": true; llama.cpp's server continues a final assistant message by
+// default, and a plain OpenAI-compatible server has no such flag. A client's min_tokens is
+// reduced by the tokens sent before. The usage reported counts the whole generation: the
+// tokens sent before are added to the completion and taken off the prompt.
+//
 // # Tracing
 //
 // Each call to the server sends the W3C trace context of the caller's context in traceparent

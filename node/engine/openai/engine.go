@@ -489,6 +489,9 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if err == nil && e.cfg.Priority {
 		body, err = SetPriority(body, req.Priority)
 	}
+	if err == nil && req.Resume != nil {
+		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -325,7 +325,11 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		return nil, err
 	}
 	inner, _ := st.(*stream)
-	return &trackedStream{Stream: st, inner: inner, res: e.res, t: t}, nil
+	var out engine.Stream = &trackedStream{Stream: st, inner: inner, res: e.res, t: t}
+	if req.Resume != nil {
+		out = &resumedStream{Stream: out, r: req.Resume} // the residency model reads the server's own usage
+	}
+	return out, nil
 }
 
 // trackedStream tells the residency model what the server's stream says: the first token and

@@ -50,6 +50,11 @@
 // sequences end the output with "stop"; text that could be the start of a stop string is held
 // back until it cannot be, so a stop string split across tokens is never sent.
 //
+// A request with Request.Resume continues the text of the generation it resumes (resume.go):
+// the words of the original's seed and prompt, from the original's stop-filter state where the
+// client's stream stopped, under the original's MaxTokens, so the continuation sends exactly
+// the rest of an unbroken run; its Usage counts the whole generation.
+//
 // With Request.Logprobs every output token is scored: the token is the likeliest of its
 // position, the other words trail it by gaps drawn from the seed, so log probabilities are
 // below 0, the TopLogprobs listed are in descending order and start with the token, and a

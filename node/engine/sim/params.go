@@ -200,9 +200,13 @@ func checkRequest(req *engine.Request) (options, error) {
 			}
 		}
 	}
-	if o.minTokens > req.MaxTokens {
+	limit := req.MaxTokens
+	if r := req.Resume; r != nil {
+		limit += r.Tokens // min_tokens counts the whole generation's
+	}
+	if o.minTokens > limit {
 		return o, &engine.ParamError{Param: "min_tokens",
-			Reason: fmt.Sprintf("min_tokens (%d) is over max_tokens (%d)", o.minTokens, req.MaxTokens)}
+			Reason: fmt.Sprintf("min_tokens (%d) is over max_tokens (%d)", o.minTokens, limit)}
 	}
 	for i, r := range req.Roles {
 		if !openai.KnownRole(r) {

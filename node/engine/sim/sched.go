@@ -291,11 +291,12 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 			q.own -= len(q.blocks) - q.shared
 			q.shared = len(q.blocks)
 		}
-		tok := word(q.tseed, q.gen)
+		i := q.base + q.gen // the token's place in the whole generation
+		tok := word(q.tseed, i)
 		if q.logprobs {
-			q.lp = append(q.lp, outputLogprob(q.tseed, q.gen, tok, q.topLogprobs))
+			q.lp = append(q.lp, outputLogprob(q.tseed, i, tok, q.topLogprobs))
 		}
-		text, stopped := q.out.add(tok, q.gen+1 >= q.minTokens)
+		text, stopped := q.out.add(tok, i+1 >= q.minTokens)
 		q.gen++
 		s.nGen++
 		st := q.stream
@@ -309,9 +310,9 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 		switch {
 		case stopped:
 			finish = engine.FinishStop
-		case q.gen >= q.maxTokens:
+		case i+1 >= q.maxTokens:
 			finish = engine.FinishLength
-		case q.gen >= q.natural:
+		case i+1 >= q.natural:
 			finish = engine.FinishStop
 		}
 		if finish == "" {
@@ -333,7 +334,7 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 		st.mu.Unlock()
 		s.met.e2e.Observe(now.Sub(q.arrivalWall).Seconds())
 		st.push(engine.Chunk{Text: text, FinishReason: finish, Logprobs: q.lp, Usage: &engine.Usage{
-			PromptTokens: q.promptTokens, CompletionTokens: q.gen, CachedTokens: q.cached,
+			PromptTokens: q.usagePrompt, CompletionTokens: q.base + q.gen, CachedTokens: min(q.cached, q.usagePrompt),
 		}})
 		q.lp = nil
 		s.dropLocked(q)

@@ -39,8 +39,10 @@ type seq struct {
 	model        string
 	blocks       []uint64 // full prompt blocks' chained hashes
 	promptTokens int
-	maxTokens    int
+	maxTokens    int // the cap on the whole generation: a resumed one's base tokens count
 	natural      int
+	base         int // tokens an earlier engine generated before a resume (engine.Resume)
+	usagePrompt  int // the prompt tokens Usage reports: a resumed generation's original's
 	minTokens    int // stop sequences are looked for only from this many tokens on
 	tseed        uint64
 	out          *output
@@ -193,7 +195,8 @@ func (s *Sim) Models() []engine.Model { return slices.Clone(s.cfg.Models) }
 
 // Generate queues req and returns its stream. It refuses, wrapping engine.ErrRejected, an
 // unknown model, max_tokens < 1, a request over the model's context, one whose prompt plus
-// max_tokens needs more blocks than the whole pool (it could never run), and (an
+// max_tokens needs more blocks than the whole pool (it could never run), a Resume whose
+// tokens and max_tokens are over the model's context, and (an
 // *engine.ParamError) an extra field or a role it cannot honour (see params.go).
 func (s *Sim) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	st, err := s.submit(ctx, req)
@@ -229,6 +232,10 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		return nil, fmt.Errorf("sim: %d prompt + %d max tokens over the %d-token context: %w",
 			p, req.MaxTokens, m.ContextTokens, engine.ErrRejected)
 	}
+	if r := req.Resume; r != nil && (r.Tokens < 0 || r.Bytes < 0 || r.Tokens+req.MaxTokens > m.ContextTokens) {
+		return nil, fmt.Errorf("sim: resuming %d tokens + %d max tokens over the %d-token context: %w",
+			r.Tokens, req.MaxTokens, m.ContextTokens, engine.ErrRejected)
+	}
 	bt := s.cfg.BlockTokens
 	if need := (p + req.MaxTokens + bt - 1) / bt; need > s.kvBlocks {
 		return nil, fmt.Errorf("sim: request needs %d KV blocks, pool has %d: %w", need, s.kvBlocks, engine.ErrRejected)
@@ -239,24 +246,35 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	}
 	// Never more full blocks than the token count allows (PromptTokens may be given).
 	blocks = blocks[:min(len(blocks), p/bt)]
-	tseed := textSeed(req.Seed, req.Prompt)
-	natural := naturalLength(tseed, req.MaxTokens)
-	if opts.ignoreEOS {
-		natural = req.MaxTokens
+	tseed, total, usagePrompt := textSeed(req.Seed, req.Prompt), req.MaxTokens, p
+	if r := req.Resume; r != nil {
+		tseed, total = resumeSeed(r), req.MaxTokens+r.Tokens
+		if r.PromptTokens > 0 {
+			usagePrompt = r.PromptTokens
+		}
 	}
+	natural := naturalLength(tseed, total)
+	if opts.ignoreEOS {
+		natural = total
+	}
+	natural = max(natural, opts.minTokens)
 	q := &seq{
 		model:        req.Model,
 		blocks:       blocks,
 		promptTokens: p,
-		maxTokens:    req.MaxTokens,
+		maxTokens:    total,
 		priority:     req.Priority,
-		natural:      max(natural, opts.minTokens),
+		natural:      natural,
 		minTokens:    opts.minTokens,
 		tseed:        tseed,
 		out:          newOutput(req.Stop, opts.includeStop),
 		logprobs:     req.Logprobs,
 		topLogprobs:  req.TopLogprobs,
+		usagePrompt:  usagePrompt,
 		arrivalWall:  time.Now(),
+	}
+	if r := req.Resume; r != nil {
+		q.base = replay(q.out, tseed, r.Bytes, opts.minTokens, min(total, natural)-1)
 	}
 	st := newStream(s)
 	st.seq, q.stream = q, st

@@ -387,6 +387,10 @@ func TestGenerateRejects(t *testing.T) {
 		{"over context", engine.Request{Model: testModel, Prompt: prompt("x", 10), MaxTokens: 1000}},
 		{"unknown model", engine.Request{Model: "nope", Prompt: prompt("x", 10), MaxTokens: 10}},
 		{"zero max tokens", engine.Request{Model: testModel, Prompt: prompt("x", 10), MaxTokens: 0}},
+		{"resuming over context", engine.Request{Model: testModel, Prompt: prompt("x", 10), MaxTokens: 10,
+			Resume: &engine.Resume{Tokens: 991, Bytes: 4}}},
+		{"resuming negative bytes", engine.Request{Model: testModel, Prompt: prompt("x", 10), MaxTokens: 10,
+			Resume: &engine.Resume{Tokens: 1, Bytes: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
