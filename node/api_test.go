@@ -391,3 +391,27 @@ func TestNodeInFrontOfKvmeshEngineAsExternalEngine(t *testing.T) {
 		return s.KVBlocksTotal == 1<<16 && s.EngineKind == "vllm" && s.EngineHealthy
 	})
 }
+
+// TestSeedlessRepliesFollowThePrompt: without a seed the embedded engine's reply is picked by
+// the prompt (the same prompt, the same reply), not one text for every request.
+func TestSeedlessRepliesFollowThePrompt(t *testing.T) {
+	url := startNet(t, 1, nil).URLs()[0]
+	reply := func(prompt string) string {
+		t.Helper()
+		resp := post(t, url, "/v1/chat/completions", chatBody(prompt, 8, false), nil)
+		var out struct {
+			Choices []struct{ Message struct{ Content string } }
+		}
+		if b := readAll(t, resp); resp.StatusCode != 200 || json.Unmarshal(b, &out) != nil || len(out.Choices) != 1 {
+			t.Fatalf("%q: %d %s", prompt, resp.StatusCode, b)
+		}
+		return out.Choices[0].Message.Content
+	}
+	a, b := reply("first prompt"), reply("a different prompt")
+	if a == b {
+		t.Errorf("two prompts got the same reply %q", a)
+	}
+	if again := reply("first prompt"); again != a {
+		t.Errorf("the same prompt got %q, then %q", a, again)
+	}
+}

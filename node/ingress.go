@@ -13,8 +13,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -150,7 +148,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	if own := kvindex.Tokens(len(prompt)); own > 0 {
 		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
 	}
-	s := xxhash.Sum64(prompt)
+	var s uint64 // no seed: the prompt alone picks the embedded engine's text
 	if seed != nil {
 		s = uint64(*seed)
 	}

@@ -32,6 +32,7 @@ func loadFlags() []cli.Flag {
 		&cli.IntFlag{Name: "retries", Usage: "retries of a refusal that carries Retry-After", EnvVars: env("load-retries")},
 		&cli.DurationFlag{Name: "ttft-slo", Value: d.Interactive.TTFT, Usage: "interactive class TTFT SLO", EnvVars: env("load-ttft-slo")},
 		&cli.DurationFlag{Name: "tpot-slo", Value: d.Interactive.TPOT, Usage: "interactive class TPOT SLO", EnvVars: env("load-tpot-slo")},
+		&cli.BoolFlag{Name: "natural-lengths", Usage: "send no ignore_eos: the engine may end a reply before max_tokens (by default replies are as long as the workload says)", EnvVars: env("load-natural-lengths")},
 		&cli.BoolFlag{Name: "fitted-ttft", Usage: "send no TTFT SLO header: the mesh fits each request's target to its size and declares it in X-Kvmesh-TTFT-Target, which judges the request", EnvVars: env("load-fitted-ttft")},
 		&cli.StringFlag{Name: "json", Usage: "write the report as JSON to this file", EnvVars: env("load-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT to this file", EnvVars: env("load-plot")},
@@ -60,6 +61,7 @@ func loadConfig(c *cli.Context) loadgen.Config {
 	cfg.Interactive.TTFT = c.Duration("ttft-slo")
 	cfg.Interactive.TPOT = c.Duration("tpot-slo")
 	cfg.FittedTTFT = c.Bool("fitted-ttft")
+	cfg.NaturalLengths = c.Bool("natural-lengths")
 	cfg.APIKey = c.String("api-key")
 	if !c.Bool("quiet") {
 		cfg.Progress = os.Stderr

@@ -101,6 +101,7 @@ type chatRequest struct {
 	Model         string    `json:"model"`
 	Messages      []Message `json:"messages"`
 	MaxTokens     int       `json:"max_tokens"`
+	IgnoreEOS     bool      `json:"ignore_eos,omitempty"`
 	Stream        bool      `json:"stream"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
@@ -287,6 +288,8 @@ type client struct {
 	model      string
 	apiKey     string
 	fittedTTFT bool
+	// naturalLengths lets the engine end a reply before max_tokens (Config.NaturalLengths).
+	naturalLengths bool
 }
 
 // attempt sends one request to target and measures it from start. A context error ends it as
@@ -298,7 +301,7 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 		res.E2E = time.Since(start)
 		return res
 	}
-	req := chatRequest{Model: c.model, Messages: msgs, MaxTokens: it.MaxTokens, Stream: true}
+	req := chatRequest{Model: c.model, Messages: msgs, MaxTokens: it.MaxTokens, IgnoreEOS: !c.naturalLengths, Stream: true}
 	req.StreamOptions.IncludeUsage = true
 	body, err := json.Marshal(req)
 	if err != nil {

@@ -110,6 +110,10 @@ type Config struct {
 	// default target fitted to the request's size (its own prefill time added), and judges its
 	// TTFT by the target the mesh declares in the response (X-Kvmesh-TTFT-Target).
 	FittedTTFT bool
+	// NaturalLengths sends requests without "ignore_eos": the engine may end a reply before
+	// max_tokens. By default every request asks for ignore_eos (vLLM's and SGLang's field, as
+	// their benchmark clients do), so a reply is as long as the workload or trace says.
+	NaturalLengths bool
 	// Logger receives one line per failed request (nil = discard).
 	Logger *slog.Logger
 }

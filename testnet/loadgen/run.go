@@ -45,7 +45,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer tr.CloseIdleConnections()
 		hc = &http.Client{Transport: tr}
 	}
-	r := &runner{cfg: cfg, c: client{http: hc, model: cfg.Model, apiKey: cfg.APIKey, fittedTTFT: cfg.FittedTTFT}, col: newCollector()}
+	r := &runner{cfg: cfg, c: client{http: hc, model: cfg.Model, apiKey: cfg.APIKey, fittedTTFT: cfg.FittedTTFT, naturalLengths: cfg.NaturalLengths}, col: newCollector()}
 	if cfg.Concurrency > 0 {
 		r.sem = make(chan struct{}, cfg.Concurrency)
 	}

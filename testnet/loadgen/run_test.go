@@ -353,7 +353,7 @@ func TestRunSLOMetAndMissed(t *testing.T) {
 	prios := map[string]string{}
 	for _, c := range f.requests() {
 		prios[c.header.Get("X-Kvmesh-Priority")] = c.header.Get("X-Kvmesh-TTFT-SLO")
-		if !c.req.Stream || !c.req.StreamOptions.IncludeUsage || c.req.Model != "sim" || c.req.MaxTokens < 1 {
+		if !c.req.Stream || !c.req.StreamOptions.IncludeUsage || c.req.Model != "sim" || c.req.MaxTokens < 1 || !c.req.IgnoreEOS {
 			t.Fatalf("request %+v", c.req)
 		}
 	}
