@@ -58,7 +58,8 @@ type Config struct {
 	// Past it, messages wait; a backlog beyond two seconds' worth is pruned (deltas lost that
 	// way are repaired by the next push/pull snapshot).
 	MaxBytesPerSecond int `json:"max_bytes_per_second"`
-	// PushPullInterval is the full state and snapshot exchange period (default 10s).
+	// PushPullInterval is the full state and snapshot exchange period (default 10s), and how
+	// often the member tries to join again one member it holds dead, which heals a partition.
 	PushPullInterval time.Duration `json:"push_pull_interval"`
 	// MaxBlocksPerPeer bounds every peer's residency in the index and this node's snapshot
 	// (default kvindex.DefaultMaxBlocksPerPeer).
@@ -79,6 +80,13 @@ type Config struct {
 	RetransmitMult      int           `json:"retransmit_mult"`
 	TCPTimeout          time.Duration `json:"tcp_timeout"`
 	DeadNodeReclaimTime time.Duration `json:"dead_node_reclaim_time"`
+
+	// Drop, when set, is asked before every packet this member sends and every stream it
+	// opens, with the gossip address (host:port) it goes to: true drops the packet, or fails
+	// the stream, as a partitioned network would. Nil, the default, drops nothing. It is for
+	// tests that cut members off (a partition, a frozen process); it must be fast and safe
+	// for concurrent use.
+	Drop func(to string) bool `json:"-"`
 
 	// Logger receives gossip's and memberlist's logs (nil: discard).
 	Logger *slog.Logger `json:"-"`

@@ -20,6 +20,9 @@
 // Every process has a random boot id in its record. A dead or left member's prefixes are
 // dropped from the index; a new boot id drops the old residency and retires the old id, so a
 // late message of the previous process cannot resurrect it. Member.Incarnation counts boots.
+// Every PushPullInterval a member joins again one member it holds dead, so that the two sides
+// of a healed network partition, each holding the other dead, merge again. Config.Drop drops
+// packets and streams to chosen addresses, for tests that partition a mesh.
 //
 // # Staleness
 //

@@ -305,8 +305,18 @@ func (g *Gossip) Start(ctx context.Context) error {
 	if g.cfg.Logger != nil {
 		mlc.LogOutput = logWriter{g.log.With("component", "memberlist")}
 	}
+	if g.cfg.Drop != nil {
+		dt, err := newDropTransport(mlc, g.cfg.Drop)
+		if err != nil {
+			return fmt.Errorf("gossip: start memberlist: %w", err)
+		}
+		mlc.Transport = dt
+	}
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
+		if mlc.Transport != nil {
+			_ = mlc.Transport.Shutdown()
+		}
 		return fmt.Errorf("gossip: start memberlist: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
@@ -316,8 +326,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	g.mu.Unlock()
 	g.flush(time.Now())
 
-	g.wg.Add(1)
+	g.wg.Add(2)
 	go g.publishLoop(lctx)
+	go g.reconnectLoop(lctx)
 	if len(g.cfg.Join) > 0 {
 		// memberlist's Join takes no context; each seed attempt is bounded by TCPTimeout.
 		if _, err := ml.Join(g.cfg.Join); err != nil {

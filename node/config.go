@@ -99,6 +99,11 @@ type Config struct {
 	// cluster's mTLS configuration (transport.LoadTLS); both are required outside Standalone.
 	QUICAddr string      `json:"quic_addr"`
 	TLS      *tls.Config `json:"-"`
+	// HandshakeTimeout bounds a QUIC dial to a peer, its TLS handshake included. Default 1s,
+	// sized for a LAN, where a handshake takes a millisecond or two: a peer that died without
+	// a word (its UDP port silent) costs the request that meets it this long before the next
+	// candidate, where quic-go's own default would cost 5s.
+	HandshakeTimeout time.Duration `json:"handshake_timeout"`
 	// TLSDir is the directory holding ca.crt and NAME.crt/NAME.key (kvmesh ca) that LoadTLS
 	// reads TLS from. New does no I/O and reads only TLS.
 	TLSDir string `json:"tls_dir"`
@@ -140,7 +145,9 @@ type Config struct {
 	// draining, a lost race for KV room). Default 1s.
 	RetryAfter time.Duration `json:"retry_after"`
 	// ForwardAttempts is how many candidates one dispatch tries before the request goes back
-	// to the waiting room. Default 3.
+	// to the waiting room, and how many failed attempts (an owner unreachable, or its engine
+	// failing before the first token) a request may meet in all before it ends with a 502.
+	// Default 3.
 	ForwardAttempts int `json:"forward_attempts"`
 	// Migrations is how many times one request may move to another node when its owner fails
 	// mid-response (its QUIC stream breaks after the first token) while the client is still
@@ -258,6 +265,7 @@ func DefaultConfig() Config {
 		IdleTimeout:         120 * time.Second,
 		Gossip:              gossip.DefaultConfig(),
 		QUICAddr:            ":7443",
+		HandshakeTimeout:    transport.DefaultConfig().HandshakeTimeout,
 		Policy:              route.PolicyKvmesh,
 		Route:               route.DefaultConfig(),
 		Admit:               admit.DefaultConfig(),
@@ -302,6 +310,7 @@ func (c *Config) fill() {
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
 		{&c.ModelsInterval, &d.ModelsInterval}, {&c.DrainDelay, &d.DrainDelay},
 		{&c.BodyTimeout, &d.BodyTimeout}, {&c.IdleTimeout, &d.IdleTimeout}, {&c.ConfigWatch, &d.ConfigWatch},
+		{&c.HandshakeTimeout, &d.HandshakeTimeout},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -353,6 +362,7 @@ func (c *Config) validate() error {
 		{"DrainTimeout", c.DrainTimeout}, {"RoomTick", c.RoomTick}, {"RetryAfter", c.RetryAfter},
 		{"SpeculativeTTL", c.SpeculativeTTL}, {"AgentInterval", c.AgentInterval},
 		{"ModelsInterval", c.ModelsInterval}, {"BodyTimeout", c.BodyTimeout}, {"IdleTimeout", c.IdleTimeout},
+		{"HandshakeTimeout", c.HandshakeTimeout},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("node: %s %v is negative", d.name, d.v)

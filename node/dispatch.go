@@ -148,13 +148,16 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 }
 
 // admitAndDispatch decides, waits in the waiting room while admission says queue, and runs the
-// request on the chosen candidate or the next ones. When every candidate's owner refuses
-// before the first byte, the request goes back to the waiting room (keeping its arrival time,
-// so its TTL still bounds the whole wait), not to the client.
+// request on the chosen candidate or the next ones. When the candidates' owners refuse before
+// the first byte, the request goes back to the waiting room (keeping its arrival time, so its
+// TTL still bounds the whole wait), not to the client; when their attempts fail instead (an
+// owner unreachable, its engine failing), the request ends with a 502 (see failures).
 func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, explain bool) outcome {
 	// A step an agent window still holds when this returns ended without running.
 	defer n.giveUpAgent(p)
+	n.retries.Request(start)
 	t := &ticket{}
+	var f failures
 	n.decide(start, p, t, nil, nil)
 	n.m.decisionOf(t.D)
 	for {
@@ -179,7 +182,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 		ttft, tpot := n.adm.SLOFor(p.adm)
 		w.Header().Set(HeaderTTFTTarget, ttft.Round(time.Millisecond).String())
 		w.Header().Set(HeaderTPOTTarget, tpot.Round(time.Millisecond).String())
-		res := n.dispatch(ctx, w, p, t, start)
+		res := n.dispatch(ctx, w, p, t, start, &f)
 		if !res.requeue {
 			n.kickRoom()
 			return res.o
@@ -217,27 +220,39 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 	}
 }
 
-// dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) every
-// candidate refused before the first byte and nothing was written.
+// dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) the
+// candidates refused before the first byte and nothing was written.
 type dispatchResult struct {
 	o        outcome
 	requeue  bool
 	lastCode string
 	retry    time.Duration
+	// failCode is set by forward when its attempt failed rather than was refused: the owner
+	// unreachable (CodeOwnerUnreachable) or its engine's failure code.
+	failCode string
 }
 
 // dispatch runs p on the first candidate of order that takes it: this node's engine, or a peer
-// over QUIC. A refusal or a connect failure before the first byte moves on to the next
-// candidate; nothing reaches the client until some owner accepted.
-func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time) dispatchResult {
+// over QUIC. A refusal or a failure before the first byte moves on to the next candidate;
+// nothing reaches the client until some owner accepted. Failures, counted in f across
+// dispatches, end the request instead (endFailed) when every attempt of this dispatch failed,
+// when ForwardAttempts attempts failed in all, or when the retry budget allows no retry.
+func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time, f *failures) dispatchResult {
 	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
-	first := t.D.Option
+	first, failedBefore, refused := t.D.Option, f.n, false
 	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
 		c := &t.Cands[i]
+		self := t.v.Peers[c.Peer].Self
+		if f.retrying && !self && !n.allowRetry(p, c.Name) {
+			if i == first {
+				n.planner.Release(&t.Plan) // the decision's reservation
+			}
+			return n.endFailed(w, f)
+		}
 		if i > first {
 			n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
 		}
-		if t.v.Peers[c.Peer].Self {
+		if self {
 			n.m.forwards.WithLabelValues("local").Inc()
 			o, ran := n.agentStep(ctx, w, p, start, "local")
 			n.planner.Release(&t.Plan)
@@ -257,12 +272,24 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 			p.parked = parking{}
 			return dispatchResult{o: o}
 		}
+		if res.failCode == "" {
+			refused, f.retrying = true, false
+		}
 		if n.agentRefused(p, c.Name, t.v.quic[c.Peer], &res) {
 			return res
 		}
 		if ctx.Err() != nil {
 			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
 		}
+		if res.failCode == "" {
+			continue
+		}
+		if f.add(res.failCode, c.Name); f.n >= n.cfg.ForwardAttempts {
+			return n.endFailed(w, f)
+		}
+	}
+	if !refused && f.n > failedBefore {
+		return n.endFailed(w, f) // no owner refused: waiting for room would not help
 	}
 	return res
 }

@@ -1,10 +1,22 @@
 package node
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node/transport"
+)
 
 // KillTransport closes the node's QUIC transport abruptly, as a crashed process would, while
 // gossip still lists the node as alive: peers' forwards to it fail until they notice.
 func (n *Node) KillTransport() error { return n.tr.Close() }
+
+// Dial forwards an empty request to addr over the node's transport, as the ingress would to
+// an owner there, and returns how it failed.
+func (n *Node) Dial(ctx context.Context, addr string) error {
+	_, err := n.tr.Forward(ctx, addr, transport.Header{RequestID: "dial", Hops: 1}, nil)
+	return err
+}
 
 // RegisterAgent registers agent id at this node as its home, as if one step of it had run
 // here: what an ingress that placed it here before gossip told it otherwise leaves behind.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +24,10 @@ const CodeHopLimit = "hop_limit"
 const MaxHops = 1
 
 // forward sends p to the candidate's owner. done reports that the client got an answer (relayed
-// from the owner); otherwise the owner refused or could not be reached before any byte.
+// from the owner); otherwise the owner refused, or the attempt failed (res.failCode: the owner
+// could not be reached, or its engine failed, before any byte).
 func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
+	res.failCode = ""
 	ttft, tpot := n.adm.SLOFor(p.adm)
 	clock := p.adm.SLOClock() // the arrival, or when the agent window let the step in
 	h := transport.Header{
@@ -50,6 +53,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	if addr == "" {
 		n.m.forwards.WithLabelValues("no_address").Inc()
 		forwardResult(span, "no_address", "")
+		res.failCode = CodeOwnerUnreachable
 		return outcome{}, false
 	}
 	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
@@ -77,6 +81,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	default:
 		n.m.forwards.WithLabelValues("unreachable").Inc()
 		forwardResult(span, "unreachable", "")
+		res.failCode = CodeOwnerUnreachable
 		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
 			n.peerFailed(p.req.ID, c.Name, addr, err)
 		} else {
@@ -84,12 +89,26 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		}
 		return outcome{}, false
 	}
-	if resp.Status >= 500 {
-		// The owner's engine failed before the first token: another node may do better.
+	if resp.Status >= 500 || resp.Headers[HeaderReason] == openai.CodeClientClosed {
+		// The owner's engine failed before the first token, or the owner dropped the request
+		// (its side ended while this client waits: it is shutting down): another node may do
+		// better.
 		_ = resp.Body.Close()
 		n.m.forwards.WithLabelValues("owner_failed").Inc()
 		res.lastCode = resp.Headers[HeaderReason]
+		res.failCode = cmp.Or(res.lastCode, openai.CodeEngineError)
+		if res.lastCode == openai.CodeClientClosed {
+			res.failCode = CodeOwnerUnreachable
+		}
 		forwardResult(span, "owner_failed", res.lastCode)
+		return outcome{}, false
+	}
+	if resp.Status == http.StatusTooManyRequests {
+		// The owner's engine is overloaded by its own account (an external engine's 429): the
+		// owner refused, like its admission would have.
+		_ = resp.Body.Close()
+		n.ownerBusy(p, c.Name, resp.Headers, res)
+		forwardResult(span, "refused", res.lastCode)
 		return outcome{}, false
 	}
 	n.m.forwards.WithLabelValues("accepted").Inc()

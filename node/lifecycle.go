@@ -26,6 +26,9 @@ func (n *Node) buildMesh() error {
 	if n.eject, err = route.NewEjector(n.cfg.Route.Eject); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if n.retries, err = route.NewRetryBudget(n.cfg.Route.RetryBudget); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	ac := n.cfg.Admit
 	ac.ModelInfo = n.meshModelInfo
 	if n.adm, err = admit.New(ac); err != nil {
@@ -60,6 +63,7 @@ func (n *Node) buildMesh() error {
 	}
 	n.tr, err = transport.New(transport.Config{
 		TLS: n.cfg.TLS, ListenAddr: n.cfg.QUICAddr, Handler: n, Logger: n.log, Registerer: n.reg,
+		HandshakeTimeout: n.cfg.HandshakeTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

@@ -24,6 +24,7 @@ type metrics struct {
 	e2e       prometheus.Histogram
 	forwards  *prometheus.CounterVec // result
 	ejections *prometheus.CounterVec // reason: transport.FailureReason's
+	retries   *prometheus.CounterVec // result: allowed or budget_exhausted
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
 	migrated  *prometheus.CounterVec // outcome: migrationOutcomes
 
@@ -128,6 +129,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_forward_peer_ejections_total", Help: "Peers taken out of routing because forwards to them failed at the transport, by reason (tls, timeout, refused, handshake).",
 		}, []string{"reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_forward_retries_total", Help: "Forwards after a failed attempt of the same request, by the retry budget's verdict: allowed, or budget_exhausted (the request ended with its failure).",
+		}, []string{"result"}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
@@ -171,6 +175,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	for _, o := range migrationOutcomes {
 		m.migrated.WithLabelValues(o)
 	}
+	for _, r := range []string{retryAllowed, retryExhausted} {
+		m.retries.WithLabelValues(r)
+	}
 	for _, c := range classes {
 		m.sloFinished.WithLabelValues(c)
 		m.sloMet.WithLabelValues(c)
@@ -190,7 +197,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.served, m.migrated,
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated,
 			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, buildInfo)
 	}

@@ -54,6 +54,7 @@ type Node struct {
 	tr       *transport.Transport
 	planner  *plan.Planner
 	eject    *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
+	retries  *route.RetryBudget
 	adm      *admit.Admitter
 	agents   *agentGate // nil: agent admission off
 	roomKick chan struct{}

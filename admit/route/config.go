@@ -193,6 +193,9 @@ type Config struct {
 	// Eject configures the node's Ejector (NewEjector), which marks peers that cannot be
 	// reached Peer.Ejected for every policy; the Router itself does not read it.
 	Eject EjectConfig `json:"eject"`
+	// RetryBudget configures the node's RetryBudget (NewRetryBudget), which bounds the
+	// forwards it retries after a failed one; the Router itself does not read it.
+	RetryBudget RetryBudgetConfig `json:"retry_budget"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -220,6 +223,7 @@ func DefaultConfig() Config {
 		ObserveMargin:                 200 * time.Millisecond,
 		MaxReservationsPerPeer:        4096,
 		Eject:                         DefaultEjectConfig(),
+		RetryBudget:                   DefaultRetryBudgetConfig(),
 	}
 }
 
@@ -266,6 +270,9 @@ func (c *Config) fill() error {
 	fillDur(&c.ObserveMargin, d.ObserveMargin)
 	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
 	if err := c.Eject.fill(); err != nil {
+		return err
+	}
+	if err := c.RetryBudget.fill(); err != nil {
 		return err
 	}
 	return c.validate()

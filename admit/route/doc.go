@@ -91,6 +91,12 @@
 // until ReservationTTL, or until Release. A burst of requests in the same millisecond so sees
 // each earlier pick's load and spreads over idle peers.
 //
+// # Retry budget
+//
+// A RetryBudget (NewRetryBudget, from Config.RetryBudget; the Router does not read it) bounds
+// the node's forwards after a failed one to MinRetries plus Ratio times its requests over the
+// last Window, like Envoy's retry budget, so that failing peers cannot start a retry storm.
+//
 // # Policies
 //
 // NewPolicy builds kvmesh (the Router) or a comparison baseline: round-robin, least-load
@@ -102,7 +108,7 @@
 //
 // # Concurrency
 //
-// A Router (and every Policy, and an Ejector) is safe for concurrent use; one mutex guards
+// A Router (and every Policy, an Ejector and a RetryBudget) is safe for concurrent use; one mutex guards
 // reservations, sessions, counts and the random source; SetConfig swaps the configuration
 // atomically under a running Route. Route does not allocate when dst has capacity for
 // every peer and the request carries no new session. The zero Router is not usable: use New.

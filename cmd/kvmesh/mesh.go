@@ -70,6 +70,7 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 		cfg.Route.StalePolicy = rp
 	}
 	setString(c, "quic", &cfg.QUICAddr)
+	setDuration(c, "handshake-timeout", &cfg.HandshakeTimeout)
 	setString(c, "tls-dir", &cfg.TLSDir)
 	setString(c, "dev-ca-dir", &cfg.DevCADir)
 	setString(c, "tls-cert", &cfg.TLSCert)

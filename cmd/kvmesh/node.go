@@ -58,6 +58,7 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure-dev", Usage: "allow unencrypted gossip and, without --tls-dir, trust the development CA in --dev-ca-dir (development only: the mesh is not secure)", EnvVars: env("insecure-dev")},
 		&cli.StringFlag{Name: "dev-ca-dir", Usage: "with --insecure-dev: directory of the development CA the nodes of this host share, created on first use (default: kvmesh/dev-ca in the user cache directory)", EnvVars: env("dev-ca-dir")},
 		&cli.StringFlag{Name: "quic", Value: d.QUICAddr, Usage: "QUIC listen address for peer forwarding (UDP)", EnvVars: env("quic")},
+		&cli.DurationFlag{Name: "handshake-timeout", Value: d.HandshakeTimeout, Usage: "how long a QUIC dial to a peer, its TLS handshake included, may take before the request moves on", EnvVars: env("handshake-timeout")},
 		&cli.StringFlag{Name: "tls-dir", Usage: "directory with ca.crt and NAME.crt/NAME.key (kvmesh ca)", EnvVars: env("tls-dir")},
 		&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate to serve the API over HTTPS with (with --tls-key; re-read when it changes)", EnvVars: env("tls-cert")},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert", EnvVars: env("tls-key")},

@@ -68,7 +68,9 @@ type Config struct {
 	// IdleTimeout closes a connection that heard nothing for this long: it is how a dead
 	// peer is detected while a response is streaming.
 	IdleTimeout time.Duration
-	// HandshakeTimeout bounds a dial including its TLS handshake.
+	// HandshakeTimeout bounds a dial including its TLS handshake (and an inbound handshake's
+	// idle time). Default 1s, sized for a LAN: a dial to a peer that died silently fails after
+	// it, where quic-go's own default is 5s.
 	HandshakeTimeout time.Duration
 	// RequestTimeout bounds how long an inbound stream may take to deliver header and body.
 	RequestTimeout time.Duration
@@ -86,7 +88,7 @@ func DefaultConfig() Config {
 		ListenAddr:       ":7443",
 		KeepAlive:        2 * time.Second,
 		IdleTimeout:      10 * time.Second,
-		HandshakeTimeout: 5 * time.Second,
+		HandshakeTimeout: time.Second,
 		RequestTimeout:   10 * time.Second,
 		MaxBodyBytes:     16 << 20,
 		MaxStreams:       1024,

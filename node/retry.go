@@ -1,0 +1,77 @@
+package node
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// CodeOwnerUnreachable is the failure (502) of a request whose last attempt could not reach
+// its owner: the QUIC handshake or the stream failed before any answer.
+const CodeOwnerUnreachable = "owner_unreachable"
+
+// Results of the retry budget (kvmesh_forward_retries_total's label).
+const (
+	retryAllowed   = "allowed"
+	retryExhausted = "budget_exhausted"
+)
+
+// failures are the attempts of one request that failed (its owner unreachable, or the owner's
+// engine failing before the first token) as opposed to refused, over all its dispatches. A
+// refusal sends a request back to the waiting room; failures end it (endFailed): when a whole
+// dispatch failed, after ForwardAttempts failed attempts in all, or when the retry budget has
+// no room for another attempt.
+type failures struct {
+	n        int    // failed attempts so far
+	code     string // the last one's: CodeOwnerUnreachable or the owner's engine's code
+	owner    string // the node it failed on
+	retrying bool   // the last attempt failed: the next forward is a retry, which the budget must allow
+}
+
+// add records a failed attempt on owner.
+func (f *failures) add(code, owner string) {
+	f.n++
+	f.code, f.owner, f.retrying = code, owner, true
+}
+
+// allowRetry asks the retry budget whether p may be forwarded to owner after a failed
+// attempt, and counts the answer.
+func (n *Node) allowRetry(p *prepared, owner string) bool {
+	if n.retries.Retry(time.Now()) {
+		n.m.retries.WithLabelValues(retryAllowed).Inc()
+		return true
+	}
+	n.m.retries.WithLabelValues(retryExhausted).Inc()
+	n.log.Debug("retry budget exhausted: the request ends with its failure", "id", p.req.ID, "next", owner)
+	return false
+}
+
+// endFailed answers a request whose attempts failed with a 502 carrying the last failure's
+// code.
+func (n *Node) endFailed(w http.ResponseWriter, f *failures) dispatchResult {
+	what := "could not be reached"
+	if f.code != CodeOwnerUnreachable {
+		what = "failed before the first token (" + f.code + ")"
+	}
+	msg := fmt.Sprintf("no node could run the request: %d attempt(s) failed; the last, node %s, %s", f.n, f.owner, what)
+	e := openai.NewError(http.StatusBadGateway, f.code, msg)
+	writeRefusal(w, e, 0)
+	return dispatchResult{o: outcome{code: e.Code}}
+}
+
+// ownerBusy records an owner whose engine answered a forward with its own 429: the owner is
+// marked refused for the request's priority (not a candidate again until a newer record of
+// it), and the dispatch moves on to the next candidate, or the request back to the waiting
+// room, as for any refusal.
+func (n *Node) ownerBusy(p *prepared, owner string, h map[string]string, res *dispatchResult) {
+	n.m.forwards.WithLabelValues("refused").Inc()
+	n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
+	res.lastCode, res.retry = h[HeaderReason], 0
+	if secs, err := strconv.Atoi(h["Retry-After"]); err == nil && secs > 0 {
+		res.retry = time.Duration(secs) * time.Second
+	}
+	n.log.Debug("owner's engine refused", "id", p.req.ID, "owner", owner, "code", res.lastCode)
+}
