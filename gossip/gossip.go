@@ -93,8 +93,10 @@ const (
 
 var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth, dropOtherModel}
 
-// Prefix domains send each target the bytes of one memberlist gossip packet: UDPBufferSize
-// (1,400) less the compound header (2) and AES-GCM's overhead (29), 2 bytes a message.
+// Prefix domains send each target, every GossipInterval, its share of the byte budget
+// (MaxBytesPerSecond × GossipInterval / GossipNodes) and at least the bytes of one memberlist
+// gossip packet: UDPBufferSize (1,400) less the compound header (2) and AES-GCM's overhead
+// (29), counting 2 bytes a message. Each message goes in a packet of its own.
 const (
 	domainPacketBytes   = 1400 - 2 - 29
 	domainMessageHeader = 2
@@ -591,8 +593,9 @@ func (g *Gossip) relayQueuesLocked(origin string) []*memberlist.TransmitLimitedQ
 
 // gossipPrefixes is memberlist's gossip step run inside each prefix domain: every
 // GossipInterval, to GossipNodes random alive members of each domain, the queued deltas that
-// fit one packet's bytes (within the bandwidth budget), each sent as its own message. A delta
-// so reaches the members serving its origin's models, relayed by them, and no other node.
+// fit the target's share of the byte budget, fewest transmissions and largest first (the
+// queue's order), each in a packet of its own. A delta so reaches the members serving its
+// origin's models, relayed by them, and no other node.
 func (g *Gossip) gossipPrefixes() {
 	g.mu.Lock()
 	ml := g.ml
@@ -616,8 +619,9 @@ func (g *Gossip) gossipPrefixes() {
 	if ml == nil {
 		return
 	}
+	share := max(domainPacketBytes, int(float64(g.cfg.MaxBytesPerSecond)*g.gossipEvery.Seconds())/g.fanout)
 	for _, t := range ts {
-		for _, msg := range g.takeBroadcasts(t.queue, domainMessageHeader, domainPacketBytes) {
+		for _, msg := range g.takeBroadcasts(t.queue, domainMessageHeader, share) {
 			if err := ml.SendToAddress(t.to, msg); err != nil {
 				g.log.Debug("prefix gossip not sent", "member", t.to.Name, "err", err)
 			}
