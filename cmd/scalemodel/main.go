@@ -65,7 +65,7 @@ func run(args []string, out io.Writer) error {
 		}
 		ns = append(ns, n)
 	}
-	fmt.Fprintf(out, "| nodes | models × nodes | visible p50 | p99 | visible | record age p50 | p99 | stale | state B/s | prefix B/s | wire B/s | push/pull B/s | sends / limit | delta demand B/s | index MiB |\n")
+	fmt.Fprintf(out, "| nodes | models × nodes | visible p50 | p99 | visible | record age p50 | p99 | stale | state kB/s | prefix kB/s | wire kB/s | push/pull kB/s | sends / limit | delta demand MB/s | index MiB |\n")
 	fmt.Fprintf(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, n := range ns {
 		models := []int{1}
@@ -79,9 +79,9 @@ func run(args []string, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "| %d | %d × %d | %s | %s | %.0f%% | %s | %s | %.0f%% | %.0f | %.0f | %.0f | %.0f | %.1f / %d | %.0f | %.0f |\n",
+			fmt.Fprintf(out, "| %d | %d × %d | %s | %s | %.0f%% | %s | %s | %.0f%% | %.1f | %.1f | %.1f | %.1f | %.1f / %d | %.1f | %.0f |\n",
 				n, m, r.Domain, dur(r.VisibleP50), dur(r.VisibleP99), 100*r.Visible, dur(r.RecordAgeP50), dur(r.RecordAgeP99),
-				100*r.Stale, r.StateBytes, r.PrefixBytes, r.WireBytes, r.PushPullBytes, r.Sends, r.DeltaLimit, r.DeltaDemand, r.IndexBytes/(1<<20))
+				100*r.Stale, r.StateBytes/1e3, r.PrefixBytes/1e3, r.WireBytes/1e3, r.PushPullBytes/1e3, r.Sends, r.DeltaLimit, r.DeltaDemand/1e6, r.IndexBytes/(1<<20))
 		}
 	}
 	return nil
