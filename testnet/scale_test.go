@@ -286,26 +286,6 @@ func find(ms []gossip.Member, name string) (gossip.Member, bool) {
 	return gossip.Member{}, false
 }
 
-// sumMetric sums a metric family's samples over nodes.
-func sumMetric(b *testing.B, nodes []*node.Node, name string) float64 {
-	var sum float64
-	for _, n := range nodes {
-		mfs, err := n.Registry().Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

@@ -87,42 +87,27 @@ var ErrConfig = errors.New("scalemodel: invalid config")
 
 func (c *Config) fill() error {
 	d := DefaultConfig()
-	setI := func(v *int, dv int) {
-		if *v == 0 {
-			*v = dv
-		}
-	}
-	setD := func(v *time.Duration, dv time.Duration) {
-		if *v == 0 {
-			*v = dv
-		}
-	}
-	setF := func(v *float64, dv float64) {
-		if *v == 0 {
-			*v = dv
-		}
-	}
-	setI(&c.Nodes, d.Nodes)
-	setI(&c.Models, d.Models)
-	setD(&c.GossipInterval, d.GossipInterval)
-	setI(&c.GossipNodes, d.GossipNodes)
-	setI(&c.RetransmitMult, d.RetransmitMult)
-	setI(&c.PacketBytes, d.PacketBytes)
-	setI(&c.MaxBytesPerSecond, d.MaxBytesPerSecond)
-	setI(&c.MaxMessage, d.MaxMessage)
-	setD(&c.FlushInterval, d.FlushInterval)
-	setD(&c.PublishInterval, d.PublishInterval)
-	setD(&c.StaleAfter, d.StaleAfter)
-	setD(&c.PushPullInterval, d.PushPullInterval)
-	setI(&c.Resident, d.Resident)
-	setI(&c.MaxBlocksPerPeer, d.MaxBlocksPerPeer)
-	setI(&c.RecordBytes, d.RecordBytes)
-	setF(&c.EntryBytes, d.EntryBytes)
-	setF(&c.DistinctBytes, d.DistinctBytes)
-	setD(&c.Warmup, d.Warmup)
-	setD(&c.Duration, d.Duration)
-	setD(&c.ProbeTimeout, d.ProbeTimeout)
-	setI(&c.Probes, d.Probes)
+	orDefault(&c.Nodes, d.Nodes)
+	orDefault(&c.Models, d.Models)
+	orDefault(&c.GossipInterval, d.GossipInterval)
+	orDefault(&c.GossipNodes, d.GossipNodes)
+	orDefault(&c.RetransmitMult, d.RetransmitMult)
+	orDefault(&c.PacketBytes, d.PacketBytes)
+	orDefault(&c.MaxBytesPerSecond, d.MaxBytesPerSecond)
+	orDefault(&c.MaxMessage, d.MaxMessage)
+	orDefault(&c.FlushInterval, d.FlushInterval)
+	orDefault(&c.PublishInterval, d.PublishInterval)
+	orDefault(&c.StaleAfter, d.StaleAfter)
+	orDefault(&c.PushPullInterval, d.PushPullInterval)
+	orDefault(&c.Resident, d.Resident)
+	orDefault(&c.MaxBlocksPerPeer, d.MaxBlocksPerPeer)
+	orDefault(&c.RecordBytes, d.RecordBytes)
+	orDefault(&c.EntryBytes, d.EntryBytes)
+	orDefault(&c.DistinctBytes, d.DistinctBytes)
+	orDefault(&c.Warmup, d.Warmup)
+	orDefault(&c.Duration, d.Duration)
+	orDefault(&c.ProbeTimeout, d.ProbeTimeout)
+	orDefault(&c.Probes, d.Probes)
 	switch {
 	case c.Nodes < 2:
 		return fmt.Errorf("%w: %d nodes", ErrConfig, c.Nodes)
@@ -136,6 +121,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: MaxMessage %d holds no block", ErrConfig, c.MaxMessage)
 	}
 	return nil
+}
+
+// orDefault sets a zero *v to def (the zero rule).
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Result is what a scenario predicts. Bytes are per node and second, as kvmesh counts them
