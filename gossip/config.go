@@ -72,7 +72,8 @@ type Config struct {
 	// detector's time; for tests and benchmarks of it).
 	LeaveTimeout time.Duration `json:"leave_timeout"`
 
-	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value.
+	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value. GossipInterval
+	// and GossipNodes pace the prefix domains' gossip too, RetransmitMult their queues.
 	ProbeInterval       time.Duration `json:"probe_interval"`
 	ProbeTimeout        time.Duration `json:"probe_timeout"`
 	GossipInterval      time.Duration `json:"gossip_interval"`
