@@ -36,7 +36,7 @@ test:
 # Go benchmarks (the minute-long mesh ones are run by hand, see the README), then a short
 # goodput benchmark of the mesh.
 bench: build
-	$(GO) test -run '^$$' -bench . -skip 'Agents|PrefixPropagation16|ForwardHop' -benchmem -benchtime 500ms ./...
+	$(GO) test -run '^$$' -bench . -skip 'Agents|PrefixPropagation16|ForwardHop|Scale' -benchmem -benchtime 500ms ./...
 	bin/kvmesh --log-level error bench --nodes 2 --duration 5s --probe-duration 5s --loads 0.5,1.5 --policies cache-aware,kvmesh
 
 # Each fuzz target runs for FUZZTIME; go test -fuzz takes one target at a time.

@@ -21,15 +21,7 @@ func BenchmarkPropagation(b *testing.B) {
 				if i > 0 {
 					c.Join = []string{gs[0].LocalAddr()}
 				}
-				g, err := New(c)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := g.Start(b.Context()); err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = g.Close() })
-				gs = append(gs, g)
+				gs = append(gs, startServing(b, c, "m"))
 			}
 			poll.Until(b, 10*time.Second, "the cluster to converge", func() bool { return allAlive(gs, names(gs)...) })
 			var lat []time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,13 +44,20 @@ func testConfig(name string) Config {
 	return c
 }
 
-func startNode(t *testing.T, cfg Config) *Gossip {
+func startNode(t *testing.T, cfg Config) *Gossip { return startServing(t, cfg, "m") }
+
+// startServing starts a member whose record lists models.
+func startServing(t testing.TB, cfg Config, models ...string) *Gossip {
 	t.Helper()
 	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.UpdateLocal(State{HTTPAddr: "127.0.0.1:0", Models: []ModelInfo{{Name: "m", ContextTokens: 8192}}, EngineHealthy: true})
+	st := State{HTTPAddr: "127.0.0.1:0", EngineHealthy: true}
+	for _, m := range models {
+		st.Models = append(st.Models, ModelInfo{Name: m, ContextTokens: 8192})
+	}
+	g.UpdateLocal(st)
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -433,4 +441,108 @@ func TestSeedThatWasOnlyItselfKeepsJoining(t *testing.T) {
 	cb.BindPort = portB
 	b := startNode(t, cb)
 	poll.Until(t, 10*time.Second, "a joins b, its other seed", func() bool { return allAlive([]*Gossip{a, b}, "a", "b") })
+}
+
+// TestPrefixDomainsFollowModels pins that prefix summaries flow only between members serving
+// a common model, while membership and state records stay mesh-wide: n0 and n1 serve a, n2
+// serves b, n3 serves both and is in both domains.
+func TestPrefixDomainsFollowModels(t *testing.T) {
+	serves := [][]string{{"a"}, {"a"}, {"b"}, {"a", "b"}}
+	var gs []*Gossip
+	for i, models := range serves {
+		c := testConfig(fmt.Sprintf("n%d", i))
+		if i > 0 {
+			c.Join = []string{gs[0].LocalAddr()}
+		}
+		gs = append(gs, startServing(t, c, models...))
+	}
+	wantDomain := []float64{2, 2, 1, 3}
+	poll.Until(t, 10*time.Second, "every record everywhere and the domains built", func() bool {
+		if !allAlive(gs, names(gs)...) {
+			return false
+		}
+		for i, g := range gs {
+			g.mu.Lock()
+			g.rebuildDomainsLocked()
+			g.mu.Unlock()
+			if testutil.ToFloat64(g.met.domainPeers) != wantDomain[i] {
+				return false
+			}
+		}
+		return true
+	})
+	memberNames := func(ms []Member) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	if got := memberNames(gs[0].MembersServing(nil, "b")); !slices.Equal(got, []string{"n2", "n3"}) {
+		t.Fatalf("n0's members serving b: %v", got)
+	}
+	if got := memberNames(gs[3].MembersServing(nil, "a")); !slices.Equal(got, []string{"n0", "n1"}) {
+		t.Fatalf("n3's members serving a: %v", got)
+	}
+
+	text := func(s string) []byte { return []byte(strings.Repeat(s, 64*40/len(s)+1)[:64*40]) }
+	onA := kvindex.Blocks("a", text("a prompt of model a. "), 16)
+	onB := kvindex.Blocks("b", text("a prompt of model b. "), 16)
+	onBoth := kvindex.Blocks("a", text("n3's prompt. "), 16)
+	gs[0].PrefixStored(onA)
+	gs[2].PrefixStored(onB)
+	gs[3].PrefixStored(onBoth)
+	poll.Until(t, 10*time.Second, "each prefix across its domains", func() bool {
+		return everyoneSees([]*Gossip{gs[1], gs[3]}, "n0", onA, len(onA)) &&
+			everyoneSees([]*Gossip{gs[3]}, "n2", onB, len(onB)) &&
+			everyoneSees(gs[:3], "n3", onBoth, len(onBoth))
+	})
+	// Push/pull pairs members across the whole mesh: once n0's and n2's snapshots have
+	// reached the other side of the domain line (and been refused), their deltas had every
+	// chance to as well.
+	poll.Until(t, 10*time.Second, "snapshots refused across the domain line", func() bool {
+		return dropped(gs[0], dropOtherModel) >= 1 && dropped(gs[1], dropOtherModel) >= 1 && dropped(gs[2], dropOtherModel) >= 1
+	})
+	for _, tc := range []struct {
+		g      *Gossip
+		origin string
+		blocks []uint64
+	}{{gs[2], "n0", onA}, {gs[0], "n2", onB}, {gs[1], "n2", onB}} {
+		if n := tc.g.idx.PeerBlocks(tc.origin); n != 0 || prefixLen(tc.g, tc.origin, tc.blocks) != 0 {
+			t.Errorf("%s holds %d blocks of %s, outside its domains", tc.g.Name(), n, tc.origin)
+		}
+	}
+
+	// A delta that reaches a member outside its origin's domains anyway (an older node
+	// broadcasting to the whole mesh) is refused, not applied or relayed.
+	before := dropped(gs[2], dropOtherModel)
+	stray, _ := kvindex.Summary{Seq: 1 << 30, Added: onA[:2]}.AppendBinary(deltaHeader("n0", gs[0].bootID))
+	if err := gs[0].ml.SendToAddress(memberlist.Address{Addr: gs[2].LocalAddr(), Name: "n2"}, stray); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "n2 refuses n0's stray delta", func() bool { return dropped(gs[2], dropOtherModel) > before })
+	if n := gs[2].idx.PeerBlocks("n0"); n != 0 {
+		t.Fatalf("n2 applied n0's stray delta: %d blocks", n)
+	}
+}
+
+// TestNegativeLeaveTimeoutLeavesSilently pins that a member closed with a negative
+// LeaveTimeout announces nothing: its peers find it dead, not left.
+func TestNegativeLeaveTimeoutLeavesSilently(t *testing.T) {
+	gs := startCluster(t, 2, func(i int, c *Config) {
+		if i == 1 {
+			c.LeaveTimeout = -1
+		}
+	})
+	poll.Until(t, 10*time.Second, "2 alive", func() bool { return allAlive(gs, names(gs)...) })
+	if err := gs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "n1 dead in n0's view", func() bool {
+		m, _ := member(gs[0], "n1")
+		return m.Liveness != LivenessAlive
+	})
+	if m, _ := member(gs[0], "n1"); m.Liveness != LivenessDead {
+		t.Fatalf("n1 is %s, want dead", m.Liveness)
+	}
 }

@@ -69,9 +69,12 @@ type Config struct {
 	// DeadRetention is how long a dead or left member stays listed (default 5m).
 	DeadRetention time.Duration `json:"dead_retention"`
 	// LeaveTimeout is how long Close waits for the departure broadcast to go out (default 1s).
+	// Negative: Close sends none, and peers find the node gone as after a crash (the failure
+	// detector's time; for tests and benchmarks of it).
 	LeaveTimeout time.Duration `json:"leave_timeout"`
 
-	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value.
+	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value. GossipInterval
+	// and GossipNodes pace the prefix domains' gossip too, RetransmitMult their queues.
 	ProbeInterval       time.Duration `json:"probe_interval"`
 	ProbeTimeout        time.Duration `json:"probe_timeout"`
 	GossipInterval      time.Duration `json:"gossip_interval"`
@@ -142,7 +145,7 @@ func (c *Config) validate() error {
 		c.BindPort = d.BindPort
 	}
 	for _, v := range []time.Duration{c.PublishInterval, c.MinPublishInterval, c.FlushInterval, c.StaleAfter,
-		c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.LeaveTimeout, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
+		c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
 		c.TCPTimeout, c.DeadNodeReclaimTime} {
 		if v < 0 {
 			return fmt.Errorf("%w: negative interval %v", ErrConfig, v)

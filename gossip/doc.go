@@ -6,12 +6,19 @@
 //
 // Every kvmesh message starts with a version byte and a kind. A state record (EncodeState:
 // tagged fields, unknown tags skipped, another major version refused) is broadcast when it
-// changes (at most every MinPublishInterval) and at least every PublishInterval. Prefix deltas
-// from PrefixStored and PrefixEvicted are coalesced every FlushInterval and broadcast as
-// kvindex summaries cut to fit one UDP packet. Receivers apply what is new and relay it, so
-// messages spread epidemically through memberlist's TransmitLimitedQueue; broadcast bytes per
-// node are bounded by MaxBytesPerSecond. The push/pull sync carries this node's record and a
-// full residency snapshot, which repairs lost deltas and brings new members up to date.
+// changes (at most every MinPublishInterval) and at least every PublishInterval, through
+// memberlist's gossip, to the whole mesh. Prefix deltas from PrefixStored and PrefixEvicted are
+// coalesced every FlushInterval into kvindex summaries cut to fit one UDP packet, and spread
+// only inside this node's prefix domains: a model's domain is the alive members whose record
+// serves it. Each domain has its own TransmitLimitedQueue (retransmits scaled to the domain's
+// size); every GossipInterval, GossipNodes random members of each domain are sent what fits
+// one packet. Receivers apply what is new and relay it into the domains they share with its
+// origin, so a delta reaches the members serving its origin's models and no other node, and
+// a node's cost grows with its domains, not the mesh. State records and domain packets share
+// the MaxBytesPerSecond budget. The push/pull sync (with a random member of the whole mesh)
+// carries this node's record and a full residency snapshot, which repairs lost deltas and
+// brings new members up to date; a snapshot from outside every domain is not kept.
+// MembersServing reads an index of members by model kept as records change.
 // Messages of an unknown version or malformed bytes are dropped and counted in
 // kvmesh_gossip_dropped_messages_total{reason}; decoders never panic.
 //

@@ -1,14 +1,16 @@
 package gossip
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -86,9 +88,19 @@ const (
 	dropDeadMember    = "dead_member"
 	dropStaleBoot     = "stale_boot"
 	dropBandwidth     = "bandwidth"
+	dropOtherModel    = "other_model"
 )
 
-var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth}
+var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth, dropOtherModel}
+
+// Prefix domains send each target, every GossipInterval, its share of the byte budget
+// (MaxBytesPerSecond × GossipInterval / GossipNodes) and at least the bytes of one memberlist
+// gossip packet: UDPBufferSize (1,400) less the compound header (2) and AES-GCM's overhead
+// (29), counting 2 bytes a message. Each message goes in a packet of its own.
+const (
+	domainPacketBytes   = 1400 - 2 - 29
+	domainMessageHeader = 2
+)
 
 // Gossip is this node's mesh membership: it publishes the local state and prefix residency and
 // keeps every peer's. Create it with New, run it with Start, stop it with Close or Leave.
@@ -102,6 +114,10 @@ type Gossip struct {
 	// alive counts alive members including this one: the queue's NumNodes, kept here so the
 	// queue never calls into memberlist's locks.
 	alive atomic.Int32
+	// fanout and gossipEvery are memberlist's GossipNodes and GossipInterval in force, which
+	// the prefix domains' dissemination follows too.
+	fanout      int
+	gossipEvery time.Duration
 	// dropDeltas is a test hook: flushed deltas are discarded instead of broadcast.
 	dropDeltas atomic.Bool
 
@@ -121,6 +137,13 @@ type Gossip struct {
 	peers      map[string]*peerInfo
 	tokens     float64
 	tokensAt   time.Time
+	// byModel lists, per model, the alive peers (not this node) whose record serves it, by
+	// name; domains are this node's own models' prefix domains. Both are rebuilt when a
+	// liveness or a record's model list changes (domainsDirty), not per request.
+	byModel      map[string][]string
+	domains      map[string]*domain
+	domainsDirty bool
+	rng          *rand.Rand
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -144,6 +167,20 @@ type peerInfo struct {
 	seen     uint64
 }
 
+// domain is one model's prefix domain as this node sees it: the alive peers serving the model
+// and the queue of prefix deltas (this node's and relayed ones) disseminated among them.
+type domain struct {
+	members []string // alive peers whose record serves the model, this node excluded
+	size    atomic.Int32
+	queue   *memberlist.TransmitLimitedQueue
+}
+
+// target is one domain packet to send: a peer and the queue its messages come from.
+type target struct {
+	to    memberlist.Address
+	queue *memberlist.TransmitLimitedQueue
+}
+
 // New validates cfg and returns a Gossip that has not touched the network.
 func New(cfg Config) (*Gossip, error) {
 	if err := cfg.validate(); err != nil {
@@ -160,16 +197,22 @@ func New(cfg Config) (*Gossip, error) {
 	if err != nil {
 		return nil, err
 	}
-	var boot [8]byte
-	_, _ = rand.Read(boot[:])
+	var boot [16]byte
+	_, _ = crand.Read(boot[:])
+	lan := memberlist.DefaultLANConfig()
 	g := &Gossip{
-		cfg:    cfg,
-		log:    log.With("component", "gossip"),
-		idx:    kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
-		met:    met,
-		bootID: binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
-		pend:   make(map[uint64]bool),
-		peers:  make(map[string]*peerInfo),
+		cfg:         cfg,
+		log:         log.With("component", "gossip"),
+		idx:         kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
+		met:         met,
+		bootID:      binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
+		fanout:      cmp.Or(cfg.GossipNodes, lan.GossipNodes),
+		gossipEvery: cmp.Or(cfg.GossipInterval, lan.GossipInterval),
+		pend:        make(map[uint64]bool),
+		peers:       make(map[string]*peerInfo),
+		byModel:     make(map[string][]string),
+		domains:     make(map[string]*domain),
+		rng:         rand.New(rand.NewPCG(binary.LittleEndian.Uint64(boot[:]), binary.LittleEndian.Uint64(boot[8:]))),
 	}
 	g.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(g.alive.Load()) },
@@ -393,12 +436,16 @@ func (g *Gossip) publishLoop(ctx context.Context) {
 	defer g.wg.Done()
 	t := time.NewTicker(g.cfg.FlushInterval)
 	defer t.Stop()
+	gt := time.NewTicker(g.gossipEvery)
+	defer gt.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			g.flush(now)
+		case <-gt.C:
+			g.gossipPrefixes()
 		}
 	}
 }
@@ -427,24 +474,178 @@ func (g *Gossip) flush(now time.Time) {
 		(!slices.Equal(body, g.pubBody) && now.Sub(g.pubAt) >= g.cfg.MinPublishInterval) {
 		st.Seq = g.pub.Seq + 1
 		msg, _ := AppendState([]byte{wireVersion, msgState}, st)
+		if !sameModels(st.Models, g.pub.Models) {
+			g.domainsDirty = true
+		}
 		g.pub, g.pubBody, g.pubAt = st, body, now
 		out = append(out, &namedBroadcast{name: g.cfg.Name, msg: msg})
 	}
-	out = append(out, g.deltaMessagesLocked()...)
+	deltas := g.deltaMessagesLocked()
 	g.markStaleLocked(now)
+	g.rebuildDomainsLocked()
+	queues := make([]*memberlist.TransmitLimitedQueue, 0, len(g.domains)+1)
+	queues = append(queues, g.queue)
+	for _, d := range g.domains {
+		queues = append(queues, d.queue)
+	}
 	g.mu.Unlock()
 
 	for _, b := range out {
 		g.queue.QueueBroadcast(b)
 	}
+	// This node's prefix deltas go to every domain it is in, and to no other member.
+	for _, b := range deltas {
+		for _, q := range queues[1:] {
+			q.QueueBroadcast(b)
+		}
+	}
 	maxQueued := max(16, 2*g.cfg.MaxBytesPerSecond/maxMessage)
-	if n := g.queue.NumQueued(); n > maxQueued {
-		g.queue.Prune(maxQueued)
-		// Relayed messages may be queued concurrently, so the queue can have regrown already;
-		// count what Prune removed at most, never a negative number.
-		g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(max(0, n-maxQueued)))
+	for _, q := range queues {
+		if n := q.NumQueued(); n > maxQueued {
+			q.Prune(maxQueued)
+			// Relayed messages may be queued concurrently, so the queue can have regrown
+			// already; count what Prune removed at most, never a negative number.
+			g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(max(0, n-maxQueued)))
+		}
 	}
 	g.idx.Expire(now)
+	is := g.idx.Stats()
+	g.met.indexBytes.Set(float64(is.Bytes))
+	g.met.indexBlocks.Set(float64(is.Blocks))
+}
+
+func sameModels(a, b []ModelInfo) bool {
+	return slices.EqualFunc(a, b, func(x, y ModelInfo) bool { return x.Name == y.Name })
+}
+
+// rebuildDomainsLocked rebuilds byModel and this node's domains after a liveness or a model
+// list changed, and forgets the residency of peers that share no model with this node: it is
+// kept only for peers whose prefixes a request here could use.
+func (g *Gossip) rebuildDomainsLocked() {
+	if !g.domainsDirty {
+		return
+	}
+	g.domainsDirty = false
+	for m, names := range g.byModel {
+		g.byModel[m] = names[:0]
+	}
+	for name, p := range g.peers {
+		if name == g.cfg.Name || p.liveness != LivenessAlive || !p.hasState {
+			continue
+		}
+		for _, mi := range p.state.Models {
+			if names := g.byModel[mi.Name]; !slices.Contains(names, name) {
+				g.byModel[mi.Name] = append(names, name)
+			}
+		}
+	}
+	for m, names := range g.byModel {
+		if len(names) == 0 {
+			delete(g.byModel, m)
+			continue
+		}
+		slices.Sort(names)
+	}
+	for m := range g.domains {
+		if !slices.ContainsFunc(g.pub.Models, func(mi ModelInfo) bool { return mi.Name == m }) {
+			delete(g.domains, m) // no longer served: its queued messages have no one to go to
+		}
+	}
+	for _, mi := range g.pub.Models {
+		d := g.domains[mi.Name]
+		if d == nil {
+			d = &domain{}
+			d.queue = &memberlist.TransmitLimitedQueue{
+				NumNodes:       func() int { return int(d.size.Load()) },
+				RetransmitMult: g.queue.RetransmitMult,
+			}
+			g.domains[mi.Name] = d
+		}
+		d.members = g.byModel[mi.Name]
+		d.size.Store(int32(len(d.members) + 1))
+	}
+	inDomain := 0
+	for name, p := range g.peers {
+		if name == g.cfg.Name || !p.hasState {
+			continue
+		}
+		if g.otherModelLocked(p) {
+			g.idx.DropPeer(name)
+			p.maxDelta, p.seen = 0, 0
+		} else if p.liveness == LivenessAlive {
+			inDomain++
+		}
+	}
+	g.met.domainPeers.Set(float64(inDomain))
+}
+
+// otherModelLocked reports whether p is outside every prefix domain of this node: both
+// records list models and they share none. Until both are known the peer counts as inside.
+func (g *Gossip) otherModelLocked(p *peerInfo) bool {
+	if !p.hasState || len(p.state.Models) == 0 || len(g.pub.Models) == 0 {
+		return false
+	}
+	for _, mi := range p.state.Models {
+		if g.domains[mi.Name] != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// relayQueuesLocked returns the queues of the domains this node shares with origin, into
+// which a new delta of origin is relayed; none while origin's models are unknown.
+func (g *Gossip) relayQueuesLocked(origin string) []*memberlist.TransmitLimitedQueue {
+	p := g.peers[origin]
+	if p == nil || !p.hasState {
+		return nil
+	}
+	g.rebuildDomainsLocked()
+	var out []*memberlist.TransmitLimitedQueue
+	for _, mi := range p.state.Models {
+		if d := g.domains[mi.Name]; d != nil && !slices.Contains(out, d.queue) {
+			out = append(out, d.queue)
+		}
+	}
+	return out
+}
+
+// gossipPrefixes is memberlist's gossip step run inside each prefix domain: every
+// GossipInterval, to GossipNodes random alive members of each domain, the queued deltas that
+// fit the target's share of the byte budget, fewest transmissions and largest first (the
+// queue's order), each in a packet of its own. A delta so reaches the members serving its
+// origin's models, relayed by them, and no other node.
+func (g *Gossip) gossipPrefixes() {
+	g.mu.Lock()
+	ml := g.ml
+	g.rebuildDomainsLocked()
+	var ts []target
+	for _, d := range g.domains {
+		if len(d.members) == 0 || d.queue.NumQueued() == 0 {
+			continue
+		}
+		k := min(g.fanout, len(d.members))
+		first := len(ts)
+		for len(ts)-first < k {
+			name := d.members[g.rng.IntN(len(d.members))]
+			if slices.ContainsFunc(ts[first:], func(t target) bool { return t.to.Name == name }) {
+				continue
+			}
+			ts = append(ts, target{to: memberlist.Address{Addr: g.peers[name].addr, Name: name}, queue: d.queue})
+		}
+	}
+	g.mu.Unlock()
+	if ml == nil {
+		return
+	}
+	share := max(domainPacketBytes, int(float64(g.cfg.MaxBytesPerSecond)*g.gossipEvery.Seconds())/g.fanout)
+	for _, t := range ts {
+		for _, msg := range g.takeBroadcasts(t.queue, domainMessageHeader, share) {
+			if err := ml.SendToAddress(t.to, msg); err != nil {
+				g.log.Debug("prefix gossip not sent", "member", t.to.Name, "err", err)
+			}
+		}
+	}
 }
 
 // deltaMessagesLocked cuts the pending deltas into messages that each fit one packet.
@@ -543,27 +744,50 @@ func (g *Gossip) Members() []Member {
 	self.PrefixBlocks = g.idx.PeerBlocks(g.cfg.Name)
 	out = append(out, self)
 	for name, p := range g.peers {
-		if name == g.cfg.Name {
-			continue
+		if name != g.cfg.Name {
+			out = append(out, g.memberLocked(name, p, now))
 		}
-		m := Member{
-			Name: name, Addr: p.addr, Liveness: p.liveness, State: p.state, Updated: p.updated,
-			Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name),
-		}
-		if p.hasState {
-			m.Age = now.Sub(p.updated)
-		}
-		m.Stale = !p.hasState || m.Age > g.cfg.StaleAfter
-		m.Candidate = p.liveness == LivenessAlive && p.hasState && (!m.Stale || g.cfg.StalePolicy == FailOpen)
-		out = append(out, m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// Close leaves the mesh gracefully (waiting up to LeaveTimeout) and shuts down. Safe to call
-// twice.
-func (g *Gossip) Close() error { return g.Leave(g.cfg.LeaveTimeout) }
+func (g *Gossip) memberLocked(name string, p *peerInfo, now time.Time) Member {
+	m := Member{
+		Name: name, Addr: p.addr, Liveness: p.liveness, State: p.state, Updated: p.updated,
+		Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name),
+	}
+	if p.hasState {
+		m.Age = now.Sub(p.updated)
+	}
+	m.Stale = !p.hasState || m.Age > g.cfg.StaleAfter
+	m.Candidate = p.liveness == LivenessAlive && p.hasState && (!m.Stale || g.cfg.StalePolicy == FailOpen)
+	return m
+}
+
+// MembersServing appends to dst the alive members other than this node whose last record
+// lists model, sorted by name, as Members would describe them. It reads an index by model kept
+// as liveness and records' model lists change, so its cost is the model's members, not the
+// mesh's: what a routing decision needs.
+func (g *Gossip) MembersServing(dst []Member, model string) []Member {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rebuildDomainsLocked()
+	for _, name := range g.byModel[model] {
+		dst = append(dst, g.memberLocked(name, g.peers[name], now))
+	}
+	return dst
+}
+
+// Close leaves the mesh gracefully (waiting up to LeaveTimeout) and shuts down; with a
+// negative LeaveTimeout it shuts down without a word, as a crash would. Safe to call twice.
+func (g *Gossip) Close() error {
+	if g.cfg.LeaveTimeout < 0 {
+		return g.shutdown(false, 0)
+	}
+	return g.Leave(g.cfg.LeaveTimeout)
+}
 
 // Leave broadcasts this node's departure (waiting up to timeout), then shuts down. A departure
 // not sent within timeout is logged, not returned: peers stopping at the same moment may
@@ -631,7 +855,14 @@ func (g *Gossip) handleMsg(b []byte) {
 		if relay, reason := g.applyDelta(origin, boot, s); reason != "" {
 			g.drop(reason)
 		} else if relay {
-			g.queue.QueueBroadcast(&uniqueBroadcast{msg: slices.Clone(b)})
+			// Relayed inside the domains this node shares with the origin only.
+			g.mu.Lock()
+			queues := g.relayQueuesLocked(origin)
+			g.mu.Unlock()
+			bc := &uniqueBroadcast{msg: slices.Clone(b)}
+			for _, q := range queues {
+				q.QueueBroadcast(bc)
+			}
 		}
 	default:
 		g.drop(dropType)
@@ -661,6 +892,9 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	if p.hasState && st.Seq <= p.state.Seq {
 		return false, ""
 	}
+	if !p.hasState || !sameModels(st.Models, p.state.Models) {
+		g.domainsDirty = true
+	}
 	p.state, p.hasState, p.updated = st, true, now
 	return true, ""
 }
@@ -674,6 +908,10 @@ func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (rela
 	p, reason := g.originLocked(origin, boot)
 	if reason != "" {
 		return false, reason
+	}
+	g.rebuildDomainsLocked()
+	if g.otherModelLocked(p) {
+		return false, dropOtherModel
 	}
 	if !p.markSeen(s.Seq) {
 		return false, ""
@@ -706,6 +944,7 @@ func (g *Gossip) originLocked(name string, boot uint64) (*peerInfo, string) {
 			}
 			g.idx.DropPeer(name)
 			p.hasState, p.maxDelta, p.seen = false, 0, 0
+			g.domainsDirty = true
 			g.log.Info("member restarted", "member", name)
 		}
 		p.bootID = boot
@@ -804,12 +1043,27 @@ func (g *Gossip) mergeRemoteState(b []byte) {
 	if p == nil || st.Name == g.cfg.Name || s.Seq < p.maxDelta {
 		return // ours, or older than deltas already applied
 	}
+	g.rebuildDomainsLocked()
+	if g.otherModelLocked(p) {
+		// memberlist pairs members at random across the mesh; a snapshot of a peer outside
+		// every domain of this node is not kept.
+		if len(s.Added) > 0 {
+			g.drop(dropOtherModel)
+		}
+		return
+	}
 	g.idx.Replace(st.Name, s.Added)
 	p.maxDelta, p.seen = s.Seq, math.MaxUint64
 }
 
-// getBroadcasts hands memberlist queued messages within the bandwidth budget.
+// getBroadcasts hands memberlist queued state records within the bandwidth budget.
 func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
+	return g.takeBroadcasts(g.queue, overhead, limit)
+}
+
+// takeBroadcasts takes from q the messages that fit limit bytes and the bandwidth budget,
+// which memberlist's gossip (state records) and the prefix domains share.
+func (g *Gossip) takeBroadcasts(q *memberlist.TransmitLimitedQueue, overhead, limit int) [][]byte {
 	now := time.Now()
 	g.mu.Lock()
 	rate := float64(g.cfg.MaxBytesPerSecond)
@@ -824,7 +1078,7 @@ func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
 	if limit <= overhead {
 		return nil
 	}
-	msgs := g.queue.GetBroadcasts(overhead, limit)
+	msgs := q.GetBroadcasts(overhead, limit)
 	sent := 0
 	for _, m := range msgs {
 		sent += len(m) + overhead
@@ -855,6 +1109,7 @@ func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 			g.idx.DropPeer(n.Name)
 		}
 		p.liveness, p.changed = live, time.Now()
+		g.domainsDirty = true
 	}
 	counts := map[Liveness]int{}
 	for _, q := range g.peers {

@@ -14,6 +14,10 @@ type metrics struct {
 	dropped  *prometheus.CounterVec
 	stale    prometheus.Gauge
 	policy   *prometheus.GaugeVec
+	// The prefix index and the domains it covers.
+	indexBytes  prometheus.Gauge
+	indexBlocks prometheus.Gauge
+	domainPeers prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error) {
@@ -36,6 +40,15 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvmesh_gossip_stale_policy", Help: "1 for the stale-peer policy in force (closed or open).",
 		}, []string{"policy"}),
+		indexBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_index_bytes", Help: "Estimated heap of the prefix index: every peer's residency this node keeps.",
+		}),
+		indexBlocks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_index_blocks", Help: "Confirmed (peer, block) entries in the prefix index.",
+		}),
+		domainPeers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_domain_peers", Help: "Alive peers sharing a model with this node: those its prefix summaries go to.",
+		}),
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)
@@ -50,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.stale, m.policy} {
+	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.stale, m.policy, m.indexBytes, m.indexBlocks, m.domainPeers} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gossip: register metrics: %w", errors.Join(ErrConfig, err))
 		}

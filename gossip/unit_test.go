@@ -92,6 +92,7 @@ func TestDeltaDedupOutOfOrder(t *testing.T) {
 
 func TestBandwidthBound(t *testing.T) {
 	g := newUnit(t, func(c *Config) { c.MaxBytesPerSecond = 8 << 10 })
+	g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}}})
 	g.alive.Store(16)
 	for i := 0; i < 200; i++ {
 		g.PrefixStored([]uint64{uint64(i)*1000 + 1, uint64(i)*1000 + 2})
@@ -100,13 +101,18 @@ func TestBandwidthBound(t *testing.T) {
 	if dropped(g, dropBandwidth) == 0 {
 		t.Fatal("a backlog beyond two seconds of budget was not pruned")
 	}
-	if q := g.queue.NumQueued(); q > max(16, 2*(8<<10)/maxMessage) {
-		t.Fatalf("queue holds %d messages", q)
+	q := g.domains["m"].queue
+	if n := q.NumQueued(); n > max(16, 2*(8<<10)/maxMessage) {
+		t.Fatalf("the domain queue holds %d messages", n)
 	}
 	start := time.Now()
 	sent := 0
 	for i := 0; i < 1000; i++ {
+		// memberlist's gossip (state records) and the domain's share one budget.
 		for _, m := range g.getBroadcasts(3, 1300) {
+			sent += len(m) + 3
+		}
+		for _, m := range g.takeBroadcasts(q, 3, 1300) {
 			sent += len(m) + 3
 		}
 	}
@@ -154,7 +160,8 @@ func TestMetricsRegistered(t *testing.T) {
 	want := map[string]bool{
 		"kvmesh_gossip_sent_bytes_total": true, "kvmesh_gossip_received_bytes_total": true,
 		"kvmesh_gossip_dropped_messages_total": true, "kvmesh_gossip_stale_peers": true,
-		"kvmesh_gossip_stale_policy": true,
+		"kvmesh_gossip_stale_policy": true, "kvmesh_gossip_index_bytes": true, "kvmesh_gossip_index_blocks": true,
+		"kvmesh_gossip_domain_peers": true,
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

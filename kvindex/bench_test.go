@@ -3,6 +3,7 @@ package kvindex
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -78,6 +79,36 @@ func BenchmarkLongestPrefix(b *testing.B) {
 			if len(dst) != peers/2 {
 				b.Fatalf("%d matches, want %d", len(dst), peers/2)
 			}
+		})
+	}
+}
+
+// BenchmarkIndexMemory measures the heap one confirmed (peer, block) entry costs, with no
+// block shared (each entry its own hash) and with every block held by 40 peers: the figures
+// behind EntryBytes and DistinctBytes (entry = EntryBytes + DistinctBytes/holders).
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, holders := range []int{1, 40} {
+		b.Run(fmt.Sprintf("holders=%d", holders), func(b *testing.B) {
+			const peers, blocks = 40, 20000
+			var perEntry float64
+			for b.Loop() {
+				var ms0, ms1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms0)
+				x := NewIndex(IndexConfig{})
+				hs := make([]uint64, blocks)
+				for p := range peers {
+					for i := range hs {
+						hs[i] = uint64((p/holders)*blocks+i) * 0x9e3779b97f4a7c15
+					}
+					x.Add(fmt.Sprintf("p%d", p), hs)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&ms1)
+				perEntry = float64(ms1.HeapAlloc-ms0.HeapAlloc) / (peers * blocks)
+				runtime.KeepAlive(x)
+			}
+			b.ReportMetric(perEntry, "B/entry")
 		})
 	}
 }

@@ -26,6 +26,12 @@
 // until their expiry, superseded by confirmation). LongestPrefix scores a request's blocks
 // against every peer at once: the score is the contiguous run from block 0.
 //
+// Memory is bounded per peer: at most MaxBlocksPerPeer confirmed blocks (past it, the least
+// recently added is forgotten first) and as many speculative ones (past it, the oldest
+// addition goes first; all go at expiry). Stats reports the entries and an estimate of their
+// heap (EntryBytes, DistinctBytes, SpecEntryBytes): a peer at the default cap holding blocks no
+// other peer holds costs about 10 MiB, one whose blocks are all shared about 3 MiB.
+//
 // # Summaries
 //
 // Summary is the wire form of a peer's residency change (delta) or full residency

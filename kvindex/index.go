@@ -530,3 +530,39 @@ func (p *peer) unlink(i int32) {
 
 // MaxBlocksPerPeer returns the per-peer cap in force.
 func (x *Index) MaxBlocksPerPeer() int { return x.max }
+
+// Heap cost of the index's entries, measured on Go 1.26 (amd64) by BenchmarkIndexMemory: a
+// confirmed (peer, block) entry costs its LRU node and its place in the peer's map; a distinct
+// block hash its holder set; a speculative entry its map slot, FIFO entry and holder entry.
+const (
+	EntryBytes     = 48
+	DistinctBytes  = 112
+	SpecEntryBytes = 160
+)
+
+// IndexStats is an Index's size.
+type IndexStats struct {
+	Peers       int // peers with any entry
+	Blocks      int // confirmed (peer, block) entries, at most Peers × MaxBlocksPerPeer
+	Speculative int // speculative (peer, block) entries, at most Peers × MaxBlocksPerPeer
+	Distinct    int // distinct block hashes held by any peer
+	// Bytes estimates the heap the entries hold: Blocks × EntryBytes + Distinct ×
+	// DistinctBytes + Speculative × SpecEntryBytes. One peer at the cap, sharing no block with
+	// another, is MaxBlocksPerPeer × (EntryBytes + DistinctBytes): 10 MiB at the default.
+	Bytes int64
+}
+
+// Stats returns the index's size. It costs one pass over the peers, not over their blocks.
+func (x *Index) Stats() IndexStats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := IndexStats{Peers: len(x.ids), Distinct: len(x.holders)}
+	for _, p := range x.peers {
+		if p != nil {
+			s.Blocks += len(p.at)
+			s.Speculative += len(p.spec)
+		}
+	}
+	s.Bytes = int64(s.Blocks)*EntryBytes + int64(s.Distinct)*DistinctBytes + int64(s.Speculative)*SpecEntryBytes
+	return s
+}

@@ -232,3 +232,26 @@ func TestLongestPrefixNoAllocs(t *testing.T) {
 		t.Fatalf("LongestPrefix allocates %.1f times per call, want at most %v", n, want)
 	}
 }
+
+// TestStatsCountEntriesAndStayWithinTheCap pins Stats' counts through adds, shared blocks,
+// speculative entries, evictions at the cap and a dropped peer.
+func TestStatsCountEntriesAndStayWithinTheCap(t *testing.T) {
+	x := NewIndex(IndexConfig{MaxBlocksPerPeer: 10})
+	x.Add("a", seq(0, 8))
+	x.Add("b", seq(4, 8)) // 4 blocks shared with a
+	x.AddSpeculative("c", seq(100, 3), t0.Add(time.Second))
+	want := IndexStats{Peers: 3, Blocks: 16, Speculative: 3, Distinct: 15}
+	want.Bytes = 16*EntryBytes + 15*DistinctBytes + 3*SpecEntryBytes
+	if got := x.Stats(); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+	x.Add("a", seq(50, 30)) // past the cap: a keeps its 10 most recent
+	if got := x.Stats(); got.Blocks != 18 || got.Distinct != 3+8+10 {
+		t.Fatalf("after a's evictions: %+v", got)
+	}
+	x.DropPeer("b")
+	x.Expire(t0.Add(time.Second))
+	if got := x.Stats(); got.Peers != 2 || got.Blocks != 10 || got.Speculative != 0 || got.Distinct != 10 {
+		t.Fatalf("after dropping b and expiring c: %+v", got)
+	}
+}

@@ -20,11 +20,18 @@ import (
 // residency model, its metric and what its peer believes through gossip all drop to nothing.
 func TestEngineCacheResetReachesTheMesh(t *testing.T) {
 	const modelA = "model-a"
-	eng := startEngineNode(t, modelA, 64, func(c *node.Config) { c.PublishKVEvents = "tcp://127.0.0.1:0" })
+	// Both nodes also serve "model-shared", which puts them in one prefix domain; requests for
+	// model-a run on A's engine alone.
+	eng := startEngineNode(t, modelA, 64, func(c *node.Config) {
+		c.PublishKVEvents = "tcp://127.0.0.1:0"
+		c.Models = append(c.Models, "model-shared")
+	})
 	engineURL := "http://" + eng.HTTPAddr()
 	tn := startNet(t, 2, func(i int, cfg *node.Config) {
 		if i == 0 {
 			cfg.Engine, cfg.Models, cfg.EngineKVEvents = engineURL, nil, eng.KVEventsAddr()
+		} else {
+			cfg.Models = []string{"model-shared"}
 		}
 	})
 	a, b := tn.Nodes[0], tn.Nodes[1]

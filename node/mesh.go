@@ -156,6 +156,7 @@ type view struct {
 	plan.View
 	quic    []string // QUIC address per peer ("" for this node)
 	matches []kvindex.Match
+	members []gossip.Member // scratch for gossip.MembersServing
 }
 
 // ticket is one request's pass through the planner: its view and its plan.
@@ -164,9 +165,10 @@ type ticket struct {
 	plan.Plan
 }
 
-// buildView fills v for a request whose prompt hashes to blocks; agent, when set, is the
-// request's agent.
-func (n *Node) buildView(v *view, blocks []uint64, agent string) {
+// buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
+// is the request's agent. The view holds this node and the peers serving model only (gossip's
+// index by model), so a decision costs the model's peers, not the mesh's.
+func (n *Node) buildView(v *view, model string, blocks []uint64, agent string) {
 	v.Reset(n.blockTokens())
 	v.quic = v.quic[:0]
 	self := n.localState()
@@ -178,13 +180,16 @@ func (n *Node) buildView(v *view, blocks []uint64, agent string) {
 	now := time.Now()
 	policy.Observe(n.cfg.Name, now)
 	if n.g != nil {
-		for _, m := range n.g.Members() {
-			if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale {
+		v.members = n.g.MembersServing(v.members[:0], model)
+		for i := range v.members {
+			m := &v.members[i]
+			if !m.Candidate && !m.Stale {
 				continue
 			}
 			policy.Observe(m.Name, m.Updated)
-			v.add(&m, m.State.QUICAddr, n.carbonDirty(m.State), n.eject.Ejected(now, m.Name))
+			v.add(m, m.State.QUICAddr, n.carbonDirty(m.State), n.eject.Ejected(now, m.Name))
 		}
+		clear(v.members) // drop the records' references until the next decision
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
 		for _, mt := range v.matches {
 			for i := range v.Peers {
@@ -389,6 +394,10 @@ func (n *Node) GossipAddr() string {
 	}
 	return n.g.LocalAddr()
 }
+
+// Gossip is this node's gossip member (nil in Standalone): for testnet and benchmarks, which
+// drive and read prefix residency without an engine.
+func (n *Node) Gossip() *gossip.Gossip { return n.g }
 
 // Members is this node's view of the mesh (nil in Standalone).
 func (n *Node) Members() []gossip.Member {

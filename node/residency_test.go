@@ -56,14 +56,16 @@ func chatFor(model, content string) string {
 
 // TestExternalEngineResidencyReachesPeers: a node in front of an external engine tells the
 // mesh what that engine caches. Two nodes, each in front of its own kvmesh engine (64 blocks of
-// KV, one model each, so where a request runs is fixed); prompts go in through node B and run
-// on node A's engine. B's own speculative entries expire at once, so what B knows of A's
+// KV, one model each, so where a request runs is fixed, and a model both serve, which puts
+// them in one prefix domain); prompts go in through node B and run on node A's engine. B's
+// own speculative entries expire at once, so what B knows of A's
 // prefixes came through gossip from A's residency model: first a long prompt, then its
 // eviction once other prompts filled the engine. Last, the engine's own report of that prompt
 // is compared with what the mesh believed.
 func TestExternalEngineResidencyReachesPeers(t *testing.T) {
 	const modelA, modelB = "model-a", "model-b"
-	engines := []string{startKVEngine(t, modelA, 64), startKVEngine(t, modelB, 64)}
+	shared := func(c *node.Config) { c.Models = append(c.Models, "model-shared") }
+	engines := []string{"http://" + startEngineNode(t, modelA, 64, shared).HTTPAddr(), "http://" + startEngineNode(t, modelB, 64, shared).HTTPAddr()}
 	tn := startNet(t, 2, func(i int, cfg *node.Config) {
 		cfg.Engine, cfg.Models = engines[i], nil // the engine's own model list
 		cfg.SpeculativeTTL = time.Nanosecond

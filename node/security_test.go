@@ -93,8 +93,9 @@ func TestPeerWithAWrongCAIsEjected(t *testing.T) {
 	logs := &errorLog{}
 	tn := startNet(t, 3, func(i int, cfg *node.Config) {
 		switch i {
-		case 0: // the ingress serves another model: every request is forwarded
-			cfg.Models = []string{"other"}
+		case 0: // the ingress runs nothing (a role routing excludes): every request is
+			// forwarded; it serves the model, so it is in the model's prefix domain.
+			cfg.Role, cfg.Route.Roles = "ingress", []string{""}
 			cfg.Logger = slog.New(logs)
 			// One failure ejects, for longer than the test, so nothing here depends on timing.
 			cfg.Route.Eject = route.EjectConfig{Failures: 1, Backoff: time.Hour, MaxBackoff: time.Hour}

@@ -13,19 +13,20 @@ import (
 	"github.com/kvmesh/kvmesh/testnet"
 )
 
-// gossipSentBytes sums kvmesh_gossip_sent_bytes_total over every node.
-func gossipSentBytes(b *testing.B, tn *testnet.Net) float64 {
+// sumMetric sums a metric family's samples over nodes.
+func sumMetric(b *testing.B, nodes []*node.Node, name string) float64 {
 	var sum float64
-	for _, n := range tn.Nodes {
+	for _, n := range nodes {
 		mfs, err := n.Registry().Gather()
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "kvmesh_gossip_sent_bytes_total" {
-				for _, m := range mf.GetMetric() {
-					sum += m.GetCounter().GetValue()
-				}
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -54,7 +55,7 @@ func BenchmarkPrefixPropagation16(b *testing.B) {
 	}
 	urls := tn.URLs()
 	var lat []time.Duration
-	bytes0, t0 := gossipSentBytes(b, tn), time.Now()
+	bytes0, t0 := sumMetric(b, tn.Nodes, "kvmesh_gossip_sent_bytes_total"), time.Now()
 	i := 0
 	for b.Loop() {
 		i++
@@ -85,7 +86,7 @@ func BenchmarkPrefixPropagation16(b *testing.B) {
 	sort.Slice(lat, func(a, c int) bool { return lat[a] < lat[c] })
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(lat[(len(lat)*99)/100].Milliseconds()), "p99-ms")
-	b.ReportMetric((gossipSentBytes(b, tn)-bytes0)/elapsed/nodes, "gossip-B/s/node")
+	b.ReportMetric((sumMetric(b, tn.Nodes, "kvmesh_gossip_sent_bytes_total")-bytes0)/elapsed/nodes, "gossip-B/s/node")
 }
 
 // counts snapshots, per viewing node, how many prefix blocks it knows for each member.

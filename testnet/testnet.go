@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -29,6 +30,9 @@ type Config struct {
 	Dir string
 	// Fast shortens gossip's timers for tests (tens of milliseconds instead of LAN defaults).
 	Fast bool
+	// Light makes each node cheap enough for dozens to share two cores (LightNode); the
+	// command turns it on above LightAbove nodes.
+	Light bool
 	// Configure, if set, adjusts node i's configuration before it is built.
 	Configure func(i int, cfg *node.Config)
 	// Engines is EnginesEmbedded (the zero value: each node runs the simulated engine in
@@ -54,6 +58,32 @@ type Net struct {
 	// EnginesExternal; empty otherwise.
 	Engines []*node.Node
 	tmpDir  string
+	cfg     Config
+	dir     string // the CA and the first nodes' certificates
+	key     []byte
+	seed    string // the first node's gossip address, which every other node joins
+}
+
+// LightAbove is the node count above which `kvmesh testnet` makes its nodes light.
+const LightAbove = 16
+
+// LightNode is what Config.Light changes in a node, read off what an idle node spends CPU
+// on, times the node count: state records (every node receives every record, so their cost
+// grows with the square of the count: one every 5 s instead of every second, on change at
+// most every second, stale after 15 s), the waiting room's idle tick (20 ms instead of 5 ms),
+// GPU telemetry (none: the simulated GPU's drifting figures change the record), and the
+// simulated engine's KV pool (4,096 blocks unless set). Memberlist's timers, the prefix flush
+// and the bandwidth budget keep their defaults: they are what a scale measurement measures.
+func LightNode(nc *node.Config) {
+	nc.Gossip.PublishInterval = 5 * time.Second
+	nc.Gossip.MinPublishInterval = time.Second
+	nc.Gossip.StaleAfter = 15 * time.Second
+	nc.Route.MaxAge = nc.Gossip.StaleAfter
+	nc.RoomTick = 20 * time.Millisecond
+	nc.GPU = "none"
+	if nc.Sim.KVBlocks == 0 {
+		nc.Sim.KVBlocks = 4096
+	}
 }
 
 // Name is node i's name.
@@ -106,66 +136,86 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 		t.Close()
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	var seed string
+	t.cfg, t.dir = cfg, dir
+	t.key = make([]byte, 32)
+	_, _ = rand.Read(t.key)
 	for i := range cfg.Nodes {
-		nc := node.DefaultConfig()
-		nc.Name = names[i]
-		port := 0
-		if cfg.HTTPBase > 0 {
-			port = cfg.HTTPBase + i
-		}
-		nc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(port))
-		nc.QUICAddr = net.JoinHostPort(cfg.Host, "0")
-		nc.AdvertiseHost = cfg.Host
-		nc.Gossip.BindAddr, nc.Gossip.BindPort, nc.Gossip.Key = cfg.Host, gossip.AnyPort, key
-		if seed != "" {
-			nc.Gossip.Join = []string{seed}
-		}
-		if cfg.Fast {
-			FastGossip(&nc.Gossip)
-		}
-		nc.GPU = "sim"
-		nc.DrainTimeout = 5 * time.Second
-		nc.DrainDelay = -1 // no load balancer to wait for
-		if cfg.Logger != nil {
-			nc.Logger = cfg.Logger
-		}
-		tlsCfg, err := transport.LoadTLS(dir, names[i])
-		if err != nil {
+		if _, err := t.start(ctx, i, dir); err != nil {
 			t.Close()
-			return nil, fmt.Errorf("testnet: %w", err)
-		}
-		nc.TLS = tlsCfg
-		if cfg.Configure != nil {
-			cfg.Configure(i, &nc)
-		}
-		if cfg.Engines == EnginesExternal {
-			e, err := startEngine(ctx, nc, cfg.Host)
-			if err != nil {
-				t.Close()
-				return nil, fmt.Errorf("testnet: %s: engine: %w", names[i], err)
-			}
-			t.Engines = append(t.Engines, e)
-			nc.Engine, nc.EngineKind, nc.Models = "http://"+e.HTTPAddr(), "vllm", nil
-		}
-		n, err := node.New(nc)
-		if err != nil {
-			t.Close()
-			return nil, fmt.Errorf("testnet: %s: %w", names[i], err)
-		}
-		if err := n.Start(ctx); err != nil {
-			_ = n.Shutdown(context.Background())
-			t.Close()
-			return nil, fmt.Errorf("testnet: %s: %w", names[i], err)
-		}
-		t.Nodes = append(t.Nodes, n)
-		if seed == "" {
-			seed = n.GossipAddr()
+			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// Add starts one more node, joining the first, with a certificate of the testnet's CA, and
+// returns it once it serves; like Start, it does not wait for gossip to converge.
+func (t *Net) Add(ctx context.Context) (*node.Node, error) {
+	i := len(t.Nodes)
+	certs := filepath.Join(t.dir, Name(i))
+	if err := transport.IssueNode(t.dir, certs, Name(i), nil); err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	return t.start(ctx, i, certs)
+}
+
+// start builds and starts node i, its certificate in certs, and appends it to t.Nodes.
+func (t *Net) start(ctx context.Context, i int, certs string) (*node.Node, error) {
+	cfg := t.cfg
+	nc := node.DefaultConfig()
+	nc.Name = Name(i)
+	port := 0
+	if cfg.HTTPBase > 0 {
+		port = cfg.HTTPBase + i
+	}
+	nc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(port))
+	nc.QUICAddr = net.JoinHostPort(cfg.Host, "0")
+	nc.AdvertiseHost = cfg.Host
+	nc.Gossip.BindAddr, nc.Gossip.BindPort, nc.Gossip.Key = cfg.Host, gossip.AnyPort, t.key
+	if t.seed != "" {
+		nc.Gossip.Join = []string{t.seed}
+	}
+	if cfg.Fast {
+		FastGossip(&nc.Gossip)
+	}
+	nc.GPU = "sim"
+	nc.DrainTimeout = 5 * time.Second
+	nc.DrainDelay = -1 // no load balancer to wait for
+	if cfg.Light {
+		LightNode(&nc)
+	}
+	if cfg.Logger != nil {
+		nc.Logger = cfg.Logger
+	}
+	tlsCfg, err := transport.LoadTLS(certs, nc.Name)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	nc.TLS = tlsCfg
+	if cfg.Configure != nil {
+		cfg.Configure(i, &nc)
+	}
+	if cfg.Engines == EnginesExternal {
+		e, err := startEngine(ctx, nc, cfg.Host)
+		if err != nil {
+			return nil, fmt.Errorf("testnet: %s: engine: %w", nc.Name, err)
+		}
+		t.Engines = append(t.Engines, e)
+		nc.Engine, nc.EngineKind, nc.Models = "http://"+e.HTTPAddr(), "vllm", nil
+	}
+	n, err := node.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: %s: %w", nc.Name, err)
+	}
+	if err := n.Start(ctx); err != nil {
+		_ = n.Shutdown(context.Background())
+		return nil, fmt.Errorf("testnet: %s: %w", nc.Name, err)
+	}
+	t.Nodes = append(t.Nodes, n)
+	if t.seed == "" {
+		t.seed = n.GossipAddr()
+	}
+	return n, nil
 }
 
 // startEngine starts a standalone simulated engine on host with nc's Sim and Models, for the

@@ -95,3 +95,33 @@ func TestLoadRunReconcilesWithTheNodesCounters(t *testing.T) {
 		t.Errorf("served-by counts %v, completed %d", rep.Nodes, rep.Completed)
 	}
 }
+
+// TestLightNetAddsANode pins that a light testnet converges, that its nodes run light (no
+// GPU telemetry in their records), and that Add starts a node that joins the mesh.
+func TestLightNetAddsANode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tn, err := testnet.Start(ctx, testnet.Config{Nodes: 2, Fast: true, Light: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tn.Close() })
+	if err := tn.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	added, err := tn.Add(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if added.Name() != testnet.Name(2) || len(tn.Nodes) != 3 {
+		t.Fatalf("added %s, %d nodes", added.Name(), len(tn.Nodes))
+	}
+	if err := tn.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range tn.Nodes[0].Members() {
+		if m.State.Vendor != "" {
+			t.Errorf("%s reports GPU vendor %q: not a light node", m.Name, m.State.Vendor)
+		}
+	}
+}

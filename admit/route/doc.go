@@ -30,6 +30,12 @@
 //     survivor is under its cap and below the thermal hard limit.
 //  8. thermal: TempC ≥ ThermalHardC.
 //
+// Every filter runs before scoring, so a peer of another model, an incapable one and a busy
+// one (its KV test counts its cached prefix: a busy peer holding none cannot take the request)
+// are never scored. The node passes only the model's peers and itself (gossip's index by
+// model), so a decision costs the model's peers, not the mesh's; given the whole mesh, a peer
+// of another model costs a string comparison (BenchmarkRoute1024Peers100Model).
+//
 // NoCandidateError.NoHost (no peer serves the model: 503 no_capacity) is told apart from
 // NoCandidateError.Busy (hosts exist but are loaded, ejected or hot: queue or 429).
 //
