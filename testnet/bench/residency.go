@@ -13,8 +13,16 @@ import (
 )
 
 // residencyMetric is the histogram a node in front of an external engine keeps of its residency
-// model's error per request: |predicted − reported cached tokens| ÷ prompt tokens.
-const residencyMetric = "kvmesh_residency_error_ratio_bucket"
+// model's error per request: |predicted − reported cached tokens| ÷ prompt tokens. Most requests
+// of a trace with little reuse are trivially right (nothing predicted, nothing cached), so the
+// predicted and reported cached-token totals are read beside it.
+const (
+	residencyMetric  = "kvmesh_residency_error_ratio_bucket"
+	predictedMetric  = "kvmesh_residency_predicted_cached_tokens_total"
+	reportedMetric   = "kvmesh_residency_reported_cached_tokens_total"
+	predictedTotalLe = -1 // buckets' keys for the two totals: no bound is negative
+	reportedTotalLe  = -2
+)
 
 // ResidencyError summarises the residency model's error over one run's requests, read from the
 // nodes' histograms (so a quantile is interpolated inside its bucket, as histogram_quantile does).
@@ -22,6 +30,10 @@ type ResidencyError struct {
 	Judged int     `json:"judged"` // requests the engines reported cached tokens for
 	P50    float64 `json:"p50"`
 	P90    float64 `json:"p90"`
+	// Predicted and Reported are the cached prompt tokens the models predicted and the engines
+	// reported over the same requests.
+	Predicted float64 `json:"predicted_cached_tokens"`
+	Reported  float64 `json:"reported_cached_tokens"`
 }
 
 // buckets maps a bucket's upper bound to its cumulative count, summed over nodes.
@@ -64,6 +76,14 @@ func parseBuckets(r io.Reader, sum buckets) error {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if total, ok := totalKey(line); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' '):]), 64)
+			if err != nil {
+				return fmt.Errorf("bench: malformed line %q", line)
+			}
+			sum[total] += v
+			continue
+		}
 		if !strings.HasPrefix(line, residencyMetric+"{") {
 			continue
 		}
@@ -83,6 +103,17 @@ func parseBuckets(r io.Reader, sum buckets) error {
 	return sc.Err()
 }
 
+// totalKey reports whether line is one of the two cached-token totals, and its key in buckets.
+func totalKey(line string) (float64, bool) {
+	switch {
+	case strings.HasPrefix(line, predictedMetric+" "):
+		return predictedTotalLe, true
+	case strings.HasPrefix(line, reportedMetric+" "):
+		return reportedTotalLe, true
+	}
+	return 0, false
+}
+
 // since returns the counts of b gathered after before (histograms are cumulative over a
 // testnet's life, which spans several loads).
 func (b buckets) since(before buckets) buckets {
@@ -97,7 +128,9 @@ func (b buckets) since(before buckets) buckets {
 func (b buckets) summary() ResidencyError {
 	les := make([]float64, 0, len(b))
 	for le := range b {
-		les = append(les, le)
+		if le >= 0 {
+			les = append(les, le)
+		}
 	}
 	sort.Float64s(les)
 	if len(les) == 0 || b[les[len(les)-1]] <= 0 {
@@ -117,5 +150,5 @@ func (b buckets) summary() ResidencyError {
 		}
 		return lo
 	}
-	return ResidencyError{Judged: int(total), P50: q(0.5), P90: q(0.9)}
+	return ResidencyError{Judged: int(total), P50: q(0.5), P90: q(0.9), Predicted: b[predictedTotalLe], Reported: b[reportedTotalLe]}
 }

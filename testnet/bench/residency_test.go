@@ -17,6 +17,8 @@ func TestResidencyErrorFromHistograms(t *testing.T) {
 			`kvmesh_residency_error_ratio_bucket{le="+Inf"} ` + itoa(zero+tenth+one),
 			"kvmesh_residency_error_ratio_count " + itoa(zero+tenth+one),
 			`kvmesh_other_bucket{le="0"} 99`,
+			"kvmesh_residency_predicted_cached_tokens_total " + itoa(100*tenth),
+			"kvmesh_residency_reported_cached_tokens_total " + itoa(90*tenth),
 		}, "\n")
 	}
 	before, after := buckets{}, buckets{}
@@ -34,6 +36,9 @@ func TestResidencyErrorFromHistograms(t *testing.T) {
 	got := after.since(before).summary()
 	if got.Judged != 100 {
 		t.Fatalf("judged %d, want 100", got.Judged)
+	}
+	if got.Predicted != 3000 || got.Reported != 2700 {
+		t.Errorf("cached tokens predicted %v, reported %v; want 3000 and 2700 (the 30 off by a tenth)", got.Predicted, got.Reported)
 	}
 	if got.P50 != 0 {
 		t.Errorf("median %v, want 0 (60 of 100 exact)", got.P50)

@@ -228,9 +228,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 			pct(row.RefusalRate), pct(row.CacheHitRatio), counts(row.RefusalsByReason), counts(row.Failures))
 	}
 	if res := residencyRows(r.Rows); len(res) > 0 {
-		p("\npolicy\tload\tresidency error median\tp90\tjudged requests\n")
+		p("\npolicy\tload\tresidency error median\tp90\tjudged requests\tcached tokens predicted\treported\n")
 		for _, row := range res {
-			p("%s\t%.2g\t%s\t%s\t%d\n", row.Policy, row.Load, pct(row.Residency.P50), pct(row.Residency.P90), row.Residency.Judged)
+			r := row.Residency
+			p("%s\t%.2g\t%s\t%s\t%d\t%.0f\t%.0f\n", row.Policy, row.Load, pct(r.P50), pct(r.P90), r.Judged, r.Predicted, r.Reported)
 		}
 	}
 	if len(r.Ratios) > 0 {
