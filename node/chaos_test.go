@@ -98,7 +98,7 @@ func (c *cutter) heal(t *testing.T, tn *testnet.Net) {
 
 // kill stops node i abruptly, as a crash would: its gossip goes silent and its transport
 // closes, with no drain and no departure. Its HTTP API stays up, for its metrics.
-func (c *cutter) kill(t *testing.T, tn *testnet.Net, i int) {
+func (c *cutter) kill(t testing.TB, tn *testnet.Net, i int) {
 	t.Helper()
 	var others []int
 	for j := range tn.Nodes {

@@ -22,7 +22,7 @@ const model = node.DefaultModel
 
 // startNet starts n nodes with fast gossip and a fast simulated engine and waits for the mesh
 // to converge.
-func startNet(t *testing.T, n int, configure func(i int, cfg *node.Config)) *testnet.Net {
+func startNet(t testing.TB, n int, configure func(i int, cfg *node.Config)) *testnet.Net {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -72,7 +72,7 @@ func chatBody(content string, maxTokens int, stream bool) string {
 	return string(b)
 }
 
-func post(t *testing.T, url, path, body string, hdr map[string]string) *http.Response {
+func post(t testing.TB, url, path, body string, hdr map[string]string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
 	if err != nil {
@@ -89,7 +89,7 @@ func post(t *testing.T, url, path, body string, hdr map[string]string) *http.Res
 	return resp
 }
 
-func readAll(t *testing.T, resp *http.Response) []byte {
+func readAll(t testing.TB, resp *http.Response) []byte {
 	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -163,7 +163,7 @@ const scrapeKey = "sk-scrape"
 var scrapeKeyLine = admit.HashKey(scrapeKey) + " ops\n"
 
 // adminGet GETs an admin path of a node with scrapeKey and fails unless the answer is 200.
-func adminGet(t *testing.T, url string) []byte {
+func adminGet(t testing.TB, url string) []byte {
 	t.Helper()
 	status, b := getWithKey(t, url, scrapeKey)
 	if status != http.StatusOK {
@@ -173,7 +173,7 @@ func adminGet(t *testing.T, url string) []byte {
 }
 
 // getWithKey GETs url with key as its bearer token (none when empty).
-func getWithKey(t *testing.T, url, key string) (int, []byte) {
+func getWithKey(t testing.TB, url, key string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -190,7 +190,7 @@ func getWithKey(t *testing.T, url, key string) (int, []byte) {
 }
 
 // peers fetches a node's /v1/mesh/peers.
-func peers(t *testing.T, url string) node.PeersResponse {
+func peers(t testing.TB, url string) node.PeersResponse {
 	t.Helper()
 	var pr node.PeersResponse
 	if err := json.Unmarshal(adminGet(t, url+"/v1/mesh/peers"), &pr); err != nil {
@@ -220,7 +220,7 @@ func longPrompt(seed string, tokens int) string {
 
 // metric sums the samples of family name on a node's /metrics whose labels contain match
 // (e.g. `code="queue_full"`; empty matches all). Absent families read 0.
-func metric(t *testing.T, url, name, match string) float64 {
+func metric(t testing.TB, url, name, match string) float64 {
 	t.Helper()
 	var sum float64
 	for _, line := range strings.Split(string(adminGet(t, url+"/metrics")), "\n") {

@@ -17,7 +17,7 @@ import (
 )
 
 // indexOf finds the testnet index of a node name.
-func indexOf(t *testing.T, tn *testnet.Net, name string) int {
+func indexOf(t testing.TB, tn *testnet.Net, name string) int {
 	t.Helper()
 	for i, n := range tn.Nodes {
 		if n.Name() == name {
@@ -29,7 +29,7 @@ func indexOf(t *testing.T, tn *testnet.Net, name string) int {
 }
 
 // knowsPrefix reports whether the node at url sees owner holding at least blocks blocks.
-func knowsPrefix(t *testing.T, url, owner string, blocks int) bool {
+func knowsPrefix(t testing.TB, url, owner string, blocks int) bool {
 	for _, p := range peers(t, url).Peers {
 		if p.Name == owner && p.PrefixBlocks >= blocks {
 			return true
@@ -39,7 +39,7 @@ func knowsPrefix(t *testing.T, url, owner string, blocks int) bool {
 }
 
 // warm runs body once on the node at url and returns the node that ran it.
-func warm(t *testing.T, url, body string) string {
+func warm(t testing.TB, url, body string) string {
 	t.Helper()
 	resp := post(t, url, "/v1/chat/completions", body, nil)
 	if b := readAll(t, resp); resp.StatusCode != 200 {
@@ -51,7 +51,7 @@ func warm(t *testing.T, url, body string) string {
 // placePrefix runs body once (at the first node), then picks another node as the ingress and
 // waits until gossip has told it where the prompt's prefix lives. It returns the owner's and
 // the ingress's indexes.
-func placePrefix(t *testing.T, tn *testnet.Net, body string) (owner, ingress int) {
+func placePrefix(t testing.TB, tn *testnet.Net, body string) (owner, ingress int) {
 	t.Helper()
 	urls := tn.URLs()
 	name := warm(t, urls[0], body)
