@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kvmesh/kvmesh/node/openai"
 )
@@ -61,6 +62,29 @@ type Request struct {
 	// Resume, when set, makes the request the continuation of a generation that another node
 	// began and lost mid-response (see Resume); nil for every other request.
 	Resume *Resume
+	// Handover, when set, carries the KV of the request's prompt, computed by a prefill
+	// engine, to the engine that decodes it (disaggregated prefill and decode,
+	// docs/design/disaggregation.md); nil for every other request.
+	Handover *Handover
+}
+
+// Handover is what a prefill engine hands a decode engine for one request: the prompt whose
+// KV it computed, and how much KV that is. A prefill-role engine returns it in the final
+// Chunk of the request; the decode engine receives it in Request.Handover with the same
+// request, and decodes from that KV without prefilling the prompt.
+type Handover struct {
+	// Blocks are the prompt's full blocks' chained hashes (kvindex), PromptTokens the prompt
+	// tokens whose KV was computed.
+	Blocks       []uint64
+	PromptTokens int
+	// CachedTokens is how many of them the prefill engine found in its prefix cache: the
+	// request's Usage.CachedTokens, reported by the decode engine.
+	CachedTokens int
+	// KVBytes is the size of the prompt's KV: what crosses the link.
+	KVBytes int64
+	// ReadyAt is when the KV was complete, in the prefill engine's clock (the embedded
+	// engine's simulated time).
+	ReadyAt time.Duration
 }
 
 // Resume describes the generation a request continues: one whose node failed after it had
@@ -102,6 +126,9 @@ func (e *ParamError) Unwrap() error { return ErrRejected }
 const (
 	FinishStop   = "stop"
 	FinishLength = "length"
+	// FinishHandover ends a prefill-role engine's request: its prompt's KV is computed and
+	// the final Chunk carries the Handover. A client never sees it.
+	FinishHandover = "handover"
 )
 
 // Usage counts a finished request's tokens.
@@ -122,6 +149,8 @@ type Chunk struct {
 	// request asked for them (a token's text may be held back to a later chunk, as at a
 	// possible stop sequence). An echoed prompt's tokens come first in the first chunk.
 	Logprobs []Logprob
+	// Handover is set on the final chunk of a prefill-role engine's request (FinishHandover).
+	Handover *Handover
 }
 
 // Logprob is one token's log probability and the likeliest tokens at its position.

@@ -51,6 +51,14 @@ type Config struct {
 	TimeScale float64 `json:"time_scale"`
 	// HitRateWindow is how many recent prompt tokens State's HitRate covers. Default 65536.
 	HitRateWindow int `json:"hit_rate_window"`
+	// Role is the engine's part in disaggregated prefill and decode: RoleMixed (the default)
+	// runs requests whole and decodes handovers, RolePrefill computes a request's prompt KV
+	// and ends it with a handover, RoleDecode decodes handovers only (see roles.go).
+	Role string `json:"role"`
+	// LinkGBps is the bandwidth, in GB/s (1e9 bytes a second), of the link a handover's KV
+	// crosses to this engine: a handover waits KVBytes / LinkGBps before it may decode.
+	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE).
+	LinkGBps float64 `json:"link_gbps"`
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
 	// evicted from the prefix cache. It must not block and must not keep the slices.
 	OnPrefix func(stored, evicted []uint64) `json:"-"`
@@ -76,6 +84,8 @@ func DefaultConfig() Config {
 		StepPerContextToken:  40 * time.Nanosecond,
 		TimeScale:            1,
 		HitRateWindow:        65536,
+		Role:                 RoleMixed,
+		LinkGBps:             25,
 	}
 }
 
@@ -116,6 +126,12 @@ func (c *Config) fill() {
 		c.TimeScale = d.TimeScale
 	}
 	setI(&c.HitRateWindow, d.HitRateWindow)
+	if c.Role == "" {
+		c.Role = d.Role
+	}
+	if c.LinkGBps == 0 {
+		c.LinkGBps = d.LinkGBps
+	}
 }
 
 // ErrConfig wraps every configuration error New returns.
@@ -166,6 +182,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: TimeScale %v must be > 0", ErrConfig, c.TimeScale)
 	case c.HitRateWindow < 1:
 		return fmt.Errorf("%w: HitRateWindow %d < 1", ErrConfig, c.HitRateWindow)
+	case c.Role != RoleMixed && c.Role != RolePrefill && c.Role != RoleDecode:
+		return fmt.Errorf("%w: Role %q is not mixed, prefill or decode", ErrConfig, c.Role)
+	case !(c.LinkGBps > 0):
+		return fmt.Errorf("%w: LinkGBps %v must be > 0", ErrConfig, c.LinkGBps)
 	}
 	return nil
 }

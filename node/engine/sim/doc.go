@@ -41,6 +41,16 @@
 // (QueuedBeforeHigh) and what a normal one goes before (QueuedLowWaiting).
 // docs/design/engine.md has the rules, and how an external vLLM is sent the priority.
 //
+// # Roles
+//
+// Config.Role splits a request between two engines (disaggregated prefill and decode,
+// roles.go): a prefill engine computes the prompt's KV and ends the request with an
+// engine.Handover in its final chunk (FinishHandover, no token); a decode engine takes the
+// request with that handover, holds the prompt's blocks from its admission, waits
+// Handover.KVBytes / LinkGBps for the KV to cross the link, then decodes as a mixed engine
+// does, the same text. The default, mixed, runs requests whole as before and also decodes
+// handovers. docs/design/engine.md#roles has the model.
+//
 // # Text
 //
 // Tokenisation is kvindex's: 4 bytes per token. Output is deterministic per request: token i

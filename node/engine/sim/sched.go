@@ -27,6 +27,12 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 
 	for i := 0; i < len(s.running) && budget > 0; i++ {
 		q := s.running[i]
+		if q.transferring {
+			if s.simNow < q.xferEnd {
+				continue // its KV is still crossing the link
+			}
+			q.transferring, q.kvIn = false, false
+		}
 		n := min(q.promptTokens+q.gen-q.computed, budget)
 		if n <= 0 {
 			continue
@@ -59,6 +65,12 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 	// is already short.
 	for !preempted && budget > 0 && len(s.waiting) > 0 && len(s.running) < c.MaxNumSeqs {
 		q := s.waiting[0]
+		if q.kvIn {
+			if !s.receiveLocked(q) {
+				break // head of line waits for blocks
+			}
+			continue
+		}
 		total := q.promptTokens + q.gen
 		// At least one token must be computed to produce logits, so a full hit stops a block short.
 		hits, evictableHits := s.cache.lookup(q.blocks, (total-1)/bt)
@@ -96,7 +108,8 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		s.waiting = s.waiting[:0:0] // let the popped prefix's backing array go
 	}
 	if len(s.plan) == 0 {
-		return 0, false
+		// Nothing to compute: wait, if a handover is in transfer, for its KV to arrive.
+		return s.transferWaitLocked()
 	}
 	var tokens, ctx int
 	for _, it := range s.plan {
@@ -195,6 +208,10 @@ func (s *Sim) preemptLocked(q *seq) {
 	q.state = waiting
 	q.estHit, _ = s.cache.lookup(q.blocks, (q.promptTokens+q.gen-1)/s.cfg.BlockTokens)
 	q.estHit *= s.cfg.BlockTokens
+	if q.transferring { // its KV had not arrived: it is admitted as a handover again
+		q.transferring = false
+		q.estHit = q.promptTokens - 1
+	}
 	s.waiting = slices.Insert(s.waiting, s.bandFrontLocked(q.priority), q)
 	s.nPreempt++
 	s.log.Debug("sim: preempted", "seq", q.id, "priority", q.priority, "generated", q.gen)
@@ -290,6 +307,11 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 			}
 			q.own -= len(q.blocks) - q.shared
 			q.shared = len(q.blocks)
+		}
+		if q.prefillOnly {
+			s.handOverLocked(q, now)
+			ends = append(ends, q)
+			continue
 		}
 		i := q.base + q.gen // the token's place in the whole generation
 		tok := word(q.tseed, i)

@@ -59,6 +59,15 @@ type seq struct {
 	scheduled bool
 	cached    int // CachedTokens reported in Usage: hits at first scheduling
 
+	// Roles (roles.go). prefillOnly: a prefill engine's request, ended by a handover once its
+	// prompt is computed. kvIn: a handover whose KV has not arrived; transferring while it
+	// crosses the link (admitted), until xferEnd, xfer after admission.
+	prefillOnly  bool
+	kvIn         bool
+	transferring bool
+	xfer         time.Duration
+	xferEnd      time.Duration
+
 	arrivalSim  time.Duration
 	arrivalWall time.Time
 	stream      *Stream
@@ -236,8 +245,16 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		return nil, fmt.Errorf("sim: resuming %d tokens + %d max tokens over the %d-token context: %w",
 			r.Tokens, req.MaxTokens, m.ContextTokens, engine.ErrRejected)
 	}
+	if err := s.checkRole(req, p); err != nil {
+		return nil, err
+	}
 	bt := s.cfg.BlockTokens
-	if need := (p + req.MaxTokens + bt - 1) / bt; need > s.kvBlocks {
+	prefillOnly := s.cfg.Role == RolePrefill
+	held := p + req.MaxTokens
+	if prefillOnly {
+		held = p // the engine holds only the prompt's KV
+	}
+	if need := (held + bt - 1) / bt; need > s.kvBlocks {
 		return nil, fmt.Errorf("sim: request needs %d KV blocks, pool has %d: %w", need, s.kvBlocks, engine.ErrRejected)
 	}
 	blocks := req.Blocks
@@ -272,13 +289,17 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		topLogprobs:  req.TopLogprobs,
 		usagePrompt:  usagePrompt,
 		arrivalWall:  time.Now(),
+		prefillOnly:  prefillOnly,
+	}
+	if h := req.Handover; h != nil {
+		q.kvIn, q.xfer, q.cached = true, s.transferTime(h), h.CachedTokens
 	}
 	if r := req.Resume; r != nil {
 		q.base = replay(q.out, tseed, r.Bytes, opts.minTokens, min(total, natural)-1)
 	}
 	st := newStream(s)
 	st.seq, q.stream = q, st
-	if req.Echo {
+	if req.Echo && !prefillOnly {
 		st.echo = &echo{prompt: req.Prompt, logprobs: req.Logprobs, top: req.TopLogprobs, seed: tseed}
 	}
 
@@ -292,6 +313,9 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	q.arrivalSim = s.simNow
 	q.estHit, _ = s.cache.lookup(q.blocks, (p-1)/bt)
 	q.estHit *= bt
+	if q.kvIn {
+		q.estHit = p - 1 // only the last prompt token is computed here
+	}
 	s.enqueueLocked(q)
 	s.mu.Unlock()
 
