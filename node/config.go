@@ -352,6 +352,11 @@ func (c *Config) validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("node: the API's TLS needs both a certificate and a key file")
 	}
+	if r := c.Sim.Role; r != "" && r != sim.RoleMixed {
+		// A prefill engine ends requests with a handover no client may see, and a decode engine
+		// takes only handovers: both need a node that routes a pair (docs/design/disaggregation.md).
+		return fmt.Errorf("node: sim.role %q: a node does not split requests between a prefill and a decode engine yet; only %q", r, sim.RoleMixed)
+	}
 	if !c.Standalone && c.TLS == nil {
 		return errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")
 	}

@@ -383,3 +383,20 @@ func TestKVEventsSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigRefusesSimRole pins that a node refuses an embedded engine in the prefill or
+// decode role until it routes a prefill and decode pair: either would break every request.
+func TestConfigRefusesSimRole(t *testing.T) {
+	for _, tt := range []struct {
+		role string
+		ok   bool
+	}{{"", true}, {"mixed", true}, {"prefill", false}, {"decode", false}} {
+		t.Run(tt.role, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Name, cfg.Standalone, cfg.Sim.Role = "n", true, tt.role
+			if err := cfg.validate(); (err == nil) != tt.ok {
+				t.Fatalf("validate = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
