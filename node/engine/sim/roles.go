@@ -77,12 +77,7 @@ func (s *Sim) receiveLocked(q *seq) bool {
 	q.state = running
 	s.insertRunningLocked(q)
 	if !q.scheduled {
-		q.scheduled = true
-		s.nPrompt += uint64(q.promptTokens)
-		q.stream.mu.Lock()
-		q.stream.timing.Queue = s.simNow - q.arrivalSim
-		q.stream.mu.Unlock()
-		s.met.queue.Observe(time.Since(q.arrivalWall).Seconds())
+		s.firstScheduledLocked(q)
 	}
 	return true
 }

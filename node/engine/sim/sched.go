@@ -93,13 +93,8 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		s.insertRunningLocked(q)
 		s.recordLookupLocked(total, hitTok)
 		if !q.scheduled {
-			q.scheduled = true
 			q.cached = hitTok
-			s.nPrompt += uint64(q.promptTokens)
-			q.stream.mu.Lock()
-			q.stream.timing.Queue = s.simNow - q.arrivalSim
-			q.stream.mu.Unlock()
-			s.met.queue.Observe(time.Since(q.arrivalWall).Seconds())
+			s.firstScheduledLocked(q)
 		}
 		s.plan = append(s.plan, planItem{q, n})
 		budget -= n
@@ -117,6 +112,17 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		ctx += it.q.computed + it.n
 	}
 	return c.StepFixed + time.Duration(tokens)*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken, true
+}
+
+// firstScheduledLocked records q's first admission to the running batch: its time in the
+// queue and its prompt's tokens.
+func (s *Sim) firstScheduledLocked(q *seq) {
+	q.scheduled = true
+	s.nPrompt += uint64(q.promptTokens)
+	q.stream.mu.Lock()
+	q.stream.timing.Queue = s.simNow - q.arrivalSim
+	q.stream.mu.Unlock()
+	s.met.queue.Observe(time.Since(q.arrivalWall).Seconds())
 }
 
 // preemptForLocked makes room for the waiting head q, which holds hits cached blocks and cannot
