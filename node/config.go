@@ -99,7 +99,7 @@ type Config struct {
 	// cluster's mTLS configuration (transport.LoadTLS); both are required outside Standalone.
 	QUICAddr string      `json:"quic_addr"`
 	TLS      *tls.Config `json:"-"`
-	// HandshakeTimeout bounds a QUIC dial to a peer, its TLS handshake included. Default 1s,
+	// HandshakeTimeout bounds a QUIC dial to a peer, its TLS handshake included. Default 500ms,
 	// sized for a LAN, where a handshake takes a millisecond or two: a peer that died without
 	// a word (its UDP port silent) costs the request that meets it this long before the next
 	// candidate, where quic-go's own default would cost 5s.

@@ -14,9 +14,9 @@ import (
 // gossip still listing it: the time from the death to the first request that completes on a
 // live node, and how many requests sent in between failed. One request at a time goes to an
 // ingress that routes the prefix to the dead owner. "now" runs the defaults (ejection after 2
-// transport failures, 1 s handshakes), "handshake-500ms" the same with --handshake-timeout
-// 500ms; "before" turns ejection off and waits out quic-go's 5 s handshakes, as a node did
-// before either existed.
+// transport failures, 500 ms handshakes), "handshake-1s" the same with --handshake-timeout 1s;
+// "before" turns ejection off and waits out quic-go's 5 s handshakes, as a node did before
+// either existed.
 //
 //	go test -run '^$' -bench OwnerDeathFailover -benchtime 1x ./node/
 func BenchmarkOwnerDeathFailover(b *testing.B) {
@@ -24,7 +24,7 @@ func BenchmarkOwnerDeathFailover(b *testing.B) {
 		name      string
 		handshake time.Duration
 		eject     int
-	}{{"now", 0, 0}, {"handshake-500ms", 500 * time.Millisecond, 0}, {"before", 5 * time.Second, -1}} {
+	}{{"now", 0, 0}, {"handshake-1s", time.Second, 0}, {"before", 5 * time.Second, -1}} {
 		b.Run(mode.name, func(b *testing.B) {
 			var served, failed, slowest time.Duration
 			for range b.N {

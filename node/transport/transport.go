@@ -69,7 +69,7 @@ type Config struct {
 	// peer is detected while a response is streaming.
 	IdleTimeout time.Duration
 	// HandshakeTimeout bounds a dial including its TLS handshake (and an inbound handshake's
-	// idle time). Default 1s, sized for a LAN: a dial to a peer that died silently fails after
+	// idle time). Default 500ms, sized for a LAN: a dial to a peer that died silently fails after
 	// it, where quic-go's own default is 5s.
 	HandshakeTimeout time.Duration
 	// RequestTimeout bounds how long an inbound stream may take to deliver header and body.
@@ -88,7 +88,7 @@ func DefaultConfig() Config {
 		ListenAddr:       ":7443",
 		KeepAlive:        2 * time.Second,
 		IdleTimeout:      10 * time.Second,
-		HandshakeTimeout: time.Second,
+		HandshakeTimeout: 500 * time.Millisecond,
 		RequestTimeout:   10 * time.Second,
 		MaxBodyBytes:     16 << 20,
 		MaxStreams:       1024,
