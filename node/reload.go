@@ -149,10 +149,10 @@ func (n *Node) changesLocked(next Config, carbonLive bool) (restart, live []stri
 // Settings a reload applies, by their config file keys: these sections and prefixes, less the
 // exceptions, whose state is built once (the key set's default buckets, the output-length
 // estimator, the dispatch-rate meter, the router's random source and session table, the retry
-// budget; a model's context_tokens sizes an external engine's model list).
+// budget, the peer ejector; a model's context_tokens sizes an external engine's model list).
 var (
 	liveSettings    = []string{"admission.", "route.", "carbon.tracker."}
-	restartSettings = []string{"admission.keys.", "admission.budget.estimate_", "admission.queue.drain_window", "route.seed", "route.max_sessions", "route.retry_budget."}
+	restartSettings = []string{"admission.keys.", "admission.budget.estimate_", "admission.queue.drain_window", "route.seed", "route.max_sessions", "route.retry_budget.", "route.eject."}
 )
 
 // liveSetting reports whether a reload applies the setting at key; carbonLive is whether the

@@ -246,18 +246,18 @@ func TestReloadLeavesRestartSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kvmesh.json")
 	writeFile(t, path, `{"route": {"busy_kv_use": 0.9}}`)
 	n, log := reloadable(t, path, nil)
-	writeFile(t, path, `{"route": {"busy_kv_use": 0.8, "seed": 7}, "node": {"forward_attempts": 5},
+	writeFile(t, path, `{"route": {"busy_kv_use": 0.8, "seed": 7, "eject": {"failures": 5}}, "node": {"forward_attempts": 5},
 		"gossip": {"bind_port": 7000}, "admission": {"queue": {"drain_window": "30s"}}}`)
 	if err := n.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"route.seed", "node.forward_attempts", "gossip.bind_port", "admission.queue.drain_window"} {
+	for _, key := range []string{"route.seed", "route.eject.failures", "node.forward_attempts", "gossip.bind_port", "admission.queue.drain_window"} {
 		if l := log.lines("level=WARN", "key="+key); len(l) != 1 {
 			t.Errorf("want one WARN line naming %s, got %q", key, l)
 		}
 	}
-	if w := log.lines("level=WARN"); len(w) != 4 {
-		t.Errorf("want 4 WARN lines, got %q", w)
+	if w := log.lines("level=WARN"); len(w) != 5 {
+		t.Errorf("want 5 WARN lines, got %q", w)
 	}
 	rc := n.planner.Policy().Config()
 	if rc.BusyKVUse != 0.8 {
