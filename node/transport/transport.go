@@ -458,6 +458,24 @@ func (t *Transport) dial(addr string, p *peer) {
 	p.conn = c
 }
 
+// peerReason returns why the owner stopped a write that failed with err. An owner that resets
+// a stream stops its reading and ends its writing with the same code; which of the two reaches
+// this side first is a race, and a Close after the first one fails with a local "canceled
+// stream" error that names no reason. The reset of the owner's writing does: it is read here,
+// for a second at most.
+func peerReason(str *quic.Stream, err error) error {
+	if se := (*quic.StreamError)(nil); errors.As(err, &se) && se.Remote {
+		return err
+	}
+	_ = str.SetReadDeadline(time.Now().Add(time.Second))
+	if _, rerr := str.Read(make([]byte, 1)); rerr != nil {
+		if se := (*quic.StreamError)(nil); errors.As(rerr, &se) && se.Remote {
+			return rerr
+		}
+	}
+	return err
+}
+
 // forget drops addr's pooled connection if it is still c.
 func (t *Transport) forget(addr string, c *quic.Conn) {
 	t.mu.Lock()
@@ -546,15 +564,15 @@ func (t *Transport) forward(ctx context.Context, addr string, h Header, body []b
 		body = nil
 	}
 	if _, err := str.Write(msg); err != nil {
-		return abort(err)
+		return abort(peerReason(str, err))
 	}
 	if len(body) > 0 {
 		if _, err := str.Write(body); err != nil {
-			return abort(err)
+			return abort(peerReason(str, err))
 		}
 	}
 	if err := str.Close(); err != nil {
-		return abort(err)
+		return abort(peerReason(str, err))
 	}
 	br := bufio.NewReaderSize(str, 32<<10)
 	typ, p, err := readFrame(br, MaxAnswerBytes)
