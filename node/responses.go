@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -148,36 +147,11 @@ func (n *Node) serveResponses(ctx context.Context, w http.ResponseWriter, rr *op
 		}
 		v, _ := json.Marshal(engineID)
 		var err error
-		if body, err = setTopMember(body, "previous_response_id", v); err != nil {
+		if body, err = openai.SetMember(body, "previous_response_id", func([]byte) []byte { return v }); err != nil {
 			return refuseSimple(w, openai.ErrInvalidRequest(err.Error()), 0)
 		}
 	}
 	return n.passToEngine(ctx, w, "/v1/responses", id, body, func(r io.Reader, ct string) io.Reader { return tagResponseIDs(r, ct, tag) })
-}
-
-// setTopMember returns obj, a JSON object, with its top-level member key's value replaced by
-// value; every other byte is kept.
-func setTopMember(obj []byte, key string, value []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errors.New("request body must be a JSON object")
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		if t == key {
-			end := int(dec.InputOffset())
-			start := end - len(raw)
-			return append(append(append([]byte(nil), obj[:start]...), value...), obj[end:]...), nil
-		}
-	}
-	return nil, fmt.Errorf("no member %q", key)
 }
 
 // maxResponseLine bounds one line of an engine's Responses answer that the node rewrites.

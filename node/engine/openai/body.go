@@ -3,11 +3,12 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/kvmesh/kvmesh/node/engine"
+
+	wire "github.com/kvmesh/kvmesh/node/openai"
 )
 
 // ForceStreaming returns the body to send the engine: req.Body with "stream": true and
@@ -23,13 +24,13 @@ func ForceStreaming(req *engine.Request) ([]byte, error) {
 	if len(body) == 0 {
 		return synthesise(req)
 	}
-	out, err := setMember(body, "stream", func([]byte) []byte { return []byte("true") })
+	out, err := wire.SetMember(body, "stream", func([]byte) []byte { return []byte("true") })
 	if err == nil {
-		out, err = setMember(out, "stream_options", func(v []byte) []byte {
+		out, err = wire.SetMember(out, "stream_options", func(v []byte) []byte {
 			if len(v) == 0 || v[0] != '{' { // absent, null or not an object: the engine must report usage
 				return []byte(`{"include_usage":true}`)
 			}
-			o, err := setMember(v, "include_usage", func([]byte) []byte { return []byte("true") })
+			o, err := wire.SetMember(v, "include_usage", func([]byte) []byte { return []byte("true") })
 			if err != nil { // unreachable: v is a valid object
 				return []byte(`{"include_usage":true}`)
 			}
@@ -50,64 +51,11 @@ func ForceStreaming(req *engine.Request) ([]byte, error) {
 // schedules by; a body without one gets the member before its closing brace.
 func SetPriority(body []byte, p int) ([]byte, error) {
 	v := []byte(strconv.Itoa(-p))
-	out, err := setMember(bytes.TrimSpace(body), "priority", func([]byte) []byte { return v })
+	out, err := wire.SetMember(bytes.TrimSpace(body), "priority", func([]byte) []byte { return v })
 	if err != nil {
 		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	return out, nil
-}
-
-var errNotObject = errors.New("not a JSON object")
-
-// setMember returns a copy of the JSON object obj in which the value of every top-level member
-// named key is replaced by value(old), or, when there is none, a member key: value(nil) is
-// added before the closing brace. Every other byte of obj is kept.
-func setMember(obj []byte, key string, value func(old []byte) []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errNotObject
-	}
-	out := make([]byte, 0, len(obj)+48)
-	copied, members := 0, 0
-	found := false
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		members++
-		if t != key {
-			continue
-		}
-		end := int(dec.InputOffset())
-		start := end - len(raw)
-		out = append(out, obj[copied:start]...)
-		out = append(out, value(raw)...)
-		copied, found = end, true
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, err
-	}
-	closing := int(dec.InputOffset()) - 1
-	if rest := bytes.TrimSpace(obj[closing+1:]); len(rest) > 0 {
-		return nil, errNotObject
-	}
-	if !found {
-		out = append(out, obj[copied:closing]...)
-		if members > 0 {
-			out = append(out, ',')
-		}
-		k, _ := json.Marshal(key)
-		out = append(out, k...)
-		out = append(out, ':')
-		out = append(out, value(nil)...)
-		copied = closing
-	}
-	return append(out, obj[copied:]...), nil
 }
 
 // synthesise builds a body for a request that came without one.

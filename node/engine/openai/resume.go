@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/kvmesh/kvmesh/node/engine"
+
+	wire "github.com/kvmesh/kvmesh/node/openai"
 )
 
 // A continuation (engine.Request.Resume) reaches the server as the node built it: a
@@ -24,7 +26,7 @@ func continueBody(kind string, ep engine.Endpoint, body []byte, r *engine.Resume
 	var err error
 	set := func(key, v string) {
 		if err == nil {
-			body, err = setMember(body, key, func([]byte) []byte { return []byte(v) })
+			body, err = wire.SetMember(body, key, func([]byte) []byte { return []byte(v) })
 		}
 	}
 	if ep == engine.Chat {
