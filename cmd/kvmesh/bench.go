@@ -43,6 +43,7 @@ func benchFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},
 		&cli.BoolFlag{Name: "fitted-ttft", Usage: "send no TTFT SLO header: the mesh fits each request's target to its size and declares it, which judges the request", EnvVars: env("bench-fitted-ttft")},
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
+		&cli.StringFlag{Name: "baseline-scheduling", Value: d.BaselineScheduling, Usage: "scheduling policy of the engines of every policy but kvmesh (whose engines schedule by priority) and of the capacity probe: priority or fcfs (vLLM's and SGLang's default)", EnvVars: env("bench-baseline-scheduling")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
 		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request of every measured run (its \"run\" POLICY@LOAD) to this file", EnvVars: env("bench-requests")},
@@ -104,6 +105,7 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.Capacity = c.Float64("capacity")
 	cfg.Seed = c.Int64("seed")
 	cfg.KVBlocks = c.Int("kv-blocks")
+	cfg.BaselineScheduling = c.String("baseline-scheduling")
 	cfg.FittedTTFT = c.Bool("fitted-ttft")
 	if !c.Bool("quiet") {
 		cfg.Progress = os.Stderr

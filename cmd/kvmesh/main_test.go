@@ -23,6 +23,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/transport"
+	"github.com/kvmesh/kvmesh/testnet/bench"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
@@ -61,13 +62,13 @@ func parseNode(t *testing.T, args ...string) (node.Config, error) {
 func TestNodeFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseNode(t, "--name", "gpu-7", "--http", "127.0.0.1:9", "--insecure-dev", "--model", "a", "--model", "b",
 		"--policy", "least-load", "--time-scale", "8", "--join", "10.0.0.1:7946", "--carbon-provider", "static", "--carbon-static-intensity", "250",
-		"--tls-cert", "api.crt", "--tls-key", "api.key")
+		"--tls-cert", "api.crt", "--tls-key", "api.key", "--sim-scheduling-policy", "fcfs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Name != "gpu-7" || cfg.HTTPAddr != "127.0.0.1:9" || strings.Join(cfg.Models, ",") != "a,b" || cfg.Policy != "least-load" ||
 		cfg.Sim.TimeScale != 8 || len(cfg.Gossip.Join) != 1 || !cfg.Gossip.Insecure || cfg.TLS == nil ||
-		cfg.TLSCert != "api.crt" || cfg.TLSKey != "api.key" {
+		cfg.TLSCert != "api.crt" || cfg.TLSKey != "api.key" || cfg.Sim.SchedulingPolicy != "fcfs" {
 		t.Errorf("config %+v", cfg)
 	}
 	if cfg.Carbon == nil || cfg.Carbon.Provider.StaticIntensity != 250 {
@@ -297,6 +298,33 @@ func TestLoadTakesAnAPIKey(t *testing.T) {
 	t.Setenv("KVMESH_LOAD_API_KEY", "sk-env")
 	if cfg := parse(); cfg.APIKey != "sk-env" {
 		t.Errorf("KVMESH_LOAD_API_KEY: APIKey %q", cfg.APIKey)
+	}
+}
+
+// TestBenchBaselineScheduling pins kvmesh bench's --baseline-scheduling and its variable:
+// priority unless set, as the figures in docs/performance.md were measured.
+func TestBenchBaselineScheduling(t *testing.T) {
+	parse := func(args ...string) bench.Config {
+		var cfg bench.Config
+		cmd := benchCommand()
+		cmd.Action = func(c *cli.Context) (err error) { cfg, err = benchConfig(c); return err }
+		app := &cli.App{Commands: []*cli.Command{cmd}, Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info"}, &cli.StringFlag{Name: "log-format", Value: "text"},
+		}}
+		if err := app.Run(append([]string{"kvmesh", "bench"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if cfg := parse(); cfg.BaselineScheduling != "priority" {
+		t.Errorf("default: BaselineScheduling %q", cfg.BaselineScheduling)
+	}
+	if cfg := parse("--baseline-scheduling", "fcfs"); cfg.BaselineScheduling != "fcfs" {
+		t.Errorf("--baseline-scheduling: BaselineScheduling %q", cfg.BaselineScheduling)
+	}
+	t.Setenv("KVMESH_BENCH_BASELINE_SCHEDULING", "fcfs")
+	if cfg := parse(); cfg.BaselineScheduling != "fcfs" {
+		t.Errorf("KVMESH_BENCH_BASELINE_SCHEDULING: BaselineScheduling %q", cfg.BaselineScheduling)
 	}
 }
 

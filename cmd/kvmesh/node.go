@@ -25,6 +25,7 @@ func simFlags() []cli.Flag {
 		&cli.IntFlag{Name: "sim-kv-blocks", Value: d.KVBlocks, Usage: "KV cache size in blocks (0: derived from the GPU memory and the model's KV bytes per token)", EnvVars: env("sim-kv-blocks")},
 		&cli.IntFlag{Name: "sim-block-tokens", Value: d.BlockTokens, Usage: "tokens per KV block", EnvVars: env("sim-block-tokens")},
 		&cli.IntFlag{Name: "sim-max-num-seqs", Value: d.MaxNumSeqs, Usage: "cap on running sequences (max_num_seqs)", EnvVars: env("sim-max-num-seqs")},
+		&cli.StringFlag{Name: "sim-scheduling-policy", Value: d.SchedulingPolicy, Usage: "priority (the request's priority, then arrival; vLLM's --scheduling-policy priority) or fcfs (arrival alone, vLLM's default)", EnvVars: env("sim-scheduling-policy")},
 		&cli.IntFlag{Name: "sim-max-batched-tokens", Value: d.MaxNumBatchedTokens, Usage: "per-step token budget (max_num_batched_tokens; the default keeps a step with a full prefill chunk within a 100 ms TPOT)", EnvVars: env("sim-max-batched-tokens")},
 	}
 }
@@ -134,6 +135,7 @@ func simConfig(c *cli.Context, cfg *node.Config) {
 	setInt(c, "sim-block-tokens", &cfg.Sim.BlockTokens)
 	setInt(c, "sim-max-num-seqs", &cfg.Sim.MaxNumSeqs)
 	setInt(c, "sim-max-batched-tokens", &cfg.Sim.MaxNumBatchedTokens)
+	setString(c, "sim-scheduling-policy", &cfg.Sim.SchedulingPolicy)
 }
 
 // nodeConfig builds the node's configuration: DefaultConfig, then the --config file, then the

@@ -14,6 +14,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
@@ -36,6 +37,11 @@ type Policy struct {
 	Admission string `json:"admission"`
 	// QueueCap is the per-engine waiting limit of node.AdmissionQueueCap (0 = the node's default).
 	QueueCap int `json:"queue_cap,omitempty"`
+	// EngineScheduling is the scheduling policy of the policy's simulated engines
+	// (sim.Config.SchedulingPolicy: sim.SchedulingPriority or sim.SchedulingFCFS). Empty takes
+	// Config.BaselineScheduling, except for KvmeshPolicy, whose engines always schedule by
+	// priority; a Run's Result records the setting each policy ran with.
+	EngineScheduling string `json:"engine_scheduling,omitempty"`
 }
 
 // ClientTimeout is how long, in simulated time, the load generator's clients wait for a whole
@@ -89,7 +95,8 @@ type Config struct {
 	Nodes int
 	// Engines is where each node's simulated engine runs: testnet.EnginesEmbedded (the
 	// default, in the node) or testnet.EnginesExternal (a standalone engine per node, reached
-	// over HTTP as vLLM is, with the same Sim settings: TimeScale, KVBlocks and Configure's).
+	// over HTTP as vLLM is, with the same Sim settings: TimeScale, KVBlocks, the policy's
+	// EngineScheduling and Configure's).
 	Engines string
 	// TimeScale runs the simulated engines this many times faster than real time; SLOs and
 	// tool waits are scaled with it (see the package doc).
@@ -137,6 +144,11 @@ type Config struct {
 	Requests io.Writer
 	// FittedTTFT runs the load with loadgen.Config.FittedTTFT: requests name no TTFT target.
 	FittedTTFT bool
+	// BaselineScheduling is the scheduling policy of the engines of every policy but
+	// KvmeshPolicy that names none (Policy.EngineScheduling), and of the capacity probe's:
+	// sim.SchedulingPriority (the default, as every engine ran before the setting) or
+	// sim.SchedulingFCFS, vLLM's and SGLang's default, what a deployment without kvmesh runs.
+	BaselineScheduling string
 	// Logger receives the nodes' logs (nil = discard).
 	Logger *slog.Logger
 }
@@ -164,11 +176,12 @@ func DefaultConfig() Config {
 		Seed:     1,
 		// 131,072 tokens: one repository prompt of the mixed workloads (about 100k tokens) fits,
 		// two do not; the simulated H100's derived pool is over three times larger.
-		KVBlocks:        8192,
-		Interactive:     loadgen.DefaultInteractive,
-		Batch:           loadgen.DefaultBatch,
-		ProbeAttainment: 0.9,
-		ProbeSteps:      3,
+		KVBlocks:           8192,
+		Interactive:        loadgen.DefaultInteractive,
+		Batch:              loadgen.DefaultBatch,
+		ProbeAttainment:    0.9,
+		ProbeSteps:         3,
+		BaselineScheduling: sim.SchedulingPriority,
 	}
 }
 
@@ -232,8 +245,16 @@ func (cfg Config) validate() (Config, error) {
 	if len(cfg.Policies) == 0 {
 		cfg.Policies = def.Policies
 	}
+	if cfg.BaselineScheduling == "" {
+		cfg.BaselineScheduling = def.BaselineScheduling
+	}
+	if !slices.Contains(sim.SchedulingPolicies, cfg.BaselineScheduling) {
+		return bad("baseline scheduling %q is not one of %s", cfg.BaselineScheduling, strings.Join(sim.SchedulingPolicies, ", "))
+	}
+	cfg.Policies = slices.Clone(cfg.Policies) // the caller's slice is not written
 	seen := map[string]bool{}
-	for _, p := range cfg.Policies {
+	for i := range cfg.Policies {
+		p := &cfg.Policies[i]
 		if p.Name == "" || seen[p.Name] {
 			return bad("policy name %q empty or repeated", p.Name)
 		}
@@ -248,6 +269,16 @@ func (cfg Config) validate() (Config, error) {
 		}
 		if p.QueueCap < 0 {
 			return bad("policy %s: queue cap %d < 0", p.Name, p.QueueCap)
+		}
+		switch {
+		case p.EngineScheduling != "":
+			if !slices.Contains(sim.SchedulingPolicies, p.EngineScheduling) {
+				return bad("policy %s: engine scheduling %q is not one of %s", p.Name, p.EngineScheduling, strings.Join(sim.SchedulingPolicies, ", "))
+			}
+		case p.Name == KvmeshPolicy:
+			p.EngineScheduling = sim.SchedulingPriority
+		default:
+			p.EngineScheduling = cfg.BaselineScheduling
 		}
 	}
 	if cfg.Duration == 0 {
@@ -291,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Nodes: cfg.Nodes, Engines: cfg.Engines, TimeScale: cfg.TimeScale, Workload: cfg.Workload, Trace: cfg.Trace,
 		Speedup: cfg.Speedup, Scale: cfg.Scale, Seed: cfg.Seed, Duration: cfg.Duration.Seconds(),
 		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
-		Interactive: cfg.Interactive.Name,
+		Interactive: cfg.Interactive.Name, BaselineScheduling: cfg.BaselineScheduling,
 	}
 	if cfg.Trace != "" {
 		res.Workload = "trace"
@@ -353,6 +384,7 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			nc.Gossip.ProbeInterval, nc.Gossip.ProbeTimeout, nc.Gossip.SuspicionMult = 500*time.Millisecond, 250*time.Millisecond, 4
 			nc.Sim.TimeScale = b.cfg.TimeScale
 			nc.Sim.KVBlocks = b.cfg.KVBlocks
+			nc.Sim.SchedulingPolicy = p.EngineScheduling // an external engine takes it too
 			scaleAdmission(&nc.Admit, b.cfg.TimeScale)
 			if b.cfg.Configure != nil {
 				b.cfg.Configure(i, nc)
@@ -434,19 +466,28 @@ func traceRate(cfg Config) (float64, error) {
 }
 
 // ProbePolicy is the baseline whose SLO knee defines capacity: cache-aware routing without
-// admission, what a fleet would run without kvmesh.
+// admission, what a fleet would run without kvmesh. Its engines schedule as
+// Config.BaselineScheduling says.
 var ProbePolicy = Policy{Name: "probe", Route: route.PolicyCacheAware, Admission: node.AdmissionNone}
+
+// probePolicy is ProbePolicy on engines scheduled as the baselines' are.
+func (b *bencher) probePolicy() Policy {
+	p := ProbePolicy
+	p.EngineScheduling = b.cfg.BaselineScheduling
+	return p
+}
 
 // probe measures the mesh's capacity (see the package doc) on its own testnet: the highest
 // offered rate at which ProbePolicy still meets ProbeAttainment, found by doubling the rate
 // until a step misses it and then bisecting.
 func (b *bencher) probe(ctx context.Context) (*Probe, error) {
-	tn, err := b.start(ctx, ProbePolicy)
+	pp := b.probePolicy()
+	tn, err := b.start(ctx, pp)
 	if err != nil {
 		return nil, err
 	}
 	defer tn.Close()
-	pr := &Probe{Policy: ProbePolicy.Route, Attainment: b.cfg.ProbeAttainment}
+	pr := &Probe{Policy: pp.Route, EngineScheduling: pp.EngineScheduling, Attainment: b.cfg.ProbeAttainment}
 	step := func(rate float64) (bool, error) {
 		s := b.cfg.TimeScale
 		b.progressf("capacity probe: %.2f req/s (simulated) for %s", rate, b.cfg.ProbeDuration)
@@ -511,7 +552,7 @@ func searchKnee(start float64, steps int, met func(rate float64) (bool, error)) 
 
 // policy runs every load under p on a fresh testnet.
 func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (rows []Row, err error) {
-	b.progressf("policy %s: starting %d nodes (route %s, admission %s)", p.Name, b.cfg.Nodes, p.Route, p.Admission)
+	b.progressf("policy %s: starting %d nodes (route %s, admission %s, %s engine scheduling)", p.Name, b.cfg.Nodes, p.Route, p.Admission, p.EngineScheduling)
 	tn, err := b.start(ctx, p)
 	if err != nil {
 		return nil, err

@@ -10,11 +10,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
@@ -41,6 +43,11 @@ func TestValidate(t *testing.T) {
 			c.Policies = []Policy{p, p}
 		}, false},
 		{"batch fraction", func(c *Config) { c.TraceBatchFraction = 2 }, false},
+		{"fcfs baselines", func(c *Config) { c.BaselineScheduling = sim.SchedulingFCFS }, true},
+		{"unknown baseline scheduling", func(c *Config) { c.BaselineScheduling = "lifo" }, false},
+		{"unknown engine scheduling", func(c *Config) {
+			c.Policies = []Policy{{Name: "x", Route: "round-robin", Admission: node.AdmissionNone, EngineScheduling: "lifo"}}
+		}, false},
 		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name; c.Interactive.Name = "x"; c.Batch.Name = "x" }, false},
 	}
 	for _, tt := range tests {
@@ -251,7 +258,7 @@ func TestRunShort(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"capacity", "round-robin", "kvmesh", "best other"} {
+	for _, want := range []string{"capacity", "round-robin", "kvmesh", "best other", "engine scheduling (baseline priority): priority for round-robin, kvmesh"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -265,7 +272,7 @@ func TestRunShort(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatalf("JSON: %v", err)
 	}
-	for _, k := range []string{"nodes", "time_scale", "capacity_rps", "probe", "rows", "ratios"} {
+	for _, k := range []string{"nodes", "time_scale", "capacity_rps", "probe", "rows", "ratios", "baseline_scheduling"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
@@ -283,6 +290,89 @@ func TestRunShort(t *testing.T) {
 	for _, p := range cfg.Policies {
 		if !strings.Contains(svg.String(), ">"+p.Name+"<") {
 			t.Errorf("SVG has no series %q", p.Name)
+		}
+	}
+}
+
+// TestEngineScheduling pins which engines schedule how: with BaselineScheduling fcfs every
+// policy but kvmesh, and the capacity probe, runs its engines first come first served, and
+// kvmesh's engines schedule by priority; the default keeps priority everywhere; a policy that
+// names its own keeps it. It starts each policy's testnet (two nodes) and reads what every
+// node's engine was configured with and what it reports in its gossiped state.
+func TestEngineScheduling(t *testing.T) {
+	explicit := Policy{Name: "rr-priority", Route: "round-robin", Admission: node.AdmissionNone, EngineScheduling: sim.SchedulingPriority}
+	all := append(DefaultPolicies(), explicit)
+	resolved := func(baseline string) map[string]string {
+		t.Helper()
+		cfg, err := Config{BaselineScheduling: baseline, Policies: all}.validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, p := range cfg.Policies {
+			got[p.Name] = p.EngineScheduling
+		}
+		got[ProbePolicy.Name] = (&bencher{cfg: cfg}).probePolicy().EngineScheduling
+		return got
+	}
+	for _, baseline := range []string{"", sim.SchedulingPriority, sim.SchedulingFCFS} {
+		got := resolved(baseline)
+		for name, s := range got {
+			want := baseline
+			switch {
+			case want == "", name == KvmeshPolicy, name == explicit.Name:
+				want = sim.SchedulingPriority
+			}
+			if s != want {
+				t.Errorf("baseline %q: policy %s's engines schedule %q, want %q", baseline, name, s, want)
+			}
+		}
+	}
+	if all[0].EngineScheduling != "" {
+		t.Errorf("validate wrote the caller's policies: %+v", all[0])
+	}
+
+	if testing.Short() {
+		t.Skip("starts testnets")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	var configured []string // node i's engine scheduling, as the bench configured it
+	cfg, err := Config{
+		Nodes: 2, TimeScale: 20, BaselineScheduling: sim.SchedulingFCFS, Logger: slog.New(slog.DiscardHandler),
+		Configure: func(i int, nc *node.Config) { configured = append(configured, nc.Sim.SchedulingPolicy) },
+	}.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bencher{cfg: cfg}
+	rr, _ := PolicyByName("round-robin")
+	km, _ := PolicyByName(KvmeshPolicy)
+	for _, tt := range []struct {
+		policy Policy
+		want   string
+	}{{b.probePolicy(), sim.SchedulingFCFS}, {rr, sim.SchedulingFCFS}, {km, sim.SchedulingPriority}} {
+		p := tt.policy
+		if i := slices.IndexFunc(cfg.Policies, func(q Policy) bool { return q.Name == p.Name }); i >= 0 {
+			p = cfg.Policies[i] // as validate resolved it
+		}
+		configured = nil
+		tn, err := b.start(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(configured) != cfg.Nodes || slices.ContainsFunc(configured, func(s string) bool { return s != tt.want }) {
+			t.Errorf("%s: nodes' engines configured %v, want %s", p.Name, configured, tt.want)
+		}
+		for _, n := range tn.Nodes {
+			for _, m := range n.Members() {
+				if m.State.PriorityScheduling != (tt.want == sim.SchedulingPriority) {
+					t.Errorf("%s: %s sees %s's engine report priority scheduling %v, want %s", p.Name, n.Name(), m.Name, m.State.PriorityScheduling, tt.want)
+				}
+			}
+		}
+		if err := tn.Close(); err != nil {
+			t.Error(err)
 		}
 	}
 }

@@ -31,6 +31,11 @@
 // from its vLLM metrics and knows what it caches only from its residency model of the engine's
 // prefix cache, so a run measures the external path, not the engines, against the embedded one.
 //
+// Every policy's engines schedule by priority unless BaselineScheduling is sim.SchedulingFCFS:
+// then the engines of every policy but KvmeshPolicy, and the probe's, run first come first
+// served, as vLLM's and SGLang's default does, and kvmesh's keep priority scheduling (a Policy
+// may name its own, EngineScheduling). Result and its table record which ran.
+//
 // # Time
 //
 // TimeScale speeds the simulated engines up. Everything the workload carries is scaled with it

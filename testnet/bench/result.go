@@ -16,9 +16,11 @@ import (
 type Probe struct {
 	// Capacity is the highest offered rate, in requests per simulated second, at which Policy
 	// (routing, no admission) met Attainment of SLOs.
-	Capacity   float64 `json:"capacity_rps"`
-	Policy     string  `json:"policy"`
-	Attainment float64 `json:"attainment"`
+	Capacity float64 `json:"capacity_rps"`
+	Policy   string  `json:"policy"`
+	// EngineScheduling is the probe's engines' scheduling policy (Config.BaselineScheduling).
+	EngineScheduling string  `json:"engine_scheduling"`
+	Attainment       float64 `json:"attainment"`
 	// Steps are the rates tried, in order.
 	Steps []ProbeStep `json:"steps"`
 }
@@ -151,6 +153,9 @@ type Result struct {
 	Loads       []float64 `json:"loads"`
 	Policies    []Policy  `json:"policies"`
 	Interactive string    `json:"interactive_class"`
+	// BaselineScheduling is Config.BaselineScheduling; each policy's engines' scheduling is
+	// its Policies entry's EngineScheduling.
+	BaselineScheduling string `json:"baseline_scheduling"`
 	// Capacity is Probe.Capacity, or Config.Capacity when it was given (Probe is then nil),
 	// in requests per simulated second.
 	Capacity float64 `json:"capacity_rps"`
@@ -208,6 +213,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
 		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
+	p("engine scheduling (baseline %s): %s\n", r.BaselineScheduling, schedulingByPolicy(r.Policies))
 	p("rates, latencies in simulated time (wall × time scale)\n")
 	if r.Probe == nil {
 		p("capacity %.2f req/s: given\n", r.Capacity)
@@ -216,8 +222,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 		for _, st := range r.Probe.Steps {
 			steps = append(steps, fmt.Sprintf("%.2f:%s", st.OfferedRPS, pct(st.Attainment)))
 		}
-		p("capacity %.2f req/s: the highest rate at which %s routing without admission met %s of SLOs (probed %s)\n",
-			r.Capacity, r.Probe.Policy, pct(r.Probe.Attainment), strings.Join(steps, " "))
+		p("capacity %.2f req/s: the highest rate at which %s routing without admission, on %s engines, met %s of SLOs (probed %s)\n",
+			r.Capacity, r.Probe.Policy, r.Probe.EngineScheduling, pct(r.Probe.Attainment), strings.Join(steps, " "))
 	}
 	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tp99 TTFT\trefusals\tcache hit\trefusal reasons\tfailures\n", r.Interactive)
 	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\ts\t\t\t\t\n")
@@ -245,6 +251,24 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// schedulingByPolicy says which policies' engines ran under which scheduling policy, e.g.
+// "fcfs for round-robin, least-load; priority for kvmesh", settings in their first policy's order.
+func schedulingByPolicy(ps []Policy) string {
+	var order []string
+	names := map[string][]string{}
+	for _, p := range ps {
+		if _, ok := names[p.EngineScheduling]; !ok {
+			order = append(order, p.EngineScheduling)
+		}
+		names[p.EngineScheduling] = append(names[p.EngineScheduling], p.Name)
+	}
+	parts := make([]string, len(order))
+	for i, s := range order {
+		parts[i] = s + " for " + strings.Join(names[s], ", ")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // residencyRows are the rows that measured a residency model (external engines).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,11 @@ type Config struct {
 	// crosses to this engine: a handover waits KVBytes / LinkGBps before it may decode.
 	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE).
 	LinkGBps float64 `json:"link_gbps"`
+	// SchedulingPolicy is vLLM's --scheduling-policy: SchedulingPriority (the default) orders
+	// the waiting queue, the running batch and preemption by Request.Priority, then arrival;
+	// SchedulingFCFS ignores Request.Priority, so every request is scheduled by arrival alone
+	// and a preemption takes the latest arrival, as vLLM's and SGLang's default policy does.
+	SchedulingPolicy string `json:"scheduling_policy"`
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
 	// evicted from the prefix cache. It must not block and must not keep the slices.
 	OnPrefix func(stored, evicted []uint64) `json:"-"`
@@ -67,6 +73,15 @@ type Config struct {
 	// Logger; nil discards.
 	Logger *slog.Logger `json:"-"`
 }
+
+// Scheduling policies of Config.SchedulingPolicy, named as vLLM's --scheduling-policy values.
+const (
+	SchedulingPriority = "priority"
+	SchedulingFCFS     = "fcfs"
+)
+
+// SchedulingPolicies lists the values of Config.SchedulingPolicy.
+var SchedulingPolicies = []string{SchedulingPriority, SchedulingFCFS}
 
 // DefaultConfig returns the Llama-3.1-8B on H100 SXM 80 GB configuration.
 func DefaultConfig() Config {
@@ -86,6 +101,7 @@ func DefaultConfig() Config {
 		HitRateWindow:        65536,
 		Role:                 RoleMixed,
 		LinkGBps:             25,
+		SchedulingPolicy:     SchedulingPriority,
 	}
 }
 
@@ -131,6 +147,9 @@ func (c *Config) fill() {
 	}
 	if c.LinkGBps == 0 {
 		c.LinkGBps = d.LinkGBps
+	}
+	if c.SchedulingPolicy == "" {
+		c.SchedulingPolicy = d.SchedulingPolicy
 	}
 }
 
@@ -186,6 +205,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Role %q is not mixed, prefill or decode", ErrConfig, c.Role)
 	case !(c.LinkGBps > 0):
 		return fmt.Errorf("%w: LinkGBps %v must be > 0", ErrConfig, c.LinkGBps)
+	case !slices.Contains(SchedulingPolicies, c.SchedulingPolicy):
+		return fmt.Errorf("%w: SchedulingPolicy %q is not %s or %s", ErrConfig, c.SchedulingPolicy, SchedulingPriority, SchedulingFCFS)
 	}
 	return nil
 }

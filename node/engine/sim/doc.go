@@ -39,6 +39,12 @@
 // schedule is the first-come-first-served one, step for step. State reports
 // PriorityScheduling and what of QueuedPrefillTokens is ahead of a high request
 // (QueuedBeforeHigh) and what a normal one goes before (QueuedLowWaiting).
+//
+// Config.SchedulingPolicy mirrors vLLM's --scheduling-policy: SchedulingPriority, the default,
+// is the above; SchedulingFCFS (vLLM's and SGLang's default) ignores Request.Priority by
+// scheduling every request at priority 0, which makes the schedule first come, first served:
+// arrival order, no preemption for a waiting request, the latest arrival preempted first.
+// State then reports no PriorityScheduling and leaves the class split zero.
 // docs/design/engine.md has the rules, and how an external vLLM is sent the priority.
 //
 // # Roles

@@ -228,7 +228,8 @@ func (s *Sim) preemptLocked(q *seq) {
 // (it arrived before any sequence of its priority still waiting there, bar other preempted
 // ones). The running list is sorted by priority, higher first, then arrival (id): the order
 // in which running sequences take the step's budget, so its tail is the preemption victim.
-// With every priority equal both are first come, first served.
+// With every priority equal both are first come, first served: so under SchedulingFCFS, which
+// gives every sequence priority 0 (schedPriority).
 
 // enqueueLocked puts a new sequence at the back of its priority band in the waiting queue.
 func (s *Sim) enqueueLocked(q *seq) {

@@ -35,7 +35,7 @@ const (
 // seq is one request inside the engine.
 type seq struct {
 	id           uint64 // arrival order: within a priority, preemption picks the highest running id
-	priority     int    // engine.Request.Priority: higher is scheduled first, preempted last
+	priority     int    // engine.Request.Priority (0 under fcfs): higher is scheduled first, preempted last
 	model        string
 	blocks       []uint64 // full prompt blocks' chained hashes
 	promptTokens int
@@ -280,7 +280,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		blocks:       blocks,
 		promptTokens: p,
 		maxTokens:    total,
-		priority:     req.Priority,
+		priority:     s.schedPriority(req.Priority),
 		natural:      natural,
 		minTokens:    opts.minTokens,
 		tseed:        tseed,
@@ -331,6 +331,16 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	}
 	s.kick()
 	return st, nil
+}
+
+// schedPriority is the priority the scheduler orders a request of priority p by: p itself
+// under SchedulingPriority, and 0 for every request under SchedulingFCFS, which makes the
+// scheduler first come, first served (see the queues' order in sched.go).
+func (s *Sim) schedPriority(p int) int {
+	if s.cfg.SchedulingPolicy == SchedulingFCFS {
+		return 0
+	}
+	return p
 }
 
 func (s *Sim) kick() {
@@ -473,6 +483,12 @@ func (s *Sim) State() engine.State {
 		hit = float64(s.hitOK) / float64(s.hitTok)
 	}
 	c := &s.cfg
+	byPriority := c.SchedulingPolicy == SchedulingPriority
+	beforeHigh, lowWaiting := running+waiting[0], waiting[2]
+	if !byPriority {
+		// Every sequence has priority 0 (schedPriority): nothing is ahead of a class alone.
+		beforeHigh, lowWaiting = 0, 0
+	}
 	full := c.StepFixed + time.Duration(c.MaxNumBatchedTokens)*(c.StepPerToken+c.StepPerContextToken)
 	decode := c.StepFixed + time.Duration(max(1, len(s.running)))*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken
 	return engine.State{
@@ -484,9 +500,9 @@ func (s *Sim) State() engine.State {
 		Running:                len(s.running),
 		Waiting:                len(s.waiting),
 		QueuedPrefillTokens:    running + waiting[0] + waiting[1] + waiting[2],
-		PriorityScheduling:     true,
-		QueuedBeforeHigh:       running + waiting[0],
-		QueuedLowWaiting:       waiting[2],
+		PriorityScheduling:     byPriority,
+		QueuedBeforeHigh:       beforeHigh,
+		QueuedLowWaiting:       lowWaiting,
 		PrefillTokensPerSecond: float64(c.MaxNumBatchedTokens) / full.Seconds() * c.TimeScale,
 		DecodeStepSeconds:      decode.Seconds() / c.TimeScale,
 		MaxRunning:             c.MaxNumSeqs,

@@ -56,6 +56,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative time scale", func(c *Config) { c.TimeScale = -1 }},
 		{"negative coefficient", func(c *Config) { c.StepPerToken = -1 }},
 		{"negative seqs", func(c *Config) { c.MaxNumSeqs = -3 }},
+		{"unknown scheduling policy", func(c *Config) { c.SchedulingPolicy = "lifo" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
