@@ -3,7 +3,7 @@
 // as a Markdown table. Every input of the model is a flag; the defaults are kvmesh's and the
 // Mooncake trace's, uncalibrated.
 //
-//	go run ./cmd/scalemodel -nodes 128,256,512,1000
+//	go run ./cmd/scalemodel -nodes 16,32,64,128,256,512,1000
 package main
 
 import (
@@ -29,24 +29,28 @@ func run(args []string, out io.Writer) error {
 	d := scalemodel.DefaultConfig()
 	fs := flag.NewFlagSet("scalemodel", flag.ContinueOnError)
 	fs.SetOutput(out)
-	sizes := fs.String("nodes", "128,256,512,1000", "mesh sizes, comma-separated")
+	sizes := fs.String("nodes", "16,32,64,128,256,512,1000", "mesh sizes, comma-separated")
 	domain := fs.Int("domain", 100, "the second row of each size splits the mesh into models of about this many nodes (0: one row)")
+	trace := fs.String("trace", "", "a Mooncake-format trace to take -anchor-fraction from (512-token hash ids, 16-token blocks)")
 	c := d
 	fs.DurationVar(&c.GossipInterval, "gossip-interval", d.GossipInterval, "memberlist's GossipInterval")
 	fs.IntVar(&c.GossipNodes, "gossip-nodes", d.GossipNodes, "memberlist's GossipNodes (fanout)")
-	fs.IntVar(&c.RetransmitMult, "retransmit-mult", d.RetransmitMult, "retransmissions: this × ceil(log10(n+1))")
-	fs.IntVar(&c.PacketBytes, "packet-bytes", d.PacketBytes, "a gossip packet's payload budget")
-	fs.IntVar(&c.MaxBytesPerSecond, "max-bytes-per-second", d.MaxBytesPerSecond, "each node's gossip byte budget")
-	fs.IntVar(&c.MaxMessage, "max-message", d.MaxMessage, "a delta message's largest size")
-	fs.DurationVar(&c.FlushInterval, "flush-interval", d.FlushInterval, "how often deltas are cut into messages")
+	fs.IntVar(&c.RetransmitMult, "retransmit-mult", d.RetransmitMult, "a record's transmissions: this × ceil(log10(n+1))")
+	fs.IntVar(&c.PacketBytes, "packet-bytes", d.PacketBytes, "a memberlist gossip packet's payload budget")
 	fs.DurationVar(&c.PublishInterval, "publish-interval", d.PublishInterval, "a state record's period")
 	fs.DurationVar(&c.StaleAfter, "stale-after", d.StaleAfter, "a record older than this is stale")
+	fs.DurationVar(&c.PushPullInterval, "push-pull-interval", d.PushPullInterval, "memberlist's PushPullInterval")
+	fs.DurationVar(&c.PrefixInterval, "prefix-interval", d.PrefixInterval, "how often a node sends its anchor deltas to its domain")
+	fs.IntVar(&c.MaxPayload, "max-payload", d.MaxPayload, "a prefix packet's largest payload, header included")
+	fs.IntVar(&c.DeltaHeader, "delta-header", d.DeltaHeader, "a prefix packet's delta header")
+	fs.IntVar(&c.MaxBytesPerSecond, "max-bytes-per-second", d.MaxBytesPerSecond, "each node's gossip byte budget")
 	fs.Float64Var(&c.Churn, "churn", d.Churn, "blocks each node stores a second (as many evicted)")
+	fs.Float64Var(&c.AnchorFraction, "anchor-fraction", d.AnchorFraction, "the share of stored and evicted blocks that are anchors")
 	fs.IntVar(&c.Resident, "resident", d.Resident, "blocks each engine holds")
 	fs.IntVar(&c.MaxBlocksPerPeer, "max-blocks-per-peer", d.MaxBlocksPerPeer, "the index's cap a peer")
 	fs.DurationVar(&c.HopLatency, "hop-latency", d.HopLatency, "calibration: from a send to the receiver's use of the message")
 	fs.IntVar(&c.RecordBytes, "record-bytes", d.RecordBytes, "calibration: a state record with its envelope")
-	fs.IntVar(&c.PacketOverhead, "packet-overhead", d.PacketOverhead, "calibration: wire bytes a packet adds")
+	fs.IntVar(&c.PacketOverhead, "packet-overhead", d.PacketOverhead, "calibration: bytes a packet adds to its payload (encryption, memberlist framing)")
 	fs.Float64Var(&c.EntryBytes, "entry-bytes", d.EntryBytes, "calibration: the index's heap a (peer, block) entry")
 	fs.Float64Var(&c.DistinctBytes, "distinct-bytes", d.DistinctBytes, "calibration: the index's heap a distinct block hash")
 	fs.DurationVar(&c.Warmup, "warmup", d.Warmup, "simulated time before measuring")
@@ -65,8 +69,21 @@ func run(args []string, out io.Writer) error {
 		}
 		ns = append(ns, n)
 	}
-	fmt.Fprintf(out, "| nodes | models × nodes | visible p50 | p99 | visible | record age p50 | p99 | stale | state kB/s | prefix kB/s | wire kB/s | push/pull kB/s | sends / limit | delta demand MB/s | index MiB |\n")
-	fmt.Fprintf(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	if *trace != "" {
+		f, err := os.Open(*trace)
+		if err != nil {
+			return err
+		}
+		b, err := scalemodel.CountTraceBlocks(f, 512, 16)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		c.AnchorFraction = b.Fraction()
+		fmt.Fprintf(out, "%s: %d requests, %d new blocks, %d anchors: anchor fraction %.5f\n\n", *trace, b.Requests, b.New, b.Anchors, c.AnchorFraction)
+	}
+	fmt.Fprintf(out, "| nodes | models × nodes | visible p50 | p99 | visible | record age p50 | p99 | stale | state kB/s | prefix sent kB/s | received kB/s | wire kB/s | prefix demand kB/s | waited | dropped | join burst kB | index MiB |\n")
+	fmt.Fprintf(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, n := range ns {
 		models := []int{1}
 		if *domain > 0 && n / *domain >= 2 {
@@ -79,9 +96,10 @@ func run(args []string, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "| %d | %d × %d | %s | %s | %.0f%% | %s | %s | %.0f%% | %.1f | %.1f | %.1f | %.1f | %.1f / %d | %.1f | %.0f |\n",
+			fmt.Fprintf(out, "| %d | %d × %d | %s | %s | %.0f%% | %s | %s | %.0f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %.0f%% | %.0f | %.1f |\n",
 				n, m, r.Domain, dur(r.VisibleP50), dur(r.VisibleP99), 100*r.Visible, dur(r.RecordAgeP50), dur(r.RecordAgeP99),
-				100*r.Stale, r.StateBytes/1e3, r.PrefixBytes/1e3, r.WireBytes/1e3, r.PushPullBytes/1e3, r.Sends, r.DeltaLimit, r.DeltaDemand/1e6, r.IndexBytes/(1<<20))
+				100*r.Stale, r.StateBytes/1e3, r.PrefixSent/1e3, r.PrefixReceived/1e3, r.WireBytes/1e3, r.PrefixDemand/1e3,
+				100*r.Waited, 100*r.Dropped, r.JoinBurst/1e3, r.IndexBytes/(1<<20))
 		}
 	}
 	return nil

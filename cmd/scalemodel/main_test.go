@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,5 +27,22 @@ func TestTablePrintsARowPerScenario(t *testing.T) {
 	}
 	if err := run([]string{"-nodes", "1"}, &out); err == nil {
 		t.Error("-nodes 1 accepted")
+	}
+}
+
+// TestTraceSetsTheAnchorFraction pins -trace: the fraction is the trace's, and said.
+func TestTraceSetsTheAnchorFraction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	// One 1,024-token prompt: 64 new blocks, 7 anchors.
+	if err := os.WriteFile(path, []byte(`{"timestamp": 0, "input_length": 1024, "hash_ids": [0, 1]}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	args := []string{"-trace", path, "-nodes", "8", "-domain", "0", "-warmup", "1s", "-duration", "1s", "-probes", "1"}
+	if err := run(args, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "64 new blocks, 7 anchors: anchor fraction 0.10938") {
+		t.Errorf("output:\n%s", out.String())
 	}
 }

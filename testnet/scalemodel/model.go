@@ -18,28 +18,35 @@ type Config struct {
 	Nodes  int
 	Models int
 
-	// kvmesh's and memberlist's settings (gossip.Config's defaults).
-	GossipInterval    time.Duration // memberlist's GossipInterval: 200 ms
-	GossipNodes       int           // memberlist's GossipNodes: 3
-	RetransmitMult    int           // 4
-	PacketBytes       int           // a memberlist gossip packet's payload: 1,369 bytes
-	MaxBytesPerSecond int           // the node's budget: 64 KiB/s
-	MaxMessage        int           // a delta's largest message: 1,024 bytes
-	FlushInterval     time.Duration // 50 ms
-	PublishInterval   time.Duration // 1 s
-	StaleAfter        time.Duration // 3 s
-	PushPullInterval  time.Duration // 10 s, scaled as memberlist scales it above 32 members
+	// memberlist's settings, which carry the state records (gossip.Config's defaults).
+	GossipInterval   time.Duration // memberlist's GossipInterval: 200 ms
+	GossipNodes      int           // memberlist's GossipNodes: 3
+	RetransmitMult   int           // 4
+	PacketBytes      int           // a memberlist gossip packet's payload: 1,369 bytes
+	PublishInterval  time.Duration // a record's period: 1 s
+	StaleAfter       time.Duration // 3 s
+	PushPullInterval time.Duration // 10 s, scaled as memberlist scales it above 32 members
+
+	// kvmesh's prefix gossip: every PrefixInterval a node sends its pending anchor deltas to
+	// each member of its domain, in packets of at most MaxPayload bytes (DeltaHeader of them
+	// the delta's header), within MaxBytesPerSecond for everything it sends.
+	PrefixInterval    time.Duration // 500 ms
+	MaxPayload        int           // 1,024 bytes
+	DeltaHeader       int           // envelope, origin, boot id, counts: 30 bytes
+	MaxBytesPerSecond int           // 64 KiB/s
 
 	// The workload: Churn blocks stored a second a node, and as many evicted (its pool is
-	// full); Resident blocks held by each engine, MaxBlocksPerPeer the index's cap.
+	// full), AnchorFraction of them anchors; Resident blocks held by each engine,
+	// MaxBlocksPerPeer the index's cap on a peer's entries.
 	Churn            float64
+	AnchorFraction   float64
 	Resident         int
 	MaxBlocksPerPeer int
 
 	// Inputs to fit on the 16-, 32- and 64-node measurements.
 	HopLatency     time.Duration // a send to the receiver's use of it: 1 ms
 	RecordBytes    int           // a state record with its envelope: 330 bytes
-	PacketOverhead int           // wire bytes a packet adds: IP and UDP 28, memberlist 1, AES-GCM 29
+	PacketOverhead int           // bytes a packet adds to its payload: AES-GCM 28, memberlist 1
 	EntryBytes     float64       // the index's heap a (peer, block) entry: 48
 	DistinctBytes  float64       // and a distinct hash: 112 (no block shared between peers)
 
@@ -51,7 +58,8 @@ type Config struct {
 }
 
 // DefaultConfig is kvmesh's defaults with the Mooncake conversation trace's per-node churn
-// (1,180 blocks a second, testnet's BenchmarkScale) on simulated H100 pools (29,206 blocks).
+// (1,180 blocks a second, testnet's BenchmarkScale) and anchor fraction on simulated H100
+// pools (29,206 blocks).
 func DefaultConfig() Config {
 	return Config{
 		Nodes:             128,
@@ -60,18 +68,20 @@ func DefaultConfig() Config {
 		GossipNodes:       3,
 		RetransmitMult:    4,
 		PacketBytes:       1400 - 2 - 29,
-		MaxBytesPerSecond: 64 << 10,
-		MaxMessage:        1024,
-		FlushInterval:     50 * time.Millisecond,
 		PublishInterval:   time.Second,
 		StaleAfter:        3 * time.Second,
 		PushPullInterval:  10 * time.Second,
+		PrefixInterval:    500 * time.Millisecond,
+		MaxPayload:        1024,
+		DeltaHeader:       30,
+		MaxBytesPerSecond: 64 << 10,
 		Churn:             1180,
+		AnchorFraction:    DefaultAnchorFraction,
 		Resident:          29206,
 		MaxBlocksPerPeer:  1 << 16,
 		HopLatency:        time.Millisecond,
 		RecordBytes:       330,
-		PacketOverhead:    28 + 1 + 29,
+		PacketOverhead:    28 + 1,
 		EntryBytes:        48,
 		DistinctBytes:     112,
 		Warmup:            10 * time.Second,
@@ -93,12 +103,14 @@ func (c *Config) fill() error {
 	orDefault(&c.GossipNodes, d.GossipNodes)
 	orDefault(&c.RetransmitMult, d.RetransmitMult)
 	orDefault(&c.PacketBytes, d.PacketBytes)
-	orDefault(&c.MaxBytesPerSecond, d.MaxBytesPerSecond)
-	orDefault(&c.MaxMessage, d.MaxMessage)
-	orDefault(&c.FlushInterval, d.FlushInterval)
 	orDefault(&c.PublishInterval, d.PublishInterval)
 	orDefault(&c.StaleAfter, d.StaleAfter)
 	orDefault(&c.PushPullInterval, d.PushPullInterval)
+	orDefault(&c.PrefixInterval, d.PrefixInterval)
+	orDefault(&c.MaxPayload, d.MaxPayload)
+	orDefault(&c.DeltaHeader, d.DeltaHeader)
+	orDefault(&c.MaxBytesPerSecond, d.MaxBytesPerSecond)
+	orDefault(&c.AnchorFraction, d.AnchorFraction)
 	orDefault(&c.Resident, d.Resident)
 	orDefault(&c.MaxBlocksPerPeer, d.MaxBlocksPerPeer)
 	orDefault(&c.RecordBytes, d.RecordBytes)
@@ -113,12 +125,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: %d nodes", ErrConfig, c.Nodes)
 	case c.Models < 1 || c.Nodes/c.Models < 2:
 		return fmt.Errorf("%w: %d models over %d nodes leave a domain under 2 nodes", ErrConfig, c.Models, c.Nodes)
-	case c.Churn < 0 || c.HopLatency < 0 || c.PacketOverhead < 0:
-		return fmt.Errorf("%w: negative churn, hop latency or packet overhead", ErrConfig)
-	case c.RecordBytes+2 > c.PacketBytes || c.MaxMessage+2 > c.PacketBytes:
-		return fmt.Errorf("%w: a record or a message larger than a packet", ErrConfig)
-	case c.MaxMessage <= deltaHeader+8:
-		return fmt.Errorf("%w: MaxMessage %d holds no block", ErrConfig, c.MaxMessage)
+	case c.Churn < 0 || c.HopLatency < 0 || c.PacketOverhead < 0 || c.DeltaHeader < 0:
+		return fmt.Errorf("%w: negative churn, hop latency, header or packet overhead", ErrConfig)
+	case c.AnchorFraction > 1:
+		return fmt.Errorf("%w: anchor fraction %g over 1", ErrConfig, c.AnchorFraction)
+	case c.RecordBytes+2 > c.PacketBytes:
+		return fmt.Errorf("%w: a record larger than a packet", ErrConfig)
+	case c.MaxPayload < c.DeltaHeader+8:
+		return fmt.Errorf("%w: a %d-byte payload holds no block", ErrConfig, c.MaxPayload)
 	}
 	return nil
 }
@@ -131,33 +145,40 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-// Result is what a scenario predicts. Bytes are per node and second, as kvmesh counts them
-// (kvmesh_gossip_sent_bytes_total: a message and 2 bytes); WireBytes adds each packet's
-// overhead.
+// Result is what a scenario predicts. Bytes are a node's a second. State bytes count a
+// record and 2 (kvmesh_gossip_sent_bytes_total's rule); prefix bytes count each packet whole
+// (its hashes, DeltaHeader and PacketOverhead), as the budget does. WireBytes is both with
+// the record packets' overhead.
 type Result struct {
 	Nodes, Models, Domain      int
-	RecordLimit, DeltaLimit    int // transmissions of a record, of a delta, per node
+	RecordLimit                int // memberlist's transmissions of a record
 	VisibleP50, VisibleP99     time.Duration
 	Visible                    float64 // share of probes every domain member held in time
 	RecordAgeP50, RecordAgeP99 time.Duration
 	Stale                      float64 // share of sampled (viewer, origin) records past StaleAfter, or none yet
-	StateBytes, PrefixBytes    float64
+	StateBytes                 float64
+	PrefixSent, PrefixReceived float64
 	WireBytes                  float64
 	PushPullBytes              float64 // snapshots and records over TCP, both directions
-	// Sends is how many times a node sent a delta it queued, on average (DeltaLimit when
-	// the budget allows every transmission; below it, the queue was pruned first), and
-	// DeltaDemand the prefix bytes a node would send if every delta got DeltaLimit.
-	Sends, DeltaDemand float64
-	IndexBytes         float64 // the prefix index's heap a node, every domain peer at Resident
+	// PrefixDemand is what a node's prefix sends would cost with no budget (every anchor
+	// change to every domain peer, packed as one round packs them). Of the anchor changes,
+	// Cancelled is the share that met their block's eviction while pending (both go), Dropped
+	// the share dropped in a backlog over two seconds of budget (push/pull repairs them),
+	// Waited the share sent a round or more late.
+	PrefixDemand               float64
+	Cancelled, Dropped, Waited float64
+	// JoinBurst is what a node joining a domain receives at once: every member's anchored
+	// snapshot, in packets.
+	JoinBurst  float64
+	IndexBytes float64 // the prefix index's heap a node, every domain peer at Resident
 }
-
-// The deltas' framing: kvmesh's envelope, origin and boot id and the summary's header take
-// about this many bytes of a message; the rest holds 8 bytes a block.
-const deltaHeader = 44
 
 // RetransmitLimit is memberlist's: how many times a node sends one message of a queue whose
 // NumNodes is n.
 func RetransmitLimit(mult, n int) int { return mult * int(math.Ceil(math.Log10(float64(n+1)))) }
+
+// backlogSeconds is how much budget a node's pending deltas may cost before they are dropped.
+const backlogSeconds = 2
 
 // Run simulates cfg and returns its prediction.
 func Run(cfg Config) (Result, error) {
@@ -173,9 +194,7 @@ type message struct {
 	origin int32
 	size   int32
 	seq    int32 // a record's sequence number
-	probe  int32 // the probe it belongs to, or -1
 	born   float64
-	seen   []uint64 // deltas: the domain members holding it, by their index in the domain
 }
 
 type entry struct {
@@ -185,22 +204,32 @@ type entry struct {
 	dead      bool
 }
 
-// queue is a node's TransmitLimitedQueue: tiers by transmissions, newest last in each.
+// queue is a node's TransmitLimitedQueue of records: tiers by transmissions, newest last in
+// each.
 type queue struct {
 	tiers    [][]*entry
 	live     int
 	limit    int
-	byOrigin map[int32]*entry // records: the queued record of each origin
+	byOrigin map[int32]*entry // the queued record of each origin
+}
+
+// chunk is a run of a node's pending anchor changes, oldest first: stores and evictions of
+// one round, or a probe's anchors.
+type chunk struct {
+	born           float64
+	stores, evicts int
+	probe          int32 // or -1
 }
 
 type node struct {
 	domain, local    int
 	tokens, tokensAt float64
-	records, deltas  queue
+	records          queue
 	seq              int32
 	carry            float64
-	pending          []int32    // probes stored since the last flush
-	probed           []*message // its probes' messages, which its snapshot carries
+	pending          []chunk
+	probes           []int32 // its probes, which its snapshot carries
+	sent, received   float64 // prefix bytes in the measured window
 }
 
 type event struct {
@@ -211,7 +240,7 @@ type event struct {
 
 const (
 	evTick = iota
-	evFlush
+	evRound
 	evPublish
 	evPushPull
 )
@@ -227,13 +256,24 @@ func (e *events) next(ev event)      { heap.Push(e, ev) }
 func (e events) peek() (event, bool) { return e[0], len(e) > 0 }
 
 type probe struct {
-	at        float64
-	need, got int
-	done      float64
-	messages  int
-	origin    int32
-	visible   bool
+	at      float64
+	got     int
+	seen    []uint64 // the domain members holding it, by their index in the domain
+	done    float64
+	origin  int32
+	visible bool
 }
+
+// probeAnchors is a probe's anchors: a new 2,048-token prefix is 128 blocks.
+var probeAnchors = func() int {
+	n := 0
+	for pos := range 128 {
+		if IsAnchor(pos) {
+			n++
+		}
+	}
+	return n
+}()
 
 type sim struct {
 	cfg     Config
@@ -248,11 +288,11 @@ type sim struct {
 	start   float64 // the measured window
 	end     float64
 	// measured
-	stateBytes, prefixBytes, wire float64
-	pushPullBytes                 float64
-	queued, sends                 float64
-	ages                          []float64
-	nextProbe                     int
+	stateBytes, wire, pushPullBytes float64
+	changes, cancelled              float64
+	dropped, waited                 float64
+	ages                            []float64
+	nextProbe                       int
 }
 
 func newSim(cfg Config) *sim {
@@ -267,9 +307,6 @@ func newSim(cfg Config) *sim {
 		s.domains[d] = append(s.domains[d], int32(i))
 		s.nodes[i].records = queue{limit: recLimit, byOrigin: map[int32]*entry{}}
 	}
-	for i := range s.nodes {
-		s.nodes[i].deltas.limit = RetransmitLimit(cfg.RetransmitMult, len(s.domains[s.nodes[i].domain]))
-	}
 	s.recSeq = make([]int32, n*n)
 	s.recBorn = make([]float32, n*n)
 	s.start = cfg.Warmup.Seconds()
@@ -279,7 +316,7 @@ func newSim(cfg Config) *sim {
 	}
 	for i := range s.nodes {
 		s.ev.next(event{t: s.rng.Float64() * cfg.GossipInterval.Seconds(), node: int32(i), kind: evTick})
-		s.ev.next(event{t: s.rng.Float64() * cfg.FlushInterval.Seconds(), node: int32(i), kind: evFlush})
+		s.ev.next(event{t: s.rng.Float64() * cfg.PrefixInterval.Seconds(), node: int32(i), kind: evRound})
 		s.ev.next(event{t: s.rng.Float64() * cfg.PublishInterval.Seconds(), node: int32(i), kind: evPublish})
 		s.ev.next(event{t: s.rng.Float64() * s.pushPullEvery(), node: int32(i), kind: evPushPull})
 	}
@@ -300,19 +337,16 @@ func (s *sim) run() {
 			nextSample++
 		}
 		for s.nextProbe < len(s.probes) && s.probes[s.nextProbe].at <= ev.t {
-			p := &s.probes[s.nextProbe]
-			p.origin = int32(s.rng.IntN(len(s.nodes)))
-			nd := &s.nodes[p.origin]
-			nd.pending = append(nd.pending, int32(s.nextProbe))
+			s.store(s.nextProbe)
 			s.nextProbe++
 		}
 		switch ev.kind {
 		case evTick:
-			s.tick(int(ev.node), ev.t)
+			s.gossipRecords(int(ev.node), ev.t)
 			ev.t += s.cfg.GossipInterval.Seconds()
-		case evFlush:
-			s.flush(int(ev.node), ev.t)
-			ev.t += s.cfg.FlushInterval.Seconds()
+		case evRound:
+			s.round(int(ev.node), ev.t)
+			ev.t += s.cfg.PrefixInterval.Seconds()
 		case evPublish:
 			s.publish(int(ev.node), ev.t)
 			ev.t += s.cfg.PublishInterval.Seconds()
@@ -326,6 +360,21 @@ func (s *sim) run() {
 
 func (s *sim) measuring(t float64) bool { return t >= s.start && t < s.end }
 
+// store puts probe k's prefix on a random node: its anchors join the node's pending changes.
+func (s *sim) store(k int) {
+	p := &s.probes[k]
+	p.origin = int32(s.rng.IntN(len(s.nodes)))
+	nd := &s.nodes[p.origin]
+	dom := s.domains[nd.domain]
+	p.seen = make([]uint64, (len(dom)+63)/64)
+	p.seen[nd.local/64] |= 1 << (nd.local % 64)
+	nd.probes = append(nd.probes, int32(k))
+	nd.pending = append(nd.pending, chunk{born: p.at, stores: probeAnchors, probe: int32(k)})
+	if s.measuring(p.at) {
+		s.changes += float64(probeAnchors)
+	}
+}
+
 // pushPullEvery is memberlist's push/pull period: the interval, times ceil(log2(n/32))+1
 // above 32 members.
 func (s *sim) pushPullEvery() float64 {
@@ -336,16 +385,22 @@ func (s *sim) pushPullEvery() float64 {
 	return every
 }
 
+// anchored is a snapshot's anchors: a peer's resident blocks that are anchors, within the
+// index's cap.
+func (s *sim) anchored() int {
+	return min(int(math.Round(float64(s.cfg.Resident)*s.cfg.AnchorFraction)), s.cfg.MaxBlocksPerPeer)
+}
+
 // pushPull is memberlist's state exchange of node a with a random member of the mesh: each
-// side takes the other's record and, inside one domain, its full residency (a snapshot from
-// outside every domain is refused). Neither relays what it took.
+// side takes the other's record and, inside one domain, its anchored residency (a snapshot
+// from outside every domain is refused). Neither relays what it took.
 func (s *sim) pushPull(a int, t float64) {
 	b := s.rng.IntN(len(s.nodes) - 1)
 	if b >= a {
 		b++
 	}
 	at := t + s.cfg.HopLatency.Seconds()
-	snapshot := float64(s.cfg.RecordBytes + 8*min(s.cfg.Resident, s.cfg.MaxBlocksPerPeer))
+	snapshot := float64(s.cfg.RecordBytes + 8*s.anchored())
 	if s.measuring(t) {
 		s.pushPullBytes += 2 * snapshot
 	}
@@ -356,8 +411,8 @@ func (s *sim) pushPull(a int, t float64) {
 			s.recSeq[to*n+from], s.recBorn[to*n+from] = seq, s.recBorn[from*n+from]
 		}
 		if s.nodes[from].domain == s.nodes[to].domain {
-			for _, m := range s.nodes[from].probed {
-				s.deliverDelta(to, m, at, false)
+			for _, k := range s.nodes[from].probes {
+				s.deliver(to, int(k), at)
 			}
 		}
 	}
@@ -366,83 +421,149 @@ func (s *sim) pushPull(a int, t float64) {
 func (s *sim) publish(i int, t float64) {
 	nd := &s.nodes[i]
 	nd.seq++
-	m := &message{origin: int32(i), size: int32(s.cfg.RecordBytes), seq: nd.seq, probe: -1, born: t}
+	m := &message{origin: int32(i), size: int32(s.cfg.RecordBytes), seq: nd.seq, born: t}
 	n := len(s.nodes)
 	s.recSeq[i*n+i], s.recBorn[i*n+i] = m.seq, float32(t)
 	nd.records.pushRecord(m, t)
 }
 
-func (s *sim) flush(i int, t float64) {
-	nd := &s.nodes[i]
-	per := (s.cfg.MaxMessage - deltaHeader) / 8
-	nd.carry += 2 * s.cfg.Churn * s.cfg.FlushInterval.Seconds() // stored and evicted
-	changes := int(nd.carry)
-	nd.carry -= float64(changes)
-	// A probe is a new prefix: with churn, the blocks this flush carries (the engine's new
-	// prefixes are the churn), else 128 blocks of its own.
-	for k, pi := range nd.pending {
-		blocks := 128
-		if k == 0 && changes > 0 {
-			blocks, changes = changes, 0
-		}
-		p := &s.probes[pi]
-		for blocks > 0 {
-			k := min(per, blocks)
-			blocks -= k
-			p.messages++
-			nd.probed = append(nd.probed, s.originate(i, t, int32(deltaHeader+8*k), pi))
-		}
-		p.need = p.messages * (len(s.domains[nd.domain]) - 1)
-		if p.need == 0 {
-			p.visible, p.done = true, p.at
-		}
-	}
-	nd.pending = nd.pending[:0]
-	for changes > 0 {
-		k := min(per, changes)
-		changes -= k
-		s.originate(i, t, int32(deltaHeader+8*k), -1)
-	}
-	maxQueued := max(16, 2*s.cfg.MaxBytesPerSecond/s.cfg.MaxMessage)
-	nd.records.prune(maxQueued)
-	nd.deltas.prune(maxQueued)
-}
-
-// originate queues a new delta of node i.
-func (s *sim) originate(i int, t float64, size, probe int32) *message {
-	nd := &s.nodes[i]
-	m := &message{origin: int32(i), size: size, probe: probe, born: t, seen: make([]uint64, (len(s.domains[nd.domain])+63)/64)}
-	m.seen[nd.local/64] |= 1 << (nd.local % 64)
-	nd.deltas.push(&entry{m: m, ready: t})
-	if s.measuring(t) {
-		s.queued++
-	}
-	return m
-}
-
-func (s *sim) tick(i int, t float64) {
-	nd := &s.nodes[i]
+// refill adds the budget's tokens since the node's last send (a bucket of one second).
+func (s *sim) refill(nd *node, t float64) {
 	rate := float64(s.cfg.MaxBytesPerSecond)
 	nd.tokens = min(rate, nd.tokens+rate*(t-nd.tokensAt))
 	nd.tokensAt = t
-	// memberlist's gossip and kvmesh's domain gossip tick independently; either may go first.
-	if s.rng.IntN(2) == 0 {
-		s.gossipRecords(i, t)
-		s.gossipDeltas(i, t)
-	} else {
-		s.gossipDeltas(i, t)
-		s.gossipRecords(i, t)
-	}
 }
 
+// perPacket is how many hashes a packet holds.
+func (s *sim) perPacket() int { return (s.cfg.MaxPayload - s.cfg.DeltaHeader) / 8 }
+
+// cost is the bytes k hashes take to one peer: packets full but the last, each with its
+// headers.
+func (s *sim) cost(k int) int {
+	if k == 0 {
+		return 0
+	}
+	per := s.perPacket()
+	packets := (k + per - 1) / per
+	return 8*k + packets*(s.cfg.DeltaHeader+s.cfg.PacketOverhead)
+}
+
+// fits is the most hashes whose cost to one peer is within b bytes.
+func (s *sim) fits(b int) int {
+	if b <= 0 {
+		return 0
+	}
+	per := s.perPacket()
+	full := s.cost(per)
+	k := b / full * per
+	if rest := b%full - s.cfg.DeltaHeader - s.cfg.PacketOverhead; rest >= 8 {
+		k += rest / 8
+	}
+	return k
+}
+
+// round is node i's prefix round: the interval's anchor changes join its pending ones (a store
+// still pending when its block's eviction comes cancels with it), then what the budget's share
+// allows goes, oldest first, to every other member of its domain; a backlog over two seconds
+// of budget is dropped.
+func (s *sim) round(i int, t float64) {
+	c := &s.cfg
+	nd := &s.nodes[i]
+	s.refill(nd, t)
+	nd.carry += c.Churn * c.AnchorFraction * c.PrefixInterval.Seconds()
+	changes := int(nd.carry)
+	nd.carry -= float64(changes)
+	evicts := changes
+	// An engine evicts a block about Resident/Churn seconds after storing it (its pool is full
+	// and least recently used goes first).
+	if c.Churn > 0 {
+		lifetime := float64(c.Resident) / c.Churn
+		for k := range nd.pending {
+			ch := &nd.pending[k]
+			if evicts == 0 || ch.born > t-lifetime {
+				break
+			}
+			if ch.probe < 0 {
+				n := min(ch.stores, evicts)
+				ch.stores -= n
+				evicts -= n
+				if s.measuring(t) {
+					s.cancelled += float64(2 * n)
+				}
+			}
+		}
+	}
+	if changes > 0 || evicts > 0 {
+		nd.pending = append(nd.pending, chunk{born: t, stores: changes, evicts: evicts, probe: -1})
+	}
+	if s.measuring(t) {
+		s.changes += float64(2 * changes)
+	}
+	peers := len(s.domains[nd.domain]) - 1
+	pending := 0
+	for _, ch := range nd.pending {
+		pending += ch.stores + ch.evicts
+	}
+	if pending == 0 || peers == 0 {
+		nd.pending = nd.pending[:0]
+		return
+	}
+	limit := min(float64(c.MaxBytesPerSecond)*c.PrefixInterval.Seconds(), nd.tokens)
+	k := min(pending, s.fits(int(limit)/peers))
+	bytes := float64(s.cost(k))
+	nd.tokens -= bytes * float64(peers)
+	at := t + c.HopLatency.Seconds()
+	// Take k changes, oldest first; a probe is delivered with its last anchor.
+	left, done := k, 0
+	for ; done < len(nd.pending) && left > 0; done++ {
+		ch := &nd.pending[done]
+		took := min(left, ch.stores+ch.evicts)
+		left -= took
+		if s.measuring(t) && ch.born < t-c.PrefixInterval.Seconds() {
+			s.waited += float64(took)
+		}
+		if took < ch.stores+ch.evicts {
+			stores := min(took, ch.stores)
+			ch.stores -= stores
+			ch.evicts -= took - stores
+			break
+		}
+		if ch.probe >= 0 {
+			for _, to := range s.domains[nd.domain] {
+				if int(to) != i {
+					s.deliver(int(to), int(ch.probe), at)
+				}
+			}
+		}
+	}
+	nd.pending = slices.Delete(nd.pending, 0, done)
+	if s.measuring(t) {
+		nd.sent += bytes * float64(peers)
+		for _, to := range s.domains[nd.domain] {
+			if int(to) != i {
+				s.nodes[to].received += bytes
+			}
+		}
+	}
+	rest := pending - k
+	if rest > 0 && float64(s.cost(rest)*peers) > backlogSeconds*float64(c.MaxBytesPerSecond) {
+		if s.measuring(t) {
+			s.dropped += float64(rest)
+		}
+		nd.pending = nd.pending[:0]
+	}
+}
 func (s *sim) gossipRecords(i int, t float64) {
 	nd := &s.nodes[i]
+	s.refill(nd, t)
+	// kvmesh prunes memberlist's queue to two seconds of budget, as it did for deltas.
+	nd.records.prune(max(16, backlogSeconds*s.cfg.MaxBytesPerSecond/s.cfg.MaxPayload))
 	if nd.records.live == 0 {
 		return
 	}
 	n := len(s.nodes)
 	var picked [8]int32
-	targets := s.pick(picked[:0], int32(i), n, func(k int) int32 { return int32(k) })
+	targets := s.pick(picked[:0], int32(i), n)
 	for _, to := range targets {
 		msgs := nd.records.take(t, min(s.cfg.PacketBytes, int(nd.tokens)), 2)
 		if len(msgs) == 0 {
@@ -461,36 +582,11 @@ func (s *sim) gossipRecords(i int, t float64) {
 	}
 }
 
-func (s *sim) gossipDeltas(i int, t float64) {
-	nd := &s.nodes[i]
-	dom := s.domains[nd.domain]
-	if nd.deltas.live == 0 || len(dom) < 2 {
-		return
-	}
-	share := max(s.cfg.PacketBytes, int(float64(s.cfg.MaxBytesPerSecond)*s.cfg.GossipInterval.Seconds())/s.cfg.GossipNodes)
-	var picked [8]int32
-	targets := s.pick(picked[:0], int32(i), len(dom), func(k int) int32 { return dom[k] })
-	for _, to := range targets {
-		msgs := nd.deltas.take(t, min(share, int(nd.tokens)), 2)
-		bytes := 0
-		for _, m := range msgs {
-			bytes += int(m.size) + 2
-			s.deliverDelta(int(to), m, t+s.cfg.HopLatency.Seconds(), true)
-		}
-		nd.tokens -= float64(bytes)
-		if s.measuring(t) {
-			s.sends += float64(len(msgs))
-			s.prefixBytes += float64(bytes)
-			s.wire += float64(bytes + len(msgs)*s.cfg.PacketOverhead)
-		}
-	}
-}
-
-// pick appends up to GossipNodes distinct members other than self, drawn from n by at.
-func (s *sim) pick(dst []int32, self int32, n int, at func(int) int32) []int32 {
+// pick appends up to GossipNodes distinct members of the mesh other than self.
+func (s *sim) pick(dst []int32, self int32, n int) []int32 {
 	k := min(s.cfg.GossipNodes, n-1, cap(dst))
 	for len(dst) < k {
-		c := at(s.rng.IntN(n))
+		c := int32(s.rng.IntN(n))
 		if c != self && !slices.Contains(dst, c) {
 			dst = append(dst, c)
 		}
@@ -508,26 +604,18 @@ func (s *sim) deliverRecord(to int, m *message, at float64) {
 	s.nodes[to].records.pushRecord(m, at)
 }
 
-// deliverDelta hands m to node to at time at; relay queues it there (gossip, not push/pull).
-func (s *sim) deliverDelta(to int, m *message, at float64, relay bool) {
-	nd := &s.nodes[to]
-	w, b := nd.local/64, uint64(1)<<(nd.local%64)
-	if m.seen[w]&b != 0 {
+// deliver gives node to probe k's anchors at time at.
+func (s *sim) deliver(to, k int, at float64) {
+	p := &s.probes[k]
+	local := s.nodes[to].local
+	w, b := local/64, uint64(1)<<(local%64)
+	if p.seen[w]&b != 0 {
 		return
 	}
-	m.seen[w] |= b
-	if relay {
-		nd.deltas.push(&entry{m: m, ready: at})
-		if s.measuring(at) {
-			s.queued++
-		}
-	}
-	if m.probe >= 0 {
-		p := &s.probes[m.probe]
-		p.got++
-		if p.got == p.need && at-p.at <= s.cfg.ProbeTimeout.Seconds() {
-			p.visible, p.done = true, at
-		}
+	p.seen[w] |= b
+	p.got++
+	if p.got == len(s.domains[s.nodes[to].domain])-1 && at-p.at <= s.cfg.ProbeTimeout.Seconds() {
+		p.visible, p.done = true, at
 	}
 }
 
@@ -550,22 +638,22 @@ func (s *sim) sampleAges(t float64) {
 func (s *sim) result() Result {
 	c := s.cfg
 	dom := c.Nodes / c.Models
-	r := Result{
-		Nodes: c.Nodes, Models: c.Models, Domain: dom,
-		RecordLimit: RetransmitLimit(c.RetransmitMult, c.Nodes), DeltaLimit: RetransmitLimit(c.RetransmitMult, dom),
-	}
+	r := Result{Nodes: c.Nodes, Models: c.Models, Domain: dom, RecordLimit: RetransmitLimit(c.RetransmitMult, c.Nodes)}
 	per := float64(c.Nodes) * c.Duration.Seconds()
-	r.StateBytes, r.PrefixBytes, r.WireBytes = s.stateBytes/per, s.prefixBytes/per, s.wire/per
-	r.PushPullBytes = s.pushPullBytes / per
-	if s.queued > 0 {
-		r.Sends = s.sends / s.queued
+	var sent, received float64
+	for _, nd := range s.nodes {
+		sent += nd.sent
+		received += nd.received
 	}
-	// Every delta of the domain, held by every member, sent DeltaLimit times by each.
-	per1 := (c.MaxMessage - deltaHeader) / 8
-	perFlush := 2 * c.Churn * c.FlushInterval.Seconds()
-	msgs := math.Ceil(perFlush / float64(per1))
-	bytesPerFlush := perFlush*8 + msgs*(deltaHeader+2)
-	r.DeltaDemand = float64(dom) * bytesPerFlush / c.FlushInterval.Seconds() * float64(r.DeltaLimit)
+	r.StateBytes, r.PrefixSent, r.PrefixReceived = s.stateBytes/per, sent/per, received/per
+	r.WireBytes = (s.wire + sent) / per
+	r.PushPullBytes = s.pushPullBytes / per
+	if s.changes > 0 {
+		r.Cancelled, r.Dropped, r.Waited = s.cancelled/s.changes, s.dropped/s.changes, s.waited/s.changes
+	}
+	perRound := 2 * c.Churn * c.AnchorFraction * c.PrefixInterval.Seconds()
+	r.PrefixDemand = float64(dom-1) * float64(s.cost(int(math.Round(perRound)))) / c.PrefixInterval.Seconds()
+	r.JoinBurst = float64(dom-1) * float64(s.cost(s.anchored()))
 	var lat []float64
 	for _, p := range s.probes {
 		if p.visible {
@@ -586,8 +674,8 @@ func (s *sim) result() Result {
 	if len(s.ages) > 0 {
 		r.Stale = float64(stale) / float64(len(s.ages))
 	}
-	blocks := float64(min(c.Resident, c.MaxBlocksPerPeer))
-	r.IndexBytes = float64(dom) * blocks * (c.EntryBytes + c.DistinctBytes) // its peers and itself
+	// Its peers and itself, no block shared: the bound.
+	r.IndexBytes = float64(dom) * float64(s.anchored()) * (c.EntryBytes + c.DistinctBytes)
 	return r
 }
 
