@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ func testConfig(name string) Config {
 	c.PublishInterval = 200 * time.Millisecond
 	c.MinPublishInterval = 20 * time.Millisecond
 	c.FlushInterval = 10 * time.Millisecond
+	c.PrefixInterval = 20 * time.Millisecond
 	c.StaleAfter = time.Second
 	c.PushPullInterval = 300 * time.Millisecond
 	c.ProbeInterval = 100 * time.Millisecond
@@ -544,5 +546,42 @@ func TestNegativeLeaveTimeoutLeavesSilently(t *testing.T) {
 	})
 	if m, _ := member(gs[0], "n1"); m.Liveness != LivenessDead {
 		t.Fatalf("n1 is %s, want dead", m.Liveness)
+	}
+}
+
+// TestPrefixesGoStraightToTheDomain pins the direct rule over a real mesh: a member's deltas
+// reach its domain from it alone (no member sends another's delta), and a member that joins
+// later is sent every residency by its owners, with no push/pull to carry it.
+func TestPrefixesGoStraightToTheDomain(t *testing.T) {
+	var mu sync.Mutex
+	relayed := map[string]string{} // sender → an origin of a delta it sent, not itself
+	gs := startCluster(t, 3, func(i int, c *Config) { c.PushPullInterval = time.Hour })
+	for _, g := range gs {
+		send := g.ml.SendToAddress
+		g.mu.Lock()
+		g.sendTo = func(a memberlist.Address, msg []byte) error {
+			if origin, _, _, err := decodeDelta(msg[2:]); err == nil && origin != g.Name() {
+				mu.Lock()
+				relayed[g.Name()] = origin
+				mu.Unlock()
+			}
+			return send(a, msg)
+		}
+		g.mu.Unlock()
+	}
+	poll.Until(t, 10*time.Second, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
+	blocks := promptBlocks("straight to the domain. ")
+	gs[0].PrefixStored(blocks)
+	poll.Until(t, 10*time.Second, "n0's prefix everywhere", func() bool { return everyoneSees(gs, "n0", blocks, len(blocks)) })
+
+	c := testConfig("n3")
+	c.PushPullInterval = time.Hour
+	c.Join = []string{gs[1].LocalAddr()} // memberlist's join exchanges state with n1 only
+	late := startNode(t, c)
+	poll.Until(t, 10*time.Second, "n0 sends the joiner its residency", func() bool { return prefixLen(late, "n0", blocks) == len(blocks) })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(relayed) > 0 {
+		t.Fatalf("deltas relayed: %v", relayed)
 	}
 }

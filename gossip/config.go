@@ -48,15 +48,19 @@ type Config struct {
 	// (default 200ms).
 	PublishInterval    time.Duration `json:"publish_interval"`
 	MinPublishInterval time.Duration `json:"min_publish_interval"`
-	// FlushInterval is how often queued prefix deltas are coalesced into messages and the
-	// local state is checked for change (default 50ms).
+	// FlushInterval is how often the local state is checked for change (default 50ms).
 	FlushInterval time.Duration `json:"flush_interval"`
+	// PrefixInterval is how often this node's prefix deltas, coalesced meanwhile, are sent
+	// straight to every member of its prefix domains (default 500ms): the longer, the fewer
+	// packets (each costs about 60 bytes besides its hashes) and the later a peer sees a prefix.
+	PrefixInterval time.Duration `json:"prefix_interval"`
 	// StaleAfter is the record age beyond which a peer is stale (default 3s).
 	StaleAfter  time.Duration `json:"stale_after"`
 	StalePolicy StalePolicy   `json:"stale_policy"`
-	// MaxBytesPerSecond bounds this node's broadcast bytes (own and relayed, default 64 KiB/s).
-	// Past it, messages wait; a backlog beyond two seconds' worth is pruned (deltas lost that
-	// way are repaired by the next push/pull snapshot).
+	// MaxBytesPerSecond bounds the bytes this node sends (state records, its own and relayed,
+	// and its prefix deltas and snapshots; default 64 KiB/s). Past it, messages wait; a backlog
+	// beyond two seconds' worth is dropped, and the domain's members are sent this node's
+	// residency again as the budget allows.
 	MaxBytesPerSecond int `json:"max_bytes_per_second"`
 	// PushPullInterval is the full state and snapshot exchange period (default 10s), and how
 	// often the member tries to join again one member it holds dead, which heals a partition.
@@ -73,8 +77,7 @@ type Config struct {
 	// detector's time; for tests and benchmarks of it).
 	LeaveTimeout time.Duration `json:"leave_timeout"`
 
-	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value. GossipInterval
-	// and GossipNodes pace the prefix domains' gossip too, RetransmitMult their queues.
+	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value.
 	ProbeInterval       time.Duration `json:"probe_interval"`
 	ProbeTimeout        time.Duration `json:"probe_timeout"`
 	GossipInterval      time.Duration `json:"gossip_interval"`
@@ -108,6 +111,7 @@ func DefaultConfig() Config {
 		PublishInterval:    time.Second,
 		MinPublishInterval: 200 * time.Millisecond,
 		FlushInterval:      50 * time.Millisecond,
+		PrefixInterval:     500 * time.Millisecond,
 		StaleAfter:         3 * time.Second,
 		StalePolicy:        FailClosed,
 		MaxBytesPerSecond:  64 << 10,
@@ -144,8 +148,8 @@ func (c *Config) validate() error {
 	if c.BindPort == 0 {
 		c.BindPort = d.BindPort
 	}
-	for _, v := range []time.Duration{c.PublishInterval, c.MinPublishInterval, c.FlushInterval, c.StaleAfter,
-		c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
+	for _, v := range []time.Duration{c.PublishInterval, c.MinPublishInterval, c.FlushInterval, c.PrefixInterval,
+		c.StaleAfter, c.PushPullInterval, c.JoinRetryMax, c.DeadRetention, c.ProbeInterval, c.ProbeTimeout, c.GossipInterval,
 		c.TCPTimeout, c.DeadNodeReclaimTime} {
 		if v < 0 {
 			return fmt.Errorf("%w: negative interval %v", ErrConfig, v)
@@ -162,6 +166,7 @@ func (c *Config) validate() error {
 	def(&c.PublishInterval, d.PublishInterval)
 	def(&c.MinPublishInterval, d.MinPublishInterval)
 	def(&c.FlushInterval, d.FlushInterval)
+	def(&c.PrefixInterval, d.PrefixInterval)
 	def(&c.StaleAfter, d.StaleAfter)
 	def(&c.PushPullInterval, d.PushPullInterval)
 	def(&c.JoinRetryMax, d.JoinRetryMax)

@@ -8,13 +8,12 @@
 // tagged fields, unknown tags skipped, another major version refused) is broadcast when it
 // changes (at most every MinPublishInterval) and at least every PublishInterval, through
 // memberlist's gossip, to the whole mesh. Prefix deltas from PrefixStored and PrefixEvicted are
-// coalesced every FlushInterval into kvindex summaries cut to fit one UDP packet, and spread
-// only inside this node's prefix domains: a model's domain is the alive members whose record
-// serves it. Each domain has its own TransmitLimitedQueue (retransmits scaled to the domain's
-// size); every GossipInterval, GossipNodes random members of each domain are sent what fits
-// one packet. Receivers apply what is new and relay it into the domains they share with its
-// origin, so a delta reaches the members serving its origin's models and no other node, and
-// a node's cost grows with its domains, not the mesh. State records and domain packets share
+// coalesced for PrefixInterval into kvindex summaries cut to fit one UDP packet, and sent
+// straight to every alive member of this node's prefix domains (a model's domain is the alive
+// members whose record serves it), which apply them and relay nothing: each member receives
+// each delta once, from its origin, and a node's cost grows with its domains, not the mesh. A
+// member that has not been sent this node's residency since it appeared (joined, restarted,
+// back from dead, newly in a domain) is sent all of it. State records and prefix rounds share
 // the MaxBytesPerSecond budget. The push/pull sync (with a random member of the whole mesh)
 // carries this node's record and a full residency snapshot, which repairs lost deltas and
 // brings new members up to date; a snapshot from outside every domain is not kept.

@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -97,10 +95,9 @@ var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMemb
 // (MaxBytesPerSecond × GossipInterval / GossipNodes) and at least the bytes of one memberlist
 // gossip packet: UDPBufferSize (1,400) less the compound header (2) and AES-GCM's overhead
 // (29), counting 2 bytes a message. Each message goes in a packet of its own.
-const (
-	domainPacketBytes   = 1400 - 2 - 29
-	domainMessageHeader = 2
-)
+// packetOverhead is what a message sent on its own costs besides its bytes: memberlist's
+// message type and AES-GCM's version, nonce and tag. The budget counts it.
+const packetOverhead = 2 + 29
 
 // Gossip is this node's mesh membership: it publishes the local state and prefix residency and
 // keeps every peer's. Create it with New, run it with Start, stop it with Close or Leave.
@@ -114,12 +111,11 @@ type Gossip struct {
 	// alive counts alive members including this one: the queue's NumNodes, kept here so the
 	// queue never calls into memberlist's locks.
 	alive atomic.Int32
-	// fanout and gossipEvery are memberlist's GossipNodes and GossipInterval in force, which
-	// the prefix domains' dissemination follows too.
-	fanout      int
-	gossipEvery time.Duration
-	// dropDeltas is a test hook: flushed deltas are discarded instead of broadcast.
+	// dropDeltas is a test hook: prefix rounds send nothing and discard the pending deltas,
+	// so only push/pull tells peers this node's residency.
 	dropDeltas atomic.Bool
+	// sendTo sends one message to one member (memberlist's SendToAddress; tests replace it).
+	sendTo func(memberlist.Address, []byte) error
 
 	mu         sync.Mutex
 	started    bool
@@ -143,7 +139,6 @@ type Gossip struct {
 	byModel      map[string][]string
 	domains      map[string]*domain
 	domainsDirty bool
-	rng          *rand.Rand
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -162,23 +157,18 @@ type peerInfo struct {
 	retired     []uint64 // superseded boot ids: their late messages are dropped
 	incarnation uint32
 	// Delta dedup: the highest delta seq applied and a bitmap of the 64 below it, so deltas
-	// that arrive out of order (the queue sends newest first) are still applied once.
+	// that arrive out of order are still applied once.
 	maxDelta uint64
 	seen     uint64
+	// synced is the boot id of this peer's process that was sent this node's whole residency;
+	// a peer whose boot id differs (new, restarted, back from dead, newly in a domain, or
+	// missed deltas this node dropped) is sent it at the next prefix round the budget allows.
+	synced uint64
 }
 
-// domain is one model's prefix domain as this node sees it: the alive peers serving the model
-// and the queue of prefix deltas (this node's and relayed ones) disseminated among them.
+// domain is one model's prefix domain as this node sees it: the alive peers serving the model.
 type domain struct {
-	members []string // alive peers whose record serves the model, this node excluded
-	size    atomic.Int32
-	queue   *memberlist.TransmitLimitedQueue
-}
-
-// target is one domain packet to send: a peer and the queue its messages come from.
-type target struct {
-	to    memberlist.Address
-	queue *memberlist.TransmitLimitedQueue
+	members []string // this node excluded, sorted
 }
 
 // New validates cfg and returns a Gossip that has not touched the network.
@@ -199,20 +189,16 @@ func New(cfg Config) (*Gossip, error) {
 	}
 	var boot [16]byte
 	_, _ = crand.Read(boot[:])
-	lan := memberlist.DefaultLANConfig()
 	g := &Gossip{
-		cfg:         cfg,
-		log:         log.With("component", "gossip"),
-		idx:         kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
-		met:         met,
-		bootID:      binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
-		fanout:      cmp.Or(cfg.GossipNodes, lan.GossipNodes),
-		gossipEvery: cmp.Or(cfg.GossipInterval, lan.GossipInterval),
-		pend:        make(map[uint64]bool),
-		peers:       make(map[string]*peerInfo),
-		byModel:     make(map[string][]string),
-		domains:     make(map[string]*domain),
-		rng:         rand.New(rand.NewPCG(binary.LittleEndian.Uint64(boot[:]), binary.LittleEndian.Uint64(boot[8:]))),
+		cfg:     cfg,
+		log:     log.With("component", "gossip"),
+		idx:     kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
+		met:     met,
+		bootID:  binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
+		pend:    make(map[uint64]bool),
+		peers:   make(map[string]*peerInfo),
+		byModel: make(map[string][]string),
+		domains: make(map[string]*domain),
 	}
 	g.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(g.alive.Load()) },
@@ -436,22 +422,22 @@ func (g *Gossip) publishLoop(ctx context.Context) {
 	defer g.wg.Done()
 	t := time.NewTicker(g.cfg.FlushInterval)
 	defer t.Stop()
-	gt := time.NewTicker(g.gossipEvery)
-	defer gt.Stop()
+	pt := time.NewTicker(g.cfg.PrefixInterval)
+	defer pt.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			g.flush(now)
-		case <-gt.C:
-			g.gossipPrefixes()
+		case now := <-pt.C:
+			g.sendPrefixes(now)
 		}
 	}
 }
 
-// flush turns pending deltas into messages, publishes the state if it changed or is due,
-// bounds the queue and refreshes the gauges.
+// flush publishes the state if it changed or is due, bounds the queue and refreshes the
+// gauges.
 func (g *Gossip) flush(now time.Time) {
 	g.mu.Lock()
 	fn := g.localFn
@@ -480,33 +466,19 @@ func (g *Gossip) flush(now time.Time) {
 		g.pub, g.pubBody, g.pubAt = st, body, now
 		out = append(out, &namedBroadcast{name: g.cfg.Name, msg: msg})
 	}
-	deltas := g.deltaMessagesLocked()
 	g.markStaleLocked(now)
 	g.rebuildDomainsLocked()
-	queues := make([]*memberlist.TransmitLimitedQueue, 0, len(g.domains)+1)
-	queues = append(queues, g.queue)
-	for _, d := range g.domains {
-		queues = append(queues, d.queue)
-	}
 	g.mu.Unlock()
 
 	for _, b := range out {
 		g.queue.QueueBroadcast(b)
 	}
-	// This node's prefix deltas go to every domain it is in, and to no other member.
-	for _, b := range deltas {
-		for _, q := range queues[1:] {
-			q.QueueBroadcast(b)
-		}
-	}
-	maxQueued := max(16, 2*g.cfg.MaxBytesPerSecond/maxMessage)
-	for _, q := range queues {
-		if n := q.NumQueued(); n > maxQueued {
-			q.Prune(maxQueued)
-			// Relayed messages may be queued concurrently, so the queue can have regrown
-			// already; count what Prune removed at most, never a negative number.
-			g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(max(0, n-maxQueued)))
-		}
+	if maxQueued := max(16, 2*g.cfg.MaxBytesPerSecond/maxMessage); g.queue.NumQueued() > maxQueued {
+		n := g.queue.NumQueued()
+		g.queue.Prune(maxQueued)
+		// Relayed records may be queued concurrently, so the queue can have regrown already;
+		// count what Prune removed at most, never a negative number.
+		g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(max(0, n-maxQueued)))
 	}
 	g.idx.Expire(now)
 	is := g.idx.Stats()
@@ -555,14 +527,9 @@ func (g *Gossip) rebuildDomainsLocked() {
 		d := g.domains[mi.Name]
 		if d == nil {
 			d = &domain{}
-			d.queue = &memberlist.TransmitLimitedQueue{
-				NumNodes:       func() int { return int(d.size.Load()) },
-				RetransmitMult: g.queue.RetransmitMult,
-			}
 			g.domains[mi.Name] = d
 		}
 		d.members = g.byModel[mi.Name]
-		d.size.Store(int32(len(d.members) + 1))
 	}
 	inDomain := 0
 	for name, p := range g.peers {
@@ -570,8 +537,9 @@ func (g *Gossip) rebuildDomainsLocked() {
 			continue
 		}
 		if g.otherModelLocked(p) {
+			// Each side drops the other's residency: back in a domain, both resend theirs.
 			g.idx.DropPeer(name)
-			p.maxDelta, p.seen = 0, 0
+			p.maxDelta, p.seen, p.synced = 0, 0, 0
 		} else if p.liveness == LivenessAlive {
 			inDomain++
 		}
@@ -593,63 +561,146 @@ func (g *Gossip) otherModelLocked(p *peerInfo) bool {
 	return true
 }
 
-// relayQueuesLocked returns the queues of the domains this node shares with origin, into
-// which a new delta of origin is relayed; none while origin's models are unknown.
-func (g *Gossip) relayQueuesLocked(origin string) []*memberlist.TransmitLimitedQueue {
-	p := g.peers[origin]
-	if p == nil || !p.hasState {
-		return nil
-	}
-	g.rebuildDomainsLocked()
-	var out []*memberlist.TransmitLimitedQueue
-	for _, mi := range p.state.Models {
-		if d := g.domains[mi.Name]; d != nil && !slices.Contains(out, d.queue) {
-			out = append(out, d.queue)
-		}
-	}
-	return out
-}
-
-// gossipPrefixes is memberlist's gossip step run inside each prefix domain: every
-// GossipInterval, to GossipNodes random alive members of each domain, the queued deltas that
-// fit the target's share of the byte budget, fewest transmissions and largest first (the
-// queue's order), each in a packet of its own. A delta so reaches the members serving its
-// origin's models, relayed by them, and no other node.
-func (g *Gossip) gossipPrefixes() {
+// sendPrefixes is one prefix round, every PrefixInterval: this node's deltas, coalesced since
+// the last round, go straight to every alive member of its domains, and its whole residency to
+// the members that have not been sent it (synced). Nothing is relayed: each member receives
+// each delta once, from its origin, which is the least any scheme that keeps every member's
+// view whole can send, where an epidemic sends every delta its retransmit limit's times over.
+// A round waits for the byte budget; a backlog past two seconds of it is dropped, and the
+// members it was for are sent the residency again instead, a few a round.
+func (g *Gossip) sendPrefixes(now time.Time) {
 	g.mu.Lock()
-	ml := g.ml
-	g.rebuildDomainsLocked()
-	var ts []target
-	for _, d := range g.domains {
-		if len(d.members) == 0 || d.queue.NumQueued() == 0 {
-			continue
-		}
-		k := min(g.fanout, len(d.members))
-		first := len(ts)
-		for len(ts)-first < k {
-			name := d.members[g.rng.IntN(len(d.members))]
-			if slices.ContainsFunc(ts[first:], func(t target) bool { return t.to.Name == name }) {
-				continue
-			}
-			ts = append(ts, target{to: memberlist.Address{Addr: g.peers[name].addr, Name: name}, queue: d.queue})
-		}
-	}
-	g.mu.Unlock()
-	if ml == nil {
+	if g.ml == nil && g.sendTo == nil {
+		g.mu.Unlock()
 		return
 	}
-	share := max(domainPacketBytes, int(float64(g.cfg.MaxBytesPerSecond)*g.gossipEvery.Seconds())/g.fanout)
-	for _, t := range ts {
-		for _, msg := range g.takeBroadcasts(t.queue, domainMessageHeader, share) {
-			if err := ml.SendToAddress(t.to, msg); err != nil {
-				g.log.Debug("prefix gossip not sent", "member", t.to.Name, "err", err)
+	g.rebuildDomainsLocked()
+	var names []string
+	for _, d := range g.domains {
+		names = append(names, d.members...)
+	}
+	if len(g.domains) > 1 {
+		slices.Sort(names)
+		names = slices.Compact(names) // a member in two of this node's domains is sent once
+	}
+	to := make([]*peerInfo, len(names))
+	for i, name := range names {
+		to[i] = g.peers[name]
+	}
+	if len(to) == 0 || g.dropDeltas.Load() {
+		g.clearPendLocked() // no one to tell: a member joining later is sent the residency
+		g.mu.Unlock()
+		return
+	}
+	g.refillLocked(now)
+	var deltas [][]byte
+	if deltas = g.deltaMessagesLocked(); len(deltas) > 0 {
+		cost := float64(len(to) * bytesOf(deltas))
+		switch {
+		case cost <= g.tokens:
+			g.clearPendLocked()
+			g.tokens -= cost
+		case cost > 2*float64(g.cfg.MaxBytesPerSecond):
+			g.clearPendLocked()
+			g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(len(deltas)))
+			for _, p := range to {
+				p.synced = 0
 			}
+			deltas = nil
+		default:
+			deltas = nil // wait for the budget; the pending changes keep coalescing
 		}
+	}
+	g.deltaSeq += uint64(len(deltas))
+	var unsynced []*peerInfo
+	var unsyncedNames []string
+	for i, p := range to {
+		if p.synced != p.bootID {
+			unsynced = append(unsynced, p)
+			unsyncedNames = append(unsyncedNames, names[i])
+		}
+	}
+	fn, send := g.snapshotFn, g.sendTo
+	if send == nil {
+		send = g.ml.SendToAddress
+	}
+	addrs := make([]memberlist.Address, len(to))
+	for i, p := range to {
+		addrs[i] = memberlist.Address{Addr: p.addr, Name: names[i]}
+	}
+	g.mu.Unlock()
+
+	sent := 0
+	for _, a := range addrs {
+		for _, msg := range deltas {
+			sent += g.send(send, a, msg)
+		}
+	}
+	if len(unsynced) > 0 {
+		sent += g.sync(now, send, fn, unsynced, unsyncedNames)
+	}
+	if sent > 0 {
+		g.met.sent.Add(float64(sent))
 	}
 }
 
-// deltaMessagesLocked cuts the pending deltas into messages that each fit one packet.
-func (g *Gossip) deltaMessagesLocked() []memberlist.Broadcast {
+// sync sends this node's residency, as deltas of added blocks, to the members in to, as many
+// as the budget allows this round. A member that held some of it stale (it missed evictions
+// in a dropped backlog) keeps those until the next push/pull snapshot replaces its view.
+func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error, fn func() []uint64, to []*peerInfo, names []string) int {
+	blocks := g.residency(fn)
+	g.mu.Lock()
+	msgs := g.summaryMessagesLocked(blocks, nil)
+	g.deltaSeq += uint64(len(msgs))
+	cost := float64(bytesOf(msgs))
+	if cost > float64(g.cfg.MaxBytesPerSecond) {
+		// It never fits the budget: the push/pull snapshot brings these members up to date.
+		for _, p := range to {
+			p.synced = p.bootID
+		}
+		g.mu.Unlock()
+		g.met.dropped.WithLabelValues(dropBandwidth).Inc()
+		return 0
+	}
+	var addrs []memberlist.Address
+	for i, p := range to {
+		if cost > g.tokens {
+			break // the rest at a later round
+		}
+		g.tokens -= cost
+		p.synced = p.bootID
+		addrs = append(addrs, memberlist.Address{Addr: p.addr, Name: names[i]})
+	}
+	g.mu.Unlock()
+	sent := 0
+	for _, a := range addrs {
+		for _, msg := range msgs {
+			sent += g.send(send, a, msg)
+		}
+	}
+	return sent
+}
+
+// send sends msg to a and returns the bytes it cost.
+func (g *Gossip) send(send func(memberlist.Address, []byte) error, a memberlist.Address, msg []byte) int {
+	if err := send(a, msg); err != nil {
+		g.log.Debug("prefix summary not sent", "member", a.Name, "err", err)
+		return 0
+	}
+	return len(msg) + packetOverhead
+}
+
+func bytesOf(msgs [][]byte) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m) + packetOverhead
+	}
+	return n
+}
+
+// deltaMessagesLocked cuts the pending deltas into messages that each fit one packet; it
+// leaves them pending (clearPendLocked takes them).
+func (g *Gossip) deltaMessagesLocked() [][]byte {
 	if len(g.pendOrder) == 0 {
 		return nil
 	}
@@ -661,24 +712,31 @@ func (g *Gossip) deltaMessagesLocked() []memberlist.Broadcast {
 			evicted = append(evicted, h)
 		}
 	}
+	return g.summaryMessagesLocked(added, evicted)
+}
+
+func (g *Gossip) clearPendLocked() {
 	clear(g.pend)
 	g.pendOrder = g.pendOrder[:0]
-	if g.dropDeltas.Load() {
-		return nil
-	}
+}
+
+// summaryMessagesLocked cuts added and evicted blocks into delta messages that each fit one
+// packet, numbered from deltaSeq+1 on.
+func (g *Gossip) summaryMessagesLocked(added, evicted []uint64) [][]byte {
 	head := deltaHeader(g.cfg.Name, g.bootID)
 	per := (maxMessage - len(head) - 32) / 8
-	var out []memberlist.Broadcast
+	var out [][]byte
+	seq := g.deltaSeq
 	for len(added)+len(evicted) > 0 {
 		var s kvindex.Summary
 		n := min(per, len(added))
 		s.Added, added = added[:n], added[n:]
 		m := min(per-n, len(evicted))
 		s.Evicted, evicted = evicted[:m], evicted[m:]
-		g.deltaSeq++
-		s.Seq = g.deltaSeq
+		seq++
+		s.Seq = seq
 		msg, _ := s.AppendBinary(slices.Clip(head))
-		out = append(out, &uniqueBroadcast{msg: msg})
+		out = append(out, msg)
 	}
 	return out
 }
@@ -852,17 +910,9 @@ func (g *Gossip) handleMsg(b []byte) {
 			g.drop(reasonOf(err))
 			return
 		}
-		if relay, reason := g.applyDelta(origin, boot, s); reason != "" {
+		// Deltas come from their origin and are not relayed (sendPrefixes).
+		if _, reason := g.applyDelta(origin, boot, s); reason != "" {
 			g.drop(reason)
-		} else if relay {
-			// Relayed inside the domains this node shares with the origin only.
-			g.mu.Lock()
-			queues := g.relayQueuesLocked(origin)
-			g.mu.Unlock()
-			bc := &uniqueBroadcast{msg: slices.Clone(b)}
-			for _, q := range queues {
-				q.QueueBroadcast(bc)
-			}
 		}
 	default:
 		g.drop(dropType)
@@ -899,7 +949,8 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	return true, ""
 }
 
-func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (relay bool, reason string) {
+// applyDelta applies a peer's delta if it is new (applied).
+func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (applied bool, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if origin == g.cfg.Name {
@@ -972,11 +1023,9 @@ func (p *peerInfo) markSeen(seq uint64) bool {
 	return true
 }
 
-// localState is the push/pull payload: this node's record and its full residency.
-func (g *Gossip) localState() []byte {
-	g.mu.Lock()
-	fn, st, seq := g.snapshotFn, g.pub, g.deltaSeq
-	g.mu.Unlock()
+// residency is this node's whole residency, least recent first, at most what the index keeps
+// of a peer: fn's (SetSnapshot) or, without one, the index's record of PrefixStored.
+func (g *Gossip) residency(fn func() []uint64) []uint64 {
 	var blocks []uint64
 	if fn != nil {
 		blocks = fn()
@@ -986,6 +1035,15 @@ func (g *Gossip) localState() []byte {
 	if limit := g.idx.MaxBlocksPerPeer(); len(blocks) > limit {
 		blocks = blocks[len(blocks)-limit:]
 	}
+	return blocks
+}
+
+// localState is the push/pull payload: this node's record and its full residency.
+func (g *Gossip) localState() []byte {
+	g.mu.Lock()
+	fn, st, seq := g.snapshotFn, g.pub, g.deltaSeq
+	g.mu.Unlock()
+	blocks := g.residency(fn)
 	rec, err := EncodeState(st)
 	if err != nil {
 		return nil
@@ -1056,29 +1114,17 @@ func (g *Gossip) mergeRemoteState(b []byte) {
 	p.maxDelta, p.seen = s.Seq, math.MaxUint64
 }
 
-// getBroadcasts hands memberlist queued state records within the bandwidth budget.
+// getBroadcasts hands memberlist the queued state records that fit limit bytes and the
+// bandwidth budget, which state records and prefix rounds share.
 func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
-	return g.takeBroadcasts(g.queue, overhead, limit)
-}
-
-// takeBroadcasts takes from q the messages that fit limit bytes and the bandwidth budget,
-// which memberlist's gossip (state records) and the prefix domains share.
-func (g *Gossip) takeBroadcasts(q *memberlist.TransmitLimitedQueue, overhead, limit int) [][]byte {
-	now := time.Now()
 	g.mu.Lock()
-	rate := float64(g.cfg.MaxBytesPerSecond)
-	if g.tokensAt.IsZero() {
-		g.tokens = rate
-	} else {
-		g.tokens = min(rate, g.tokens+rate*now.Sub(g.tokensAt).Seconds())
-	}
-	g.tokensAt = now
+	g.refillLocked(time.Now())
 	limit = min(limit, int(g.tokens))
 	g.mu.Unlock()
 	if limit <= overhead {
 		return nil
 	}
-	msgs := q.GetBroadcasts(overhead, limit)
+	msgs := g.queue.GetBroadcasts(overhead, limit)
 	sent := 0
 	for _, m := range msgs {
 		sent += len(m) + overhead
@@ -1092,6 +1138,18 @@ func (g *Gossip) takeBroadcasts(q *memberlist.TransmitLimitedQueue, overhead, li
 	return msgs
 }
 
+// refillLocked adds the budget's bytes since the last refill to the bucket, which holds one
+// second's worth at most.
+func (g *Gossip) refillLocked(now time.Time) {
+	rate := float64(g.cfg.MaxBytesPerSecond)
+	if g.tokensAt.IsZero() {
+		g.tokens = rate
+	} else {
+		g.tokens = min(rate, g.tokens+rate*now.Sub(g.tokensAt).Seconds())
+	}
+	g.tokensAt = now
+}
+
 func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -1103,8 +1161,9 @@ func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 	p.addr = n.Address()
 	if live != "" && live != p.liveness {
 		if live == LivenessAlive {
-			// Back from dead or new: residency was dropped, so accept the next snapshot.
-			p.maxDelta, p.seen = 0, 0
+			// Back from dead or new: each side dropped the other's residency, so accept the
+			// next snapshot and send this node's.
+			p.maxDelta, p.seen, p.synced = 0, 0, 0
 		} else if n.Name != g.cfg.Name {
 			g.idx.DropPeer(n.Name)
 		}
@@ -1158,14 +1217,6 @@ func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
 }
 func (b *namedBroadcast) Message() []byte { return b.msg }
 func (b *namedBroadcast) Finished()       {}
-
-// uniqueBroadcast is a delta: never replaced by another message.
-type uniqueBroadcast struct{ msg []byte }
-
-func (b *uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
-func (b *uniqueBroadcast) UniqueBroadcast()                      {}
-func (b *uniqueBroadcast) Message() []byte                       { return b.msg }
-func (b *uniqueBroadcast) Finished()                             {}
 
 // logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") into slog.
 type logWriter struct{ l *slog.Logger }

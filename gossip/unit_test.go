@@ -2,7 +2,9 @@ package gossip
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -56,7 +58,7 @@ func TestRestartByBootID(t *testing.T) {
 		{"new boot's delta", func() (bool, string) {
 			return g.applyDelta("p", 11, kvindex.Summary{Seq: 1, Added: blocks[:1]})
 		}, "", 1, 2},
-		{"duplicate delta is not relayed", func() (bool, string) {
+		{"duplicate delta is not applied again", func() (bool, string) {
 			return g.applyDelta("p", 11, kvindex.Summary{Seq: 1, Added: blocks})
 		}, "", 1, 2},
 	}
@@ -68,8 +70,8 @@ func TestRestartByBootID(t *testing.T) {
 				g.idx.PeerBlocks("p"), m.Incarnation, s.wantReason, s.wantBlocks, s.wantInc)
 		}
 	}
-	if relay, _ := g.applyDelta("p", 11, kvindex.Summary{Seq: 1}); relay {
-		t.Fatal("duplicate delta relayed")
+	if applied, _ := g.applyDelta("p", 11, kvindex.Summary{Seq: 1}); applied {
+		t.Fatal("duplicate delta applied")
 	}
 	// A dead member's messages are refused and its residency gone.
 	g.memberEvent(&memberlist.Node{Name: "p", State: memberlist.StateDead}, LivenessDead)
@@ -90,38 +92,142 @@ func TestDeltaDedupOutOfOrder(t *testing.T) {
 	}
 }
 
-func TestBandwidthBound(t *testing.T) {
-	g := newUnit(t, func(c *Config) { c.MaxBytesPerSecond = 8 << 10 })
+// unitDomain makes g serve model m with peers p1..pn serving it too, and returns a recorder
+// of what g's prefix rounds send, by member.
+func unitDomain(t *testing.T, g *Gossip, n int) map[string][][]byte {
+	t.Helper()
 	g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}}})
-	g.alive.Store(16)
-	for i := 0; i < 200; i++ {
+	g.flush(time.Now())
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("p%d", i)
+		g.memberEvent(&memberlist.Node{Name: name, Addr: net.IPv4(127, 0, 0, 1), Port: uint16(i)}, LivenessAlive)
+		if _, reason := g.applyState(State{Name: name, BootID: uint64(100 + i), Seq: 1, Models: []ModelInfo{{Name: "m"}}}, time.Now()); reason != "" {
+			t.Fatal(reason)
+		}
+	}
+	sent := map[string][][]byte{}
+	g.sendTo = func(a memberlist.Address, msg []byte) error {
+		sent[a.Name] = append(sent[a.Name], msg)
+		return nil
+	}
+	return sent
+}
+
+func decodeAll(t *testing.T, msgs [][]byte) (added, evicted []uint64) {
+	t.Helper()
+	for _, m := range msgs {
+		_, _, s, err := decodeDelta(m[2:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		added = append(added, s.Added...)
+		evicted = append(evicted, s.Evicted...)
+	}
+	return added, evicted
+}
+
+// TestPrefixRoundsSendEachMemberItsDeltasOnce pins the direct rule: a round sends every
+// domain member the coalesced deltas once, a new member first the whole residency, and the
+// next round only what changed since.
+func TestPrefixRoundsSendEachMemberItsDeltasOnce(t *testing.T) {
+	g := newUnit(t, nil)
+	g.PrefixStored([]uint64{1, 2, 3})
+	sent := unitDomain(t, g, 2)
+	now := time.Now()
+	g.sendPrefixes(now)
+	for _, p := range []string{"p1", "p2"} {
+		added, evicted := decodeAll(t, sent[p])
+		// The pending deltas, then the residency for a member not yet synced.
+		if !slices.Equal(added, []uint64{1, 2, 3, 1, 2, 3}) || len(evicted) != 0 {
+			t.Fatalf("%s got added %v evicted %v", p, added, evicted)
+		}
+	}
+	clear(sent)
+	g.PrefixStored([]uint64{4})
+	g.PrefixEvicted([]uint64{1})
+	g.PrefixStored([]uint64{5})
+	g.PrefixEvicted([]uint64{5}) // stored and evicted within a round: an eviction
+	g.sendPrefixes(now.Add(time.Second))
+	for _, p := range []string{"p1", "p2"} {
+		added, evicted := decodeAll(t, sent[p])
+		if !slices.Equal(added, []uint64{4}) || !slices.Equal(evicted, []uint64{1, 5}) {
+			t.Fatalf("%s got added %v evicted %v", p, added, evicted)
+		}
+	}
+	clear(sent)
+	// A restarted member (new boot id) is sent the residency again; the other is not.
+	if _, reason := g.applyState(State{Name: "p2", BootID: 999, Seq: 1, Models: []ModelInfo{{Name: "m"}}}, now); reason != "" {
+		t.Fatal(reason)
+	}
+	g.sendPrefixes(now.Add(2 * time.Second))
+	if added, _ := decodeAll(t, sent["p2"]); !slices.Equal(added, []uint64{2, 3, 4}) || len(sent["p1"]) != 0 {
+		t.Fatalf("p2 got %v, p1 %d messages", added, len(sent["p1"]))
+	}
+}
+
+// TestBandwidthBound pins the budget: prefix rounds and state records together send no more
+// than MaxBytesPerSecond (plus the bucket's one second), deltas wait for it, and a backlog
+// past two seconds of it is dropped, counted, and replaced by a resync of the residency.
+func TestBandwidthBound(t *testing.T) {
+	const budget = 8 << 10
+	g := newUnit(t, func(c *Config) { c.MaxBytesPerSecond = budget })
+	sent := unitDomain(t, g, 16)
+	g.alive.Store(17)
+	now := time.Now()
+	total := 0
+	for i := 0; i < 100; i++ {
+		now = now.Add(100 * time.Millisecond)
 		g.PrefixStored([]uint64{uint64(i)*1000 + 1, uint64(i)*1000 + 2})
-		g.flush(time.Now())
-	}
-	if dropped(g, dropBandwidth) == 0 {
-		t.Fatal("a backlog beyond two seconds of budget was not pruned")
-	}
-	q := g.domains["m"].queue
-	if n := q.NumQueued(); n > max(16, 2*(8<<10)/maxMessage) {
-		t.Fatalf("the domain queue holds %d messages", n)
-	}
-	start := time.Now()
-	sent := 0
-	for i := 0; i < 1000; i++ {
-		// memberlist's gossip (state records) and the domain's share one budget.
+		g.flush(now)
+		g.sendPrefixes(now)
 		for _, m := range g.getBroadcasts(3, 1300) {
-			sent += len(m) + 3
-		}
-		for _, m := range g.takeBroadcasts(q, 3, 1300) {
-			sent += len(m) + 3
+			total += len(m) + 3
 		}
 	}
-	budget := float64(8<<10) * (1 + time.Since(start).Seconds())
-	if sent == 0 || float64(sent) > budget {
-		t.Fatalf("sent %d bytes, budget %.0f", sent, budget)
+	for _, msgs := range sent {
+		total += bytesOf(msgs)
 	}
-	if got := testutil.ToFloat64(g.met.sent); int(got) != sent {
-		t.Fatalf("sent_bytes_total = %v, want %d", got, sent)
+	// getBroadcasts refills by the wall clock, the rounds by the simulated one: allow both.
+	if limit := budget * (1 + 10 + 1); total == 0 || total > limit {
+		t.Fatalf("sent %d bytes, budget %d", total, limit)
+	}
+	if got := int(testutil.ToFloat64(g.met.sent)); got != total {
+		t.Fatalf("sent_bytes_total = %d, want %d", got, total)
+	}
+	// A burst the budget cannot carry to 16 members in two seconds is dropped, and the members
+	// are sent the residency again, a few a round as the budget refills.
+	burst := make([]uint64, 300)
+	for i := range burst {
+		burst[i] = uint64(1e9 + i)
+	}
+	before := dropped(g, dropBandwidth)
+	g.PrefixStored(burst)
+	unsynced := func() int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		n := 0
+		for _, p := range g.peers {
+			if p.synced != p.bootID {
+				n++
+			}
+		}
+		return n
+	}
+	g.sendPrefixes(now.Add(10 * time.Second))
+	if dropped(g, dropBandwidth) == before || len(g.pend) != 0 {
+		t.Fatalf("a backlog beyond two seconds of budget was not dropped (%d pending)", len(g.pend))
+	}
+	if n := unsynced(); n == 0 || n == 16 {
+		t.Fatalf("%d of 16 members left to resync after the first round", n)
+	}
+	for i := 1; i <= 40 && unsynced() > 0; i++ {
+		g.sendPrefixes(now.Add(10*time.Second + time.Duration(i)*500*time.Millisecond))
+	}
+	if n := unsynced(); n != 0 {
+		t.Fatalf("%d members never resynced", n)
+	}
+	if added, _ := decodeAll(t, sent["p16"]); !slices.Contains(added, burst[299]) {
+		t.Fatal("p16's resync lacks the burst")
 	}
 }
 
@@ -137,8 +243,7 @@ func TestDeltaMessagesFitOnePacket(t *testing.T) {
 	msgs := g.deltaMessagesLocked()
 	g.mu.Unlock()
 	var added, evicted int
-	for _, b := range msgs {
-		m := b.Message()
+	for _, m := range msgs {
 		if len(m) > maxMessage {
 			t.Fatalf("delta of %d bytes", len(m))
 		}

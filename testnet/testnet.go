@@ -99,6 +99,7 @@ func FastGossip(g *gossip.Config) {
 	g.PublishInterval = 200 * time.Millisecond
 	g.MinPublishInterval = 20 * time.Millisecond
 	g.FlushInterval = 10 * time.Millisecond
+	g.PrefixInterval = 20 * time.Millisecond
 	g.StaleAfter = time.Second
 	g.TCPTimeout = time.Second
 	g.DeadNodeReclaimTime = time.Millisecond
