@@ -314,7 +314,7 @@ func TestLongestPrefixNoAllocs(t *testing.T) {
 func TestStatsCountEntriesAndStayWithinTheCap(t *testing.T) {
 	x := NewIndex(IndexConfig{MaxBlocksPerPeer: 10})
 	x.Add("a", seq(0, 8))
-	x.Add("b", seq(4, 8)) // 4 blocks shared with a
+	x.Add("b", seq(4, 8))                                   // 4 blocks shared with a
 	x.AddSpeculative("c", seq(100, 4), t0.Add(time.Second)) // its 3 anchors
 	want := IndexStats{Peers: 3, Blocks: 16, Speculative: 3, Distinct: 15}
 	want.Bytes = 16*EntryBytes + 15*DistinctBytes + 3*SpecEntryBytes
