@@ -60,8 +60,9 @@ type Config struct {
 	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE).
 	LinkGBps float64 `json:"link_gbps"`
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
-	// evicted from the prefix cache. It must not block and must not keep the slices.
-	OnPrefix func(stored, evicted []uint64) `json:"-"`
+	// evicted from the prefix cache, and the anchors among them (each block's position is that
+	// of the chain it was stored from). It must not block and must not keep the slices.
+	OnPrefix func(kvindex.CacheDelta) `json:"-"`
 	// Registerer receives the vLLM-named metrics; nil registers none.
 	Registerer prometheus.Registerer `json:"-"`
 	// Logger; nil discards.
