@@ -125,6 +125,8 @@ func prefixLen(g *Gossip, peer string, blocks []uint64) int {
 	return 0
 }
 
+// everyoneSees reports whether every node matches want blocks of blocks for peer: the anchored
+// length of what peer holds (kvindex.AnchoredLen).
 func everyoneSees(gs []*Gossip, peer string, blocks []uint64, want int) bool {
 	for _, g := range gs {
 		if prefixLen(g, peer, blocks) != want {
@@ -158,19 +160,19 @@ func TestMeshLifecycle(t *testing.T) {
 	blocks := promptBlocks("a long system prompt shared by a session. ")
 	t.Run("stored prefix reaches every index", func(t *testing.T) {
 		gs[1].PrefixStored(blocks)
-		poll.Until(t, 10*time.Second, "n1's prefix everywhere", func() bool { return everyoneSees(gs, "n1", blocks, len(blocks)) })
+		poll.Until(t, 10*time.Second, "n1's prefix everywhere", func() bool { return everyoneSees(gs, "n1", blocks, kvindex.AnchoredLen(40)) })
 		if m, _ := member(gs[0], "n1"); m.PrefixBlocks != len(blocks) {
 			t.Fatalf("PrefixBlocks = %d", m.PrefixBlocks)
 		}
 	})
 	t.Run("eviction deltas propagate", func(t *testing.T) {
 		gs[1].PrefixEvicted(blocks[30:])
-		poll.Until(t, 10*time.Second, "eviction everywhere", func() bool { return everyoneSees(gs, "n1", blocks, 30) })
+		poll.Until(t, 10*time.Second, "eviction everywhere", func() bool { return everyoneSees(gs, "n1", blocks, kvindex.AnchoredLen(30)) })
 	})
 
 	victim := gs[4]
 	victim.PrefixStored(blocks[:10])
-	poll.Until(t, 10*time.Second, "n4's prefix everywhere", func() bool { return everyoneSees(gs, "n4", blocks, 10) })
+	poll.Until(t, 10*time.Second, "n4's prefix everywhere", func() bool { return everyoneSees(gs, "n4", blocks, kvindex.AnchoredLen(10)) })
 	t.Run("killed node becomes dead and its prefixes are dropped", func(t *testing.T) {
 		kill(victim)
 		poll.Until(t, 10*time.Second, "n4 dead everywhere", func() bool {
@@ -194,7 +196,7 @@ func TestMeshLifecycle(t *testing.T) {
 			for _, g := range rest[:4] {
 				m, _ := member(g, "n4")
 				if m.Liveness != LivenessAlive || m.State.BootID != reborn.bootID || m.Incarnation != 2 ||
-					prefixLen(g, "n4", fresh) != 5 {
+					prefixLen(g, "n4", fresh) != kvindex.AnchoredLen(5) {
 					return false
 				}
 			}
@@ -214,16 +216,16 @@ func TestSnapshotRepairsDroppedDeltas(t *testing.T) {
 	blocks := promptBlocks("repair me. ")
 	gs[2].dropDeltas.Store(true) // every delta of n2 is lost on the way out
 	gs[2].PrefixStored(blocks)
-	poll.Until(t, 10*time.Second, "push/pull delivers n2's residency", func() bool { return everyoneSees(gs, "n2", blocks, len(blocks)) })
+	poll.Until(t, 10*time.Second, "push/pull delivers n2's residency", func() bool { return everyoneSees(gs, "n2", blocks, kvindex.AnchoredLen(40)) })
 	gs[2].PrefixEvicted(blocks[5:])
-	poll.Until(t, 10*time.Second, "push/pull delivers n2's eviction", func() bool { return everyoneSees(gs, "n2", blocks, 5) })
+	poll.Until(t, 10*time.Second, "push/pull delivers n2's eviction", func() bool { return everyoneSees(gs, "n2", blocks, kvindex.AnchoredLen(5)) })
 }
 
 func TestSnapshotFunction(t *testing.T) {
 	gs := startCluster(t, 2, nil)
 	blocks := promptBlocks("engine-reported residency. ")
 	gs[1].SetSnapshot(func() []uint64 { return blocks[:7] })
-	poll.Until(t, 10*time.Second, "n0 learns n1's snapshot", func() bool { return prefixLen(gs[0], "n1", blocks) == 7 })
+	poll.Until(t, 10*time.Second, "n0 learns n1's snapshot", func() bool { return prefixLen(gs[0], "n1", blocks) == kvindex.AnchoredLen(7) })
 }
 
 func TestStaleHandling(t *testing.T) {
@@ -495,9 +497,9 @@ func TestPrefixDomainsFollowModels(t *testing.T) {
 	gs[2].PrefixStored(onB)
 	gs[3].PrefixStored(onBoth)
 	poll.Until(t, 10*time.Second, "each prefix across its domains", func() bool {
-		return everyoneSees([]*Gossip{gs[1], gs[3]}, "n0", onA, len(onA)) &&
-			everyoneSees([]*Gossip{gs[3]}, "n2", onB, len(onB)) &&
-			everyoneSees(gs[:3], "n3", onBoth, len(onBoth))
+		return everyoneSees([]*Gossip{gs[1], gs[3]}, "n0", onA, kvindex.AnchoredLen(len(onA))) &&
+			everyoneSees([]*Gossip{gs[3]}, "n2", onB, kvindex.AnchoredLen(len(onB))) &&
+			everyoneSees(gs[:3], "n3", onBoth, kvindex.AnchoredLen(len(onBoth)))
 	})
 	// Push/pull pairs members across the whole mesh: once n0's and n2's snapshots have
 	// reached the other side of the domain line (and been refused), their deltas had every

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/internal/poll"
+	"github.com/kvmesh/kvmesh/kvindex"
 )
 
 // TestPartitionHeals pins that a partition long enough for each side to declare the other
@@ -50,6 +51,6 @@ func TestPartitionHeals(t *testing.T) {
 	gs[0].PrefixStored(pair)
 	cut.Store(false)
 	poll.Until(t, 10*time.Second, "the mesh whole again, with both prefixes everywhere", func() bool {
-		return allAlive(gs, all...) && everyoneSees(gs, "n2", lone, len(lone)) && everyoneSees(gs, "n0", pair, len(pair))
+		return allAlive(gs, all...) && everyoneSees(gs, "n2", lone, kvindex.AnchoredLen(len(lone))) && everyoneSees(gs, "n0", pair, kvindex.AnchoredLen(len(pair)))
 	})
 }

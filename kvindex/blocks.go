@@ -78,3 +78,83 @@ func Blocks(model string, prompt []byte, blockTokens int) []uint64 {
 	}
 	return AppendBlocks(make([]uint64, 0, n), model, prompt, blockTokens)
 }
+
+// AnchorStride is the spacing of anchors past a chain's head, in blocks. 64 blocks of 16
+// tokens are 1,024 tokens, some 30 ms of an H100's prefill: the most a match past the head
+// undercounts, small beside the seconds a long shared prefix saves, while gossip carries one
+// block in 64 of a long prompt. It is a protocol constant: an index finds only the anchors its
+// peers sent, so every node of a domain must agree on it.
+const AnchorStride = 64
+
+// Anchor reports whether chain position pos (block pos of a prompt, from 0) is an anchor, one
+// of the blocks gossip carries and the index matches: pos+1 a power of two up to AnchorStride
+// (0, 1, 3, 7, 15, 31, 63), so a short prompt loses at most half its match, or a multiple of
+// it (127, 191, 255, ...).
+func Anchor(pos int) bool {
+	p := pos + 1
+	if p <= 0 {
+		return false
+	}
+	if p < AnchorStride {
+		return p&(p-1) == 0
+	}
+	return p%AnchorStride == 0
+}
+
+// nextAnchor is the anchor position after anchor position pos.
+func nextAnchor(pos int) int {
+	if pos+1 < AnchorStride {
+		return 2*pos + 1
+	}
+	return pos + AnchorStride
+}
+
+// AppendAnchors appends to dst the anchors of chain, a prompt's blocks from block 0.
+func AppendAnchors(dst, chain []uint64) []uint64 {
+	for pos := 0; pos < len(chain); pos = nextAnchor(pos) {
+		dst = append(dst, chain[pos])
+	}
+	return dst
+}
+
+// AnchoredLen is the most a lookup can match of a chain of n blocks: one past its last anchor.
+func AnchoredLen(n int) int {
+	last := -1
+	for pos := 0; pos < n; pos = nextAnchor(pos) {
+		last = pos
+	}
+	return last + 1
+}
+
+// CacheDelta is one report of an engine's prefix cache: the block hashes it stored and
+// evicted, in order, and the anchors among them (by each block's chain position), which are
+// all gossip carries. A reporter reuses one by resetting it.
+type CacheDelta struct {
+	Stored, Evicted               []uint64
+	StoredAnchors, EvictedAnchors []uint64
+}
+
+// Store records that block h, at chain position pos, entered the cache.
+func (d *CacheDelta) Store(h uint64, pos int) {
+	d.Stored = append(d.Stored, h)
+	if Anchor(pos) {
+		d.StoredAnchors = append(d.StoredAnchors, h)
+	}
+}
+
+// Evict records that block h, at chain position pos, left the cache.
+func (d *CacheDelta) Evict(h uint64, pos int) {
+	d.Evicted = append(d.Evicted, h)
+	if Anchor(pos) {
+		d.EvictedAnchors = append(d.EvictedAnchors, h)
+	}
+}
+
+// Reset empties d, keeping its storage.
+func (d *CacheDelta) Reset() {
+	d.Stored, d.Evicted = d.Stored[:0], d.Evicted[:0]
+	d.StoredAnchors, d.EvictedAnchors = d.StoredAnchors[:0], d.EvictedAnchors[:0]
+}
+
+// Empty reports whether d holds no change.
+func (d *CacheDelta) Empty() bool { return len(d.Stored) == 0 && len(d.Evicted) == 0 }

@@ -24,7 +24,15 @@
 // Index holds, per peer, the confirmed block hashes its engine reported (LRU-bounded by
 // IndexConfig.MaxBlocksPerPeer) and speculative ones an ingress just forwarded there (valid
 // until their expiry, superseded by confirmation). LongestPrefix scores a request's blocks
-// against every peer at once: the score is the contiguous run from block 0.
+// against every peer at once: the score is the contiguous run of anchors from block 0.
+//
+// # Anchors
+//
+// Routing needs long shared prefixes, not block precision, so only a chain's anchors travel
+// in gossip and are matched: block positions 0, 1, 3, 7, 15, 31, 63, then every AnchorStride
+// (Anchor). Engines keep exact residency and report the anchors apart (CacheDelta). A match
+// undercounts by at most AnchorStride−1 blocks; past the head, gossip and the index carry one
+// block in AnchorStride.
 //
 // Memory is bounded per peer: at most MaxBlocksPerPeer confirmed blocks (past it, the least
 // recently added is forgotten first) and as many speculative ones (past it, the oldest

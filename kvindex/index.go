@@ -23,7 +23,7 @@ type IndexConfig struct {
 	MaxBlocksPerPeer int
 }
 
-// Match is one peer's longest contiguous run of a request's blocks, from block 0.
+// Match is one peer's anchored run of a request's blocks, from block 0 (see LongestPrefix).
 type Match struct {
 	Peer   string
 	Blocks int
@@ -111,7 +111,9 @@ func (x *Index) peerLocked(name string) *peer {
 
 // Add records that peer holds blocks, in order (the last is the most recent). Re-adding a
 // held block refreshes it; past the cap the least recent blocks are forgotten. A confirmed
-// block supersedes a speculative entry for it.
+// block supersedes a speculative entry for it. Add, Remove and Replace take hashes as given:
+// a node sends only anchors; every block of an older node costs memory, but lookups, which
+// consult only anchors, stay right.
 func (x *Index) Add(peer string, blocks []uint64) {
 	if len(blocks) == 0 {
 		return
@@ -207,8 +209,9 @@ func (x *Index) DropPeer(peer string) {
 	x.free = append(x.free, id)
 }
 
-// AddSpeculative records blocks an ingress just sent to peer: they count in lookups until
-// expires, then vanish. Blocks the peer already confirmed are left as they are.
+// AddSpeculative records that an ingress just sent a prompt whose chain, from block 0, is
+// blocks to peer: its anchors (all a lookup consults) count in lookups until expires, then
+// vanish. Anchors the peer already confirmed are left as they are.
 func (x *Index) AddSpeculative(peer string, blocks []uint64, expires time.Time) {
 	if len(blocks) == 0 {
 		return
@@ -219,7 +222,8 @@ func (x *Index) AddSpeculative(peer string, blocks []uint64, expires time.Time) 
 	if p.spec == nil {
 		p.spec = make(map[uint64]time.Time)
 	}
-	for _, h := range blocks {
+	for pos := 0; pos < len(blocks); pos = nextAnchor(pos) {
+		h := blocks[pos]
 		if _, ok := p.at[h]; ok {
 			continue
 		}
@@ -321,10 +325,12 @@ func (x *Index) AppendPeerBlocks(dst []uint64, peer string) []uint64 {
 }
 
 // LongestPrefix appends to dst, for every peer holding blocks[0] (confirmed, or speculative
-// and unexpired at now), the length of its contiguous run from block 0, longest first (ties by
-// name). Peers without block 0 are not listed. It walks the blocks once, intersecting the set
-// of still-matching peers with each block's holders, so its cost grows with the matched length
-// and the number of peers/64, not with peers × blocks.
+// and unexpired at now), the length of its anchored run: blocks is a prompt's chain from block
+// 0, and only its anchors (Anchor) are consulted, so a peer's match is one past the last anchor
+// of its contiguous run of anchors from block 0; blocks after that anchor are not counted.
+// Results are longest first (ties by name); peers without block 0 are not listed. It walks the
+// anchors once, intersecting the set of still-matching peers with each anchor's holders, so its
+// cost grows with the matched anchors and the number of peers/64, not with peers × blocks.
 func (x *Index) LongestPrefix(blocks []uint64, now time.Time, dst []Match) []Match {
 	if len(blocks) == 0 {
 		return dst
@@ -351,9 +357,10 @@ func (x *Index) LongestPrefix(blocks []uint64, now time.Time, dst []Match) []Mat
 		return dst
 	}
 	copy(active, keep)
-	for i := 1; i < len(blocks); i++ {
+	matched := 1 // the anchored length of the peers still active
+	for pos := nextAnchor(0); pos < len(blocks); pos = nextAnchor(pos) {
 		hit := false
-		if hs = x.holders[blocks[i]]; hs != nil {
+		if hs = x.holders[blocks[pos]]; hs != nil {
 			hit = hs.intersect(active, keep, now)
 		} else {
 			clear(keep)
@@ -361,18 +368,19 @@ func (x *Index) LongestPrefix(blocks []uint64, now time.Time, dst []Match) []Mat
 		for w := range active {
 			for d := active[w] &^ keep[w]; d != 0; d &= d - 1 {
 				id := w*64 + bits.TrailingZeros64(d)
-				dst = append(dst, Match{Peer: x.peers[id].name, Blocks: i})
+				dst = append(dst, Match{Peer: x.peers[id].name, Blocks: matched})
 			}
 			active[w] = keep[w]
 		}
 		if !hit {
 			break
 		}
+		matched = pos + 1
 	}
 	for w := range active {
 		for d := active[w]; d != 0; d &= d - 1 {
 			id := w*64 + bits.TrailingZeros64(d)
-			dst = append(dst, Match{Peer: x.peers[id].name, Blocks: len(blocks)})
+			dst = append(dst, Match{Peer: x.peers[id].name, Blocks: matched})
 		}
 	}
 	slices.SortFunc(dst[start:], func(a, b Match) int {

@@ -18,34 +18,110 @@ func seq(from, n int) []uint64 {
 	return out
 }
 
-func TestLongestPrefixContiguousRule(t *testing.T) {
-	req := seq(0, 5) // B0..B4
+func TestAnchor(t *testing.T) {
+	var got []int
+	for pos := -1; pos < 400; pos++ {
+		if Anchor(pos) {
+			got = append(got, pos)
+		}
+	}
+	want := []int{0, 1, 3, 7, 15, 31, 63, 127, 191, 255, 319, 383}
+	if !slices.Equal(got, want) {
+		t.Fatalf("anchors below 400 = %v, want %v", got, want)
+	}
+	chain := seq(0, 300)
+	if got, want := AppendAnchors(nil, chain), []uint64{1000, 1001, 1003, 1007, 1015, 1031, 1063, 1127, 1191, 1255}; !slices.Equal(got, want) {
+		t.Fatalf("AppendAnchors(300 blocks) = %v, want %v", got, want)
+	}
+	for _, tt := range []struct{ n, want int }{{0, 0}, {1, 1}, {2, 2}, {3, 2}, {4, 4}, {63, 32}, {64, 64}, {127, 64}, {128, 128}, {300, 256}} {
+		if got := AnchoredLen(tt.n); got != tt.want {
+			t.Errorf("AnchoredLen(%d) = %d, want %d", tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestCacheDeltaSplitsAnchors(t *testing.T) {
+	var d CacheDelta
+	for pos, h := range seq(0, 8) {
+		d.Store(h, pos)
+	}
+	d.Evict(5, 1)
+	d.Evict(6, 2)
+	if !slices.Equal(d.Stored, seq(0, 8)) || !slices.Equal(d.StoredAnchors, []uint64{1000, 1001, 1003, 1007}) ||
+		!slices.Equal(d.Evicted, []uint64{5, 6}) || !slices.Equal(d.EvictedAnchors, []uint64{5}) {
+		t.Fatalf("delta %+v", d)
+	}
+	d.Reset()
+	if !d.Empty() || len(d.StoredAnchors)+len(d.EvictedAnchors) != 0 {
+		t.Fatalf("after Reset: %+v", d)
+	}
+}
+
+func TestLongestPrefixAnchoredRule(t *testing.T) {
+	req := seq(0, 200) // anchors 0, 1, 3, 7, 15, 31, 63, 127, 191
+	without := func(drop ...int) []uint64 {
+		var out []uint64
+		for i, h := range req {
+			if !slices.Contains(drop, i) {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
 	tests := []struct {
 		name  string
+		req   []uint64 // nil: req
 		setup func(x *Index)
 		want  []Match
 	}{
-		{"empty", func(x *Index) {}, nil},
-		{"full", func(x *Index) { x.Add("a", req) }, []Match{{"a", 5}}},
-		{"B3 and B4 without B0..B2 scores zero", func(x *Index) { x.Add("a", req[3:]) }, nil},
-		{"gap stops the run", func(x *Index) { x.Add("a", []uint64{req[0], req[1], req[3], req[4]}) }, []Match{{"a", 2}}},
-		{"order of adding is irrelevant", func(x *Index) { x.Add("a", []uint64{req[2], req[0], req[1]}) }, []Match{{"a", 3}}},
-		{"several peers sorted longest first then name", func(x *Index) {
+		{"empty", nil, func(x *Index) {}, nil},
+		{"full chain counts to its last anchor", nil, func(x *Index) { x.Add("a", req) }, []Match{{"a", 192}}},
+		{"anchors alone match as much", nil, func(x *Index) { x.Add("a", AppendAnchors(nil, req)) }, []Match{{"a", 192}}},
+		{"blocks after the last held anchor are not counted", nil, func(x *Index) { x.Add("a", req[:190]) }, []Match{{"a", 128}}},
+		{"a gap between anchors is not seen", nil, func(x *Index) { x.Add("a", without(2, 100, 150)) }, []Match{{"a", 192}}},
+		{"a missing anchor stops the run", nil, func(x *Index) { x.Add("a", without(63)) }, []Match{{"a", 32}}},
+		{"only later anchors score zero", nil, func(x *Index) { x.Add("a", []uint64{req[127], req[191]}) }, nil},
+		{"B3 and on without B0 scores zero", nil, func(x *Index) { x.Add("a", req[3:]) }, nil},
+		{"order of adding is irrelevant", nil, func(x *Index) { x.Add("a", []uint64{req[3], req[0], req[1]}) }, []Match{{"a", 4}}},
+		{"one-block prompt", req[:1], func(x *Index) { x.Add("a", req) }, []Match{{"a", 1}}},
+		{"two-block prompt", req[:2], func(x *Index) { x.Add("a", req[:2]); x.Add("b", req[:1]) }, []Match{{"a", 2}, {"b", 1}}},
+		{"three-block prompt counts two", req[:3], func(x *Index) { x.Add("a", req[:3]) }, []Match{{"a", 2}}},
+		{"several peers sorted longest first then name", req[:5], func(x *Index) {
 			x.Add("c", req[:1])
 			x.Add("b", req[:4])
 			x.Add("a", req[:1])
 			x.Add("z", req[1:]) // no block 0
 		}, []Match{{"b", 4}, {"a", 1}, {"c", 1}}},
+		{"speculative anchors of the chain count", nil, func(x *Index) {
+			x.Add("a", req[:64])
+			x.AddSpeculative("a", req, t0.Add(time.Second))
+		}, []Match{{"a", 192}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x := NewIndex(IndexConfig{})
 			tt.setup(x)
-			got := x.LongestPrefix(req, t0, nil)
+			r := tt.req
+			if r == nil {
+				r = req
+			}
+			got := x.LongestPrefix(r, t0, nil)
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("LongestPrefix = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestAddSpeculativeStoresOnlyAnchors(t *testing.T) {
+	x := NewIndex(IndexConfig{})
+	chain := seq(0, 300)
+	x.AddSpeculative("a", chain, t0.Add(time.Second))
+	if got := x.Stats(); got.Speculative != 10 || got.Distinct != 10 {
+		t.Fatalf("speculation on a 300-block chain: %+v, want its 10 anchors", got)
+	}
+	if got := x.LongestPrefix(chain, t0, nil); !slices.Equal(got, []Match{{"a", 256}}) {
+		t.Fatalf("LongestPrefix = %v, want a at 256", got)
 	}
 }
 
@@ -60,7 +136,7 @@ func TestLongestPrefixManyPeersBitset(t *testing.T) {
 		x.Add(name, req[:n])
 		x.Add(name, seq(10_000*(p+1), 5)) // unrelated residency
 		if n > 0 {
-			want = append(want, Match{name, n})
+			want = append(want, Match{name, AnchoredLen(n)})
 		}
 	}
 	slices.SortStableFunc(want, func(a, b Match) int { return b.Blocks - a.Blocks })
@@ -143,7 +219,7 @@ func TestSpeculative(t *testing.T) {
 		now  time.Time
 		want []Match
 	}{
-		{"before expiry counts", t0, []Match{{"a", 3}}},
+		{"before expiry counts", t0, []Match{{"a", 2}}}, // 3 blocks: anchors 0 and 1
 		{"at expiry gone", t0.Add(time.Second), []Match{{"a", 1}}},
 	}
 	for _, tt := range tests {
@@ -238,8 +314,8 @@ func TestLongestPrefixNoAllocs(t *testing.T) {
 func TestStatsCountEntriesAndStayWithinTheCap(t *testing.T) {
 	x := NewIndex(IndexConfig{MaxBlocksPerPeer: 10})
 	x.Add("a", seq(0, 8))
-	x.Add("b", seq(4, 8)) // 4 blocks shared with a
-	x.AddSpeculative("c", seq(100, 3), t0.Add(time.Second))
+	x.Add("b", seq(4, 8))                                   // 4 blocks shared with a
+	x.AddSpeculative("c", seq(100, 4), t0.Add(time.Second)) // its 3 anchors
 	want := IndexStats{Peers: 3, Blocks: 16, Speculative: 3, Distinct: 15}
 	want.Bytes = 16*EntryBytes + 15*DistinctBytes + 3*SpecEntryBytes
 	if got := x.Stats(); got != want {

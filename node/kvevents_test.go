@@ -55,7 +55,7 @@ func TestEngineCacheResetReachesTheMesh(t *testing.T) {
 	send(long)
 	lb := kvindex.AppendBlocks(nil, modelA, kvindex.RenderChat(nil, []kvindex.Message{{Role: "user", Content: long}}), kvindex.DefaultBlockTokens)
 	poll.Until(t, 10*time.Second, "B to learn A's long prefix by gossip", func() bool {
-		return b.PrefixOf(a.Name(), lb) == len(lb)
+		return b.PrefixOf(a.Name(), lb) == kvindex.AnchoredLen(len(lb))
 	})
 	if n := metric(t, urlA, "kvmesh_residency_blocks", ""); n < float64(len(lb)) {
 		t.Fatalf("A's model holds %v blocks, want the long prompt's %d at least", n, len(lb))

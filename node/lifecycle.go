@@ -139,9 +139,9 @@ func (n *Node) startMesh(ctx context.Context) error {
 	n.advertiseQUIC = n.advertise(n.tr.Addr())
 	n.g.SetLocal(n.publishedState)
 	if n.sim != nil {
-		n.g.SetSnapshot(n.sim.ResidentBlocks)
+		n.g.SetSnapshot(n.sim.ResidentAnchors)
 	} else if n.ext != nil {
-		n.g.SetSnapshot(n.ext.ResidentBlocks)
+		n.g.SetSnapshot(n.ext.ResidentAnchors)
 	}
 	if err := n.g.Start(ctx); err != nil {
 		return fmt.Errorf("node: gossip: %w", err)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvmesh/kvmesh/internal/poll"
+	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet"
 )
@@ -28,10 +30,11 @@ func indexOf(t testing.TB, tn *testnet.Net, name string) int {
 	return -1
 }
 
-// knowsPrefix reports whether the node at url sees owner holding at least blocks blocks.
+// knowsPrefix reports whether the node at url sees owner holding at least as many blocks as
+// a chain of blocks blocks has anchors: gossip carries only anchors.
 func knowsPrefix(t testing.TB, url, owner string, blocks int) bool {
 	for _, p := range peers(t, url).Peers {
-		if p.Name == owner && p.PrefixBlocks >= blocks {
+		if p.Name == owner && p.PrefixBlocks >= anchorsIn(blocks) {
 			return true
 		}
 	}
@@ -59,6 +62,35 @@ func placePrefix(t testing.TB, tn *testnet.Net, body string) (owner, ingress int
 	ingress = (owner + 1) % len(urls)
 	poll.Until(t, 5*time.Second, "the prefix to spread", func() bool { return knowsPrefix(t, urls[ingress], name, 100) })
 	return owner, ingress
+}
+
+// anchorsIn is how many anchors (kvindex.Anchor) a chain of n blocks has.
+func anchorsIn(n int) int {
+	return len(kvindex.AppendAnchors(nil, make([]uint64, n)))
+}
+
+// TestPeersIndexOnlyAnchors pins that a long prompt reaches a peer's index as its anchors
+// alone (300 blocks: the 7 head anchors, then 127, 191 and 255), which match it to 256 blocks.
+func TestPeersIndexOnlyAnchors(t *testing.T) {
+	tn := startNet(t, 2, nil)
+	content := longPrompt("anchored", 300*16)
+	owner := warm(t, tn.URLs()[0], chatBody(content, 2, false))
+	viewer := tn.Nodes[1-indexOf(t, tn, owner)]
+	chain := kvindex.AppendBlocks(nil, model, kvindex.RenderChat(nil, []kvindex.Message{{Role: "user", Content: content}}), kvindex.DefaultBlockTokens)
+	if len(chain) != 300 {
+		t.Fatalf("the prompt has %d blocks, want 300", len(chain))
+	}
+	poll.Until(t, 5*time.Second, "the viewer to learn the owner's prefix", func() bool { return viewer.PrefixOf(owner, chain) == 256 })
+	want := kvindex.AppendAnchors(nil, chain)
+	if len(want) != 10 {
+		t.Fatalf("%d anchors, want 10", len(want))
+	}
+	got := viewer.IndexedBlocks(owner)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the viewer indexes %d blocks of the owner's, want its 10 anchors", len(got))
+	}
 }
 
 func TestSecondTurnFollowsThePrefixAcrossIngresses(t *testing.T) {

@@ -197,18 +197,20 @@ func (n *Node) buildEngine() error {
 	return nil
 }
 
-// onPrefix hands the engine's stored and evicted prefix blocks to gossip. n.g is set before
-// the engine runs anything (New builds it, Start starts both); a standalone node has none.
-func (n *Node) onPrefix(stored, evicted []uint64) {
-	n.publishKV(stored, evicted)
+// onPrefix hands the engine's stored and evicted prefix blocks to the KV events publisher, and
+// their anchors (kvindex.Anchor) to gossip: routing matches by anchors, so no other block need
+// cross the mesh. n.g is set before the engine runs anything (New builds it, Start starts
+// both); a standalone node has none.
+func (n *Node) onPrefix(d kvindex.CacheDelta) {
+	n.publishKV(d.Stored, d.Evicted)
 	if n.g == nil {
 		return
 	}
-	if len(stored) > 0 {
-		n.g.PrefixStored(stored)
+	if len(d.StoredAnchors) > 0 {
+		n.g.PrefixStored(d.StoredAnchors)
 	}
-	if len(evicted) > 0 {
-		n.g.PrefixEvicted(evicted)
+	if len(d.EvictedAnchors) > 0 {
+		n.g.PrefixEvicted(d.EvictedAnchors)
 	}
 }
 

@@ -102,7 +102,7 @@ func TestExternalEngineResidencyReachesPeers(t *testing.T) {
 		t.Fatalf("first long prompt: %+v, %d blocks", u, len(lb))
 	}
 	poll.Until(t, 10*time.Second, "B to learn A's long prefix by gossip", func() bool {
-		return b.PrefixOf(a.Name(), lb) == len(lb) && peerBlocks() == len(lb)
+		return b.PrefixOf(a.Name(), lb) == kvindex.AnchoredLen(len(lb)) && peerBlocks() == anchorsIn(len(lb))
 	})
 
 	// Two prompts of 29 blocks each overflow the 64-block engine: the long prompt, least
@@ -113,17 +113,19 @@ func TestExternalEngineResidencyReachesPeers(t *testing.T) {
 	var believed int
 	poll.Until(t, 10*time.Second, "B to learn the eviction by gossip", func() bool {
 		believed = b.PrefixOf(a.Name(), lb)
-		return believed < len(lb) && believed == a.PrefixOf(a.Name(), lb) && peerBlocks() <= 64
+		return believed < kvindex.AnchoredLen(len(lb)) && believed == a.PrefixOf(a.Name(), lb) && peerBlocks() <= 64
 	})
 	t.Logf("after the fill, the mesh believes A's engine holds %d of the long prompt's %d blocks", believed, len(lb))
 
-	// What the engine itself had: the prompt's cached tokens when it runs again.
+	// What the engine itself had: the prompt's cached tokens when it runs again, matched by
+	// anchors as the mesh matches.
 	u := send(long)
-	predicted, reported := believed*kvindex.DefaultBlockTokens, u.PromptTokensDetails.CachedTokens
-	t.Logf("long prompt again: predicted %d cached tokens, engine reported %d of %d (error %.3f)",
-		predicted, reported, u.PromptTokens, math.Abs(float64(predicted-reported))/float64(u.PromptTokens))
+	bt := kvindex.DefaultBlockTokens
+	predicted, reported := believed*bt, kvindex.AnchoredLen(u.PromptTokensDetails.CachedTokens/bt)*bt
+	t.Logf("long prompt again: predicted %d cached tokens, engine reported %d (anchored %d) of %d (error %.3f)",
+		predicted, u.PromptTokensDetails.CachedTokens, reported, u.PromptTokens, math.Abs(float64(predicted-reported))/float64(u.PromptTokens))
 	if predicted != reported {
-		t.Errorf("the mesh believed %d tokens of the prompt cached, the engine had %d", predicted, reported)
+		t.Errorf("the mesh believed %d tokens of the prompt cached, the engine had %d anchored", predicted, reported)
 	}
 	n, sum := metric(t, urlA, "kvmesh_residency_error_ratio_count", ""), metric(t, urlA, "kvmesh_residency_error_ratio_sum", "")
 	t.Logf("A's residency model over %v requests: mean error ratio %.4f; predicted %v, reported %v cached tokens", n, sum/n,

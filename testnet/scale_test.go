@@ -31,6 +31,11 @@ const (
 	scaleChurn = 1180
 	// scaleResident is each node's synthetic pool, in blocks: the light nodes' KV pool.
 	scaleResident = 4096
+	// The churn's blocks come as the trace's requests bring them: a request of 11,965 tokens
+	// (7,538 new ones are 63% of it) at a quarter length is 187 blocks, a cached head of 69
+	// then 118 new blocks, at chain positions 69..186. Only their anchors reach gossip (127:
+	// one in 118 blocks).
+	scaleHeadBlocks, scaleNewBlocks = 69, 118
 )
 
 func scaleEnv(name string, def float64) float64 {
@@ -44,16 +49,16 @@ func scaleEnv(name string, def float64) float64 {
 // comma-separated list) with memberlist's LAN timers, every node serving one model, while
 // every node's engine stores KVMESH_SCALE_CHURN blocks a second (default 1,180: the Mooncake
 // conversation trace's per-node rate, scaleChurn) in a pool of KVMESH_SCALE_RESIDENT blocks
-// (4,096), fed to gossip directly (the engines stay idle, so the machine's cores go to the
-// mesh). For each size:
+// (4,096), their anchors fed to gossip directly as a node feeds its engine's (the engines stay
+// idle, so the machine's cores go to the mesh). For each size:
 //
 //   - converge-s: from the first node's start until every node sees every other with a fresh
 //     record; join-s: one more node, until every node sees it; death-s: that node stopped
 //     without a word, until every other node sees it dead.
-//   - visible-p50-ms, visible-p99-ms: a new 2,048-token prefix (128 blocks) stored on a random
-//     node, until every other node's index holds all of it; probes one after another over a
-//     window of KVMESH_SCALE_DURATION seconds (default 60); visible-%: the probes that made
-//     it within 30 s. With fewer than 100 probes p99 is the slowest.
+//   - visible-p50-ms, visible-p99-ms: a new 2,048-token prefix (128 blocks, 8 anchors) stored
+//     on a random node, until every other node's index matches all of it; probes one after
+//     another over a window of KVMESH_SCALE_DURATION seconds (default 60); visible-%: the
+//     probes that made it within 30 s. With fewer than 100 probes p99 is the slowest.
 //   - sent-B/s/node, recv-B/s/node: kvmesh gossip bytes (kvmesh_gossip_*_bytes_total: state
 //     records, prefix deltas and push/pull payloads; not memberlist's own probes and headers).
 //   - cpu-cores/node, rss-MiB/node: the whole process's CPU time and resident memory (the
@@ -167,33 +172,46 @@ func scaleRun(b *testing.B, nodes int) {
 }
 
 // pool is one node's synthetic engine residency: blocks stored and evicted at the churn rate,
-// oldest first, plus the probes' prefixes, which stay. Gossip's snapshot reads it.
+// oldest first, plus the probes' prefixes, which stay. Gossip gets the anchors, as from a
+// node's engine, and its snapshot reads them.
 type pool struct {
 	g   *gossip.Gossip
 	max int
 	rng *rand.Rand
 
 	mu     sync.Mutex
-	blocks []uint64
-	probes []uint64
+	blocks []poolBlock // oldest first
+	pos    int         // the chain position of the next new block
+	probes []uint64    // the probes' anchors
+}
+
+type poolBlock struct {
+	hash uint64
+	pos  int
 }
 
 // step stores n new blocks and evicts what the pool no longer holds.
 func (p *pool) step(n int) {
+	var d kvindex.CacheDelta
 	p.mu.Lock()
-	fresh := make([]uint64, n)
-	for i := range fresh {
-		fresh[i] = p.rng.Uint64()
+	for range n {
+		if p.pos < scaleHeadBlocks || p.pos >= scaleHeadBlocks+scaleNewBlocks {
+			p.pos = scaleHeadBlocks // the next request's new blocks
+		}
+		b := poolBlock{p.rng.Uint64(), p.pos}
+		p.pos++
+		p.blocks = append(p.blocks, b)
+		d.Store(b.hash, b.pos)
 	}
-	p.blocks = append(p.blocks, fresh...)
-	var evicted []uint64
 	if over := len(p.blocks) - p.max; over > 0 {
-		evicted = slices.Clone(p.blocks[:over])
+		for _, b := range p.blocks[:over] {
+			d.Evict(b.hash, b.pos)
+		}
 		p.blocks = slices.Delete(p.blocks, 0, over)
 	}
 	p.mu.Unlock()
-	p.g.PrefixStored(fresh)
-	p.g.PrefixEvicted(evicted)
+	p.g.PrefixStored(d.StoredAnchors)
+	p.g.PrefixEvicted(d.EvictedAnchors)
 }
 
 // probe stores a new 2,048-token prefix and returns its blocks.
@@ -202,16 +220,23 @@ func (p *pool) probe() []uint64 {
 	text := fmt.Appendf(nil, "probe %d %d ", p.rng.Uint64(), len(p.probes))
 	text = []byte(strings.Repeat(string(text), 2048*kvindex.BytesPerToken/len(text)+1)[:2048*kvindex.BytesPerToken])
 	blocks := kvindex.Blocks(node.DefaultModel, text, kvindex.DefaultBlockTokens)
-	p.probes = append(p.probes, blocks...)
+	anchors := kvindex.AppendAnchors(nil, blocks)
+	p.probes = append(p.probes, anchors...)
 	p.mu.Unlock()
-	p.g.PrefixStored(blocks)
+	p.g.PrefixStored(anchors)
 	return blocks
 }
 
 func (p *pool) snapshot() []uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append(slices.Clone(p.probes), p.blocks...)
+	out := slices.Clone(p.probes)
+	for _, b := range p.blocks {
+		if kvindex.Anchor(b.pos) {
+			out = append(out, b.hash)
+		}
+	}
+	return out
 }
 
 // churnLoop steps every pool every 50 ms (gossip's flush) by churn a second until stop.
@@ -238,8 +263,8 @@ func churnLoop(pools []*pool, churn float64, stop <-chan struct{}) {
 	}
 }
 
-// visible waits until every node other than origin holds all of blocks for origin and
-// returns how long that took, or false after timeout.
+// visible waits until every node other than origin matches all of blocks for origin (their
+// anchored length, kvindex.AnchoredLen) and returns how long that took, or false after timeout.
 func visible(nodes []*node.Node, origin int, blocks []uint64, timeout time.Duration) (time.Duration, bool) {
 	start := time.Now()
 	name := nodes[origin].Name()
@@ -249,6 +274,7 @@ func visible(nodes []*node.Node, origin int, blocks []uint64, timeout time.Durat
 			waiting = append(waiting, n)
 		}
 	}
+	want := kvindex.AnchoredLen(len(blocks))
 	var dst []kvindex.Match
 	for len(waiting) > 0 {
 		if time.Since(start) > timeout {
@@ -256,7 +282,7 @@ func visible(nodes []*node.Node, origin int, blocks []uint64, timeout time.Durat
 		}
 		waiting = slices.DeleteFunc(waiting, func(n *node.Node) bool {
 			dst = n.Gossip().LongestPrefix(blocks, dst[:0])
-			return slices.ContainsFunc(dst, func(m kvindex.Match) bool { return m.Peer == name && m.Blocks == len(blocks) })
+			return slices.ContainsFunc(dst, func(m kvindex.Match) bool { return m.Peer == name && m.Blocks == want })
 		})
 		time.Sleep(5 * time.Millisecond) // the resolution latency is measured to
 	}

@@ -57,8 +57,8 @@
 // chained blocks of the prompts it sent there, stored at each request's first token and evicted
 // least recently used first at the server's KV size (KVBlocksTotal), corrected by each
 // response's usage.prompt_tokens_details.cached_tokens. Config.OnPrefix receives its stored and
-// evicted blocks, ResidentBlocks its full contents, as the embedded engine reports its exact
-// cache. A restart of the server (its process_start_time_seconds changed, its prompt token
+// evicted blocks and the anchors among them, ResidentBlocks its full contents and
+// ResidentAnchors its anchors, as the embedded engine reports its exact cache. A restart of the server (its process_start_time_seconds changed, its prompt token
 // counter went back, or its health failed and returned) empties the model.
 //
 // With Config.KVEvents the Engine also reads the server's KV cache events (package kvevents)

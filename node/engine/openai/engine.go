@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 	wire "github.com/kvmesh/kvmesh/node/openai"
@@ -62,9 +63,9 @@ type Config struct {
 	// residency model's capacity.
 	NominalKVBlocks int
 	// OnPrefix, if set, is called with the block hashes the residency model stored and evicted
-	// (see ResidentBlocks), in order, with the model's lock held: it must not block, must not
-	// call back into the Engine and must not keep the slices.
-	OnPrefix func(stored, evicted []uint64)
+	// (see ResidentBlocks), in order, and the anchors among them, with the model's lock held:
+	// it must not block, must not call back into the Engine and must not keep the slices.
+	OnPrefix func(kvindex.CacheDelta)
 	// Priority sends each request's priority to the server in vLLM's priority field
 	// (SetPriority: kvmesh's priority negated, a client's own value replaced), and makes State
 	// report PriorityScheduling with the queued prefill split by class (see queuedTokens). Only

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/residency"
 )
@@ -27,7 +28,7 @@ var errorRatioBuckets = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75,
 
 // shadow is an Engine's residency model and its queued prefill.
 type shadow struct {
-	onPrefix func(stored, evicted []uint64)
+	onPrefix func(kvindex.CacheDelta)
 	kind     string
 	log      *slog.Logger
 
@@ -103,7 +104,7 @@ func newShadow(cfg Config, log *slog.Logger) (*shadow, error) {
 // publishLocked hands the model's pending changes to OnPrefix, in order (hence under the lock).
 func (r *shadow) publishLocked() {
 	if !r.d.Empty() && r.onPrefix != nil {
-		r.onPrefix(r.d.Stored, r.d.Evicted)
+		r.onPrefix(r.d)
 	}
 	r.d.Reset()
 }
@@ -245,10 +246,13 @@ func (r *shadow) queuedTokens() queue {
 	return q
 }
 
-// resident lists the model's blocks, least recently used first.
-func (r *shadow) resident() []uint64 {
+// resident lists the model's blocks, or only its anchors, least recently used first.
+func (r *shadow) resident(anchors bool) []uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if anchors {
+		return r.model.ResidentAnchors(nil)
+	}
 	return r.model.Resident(make([]uint64, 0, r.model.Len()))
 }
 
@@ -310,8 +314,12 @@ func engineBlockTokens(m map[string][]sample, kind string) int {
 }
 
 // ResidentBlocks returns the block hashes the residency model says the server holds, least
-// recently used first: this node's prefix snapshot for gossip's push/pull.
-func (e *Engine) ResidentBlocks() []uint64 { return e.res.resident() }
+// recently used first.
+func (e *Engine) ResidentBlocks() []uint64 { return e.res.resident(false) }
+
+// ResidentAnchors returns those of ResidentBlocks that are anchors of their chains
+// (kvindex.Anchor), in the same order: this node's prefix snapshot for gossip's push/pull.
+func (e *Engine) ResidentAnchors() []uint64 { return e.res.resident(true) }
 
 // Generate forwards req to the engine and returns once the engine answered 200 and its stream
 // is open. From dispatch to its first token the request's uncached prompt tokens (by the

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/internal/poll"
+	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
@@ -21,13 +22,15 @@ import (
 type prefixLog struct {
 	mu              sync.Mutex
 	stored, evicted []uint64
+	anchors         int // stored anchors, less evicted ones
 }
 
-func (l *prefixLog) on(stored, evicted []uint64) {
+func (l *prefixLog) on(d kvindex.CacheDelta) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.stored = append(l.stored, stored...)
-	l.evicted = append(l.evicted, evicted...)
+	l.stored = append(l.stored, d.Stored...)
+	l.evicted = append(l.evicted, d.Evicted...)
+	l.anchors += len(d.StoredAnchors) - len(d.EvictedAnchors)
 }
 
 // take returns what was published since the last take.
@@ -170,6 +173,13 @@ func TestResidencyFollowsServedPrompts(t *testing.T) {
 	}
 	if got, want := e.ResidentBlocks(), []uint64{2, 1, 15, 14, 13, 12, 11}; !slices.Equal(got, want) {
 		t.Errorf("ResidentBlocks %v, want %v (least recent first)", got, want)
+	}
+	// Anchors are chain positions 0, 1 and 3: a's blocks 1 and 2, b's 11, 12 and 14.
+	log.mu.Lock()
+	published := log.anchors
+	log.mu.Unlock()
+	if got, want := e.ResidentAnchors(), []uint64{2, 1, 14, 12, 11}; !slices.Equal(got, want) || published != len(want) {
+		t.Errorf("ResidentAnchors %v, published anchors net %d, want %v", got, published, want)
 	}
 	// Predicted cached tokens over the judged requests: 0, 0, 32, 48; reported 0, 0, 32, 0.
 	if p, r := counter(t, reg, "kvmesh_residency_predicted_cached_tokens_total"),

@@ -29,7 +29,9 @@
 // the least recently used blocks, and Cap evicts them down to the number the engine says it
 // holds; neither touches a running request's blocks.
 //
-// Every change is returned as a Delta of stored and evicted hashes, for the node to gossip.
+// Every change is returned as a Delta of stored and evicted hashes, for the node to gossip:
+// each block keeps its place in the chain it entered from, so a Delta and ResidentAnchors
+// name the anchors among them (kvindex.Anchor), all that gossip carries.
 // Clear empties the model when the engine restarted; predictions and holds from before it
 // change nothing afterwards.
 //

@@ -3,6 +3,8 @@ package residency
 import (
 	"errors"
 	"fmt"
+
+	"github.com/kvmesh/kvmesh/kvindex"
 )
 
 // MaxBlocks bounds a Model's capacity: 2^20 blocks of 16 tokens are 16M tokens of KV, more than
@@ -25,6 +27,7 @@ type Model struct {
 
 type entry struct {
 	hash       uint64
+	pos        int    // its place in the chain it entered from, for kvindex.Anchor
 	refs       int    // running requests holding it; listed only at 0
 	stamp      uint64 // when it was last used
 	prev, next *entry
@@ -32,18 +35,9 @@ type entry struct {
 }
 
 // Delta is what a change did to the model: the hashes that entered it and those that left it,
-// in order. A caller reuses one by resetting it.
-type Delta struct {
-	Stored, Evicted []uint64
-}
-
-// Reset empties d, keeping its storage.
-func (d *Delta) Reset() {
-	d.Stored, d.Evicted = d.Stored[:0], d.Evicted[:0]
-}
-
-// Empty reports whether d holds no change.
-func (d *Delta) Empty() bool { return len(d.Stored) == 0 && len(d.Evicted) == 0 }
+// in order, and the anchors among them (by each block's place in the chain it entered from).
+// A caller reuses one by resetting it.
+type Delta = kvindex.CacheDelta
 
 // ErrConfig is returned by New for a non-positive capacity or block size.
 var ErrConfig = errors.New("residency: invalid config")
@@ -115,7 +109,7 @@ func (m *Model) Acquire(blocks []uint64, promptTokens int, d *Delta) *Hold {
 	h := &Hold{blocks: blocks, private: m.privateBlocks(len(blocks), promptTokens), epoch: m.epoch}
 	m.reserved += h.private
 	for i := len(blocks) - 1; i >= 0; i-- {
-		e := m.touch(blocks[i], d)
+		e := m.touch(blocks[i], i, d)
 		e.refs++
 		m.unlist(e)
 	}
@@ -229,7 +223,7 @@ func (m *Model) Correct(p Prediction, blocks []uint64, promptTokens int, r Repor
 		before := len(d.Stored)
 		limit := min(held, max(promptTokens-1, 0)/m.blockTokens)
 		for i := limit - 1; i >= 0; i-- {
-			m.touch(blocks[i], d)
+			m.touch(blocks[i], i, d)
 		}
 		o.Added = len(d.Stored) - before
 		m.makeRoom(0, d)
@@ -241,11 +235,11 @@ func (m *Model) Correct(p Prediction, blocks []uint64, promptTokens int, r Repor
 // predictions from before it change nothing afterwards.
 func (m *Model) Clear(d *Delta) {
 	for e := m.head; e != nil; e = e.next {
-		d.Evicted = append(d.Evicted, e.hash)
+		d.Evict(e.hash, e.pos)
 	}
-	for h, e := range m.entries {
+	for _, e := range m.entries {
 		if !e.listed {
-			d.Evicted = append(d.Evicted, h)
+			d.Evict(e.hash, e.pos)
 		}
 	}
 	clear(m.entries)
@@ -272,26 +266,35 @@ func (m *Model) Cap(limit int, d *Delta) int {
 
 // Resident appends every block the model holds to dst, least recently used first (those
 // running requests pin last).
-func (m *Model) Resident(dst []uint64) []uint64 {
+func (m *Model) Resident(dst []uint64) []uint64 { return m.resident(dst, false) }
+
+// ResidentAnchors appends, in Resident's order, the blocks the model holds that are anchors of
+// the chains they entered from (kvindex.Anchor): the residency gossip carries.
+func (m *Model) ResidentAnchors(dst []uint64) []uint64 { return m.resident(dst, true) }
+
+func (m *Model) resident(dst []uint64, anchors bool) []uint64 {
 	for e := m.head; e != nil; e = e.next {
-		dst = append(dst, e.hash)
+		if !anchors || kvindex.Anchor(e.pos) {
+			dst = append(dst, e.hash)
+		}
 	}
 	for h, e := range m.entries {
-		if !e.listed {
+		if !e.listed && (!anchors || kvindex.Anchor(e.pos)) {
 			dst = append(dst, h)
 		}
 	}
 	return dst
 }
 
-// touch makes h the most recently used block, adding it (into d) if absent.
-func (m *Model) touch(h uint64, d *Delta) *entry {
+// touch makes h, block pos of its chain, the most recently used block, adding it (into d) if
+// absent. A block keeps the position it entered at: its chained hash fixes it.
+func (m *Model) touch(h uint64, pos int, d *Delta) *entry {
 	m.clock++
 	e, ok := m.entries[h]
 	if !ok {
-		e = &entry{hash: h}
+		e = &entry{hash: h, pos: pos}
 		m.entries[h] = e
-		d.Stored = append(d.Stored, h)
+		d.Store(h, pos)
 	}
 	e.stamp = m.clock
 	if e.listed {
@@ -325,7 +328,7 @@ func (m *Model) evictThrough(stamp uint64, d *Delta) int {
 func (m *Model) evict(e *entry, d *Delta) {
 	m.unlist(e)
 	delete(m.entries, e.hash)
-	d.Evicted = append(d.Evicted, e.hash)
+	d.Evict(e.hash, e.pos)
 }
 
 // list appends e at the tail (most recently used).

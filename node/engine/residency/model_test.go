@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/kvmesh/kvmesh/kvindex"
 )
 
 const bt = 16 // block tokens in these tests
@@ -422,5 +424,33 @@ func TestEngineSaidEvictions(t *testing.T) {
 	m.Release(running, tokens(2), &d)
 	if n := m.Cap(0, &d); n != 2 {
 		t.Errorf("Cap(0) after the release evicted %d, want 2", n)
+	}
+}
+
+// TestAnchorsByChainPosition pins that the model's reports and ResidentAnchors name exactly the
+// anchors of the chains it stored, by each block's place in its chain, through stores,
+// evictions and a Clear.
+func TestAnchorsByChainPosition(t *testing.T) {
+	m := newModel(t, 300)
+	c := chain(1000, 200)
+	_, d := serve(m, c, 0)
+	if got, want := sorted(d.StoredAnchors), kvindex.AppendAnchors(nil, c); !slices.Equal(got, want) {
+		t.Fatalf("stored anchors %v, want %v", got, want)
+	}
+	if got, want := sorted(m.ResidentAnchors(nil)), kvindex.AppendAnchors(nil, c); !slices.Equal(got, want) {
+		t.Fatalf("ResidentAnchors %v, want %v", got, want)
+	}
+	d.Reset()
+	m.SetCapacity(100, &d) // the chain's last 100 blocks go, its tail first
+	if want := []uint64{1191, 1127}; !slices.Equal(d.EvictedAnchors, want) || len(d.Evicted) != 100 {
+		t.Fatalf("evicted %d blocks, anchors %v, want 100 and %v", len(d.Evicted), d.EvictedAnchors, want)
+	}
+	if got, want := sorted(m.ResidentAnchors(nil)), kvindex.AppendAnchors(nil, c[:100]); !slices.Equal(got, want) {
+		t.Fatalf("ResidentAnchors after eviction %v, want %v", got, want)
+	}
+	d.Reset()
+	m.Clear(&d)
+	if got, want := sorted(d.EvictedAnchors), kvindex.AppendAnchors(nil, c[:100]); !slices.Equal(got, want) || len(d.StoredAnchors) != 0 {
+		t.Fatalf("Clear evicted anchors %v, want %v", got, want)
 	}
 }

@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/kvmesh/kvmesh/kvindex"
+
 // blockCache is the paged KV pool's accounting. It does not track physical block numbers, only
 // counts: a block is private (held by one sequence, not hashed: partial prompt blocks, output
 // blocks, prompt blocks whose prefill is still running), cached (hashed prompt block, possibly
@@ -17,6 +19,7 @@ type blockCache struct {
 
 type centry struct {
 	hash       uint64
+	pos        int // the block's place in the chain it was stored from, for kvindex.Anchor
 	refs       int
 	prev, next *centry
 	inLRU      bool
@@ -108,30 +111,30 @@ func (c *blockCache) release(blocks []uint64) {
 	}
 }
 
-// allocate makes n private blocks, evicting LRU entries as needed and appending their hashes
-// to evicted. It reports false, changing nothing, if n blocks cannot be had.
-func (c *blockCache) allocate(n int, evicted []uint64) ([]uint64, bool) {
+// allocate makes n private blocks, evicting LRU entries as needed into d. It reports false,
+// changing nothing, if n blocks cannot be had.
+func (c *blockCache) allocate(n int, d *kvindex.CacheDelta) bool {
 	if n > c.available() {
-		return evicted, false
+		return false
 	}
 	for c.free() < n {
 		e := c.head
 		c.unlink(e)
 		delete(c.entries, e.hash)
-		evicted = append(evicted, e.hash)
+		d.Evict(e.hash, e.pos)
 	}
 	c.private += n
-	return evicted, true
+	return true
 }
 
 // freePrivate returns n private blocks to the free pool.
 func (c *blockCache) freePrivate(n int) { c.private -= n }
 
-// store turns one private block holding hash h into a cached block the caller keeps a
-// reference on. If h is already cached (another sequence computed the same prefix
-// concurrently) the private copy is freed and the existing entry shared. It reports whether
-// the hash is new to the cache.
-func (c *blockCache) store(h uint64) bool {
+// store turns one private block holding hash h, block pos of its chain, into a cached block
+// the caller keeps a reference on. If h is already cached (another sequence computed the same
+// prefix concurrently) the private copy is freed and the existing entry shared. It reports
+// whether the hash is new to the cache.
+func (c *blockCache) store(h uint64, pos int) bool {
 	c.private--
 	if e, ok := c.entries[h]; ok {
 		if e.inLRU {
@@ -143,7 +146,7 @@ func (c *blockCache) store(h uint64) bool {
 		e.refs++
 		return false
 	}
-	c.entries[h] = &centry{hash: h, refs: 1}
+	c.entries[h] = &centry{hash: h, pos: pos, refs: 1}
 	c.held++
 	return true
 }
@@ -177,10 +180,13 @@ func (c *blockCache) pushFront(e *centry) {
 	c.evictable++
 }
 
-// resident appends every cached hash to dst.
-func (c *blockCache) resident(dst []uint64) []uint64 {
-	for h := range c.entries {
-		dst = append(dst, h)
+// resident appends every cached hash to dst, or, with anchors, only the anchors' (by the
+// position each was stored at).
+func (c *blockCache) resident(dst []uint64, anchors bool) []uint64 {
+	for h, e := range c.entries {
+		if !anchors || kvindex.Anchor(e.pos) {
+			dst = append(dst, h)
+		}
 	}
 	return dst
 }

@@ -66,8 +66,9 @@ type Config struct {
 	// and a preemption takes the latest arrival, as vLLM's and SGLang's default policy does.
 	SchedulingPolicy string `json:"scheduling_policy"`
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
-	// evicted from the prefix cache. It must not block and must not keep the slices.
-	OnPrefix func(stored, evicted []uint64) `json:"-"`
+	// evicted from the prefix cache, and the anchors among them (each block's position is that
+	// of the chain it was stored from). It must not block and must not keep the slices.
+	OnPrefix func(kvindex.CacheDelta) `json:"-"`
 	// Registerer receives the vLLM-named metrics; nil registers none.
 	Registerer prometheus.Registerer `json:"-"`
 	// Logger; nil discards.

@@ -22,7 +22,9 @@
 // blocks become cached (reported to OnPrefix as stored). Cached blocks no running request
 // holds stay resident and are evicted least recently used first, a released prefix tail
 // first, when space is needed (reported to OnPrefix as evicted); blocks passed to Demote (a
-// prefix its owner is done with) go before all others. When a running sequence needs a block
+// prefix its owner is done with) go before all others. A cached block keeps its place in the
+// chain it was stored from, so reports and ResidentAnchors can tell its anchors
+// (kvindex.Anchor), all that gossip carries. When a running sequence needs a block
 // and none can be had, the running sequence of lowest priority, latest arrival among those,
 // is preempted: its blocks are freed, it returns to the front of its priority in the waiting
 // queue and its context (prompt and output so far) is recomputed when it is readmitted.

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
@@ -104,19 +106,28 @@ func stepTime(c Config, tokens, ctx int) time.Duration {
 
 // prefixLog records OnPrefix calls.
 type prefixLog struct {
-	mu              sync.Mutex
-	stored, evicted []uint64
+	mu sync.Mutex
+	d  kvindex.CacheDelta
 }
 
-func (l *prefixLog) on(stored, evicted []uint64) {
+func (l *prefixLog) on(d kvindex.CacheDelta) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.stored = append(l.stored, stored...)
-	l.evicted = append(l.evicted, evicted...)
+	l.d.Stored = append(l.d.Stored, d.Stored...)
+	l.d.Evicted = append(l.d.Evicted, d.Evicted...)
+	l.d.StoredAnchors = append(l.d.StoredAnchors, d.StoredAnchors...)
+	l.d.EvictedAnchors = append(l.d.EvictedAnchors, d.EvictedAnchors...)
 }
 
 func (l *prefixLog) snapshot() (stored, evicted []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]uint64(nil), l.stored...), append([]uint64(nil), l.evicted...)
+	return slices.Clone(l.d.Stored), slices.Clone(l.d.Evicted)
+}
+
+// anchors returns the stored and evicted anchors reported so far.
+func (l *prefixLog) anchors() (stored, evicted []uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.d.StoredAnchors), slices.Clone(l.d.EvictedAnchors)
 }

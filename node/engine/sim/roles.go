@@ -66,8 +66,7 @@ func (s *Sim) transferTime(h *engine.Handover) time.Duration {
 func (s *Sim) receiveLocked(q *seq) bool {
 	bt := s.cfg.BlockTokens
 	need := (q.promptTokens + bt - 1) / bt
-	var ok bool
-	if s.evicted, ok = s.cache.allocate(need, s.evicted); !ok {
+	if !s.cache.allocate(need, &s.delta) {
 		return false
 	}
 	q.shared, q.own, q.computed = 0, need, q.promptTokens-1

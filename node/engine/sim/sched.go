@@ -16,13 +16,13 @@ import (
 // new is admitted in that step. When the waiting head's blocks cannot be had, running
 // sequences of strictly lower priority are preempted for it (see preemptForLocked). It
 // returns the step's modelled duration and false if there is nothing to run. Evictions go to
-// s.evicted.
+// s.delta.
 func (s *Sim) scheduleLocked() (time.Duration, bool) {
 	c := &s.cfg
 	bt := c.BlockTokens
 	budget := c.MaxNumBatchedTokens
 	s.plan = s.plan[:0]
-	s.evicted = s.evicted[:0]
+	s.delta.Reset()
 	preempted := false
 
 	for i := 0; i < len(s.running) && budget > 0; i++ {
@@ -40,8 +40,7 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		need := (q.computed+n+bt-1)/bt - q.shared - q.own
 		self := false
 		for need > 0 {
-			var ok bool
-			if s.evicted, ok = s.cache.allocate(need, s.evicted); ok {
+			if s.cache.allocate(need, &s.delta) {
 				q.own += need
 				break
 			}
@@ -85,7 +84,7 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 			need = (hitTok+n+bt-1)/bt - hits
 		}
 		s.cache.acquire(q.blocks[:hits])
-		s.evicted, _ = s.cache.allocate(need, s.evicted)
+		s.cache.allocate(need, &s.delta)
 		q.shared, q.own, q.computed = hits, need, hitTok
 		s.waiting[0] = nil
 		s.waiting = s.waiting[1:]
@@ -289,12 +288,12 @@ func (s *Sim) recordLookupLocked(tokens, hits int) {
 }
 
 // completeLocked finishes the planned step of duration d: KV computed, prompt blocks of
-// finished prefills stored in the prefix cache (to s.stored), one token emitted by every
+// finished prefills stored in the prefix cache (to s.delta), one token emitted by every
 // sequence whose context is now fully computed. It returns the sequences that finished; the
 // caller ends their streams after unlocking.
 func (s *Sim) completeLocked(d time.Duration) []*seq {
 	s.simNow += d
-	s.stored = s.stored[:0]
+	s.delta.Reset()
 	var ends []*seq
 	now := time.Now()
 	for _, it := range s.plan {
@@ -307,9 +306,9 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 			continue // prefill chunk; more to come
 		}
 		if q.shared < len(q.blocks) {
-			for _, h := range q.blocks[q.shared:] {
-				if s.cache.store(h) {
-					s.stored = append(s.stored, h)
+			for i := q.shared; i < len(q.blocks); i++ {
+				if s.cache.store(q.blocks[i], i) {
+					s.delta.Store(q.blocks[i], i)
 				}
 			}
 			q.own -= len(q.blocks) - q.shared

@@ -14,7 +14,7 @@ func (s *Sim) fifoScheduleLocked() (time.Duration, bool) {
 	bt := c.BlockTokens
 	budget := c.MaxNumBatchedTokens
 	s.plan = s.plan[:0]
-	s.evicted = s.evicted[:0]
+	s.delta.Reset()
 	var tokens, ctx int
 	preempted := false
 
@@ -27,8 +27,7 @@ func (s *Sim) fifoScheduleLocked() (time.Duration, bool) {
 		need := (q.computed+n+bt-1)/bt - q.shared - q.own
 		self := false
 		for need > 0 {
-			var ok bool
-			if s.evicted, ok = s.cache.allocate(need, s.evicted); ok {
+			if s.cache.allocate(need, &s.delta) {
 				q.own += need
 				break
 			}
@@ -62,7 +61,7 @@ func (s *Sim) fifoScheduleLocked() (time.Duration, bool) {
 			break // head of line waits for blocks, as in vLLM
 		}
 		s.cache.acquire(q.blocks[:hits])
-		s.evicted, _ = s.cache.allocate(need, s.evicted)
+		s.cache.allocate(need, &s.delta)
 		q.shared, q.own, q.computed = hits, need, hitTok
 		s.waiting[0] = nil
 		s.waiting = s.waiting[1:]

@@ -135,10 +135,10 @@ func TestEqualPrioritiesScheduleAsFIFO(t *testing.T) {
 				if !slices.Equal(gotPlan, refPlan) || gotD != refD || gotOK != refOK {
 					t.Fatalf("step %d: plan %v (%v), reference %v (%v)", i, gotPlan, gotD, refPlan, refD)
 				}
-				if !slices.Equal(got.evicted, ref.evicted) {
-					t.Fatalf("step %d: evicted %x, reference %x", i, got.evicted, ref.evicted)
+				if !slices.Equal(got.delta.Evicted, ref.delta.Evicted) {
+					t.Fatalf("step %d: evicted %x, reference %x", i, got.delta.Evicted, ref.delta.Evicted)
 				}
-				evictions += len(ref.evicted)
+				evictions += len(ref.delta.Evicted)
 				for _, it := range ref.plan {
 					if it.q.computed+it.n < it.q.promptTokens+it.q.gen {
 						chunks++ // a prefill cut short by the budget
@@ -152,8 +152,8 @@ func TestEqualPrioritiesScheduleAsFIFO(t *testing.T) {
 				}
 				complete(got, gotD)
 				complete(ref, refD)
-				if !slices.Equal(got.stored, ref.stored) {
-					t.Fatalf("step %d: stored %x, reference %x", i, got.stored, ref.stored)
+				if !slices.Equal(got.delta.Stored, ref.delta.Stored) {
+					t.Fatalf("step %d: stored %x, reference %x", i, got.delta.Stored, ref.delta.Stored)
 				}
 				gr, gw := queues(got)
 				rr, rw := queues(ref)

@@ -103,8 +103,7 @@ type Sim struct {
 	// Recent prompt tokens and their cache hits, for HitRate.
 	hitWin        []hitSample
 	hitTok, hitOK int
-	stored        []uint64
-	evicted       []uint64
+	delta         kvindex.CacheDelta // the step's changes to the prefix cache, for OnPrefix
 	// Counters exported as vLLM metrics.
 	nPreempt, nQueries, nHits, nPrompt, nGen uint64
 }
@@ -426,9 +425,9 @@ func (s *Sim) loop() {
 	for {
 		s.mu.Lock()
 		d, ok := s.scheduleLocked()
-		evicted := s.evicted
+		delta := s.delta // only this goroutine changes it
 		s.mu.Unlock()
-		s.report(nil, evicted)
+		s.report(delta)
 		if !ok {
 			due = time.Time{}
 			select {
@@ -448,18 +447,18 @@ func (s *Sim) loop() {
 		}
 		s.mu.Lock()
 		ends := s.completeLocked(d)
-		stored := s.stored
+		delta = s.delta
 		s.mu.Unlock()
-		s.report(stored, nil)
+		s.report(delta)
 		for _, q := range ends {
 			q.stream.end(io.EOF)
 		}
 	}
 }
 
-func (s *Sim) report(stored, evicted []uint64) {
-	if s.cfg.OnPrefix != nil && (len(stored) > 0 || len(evicted) > 0) {
-		s.cfg.OnPrefix(stored, evicted)
+func (s *Sim) report(d kvindex.CacheDelta) {
+	if s.cfg.OnPrefix != nil && !d.Empty() {
+		s.cfg.OnPrefix(d)
 	}
 }
 
@@ -521,7 +520,15 @@ func (s *Sim) CachedBlocks() int {
 func (s *Sim) ResidentBlocks() []uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cache.resident(make([]uint64, 0, len(s.cache.entries)))
+	return s.cache.resident(make([]uint64, 0, len(s.cache.entries)), false)
+}
+
+// ResidentAnchors returns a snapshot of the cached blocks that are anchors of their chains
+// (kvindex.Anchor), in no particular order: the residency gossip carries.
+func (s *Sim) ResidentAnchors() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache.resident(nil, true)
 }
 
 // ResetPrefixCache empties the prefix cache, as vLLM's POST /reset_prefix_cache does, and
@@ -534,7 +541,7 @@ func (s *Sim) ResetPrefixCache() ([]uint64, error) {
 	if len(s.running) > 0 || len(s.waiting) > 0 {
 		return nil, ErrCacheInUse
 	}
-	held := s.cache.resident(make([]uint64, 0, len(s.cache.entries)))
+	held := s.cache.resident(make([]uint64, 0, len(s.cache.entries)), false)
 	s.cache = newBlockCache(s.cache.total)
 	return held, nil
 }

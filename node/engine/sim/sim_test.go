@@ -136,6 +136,33 @@ func TestPrefixReuse(t *testing.T) {
 	}
 }
 
+// TestPrefixReportsAnchorsByChainPosition pins that the anchors an engine reports and
+// snapshots are those of the chains it stored, by each block's position in its chain, also
+// when a request extends a prefix cached by an earlier one.
+func TestPrefixReportsAnchorsByChainPosition(t *testing.T) {
+	var log prefixLog
+	s := newTestSim(t, func(c *Config) { c.KVBlocks = 512; c.OnPrefix = log.on })
+	long := prompt("anchors", 200*16)
+	gen(t, s, &engine.Request{Model: testModel, Prompt: long[:64*16*4], MaxTokens: 1})
+	chain := kvindex.Blocks(testModel, long, 16)
+	stored, _ := log.anchors()
+	if want := kvindex.AppendAnchors(nil, chain[:64]); !slices.Equal(stored, want) {
+		t.Fatalf("64-block prompt: stored anchors %x, want %x", stored, want)
+	}
+	gen(t, s, &engine.Request{Model: testModel, Prompt: long, MaxTokens: 1})
+	stored, _ = log.anchors()
+	if want := kvindex.AppendAnchors(nil, chain); !slices.Equal(stored, want) {
+		t.Fatalf("after extending it to 200 blocks: stored anchors %x, want %x", stored, want)
+	}
+	res := s.ResidentAnchors()
+	slices.Sort(res)
+	want := kvindex.AppendAnchors(nil, chain)
+	slices.Sort(want)
+	if !slices.Equal(res, want) {
+		t.Errorf("ResidentAnchors = %x, want the chain's %d anchors", res, len(want))
+	}
+}
+
 func TestChunkedPrefillTTFT(t *testing.T) {
 	s := newTestSim(t, func(c *Config) { c.MaxNumBatchedTokens = 64 })
 	r := gen(t, s, &engine.Request{Model: testModel, Prompt: prompt("chunk", 256), MaxTokens: 1})
@@ -166,6 +193,9 @@ func TestEvictionLRU(t *testing.T) {
 	_, evicted := log.snapshot()
 	if want := []uint64{a[5], a[4], a[3], a[2]}; !slices.Equal(evicted, want) {
 		t.Fatalf("evicted %x, want a's last four blocks tail first %x", evicted, want)
+	}
+	if _, anchors := log.anchors(); !slices.Equal(anchors, []uint64{a[3]}) {
+		t.Fatalf("evicted anchors %x, want a's block 3 alone %x", anchors, a[3])
 	}
 	if n := s.CachedBlocks(); n != 20 {
 		t.Errorf("CachedBlocks = %d, want 20", n)
@@ -594,7 +624,7 @@ func TestConcurrentSamePrefixSharesBlocks(t *testing.T) {
 	s.mu.Lock()
 	d, _ := s.scheduleLocked()
 	s.completeLocked(d)
-	stored := len(s.stored)
+	stored := len(s.delta.Stored)
 	s.mu.Unlock()
 	if stored != 10 {
 		t.Errorf("step stored %d new blocks, want 10 (the duplicate store adds none)", stored)
