@@ -574,13 +574,13 @@ func TestPrefixesGoStraightToTheDomain(t *testing.T) {
 	poll.Until(t, 10*time.Second, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
 	blocks := promptBlocks("straight to the domain. ")
 	gs[0].PrefixStored(blocks)
-	poll.Until(t, 10*time.Second, "n0's prefix everywhere", func() bool { return everyoneSees(gs, "n0", blocks, len(blocks)) })
+	poll.Until(t, 10*time.Second, "n0's prefix everywhere", func() bool { return everyoneSees(gs, "n0", blocks, kvindex.AnchoredLen(len(blocks))) })
 
 	c := testConfig("n3")
 	c.PushPullInterval = time.Hour
 	c.Join = []string{gs[1].LocalAddr()} // memberlist's join exchanges state with n1 only
 	late := startNode(t, c)
-	poll.Until(t, 10*time.Second, "n0 sends the joiner its residency", func() bool { return prefixLen(late, "n0", blocks) == len(blocks) })
+	poll.Until(t, 10*time.Second, "n0 sends the joiner its residency", func() bool { return prefixLen(late, "n0", blocks) == kvindex.AnchoredLen(len(blocks)) })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(relayed) > 0 {
