@@ -32,10 +32,12 @@ const (
 	// scaleResident is each node's synthetic pool, in blocks: the light nodes' KV pool.
 	scaleResident = 4096
 	// The churn's blocks come as the trace's requests bring them: a request of 11,965 tokens
-	// (7,538 new ones are 63% of it) at a quarter length is 187 blocks, a cached head of 69
-	// then 118 new blocks, at chain positions 69..186. Only their anchors reach gossip (127:
-	// one in 118 blocks).
-	scaleHeadBlocks, scaleNewBlocks = 69, 118
+	// (7,538 new ones are 63% of it) is 748 blocks, a cached head of 277 then 471 new blocks,
+	// at chain positions 277..747. Only their anchors reach gossip (319, 383, ..., 703: 7 in
+	// 471 blocks, 1.5%, as over the whole trace: testnet/scalemodel's TestTraceAnchorFraction).
+	// Full-length requests, not the bench's quarter-length ones: the churn is a rate of blocks
+	// (an engine's prefill rate), and the anchors' share depends on where in a chain they are.
+	scaleHeadBlocks, scaleNewBlocks = 277, 471
 )
 
 func scaleEnv(name string, def float64) float64 {
