@@ -58,9 +58,10 @@ type Config struct {
 	StaleAfter  time.Duration `json:"stale_after"`
 	StalePolicy StalePolicy   `json:"stale_policy"`
 	// MaxBytesPerSecond bounds the bytes this node sends (state records, its own and relayed,
-	// and its prefix deltas and snapshots; default 64 KiB/s). Past it, messages wait; a backlog
-	// beyond two seconds' worth is dropped, and the domain's members are sent this node's
-	// residency again as the budget allows.
+	// and its prefix deltas and snapshots; default 64 KiB/s), over a bucket of one second's
+	// worth that a prefix round may overdraw by two. Past it, messages wait; a backlog beyond
+	// two seconds' worth is dropped, and the domain's members are sent this node's residency
+	// again as the budget allows.
 	MaxBytesPerSecond int `json:"max_bytes_per_second"`
 	// PushPullInterval is the full state and snapshot exchange period (default 10s), and how
 	// often the member tries to join again one member it holds dead, which heals a partition.

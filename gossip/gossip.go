@@ -566,8 +566,11 @@ func (g *Gossip) otherModelLocked(p *peerInfo) bool {
 // the members that have not been sent it (synced). Nothing is relayed: each member receives
 // each delta once, from its origin, which is the least any scheme that keeps every member's
 // view whole can send, where an epidemic sends every delta its retransmit limit's times over.
-// A round waits for the byte budget; a backlog past two seconds of it is dropped, and the
-// members it was for are sent the residency again instead, a few a round.
+// A round is sent whole while the byte budget's bucket is not in debt, and may overdraw it by
+// up to two seconds' worth, so a round to a large domain is never too big to go: the next
+// rounds (and state records) wait until the bucket is back above zero, which holds the average
+// to the budget. A round past two seconds of budget is dropped, and the members it was for are
+// sent the residency again instead, a few a round.
 func (g *Gossip) sendPrefixes(now time.Time) {
 	g.mu.Lock()
 	if g.ml == nil && g.sendTo == nil {
@@ -597,10 +600,10 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 	if deltas = g.deltaMessagesLocked(); len(deltas) > 0 {
 		cost := float64(len(to) * bytesOf(deltas))
 		switch {
-		case cost <= g.tokens:
+		case g.tokens > 0 && cost <= 2*float64(g.cfg.MaxBytesPerSecond):
 			g.clearPendLocked()
 			g.tokens -= cost
-		case cost > 2*float64(g.cfg.MaxBytesPerSecond):
+		case g.tokens > 0:
 			g.clearPendLocked()
 			g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(len(deltas)))
 			for _, p := range to {
@@ -653,8 +656,8 @@ func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error
 	msgs := g.summaryMessagesLocked(blocks, nil)
 	g.deltaSeq += uint64(len(msgs))
 	cost := float64(bytesOf(msgs))
-	if cost > float64(g.cfg.MaxBytesPerSecond) {
-		// It never fits the budget: the push/pull snapshot brings these members up to date.
+	if cost > 2*float64(g.cfg.MaxBytesPerSecond) {
+		// Past what a round may overdraw: the push/pull snapshot brings these members up to date.
 		for _, p := range to {
 			p.synced = p.bootID
 		}
@@ -664,7 +667,7 @@ func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error
 	}
 	var addrs []memberlist.Address
 	for i, p := range to {
-		if cost > g.tokens {
+		if g.tokens <= 0 {
 			break // the rest at a later round
 		}
 		g.tokens -= cost

@@ -165,6 +165,32 @@ func TestPrefixRoundsSendEachMemberItsDeltasOnce(t *testing.T) {
 	}
 }
 
+// TestRoundLargerThanTheBucket pins the overdraft: a round to a domain so large that one
+// delta to every member costs more than the bucket holds is still sent, whole, and the next
+// round waits until the bucket is back above zero.
+func TestRoundLargerThanTheBucket(t *testing.T) {
+	const budget = 16 << 10
+	g := newUnit(t, func(c *Config) { c.MaxBytesPerSecond = budget })
+	sent := unitDomain(t, g, 400)
+	now := time.Now()
+	g.sendPrefixes(now) // syncs the (empty) residency
+	g.PrefixStored([]uint64{7})
+	g.sendPrefixes(now.Add(time.Second))
+	if len(sent) != 400 || 400*bytesOf(sent["p1"]) <= budget {
+		t.Fatalf("%d members sent to, %d bytes each: want all 400, more than the bucket in all", len(sent), bytesOf(sent["p1"]))
+	}
+	clear(sent)
+	g.PrefixStored([]uint64{8})
+	g.sendPrefixes(now.Add(time.Second + 100*time.Millisecond))
+	if len(sent) != 0 {
+		t.Fatalf("a round sent to %d members while the bucket was in debt", len(sent))
+	}
+	g.sendPrefixes(now.Add(3 * time.Second))
+	if added, _ := decodeAll(t, sent["p400"]); !slices.Equal(added, []uint64{8}) {
+		t.Fatalf("once the bucket refilled, p400 got %v", added)
+	}
+}
+
 // TestBandwidthBound pins the budget: prefix rounds and state records together send no more
 // than MaxBytesPerSecond (plus the bucket's one second), deltas wait for it, and a backlog
 // past two seconds of it is dropped, counted, and replaced by a resync of the residency.
