@@ -587,3 +587,30 @@ func TestPrefixesGoStraightToTheDomain(t *testing.T) {
 		t.Fatalf("deltas relayed: %v", relayed)
 	}
 }
+
+// TestRecordsGoStraightToTheDomain pins records in a mesh whose mesh-wide interval is long:
+// a change of load reaches the members of the origin's domain straight away and no other
+// member (neither memberlist's gossip nor push/pull runs in the meantime), while the first
+// records, structure, went everywhere.
+func TestRecordsGoStraightToTheDomain(t *testing.T) {
+	serves := [][]string{{"a"}, {"a"}, {"b"}}
+	var gs []*Gossip
+	for i, models := range serves {
+		c := testConfig(fmt.Sprintf("n%d", i))
+		c.MeshPublishInterval, c.PushPullInterval = time.Hour, time.Hour
+		if i > 0 {
+			c.Join = []string{gs[0].LocalAddr()}
+		}
+		gs = append(gs, startServing(t, c, models...))
+	}
+	poll.Until(t, 10*time.Second, "every record everywhere", func() bool { return allAlive(gs, names(gs)...) })
+	st := State{HTTPAddr: "127.0.0.1:0", EngineHealthy: true, Running: 7, Models: []ModelInfo{{Name: "a", ContextTokens: 8192}}}
+	gs[0].UpdateLocal(st)
+	poll.Until(t, 10*time.Second, "n1 sees n0's load", func() bool {
+		m, _ := member(gs[1], "n0")
+		return m.State.Running == 7
+	})
+	if m, _ := member(gs[2], "n0"); m.State.Running == 7 || m.MaxAge != 3*time.Hour {
+		t.Fatalf("n2, outside n0's domain: running %d, max age %v; want the old record, 3h", m.State.Running, m.MaxAge)
+	}
+}

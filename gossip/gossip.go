@@ -27,6 +27,7 @@ const (
 	msgState    = 1
 	msgDelta    = 2
 	msgPushPull = 3
+	msgRecord   = 4 // a state record sent straight to a domain member, not relayed
 
 	// maxMessage keeps every broadcast well inside one memberlist UDP packet (1400 bytes less
 	// compound, label and encryption overhead); a larger broadcast would never be sent.
@@ -59,8 +60,11 @@ type Member struct {
 	// Updated is when this node received that record; Age is now minus Updated.
 	Updated time.Time
 	Age     time.Duration
-	// Stale: no record for longer than StaleAfter (or none at all).
-	Stale bool
+	// Stale: no record for longer than MaxAge (or none at all). MaxAge is StaleAfter, or three
+	// mesh intervals for a member outside this node's domains in a mesh large enough that their
+	// records come only that often (Config.MeshPublishInterval).
+	Stale  bool
+	MaxAge time.Duration
 	// Candidate: alive with a record, and fresh or stale under FailOpen; the router may send it work.
 	Candidate bool
 	// PrefixBlocks is how many of the member's prefix blocks this node's index holds.
@@ -117,15 +121,21 @@ type Gossip struct {
 	// sendTo sends one message to one member (memberlist's SendToAddress; tests replace it).
 	sendTo func(memberlist.Address, []byte) error
 
-	mu         sync.Mutex
-	started    bool
-	closed     bool
-	ml         *memberlist.Memberlist
-	localFn    func() State
-	local      State
-	pub        State  // last published record
-	pubBody    []byte // its encoding with Seq zeroed, for change detection
-	pubAt      time.Time
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	ml      *memberlist.Memberlist
+	localFn func() State
+	local   State
+	pub     State  // last published record
+	pubBody []byte // its encoding with Seq zeroed, for change detection
+	pubAt   time.Time
+	// meshPub and meshAt are the last record queued for memberlist's gossip to the whole mesh;
+	// directSeq and directAt the last sent straight to the domains' members.
+	meshPub    State
+	meshAt     time.Time
+	directSeq  uint64
+	directAt   time.Time
 	deltaSeq   uint64
 	pend       map[uint64]bool // block → stored (true) or evicted (false) since the last flush
 	pendOrder  []uint64
@@ -464,7 +474,10 @@ func (g *Gossip) flush(now time.Time) {
 			g.domainsDirty = true
 		}
 		g.pub, g.pubBody, g.pubAt = st, body, now
-		out = append(out, &namedBroadcast{name: g.cfg.Name, msg: msg})
+		if now.Sub(g.meshAt) >= g.meshIntervalLocked() || !sameStructure(st, g.meshPub) {
+			g.meshPub, g.meshAt = st, now
+			out = append(out, &namedBroadcast{name: g.cfg.Name, msg: msg})
+		}
 	}
 	g.markStaleLocked(now)
 	g.rebuildDomainsLocked()
@@ -484,6 +497,37 @@ func (g *Gossip) flush(now time.Time) {
 	is := g.idx.Stats()
 	g.met.indexBytes.Set(float64(is.Bytes))
 	g.met.indexBlocks.Set(float64(is.Blocks))
+}
+
+// sameStructure reports whether a and b agree on what decides where requests may go: the
+// models, role, addresses and engine health. A change there goes to the whole mesh at once,
+// whatever the mesh interval.
+func sameStructure(a, b State) bool {
+	return a.Seq != 0 && b.Seq != 0 && sameModels(a.Models, b.Models) && a.Role == b.Role &&
+		a.HTTPAddr == b.HTTPAddr && a.QUICAddr == b.QUICAddr && a.EngineHealthy == b.EngineHealthy
+}
+
+// meshIntervalLocked is the interval of this node's records to the whole mesh: the configured
+// one, or MeshInterval for the members alive now.
+func (g *Gossip) meshIntervalLocked() time.Duration {
+	if g.cfg.MeshPublishInterval > 0 {
+		return g.cfg.MeshPublishInterval
+	}
+	return MeshInterval(g.cfg.PublishInterval, int(g.alive.Load()))
+}
+
+// directRecordsLocked reports whether records also go straight to the domains' members: once
+// the mesh-wide interval is longer than PublishInterval, which they would otherwise miss.
+func (g *Gossip) directRecordsLocked() bool { return g.meshIntervalLocked() > g.cfg.PublishInterval }
+
+// staleAfterLocked is the record age past which p is stale: StaleAfter for a member of this
+// node's domains (or one whose models are not known yet), three mesh intervals for one outside
+// them once records reach those only through the mesh-wide gossip.
+func (g *Gossip) staleAfterLocked(p *peerInfo) time.Duration {
+	if !g.otherModelLocked(p) || !g.directRecordsLocked() {
+		return g.cfg.StaleAfter
+	}
+	return max(g.cfg.StaleAfter, 3*g.meshIntervalLocked())
 }
 
 func sameModels(a, b []ModelInfo) bool {
@@ -596,6 +640,14 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 		return
 	}
 	g.refillLocked(now)
+	// This node's record, straight to the domains' members, when the mesh-wide gossip carries
+	// it too seldom for them: at most every PublishInterval, ahead of the deltas for the budget.
+	var rec []byte
+	if g.directRecordsLocked() && g.pub.Seq > g.directSeq && now.Sub(g.directAt) >= g.cfg.PublishInterval && g.tokens > 0 {
+		rec, _ = AppendState([]byte{wireVersion, msgRecord}, g.pub)
+		g.directSeq, g.directAt = g.pub.Seq, now
+		g.tokens -= float64(len(to) * (len(rec) + packetOverhead))
+	}
 	var deltas [][]byte
 	if deltas = g.deltaMessagesLocked(); len(deltas) > 0 {
 		cost := float64(len(to) * bytesOf(deltas))
@@ -635,12 +687,15 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 
 	sent := 0
 	for _, a := range addrs {
+		if rec != nil {
+			sent += g.send(send, a, rec)
+		}
 		for _, msg := range deltas {
 			sent += g.send(send, a, msg)
 		}
 	}
 	if len(unsynced) > 0 {
-		sent += g.sync(now, send, fn, unsynced, unsyncedNames)
+		sent += g.sync(send, fn, unsynced, unsyncedNames, rec == nil)
 	}
 	if sent > 0 {
 		g.met.sent.Add(float64(sent))
@@ -648,13 +703,20 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 }
 
 // sync sends this node's residency, as deltas of added blocks, to the members in to, as many
-// as the budget allows this round. A member that held some of it stale (it missed evictions
+// as the budget allows this round, after its record (withRecord) when records go straight to
+// the domains. A member that held some of it stale (it missed evictions
 // in a dropped backlog) keeps those until the next push/pull snapshot replaces its view.
-func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error, fn func() []uint64, to []*peerInfo, names []string) int {
+func (g *Gossip) sync(send func(memberlist.Address, []byte) error, fn func() []uint64, to []*peerInfo, names []string, withRecord bool) int {
 	blocks := g.residency(fn)
 	g.mu.Lock()
 	msgs := g.summaryMessagesLocked(blocks, nil)
 	g.deltaSeq += uint64(len(msgs))
+	if withRecord && g.directRecordsLocked() && g.pub.Seq > 0 {
+		// A new member may wait a mesh interval for this node's record otherwise (unless the
+		// round just sent it).
+		rec, _ := AppendState([]byte{wireVersion, msgRecord}, g.pub)
+		msgs = append([][]byte{rec}, msgs...)
+	}
 	cost := float64(bytesOf(msgs))
 	if cost > 2*float64(g.cfg.MaxBytesPerSecond) {
 		// Past what a round may overdraw: the push/pull snapshot brings these members up to date.
@@ -782,7 +844,7 @@ func (g *Gossip) markStaleLocked(now time.Time) {
 			}
 			continue
 		}
-		if !p.hasState || now.Sub(p.updated) > g.cfg.StaleAfter {
+		if !p.hasState || now.Sub(p.updated) > g.staleAfterLocked(p) {
 			stale++
 		}
 	}
@@ -821,7 +883,8 @@ func (g *Gossip) memberLocked(name string, p *peerInfo, now time.Time) Member {
 	if p.hasState {
 		m.Age = now.Sub(p.updated)
 	}
-	m.Stale = !p.hasState || m.Age > g.cfg.StaleAfter
+	m.MaxAge = g.staleAfterLocked(p)
+	m.Stale = !p.hasState || m.Age > m.MaxAge
 	m.Candidate = p.liveness == LivenessAlive && p.hasState && (!m.Stale || g.cfg.StalePolicy == FailOpen)
 	return m
 }
@@ -906,6 +969,16 @@ func (g *Gossip) handleMsg(b []byte) {
 			g.drop(reason)
 		} else if relay {
 			g.queue.QueueBroadcast(&namedBroadcast{name: st.Name, msg: slices.Clone(b)})
+		}
+	case msgRecord:
+		st, err := DecodeState(b[2:])
+		if err != nil {
+			g.drop(reasonOf(err))
+			return
+		}
+		// Sent by its origin to this node alone: applied, never relayed.
+		if _, reason := g.applyState(st, now); reason != "" {
+			g.drop(reason)
 		}
 	case msgDelta:
 		origin, boot, s, err := decodeDelta(b[2:])

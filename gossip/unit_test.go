@@ -116,6 +116,9 @@ func unitDomain(t *testing.T, g *Gossip, n int) map[string][][]byte {
 func decodeAll(t *testing.T, msgs [][]byte) (added, evicted []uint64) {
 	t.Helper()
 	for _, m := range msgs {
+		if m[1] != msgDelta {
+			continue // a record
+		}
 		_, _, s, err := decodeDelta(m[2:])
 		if err != nil {
 			t.Fatal(err)
@@ -343,5 +346,101 @@ func TestMemberlistLogLevels(t *testing.T) {
 	want := []slog.Level{slog.LevelError, slog.LevelDebug, slog.LevelWarn, slog.LevelDebug}
 	if !slices.Equal(got, want) {
 		t.Errorf("levels %v, want %v", got, want)
+	}
+}
+
+func TestMeshInterval(t *testing.T) {
+	for _, tc := range []struct {
+		members int
+		want    time.Duration
+	}{{0, time.Second}, {16, time.Second}, {32, time.Second}, {64, 2 * time.Second}, {128, 6 * time.Second}, {1000, 62500 * time.Millisecond}} {
+		if got := MeshInterval(time.Second, tc.members); got != tc.want {
+			t.Errorf("MeshInterval(1s, %d) = %v, want %v", tc.members, got, tc.want)
+		}
+	}
+}
+
+// kinds lists the message kinds in msgs.
+func kinds(msgs [][]byte) []byte {
+	var out []byte
+	for _, m := range msgs {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// TestRecordsByDomain pins records in a mesh whose mesh-wide interval is longer than
+// PublishInterval: they go straight to the domains' members every PublishInterval (and with
+// a new member's residency), through memberlist's gossip only every mesh interval or on a
+// change of structure; a member outside the domains is stale only after three mesh intervals;
+// a record received straight is applied and not relayed.
+func TestRecordsByDomain(t *testing.T) {
+	g := newUnit(t, func(c *Config) { c.PublishInterval, c.MeshPublishInterval = time.Second, 10*time.Second })
+	sent := unitDomain(t, g, 2)
+	// meshQueued is the record queued for the mesh (memberlist keeps the latest of a member).
+	meshQueued := func() State {
+		t.Helper()
+		msgs := g.queue.GetBroadcasts(0, 1<<20)
+		if len(msgs) != 1 {
+			t.Fatalf("%d records queued for the mesh", len(msgs))
+		}
+		st, err := DecodeState(msgs[0][2:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.queue.QueueBroadcast(&namedBroadcast{name: g.cfg.Name, msg: msgs[0]}) // put it back
+		return st
+	}
+	if st := meshQueued(); st.Seq != 1 {
+		t.Fatalf("the first record: seq %d queued for the mesh", st.Seq)
+	}
+	now := time.Now()
+	g.sendPrefixes(now)
+	if got := kinds(sent["p1"]); !slices.Equal(got, []byte{msgRecord}) {
+		t.Fatalf("a new member's sync: kinds %v, want the record (the residency is empty)", got)
+	}
+	clear(sent)
+	for i := 1; i <= 5; i++ { // a second of changes: one record a second to the domain
+		at := now.Add(time.Duration(i) * 200 * time.Millisecond)
+		g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}}, Running: i})
+		g.flush(at)
+		g.sendPrefixes(at)
+	}
+	if got := kinds(sent["p2"]); !slices.Equal(got, []byte{msgRecord}) {
+		t.Fatalf("a second of changes: kinds %v, want one record", got)
+	}
+	if st := meshQueued(); st.Seq != 1 {
+		t.Fatalf("within the mesh interval: seq %d queued for the mesh, want the first", st.Seq)
+	}
+	g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}, {Name: "n"}}})
+	g.flush(now.Add(2 * time.Second))
+	if st := meshQueued(); len(st.Models) != 2 {
+		t.Fatalf("a new model: the mesh's record lists %d models, want it at once", len(st.Models))
+	}
+	g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}, {Name: "n"}}, Running: 99})
+	g.flush(now.Add(12 * time.Second))
+	if st := meshQueued(); st.Running != 99 {
+		t.Fatal("a mesh interval on: the mesh's record is not the latest")
+	}
+
+	// A member outside the domains is stale after three mesh intervals, one inside after
+	// StaleAfter.
+	g.memberEvent(&memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: 9}, LivenessAlive)
+	old := time.Now().Add(-5 * time.Second)
+	g.applyState(State{Name: "x", BootID: 9, Seq: 1, Models: []ModelInfo{{Name: "other"}}}, old)
+	g.applyState(State{Name: "p1", BootID: 101, Seq: 9, Models: []ModelInfo{{Name: "m"}}}, old)
+	g.mu.Lock()
+	x, p1 := g.memberLocked("x", g.peers["x"], time.Now()), g.memberLocked("p1", g.peers["p1"], time.Now())
+	g.mu.Unlock()
+	if x.Stale || x.MaxAge != 30*time.Second || !p1.Stale || p1.MaxAge != g.cfg.StaleAfter {
+		t.Fatalf("outside: stale %v max age %v; inside: stale %v max age %v", x.Stale, x.MaxAge, p1.Stale, p1.MaxAge)
+	}
+
+	// Received straight: applied, not relayed.
+	rec, _ := AppendState([]byte{wireVersion, msgRecord}, State{Name: "p2", BootID: 102, Seq: 7, Running: 42, Models: []ModelInfo{{Name: "m"}}})
+	queued := g.queue.NumQueued()
+	g.handleMsg(rec)
+	if m, _ := member(g, "p2"); m.State.Running != 42 || g.queue.NumQueued() != queued {
+		t.Fatalf("a direct record: running %d, queued %d → %d", m.State.Running, queued, g.queue.NumQueued())
 	}
 }

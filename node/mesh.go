@@ -117,6 +117,7 @@ func peerOf(m *gossip.Member) route.Peer {
 		Self:                   m.Self,
 		Age:                    m.Age,
 		Stale:                  m.Stale,
+		MaxAge:                 m.MaxAge,
 		Healthy:                s.EngineHealthy,
 		Role:                   s.Role,
 		Vendor:                 s.Vendor,

@@ -12,7 +12,7 @@
 // *NoCandidateError when none survives):
 //
 //  1. model: the peer serves Request.Model.
-//  2. stale: Age > MaxAge or Stale; dropped under StaleClosed, kept at its last load under
+//  2. stale: Age > MaxAge (or the peer's own, longer MaxAge) or Stale; dropped under StaleClosed, kept at its last load under
 //     StaleOpen. The Self peer is never stale.
 //  3. unhealthy: the peer's engine reports unhealthy.
 //  4. ejected: forwards to the peer failed at the transport lately (Peer.Ejected, set by the

@@ -88,7 +88,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			counts[ReasonModel]++
 			continue
 		}
-		if !p.Self && (p.Stale || p.Age > cfg.MaxAge) && cfg.StalePolicy == StaleClosed {
+		if !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed {
 			counts[ReasonStale]++
 			continue
 		}

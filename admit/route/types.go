@@ -43,11 +43,14 @@ type Request struct {
 
 // Peer is one node's view of a peer (or of itself), mapped from its gossiped state record.
 type Peer struct {
-	Name    string
-	Self    bool // this node: its state is exact, so it is never stale
-	Models  []string
-	Age     time.Duration // since its last state record was received
-	Stale   bool          // marked stale by the gossip layer, whatever its Age
+	Name   string
+	Self   bool // this node: its state is exact, so it is never stale
+	Models []string
+	Age    time.Duration // since its last state record was received
+	Stale  bool          // marked stale by the gossip layer, whatever its Age
+	// MaxAge, when longer than Config.MaxAge, is this peer's own: a peer outside the ingress's
+	// prefix domains in a large mesh, whose records come only at the mesh-wide interval.
+	MaxAge  time.Duration
 	Healthy bool
 	// Ejected: forwards to the peer failed at the transport lately (Ejector), so it is not a
 	// candidate until its ejection ends.
