@@ -97,6 +97,11 @@ type Terms struct {
 	Thermal        float64       // penalty in [0,1] between the soft and hard limits
 	ReservedTokens int           // prefill tokens this node reserved on the peer
 	ReservedBlocks int           // KV blocks this node reserved on the peer
+	// PrefillRate and Step are the peer's prefill rate (tokens/s) and decode step as predicted
+	// with (its own, else the defaults); Batch is its predicted batch with the request.
+	PrefillRate float64
+	Step        time.Duration
+	Batch       int
 }
 
 // Candidate is one peer that survived the filters.
