@@ -119,6 +119,7 @@ func peerOf(m *gossip.Member) route.Peer {
 		Stale:                  m.Stale,
 		Healthy:                s.EngineHealthy,
 		Role:                   s.Role,
+		WholeOnly:              s.EngineKind != "sim", // only the embedded engine splits a request
 		Vendor:                 s.Vendor,
 		VRAMTotalBytes:         s.VRAMTotalBytes,
 		KVBlocksTotal:          s.KVBlocksTotal,

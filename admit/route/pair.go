@@ -135,7 +135,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		p := &peers[i]
 		pre, dec := IsMixed(p.Role) || p.Role == RolePrefill, IsMixed(p.Role) || p.Role == RoleDecode
 		switch {
-		case !pre && !dec, !slices.Contains(p.Models, req.Model):
+		case !pre && !dec, p.WholeOnly, !slices.Contains(p.Models, req.Model):
 			continue
 		case !p.Self && (p.Stale || p.Age > cfg.MaxAge) && cfg.StalePolicy == StaleClosed,
 			!p.Healthy, p.Ejected:
@@ -271,6 +271,13 @@ func (r *Router) Pair(now time.Time, req Request, peers []Peer, tpotSLO time.Dur
 // keeps neither), so that a comparison policy routes a disaggregated mesh too.
 func (b *baseline) Pair(_ time.Time, req Request, peers []Peer, tpotSLO time.Duration, out *PairSearch) {
 	pairSearch(b.conf(), req, peers, func(string) reserved { return reserved{} }, func(string) bool { return false }, tpotSLO, out)
+}
+
+// Candidate is the pair as one candidate of a request's list (Candidate.Pair).
+func (pr *Pair) Candidate() Candidate {
+	c := pr.Prefill
+	c.PredictedTTFT, c.PredictedTPOT, c.Pair, c.Gated, c.Sticky = pr.TTFT, pr.TPOT, pr, false, false
+	return c
 }
 
 // Disaggregated reports whether some peer of peers runs one half only: only then is a pair
