@@ -91,9 +91,11 @@ type Config struct {
 	Standalone bool `json:"-"`
 	// Role is the node's part in disaggregated prefill and decode (docs/design/disaggregation.md):
 	// "" or "mixed" (the default) runs whole requests and either half of a split one, "prefill"
-	// only prefill halves, "decode" only decode halves. It is gossiped, and given to the
-	// embedded engine: a prefill or decode role named in either node.role or sim.role is both's
-	// (the two may not name different ones). Prefill and decode need the embedded engine: an external
+	// only prefill halves, "decode" only decode halves; any other word is a label that runs
+	// whole requests as mixed does, for route.roles to select (an ingress-only node's role, say)
+	// and is no candidate for either half. It is gossiped, and given to the embedded engine: a
+	// prefill or decode role named in either node.role or sim.role is both's (the two may not
+	// name different ones). Prefill and decode need the embedded engine: an external
 	// engine's handover is not passed yet.
 	Role string `json:"role"`
 
@@ -374,14 +376,8 @@ func (c *Config) validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("node: the API's TLS needs both a certificate and a key file")
 	}
-	switch c.Role {
-	case "", route.RoleMixed, route.RolePrefill, route.RoleDecode:
-	default:
-		return fmt.Errorf("node: role %q: want %s, %s or %s", c.Role, route.RoleMixed, route.RolePrefill, route.RoleDecode)
-	}
 	switch {
-	case c.Engine == "sim" && route.IsMixed(c.Role) != route.IsMixed(c.Sim.Role),
-		c.Engine == "sim" && route.IsHalf(c.Role) && c.Role != c.Sim.Role:
+	case c.Engine == "sim" && (route.IsHalf(c.Role) || route.IsHalf(c.Sim.Role)) && c.Role != c.Sim.Role:
 		return fmt.Errorf("node: role %q and sim.role %q differ: the node gives its engine its own role", c.Role, c.Sim.Role)
 	case c.Engine != "sim" && route.IsHalf(c.Role):
 		return fmt.Errorf("node: role %q needs the embedded engine: a node does not pass an external engine's handover yet", c.Role)

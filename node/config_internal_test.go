@@ -386,8 +386,9 @@ func TestKVEventsSettings(t *testing.T) {
 }
 
 // TestConfigRoles pins the node's role and its embedded engine's: one role for both (a prefill
-// or decode role named on either side is both's; two different ones are an error), prefill and decode only
-// with the embedded engine and never in kvmesh engine, and no role outside the three.
+// or decode role named on either side is both's; two different ones are an error; another
+// word is a whole-request label), prefill and decode only with the embedded engine and never
+// in kvmesh engine.
 func TestConfigRoles(t *testing.T) {
 	for _, tt := range []struct {
 		name, role, simRole, engine string
@@ -405,7 +406,8 @@ func TestConfigRoles(t *testing.T) {
 		{"differ", "prefill", "decode", "", false, false, "", ""},
 		{"mixed node, prefill engine", "mixed", "prefill", "", false, true, "prefill", "prefill"},
 		{"prefill node, mixed engine", "prefill", "mixed", "", false, true, "prefill", "prefill"},
-		{"unknown role", "both", "", "", false, false, "", ""},
+		{"a label", "ingress", "", "", false, true, "ingress", ""},
+		{"a label and a prefill engine", "ingress", "prefill", "", false, false, "", ""},
 		{"external prefill", "prefill", "", "http://127.0.0.1:8000", false, false, "", ""},
 		{"external mixed", "mixed", "", "http://127.0.0.1:8000", false, true, "mixed", ""},
 		{"kvmesh engine mixed", "", "mixed", "", true, true, "", "mixed"},
