@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -212,4 +213,40 @@ func TestPrefillNodeDiesBeforeHandover(t *testing.T) {
 		t.Errorf("the request took %v to fail", d)
 	}
 	assertReconciled(t, url, 3)
+}
+
+// TestDecodeNodeDiesMidStreamMigrates pins a split request's decode node dying mid-stream:
+// the request migrates as any owner's does, and its continuation is itself split (prefilled
+// here with the text sent, decoded on the other decode node from the handover and the resume
+// record), so the client reads the unbroken run's text in one stream.
+func TestDecodeNodeDiesMidStreamMigrates(t *testing.T) {
+	const path, maxTokens = "/v1/chat/completions", 120
+	ref := startNet(t, 1, func(_ int, cfg *node.Config) { cfg.Sim.TimeScale = 1 })
+	want, wantFinish, wantUsage := reference(t, ref.URLs()[0], path, genBody(path, maxTokens, false))
+
+	tn := startNet(t, 3, func(i int, cfg *node.Config) {
+		roles("prefill", "decode", "decode")(i, cfg)
+		cfg.Sim.TimeScale = 1
+	})
+	_, owner, r := openStream(t, context.Background(), tn, path, genBody(path, maxTokens, true))
+	var got stream
+	got.readText(t, r, 20)
+	if err := tn.Nodes[owner].KillTransport(); err != nil {
+		t.Fatal(err)
+	}
+	got.readRest(r)
+	if got.text != want || got.last != "[DONE]" || len(got.finishes) != 1 || got.finishes[0] != wantFinish || got.roles != 1 {
+		t.Errorf("client read %q (%d role chunks, finishes %q, last %q)\nwant %q", got.text, got.roles, got.finishes, got.last, want)
+	}
+	if got.usage == nil || got.usage.PromptTokens != wantUsage.PromptTokens || got.usage.CompletionTokens != wantUsage.CompletionTokens {
+		t.Errorf("usage %+v, want %+v", got.usage, wantUsage)
+	}
+	url := tn.URLs()[0]
+	if n := metric(t, url, "kvmesh_migrations_total", `outcome="completed"`); n != 1 {
+		t.Errorf("migrations completed = %v, want 1", n)
+	}
+	if n := metric(t, url, "kvmesh_route_disaggregated_total", `outcome="handover"`); n != 2 {
+		t.Errorf("handovers = %v, want 2 (the request's and its continuation's)", n)
+	}
+	assertReconciled(t, url, 1)
 }
