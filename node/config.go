@@ -89,7 +89,14 @@ type Config struct {
 	Sim sim.Config `json:"-"`
 	// Standalone serves the engine alone: no gossip, no forwarding (kvmesh engine).
 	Standalone bool `json:"-"`
-	// Role is the node's pool role ("", the default, serves both prefill and decode).
+	// Role is the node's part in disaggregated prefill and decode (docs/design/disaggregation.md):
+	// "" or "mixed" (the default) runs whole requests and either half of a split one, "prefill"
+	// only prefill halves, "decode" only decode halves; any other word is a label that runs
+	// whole requests as mixed does, for route.roles to select (an ingress-only node's role, say)
+	// and is no candidate for either half. It is gossiped, and given to the embedded engine: a
+	// prefill or decode role named in either node.role or sim.role is both's (the two may not
+	// name different ones). Prefill and decode need the embedded engine: an external
+	// engine's handover is not passed yet.
 	Role string `json:"role"`
 
 	// Gossip configures the mesh member (Name, Logger and Registerer are the node's). File
@@ -305,6 +312,23 @@ func (c *Config) fill() {
 	if len(c.Models) == 0 && c.Engine == "sim" {
 		c.Models = []string{DefaultModel}
 	}
+	if c.Engine == "sim" {
+		// One role for the node and its engine: a prefill or decode role named on either
+		// side is both's (mixed is the default of both).
+		if route.IsMixed(c.Role) && route.IsHalf(c.Sim.Role) {
+			c.Role = c.Sim.Role
+		}
+		if route.IsMixed(c.Sim.Role) && route.IsHalf(c.Role) {
+			c.Sim.Role = c.Role
+		}
+		// The split rule's link and KV size are the embedded engine's unless route names them.
+		if c.Route.LinkGBps == 0 {
+			c.Route.LinkGBps = c.Sim.LinkGBps
+		}
+		if c.Route.KVBytesPerToken == 0 {
+			c.Route.KVBytesPerToken = c.Sim.KVBytesPerToken
+		}
+	}
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&c.DrainTimeout, &d.DrainTimeout}, {&c.RoomTick, &d.RoomTick}, {&c.RetryAfter, &d.RetryAfter},
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
@@ -352,10 +376,15 @@ func (c *Config) validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("node: the API's TLS needs both a certificate and a key file")
 	}
-	if r := c.Sim.Role; r != "" && r != sim.RoleMixed {
-		// A prefill engine ends requests with a handover no client may see, and a decode engine
-		// takes only handovers: both need a node that routes a pair (docs/design/disaggregation.md).
-		return fmt.Errorf("node: sim.role %q: a node does not split requests between a prefill and a decode engine yet; only %q", r, sim.RoleMixed)
+	switch {
+	case c.Engine == "sim" && (route.IsHalf(c.Role) || route.IsHalf(c.Sim.Role)) && c.Role != c.Sim.Role:
+		return fmt.Errorf("node: role %q and sim.role %q differ: the node gives its engine its own role", c.Role, c.Sim.Role)
+	case c.Engine != "sim" && route.IsHalf(c.Role):
+		return fmt.Errorf("node: role %q needs the embedded engine: a node does not pass an external engine's handover yet", c.Role)
+	case c.Standalone && route.IsHalf(c.Sim.Role):
+		// kvmesh engine answers clients itself: a prefill engine's handover is no answer, and a
+		// decode engine takes none from a client.
+		return fmt.Errorf("node: sim.role %q: kvmesh engine runs whole requests; only %q", c.Sim.Role, sim.RoleMixed)
 	}
 	if !c.Standalone && c.TLS == nil {
 		return errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")

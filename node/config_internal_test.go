@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -384,18 +385,51 @@ func TestKVEventsSettings(t *testing.T) {
 	}
 }
 
-// TestConfigRefusesSimRole pins that a node refuses an embedded engine in the prefill or
-// decode role until it routes a prefill and decode pair: either would break every request.
-func TestConfigRefusesSimRole(t *testing.T) {
+// TestConfigRoles pins the node's role and its embedded engine's: one role for both (a prefill
+// or decode role named on either side is both's; two different ones are an error; another
+// word is a whole-request label), prefill and decode only with the embedded engine and never
+// in kvmesh engine.
+func TestConfigRoles(t *testing.T) {
 	for _, tt := range []struct {
-		role string
-		ok   bool
-	}{{"", true}, {"mixed", true}, {"prefill", false}, {"decode", false}} {
-		t.Run(tt.role, func(t *testing.T) {
+		name, role, simRole, engine string
+		standalone                  bool
+		ok                          bool
+		wantRole, wantSim           string
+	}{
+		{"default", "", "", "", false, true, "", ""},
+		{"mixed", "mixed", "", "", false, true, "mixed", ""},
+		{"prefill node", "prefill", "", "", false, true, "prefill", "prefill"},
+		{"decode node", "decode", "", "", false, true, "decode", "decode"},
+		{"decode engine", "", "decode", "", false, true, "decode", "decode"},
+		{"same both", "prefill", "prefill", "", false, true, "prefill", "prefill"},
+		{"mixed both ways", "", "mixed", "", false, true, "", "mixed"},
+		{"differ", "prefill", "decode", "", false, false, "", ""},
+		{"mixed node, prefill engine", "mixed", "prefill", "", false, true, "prefill", "prefill"},
+		{"prefill node, mixed engine", "prefill", "mixed", "", false, true, "prefill", "prefill"},
+		{"a label", "ingress", "", "", false, true, "ingress", ""},
+		{"a label and a prefill engine", "ingress", "prefill", "", false, false, "", ""},
+		{"external prefill", "prefill", "", "http://127.0.0.1:8000", false, false, "", ""},
+		{"external mixed", "mixed", "", "http://127.0.0.1:8000", false, true, "mixed", ""},
+		{"kvmesh engine mixed", "", "mixed", "", true, true, "", "mixed"},
+		{"kvmesh engine prefill", "", "prefill", "", true, false, "", ""},
+		{"kvmesh engine decode", "", "decode", "", true, false, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.Name, cfg.Standalone, cfg.Sim.Role = "n", true, tt.role
-			if err := cfg.validate(); (err == nil) != tt.ok {
+			cfg.Name, cfg.Standalone, cfg.Role, cfg.Sim.Role = "n", tt.standalone, tt.role, tt.simRole
+			if tt.engine != "" {
+				cfg.Engine = tt.engine
+			}
+			if !tt.standalone {
+				cfg.TLS = &tls.Config{}
+			}
+			cfg.fill()
+			err := cfg.validate()
+			if (err == nil) != tt.ok {
 				t.Fatalf("validate = %v, want ok %v", err, tt.ok)
+			}
+			if tt.ok && (cfg.Role != tt.wantRole || cfg.Sim.Role != tt.wantSim) {
+				t.Errorf("role %q, sim.role %q; want %q and %q", cfg.Role, cfg.Sim.Role, tt.wantRole, tt.wantSim)
 			}
 		})
 	}

@@ -252,6 +252,25 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 		if i > first {
 			n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
 		}
+		if c.Pair != nil {
+			o, done := n.dispatchPair(ctx, w, p, t, c, start, &res)
+			n.planner.Release(&t.Plan)
+			if done {
+				p.parked = parking{}
+				return dispatchResult{o: o}
+			}
+			if res.failCode == "" {
+				refused, f.retrying = true, false
+				continue
+			}
+			if f.add(res.failCode, c.Name); f.n >= n.cfg.ForwardAttempts {
+				return n.endFailed(w, f)
+			}
+			continue
+		}
+		if i == first && t.SplitWhy != "" {
+			n.m.disagg.WithLabelValues(wholeOutcome(t.SplitWhy)).Inc()
+		}
 		if self {
 			n.m.forwards.WithLabelValues("local").Inc()
 			o, ran := n.agentStep(ctx, w, p, start, "local")

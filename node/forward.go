@@ -27,10 +27,24 @@ const MaxHops = 1
 // from the owner); otherwise the owner refused, or the attempt failed (res.failCode: the owner
 // could not be reached, or its engine failed, before any byte).
 func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
-	res.failCode = ""
+	resp, o, done := n.send(ctx, w, p, c.Name, addr, false, res)
+	if resp == nil {
+		return o, done
+	}
+	if n.g != nil {
+		// The owner now holds (or is computing) this prefix: the next turn of the session
+		// should follow before the owner's own summary arrives.
+		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+	}
+	return n.relay(ctx, w, resp, p, c.Name, start), true
+}
+
+// forwardHeader is the header of p's forward: prefill marks the prefill half of a split
+// request, and p.req.Handover, when set, makes it the decode half.
+func (n *Node) forwardHeader(p *prepared, prefill bool) transport.Header {
 	ttft, tpot := n.adm.SLOFor(p.adm)
 	clock := p.adm.SLOClock() // the arrival, or when the agent window let the step in
-	h := transport.Header{
+	return transport.Header{
 		RequestID: p.req.ID,
 		Hops:      1,
 		Priority:  p.adm.Priority,
@@ -47,47 +61,58 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		TPOTSLO:    tpot,
 		AgentFinal: p.agentFinal,
 		Resume:     resumeHeader(p.req.Resume),
+		Prefill:    prefill,
+		Handover:   handoverHeader(p.req.Handover),
 	}
-	ctx, span := n.startForward(ctx, c.Name, &h)
+}
+
+// send forwards p (its prefill half when prefill) to owner at addr and sorts the answer: resp
+// is the owner's response when it accepted; otherwise the owner refused, or the attempt failed
+// (res.failCode), and done reports that the client was answered (the request itself is
+// invalid, o says how).
+func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, prefill bool, res *dispatchResult) (resp *transport.Response, o outcome, done bool) {
+	res.failCode = ""
+	h := n.forwardHeader(p, prefill)
+	ctx, span := n.startForward(ctx, owner, &h)
 	defer span.End()
 	if addr == "" {
 		n.m.forwards.WithLabelValues("no_address").Inc()
 		forwardResult(span, "no_address", "")
 		res.failCode = CodeOwnerUnreachable
-		return outcome{}, false
+		return nil, outcome{}, false
 	}
 	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
 	var ref *transport.Refusal
 	switch {
 	case err == nil:
-		n.peerReached(c.Name)
+		n.peerReached(owner)
 	case errors.As(err, &ref):
-		n.peerReached(c.Name)
+		n.peerReached(owner)
 		n.m.forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
-		n.log.Debug("owner refused", "id", p.req.ID, "owner", c.Name, "code", ref.Code)
+		n.log.Debug("owner refused", "id", p.req.ID, "owner", owner, "code", ref.Code)
 		res.lastCode, res.retry = ref.Code, ref.RetryAfter
 		if ref.Status == http.StatusBadRequest {
 			// The owner found the request itself invalid: no other node will think otherwise.
 			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
-			return outcome{code: ref.Code, refused: true}, true
+			return nil, outcome{code: ref.Code, refused: true}, true
 		}
 		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
 			// The owner's engine is busier than its last record: not there again until a
 			// newer record says otherwise (an agent's pause and a dirty grid are not load).
-			n.planner.Policy().Refused(time.Now(), c.Name, p.adm.Priority)
+			n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
 		}
-		return outcome{}, false
+		return nil, outcome{}, false
 	default:
 		n.m.forwards.WithLabelValues("unreachable").Inc()
 		forwardResult(span, "unreachable", "")
 		res.failCode = CodeOwnerUnreachable
 		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
-			n.peerFailed(p.req.ID, c.Name, addr, err)
+			n.peerFailed(p.req.ID, owner, addr, err)
 		} else {
-			n.log.Debug("forward failed", "id", p.req.ID, "owner", c.Name, "err", err)
+			n.log.Debug("forward failed", "id", p.req.ID, "owner", owner, "err", err)
 		}
-		return outcome{}, false
+		return nil, outcome{}, false
 	}
 	if resp.Status >= 500 || resp.Headers[HeaderReason] == openai.CodeClientClosed {
 		// The owner's engine failed before the first token, or the owner dropped the request
@@ -101,24 +126,19 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 			res.failCode = CodeOwnerUnreachable
 		}
 		forwardResult(span, "owner_failed", res.lastCode)
-		return outcome{}, false
+		return nil, outcome{}, false
 	}
 	if resp.Status == http.StatusTooManyRequests {
 		// The owner's engine is overloaded by its own account (an external engine's 429): the
 		// owner refused, like its admission would have.
 		_ = resp.Body.Close()
-		n.ownerBusy(p, c.Name, resp.Headers, res)
+		n.ownerBusy(p, owner, resp.Headers, res)
 		forwardResult(span, "refused", res.lastCode)
-		return outcome{}, false
+		return nil, outcome{}, false
 	}
 	n.m.forwards.WithLabelValues("accepted").Inc()
 	forwardResult(span, "accepted", "")
-	if n.g != nil {
-		// The owner now holds (or is computing) this prefix: the next turn of the session
-		// should follow before the owner's own summary arrives.
-		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
-	}
-	return n.relay(ctx, w, resp, p, c.Name, start), true
+	return resp, outcome{}, false
 }
 
 // peerFailed records a forward to peer that failed at the transport. The failure that ejects
@@ -266,6 +286,14 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	p.req.Resume = resumeOf(h.Resume)
+	if why := n.takesHalf(h); why != "" {
+		refuse(http.StatusServiceUnavailable, CodeWrongRole, why, 0)
+		return
+	}
+	p.req.PrefillOnly = h.Prefill
+	if h.Handover != nil {
+		p.req.Handover = handoverOf(h.Handover, p.req.Blocks)
+	}
 	now := time.Now()
 	start := now.Add(-h.Waited)
 	a := &p.adm
@@ -281,7 +309,13 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	if g := n.agents; g != nil && a.Agent != "" {
 		_, known = g.reg.Get(a.Agent)
 	}
-	d := n.planner.Owner(now, *a, n.selfPeer(p.req.Blocks), n.blockTokens(), known)
+	self := n.selfPeer(p.req.Blocks)
+	if p.req.Handover != nil {
+		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
+		// count against the KV, as admission counts a whole prompt, cached or not).
+		self.PrefixBlocks = len(p.req.Blocks)
+	}
+	d := n.planner.Owner(now, *a, self, n.blockTokens(), known)
 	n.m.decisionOf(d)
 	traceOwnerDecision(span, p, d)
 	if d.Refused() {
@@ -289,6 +323,10 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	p.req.MaxTokens = d.MaxTokens
+	if h.Prefill {
+		endOutcome(span, n.servePrefill(ctx, transport.HTTPResponseWriter(fw), p))
+		return
+	}
 	o, ran := n.agentStep(ctx, transport.HTTPResponseWriter(fw), p, start, "peer")
 	if !ran {
 		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)

@@ -218,7 +218,7 @@ var knownCodes = []string{
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
 	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, CodeHopLimit,
 	transport.CodeVersion, transport.CodeKind, CodeUnsupportedEndpoint, CodePreviousResponseNotFound,
-	CodeOwnerUnreachable,
+	CodeOwnerUnreachable, CodeWrongRole, CodeDecodeUnavailable, CodeDecodeFailed,
 }
 
 // codeEngineRejected labels, in the metrics, a refusal with an external engine's own code:

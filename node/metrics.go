@@ -27,6 +27,7 @@ type metrics struct {
 	retries   *prometheus.CounterVec // result: allowed or budget_exhausted
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
 	migrated  *prometheus.CounterVec // outcome: migrationOutcomes
+	disagg    *prometheus.CounterVec // outcome: disaggOutcomes
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
 	queued         prometheus.Counter
@@ -138,6 +139,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		migrated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_migrations_total", Help: "Requests whose owner failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it).",
 		}, []string{"outcome"}),
+		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, decode_failed).",
+		}, []string{"outcome"}),
 	}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_admission_decisions_total", Help: "Admission verdicts, by layer, decision (accept, queue, refuse) and reason.",
@@ -172,6 +176,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	for _, o := range origins {
 		m.served.WithLabelValues(o)
 	}
+	for _, o := range disaggOutcomes {
+		m.disagg.WithLabelValues(o)
+	}
 	for _, o := range migrationOutcomes {
 		m.migrated.WithLabelValues(o)
 	}
@@ -197,7 +204,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated,
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg,
 			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, buildInfo)
 	}

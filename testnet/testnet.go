@@ -41,6 +41,9 @@ type Config struct {
 	// the node's Sim and Models as Configure left them; the node's Engine is the engine's URL,
 	// its EngineKind "vllm" and its Models empty (it serves what the engine's /v1/models lists).
 	Engines string
+	// Roles gives node i the role Roles[i] (node.role: "mixed", "prefill" or "decode"); nodes
+	// past its end, and empty entries, are mixed. Prefill and decode need EnginesEmbedded.
+	Roles []string
 	// Logger receives every node's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -193,6 +196,9 @@ func (t *Net) start(ctx context.Context, i int, certs string) (*node.Node, error
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	nc.TLS = tlsCfg
+	if i < len(cfg.Roles) {
+		nc.Role = cfg.Roles[i]
+	}
 	if cfg.Configure != nil {
 		cfg.Configure(i, &nc)
 	}

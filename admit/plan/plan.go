@@ -167,6 +167,15 @@ type Plan struct {
 	Reserved bool
 	// CarbonRouted: the carbon rule dropped dirty candidates and clean ones remained.
 	CarbonRouted bool
+
+	// In a mesh with prefill or decode peers (route.Disaggregated), the pair's searches
+	// (Search) and the split rule's reason (SplitWhy, route.Decide's; "" when no pair was
+	// searched). A split request's pair is a candidate with Pair set, first in Cands, the whole
+	// candidates after it as fallbacks; accepted, it reserves its prefill on the prefill peer
+	// (Res) and its KV on the decode peer (ResDecode).
+	Search    route.PairSearch
+	SplitWhy  string
+	ResDecode route.Reservation
 }
 
 // Ingress decides a new request over v: Accept (reserving on the chosen candidate), Queue or
@@ -183,15 +192,19 @@ func (p *Planner) Queued(now time.Time, it *admit.Item, claim *admit.Claim, v *V
 }
 
 func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim *admit.Claim, v *View, pl *Plan) {
-	pl.CarbonRouted = false
+	pl.CarbonRouted, pl.SplitWhy, pl.Search.Busy = false, "", false
 	rreq := p.routeRequest(req, v.BlockTokens)
 	var err error
 	pl.Cands, err = p.policy.Route(now, rreq, v.Peers, pl.Cands[:0])
+	if !rreq.StayHome && route.Disaggregated(v.Peers) {
+		// An agent's step stays home, whole; anything else may run on a pair.
+		err = p.pair(now, req, rreq, v, pl, err)
+	}
 	pl.Opts = pl.Opts[:0]
 	var nce *route.NoCandidateError
 	switch {
 	case err == nil:
-	case errors.As(err, &nce) && nce.Busy():
+	case errors.As(err, &nce) && (nce.Busy() || pl.Search.Busy):
 		// Every host is busy: admission sees them with no room, so it queues (or sheds).
 		p.busyOptions(v, req.Model, req.Priority, pl)
 	default:
@@ -211,6 +224,10 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	}
 	for i := range pl.Cands {
 		c := &pl.Cands[i]
+		if c.Pair != nil {
+			pl.Opts = append(pl.Opts, pairOption(c, v, req.Priority))
+			continue
+		}
 		pl.Opts = append(pl.Opts, OptionOf(c, &v.Peers[c.Peer], req.Priority, v.BlockTokens))
 	}
 	if claim != nil {
@@ -246,6 +263,39 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	}
 }
 
+// pair searches a prefill and a decode peer for req and applies the split rule against the
+// whole candidates Route found (werr its error): split, the pair goes first in pl.Cands, and
+// the error is cleared.
+func (p *Planner) pair(now time.Time, req admit.Request, rreq route.Request, v *View, pl *Plan, werr error) error {
+	_, tpot := p.adm.SLOFor(req)
+	p.policy.Pair(now, rreq, v.Peers, tpot, &pl.Search)
+	var whole []route.Candidate
+	if werr == nil {
+		whole = pl.Cands
+	}
+	cfg := p.policy.Config()
+	pr, split, why := route.Choose(&cfg, rreq, whole, &pl.Search, tpot)
+	pl.SplitWhy = why
+	if !split {
+		return werr
+	}
+	if werr != nil {
+		pl.Cands = pl.Cands[:0]
+	}
+	pl.Cands = slices.Insert(pl.Cands, 0, pr.Candidate())
+	return nil
+}
+
+// pairOption is the pair candidate c as admission's option: the pair's TTFT and TPOT, the
+// prefill peer's cached prefix and rate, and the decode peer's KV, which holds the request.
+func pairOption(c *route.Candidate, v *View, priority int) admit.Option {
+	d := &c.Pair.Decode
+	o := OptionOf(d, &v.Peers[d.Peer], priority, v.BlockTokens)
+	o.Peer, o.PredictedTTFT, o.PredictedTPOT = c.Name, c.PredictedTTFT, c.PredictedTPOT
+	o.CachedTokens, o.PrefillTokensPerSecond = c.Terms.PrefixTokens, v.Peers[c.Peer].PrefillTokensPerSecond
+	return o
+}
+
 func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request {
 	maxTokens := 0
 	if req.MaxTokens != nil {
@@ -263,14 +313,26 @@ func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request
 func (p *Planner) Reserve(now time.Time, req admit.Request, pl *Plan, i int) {
 	p.Release(pl)
 	c := &pl.Cands[i]
-	pl.Res = p.policy.Reserve(now, c.Name, max(req.PromptTokens-c.Terms.PrefixTokens, 0), pl.D.KVBlocks)
+	prefill := max(req.PromptTokens-c.Terms.PrefixTokens, 0)
+	if c.Pair != nil {
+		// The prefill peer computes the prompt; the decode peer holds the request's KV.
+		pl.Res = p.policy.Reserve(now, c.Name, prefill, 0)
+		pl.ResDecode = p.policy.Reserve(now, c.Pair.Decode.Name, 0, pl.D.KVBlocks)
+		pl.Reserved = true
+		return
+	}
+	pl.Res = p.policy.Reserve(now, c.Name, prefill, pl.D.KVBlocks)
 	pl.Reserved = true
 }
 
-// Release gives back the plan's reservation (its request will not run there, or ran).
+// Release gives back the plan's reservations (its request will not run there, or ran).
 func (p *Planner) Release(pl *Plan) {
 	if pl.Reserved {
 		p.policy.Release(pl.Res)
+		if pl.ResDecode.Peer != "" {
+			p.policy.Release(pl.ResDecode)
+			pl.ResDecode = route.Reservation{}
+		}
 		pl.Reserved = false
 	}
 }

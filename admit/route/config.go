@@ -178,6 +178,24 @@ type Config struct {
 	// 85 and 72 on the agent benchmark. Must not be negative.
 	HomeBalance float64 `json:"home_balance"`
 
+	// Disaggregated prefill and decode (pair.go, docs/design/disaggregation.md): the split
+	// rule's constants. Used only in a mesh with prefill or decode peers.
+
+	// SplitMinTokens is P_min: a request whose uncached prompt on the best mixed candidate is
+	// shorter runs whole. Default 2048, the embedded engine's step budget: a prompt that fits
+	// one chunk lengthens a mixed node's decodes for a single step.
+	SplitMinTokens int `json:"split_min_tokens"`
+	// KVBytesPerToken is b, the model's KV bytes per prompt token. Default 131072 (128 KiB,
+	// Llama-3.1-8B in BF16); a node with the embedded engine defaults it to sim.kv_bytes_per_token.
+	KVBytesPerToken int64 `json:"kv_bytes_per_token"`
+	// LinkGBps is bw, the bandwidth of the link the KV crosses between a prefill and a decode
+	// node, in GB/s. Default 25 (RDMA class); a node with the embedded engine defaults it to
+	// sim.link_gbps.
+	LinkGBps float64 `json:"link_gbps"`
+	// SplitHop is h, the ingress's forward round trip to the decode node added to a pair's
+	// predicted TTFT. Default 1 ms (a LAN). Negative ("-1ms"): none.
+	SplitHop time.Duration `json:"split_hop"`
+
 	// Reservations.
 
 	// ReservationTTL drops a reservation no record or Release has cleared. Default 3 s (MaxAge:
@@ -222,6 +240,10 @@ func DefaultConfig() Config {
 		ReservationTTL:                3 * time.Second,
 		ObserveMargin:                 200 * time.Millisecond,
 		MaxReservationsPerPeer:        4096,
+		SplitMinTokens:                2048,
+		KVBytesPerToken:               128 << 10,
+		LinkGBps:                      25,
+		SplitHop:                      time.Millisecond,
 		Eject:                         DefaultEjectConfig(),
 		RetryBudget:                   DefaultRetryBudgetConfig(),
 	}
@@ -269,6 +291,12 @@ func (c *Config) fill() error {
 	fillDur(&c.ReservationTTL, d.ReservationTTL)
 	fillDur(&c.ObserveMargin, d.ObserveMargin)
 	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
+	fillI(&c.SplitMinTokens, d.SplitMinTokens)
+	if c.KVBytesPerToken == 0 {
+		c.KVBytesPerToken = d.KVBytesPerToken
+	}
+	fillF(&c.LinkGBps, d.LinkGBps)
+	fillDur(&c.SplitHop, d.SplitHop)
 	if err := c.Eject.fill(); err != nil {
 		return err
 	}
@@ -328,6 +356,12 @@ func (c *Config) validate() error {
 		return bad("ReservationTTL %v is negative", c.ReservationTTL)
 	case c.MaxReservationsPerPeer < 0:
 		return bad("MaxReservationsPerPeer %d is negative", c.MaxReservationsPerPeer)
+	case c.SplitMinTokens < 0:
+		return bad("SplitMinTokens %d is negative", c.SplitMinTokens)
+	case c.KVBytesPerToken < 0:
+		return bad("KVBytesPerToken %d is negative", c.KVBytesPerToken)
+	case !(c.LinkGBps > 0) || math.IsInf(c.LinkGBps, 0):
+		return bad("LinkGBps %v must be positive", c.LinkGBps)
 	}
 	return nil
 }

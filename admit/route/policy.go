@@ -46,6 +46,10 @@ type Policy interface {
 	// owner's check of a forwarded request uses it on its own exact state, so that the owner
 	// and the ingress predict TTFT, TPOT and cached tokens the same way.
 	Predict(req Request, p *Peer) Candidate
+	// Pair runs the two searches of a split request's pair into out (pair.go): prefill
+	// candidates among prefill and mixed peers, decode candidates among decode and mixed
+	// peers, each best first.
+	Pair(now time.Time, req Request, peers []Peer, tpotSLO time.Duration, out *PairSearch)
 	// Config returns the configuration in use, defaults filled; SetConfig replaces it while
 	// the policy runs (a node's config reload), keeping Seed and MaxSessions.
 	Config() Config

@@ -174,7 +174,8 @@ func capable(cfg *Config, p *Peer, need uint64, vendors []string) bool {
 	if len(cfg.Roles) > 0 && !slices.Contains(cfg.Roles, p.Role) {
 		return false
 	}
-	return true
+	// A prefill or decode peer runs one half of a request only (pair.go): never a whole one.
+	return !IsHalf(p.Role)
 }
 
 // busy counts this node's reservations on top of the peer's last record. The KV test counts
@@ -245,6 +246,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 		step = cfg.DefaultDecodeStepSeconds
 	}
 	t := &c.Terms
+	t.PrefillRate, t.Step = tps, toDuration(step)
 	t.PrefixTokens = min(prefixTokens(p.PrefixBlocks, bt, req.TokenScale), prompt)
 	t.PrefixSaved = toDuration(float64(t.PrefixTokens) / tps)
 	if prompt > 0 {
@@ -276,6 +278,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	if p.MaxRunning > 0 && batch > p.MaxRunning {
 		batch = max(p.MaxRunning, base)
 	}
+	t.Batch = batch
 	share := on(cfg.DecodeBatchShare)
 	c.PredictedTPOT = toDuration(step * (1 - share + share*float64(batch)/float64(base)))
 	return c

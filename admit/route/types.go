@@ -57,6 +57,10 @@ type Peer struct {
 	Ejected bool
 	Role    string
 	Vendor  string
+	// WholeOnly: the peer's engine runs whole requests only (an external engine, whose
+	// handover kvmesh does not pass yet), so it is no candidate for either half of a split
+	// request whatever its role.
+	WholeOnly bool
 
 	VRAMTotalBytes, VRAMFreeBytes uint64
 	KVBlocksTotal, KVBlocksUsed   int
@@ -100,6 +104,11 @@ type Terms struct {
 	Thermal        float64       // penalty in [0,1] between the soft and hard limits
 	ReservedTokens int           // prefill tokens this node reserved on the peer
 	ReservedBlocks int           // KV blocks this node reserved on the peer
+	// PrefillRate and Step are the peer's prefill rate (tokens/s) and decode step as predicted
+	// with (its own, else the defaults); Batch is its predicted batch with the request.
+	PrefillRate float64
+	Step        time.Duration
+	Batch       int
 }
 
 // Candidate is one peer that survived the filters.
@@ -114,6 +123,10 @@ type Candidate struct {
 	Gated bool
 	// Sticky is set on the candidate chosen because it served the session last.
 	Sticky bool
+	// Pair, when set, makes the candidate a split request's pair (pair.go): Peer and Name are
+	// the prefill peer's, the terms its prefill's, and PredictedTTFT and PredictedTPOT the
+	// pair's (Pair.TTFT, the decode peer's TPOT). Nil for a whole request's candidate.
+	Pair *Pair
 
 	overCap, tooHot bool
 }
@@ -152,6 +165,10 @@ func (c Candidate) appendTo(b []byte) []byte {
 	}
 	if c.Sticky {
 		b = append(b, " sticky"...)
+	}
+	if c.Pair != nil {
+		b = append(b, " decode="...)
+		b = append(b, c.Pair.Decode.Name...)
 	}
 	return b
 }

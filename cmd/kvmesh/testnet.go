@@ -22,6 +22,7 @@ func testnetCommand() *cli.Command {
 			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
 			&cli.StringFlag{Name: "engines", Value: testnet.EnginesEmbedded, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("testnet-engines")},
 			&cli.StringFlag{Name: "policy", Value: node.DefaultConfig().Policy, Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
+			&cli.StringSliceFlag{Name: "roles", Usage: "node i's role, comma-separated in node order (mixed, prefill or decode; nodes past the list are mixed), e.g. prefill,prefill,decode,decode: a disaggregated mesh (embedded engines only)", EnvVars: env("testnet-roles")},
 			&cli.StringFlag{Name: "otlp-endpoint", Usage: "send every node's traces over OTLP/HTTP to this collector (host:port or a URL)", EnvVars: env("testnet-otlp-endpoint")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {
@@ -38,6 +39,7 @@ func testnetCommand() *cli.Command {
 				Light:    light,
 				HTTPBase: c.Int("http-base"),
 				Engines:  c.String("engines"),
+				Roles:    c.StringSlice("roles"),
 				Logger:   log,
 				Configure: func(i int, cfg *node.Config) {
 					simConfig(c, cfg)
@@ -57,10 +59,14 @@ func testnetCommand() *cli.Command {
 			}
 			engines := tn.EngineURLs()
 			for i, u := range tn.URLs() {
+				role := ""
+				if rs := c.StringSlice("roles"); i < len(rs) && rs[i] != "" {
+					role = "  " + rs[i]
+				}
 				if i < len(engines) {
-					fmt.Printf("%s  %s  (engine %s)\n", testnet.Name(i), u, engines[i])
+					fmt.Printf("%s  %s%s  (engine %s)\n", testnet.Name(i), u, role, engines[i])
 				} else {
-					fmt.Printf("%s  %s\n", testnet.Name(i), u)
+					fmt.Printf("%s  %s%s\n", testnet.Name(i), u, role)
 				}
 			}
 			fmt.Printf("\ntry:\n  curl -s %s/v1/chat/completions -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"stream\":true}'\n", tn.URLs()[0], node.DefaultModel)

@@ -66,6 +66,11 @@ type Request struct {
 	// engine, to the engine that decodes it (disaggregated prefill and decode,
 	// docs/design/disaggregation.md); nil for every other request.
 	Handover *Handover
+	// PrefillOnly asks the engine for the prefill half of the request alone, as a prefill-role
+	// engine runs every request: its prompt's KV, then a final chunk with FinishHandover and
+	// the Handover, no token. A mixed engine honours it (a mixed node is a candidate for either
+	// half of a split request); a decode engine refuses it, as it does a request with a Handover.
+	PrefillOnly bool
 }
 
 // Handover is what a prefill engine hands a decode engine for one request: the prompt whose

@@ -192,6 +192,14 @@ type Header struct {
 	// ingress sends on with the text already streamed in its body; nil for every other
 	// request (KindRequest).
 	Resume *Resume
+	// Prefill marks the prefill half of a disaggregated request: the owner computes the
+	// prompt's KV and answers with its Handover (HandoverContentType, the body
+	// AppendHandover's), not text (KindRequest).
+	Prefill bool
+	// Handover marks the decode half of a disaggregated request: the prefill owner's record of
+	// the prompt's KV, which the owner decodes from instead of prefilling; nil for every other
+	// request. A header has Prefill or Handover, not both (KindRequest).
+	Handover *Handover
 
 	// RenewWait is how long the home may wait for the agent to be let into its window before
 	// it answers (KindAgentRenew).
@@ -204,6 +212,62 @@ type Header struct {
 type Resume struct {
 	Seed, PromptHash            uint64
 	Tokens, Bytes, PromptTokens int
+}
+
+// Handover is the wire form of a prefill owner's record of a request's prompt KV (the node's
+// engine.Handover, docs/design/disaggregation.md): the prompt tokens whose KV was computed,
+// how many of them its prefix cache held, the KV's bytes, when it was ready in the prefill
+// engine's clock, and an external engine's own transfer parameters, opaque here (at most
+// MaxHandoverParams bytes). The prompt's block hashes are not carried: they are the request's
+// own (Header.Blocks, and what the owner computes from the body). Counts are at most
+// MaxInt32.
+type Handover struct {
+	PromptTokens, CachedTokens int
+	KVBytes                    int64
+	ReadyAt                    time.Duration
+	Params                     []byte
+}
+
+// MaxHandoverParams bounds Handover.Params.
+const MaxHandoverParams = 64 << 10
+
+// HandoverContentType is the content type of a prefill owner's answer: status 200 and a body
+// of AppendHandover's encoding.
+const HandoverContentType = "application/x-kvmesh-handover"
+
+// AppendHandover appends h's encoding: its prompt and cached tokens (uvarints), its KV bytes
+// and ready time (uvarints, the time in nanoseconds) and its params (a uvarint length and the
+// bytes). It is the same in a header (flag bit 4) and in a prefill owner's answer.
+func AppendHandover(dst []byte, h *Handover) ([]byte, error) {
+	if err := checkHandover(h); err != nil {
+		return dst, err
+	}
+	e := encoder{b: dst}
+	e.uvarint(uint64(h.PromptTokens))
+	e.uvarint(uint64(h.CachedTokens))
+	e.uvarint(uint64(h.KVBytes))
+	e.uvarint(uint64(h.ReadyAt))
+	e.bytes(h.Params)
+	return e.b, nil
+}
+
+// DecodeHandover decodes a prefill owner's answer body strictly (ErrMalformed).
+func DecodeHandover(p []byte) (*Handover, error) {
+	d := decoder{b: p}
+	h := d.handover()
+	d.end("handover")
+	if d.err != nil {
+		return nil, d.err
+	}
+	return h, nil
+}
+
+func checkHandover(h *Handover) error {
+	if h.PromptTokens < 0 || h.PromptTokens > maxResumeCount || h.CachedTokens < 0 || h.CachedTokens > maxResumeCount ||
+		h.KVBytes < 0 || h.ReadyAt < 0 || len(h.Params) > MaxHandoverParams {
+		return fmt.Errorf("%w: handover out of range", ErrMalformed)
+	}
+	return nil
 }
 
 // Refusal is the owner's "no" before any token; it is also the error Forward returns for it.
@@ -359,6 +423,34 @@ func (d *decoder) resume() *Resume {
 	return r
 }
 
+// handover reads a Handover (see AppendHandover).
+func (d *decoder) handover() *Handover {
+	h := &Handover{}
+	for _, f := range []struct {
+		what string
+		v    *int
+	}{{"handover prompt tokens", &h.PromptTokens}, {"handover cached tokens", &h.CachedTokens}} {
+		v := d.uvarint(f.what)
+		if v > maxResumeCount {
+			d.fail("%s out of range", f.what)
+		}
+		*f.v = int(v)
+	}
+	kv := d.uvarint("handover kv bytes")
+	if kv > math.MaxInt64 {
+		d.fail("handover kv bytes out of range")
+	}
+	h.KVBytes = int64(kv)
+	h.ReadyAt = d.duration("handover ready at")
+	if p := d.raw("handover params", MaxHandoverParams); len(p) > 0 {
+		h.Params = append([]byte(nil), p...)
+	}
+	if d.err != nil {
+		return nil
+	}
+	return h
+}
+
 func (d *decoder) str(what string, limit int) string {
 	p := d.raw(what, limit)
 	if d.err == nil && !utf8.Valid(p) {
@@ -406,11 +498,12 @@ func validStatus(s int) bool { return s >= 200 && s <= 599 }
 // The encoding is the version byte, the kind byte, the common fields (request id, hops,
 // priority, tenant, deadline, agent id, blocks, ingress), then the kind's own fields: for
 // KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal, bit 1: a trace context, bit
-// 2: a Resume), Waited, TTFTSLO, TPOTSLO, with bit 1 TraceParent and TraceState, and with bit 2
-// the Resume's seed and prompt hash (little-endian uint64s) and its tokens, bytes and prompt
-// tokens (uvarints); for KindAgentRenew RenewWait; nothing for KindAgentGiveUp. A header
-// without a trace context or a Resume is encoded as before they existed, so a peer built
-// before them reads it. Strings are a uvarint length and UTF-8 bytes, blocks a uvarint count
+// 2: a Resume, bit 3: Prefill, bit 4: a Handover), Waited, TTFTSLO, TPOTSLO, with bit 1
+// TraceParent and TraceState, with bit 2 the Resume's seed and prompt hash (little-endian
+// uint64s) and its tokens, bytes and prompt tokens (uvarints), and with bit 4 the Handover
+// (AppendHandover); for KindAgentRenew RenewWait; nothing for KindAgentGiveUp. A header
+// without a trace context, a Resume, Prefill or a Handover is encoded as before they existed,
+// so a peer built before them reads it. Strings are a uvarint length and UTF-8 bytes, blocks a uvarint count
 // and little-endian uint64s, durations uvarint nanoseconds, the deadline varint Unix
 // nanoseconds (0: none).
 func EncodeHeader(dst []byte, h Header) ([]byte, error) {
@@ -451,6 +544,12 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		if h.Resume != nil {
 			flags |= flagResume
 		}
+		if h.Prefill {
+			flags |= flagPrefill
+		}
+		if h.Handover != nil {
+			flags |= flagHandover
+		}
 		e.b = append(e.b, byte(h.Endpoint), flags)
 		e.uvarint(uint64(h.Waited))
 		e.uvarint(uint64(h.TTFTSLO))
@@ -465,6 +564,9 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 			e.uvarint(uint64(r.Tokens))
 			e.uvarint(uint64(r.Bytes))
 			e.uvarint(uint64(r.PromptTokens))
+		}
+		if h.Handover != nil {
+			e.b, _ = AppendHandover(e.b, h.Handover) // checked by checkHeader
 		}
 	case KindAgentRenew:
 		e.uvarint(uint64(h.RenewWait))
@@ -489,8 +591,15 @@ const (
 	// too, and Forward does not send it again without it: a continuation that ran as a new
 	// request would repeat the text already sent, so the ingress tries another peer.
 	flagResume
+	// flagPrefill: the request is the prefill half of a split request (Header.Prefill); no
+	// field follows. flagHandover: a Handover follows the Resume's place. A peer built before
+	// them resets such a header as malformed too, and Forward does not send it again without
+	// them: run whole, a prefill would answer text where a handover is awaited, and a decode
+	// half would prefill the prompt again on a node that may not be able to.
+	flagPrefill
+	flagHandover
 
-	knownFlags = flagAgentFinal | flagTrace | flagResume
+	knownFlags = flagAgentFinal | flagTrace | flagResume | flagPrefill | flagHandover
 )
 
 // maxResumeCount bounds Resume's counts.
@@ -515,7 +624,7 @@ func checkHeader(v int, h Header) error {
 	case h.Waited < 0 || h.TTFTSLO < 0 || h.TPOTSLO < 0 || h.RenewWait < 0:
 		return fmt.Errorf("%w: negative duration", ErrMalformed)
 	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal ||
-		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil):
+		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil || h.Prefill || h.Handover != nil):
 		return fmt.Errorf("%w: request fields in a %v header", ErrMalformed, h.Kind)
 	case h.TraceState != "" && h.TraceParent == "":
 		return fmt.Errorf("%w: a trace state without a trace parent", ErrMalformed)
@@ -523,6 +632,10 @@ func checkHeader(v int, h Header) error {
 		return fmt.Errorf("%w: renew wait in a %v header", ErrMalformed, h.Kind)
 	case h.Resume != nil && !resumeCountsOK(h.Resume):
 		return fmt.Errorf("%w: resume counts out of range", ErrMalformed)
+	case h.Prefill && h.Handover != nil:
+		return fmt.Errorf("%w: a prefill with a handover", ErrMalformed)
+	case h.Handover != nil:
+		return checkHandover(h.Handover)
 	}
 	return nil
 }
@@ -612,6 +725,13 @@ func DecodeHeader(p []byte) (Header, error) {
 		}
 		if flags&flagResume != 0 {
 			h.Resume = d.resume()
+		}
+		h.Prefill = flags&flagPrefill != 0
+		if flags&flagHandover != 0 {
+			if h.Prefill {
+				d.fail("a prefill with a handover")
+			}
+			h.Handover = d.handover()
 		}
 	case KindAgentRenew:
 		h.RenewWait = d.duration("renew wait")

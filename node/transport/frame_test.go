@@ -40,6 +40,15 @@ func TestHeaderRoundTrip(t *testing.T) {
 			Tokens: 12, Bytes: 48, PromptTokens: maxResumeCount}}},
 		{"traced continuation", Header{Endpoint: EndpointCompletions, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			Resume: &Resume{}}},
+		{"prefill half", Header{RequestID: "r", Hops: 1, Ingress: "a", Blocks: []uint64{1, 2}, Prefill: true}},
+		{"decode half", Header{RequestID: "r", Hops: 1, Ingress: "a", Handover: &Handover{PromptTokens: 4000, CachedTokens: 1024,
+			KVBytes: 4000 << 17, ReadyAt: 258 * time.Millisecond, Params: []byte(`{"remote_engine_id":"e"}`)}}},
+		{"decode half at the limits", Header{Handover: &Handover{PromptTokens: maxResumeCount, CachedTokens: maxResumeCount,
+			KVBytes: math.MaxInt64, ReadyAt: math.MaxInt64, Params: make([]byte, MaxHandoverParams)}}},
+		{"traced decode of a continuation", Header{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Resume: &Resume{Tokens: 3}, Handover: &Handover{PromptTokens: 9}}},
+		{"traced prefill of a continuation", Header{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Resume: &Resume{Tokens: 3}, Prefill: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +68,28 @@ func TestHeaderRoundTrip(t *testing.T) {
 				t.Errorf("round trip %+v, want %+v", got, tt.h)
 			}
 		})
+	}
+}
+
+// TestHandoverBody pins the prefill owner's answer: AppendHandover's bytes decode to the same
+// record, and anything else is malformed.
+func TestHandoverBody(t *testing.T) {
+	h := &Handover{PromptTokens: 8000, CachedTokens: 2048, KVBytes: 8000 << 17, ReadyAt: 305 * time.Millisecond, Params: []byte("p")}
+	p, err := AppendHandover(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeHandover(p)
+	if err != nil || !reflect.DeepEqual(got, h) {
+		t.Fatalf("DecodeHandover = %+v, %v; want %+v", got, err, h)
+	}
+	for _, bad := range [][]byte{nil, p[:len(p)-1], append(p, 0), []byte(`{"prompt_tokens":1}`)} {
+		if _, err := DecodeHandover(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("DecodeHandover(%q) = %v, want ErrMalformed", bad, err)
+		}
+	}
+	if _, err := AppendHandover(nil, &Handover{CachedTokens: -1}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("AppendHandover of negative tokens = %v, want ErrMalformed", err)
 	}
 }
 
@@ -132,6 +163,12 @@ func TestHeaderRejects(t *testing.T) {
 		{"resume in a renew", Header{Kind: KindAgentRenew, Resume: &Resume{}}, ErrMalformed},
 		{"negative resume tokens", Header{Resume: &Resume{Tokens: -1}}, ErrMalformed},
 		{"resume bytes past int32", Header{Resume: &Resume{Bytes: maxResumeCount + 1}}, ErrMalformed},
+		{"prefill with a handover", Header{Prefill: true, Handover: &Handover{}}, ErrMalformed},
+		{"prefill in a renew", Header{Kind: KindAgentRenew, Prefill: true}, ErrMalformed},
+		{"handover in a give-up", Header{Kind: KindAgentGiveUp, Handover: &Handover{}}, ErrMalformed},
+		{"negative handover bytes", Header{Handover: &Handover{KVBytes: -1}}, ErrMalformed},
+		{"handover tokens past int32", Header{Handover: &Handover{PromptTokens: maxResumeCount + 1}}, ErrMalformed},
+		{"handover params too long", Header{Handover: &Handover{Params: make([]byte, MaxHandoverParams+1)}}, ErrMalformed},
 	}
 	for _, tt := range encodeTests {
 		t.Run("encode "+tt.name, func(t *testing.T) {
@@ -156,7 +193,10 @@ func TestHeaderRejects(t *testing.T) {
 		{"unknown kind", []byte{Version, byte(numKinds)}, ErrKind},
 		{"unknown kind with garbage", []byte{Version, 0xff, 0xff, 0xff}, ErrKind},
 		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), ErrKind},
-		{"unknown request flag", rawHeader(Version, KindRequest, 0, 8, 0, 0, 0), ErrMalformed},
+		{"unknown request flag", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0), ErrMalformed},
+		{"handover flag without a handover", rawHeader(Version, KindRequest, 0, 16, 0, 0, 0), ErrMalformed},
+		{"prefill and handover flags", rawHeader(Version, KindRequest, 0, 8|16, 0, 0, 0, 1, 0, 0, 0, 0), ErrMalformed},
+		{"handover cut in its params", rawHeader(Version, KindRequest, 0, 16, 0, 0, 0, 1, 0, 0, 0, 5, 'x'), ErrMalformed},
 		{"resume flag without a resume", rawHeader(Version, KindRequest, 0, 4, 0, 0, 0), ErrMalformed},
 		{"resume cut in its counts", rawHeader(Version, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...)...), ErrMalformed},
 		{"resume prompt tokens past int32", rawHeader(Version, KindRequest, append(append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...),

@@ -509,11 +509,12 @@ type Response struct {
 //
 // A header with a trace context that the owner resets as malformed (ErrRejected) is sent once
 // more without it: a peer of this frame version built before Header.TraceParent cannot read
-// one, and runs the request untraced. A header with a Resume is not sent again: no peer that
-// rejects it can run the continuation as one, so the error is the caller's, to try another.
+// one, and runs the request untraced. A header with a Resume, Prefill or a Handover is not
+// sent again: no peer that rejects it can run the continuation or the half as one, so the
+// error is the caller's, to try another.
 func (t *Transport) Forward(ctx context.Context, addr string, h Header, body []byte) (*Response, error) {
 	resp, result, err := t.forward(ctx, addr, h, body)
-	if h.TraceParent != "" && h.Resume == nil && errors.Is(err, ErrRejected) && ctx.Err() == nil {
+	if h.TraceParent != "" && h.Resume == nil && !h.Prefill && h.Handover == nil && errors.Is(err, ErrRejected) && ctx.Err() == nil {
 		t.m.streams.WithLabelValues(dirOut, result).Inc()
 		t.log.Debug("transport: owner rejected a trace context; forwarding without it", "request_id", h.RequestID, "addr", addr)
 		h.TraceParent, h.TraceState = "", ""

@@ -805,6 +805,38 @@ func TestForwardToOwnerWithoutResume(t *testing.T) {
 	}
 }
 
+// TestForwardHalfToOwnerWithoutRoles stands in for a peer built before Header.Prefill and
+// Header.Handover: Forward does not send either half again without its mark, even with a trace
+// context that it would otherwise drop and retry.
+func TestForwardHalfToOwnerWithoutRoles(t *testing.T) {
+	for _, h := range []Header{
+		{RequestID: "p", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Prefill: true},
+		{RequestID: "d", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Handover: &Handover{PromptTokens: 5}},
+	} {
+		seen := make(chan Header, 2)
+		client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
+			got, err := DecodeHeader(p)
+			if err != nil {
+				return
+			}
+			seen <- got
+			resetAsMalformed(str)
+		})
+		_, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}"))
+		if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrRejected) {
+			t.Fatalf("%s: Forward = %v, want ErrUnreachable and ErrRejected", h.RequestID, err)
+		}
+		if first := <-seen; first.Prefill != h.Prefill || (first.Handover == nil) != (h.Handover == nil) {
+			t.Errorf("%s: the owner read %+v", h.RequestID, first)
+		}
+		select {
+		case again := <-seen:
+			t.Errorf("%s: Forward sent the half again: %+v", h.RequestID, again)
+		default:
+		}
+	}
+}
+
 func validHeaderFrame() []byte {
 	hdr, _ := EncodeHeader(nil, Header{RequestID: "v"})
 	return append(appendFrameHead(nil, frameHeader, len(hdr)), hdr...)

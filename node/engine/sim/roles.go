@@ -41,6 +41,8 @@ func (s *Sim) checkRole(req *engine.Request, p int) error {
 	switch {
 	case s.cfg.Role == RolePrefill && h != nil:
 		return fmt.Errorf("sim: a prefill engine does not decode a handover: %w", engine.ErrRejected)
+	case req.PrefillOnly && h != nil:
+		return fmt.Errorf("sim: a request cannot be both prefilled alone and decoded from a handover: %w", engine.ErrRejected)
 	case s.cfg.Role == RoleDecode && h == nil:
 		return fmt.Errorf("sim: a decode engine takes only requests with a handover: %w", engine.ErrRejected)
 	case h != nil && (h.PromptTokens != p || h.KVBytes < 0 || h.CachedTokens < 0):

@@ -101,6 +101,13 @@ func TestDecodeRoleChargesTransfer(t *testing.T) {
 			}
 			pre := newTestSim(t, func(c *Config) { c.Role = RolePrefill })
 			h := gen(t, pre, req()).last.Handover
+			// A mixed engine asked for the prefill alone hands over the same record.
+			only := req()
+			only.PrefillOnly = true
+			if mh := gen(t, newTestSim(t, nil), only).last.Handover; mh == nil || mh.PromptTokens != h.PromptTokens ||
+				mh.KVBytes != h.KVBytes || mh.ReadyAt != h.ReadyAt {
+				t.Fatalf("a mixed engine's prefill-only handover %+v, the prefill engine's %+v", mh, h)
+			}
 			mixed := gen(t, newTestSim(t, nil), req())
 
 			dec := newTestSim(t, func(c *Config) { c.Role, c.LinkGBps = tt.role, tt.linkGBps })
@@ -137,21 +144,26 @@ func TestRoleRefuses(t *testing.T) {
 		role     string
 		handover *engine.Handover
 		ok       bool
+		only     bool // Request.PrefillOnly
 	}{
-		{"mixed plain", RoleMixed, nil, true},
-		{"mixed handover", RoleMixed, good, true},
-		{"prefill plain", RolePrefill, nil, true},
-		{"prefill handover", RolePrefill, good, false},
-		{"decode plain", RoleDecode, nil, false},
-		{"decode handover", RoleDecode, good, true},
-		{"decode handover of another prompt", RoleDecode, &engine.Handover{PromptTokens: 63}, false},
-		{"decode negative bytes", RoleDecode, &engine.Handover{PromptTokens: 64, KVBytes: -1}, false},
+		{"mixed plain", RoleMixed, nil, true, false},
+		{"mixed handover", RoleMixed, good, true, false},
+		{"prefill plain", RolePrefill, nil, true, false},
+		{"prefill handover", RolePrefill, good, false, false},
+		{"decode plain", RoleDecode, nil, false, false},
+		{"decode handover", RoleDecode, good, true, false},
+		{"decode handover of another prompt", RoleDecode, &engine.Handover{PromptTokens: 63}, false, false},
+		{"decode negative bytes", RoleDecode, &engine.Handover{PromptTokens: 64, KVBytes: -1}, false, false},
+		{"mixed prefill only", RoleMixed, nil, true, true},
+		{"prefill prefill only", RolePrefill, nil, true, true},
+		{"decode prefill only", RoleDecode, nil, false, true},
+		{"mixed prefill only with a handover", RoleMixed, good, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newTestSim(t, func(c *Config) { c.Role = tt.role })
 			st, err := s.submit(context.Background(), &engine.Request{
-				Model: testModel, Prompt: p, MaxTokens: 8, Handover: tt.handover,
+				Model: testModel, Prompt: p, MaxTokens: 8, Handover: tt.handover, PrefillOnly: tt.only,
 			})
 			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, engine.ErrRejected)) {
 				t.Fatalf("submit = %v, want ok %v (else ErrRejected)", err, tt.ok)

@@ -248,7 +248,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		return nil, err
 	}
 	bt := s.cfg.BlockTokens
-	prefillOnly := s.cfg.Role == RolePrefill
+	prefillOnly := s.cfg.Role == RolePrefill || req.PrefillOnly
 	held := p + req.MaxTokens
 	if prefillOnly {
 		held = p // the engine holds only the prompt's KV

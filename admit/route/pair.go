@@ -1,0 +1,305 @@
+package route
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+)
+
+// Disaggregated prefill and decode (docs/design/disaggregation.md): a request runs whole on a
+// mixed peer, or is split on a pair, its prompt's KV computed on a prefill peer p and handed
+// over to a decode peer d, which generates. This file holds the pair's two searches and the
+// rule that chooses between the best whole candidate and the best pair; the node runs the
+// flow (node/pair.go).
+
+// Peer roles, the values of Peer.Role (gossip's state record, node.role).
+const (
+	// RoleMixed (or "") runs whole requests, and either half of a split one.
+	RoleMixed = "mixed"
+	// RolePrefill runs the prefill half only: it answers with a handover, never with text.
+	RolePrefill = "prefill"
+	// RoleDecode runs the decode half only, from a handover.
+	RoleDecode = "decode"
+)
+
+// IsMixed reports whether role is the mixed role ("" or "mixed").
+func IsMixed(role string) bool { return role == "" || role == RoleMixed }
+
+// IsHalf reports whether role runs only one half of a request (prefill or decode): such a
+// peer is never a candidate for a whole request.
+func IsHalf(role string) bool { return role == RolePrefill || role == RoleDecode }
+
+// Why Decide chose as it did.
+const (
+	SplitNoMixed   = "no_mixed"      // split: no mixed candidate, the pair it is
+	SplitFaster    = "faster"        // split: the pair is faster, or the mixed node misses its TPOT
+	WholeNoPair    = "no_pair"       // whole: no prefill/decode pair
+	WholeShort     = "short"         // whole: the uncached prompt fits one step's chunk
+	WholeLink      = "link"          // whole: the transfer costs over half the prefill it moves
+	WholeMixedFast = "mixed_as_fast" // whole: a mixed node is as fast and keeps its TPOT
+)
+
+// Pair is the best prefill and decode candidates for a request, with the pair's predictions.
+type Pair struct {
+	// Prefill and Decode are candidates of the two searches (Candidate.Peer indexes the
+	// peers), distinct peers.
+	Prefill, Decode Candidate
+	// Transfer is T_xfer, the prompt's KV over the link; TTFT is TTFT_pair, the prefill on p,
+	// the hop, the transfer and d's step; TPOT is d's predicted TPOT.
+	Transfer, TTFT, TPOT time.Duration
+}
+
+// SplitInput is what the split rule weighs: the best whole candidate (nil: none) and the best
+// pair (nil: none), for a request of PromptTokens, and the request's TPOT SLO (0: none).
+type SplitInput struct {
+	Whole        *Candidate
+	Pair         *Pair
+	PromptTokens int
+	TPOTSLO      time.Duration
+}
+
+// Decide is the split rule of docs/design/disaggregation.md ("When to split"): without a pair
+// the request runs whole, without a mixed candidate it is split; else it runs whole when its
+// uncached part on the mixed node is under SplitMinTokens, when the transfer costs over half
+// the prefill it moves, or when the mixed node's TTFT is no later than the pair's and its TPOT
+// within the SLO; and it is split otherwise. It is pure.
+func Decide(cfg *Config, in SplitInput) (split bool, why string) {
+	switch {
+	case in.Pair == nil:
+		return false, WholeNoPair
+	case in.Whole == nil:
+		return true, SplitNoMixed
+	}
+	m, pr := in.Whole, in.Pair
+	prompt := max(in.PromptTokens, 0)
+	if prompt-m.Terms.PrefixTokens < cfg.SplitMinTokens {
+		return false, WholeShort
+	}
+	moved := max(prompt-pr.Prefill.Terms.PrefixTokens, 0)
+	if pr.Transfer > prefillTime(cfg, moved, pr.Prefill.Terms.PrefillRate)/2 {
+		return false, WholeLink
+	}
+	if m.PredictedTTFT <= pr.TTFT && (in.TPOTSLO <= 0 || m.PredictedTPOT <= in.TPOTSLO) {
+		return false, WholeMixedFast
+	}
+	return true, SplitFaster
+}
+
+// TransferTime is how long a prompt of tokens takes to cross the link: tokens × KVBytesPerToken
+// over LinkGBps.
+func TransferTime(cfg *Config, tokens int) time.Duration {
+	b := float64(max(tokens, 0)) * float64(cfg.KVBytesPerToken)
+	return toDuration(b / (cfg.LinkGBps * 1e9))
+}
+
+func prefillTime(cfg *Config, tokens int, rate float64) time.Duration {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = cfg.DefaultPrefillTokensPerSecond
+	}
+	return toDuration(float64(tokens) / rate)
+}
+
+// PairSearch is the two searches' result: the prefill candidates and the decode candidates,
+// best first, and whether a peer of either role was dropped as busy (the request should wait
+// for room rather than be refused when no pair is left).
+type PairSearch struct {
+	Prefill, Decode []Candidate
+	Busy            bool
+}
+
+// pairSearch runs the pair's two searches over peers with rv the reservations per peer and
+// refused whether the peer's owner refused a request of req's priority lately. It is pure.
+//
+// Prefill among prefill and mixed peers: routing's filters but the role's, busy counting the
+// uncached prompt's blocks only (a prefill node holds no output) and the queued prefill,
+// scored 1.0·C/P − 0.5·L/(L+LoadHalfTokens) (the prefix and load weights), gated on the
+// predicted prefill time as whole candidates are. Decode among decode and mixed peers: busy
+// counting the whole prompt and max_tokens in blocks, and a free seat (running + reserved below
+// MaxRunning); ordered by predicted TPOT within tpotSLO first, then by TPOT, by free KV after
+// reservations, and by the smaller batch. Within each order a dedicated peer goes before a
+// mixed one, all else equal.
+func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved, refused func(string) bool,
+	tpotSLO time.Duration, out *PairSearch) {
+	bt := req.BlockTokens
+	if bt <= 0 {
+		bt = kvindex.DefaultBlockTokens
+	}
+	need := cfg.ModelBytes[req.Model]
+	vendors := cfg.ModelVendors[req.Model]
+	out.Prefill, out.Decode, out.Busy = out.Prefill[:0], out.Decode[:0], false
+	prompt := max(req.PromptTokens, 0)
+	for i := range peers {
+		p := &peers[i]
+		pre, dec := IsMixed(p.Role) || p.Role == RolePrefill, IsMixed(p.Role) || p.Role == RoleDecode
+		switch {
+		case !pre && !dec, p.WholeOnly, !slices.Contains(p.Models, req.Model):
+			continue
+		case !p.Self && (p.Stale || p.Age > cfg.MaxAge) && cfg.StalePolicy == StaleClosed,
+			!p.Healthy, p.Ejected:
+			continue
+		case need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes,
+			len(vendors) > 0 && !slices.Contains(vendors, p.Vendor):
+			continue
+		case p.TempC >= cfg.ThermalHardC:
+			continue
+		}
+		r := rv(p.Name)
+		if refused(p.Name) {
+			out.Busy = true
+			continue
+		}
+		if pre {
+			if prefillBusy(cfg, req, bt, p, r) {
+				out.Busy = true
+			} else {
+				c := evaluate(cfg, req, bt, i, p, r)
+				t := &c.Terms
+				c.Score = on(cfg.Weights.Prefix)*t.Prefix - on(cfg.Weights.Load)*t.Load
+				// The prefill half's TTFT ends with the prompt's KV: no decode step.
+				c.PredictedTTFT = prefillTime(cfg, QueuedAhead(p, req.Priority)+r.prefill+prompt-t.PrefixTokens, t.PrefillRate)
+				out.Prefill = append(out.Prefill, c)
+			}
+		}
+		if dec {
+			if decodeBusy(cfg, req, bt, p, r) {
+				out.Busy = true
+			} else {
+				c := evaluate(cfg, req, bt, i, p, r)
+				c.Score = -c.PredictedTPOT.Seconds()
+				out.Decode = append(out.Decode, c)
+			}
+		}
+	}
+	applyGate(cfg, out.Prefill)
+	slices.SortStableFunc(out.Prefill, func(a, b Candidate) int {
+		switch {
+		case a.Gated != b.Gated:
+			if a.Gated {
+				return 1
+			}
+			return -1
+		case a.Gated:
+			return cmp.Or(cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))
+		}
+		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT),
+			mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
+	})
+	slices.SortStableFunc(out.Decode, func(a, b Candidate) int {
+		ao, bo := tpotSLO > 0 && a.PredictedTPOT > tpotSLO, tpotSLO > 0 && b.PredictedTPOT > tpotSLO
+		switch {
+		case ao != bo:
+			if ao {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.PredictedTPOT, b.PredictedTPOT), cmp.Compare(b.Terms.FreeKV, a.Terms.FreeKV),
+			cmp.Compare(a.Terms.Batch, b.Terms.Batch), mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
+	})
+}
+
+// mixedLast orders a dedicated prefill or decode peer before a mixed one, all else equal: a
+// mixed node's time is better kept for whole requests, which only it can run.
+func mixedLast(peers []Peer, a, b Candidate) int {
+	am, bm := IsMixed(peers[a.Peer].Role), IsMixed(peers[b.Peer].Role)
+	switch {
+	case am == bm:
+		return 0
+	case am:
+		return 1
+	}
+	return -1
+}
+
+// prefillBusy is busy for the prefill half: the uncached prompt's blocks only (no output),
+// the engine's waiting queue and the queued prefill.
+func prefillBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
+	r := req
+	r.MaxTokens = 0
+	return busy(cfg, r, bt, p, rv)
+}
+
+// decodeBusy is busy for the decode half: the whole prompt and the output in blocks (the
+// prompt arrives as KV, cached there or not), and a seat.
+func decodeBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
+	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
+		need := (max(req.PromptTokens, 0) + max(req.MaxTokens, 0) + bt - 1) / bt
+		if float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
+			return true
+		}
+	}
+	if p.MaxRunning > 0 && max(p.Running, 0)+rv.requests >= p.MaxRunning {
+		return true
+	}
+	return cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting
+}
+
+// BestPair is the first prefill candidate with a decode candidate on another peer, and that
+// decode candidate (the first such), with the pair's predictions; nil when there is none.
+func BestPair(cfg *Config, req Request, s *PairSearch) *Pair {
+	for _, p := range s.Prefill {
+		for _, d := range s.Decode {
+			if d.Peer != p.Peer {
+				return PairOf(cfg, req, p, d)
+			}
+		}
+	}
+	return nil
+}
+
+// PairOf predicts the pair (p, d) for req: TTFT_pair = p's prefill time + SplitHop + the
+// transfer + d's decode step.
+func PairOf(cfg *Config, req Request, p, d Candidate) *Pair {
+	pr := &Pair{Prefill: p, Decode: d, Transfer: TransferTime(cfg, req.PromptTokens), TPOT: d.PredictedTPOT}
+	pr.TTFT = p.PredictedTTFT + onDur(cfg.SplitHop) + pr.Transfer + d.Terms.Step
+	return pr
+}
+
+// Pair implements Policy: the pair's two searches over peers, with this node's reservations
+// and the refusals its peers' owners gave lately.
+func (r *Router) Pair(now time.Time, req Request, peers []Peer, tpotSLO time.Duration, out *PairSearch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pairSearch(r.conf(), req, peers, func(peer string) reserved { return r.reservedLocked(now, peer) },
+		func(peer string) bool { return r.refusedLocked(now, peer, req.Priority) }, tpotSLO, out)
+}
+
+// Pair implements Policy: the kvmesh searches, without reservations or refusals (a baseline
+// keeps neither), so that a comparison policy routes a disaggregated mesh too.
+func (b *baseline) Pair(_ time.Time, req Request, peers []Peer, tpotSLO time.Duration, out *PairSearch) {
+	pairSearch(b.conf(), req, peers, func(string) reserved { return reserved{} }, func(string) bool { return false }, tpotSLO, out)
+}
+
+// Candidate is the pair as one candidate of a request's list (Candidate.Pair).
+func (pr *Pair) Candidate() Candidate {
+	c := pr.Prefill
+	c.PredictedTTFT, c.PredictedTPOT, c.Pair, c.Gated, c.Sticky = pr.TTFT, pr.TPOT, pr, false, false
+	return c
+}
+
+// Disaggregated reports whether some peer of peers runs one half only: only then is a pair
+// searched for, so a mesh of mixed nodes pays nothing for it.
+func Disaggregated(peers []Peer) bool {
+	for i := range peers {
+		if IsHalf(peers[i].Role) {
+			return true
+		}
+	}
+	return false
+}
+
+// Choose weighs the best whole candidate (whole[0]; none when whole is empty) against the
+// best pair of s (BestPair) by the split rule (Decide). pr is the best pair, nil when there is
+// none; split says to run the request on it.
+func Choose(cfg *Config, req Request, whole []Candidate, s *PairSearch, tpotSLO time.Duration) (pr *Pair, split bool, why string) {
+	pr = BestPair(cfg, req, s)
+	in := SplitInput{Pair: pr, PromptTokens: req.PromptTokens, TPOTSLO: tpotSLO}
+	if len(whole) > 0 {
+		in.Whole = &whole[0]
+	}
+	split, why = Decide(cfg, in)
+	return pr, split, why
+}

@@ -1,0 +1,169 @@
+package route
+
+import (
+	"testing"
+	"time"
+)
+
+// rolePeer is an idle peer of role at the design doc's rates: 31,000 prefill tokens a second
+// (8,000 tokens in 258 ms) and a 5 ms decode step.
+func rolePeer(name, role string) Peer {
+	p := idle(name)
+	p.Role = role
+	p.PrefillTokensPerSecond = 31000
+	p.DecodeStepSeconds = 0.005
+	return p
+}
+
+// choose runs what the planner runs for a request in a disaggregated mesh: the whole
+// candidates, the pair's searches, the split rule.
+func choose(t *testing.T, r *Router, rq Request, peers []Peer, tpotSLO time.Duration) (*Pair, bool, string) {
+	t.Helper()
+	whole, _ := r.Route(t0, rq, peers, nil) // no whole candidate is an answer too
+	var s PairSearch
+	r.Pair(t0, rq, peers, tpotSLO, &s)
+	return Choose(r.conf(), rq, whole, &s, tpotSLO)
+}
+
+// TestSplitRule is the split rule's table (docs/design/disaggregation.md, "When to split"),
+// with the design's example: an 8,000-token uncached prompt at 25 GB/s crosses in 42 ms
+// against 258 ms of prefill; an idle mixed node predicts about 263 ms, an idle pair about 306
+// ms; a mixed node with 16,384 tokens queued about 790 ms.
+func TestSplitRule(t *testing.T) {
+	loaded := rolePeer("m", "")
+	loaded.QueuedPrefillTokens = 16384
+	full := rolePeer("d", RoleDecode)
+	full.KVBlocksUsed = 990
+	slowStep := rolePeer("m", RoleMixed)
+	slowStep.Running, slowStep.DecodeStepSeconds = 200, 0.3
+	tests := []struct {
+		name    string
+		prompt  int
+		link    float64
+		peers   []Peer
+		tpotSLO time.Duration
+		split   bool
+		why     string
+		p, d    string
+	}{
+		{"short prompt runs whole", 1000, 0, []Peer{rolePeer("m", ""), rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			0, false, WholeShort, "p", "d"},
+		{"slow link runs whole", 8000, 1.25, []Peer{rolePeer("m", ""), rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			0, false, WholeLink, "p", "d"},
+		{"idle mixed runs whole", 8000, 0, []Peer{rolePeer("m", "mixed"), rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			0, false, WholeMixedFast, "p", "d"},
+		{"loaded mixed splits", 8000, 0, []Peer{loaded, rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			0, true, SplitFaster, "p", "d"},
+		{"mixed over its TPOT SLO splits", 8000, 0, []Peer{slowStep, rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			100 * time.Millisecond, true, SplitFaster, "p", "d"},
+		{"no mixed node splits", 8000, 0, []Peer{rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			0, true, SplitNoMixed, "p", "d"},
+		{"no mixed node splits a short prompt too", 100, 0, []Peer{rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)},
+			0, true, SplitNoMixed, "p", "d"},
+		{"no pair runs whole", 8000, 0, []Peer{loaded, full}, 0, false, WholeNoPair, "", ""},
+		{"a mixed node is either half", 8000, 0, []Peer{rolePeer("m", ""), rolePeer("d", RoleDecode)}, 0, false, WholeMixedFast, "m", "d"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, func(c *Config) { c.LinkGBps = tt.link })
+			pr, split, why := choose(t, r, req(tt.prompt), tt.peers, tt.tpotSLO)
+			if split != tt.split || why != tt.why {
+				t.Fatalf("split %v (%s), want %v (%s)", split, why, tt.split, tt.why)
+			}
+			if tt.p == "" {
+				if pr != nil {
+					t.Fatalf("pair %s→%s, want none", pr.Prefill.Name, pr.Decode.Name)
+				}
+				return
+			}
+			if pr == nil || pr.Prefill.Name != tt.p || pr.Decode.Name != tt.d {
+				t.Fatalf("pair %+v, want %s→%s", pr, tt.p, tt.d)
+			}
+		})
+	}
+}
+
+// TestSplitRuleNumbers pins the predictions of the design's example.
+func TestSplitRuleNumbers(t *testing.T) {
+	r := newRouter(t, nil)
+	peers := []Peer{rolePeer("m", ""), rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)}
+	pr, _, _ := choose(t, r, req(8000), peers, 0)
+	near := func(what string, got, want time.Duration) {
+		t.Helper()
+		if d := got - want; d < -2*time.Millisecond || d > 2*time.Millisecond {
+			t.Errorf("%s = %v, want about %v", what, got, want)
+		}
+	}
+	near("transfer", pr.Transfer, 42*time.Millisecond)
+	near("pair TTFT", pr.TTFT, 306*time.Millisecond) // 258 + 1 + 42 + 5
+	whole := mustRoute(t, r, t0, req(8000), peers)
+	if len(whole) != 1 || whole[0].Name != "m" {
+		t.Fatalf("whole candidates %v, want only the mixed node", whole)
+	}
+	near("mixed TTFT", whole[0].PredictedTTFT, 263*time.Millisecond)
+	peers[0].QueuedPrefillTokens = 16384
+	whole = mustRoute(t, r, t0, req(8000), peers)
+	near("loaded mixed TTFT", whole[0].PredictedTTFT, 791*time.Millisecond)
+}
+
+// TestPairSearch pins the two searches: roles, the busy tests of each half, and the orders.
+func TestPairSearch(t *testing.T) {
+	r := newRouter(t, nil)
+	prefixed := rolePeer("p2", RolePrefill)
+	prefixed.PrefixBlocks = 250 // 4,000 of the 8,000 tokens
+	queued := rolePeer("p3", RolePrefill)
+	queued.QueuedPrefillTokens = 20000 // busy
+	halfFull := rolePeer("d2", RoleDecode)
+	halfFull.KVBlocksUsed = 300
+	noSeat := rolePeer("d3", RoleDecode)
+	noSeat.Running = 256
+	bigPrompt := rolePeer("d4", RoleDecode)
+	bigPrompt.KVBlocksUsed = 450 // 450 + 508 blocks of prompt and output > 95% of 1000
+	batch := rolePeer("d5", RoleDecode)
+	batch.Running = 10
+	peers := []Peer{rolePeer("p1", RolePrefill), prefixed, queued, rolePeer("d1", RoleDecode), halfFull, noSeat, bigPrompt, batch, rolePeer("m", "")}
+	var s PairSearch
+	r.Pair(t0, req(8000), peers, 0, &s)
+	names := func(cs []Candidate) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	if got, want := names(s.Prefill), []string{"p2", "p1", "m"}; !equalStrings(got, want) {
+		t.Errorf("prefill candidates %v, want %v (the prefix first, dedicated before mixed; the queue busy)", got, want)
+	}
+	if got, want := names(s.Decode), []string{"d1", "m", "d2", "d5"}; !equalStrings(got, want) {
+		t.Errorf("decode candidates %v, want %v (by TPOT, then free KV, dedicated before mixed; no seat and no room busy)", got, want)
+	}
+	if !s.Busy {
+		t.Error("Busy = false with busy peers of both roles")
+	}
+	// Under a TPOT SLO that only the small batches meet, the batch of 10 goes last whatever
+	// its free KV.
+	r.Pair(t0, req(8000), peers, 5*time.Millisecond+100*time.Microsecond, &s)
+	if got := names(s.Decode); got[len(got)-1] != "d5" {
+		t.Errorf("decode candidates %v under a tight TPOT SLO, want d5 last", got)
+	}
+	// A whole request never lands on a prefill or decode peer.
+	whole := mustRoute(t, r, t0, req(8000), peers)
+	if got := names(whole); !equalStrings(got, []string{"m"}) {
+		t.Errorf("whole candidates %v, want only the mixed node", got)
+	}
+	if Disaggregated(idlePeers(3)) || !Disaggregated(peers) {
+		t.Error("Disaggregated wrong")
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,318 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// Disaggregated prefill and decode (docs/design/disaggregation.md). In a mesh with prefill or
+// decode nodes the planner may choose, for a request, a pair instead of a whole candidate
+// (route.Choose): a candidate with Pair set. The ingress then forwards the request to the
+// prefill node p marked as a prefill (transport.Header.Prefill); p's engine computes the
+// prompt's KV and p answers with the handover (transport.HandoverContentType), which the
+// client never sees. The ingress forwards the request again to the decode node d with the
+// handover in the header; d decodes from it and its chunks go to the client through the
+// relay, as any owner's do, so the client reads one stream with one role chunk, and a d that
+// fails mid-stream is migrated like any owner. When p refuses or fails before the handover,
+// the next prefill candidates are tried, then the request's whole candidates (mixed nodes),
+// else it waits for room (every node refused) or ends with a 502 (attempts failed); when d
+// refuses or fails before its first byte, the next decode candidates are tried with the same
+// handover, else the request ends with an explicit error (CodeDecodeUnavailable,
+// CodeDecodeFailed). Either half may run on this node itself.
+
+// Refusal and failure codes of the pair's flow.
+const (
+	// CodeWrongRole is an owner's refusal (503) of a request its role does not run: a whole
+	// request or a decode half on a prefill node, a whole request or a prefill half on a
+	// decode node, either half on a node whose engine cannot split (an external engine).
+	CodeWrongRole = "wrong_role"
+	// CodeDecodeUnavailable (503) ends a split request whose prompt was prefilled but whose
+	// handover every decode node tried refused (no room).
+	CodeDecodeUnavailable = "decode_unavailable"
+	// CodeDecodeFailed (502) ends a split request whose handover no decode node tried could
+	// take: an attempt failed (unreachable, or its engine failed before the first token).
+	CodeDecodeFailed = "decode_failed"
+)
+
+// Outcomes of kvmesh_route_disaggregated_total: the dispatch's choice in a mesh with prefill
+// or decode nodes, then what became of each split request's halves.
+const (
+	disaggSplit          = "split"           // dispatched on a pair
+	disaggWholeShort     = "whole_short"     // whole: the uncached prompt fits one step's chunk
+	disaggWholeLink      = "whole_link"      // whole: the transfer costs over half the prefill it moves
+	disaggWholeMixed     = "whole_mixed"     // whole: a mixed node is as fast and keeps its TPOT
+	disaggWholeNoPair    = "whole_no_pair"   // whole: no prefill and decode pair had room
+	disaggHandover       = "handover"        // a prefill node handed the prompt's KV over
+	disaggPrefillRetried = "prefill_retried" // a prefill node refused or failed; another was tried
+	disaggPrefillFailed  = "prefill_failed"  // no prefill node handed over: whole candidates, the room or a 502
+	disaggDecodeRetried  = "decode_retried"  // a decode node refused or failed before its first byte; another was tried
+	disaggDecodeFailed   = "decode_failed"   // no decode node took the handover: the request ended with an error
+)
+
+var disaggOutcomes = []string{disaggSplit, disaggWholeShort, disaggWholeLink, disaggWholeMixed, disaggWholeNoPair,
+	disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggDecodeFailed}
+
+// wholeOutcome is the metric outcome of the split rule's reason for a whole request.
+func wholeOutcome(why string) string {
+	switch why {
+	case route.WholeShort:
+		return disaggWholeShort
+	case route.WholeLink:
+		return disaggWholeLink
+	case route.WholeMixedFast:
+		return disaggWholeMixed
+	}
+	return disaggWholeNoPair
+}
+
+// splits reports whether this node's engine can run either half of a split request: the
+// embedded engine can; an external engine's handover is not passed yet.
+func (n *Node) splits() bool { return n.sim != nil }
+
+// takesHalf says why this node does not run the forwarded request h marks ("" when it does).
+func (n *Node) takesHalf(h transport.Header) string {
+	half := h.Prefill || h.Handover != nil
+	switch {
+	case half && !n.splits():
+		return "this node's engine runs whole requests only"
+	case n.cfg.Role == route.RolePrefill && !h.Prefill:
+		return "this node runs the prefill half of a request only"
+	case n.cfg.Role == route.RoleDecode && h.Handover == nil:
+		return "this node decodes from a handover only"
+	}
+	return ""
+}
+
+// handoverHeader and handoverOf carry engine.Handover over the wire as transport.Handover; the
+// prompt's blocks are the request's own (blocks), not sent.
+func handoverHeader(h *engine.Handover) *transport.Handover {
+	if h == nil {
+		return nil
+	}
+	return &transport.Handover{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens, KVBytes: h.KVBytes, ReadyAt: h.ReadyAt}
+}
+
+func handoverOf(h *transport.Handover, blocks []uint64) *engine.Handover {
+	if h == nil {
+		return nil
+	}
+	return &engine.Handover{Blocks: blocks, PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens, KVBytes: h.KVBytes, ReadyAt: h.ReadyAt}
+}
+
+// prefill runs the prefill half of p on this node's engine and returns the handover.
+func (n *Node) prefill(ctx context.Context, p *prepared) (*engine.Handover, error) {
+	half := *p
+	half.req.PrefillOnly, half.req.Handover = true, nil
+	st, err := n.generate(ctx, &half)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	for {
+		c, err := st.Recv()
+		switch {
+		case err == io.EOF:
+			return nil, fmt.Errorf("%w: the engine ended a prefill without a handover", engine.ErrUnavailable)
+		case err != nil:
+			return nil, err
+		case c.FinishReason == engine.FinishHandover && c.Handover != nil:
+			return c.Handover, nil
+		case c.FinishReason != "":
+			return nil, fmt.Errorf("%w: the engine finished a prefill with %q, not a handover", engine.ErrUnavailable, c.FinishReason)
+		}
+	}
+}
+
+// servePrefill answers a forwarded prefill half: the handover of p's prompt, or the engine's
+// error as serveLocal would answer it.
+func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepared) outcome {
+	n.m.served.WithLabelValues("peer").Inc()
+	h, err := n.prefill(ctx, p)
+	var body []byte
+	if err == nil {
+		body, err = transport.AppendHandover(nil, handoverHeader(h))
+	}
+	if err != nil {
+		e := engineError(err)
+		if ctx.Err() != nil {
+			e = openai.NewError(499, openai.CodeClientClosed, "client closed the request")
+		}
+		writeRefusal(w, e, 0)
+		return outcome{code: e.Code, refused: e.Status < 500}
+	}
+	w.Header().Set("Content-Type", transport.HandoverContentType)
+	w.Header().Set(HeaderNode, n.cfg.Name)
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		return outcome{code: openai.CodeClientClosed}
+	}
+	return outcome{completed: true}
+}
+
+// maxHandoverAnswer bounds a prefill owner's answer body: the params and four uvarints.
+const maxHandoverAnswer = transport.MaxHandoverParams + 64
+
+// prefillOn runs p's prefill half on candidate q (this node or a peer) and returns its
+// handover; nil when q refused or the attempt failed (res.failCode), done when the client was
+// answered (the owner found the request itself invalid).
+func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared, q *route.Candidate, v *view, res *dispatchResult) (*engine.Handover, outcome, bool) {
+	res.failCode = ""
+	if v.Peers[q.Peer].Self {
+		n.m.forwards.WithLabelValues("local").Inc()
+		n.m.served.WithLabelValues("local").Inc()
+		h, err := n.prefill(ctx, p)
+		if err == nil {
+			return h, outcome{}, false
+		}
+		e := engineError(err)
+		if e.Status == http.StatusBadRequest {
+			writeRefusal(w, e, 0)
+			return nil, outcome{code: e.Code, refused: true}, true
+		}
+		res.lastCode, res.failCode = e.Code, e.Code
+		return nil, outcome{}, false
+	}
+	resp, o, done := n.send(ctx, w, p, q.Name, v.quic[q.Peer], true, res)
+	if resp == nil {
+		return nil, o, done
+	}
+	defer resp.Body.Close()
+	if resp.Status != http.StatusOK {
+		// The owner's answer to the client's request itself (a 4xx): it goes to the client as
+		// a whole response's would.
+		return nil, n.relayWhole(ctx, w, resp, p, q.Name, time.Now()), true
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHandoverAnswer))
+	if err != nil {
+		// The owner failed before its handover was whole.
+		res.lastCode, res.failCode = CodeOwnerUnreachable, CodeOwnerUnreachable
+		n.log.Debug("prefill owner failed mid-answer", "id", p.req.ID, "owner", q.Name, "err", err)
+		return nil, outcome{}, false
+	}
+	th, err := transport.DecodeHandover(body)
+	if err != nil || resp.Headers["Content-Type"] != transport.HandoverContentType {
+		res.lastCode, res.failCode = openai.CodeEngineError, openai.CodeEngineError
+		n.log.Warn("prefill owner answered without a handover", "id", p.req.ID, "owner", q.Name, "err", err)
+		return nil, outcome{}, false
+	}
+	if n.g != nil {
+		// The prefill owner now caches this prefix: a next turn should prefill there.
+		n.g.Index().AddSpeculative(q.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+	}
+	return handoverOf(th, p.req.Blocks), outcome{}, false
+}
+
+// dispatchPair runs p on the pair candidate c: the prefill on c's prefill peer (or the next
+// prefill candidates), then the decode on its decode peer (or the next decode candidates),
+// whose answer goes to the client. done reports that the client got an answer; otherwise no
+// prefill node handed over, and res says whether they refused (res.failCode "") or failed.
+func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, c *route.Candidate, start time.Time, res *dispatchResult) (outcome, bool) {
+	n.m.disagg.WithLabelValues(disaggSplit).Inc()
+	defer func() { p.req.Handover = nil }() // a fallback runs whole
+	pr := c.Pair
+	var (
+		h        *engine.Handover
+		from     string
+		failCode string
+		tries    int
+	)
+	try := func(q *route.Candidate) (outcome, bool) {
+		tries++
+		if tries > 1 {
+			n.m.disagg.WithLabelValues(disaggPrefillRetried).Inc()
+		}
+		got, o, done := n.prefillOn(ctx, w, p, q, &t.v, res)
+		if got != nil {
+			h, from = got, q.Name
+		}
+		if res.failCode != "" {
+			failCode = res.failCode
+		}
+		return o, done
+	}
+	if o, done := try(&pr.Prefill); done {
+		return o, true
+	}
+	for i := range t.Search.Prefill {
+		q := &t.Search.Prefill[i]
+		if h != nil || tries >= n.cfg.ForwardAttempts || ctx.Err() != nil {
+			break
+		}
+		if q.Name == pr.Prefill.Name || (failCode != "" && !t.v.Peers[q.Peer].Self && !n.allowRetry(p, q.Name)) {
+			continue
+		}
+		if o, done := try(q); done {
+			return o, true
+		}
+	}
+	if ctx.Err() != nil {
+		return outcome{code: openai.CodeClientClosed, refused: true}, true
+	}
+	if h == nil {
+		n.m.disagg.WithLabelValues(disaggPrefillFailed).Inc()
+		res.failCode = failCode // "": every prefill node refused, the request waits for room
+		n.log.Debug("no prefill node handed over", "id", p.req.ID, "tries", tries, "code", failCode)
+		return outcome{}, false
+	}
+	n.m.disagg.WithLabelValues(disaggHandover).Inc()
+	p.req.Handover = h
+
+	failCode, lastCode := "", ""
+	tries = 0
+	decode := func(d *route.Candidate) (outcome, bool) {
+		tries++
+		if tries > 1 {
+			n.m.disagg.WithLabelValues(disaggDecodeRetried).Inc()
+		}
+		if t.v.Peers[d.Peer].Self {
+			n.m.forwards.WithLabelValues("local").Inc()
+			return n.serveLocal(ctx, w, p, start, "local"), true
+		}
+		o, done := n.forward(ctx, w, p, d, t.v.quic[d.Peer], start, res)
+		if res.failCode != "" {
+			failCode = res.failCode
+		}
+		lastCode = res.lastCode
+		return o, done
+	}
+	if pr.Decode.Name != from {
+		if o, done := decode(&pr.Decode); done {
+			n.stick(p, pr.Decode.Name)
+			return o, true
+		}
+	}
+	for i := range t.Search.Decode {
+		d := &t.Search.Decode[i]
+		if tries >= n.cfg.ForwardAttempts || ctx.Err() != nil {
+			break
+		}
+		if d.Name == pr.Decode.Name || d.Name == from {
+			continue
+		}
+		if o, done := decode(d); done {
+			n.stick(p, d.Name)
+			return o, true
+		}
+	}
+	if ctx.Err() != nil {
+		return outcome{code: openai.CodeClientClosed, refused: true}, true
+	}
+	n.m.disagg.WithLabelValues(disaggDecodeFailed).Inc()
+	e := openai.NewError(http.StatusServiceUnavailable, CodeDecodeUnavailable,
+		fmt.Sprintf("the prompt was prefilled on node %s, but no decode node took its KV (%d tried; the last said %s)", from, tries, lastCode))
+	if failCode != "" {
+		e = openai.NewError(http.StatusBadGateway, CodeDecodeFailed,
+			fmt.Sprintf("the prompt was prefilled on node %s, but no decode node could run it (%d tried; a failure: %s)", from, tries, failCode))
+	}
+	n.log.Warn("a split request's handover found no decode node", "id", p.req.ID, "prefill", from, "tries", tries, "code", e.Code)
+	writeRefusal(w, e, n.cfg.RetryAfter)
+	return outcome{code: e.Code, refused: failCode == ""}, true
+}
