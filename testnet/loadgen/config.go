@@ -100,6 +100,9 @@ type Config struct {
 	Requests io.Writer
 	// RunLabel is every RequestRecord's "run" (`kvmesh bench` writes "POLICY@LOAD").
 	RunLabel string
+	// Observe, if set, is given every request's RequestRecord as it ends, as Requests is, from
+	// the request's goroutine: it must be safe for concurrent use.
+	Observe func(RequestRecord)
 	// Progress receives a progress line every ProgressInterval (nil = none): redrawn in place
 	// with carriage returns on a terminal, one line per update anywhere else.
 	Progress         io.Writer

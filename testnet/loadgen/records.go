@@ -38,21 +38,26 @@ type RequestRecord struct {
 	TTFTTargetS float64 `json:"ttft_target_s,omitempty"`
 }
 
-// recorder writes RequestRecords to a Config.Requests writer, one line each; it keeps the
-// first write error. A nil recorder records nothing.
+// recorder writes RequestRecords to a Config.Requests writer, one line each, and hands them to
+// Config.Observe; it keeps the first write error. A nil recorder records nothing.
 type recorder struct {
-	mu    sync.Mutex
-	enc   *json.Encoder
-	run   string
-	start time.Time
-	err   error
+	mu      sync.Mutex
+	enc     *json.Encoder // nil without a writer
+	observe func(RequestRecord)
+	run     string
+	start   time.Time
+	err     error
 }
 
-func newRecorder(w io.Writer, run string, start time.Time) *recorder {
-	if w == nil {
+func newRecorder(w io.Writer, observe func(RequestRecord), run string, start time.Time) *recorder {
+	if w == nil && observe == nil {
 		return nil
 	}
-	return &recorder{enc: json.NewEncoder(w), run: run, start: start}
+	rc := &recorder{observe: observe, run: run, start: start}
+	if w != nil {
+		rc.enc = json.NewEncoder(w)
+	}
+	return rc
 }
 
 func (rc *recorder) write(it *Item, r *Result) {
@@ -73,6 +78,12 @@ func (rc *recorder) write(it *Item, r *Result) {
 		PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
 		TTFTS: r.TTFT.Seconds(), TPOTS: r.TPOT().Seconds(), MaxITLS: maxITL.Seconds(), E2ES: r.E2E.Seconds(),
 		Retried: r.Retried, MetSLO: r.MetSLO(), TTFTTargetS: r.TTFTTarget.Seconds()}
+	if rc.observe != nil {
+		rc.observe(rec)
+	}
+	if rc.enc == nil {
+		return
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if err := rc.enc.Encode(rec); err != nil && rc.err == nil {

@@ -203,3 +203,99 @@ func esc(s string) string {
 	_ = xml.EscapeText(&b, []byte(s))
 	return b.String()
 }
+
+// TimelineSeries is one line of a TimelinePanel: a value per step of the x axis.
+type TimelineSeries struct {
+	Name   string
+	Values []float64
+	// Color indexes the palette, so related series (accepted and refused of one pool) can share
+	// one; Dashed tells them apart.
+	Color  int
+	Dashed bool
+}
+
+// TimelinePanel is one run's panel of WriteTimelineSVG.
+type TimelinePanel struct {
+	Title  string
+	Series []TimelineSeries
+}
+
+// WriteTimelineSVG writes a self-contained SVG of panels, cols to a row, each plotting its series
+// against the step index (xLabel), all on the same axes so panels compare; the legend lists
+// every series name once.
+func WriteTimelineSVG(w io.Writer, panels []TimelinePanel, cols int, xLabel string) error {
+	const (
+		panelW, panelH = 420.0, 200.0
+		left, top      = 60.0, 40.0
+		gapX, gapY     = 60.0, 80.0
+		legendH        = 20.0
+	)
+	cols = max(1, min(cols, len(panels)))
+	rows := (len(panels) + cols - 1) / cols
+	xmax, ymax := 0.0, 0.0
+	type entry struct {
+		color  int
+		dashed bool
+	}
+	var names []string
+	legend := map[string]entry{}
+	for _, p := range panels {
+		for _, s := range p.Series {
+			xmax = max(xmax, float64(len(s.Values)))
+			for _, v := range s.Values {
+				ymax = max(ymax, finite(v))
+			}
+			if _, ok := legend[s.Name]; !ok {
+				names = append(names, s.Name)
+				legend[s.Name] = entry{s.Color, s.Dashed}
+			}
+		}
+	}
+	xs, ys := niceMax(xmax), niceMax(ymax)
+	width := left + float64(cols)*(panelW+gapX)
+	height := top + float64(rows)*(panelH+gapY) + legendH*float64((len(names)+3)/4)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n",
+		width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	dash := func(d bool) string {
+		if d {
+			return ` stroke-dasharray="5,3"`
+		}
+		return ""
+	}
+	for i, p := range panels {
+		x0 := left + float64(i%cols)*(panelW+gapX)
+		y0 := top + float64(i/cols)*(panelH+gapY)
+		px := func(v float64) float64 { return x0 + v/xs*panelW }
+		py := func(v float64) float64 { return y0 + panelH - finite(v)/ys*panelH }
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="14">%s</text>`+"\n", x0+panelW/2, y0-10, esc(p.Title))
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444"/>`+"\n", x0, y0, panelW, panelH)
+		for t := 0; t <= 4; t++ {
+			f := float64(t) / 4
+			gy := y0 + panelH - f*panelH
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, gy, x0+panelW, gy)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-5, gy+4, esc(tick(f*ys)))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x0+f*panelW, y0+panelH+16, esc(tick(f*xs)))
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x0+panelW/2, y0+panelH+32, esc(xLabel))
+		for _, s := range p.Series {
+			pts := make([]string, len(s.Values))
+			for j, v := range s.Values {
+				pts[j] = fmt.Sprintf("%.1f,%.1f", px(float64(j)), py(v))
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5"%s points="%s"><title>%s</title></polyline>`+"\n",
+				palette[s.Color%len(palette)], dash(s.Dashed), strings.Join(pts, " "), esc(s.Name))
+		}
+	}
+	for i, name := range names {
+		e := legend[name]
+		lx := left + float64(i%4)*200
+		ly := top + float64(rows)*(panelH+gapY) + legendH*float64(i/4) - gapY/2 + 20
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"%s/>`+"\n", lx, ly-4, lx+24, ly-4, palette[e.color%len(palette)], dash(e.dashed))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", lx+30, ly, esc(name))
+	}
+	b.WriteString("</svg>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}

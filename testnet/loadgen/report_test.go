@@ -112,6 +112,54 @@ func TestWriteSVGWellFormed(t *testing.T) {
 	}
 }
 
+// TestWriteTimelineSVG pins the timeline plot's shape: well-formed, one polyline per series,
+// each name once in the legend, dashed series dashed.
+func TestWriteTimelineSVG(t *testing.T) {
+	panels := []TimelinePanel{
+		{Title: "a <1>", Series: []TimelineSeries{{Name: "prefill accepted", Values: []float64{1, 3, 2}}, {Name: "prefill refused", Values: []float64{0, 1, math.NaN()}, Dashed: true}}},
+		{Title: "b", Series: []TimelineSeries{{Name: "mixed accepted", Values: []float64{2, 2}, Color: 2}}},
+		{Title: "c", Series: []TimelineSeries{{Name: "prefill accepted", Values: []float64{4}}}},
+	}
+	var b bytes.Buffer
+	if err := WriteTimelineSVG(&b, panels, 2, "second"); err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(&b)
+	polylines, dashed, lines, texts := 0, 0, 0, map[string]int{}
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			for _, a := range el.Attr {
+				if a.Name.Local == "stroke-dasharray" {
+					dashed++
+				}
+			}
+			switch el.Name.Local {
+			case "polyline":
+				polylines++
+			case "line":
+				lines++
+			}
+		case xml.CharData:
+			texts[string(el)]++
+		}
+	}
+	if polylines != 4 || dashed != 2 { // the refused polyline and its legend line
+		t.Errorf("%d polylines, %d dashed; want 4 and 2", polylines, dashed)
+	}
+	// Each name titles its polylines and appears once in the legend.
+	if texts["prefill accepted"] != 3 || texts["mixed accepted"] != 2 || texts["a <1>"] != 1 {
+		t.Errorf("texts %v", texts)
+	}
+}
+
 func TestReportPoint(t *testing.T) {
 	r := sampleReport()
 	p := r.Point("kvmesh", 1.5)

@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.sem = make(chan struct{}, cfg.Concurrency)
 	}
 	r.start = time.Now()
-	r.rec = newRecorder(cfg.Requests, cfg.RunLabel, r.start)
+	r.rec = newRecorder(cfg.Requests, cfg.Observe, cfg.RunLabel, r.start)
 
 	stopProgress := r.progress()
 	var wg sync.WaitGroup

@@ -196,6 +196,9 @@ func TestRunAccountingReconciles(t *testing.T) {
 	var progress, records bytes.Buffer
 	cfg.Progress, cfg.ProgressInterval = &progress, time.Millisecond
 	cfg.Requests, cfg.RunLabel = &records, "chat@1"
+	var mu sync.Mutex
+	observed := map[string]int{}
+	cfg.Observe = func(r RequestRecord) { mu.Lock(); observed[r.Outcome]++; mu.Unlock() }
 	rep := mustRun(t, cfg)
 
 	if got := len(a.requests()) + len(b.requests()); rep.Sent != 60 || got != 60 {
@@ -248,6 +251,9 @@ func TestRunAccountingReconciles(t *testing.T) {
 		"failed:stream_error:engine_failed": 10, "failed:" + FailTruncated: 10, "failed:" + FailTransport: 10}
 	if fmt.Sprint(recs) != fmt.Sprint(wantRecs) {
 		t.Errorf("records %v, want %v", recs, wantRecs)
+	}
+	if fmt.Sprint(observed) != fmt.Sprint(want) {
+		t.Errorf("Observe saw %v, want %v", observed, want)
 	}
 }
 
