@@ -42,6 +42,9 @@ type Policy struct {
 	// Config.BaselineScheduling, except for KvmeshPolicy, whose engines always schedule by
 	// priority; a Run's Result records the setting each policy ran with.
 	EngineScheduling string `json:"engine_scheduling,omitempty"`
+	// Roles gives node i of the policy's testnet the role Roles[i] (testnet.Config.Roles:
+	// mixed, prefill or decode); empty is a mesh of mixed nodes.
+	Roles []string `json:"roles,omitempty"`
 }
 
 // ClientTimeout is how long, in simulated time, the load generator's clients wait for a whole
@@ -52,6 +55,18 @@ const ClientTimeout = time.Minute
 
 // KvmeshPolicy is the name of the policy Result.Ratios compares with the others.
 const KvmeshPolicy = "kvmesh"
+
+// DisaggPolicy is the name of kvmesh on a disaggregated testnet (Config.Disaggregated).
+const DisaggPolicy = "kvmesh-disagg"
+
+// DisaggregatedPolicies returns the policies of a disaggregated benchmark: kvmesh on mixed nodes,
+// then kvmesh on nodes of roles, the same GPU count.
+func DisaggregatedPolicies(roles []string) []Policy {
+	km, _ := PolicyByName(KvmeshPolicy)
+	dis := km
+	dis.Name, dis.Roles = DisaggPolicy, slices.Clone(roles)
+	return []Policy{km, dis}
+}
 
 // DefaultQueueCap is the queue cap of the "cache-aware-qcap" policy: requests waiting in one
 // engine beyond which it refuses with 429, as a TGI- or vLLM-style fixed queue limit does.
@@ -149,6 +164,14 @@ type Config struct {
 	// sim.SchedulingPriority (the default, as every engine ran before the setting) or
 	// sim.SchedulingFCFS, vLLM's and SGLang's default, what a deployment without kvmesh runs.
 	BaselineScheduling string
+	// Disaggregated, if set, gives node i the role Disaggregated[i] (mixed, prefill or decode)
+	// in a DisaggPolicy run beside kvmesh on mixed nodes: Nodes is its length, Policies defaults
+	// to DisaggregatedPolicies (a DisaggPolicy is appended to policies given), and every run
+	// reports its split and whole dispatches and its per-pool timeline.
+	Disaggregated []string
+	// LinkGBps is the bandwidth, in GB/s, of the link a split request's KV crosses
+	// (sim.Config.LinkGBps, which the split rule also assumes; default the sim's).
+	LinkGBps float64
 	// Logger receives the nodes' logs (nil = discard).
 	Logger *slog.Logger
 }
@@ -182,6 +205,7 @@ func DefaultConfig() Config {
 		ProbeAttainment:    0.9,
 		ProbeSteps:         3,
 		BaselineScheduling: sim.SchedulingPriority,
+		LinkGBps:           sim.DefaultConfig().LinkGBps,
 	}
 }
 
@@ -208,6 +232,26 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.TraceBatchFraction < 0 || cfg.TraceBatchFraction > 1 {
 		return bad("trace batch fraction %v outside [0, 1]", cfg.TraceBatchFraction)
+	}
+	if !(cfg.LinkGBps >= 0) || math.IsInf(cfg.LinkGBps, 0) {
+		return bad("link bandwidth %v GB/s", cfg.LinkGBps)
+	}
+	if cfg.LinkGBps == 0 {
+		cfg.LinkGBps = def.LinkGBps
+	}
+	if roles := cfg.Disaggregated; len(roles) > 0 {
+		if !slices.Contains(roles, route.RolePrefill) || !slices.Contains(roles, route.RoleDecode) {
+			return bad("disaggregated roles %v name no prefill or no decode node", roles)
+		}
+		if cfg.Nodes != 0 && cfg.Nodes != len(roles) {
+			return bad("%d nodes, but %d disaggregated roles: the two meshes have the same GPU count", cfg.Nodes, len(roles))
+		}
+		cfg.Nodes = len(roles)
+		if len(cfg.Policies) == 0 {
+			cfg.Policies = DisaggregatedPolicies(roles)
+		} else if !slices.ContainsFunc(cfg.Policies, func(p Policy) bool { return len(p.Roles) > 0 }) {
+			cfg.Policies = append(slices.Clone(cfg.Policies), DisaggregatedPolicies(roles)[1])
+		}
 	}
 	if cfg.Nodes == 0 {
 		cfg.Nodes = def.Nodes
@@ -270,6 +314,17 @@ func (cfg Config) validate() (Config, error) {
 		if p.QueueCap < 0 {
 			return bad("policy %s: queue cap %d < 0", p.Name, p.QueueCap)
 		}
+		if len(p.Roles) > cfg.Nodes {
+			return bad("policy %s: %d roles for %d nodes", p.Name, len(p.Roles), cfg.Nodes)
+		}
+		for _, r := range p.Roles {
+			if !route.IsMixed(r) && !route.IsHalf(r) {
+				return bad("policy %s: role %q is not mixed, prefill or decode", p.Name, r)
+			}
+			if route.IsHalf(r) && cfg.Engines != testnet.EnginesEmbedded {
+				return bad("policy %s: prefill and decode nodes need embedded engines", p.Name)
+			}
+		}
 		switch {
 		case p.EngineScheduling != "":
 			if !slices.Contains(sim.SchedulingPolicies, p.EngineScheduling) {
@@ -323,6 +378,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Speedup: cfg.Speedup, Scale: cfg.Scale, Seed: cfg.Seed, Duration: cfg.Duration.Seconds(),
 		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
 		Interactive: cfg.Interactive.Name, BaselineScheduling: cfg.BaselineScheduling,
+		Disaggregated: slices.Clone(cfg.Disaggregated), LinkGBps: cfg.LinkGBps,
 	}
 	if cfg.Trace != "" {
 		res.Workload = "trace"
@@ -371,6 +427,7 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 	tc := testnet.Config{
 		Nodes:   b.cfg.Nodes,
 		Engines: b.cfg.Engines,
+		Roles:   p.Roles,
 		Fast:    true, // gossip's timers on the same footing as the sped-up engines
 		Logger:  b.cfg.Logger,
 		Configure: func(i int, nc *node.Config) {
@@ -384,6 +441,7 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			nc.Gossip.ProbeInterval, nc.Gossip.ProbeTimeout, nc.Gossip.SuspicionMult = 500*time.Millisecond, 250*time.Millisecond, 4
 			nc.Sim.TimeScale = b.cfg.TimeScale
 			nc.Sim.KVBlocks = b.cfg.KVBlocks
+			nc.Sim.LinkGBps = b.cfg.LinkGBps
 			nc.Sim.SchedulingPolicy = p.EngineScheduling // an external engine takes it too
 			scaleAdmission(&nc.Admit, b.cfg.TimeScale)
 			if b.cfg.Configure != nil {
@@ -566,6 +624,15 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		if err != nil {
 			return rows, err
 		}
+		dis, err := b.disaggregated(ctx, tn, nil)
+		if err != nil {
+			return rows, err
+		}
+		var pools *poolCounter
+		if dis != nil {
+			pools = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale)
+			lc.Observe = pools.observe
+		}
 		rep, err := loadgen.Run(ctx, lc)
 		if rep != nil {
 			row := newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name)
@@ -577,6 +644,14 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 				re := after.summary()
 				row.Residency = &re
 			}
+			if dis != nil {
+				if row.Disaggregated, rerr = b.disaggregated(ctx, tn, dis); rerr != nil {
+					return rows, rerr
+				}
+				row.Split, row.Whole = splitWhole(row.Disaggregated)
+				window := int(math.Ceil(b.cfg.Duration.Seconds() * b.cfg.TimeScale))
+				row.Pools, row.PoolCorrelation = pools.timelines(window)
+			}
 			rows = append(rows, row)
 		}
 		if err != nil {
@@ -584,6 +659,22 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		}
 	}
 	return rows, nil
+}
+
+// disaggregated reads the testnet's dispatches by disaggregation outcome, as counted since
+// before when before is not nil; nil, with nothing read, unless Config.Disaggregated is set.
+func (b *bencher) disaggregated(ctx context.Context, tn *testnet.Net, before map[string]int) (map[string]int, error) {
+	if len(b.cfg.Disaggregated) == 0 {
+		return nil, nil
+	}
+	now, err := scrapeDisaggregated(ctx, tn.URLs())
+	if err != nil || before == nil {
+		return now, err
+	}
+	for k := range now {
+		now[k] -= before[k]
+	}
+	return now, nil
 }
 
 // residency reads the residency model's error histograms of a testnet of external engines

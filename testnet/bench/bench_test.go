@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -48,6 +49,16 @@ func TestValidate(t *testing.T) {
 		{"unknown engine scheduling", func(c *Config) {
 			c.Policies = []Policy{{Name: "x", Route: "round-robin", Admission: node.AdmissionNone, EngineScheduling: "lifo"}}
 		}, false},
+		{"disaggregated", func(c *Config) { c.Disaggregated = []string{"prefill", "decode", "mixed"} }, true},
+		{"disaggregated without decode", func(c *Config) { c.Disaggregated = []string{"prefill", "mixed"} }, false},
+		{"disaggregated on other nodes", func(c *Config) { c.Nodes, c.Disaggregated = 4, []string{"prefill", "decode"} }, false},
+		{"unknown role", func(c *Config) {
+			c.Policies = []Policy{{Name: "x", Route: "kvmesh", Admission: node.AdmissionKvmesh, Roles: []string{"prefill", "gpu"}}}
+		}, false},
+		{"roles on external engines", func(c *Config) {
+			c.Engines, c.Disaggregated = testnet.EnginesExternal, []string{"prefill", "decode"}
+		}, false},
+		{"negative link", func(c *Config) { c.LinkGBps = -1 }, false},
 		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name; c.Interactive.Name = "x"; c.Batch.Name = "x" }, false},
 	}
 	for _, tt := range tests {
@@ -64,7 +75,17 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			if got.Engines == "" || got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
+			if len(cfg.Disaggregated) > 0 {
+				names := []string{}
+				for _, p := range got.Policies {
+					names = append(names, p.Name)
+				}
+				if got.Nodes != len(cfg.Disaggregated) || fmt.Sprint(names) != fmt.Sprint([]string{KvmeshPolicy, DisaggPolicy}) ||
+					!slices.Equal(got.Policies[1].Roles, cfg.Disaggregated) || got.Policies[0].Roles != nil {
+					t.Errorf("disaggregated: %d nodes, policies %+v", got.Nodes, got.Policies)
+				}
+			}
+			if got.Engines == "" || got.LinkGBps != 25 || got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
 				got.Duration <= 0 || got.KVBlocks <= 0 || got.ProbeDuration <= 0 || got.ProbeRate <= 0 || got.ProbeAttainment <= 0 || got.ProbeSteps <= 0 {
 				t.Errorf("defaults not filled: %+v", got)
 			}
@@ -89,7 +110,7 @@ func TestDefaultPolicies(t *testing.T) {
 		if !ok || p.Route != w[0] || p.Admission != w[1] {
 			t.Errorf("policy %+v, want route/admission %v", p, w)
 		}
-		if got, ok := PolicyByName(p.Name); !ok || got != p {
+		if got, ok := PolicyByName(p.Name); !ok || !reflect.DeepEqual(got, p) {
 			t.Errorf("PolicyByName(%q) = %+v, %v", p.Name, got, ok)
 		}
 	}

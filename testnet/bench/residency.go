@@ -43,18 +43,23 @@ type buckets map[float64]float64
 // histogram (an embedded engine) adds nothing.
 func scrapeResidency(ctx context.Context, urls []string) (buckets, error) {
 	sum := buckets{}
-	for _, u := range urls {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := scrapeInto(ctx, strings.TrimSuffix(u, "/")+"/metrics", sum)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	}
-	return sum, nil
+	return sum, scrapeEach(ctx, urls, func(r io.Reader) error { return parseBuckets(r, sum) })
 }
 
-func scrapeInto(ctx context.Context, url string, sum buckets) error {
+// scrapeEach reads every node's /metrics at urls, in turn, into parse.
+func scrapeEach(ctx context.Context, urls []string, parse func(io.Reader) error) error {
+	for _, u := range urls {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := scrapeInto(ctx, strings.TrimSuffix(u, "/")+"/metrics", parse)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scrapeInto(ctx context.Context, url string, parse func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -67,7 +72,7 @@ func scrapeInto(ctx context.Context, url string, sum buckets) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("bench: scrape %s: %s", url, resp.Status)
 	}
-	return parseBuckets(resp.Body, sum)
+	return parse(resp.Body)
 }
 
 // parseBuckets adds the residency histogram's lines of a text exposition to sum.

@@ -51,8 +51,12 @@ type Row struct {
 	Attainment     float64 `json:"slo_attainment"`
 	HighSent       int     `json:"high_sent"`
 	HighAttainment float64 `json:"high_slo_attainment"`
-	// P99TTFT is over completed requests, in seconds.
-	P99TTFT float64 `json:"p99_ttft_s"`
+	// P50TTFT and P99TTFT are over completed requests, P99TPOT over those of two tokens or
+	// more and HighP99TPOT over the interactive class's, in seconds.
+	P50TTFT     float64 `json:"p50_ttft_s"`
+	P99TTFT     float64 `json:"p99_ttft_s"`
+	P99TPOT     float64 `json:"p99_tpot_s"`
+	HighP99TPOT float64 `json:"high_p99_tpot_s"`
 	// RefusalRate is Refused/Sent; CacheHitRatio cached over prompt tokens of completed requests.
 	RefusalRate   float64 `json:"refusal_rate"`
 	CacheHitRatio float64 `json:"cache_hit_ratio"`
@@ -61,6 +65,16 @@ type Row struct {
 	Failures         map[string]int `json:"failures"`
 	// Residency is the residency model's error over the run, for external engines.
 	Residency *ResidencyError `json:"residency_error,omitempty"`
+	// With Config.Disaggregated: Disaggregated counts the run's dispatches by
+	// kvmesh_route_disaggregated_total's outcome (none on mixed nodes), Split and Whole sum
+	// its split and whole_* ones; Pools is the per-pool timeline, and PoolCorrelation the
+	// correlation of the prefill and decode pools' accepted requests per second over the
+	// arrival window (absent without both pools).
+	Disaggregated   map[string]int           `json:"disaggregated,omitempty"`
+	Split           int                      `json:"split"`
+	Whole           int                      `json:"whole"`
+	Pools           map[string]*PoolTimeline `json:"pools,omitempty"`
+	PoolCorrelation *float64                 `json:"pool_correlation,omitempty"`
 	// Report is loadgen's report of the run, in wall time.
 	Report *loadgen.Report `json:"report"`
 }
@@ -78,13 +92,13 @@ func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64,
 		Policy: policy, Load: load, OfferedRPS: rep.OfferedRate / timeScale,
 		Sent: rep.Sent, Completed: rep.Completed, Refused: rep.Refused, Failed: rep.Failed, Good: rep.Good,
 		GoodputRPS: rep.Goodput / timeScale, Attainment: rep.Attainment,
-		P99TTFT:     rep.TTFT.P99 * timeScale,
+		P50TTFT: rep.TTFT.P50 * timeScale, P99TTFT: rep.TTFT.P99 * timeScale, P99TPOT: rep.TPOT.P99 * timeScale,
 		RefusalRate: frac(rep.Refused, rep.Sent), CacheHitRatio: rep.CachedRatio,
 		RefusalsByReason: rep.RefusalsByReason, Failures: rep.Failures,
 		Report: rep,
 	}
 	if c := rep.Classes[interactive]; c != nil {
-		r.HighSent, r.HighAttainment = c.Sent, c.Attainment
+		r.HighSent, r.HighAttainment, r.HighP99TPOT = c.Sent, c.Attainment, c.TPOT.P99*timeScale
 	}
 	return r
 }
@@ -153,6 +167,10 @@ type Result struct {
 	Loads       []float64 `json:"loads"`
 	Policies    []Policy  `json:"policies"`
 	Interactive string    `json:"interactive_class"`
+	// Disaggregated is Config.Disaggregated, the roles of DisaggPolicy's nodes; LinkGBps the
+	// KV link's bandwidth in GB/s.
+	Disaggregated []string `json:"disaggregated,omitempty"`
+	LinkGBps      float64  `json:"link_gbps"`
 	// BaselineScheduling is Config.BaselineScheduling; each policy's engines' scheduling is
 	// its Policies entry's EngineScheduling.
 	BaselineScheduling string `json:"baseline_scheduling"`
@@ -186,6 +204,43 @@ func (r *Result) Points() []loadgen.LoadPoint {
 // load in multiples of capacity.
 func (r *Result) WriteSVG(w io.Writer) error { return loadgen.WriteSVG(w, r.Points()) }
 
+// WritePoolSVG writes, per run with a per-pool timeline, the requests each pool accepted
+// (solid) and refused (dashed) per simulated second; runs at one load side by side.
+func (r *Result) WritePoolSVG(w io.Writer) error {
+	var panels []loadgen.TimelinePanel
+	cols := 0
+	for _, l := range r.Loads {
+		n := 0
+		for _, row := range r.Rows {
+			if row.Load != l || row.Pools == nil {
+				continue
+			}
+			n++
+			pn := loadgen.TimelinePanel{Title: fmt.Sprintf("%s at %g× capacity", row.Policy, row.Load)}
+			for ci, name := range poolOrder {
+				t := row.Pools[name]
+				if t == nil {
+					continue
+				}
+				pn.Series = append(pn.Series,
+					loadgen.TimelineSeries{Name: name + " accepted", Values: floats(t.AcceptedPerSecond), Color: ci},
+					loadgen.TimelineSeries{Name: name + " refused", Values: floats(t.RefusedPerSecond), Color: ci, Dashed: true})
+			}
+			panels = append(panels, pn)
+		}
+		cols = max(cols, n)
+	}
+	return loadgen.WriteTimelineSVG(w, panels, cols, "second (simulated)")
+}
+
+func floats(v []int) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 func counts(m map[string]int) string {
@@ -214,6 +269,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
 		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
 	p("engine scheduling (baseline %s): %s\n", r.BaselineScheduling, schedulingByPolicy(r.Policies))
+	if len(r.Disaggregated) > 0 {
+		p("%s: nodes %s, KV link %g GB/s; kvmesh on as many mixed nodes\n", DisaggPolicy, strings.Join(r.Disaggregated, ","), r.LinkGBps)
+	}
 	p("rates, latencies in simulated time (wall × time scale)\n")
 	if r.Probe == nil {
 		p("capacity %.2f req/s: given\n", r.Capacity)
@@ -225,13 +283,30 @@ func (r *Result) WriteTable(w io.Writer) error {
 		p("capacity %.2f req/s: the highest rate at which %s routing without admission, on %s engines, met %s of SLOs (probed %s)\n",
 			r.Capacity, r.Probe.Policy, r.Probe.EngineScheduling, pct(r.Probe.Attainment), strings.Join(steps, " "))
 	}
-	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tp99 TTFT\trefusals\tcache hit\trefusal reasons\tfailures\n", r.Interactive)
-	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\ts\t\t\t\t\n")
+	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tp50 TTFT\tp99 TTFT\t%s p99 TPOT\trefusals\tcache hit\trefusal reasons\tfailures\n", r.Interactive, r.Interactive)
+	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\ts\ts\tms\t\t\t\t\n")
 	for _, row := range r.Rows {
-		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n",
+		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\n",
 			row.Policy, row.Load, row.OfferedRPS, row.Sent, row.Completed, row.Refused, row.Failed,
-			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), row.P99TTFT,
+			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), row.P50TTFT, row.P99TTFT, 1000*row.HighP99TPOT,
 			pct(row.RefusalRate), pct(row.CacheHitRatio), counts(row.RefusalsByReason), counts(row.Failures))
+	}
+	if len(r.Disaggregated) > 0 {
+		p("\npolicy\tload\tsplit\twhole\taccepted/refused by pool\taccepted/s CV by pool\tcorr(prefill, decode)\n")
+		for _, row := range r.Rows {
+			var ar, cvs []string
+			for _, name := range poolOrder {
+				if t := row.Pools[name]; t != nil {
+					ar = append(ar, fmt.Sprintf("%s %d/%d", name, t.Accepted, t.Refused))
+					cvs = append(cvs, fmt.Sprintf("%s %.2f", name, t.AcceptedCV))
+				}
+			}
+			corr := "n/a"
+			if row.PoolCorrelation != nil {
+				corr = fmt.Sprintf("%.2f", *row.PoolCorrelation)
+			}
+			p("%s\t%.2g\t%d\t%d\t%s\t%s\t%s\n", row.Policy, row.Load, row.Split, row.Whole, strings.Join(ar, " "), strings.Join(cvs, " "), corr)
+		}
 	}
 	if res := residencyRows(r.Rows); len(res) > 0 {
 		p("\npolicy\tload\tresidency error median\tp90\tjudged requests\tcached tokens predicted\treported\n")
