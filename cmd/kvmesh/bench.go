@@ -44,8 +44,11 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "fitted-ttft", Usage: "send no TTFT SLO header: the mesh fits each request's target to its size and declares it, which judges the request", EnvVars: env("bench-fitted-ttft")},
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
 		&cli.StringFlag{Name: "baseline-scheduling", Value: d.BaselineScheduling, Usage: "scheduling policy of the engines of every policy but kvmesh (whose engines schedule by priority) and of the capacity probe: priority or fcfs (vLLM's and SGLang's default)", EnvVars: env("bench-baseline-scheduling")},
+		&cli.StringFlag{Name: "disaggregated", Usage: "node roles, comma-separated (mixed, prefill or decode), e.g. prefill,prefill,decode,decode: run kvmesh on a testnet of those roles (kvmesh-disagg) beside kvmesh on as many mixed nodes; --nodes is their count, and other policies run only if --policies names them", EnvVars: env("bench-disaggregated")},
+		&cli.Float64Flag{Name: "disagg-link-gbps", Value: d.LinkGBps, Usage: "bandwidth, in GB/s, of the link a split request's KV crosses (the simulated engines' and the split rule's)", EnvVars: env("bench-disagg-link-gbps")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.StringFlag{Name: "pool-plot", Usage: "with --disaggregated, write an SVG plot of the requests each pool accepted and refused per second to this file", EnvVars: env("bench-pool-plot")},
 		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request of every measured run (its \"run\" POLICY@LOAD) to this file", EnvVars: env("bench-requests")},
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the whole run to this file (the bench's own cost on a shared machine)", EnvVars: env("bench-cpu-profile")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines", EnvVars: env("bench-quiet")},
@@ -107,6 +110,20 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.KVBlocks = c.Int("kv-blocks")
 	cfg.BaselineScheduling = c.String("baseline-scheduling")
 	cfg.FittedTTFT = c.Bool("fitted-ttft")
+	cfg.LinkGBps = c.Float64("disagg-link-gbps")
+	if s := c.String("disaggregated"); s != "" {
+		for _, r := range strings.Split(s, ",") {
+			cfg.Disaggregated = append(cfg.Disaggregated, strings.TrimSpace(r))
+		}
+		// The mixed mesh takes the roles' node count, and only kvmesh runs beside
+		// kvmesh-disagg unless asked for more.
+		if !c.IsSet("nodes") {
+			cfg.Nodes = 0
+		}
+		if !c.IsSet("policies") {
+			cfg.Policies = nil
+		}
+	}
 	if !c.Bool("quiet") {
 		cfg.Progress = os.Stderr
 	}
@@ -172,7 +189,7 @@ func benchCommand() *cli.Command {
 			if res == nil {
 				return err
 			}
-			if werr := writeBench(res, os.Stdout, c.String("json"), c.String("plot")); werr != nil {
+			if werr := writeBench(res, os.Stdout, c.String("json"), c.String("plot"), c.String("pool-plot")); werr != nil {
 				return werr
 			}
 			fmt.Fprintf(os.Stderr, "bench: finished in %s\n", time.Since(start).Round(time.Second))
@@ -200,14 +217,14 @@ func startCPUProfile(path string) (stop func(), err error) {
 }
 
 // writeBench prints res's table and writes the optional JSON and SVG files.
-func writeBench(res *bench.Result, out io.Writer, jsonPath, plotPath string) error {
+func writeBench(res *bench.Result, out io.Writer, jsonPath, plotPath, poolPlotPath string) error {
 	if err := res.WriteTable(out); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		path  string
 		write func(io.Writer) error
-	}{{jsonPath, res.WriteJSON}, {plotPath, res.WriteSVG}} {
+	}{{jsonPath, res.WriteJSON}, {plotPath, res.WriteSVG}, {poolPlotPath, res.WritePoolSVG}} {
 		if f.path == "" {
 			continue
 		}

@@ -189,15 +189,17 @@ func isSelector(e ast.Expr, pkg, name string) bool {
 }
 
 // TestOperatingDocListsEveryTestnetFlag fails for a flag of `kvmesh testnet`, and for the
-// bench's --engines and --baseline-scheduling, that docs/operating.md does not list with its
-// environment variable.
+// bench's testnet flags (--engines, --baseline-scheduling, the disaggregated mode's), that
+// docs/operating.md does not list with its environment variable.
 func TestOperatingDocListsEveryTestnetFlag(t *testing.T) {
 	doc := readOperatingDoc(t)
 	for _, f := range testnetCommand().Flags {
 		checkFlagDocumented(t, doc, "kvmesh testnet", f)
 	}
 	for _, f := range benchCommand().Flags {
-		if slices.Contains(f.Names(), "engines") || slices.Contains(f.Names(), "baseline-scheduling") {
+		if slices.ContainsFunc(f.Names(), func(n string) bool {
+			return slices.Contains([]string{"engines", "baseline-scheduling", "disaggregated", "disagg-link-gbps", "pool-plot"}, n)
+		}) {
 			checkFlagDocumented(t, doc, "kvmesh bench", f)
 		}
 	}

@@ -304,18 +304,7 @@ func TestLoadTakesAnAPIKey(t *testing.T) {
 // TestBenchBaselineScheduling pins kvmesh bench's --baseline-scheduling and its variable:
 // priority unless set, as the figures in docs/performance.md were measured.
 func TestBenchBaselineScheduling(t *testing.T) {
-	parse := func(args ...string) bench.Config {
-		var cfg bench.Config
-		cmd := benchCommand()
-		cmd.Action = func(c *cli.Context) (err error) { cfg, err = benchConfig(c); return err }
-		app := &cli.App{Commands: []*cli.Command{cmd}, Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info"}, &cli.StringFlag{Name: "log-format", Value: "text"},
-		}}
-		if err := app.Run(append([]string{"kvmesh", "bench"}, args...)); err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
+	parse := func(args ...string) bench.Config { return parseBench(t, args...) }
 	if cfg := parse(); cfg.BaselineScheduling != "priority" {
 		t.Errorf("default: BaselineScheduling %q", cfg.BaselineScheduling)
 	}
@@ -325,6 +314,38 @@ func TestBenchBaselineScheduling(t *testing.T) {
 	t.Setenv("KVMESH_BENCH_BASELINE_SCHEDULING", "fcfs")
 	if cfg := parse(); cfg.BaselineScheduling != "fcfs" {
 		t.Errorf("KVMESH_BENCH_BASELINE_SCHEDULING: BaselineScheduling %q", cfg.BaselineScheduling)
+	}
+}
+
+// parseBench returns the bench.Config kvmesh bench builds from args.
+func parseBench(t *testing.T, args ...string) bench.Config {
+	t.Helper()
+	var cfg bench.Config
+	cmd := benchCommand()
+	cmd.Action = func(c *cli.Context) (err error) { cfg, err = benchConfig(c); return err }
+	app := &cli.App{Commands: []*cli.Command{cmd}, Flags: []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Value: "info"}, &cli.StringFlag{Name: "log-format", Value: "text"},
+	}}
+	if err := app.Run(append([]string{"kvmesh", "bench"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestBenchDisaggregated pins --disaggregated and --disagg-link-gbps: the roles, the node count
+// and the policies left to the bench (kvmesh beside kvmesh-disagg) unless given, the sim's
+// 25 GB/s link unless set.
+func TestBenchDisaggregated(t *testing.T) {
+	if cfg := parseBench(t); cfg.Disaggregated != nil || cfg.LinkGBps != 25 || cfg.Nodes != 4 || len(cfg.Policies) != 5 {
+		t.Errorf("default: roles %v, link %v, %d nodes, %d policies", cfg.Disaggregated, cfg.LinkGBps, cfg.Nodes, len(cfg.Policies))
+	}
+	cfg := parseBench(t, "--disaggregated", "prefill, prefill,decode,decode", "--disagg-link-gbps", "1.25")
+	if fmt.Sprint(cfg.Disaggregated) != "[prefill prefill decode decode]" || cfg.LinkGBps != 1.25 || cfg.Nodes != 0 || cfg.Policies != nil {
+		t.Errorf("--disaggregated: roles %q, link %v, %d nodes, policies %v", cfg.Disaggregated, cfg.LinkGBps, cfg.Nodes, cfg.Policies)
+	}
+	t.Setenv("KVMESH_BENCH_DISAGGREGATED", "prefill,decode")
+	if cfg := parseBench(t, "--policies", "round-robin"); len(cfg.Disaggregated) != 2 || len(cfg.Policies) != 1 {
+		t.Errorf("KVMESH_BENCH_DISAGGREGATED with --policies: roles %v, policies %v", cfg.Disaggregated, cfg.Policies)
 	}
 }
 
