@@ -36,6 +36,10 @@
 // served, as vLLM's and SGLang's default does, and kvmesh's keep priority scheduling (a Policy
 // may name its own, EngineScheduling). Result and its table record which ran.
 //
+// Disaggregated runs DisaggPolicy, kvmesh on nodes of those roles (prefill, decode, mixed),
+// beside kvmesh on as many mixed nodes; each run then also reports its split and whole
+// dispatches and a per-pool timeline of accepted and refused requests (see poolCounter).
+//
 // # Time
 //
 // TimeScale speeds the simulated engines up. Everything the workload carries is scaled with it
