@@ -1,12 +1,9 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -201,26 +198,13 @@ func scrapeDisaggregated(ctx context.Context, urls []string) (map[string]int, er
 
 // parseOutcomes adds the samples of metric, by their outcome label, of a text exposition to sum.
 func parseOutcomes(r io.Reader, metric string, sum map[string]int) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, metric+"{") {
-			continue
+	return scanLines(r, func(line string) error {
+		outcome, v, ok, err := sample(line, metric, "outcome")
+		if ok && err == nil {
+			sum[outcome] += int(v)
 		}
-		_, rest, _ := strings.Cut(line, `outcome="`)
-		outcome, rest, ok := strings.Cut(rest, `"`)
-		fields := strings.Fields(rest)
-		if !ok || len(fields) < 2 {
-			return fmt.Errorf("bench: malformed line %q", line)
-		}
-		v, err := strconv.ParseFloat(fields[1], 64)
-		if err != nil {
-			return fmt.Errorf("bench: malformed line %q", line)
-		}
-		sum[outcome] += int(v)
-	}
-	return sc.Err()
+		return err
+	})
 }
 
 // splitWhole returns the split dispatches of outcome counts and those dispatched whole.

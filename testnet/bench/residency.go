@@ -77,35 +77,56 @@ func scrapeInto(ctx context.Context, url string, parse func(io.Reader) error) er
 
 // parseBuckets adds the residency histogram's lines of a text exposition to sum.
 func parseBuckets(r io.Reader, sum buckets) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	return scanLines(r, func(line string) error {
 		if total, ok := totalKey(line); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' '):]), 64)
 			if err != nil {
 				return fmt.Errorf("bench: malformed line %q", line)
 			}
 			sum[total] += v
-			continue
+			return nil
 		}
-		if !strings.HasPrefix(line, residencyMetric+"{") {
-			continue
+		le, n, ok, err := sample(line, residencyMetric, "le")
+		if !ok || err != nil {
+			return err
 		}
-		_, rest, _ := strings.Cut(line, `le="`)
-		le, rest, ok := strings.Cut(rest, `"`)
-		fields := strings.Fields(rest)
-		if !ok || len(fields) < 2 {
-			return fmt.Errorf("bench: malformed bucket line %q", line)
-		}
-		bound, err1 := strconv.ParseFloat(le, 64)
-		n, err2 := strconv.ParseFloat(fields[1], 64)
-		if err1 != nil || err2 != nil {
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
 			return fmt.Errorf("bench: malformed bucket line %q", line)
 		}
 		sum[bound] += n
+		return nil
+	})
+}
+
+// scanLines calls each with every line of a text exposition, until it returns an error.
+func scanLines(r io.Reader, each func(line string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if err := each(sc.Text()); err != nil {
+			return err
+		}
 	}
 	return sc.Err()
+}
+
+// sample parses line as a sample of metric: its label's value and the sample's value. ok is
+// false for a line of another metric.
+func sample(line, metric, label string) (lv string, v float64, ok bool, err error) {
+	if !strings.HasPrefix(line, metric+"{") {
+		return "", 0, false, nil
+	}
+	_, rest, _ := strings.Cut(line, label+`="`)
+	lv, rest, found := strings.Cut(rest, `"`)
+	fields := strings.Fields(rest)
+	if !found || len(fields) < 2 {
+		return "", 0, true, fmt.Errorf("bench: malformed line %q", line)
+	}
+	if v, err = strconv.ParseFloat(fields[1], 64); err != nil {
+		return "", 0, true, fmt.Errorf("bench: malformed line %q", line)
+	}
+	return lv, v, true, nil
 }
 
 // totalKey reports whether line is one of the two cached-token totals, and its key in buckets.

@@ -74,30 +74,12 @@ func TestWriteSVGWellFormed(t *testing.T) {
 		if err := WriteSVG(&b, pts); err != nil {
 			t.Fatal(err)
 		}
-		d := xml.NewDecoder(&b)
-		polylines, texts, root := 0, []string{}, ""
-		for {
-			tok, err := d.Token()
-			if errors.Is(err, io.EOF) {
-				break
+		elems, texts := svgTokens(t, b.Bytes())
+		polylines := 0
+		for _, el := range elems {
+			if el.Name.Local == "polyline" {
+				polylines++
 			}
-			if err != nil {
-				t.Fatalf("SVG is not well-formed XML: %v", err)
-			}
-			switch el := tok.(type) {
-			case xml.StartElement:
-				if root == "" {
-					root = el.Name.Local
-				}
-				if el.Name.Local == "polyline" {
-					polylines++
-				}
-			case xml.CharData:
-				texts = append(texts, string(el))
-			}
-		}
-		if root != "svg" {
-			t.Fatalf("root element %q", root)
 		}
 		series := map[string]bool{}
 		for _, p := range pts {
@@ -124,8 +106,34 @@ func TestWriteTimelineSVG(t *testing.T) {
 	if err := WriteTimelineSVG(&b, panels, 2, "second"); err != nil {
 		t.Fatal(err)
 	}
-	d := xml.NewDecoder(&b)
-	polylines, dashed, lines, texts := 0, 0, 0, map[string]int{}
+	elems, chars := svgTokens(t, b.Bytes())
+	polylines, dashed, texts := 0, 0, map[string]int{}
+	for _, el := range elems {
+		if el.Name.Local == "polyline" {
+			polylines++
+		}
+		for _, a := range el.Attr {
+			if a.Name.Local == "stroke-dasharray" {
+				dashed++
+			}
+		}
+	}
+	for _, c := range chars {
+		texts[c]++
+	}
+	if polylines != 4 || dashed != 2 { // the refused polyline and its legend line
+		t.Errorf("%d polylines, %d dashed; want 4 and 2", polylines, dashed)
+	}
+	// Each name titles its polylines and appears once in the legend.
+	if texts["prefill accepted"] != 3 || texts["mixed accepted"] != 2 || texts["a <1>"] != 1 {
+		t.Errorf("texts %v", texts)
+	}
+}
+
+// svgTokens returns b's elements and text, failing unless b is well-formed XML with an svg root.
+func svgTokens(t *testing.T, b []byte) (elems []xml.StartElement, texts []string) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
 	for {
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
@@ -136,28 +144,15 @@ func TestWriteTimelineSVG(t *testing.T) {
 		}
 		switch el := tok.(type) {
 		case xml.StartElement:
-			for _, a := range el.Attr {
-				if a.Name.Local == "stroke-dasharray" {
-					dashed++
-				}
-			}
-			switch el.Name.Local {
-			case "polyline":
-				polylines++
-			case "line":
-				lines++
-			}
+			elems = append(elems, el.Copy())
 		case xml.CharData:
-			texts[string(el)]++
+			texts = append(texts, string(el))
 		}
 	}
-	if polylines != 4 || dashed != 2 { // the refused polyline and its legend line
-		t.Errorf("%d polylines, %d dashed; want 4 and 2", polylines, dashed)
+	if len(elems) == 0 || elems[0].Name.Local != "svg" {
+		t.Fatalf("no svg root element")
 	}
-	// Each name titles its polylines and appears once in the legend.
-	if texts["prefill accepted"] != 3 || texts["mixed accepted"] != 2 || texts["a <1>"] != 1 {
-		t.Errorf("texts %v", texts)
-	}
+	return elems, texts
 }
 
 func TestReportPoint(t *testing.T) {
