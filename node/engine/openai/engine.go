@@ -526,6 +526,10 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		cancel()
 		span.End()
 		e.log.Debug("engine refused request", "id", req.ID, "status", se.Status, "message", se.Message)
+		if req.Handover != nil && se.Param == "kv_transfer_params" {
+			// The handover is the prefill's, not the client's: another decode node may take it.
+			return nil, fmt.Errorf("openai: %w: the engine refused the handover: %s", engine.ErrUnavailable, se.Message)
+		}
 		return nil, se
 	}
 	if req.PrefillOnly {
