@@ -32,7 +32,8 @@ import (
 const (
 	// CodeWrongRole is an owner's refusal (503) of a request its role does not run: a whole
 	// request or a decode half on a prefill node, a whole request or a prefill half on a
-	// decode node, either half on a node whose engine cannot split (an external engine).
+	// decode node, either half on a node whose engine cannot split (an external engine
+	// without a role), a handover from the other kind of engine.
 	CodeWrongRole = "wrong_role"
 	// CodeDecodeUnavailable (503) ends a split request whose prompt was prefilled but whose
 	// handover every decode node tried refused (no room).
