@@ -29,15 +29,7 @@ func TestPrefillHalfOnVLLM(t *testing.T) {
 	e := newEngine(t, f, KindVLLM, nil)
 	req := &engine.Request{ID: "r1", PrefillOnly: true, PromptTokens: 650, Blocks: []uint64{7},
 		Body: []byte(`{"model":"a","messages":[{"role":"user","content":"x"}],"max_tokens":50,"max_completion_tokens":50,"min_tokens":3,"stream":true,"stream_options":{"include_usage":true},"top_k":4}`)}
-	st, err := e.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var sent map[string]json.RawMessage
-	if err := json.Unmarshal(<-f.bodies, &sent); err != nil {
-		t.Fatal(err)
-	}
+	st, sent := generateSent(t, e, f, req)
 	want := map[string]string{"stream": "false", "max_tokens": "1", "max_completion_tokens": "1", "top_k": "4",
 		"kv_transfer_params": `{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`}
 	for k, v := range want {
@@ -71,15 +63,7 @@ func TestPrefillHalfOnVLLM(t *testing.T) {
 			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":700,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
 	}
 	req = &engine.Request{ID: "r1", Body: []byte(`{"model":"a","messages":[]}`), Handover: c.Handover}
-	st, err = e.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	sent = nil
-	if err := json.Unmarshal(<-f.bodies, &sent); err != nil {
-		t.Fatal(err)
-	}
+	_, sent = generateSent(t, e, f, req)
 	if string(sent["kv_transfer_params"]) != params || string(sent["stream"]) != "true" {
 		t.Errorf("decode body %v, want the prefill's params and a stream", sent)
 	}
@@ -124,4 +108,19 @@ func TestPrefillAnswerMalformed(t *testing.T) {
 	if _, err := e.Generate(context.Background(), &engine.Request{PrefillOnly: true}); !errors.Is(err, engine.ErrUnavailable) {
 		t.Errorf("a prefill half on SGLang: %v, want ErrUnavailable", err)
 	}
+}
+
+// generateSent starts req on e and returns its stream and the body f received.
+func generateSent(t *testing.T, e *Engine, f *fake, req *engine.Request) (engine.Stream, map[string]json.RawMessage) {
+	t.Helper()
+	st, err := e.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var sent map[string]json.RawMessage
+	if err := json.Unmarshal(<-f.bodies, &sent); err != nil {
+		t.Fatal(err)
+	}
+	return st, sent
 }
