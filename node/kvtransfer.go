@@ -62,17 +62,17 @@ type kvStore struct {
 	client *http.Client // a decode engine's pulls
 
 	mu    sync.Mutex
-	m     map[string]kvRecord
-	order []heldID
+	m     map[string]held
+	order []string // the ids in m, oldest first
 }
 
-type heldID struct {
-	id      string
+type held struct {
+	rec     kvRecord
 	expires time.Time
 }
 
 func newKVStore(name string) *kvStore {
-	return &kvStore{id: name + "-" + randomHex(4), client: &http.Client{Timeout: 10 * time.Second}, m: map[string]kvRecord{}}
+	return &kvStore{id: name + "-" + randomHex(4), client: &http.Client{Timeout: 10 * time.Second}, m: map[string]held{}}
 }
 
 func randomHex(n int) string {
@@ -91,24 +91,20 @@ func (s *kvStore) put(h *engine.Handover, now time.Time) string {
 	id := randomHex(12)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.order) > 0 && (len(s.order) >= maxHeld || now.After(s.order[0].expires)) {
-		delete(s.m, s.order[0].id)
+	for len(s.order) > 0 && (len(s.order) >= maxHeld || now.After(s.m[s.order[0]].expires)) {
+		delete(s.m, s.order[0])
 		s.order = s.order[1:]
 	}
-	s.m[id] = rec
-	s.order = append(s.order, heldID{id, now.Add(heldTTL)})
+	s.m[id] = held{rec, now.Add(heldTTL)}
+	s.order = append(s.order, id)
 	return id
 }
 
 func (s *kvStore) get(id string, now time.Time) (kvRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, ok := s.m[id]
-	if ok {
-		i := slices.IndexFunc(s.order, func(h heldID) bool { return h.id == id })
-		ok = i >= 0 && !now.After(s.order[i].expires)
-	}
-	return rec, ok
+	h, ok := s.m[id]
+	return h.rec, ok && !now.After(h.expires)
 }
 
 // handleKV is the side channel: a held handover's record, 404 for an unknown or expired id.
@@ -147,6 +143,9 @@ func takeKVTransfer(p *prepared) (*openai.KVTransferParams, *openai.Error) {
 // serveEngine runs a request on kvmesh engine: whole, or the half its kv_transfer_params ask
 // for. A prefill engine runs prefill halves only.
 func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *prepared, start time.Time) outcome {
+	if n.kv == nil { // not the simulated engine: its engine judges the params
+		return n.serveLocal(ctx, w, p, start, "local")
+	}
 	refuse := func(e *openai.Error) outcome {
 		writeRefusal(w, e, 0)
 		return outcome{code: e.Code, refused: e.Status < 500}
