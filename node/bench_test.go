@@ -14,8 +14,9 @@ import (
 )
 
 // startEngine serves a fast simulated engine alone (kvmesh engine), so what the benchmarks
-// below measure is kvmesh's own overhead, not the simulated GPU.
-func startEngine(tb testing.TB) string {
+// below measure is kvmesh's own overhead, not the simulated GPU; configure, if given, adjusts
+// its configuration first.
+func startEngine(tb testing.TB, configure ...func(*node.Config)) string {
 	tb.Helper()
 	cfg := node.DefaultConfig()
 	cfg.Name, cfg.HTTPAddr, cfg.Standalone, cfg.GPU = "engine", "127.0.0.1:0", true, "none"
@@ -23,6 +24,10 @@ func startEngine(tb testing.TB) string {
 	// so per-chunk overhead shows without dominating.
 	cfg.Sim.TimeScale = 100
 	cfg.Sim.KVBlocks = 1 << 16
+	cfg.DrainDelay = -1 // as kvmesh engine's: nothing waits for its readiness to drop
+	for _, f := range configure {
+		f(&cfg)
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		tb.Fatal(err)

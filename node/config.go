@@ -95,8 +95,8 @@ type Config struct {
 	// whole requests as mixed does, for route.roles to select (an ingress-only node's role, say)
 	// and is no candidate for either half. It is gossiped, and given to the embedded engine: a
 	// prefill or decode role named in either node.role or sim.role is both's (the two may not
-	// name different ones). Prefill and decode need the embedded engine: an external
-	// engine's handover is not passed yet.
+	// name different ones). In front of an external engine, prefill and decode need
+	// engine_kind vllm: a server with a KV connector, whose kv_transfer_params are the handover.
 	Role string `json:"role"`
 
 	// Gossip configures the mesh member (Name, Logger and Registerer are the node's). File
@@ -379,12 +379,10 @@ func (c *Config) validate() error {
 	switch {
 	case c.Engine == "sim" && (route.IsHalf(c.Role) || route.IsHalf(c.Sim.Role)) && c.Role != c.Sim.Role:
 		return fmt.Errorf("node: role %q and sim.role %q differ: the node gives its engine its own role", c.Role, c.Sim.Role)
-	case c.Engine != "sim" && route.IsHalf(c.Role):
-		return fmt.Errorf("node: role %q needs the embedded engine: a node does not pass an external engine's handover yet", c.Role)
-	case c.Standalone && route.IsHalf(c.Sim.Role):
-		// kvmesh engine answers clients itself: a prefill engine's handover is no answer, and a
-		// decode engine takes none from a client.
-		return fmt.Errorf("node: sim.role %q: kvmesh engine runs whole requests; only %q", c.Sim.Role, sim.RoleMixed)
+	case c.Engine != "sim" && route.IsHalf(c.Role) && c.EngineKind != extengine.KindVLLM:
+		// SGLang's handover (a bootstrap room, both halves sent at once) is not passed yet.
+		return fmt.Errorf("node: role %q in front of an external engine needs engine_kind %s (a server with a KV connector), not %s",
+			c.Role, extengine.KindVLLM, c.EngineKind)
 	}
 	if !c.Standalone && c.TLS == nil {
 		return errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")

@@ -387,8 +387,8 @@ func TestKVEventsSettings(t *testing.T) {
 
 // TestConfigRoles pins the node's role and its embedded engine's: one role for both (a prefill
 // or decode role named on either side is both's; two different ones are an error; another
-// word is a whole-request label), prefill and decode only with the embedded engine and never
-// in kvmesh engine.
+// word is a whole-request label); in front of an external engine, prefill and decode only for
+// vLLM's kind; kvmesh engine in any role.
 func TestConfigRoles(t *testing.T) {
 	for _, tt := range []struct {
 		name, role, simRole, engine string
@@ -408,11 +408,11 @@ func TestConfigRoles(t *testing.T) {
 		{"prefill node, mixed engine", "prefill", "mixed", "", false, true, "prefill", "prefill"},
 		{"a label", "ingress", "", "", false, true, "ingress", ""},
 		{"a label and a prefill engine", "ingress", "prefill", "", false, false, "", ""},
-		{"external prefill", "prefill", "", "http://127.0.0.1:8000", false, false, "", ""},
+		{"external prefill", "prefill", "", "http://127.0.0.1:8000", false, true, "prefill", ""},
 		{"external mixed", "mixed", "", "http://127.0.0.1:8000", false, true, "mixed", ""},
 		{"kvmesh engine mixed", "", "mixed", "", true, true, "", "mixed"},
-		{"kvmesh engine prefill", "", "prefill", "", true, false, "", ""},
-		{"kvmesh engine decode", "", "decode", "", true, false, "", ""},
+		{"kvmesh engine prefill", "", "prefill", "", true, true, "prefill", "prefill"},
+		{"kvmesh engine decode", "", "decode", "", true, true, "decode", "decode"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -432,5 +432,11 @@ func TestConfigRoles(t *testing.T) {
 				t.Errorf("role %q, sim.role %q; want %q and %q", cfg.Role, cfg.Sim.Role, tt.wantRole, tt.wantSim)
 			}
 		})
+	}
+	cfg := DefaultConfig()
+	cfg.Name, cfg.Role, cfg.Engine, cfg.EngineKind, cfg.TLS = "n", "decode", "http://127.0.0.1:8000", "sglang", &tls.Config{}
+	cfg.fill()
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "vllm") {
+		t.Errorf("a decode node in front of SGLang: %v, want an error naming vllm", err)
 	}
 }

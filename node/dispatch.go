@@ -142,7 +142,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			return refuse(refusalOf(d), 0)
 		}
 		p.req.MaxTokens = d.MaxTokens
-		return n.serveLocal(ctx, w, p, start, "local")
+		return n.serveEngine(ctx, w, r, p, start)
 	}
 	return n.admitAndDispatch(ctx, w, p, start, explain)
 }

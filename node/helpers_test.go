@@ -3,6 +3,7 @@ package node_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -21,14 +22,15 @@ import (
 const model = node.DefaultModel
 
 // startNet starts n nodes with fast gossip and a fast simulated engine and waits for the mesh
-// to converge.
-func startNet(t testing.TB, n int, configure func(i int, cfg *node.Config)) *testnet.Net {
+// to converge; engines, if given, is testnet.Config.Engines.
+func startNet(t testing.TB, n int, configure func(i int, cfg *node.Config), engines ...string) *testnet.Net {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tn, err := testnet.Start(ctx, testnet.Config{
-		Nodes: n,
-		Fast:  true,
+		Nodes:   n,
+		Engines: cmp.Or(append(engines, "")...),
+		Fast:    true,
 		Configure: func(i int, cfg *node.Config) {
 			cfg.Sim.TimeScale = 20
 			cfg.Sim.KVBlocks = 4096

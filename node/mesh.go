@@ -120,7 +120,7 @@ func peerOf(m *gossip.Member) route.Peer {
 		MaxAge:                 m.MaxAge,
 		Healthy:                s.EngineHealthy,
 		Role:                   s.Role,
-		WholeOnly:              s.EngineKind != "sim", // only the embedded engine splits a request
+		WholeOnly:              s.EngineKind != "sim" && !route.IsHalf(s.Role), // an external engine splits only in a role
 		Vendor:                 s.Vendor,
 		VRAMTotalBytes:         s.VRAMTotalBytes,
 		KVBlocksTotal:          s.KVBlocksTotal,

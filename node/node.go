@@ -43,6 +43,7 @@ type Node struct {
 	sim   *sim.Sim            // the embedded engine, when it is the engine
 	ext   *extengine.Engine   // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
+	kv    *kvStore            // kvmesh engine's handovers and pulls (kvtransfer.go)
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
@@ -167,6 +168,9 @@ func (n *Node) buildEngine() error {
 			return fmt.Errorf("node: %w", err)
 		}
 		n.sim, n.eng = s, s
+		if n.cfg.Standalone {
+			n.kv = newKVStore(n.cfg.Name)
+		}
 		return n.buildKVPublisher(sc.BlockTokens)
 	}
 	if n.cfg.PublishKVEvents != "" {

@@ -32,7 +32,8 @@ import (
 const (
 	// CodeWrongRole is an owner's refusal (503) of a request its role does not run: a whole
 	// request or a decode half on a prefill node, a whole request or a prefill half on a
-	// decode node, either half on a node whose engine cannot split (an external engine).
+	// decode node, either half on a node whose engine cannot split (an external engine
+	// without a role), a handover from the other kind of engine.
 	CodeWrongRole = "wrong_role"
 	// CodeDecodeUnavailable (503) ends a split request whose prompt was prefilled but whose
 	// handover every decode node tried refused (no room).
@@ -74,8 +75,9 @@ func wholeOutcome(why string) string {
 }
 
 // splits reports whether this node's engine can run either half of a split request: the
-// embedded engine can; an external engine's handover is not passed yet.
-func (n *Node) splits() bool { return n.sim != nil }
+// embedded engine can, and an external one in a prefill or decode role (a vLLM server with a
+// KV connector, whose handover is its kv_transfer_params).
+func (n *Node) splits() bool { return n.sim != nil || route.IsHalf(n.cfg.Role) }
 
 // takesHalf says why this node does not run the forwarded request h marks ("" when it does).
 func (n *Node) takesHalf(h transport.Header) string {
@@ -83,6 +85,10 @@ func (n *Node) takesHalf(h transport.Header) string {
 	switch {
 	case half && !n.splits():
 		return "this node's engine runs whole requests only"
+	case h.Handover != nil && (len(h.Handover.Params) > 0) != (n.sim == nil):
+		// An external engine decodes only from its own kind's transfer parameters, and the
+		// embedded one only from the embedded engine's KV.
+		return "the handover comes from another kind of engine than this node's"
 	case n.cfg.Role == route.RolePrefill && !h.Prefill:
 		return "this node runs the prefill half of a request only"
 	case n.cfg.Role == route.RoleDecode && h.Handover == nil:
@@ -97,14 +103,14 @@ func handoverHeader(h *engine.Handover) *transport.Handover {
 	if h == nil {
 		return nil
 	}
-	return &transport.Handover{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens, KVBytes: h.KVBytes, ReadyAt: h.ReadyAt}
+	return &transport.Handover{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens, KVBytes: h.KVBytes, ReadyAt: h.ReadyAt, Params: h.Params}
 }
 
 func handoverOf(h *transport.Handover, blocks []uint64) *engine.Handover {
 	if h == nil {
 		return nil
 	}
-	return &engine.Handover{Blocks: blocks, PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens, KVBytes: h.KVBytes, ReadyAt: h.ReadyAt}
+	return &engine.Handover{Blocks: blocks, PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens, KVBytes: h.KVBytes, ReadyAt: h.ReadyAt, Params: h.Params}
 }
 
 // prefill runs the prefill half of p on this node's engine and returns the handover.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
 )
 
 // roles configures node i of a testnet with roles[i].
@@ -100,6 +101,13 @@ func mixedAnswers(t *testing.T, bodies ...string) []string {
 // for the same request, one finish reason and the usage of the whole request; a request not
 // streamed gets the same text in one response. The prefill half's handover never reaches it.
 func TestSplitRequestStreams(t *testing.T) {
+	splitStreams(t, startNet(t, 4, roles("prefill", "decode", "decode", "prefill")))
+}
+
+// splitStreams runs TestSplitRequestStreams' requests from every node of tn, a mesh of
+// prefill and decode nodes.
+func splitStreams(t *testing.T, tn *testnet.Net) {
+	t.Helper()
 	prompt := longPrompt("split", 600)
 	streamBody, wholeBody := chatBody(prompt, 40, true), chatBody(prompt, 40, false)
 	ref := mixedAnswers(t, streamBody, wholeBody)
@@ -109,7 +117,6 @@ func TestSplitRequestStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tn := startNet(t, 4, roles("prefill", "decode", "decode", "prefill"))
 	for i, url := range tn.URLs() {
 		resp := post(t, url, "/v1/chat/completions", streamBody, nil)
 		b := readAll(t, resp)
@@ -125,7 +132,7 @@ func TestSplitRequestStreams(t *testing.T) {
 		if got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
 			t.Errorf("n%d: usage %+v, want %+v", i+1, got.usage, want.usage)
 		}
-		if strings.Contains(string(b), "handover") {
+		if strings.Contains(string(b), "handover") || strings.Contains(string(b), "kv_transfer_params") {
 			t.Errorf("n%d: the client read the handover: %s", i+1, b)
 		}
 
@@ -171,6 +178,13 @@ func TestSplitMeshWithMixedNodes(t *testing.T) {
 // at once with an explicit 502, never hanging.
 func TestPrefillNodeDiesBeforeHandover(t *testing.T) {
 	tn := startNet(t, 3, roles("decode", "prefill", "prefill"))
+	prefillDies(t, tn, func(i int) error { return tn.Nodes[i].KillTransport() }, node.CodeOwnerUnreachable)
+}
+
+// prefillDies runs TestPrefillNodeDiesBeforeHandover's story on tn, a decode node and two
+// prefill nodes, with kill(i) taking prefill node i out; code is the 502's once both are out.
+func prefillDies(t *testing.T, tn *testnet.Net, kill func(i int) error, code string) {
+	t.Helper()
 	url := tn.URLs()[0] // the decode node is the ingress: both prefill nodes are peers
 	prompt := longPrompt("dies", 800)
 	body := chatBody(prompt, 16, true)
@@ -184,7 +198,7 @@ func TestPrefillNodeDiesBeforeHandover(t *testing.T) {
 	if metric(t, tn.URLs()[2], "kvmesh_engine_requests_total", `origin="peer"`) > 0 {
 		served, other = 2, 1
 	}
-	if err := tn.Nodes[served].KillTransport(); err != nil {
+	if err := kill(served); err != nil {
 		t.Fatal(err)
 	}
 	resp = post(t, url, "/v1/chat/completions", body, nil)
@@ -200,14 +214,14 @@ func TestPrefillNodeDiesBeforeHandover(t *testing.T) {
 	}
 
 	// No prefill node left: an explicit 502, quickly.
-	if err := tn.Nodes[other].KillTransport(); err != nil {
+	if err := kill(other); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	resp = post(t, url, "/v1/chat/completions", chatBody(longPrompt("none", 800), 16, true), map[string]string{node.HeaderQueueTTL: "20s"})
 	b = readAll(t, resp)
-	if e := decodeError(t, b).Error; resp.StatusCode != http.StatusBadGateway || e.Code != node.CodeOwnerUnreachable {
-		t.Fatalf("%d %s, want 502 %s", resp.StatusCode, b, node.CodeOwnerUnreachable)
+	if e := decodeError(t, b).Error; resp.StatusCode != http.StatusBadGateway || e.Code != code {
+		t.Fatalf("%d %s, want 502 %s", resp.StatusCode, b, code)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the request took %v to fail", d)

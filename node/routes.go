@@ -84,6 +84,7 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 	}
 	if n.cfg.Standalone && n.sim != nil {
 		mux.Handle("/reset_prefix_cache", byMethod(post(n.handleResetPrefixCache)))
+		mux.Handle(kvPath, byMethod(get(n.handleKV)))
 	}
 	mux.HandleFunc("/", n.handleNotFound)
 	return mux

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -42,7 +43,8 @@ type Config struct {
 	// its EngineKind "vllm" and its Models empty (it serves what the engine's /v1/models lists).
 	Engines string
 	// Roles gives node i the role Roles[i] (node.role: "mixed", "prefill" or "decode"); nodes
-	// past its end, and empty entries, are mixed. Prefill and decode need EnginesEmbedded.
+	// past its end, and empty entries, are mixed. With EnginesExternal a prefill or decode
+	// node's engine runs in that role too, as a vLLM server with a KV connector would.
 	Roles []string
 	// Logger receives every node's logs; nil discards.
 	Logger *slog.Logger
@@ -235,6 +237,9 @@ func startEngine(ctx context.Context, nc node.Config, host string) (*node.Node, 
 	ec.GPU = "none"
 	ec.Models = nc.Models
 	ec.Sim = nc.Sim
+	if route.IsHalf(nc.Role) {
+		ec.Sim.Role = nc.Role
+	}
 	ec.DrainDelay, ec.DrainTimeout = -1, nc.DrainTimeout
 	ec.Logger = nc.Logger
 	e, err := node.New(ec)

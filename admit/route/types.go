@@ -57,9 +57,8 @@ type Peer struct {
 	Ejected bool
 	Role    string
 	Vendor  string
-	// WholeOnly: the peer's engine runs whole requests only (an external engine, whose
-	// handover kvmesh does not pass yet), so it is no candidate for either half of a split
-	// request whatever its role.
+	// WholeOnly: the peer's engine runs whole requests only (an external engine without a
+	// prefill or decode role), so it is no candidate for either half of a split request.
 	WholeOnly bool
 
 	VRAMTotalBytes, VRAMFreeBytes uint64

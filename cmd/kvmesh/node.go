@@ -292,6 +292,7 @@ func engineCommand() *cli.Command {
 			&cli.StringFlag{Name: "name", Value: engineName, Usage: "name reported in X-Kvmesh-Node", EnvVars: env("engine-name")},
 			&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default " + node.DefaultModel + ")", EnvVars: env("engine-model")},
 			&cli.StringFlag{Name: "kv-events", Usage: "publish KV cache events as vLLM's --kv-events-config does, on this endpoint (tcp://127.0.0.1:5557, tcp://*:5557); off by default", EnvVars: env("engine-publish-kv-events")},
+			&cli.StringFlag{Name: "role", Value: sim.RoleMixed, Usage: "mixed, prefill or decode: a prefill engine answers only requests whose kv_transfer_params ask for a remote decode, as a vLLM prefill server with a KV connector; a decode engine only those that name a prefill engine's handover", EnvVars: env("engine-role")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg := node.DefaultConfig()
@@ -307,6 +308,7 @@ func engineCommand() *cli.Command {
 			cfg.DrainDelay = -1
 			setStrings(c, "model", &cfg.Models)
 			setString(c, "kv-events", &cfg.PublishKVEvents)
+			setString(c, "role", &cfg.Sim.Role)
 			simConfig(c, &cfg)
 			return runNode(c.Context, cfg)
 		},

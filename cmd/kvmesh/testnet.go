@@ -22,7 +22,7 @@ func testnetCommand() *cli.Command {
 			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
 			&cli.StringFlag{Name: "engines", Value: testnet.EnginesEmbedded, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("testnet-engines")},
 			&cli.StringFlag{Name: "policy", Value: node.DefaultConfig().Policy, Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
-			&cli.StringSliceFlag{Name: "roles", Usage: "node i's role, comma-separated in node order (mixed, prefill or decode; nodes past the list are mixed), e.g. prefill,prefill,decode,decode: a disaggregated mesh (embedded engines only)", EnvVars: env("testnet-roles")},
+			&cli.StringSliceFlag{Name: "roles", Usage: "node i's role, comma-separated in node order (mixed, prefill or decode; nodes past the list are mixed), e.g. prefill,prefill,decode,decode: a disaggregated mesh", EnvVars: env("testnet-roles")},
 			&cli.StringFlag{Name: "otlp-endpoint", Usage: "send every node's traces over OTLP/HTTP to this collector (host:port or a URL)", EnvVars: env("testnet-otlp-endpoint")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {

@@ -90,7 +90,15 @@ type Handover struct {
 	// ReadyAt is when the KV was complete, in the prefill engine's clock (the embedded
 	// engine's simulated time).
 	ReadyAt time.Duration
+	// Params are an external prefill engine's own transfer parameters, opaque to kvmesh
+	// (vLLM's kv_transfer_params as its prefill server answered them, a JSON object of at
+	// most MaxHandoverParams bytes): the decode engine's request carries them. Nil for the
+	// embedded engine's handover.
+	Params []byte
 }
+
+// MaxHandoverParams bounds Handover.Params (the forward header's limit).
+const MaxHandoverParams = 64 << 10
 
 // Resume describes the generation a request continues: one whose node failed after it had
 // sent part of its output. The node builds the continuation: its prompt already ends with the

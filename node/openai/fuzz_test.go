@@ -103,3 +103,19 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeKVTransferParams(f *testing.F) {
+	f.Add([]byte(PrefillTransferParams))
+	f.Add([]byte(`{"do_remote_prefill":true,"remote_engine_id":"e","remote_request_id":"r","remote_block_ids":[0,1],"remote_host":"h","remote_port":80}`))
+	f.Add([]byte(`{"do_remote_prefill":true,"remote_block_ids":[[0]],"remote_port":1e9}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodeKVTransferParams(b)
+		switch {
+		case err != nil && !errors.Is(err, ErrKVTransferParams):
+			t.Fatalf("error %v does not wrap ErrKVTransferParams", err)
+		case err == nil && p != nil && p.DoRemotePrefill && (p.RemoteHost == nil || p.RemotePort == nil || p.RemoteEngineID == nil):
+			t.Fatalf("accepted %s without the remote's address", b)
+		}
+	})
+}

@@ -480,19 +480,14 @@ func statusError(resp *http.Response) *StatusError {
 }
 
 // generate forwards req to the engine and returns once the engine answered 200 and its stream
-// is open (Generate, in residency.go, wraps it).
+// is open (Generate, in residency.go, wraps it). A prefill half (req.PrefillOnly) is sent in a
+// vLLM prefill server's shape and answered at once with its handover (disagg.go).
 func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	path := "/v1/chat/completions"
 	if req.Endpoint == engine.Completion {
 		path = "/v1/completions"
 	}
-	body, err := ForceStreaming(req)
-	if err == nil && e.cfg.Priority {
-		body, err = SetPriority(body, req.Priority)
-	}
-	if err == nil && req.Resume != nil {
-		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
-	}
+	body, err := e.body(req)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +498,9 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		return nil, fmt.Errorf("openai: building request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
+	if !req.PrefillOnly {
+		hreq.Header.Set("Accept", "text/event-stream")
+	}
 	if req.ID != "" {
 		hreq.Header.Set("X-Request-Id", req.ID)
 	}
@@ -529,10 +526,47 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		cancel()
 		span.End()
 		e.log.Debug("engine refused request", "id", req.ID, "status", se.Status, "message", se.Message)
+		if req.Handover != nil && se.Param == "kv_transfer_params" {
+			// The handover is the prefill's, not the client's: another decode node may take it.
+			return nil, fmt.Errorf("openai: %w: the engine refused the handover: %s", engine.ErrUnavailable, se.Message)
+		}
 		return nil, se
+	}
+	if req.PrefillOnly {
+		st, err := readPrefill(resp.Body, req)
+		resp.Body.Close()
+		cancel()
+		span.End()
+		return st, err
 	}
 	e.inflight.Add(1)
 	s := &stream{ctx: sctx, cancel: cancel, body: resp.Body, sse: wire.NewSSEReader(resp.Body),
 		onClose: func() { e.inflight.Add(-1); span.End() }}
 	return s, nil
+}
+
+// body is the request body to send the engine for req: the client's, streamed (or, for a
+// prefill half, in a prefill server's shape), with the priority, a continuation's text or a
+// handover's transfer parameters.
+func (e *Engine) body(req *engine.Request) ([]byte, error) {
+	if (req.PrefillOnly || req.Handover != nil) && e.cfg.Kind != KindVLLM {
+		return nil, fmt.Errorf("openai: %w: a %s engine is given no half of a split request (only %s)",
+			engine.ErrUnavailable, e.cfg.Kind, KindVLLM)
+	}
+	body, err := ForceStreaming(req)
+	if err == nil && e.cfg.Priority {
+		body, err = SetPriority(body, req.Priority)
+	}
+	if err == nil && req.Resume != nil {
+		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case req.PrefillOnly:
+		return prefillBody(body)
+	case req.Handover != nil:
+		return decodeBody(body, req.Handover)
+	}
+	return body, nil
 }
