@@ -215,10 +215,14 @@ func mixedLast(peers []Peer, a, b Candidate) int {
 }
 
 // prefillBusy is busy for the prefill half: the uncached prompt's blocks only (no output),
-// the engine's waiting queue and the queued prefill.
+// the engine's waiting queue and the queued prefill, at PrefillBusyQueuedPrefillTokens on a
+// prefill node.
 func prefillBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 	r := req
 	r.MaxTokens = 0
+	if p.Role == RolePrefill {
+		return busyAt(cfg, r, bt, p, rv, cfg.PrefillBusyQueuedPrefillTokens)
+	}
 	return busy(cfg, r, bt, p, rv)
 }
 

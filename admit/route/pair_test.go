@@ -112,7 +112,7 @@ func TestPairSearch(t *testing.T) {
 	prefixed := rolePeer("p2", RolePrefill)
 	prefixed.PrefixBlocks = 250 // 4,000 of the 8,000 tokens
 	queued := rolePeer("p3", RolePrefill)
-	queued.QueuedPrefillTokens = 20000 // busy
+	queued.QueuedPrefillTokens = 40000 // busy (a prefill node at 32,768)
 	halfFull := rolePeer("d2", RoleDecode)
 	halfFull.KVBlocksUsed = 300
 	noSeat := rolePeer("d3", RoleDecode)
@@ -166,4 +166,46 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestHoldOutlivesRecords pins a split request's decode hold: the decode node's records do not
+// clear it (the half reaches that node only with the handover), Release does, and HeldTTL
+// bounds one never released.
+func TestHoldOutlivesRecords(t *testing.T) {
+	r := newRouter(t, nil)
+	h := r.Hold(t0, "d", 40)
+	r.Reserve(t0, "d", 0, 2)
+	r.Observe("d", t0.Add(time.Second))
+	if _, blocks, _ := r.Reserved(t0.Add(time.Second), "d"); blocks != 40 {
+		t.Fatalf("after a record: %d blocks reserved, want the hold's 40", blocks)
+	}
+	if _, blocks, _ := r.Reserved(t0.Add(HeldTTL), "d"); blocks != 0 {
+		t.Errorf("past HeldTTL: %d blocks", blocks)
+	}
+	h = r.Hold(t0, "d", 40)
+	if !r.Release(h) {
+		t.Error("Release of a hold")
+	}
+	if _, blocks, _ := r.Reserved(t0, "d"); blocks != 0 {
+		t.Errorf("after Release: %d blocks", blocks)
+	}
+}
+
+// TestPrefillBusyThreshold pins the prefill pool's busy threshold: a prefill node is busy for
+// the prefill half past route.prefill_busy_queued_prefill_tokens, a mixed node past
+// route.busy_queued_prefill_tokens.
+func TestPrefillBusyThreshold(t *testing.T) {
+	r := newRouter(t, nil)
+	pre, mix := rolePeer("p", RolePrefill), rolePeer("m", RoleMixed)
+	pre.QueuedPrefillTokens, mix.QueuedPrefillTokens = 20000, 20000
+	var s PairSearch
+	r.Pair(t0, req(8000), []Peer{pre, mix, rolePeer("d", RoleDecode)}, 0, &s)
+	if got := names(s.Prefill); !equalStrings(got, []string{"p"}) {
+		t.Errorf("20,000 queued: prefill candidates %v, want [p] (the mixed node busy)", got)
+	}
+	pre.QueuedPrefillTokens = 40000
+	r.Pair(t0, req(8000), []Peer{pre, mix, rolePeer("d", RoleDecode)}, 0, &s)
+	if len(s.Prefill) != 0 || !s.Busy {
+		t.Errorf("40,000 queued: prefill candidates %v busy %v, want none, busy", names(s.Prefill), s.Busy)
+	}
 }
