@@ -33,7 +33,7 @@ func TestSplitRule(t *testing.T) {
 	loaded := rolePeer("m", "")
 	loaded.QueuedPrefillTokens = 16384
 	full := rolePeer("d", RoleDecode)
-	full.KVBlocksUsed = 990
+	full.KVBlocksUsed, full.DecodeStepSeconds = 990, 0.1 // still full when the half arrives
 	slowStep := rolePeer("m", RoleMixed)
 	slowStep.Running, slowStep.DecodeStepSeconds = 200, 0.3
 	tests := []struct {
@@ -118,10 +118,13 @@ func TestPairSearch(t *testing.T) {
 	noSeat := rolePeer("d3", RoleDecode)
 	noSeat.Running = 256
 	bigPrompt := rolePeer("d4", RoleDecode)
-	bigPrompt.KVBlocksUsed = 450 // 450 + 508 blocks of prompt and output > 95% of 1000
+	bigPrompt.KVBlocksUsed = 450      // 450 + 508 blocks of prompt and output > 95% of 1000
+	bigPrompt.DecodeStepSeconds = 0.1 // its residence of 128 steps outlasts the prefill
+	drains := rolePeer("d6", RoleDecode)
+	drains.KVBlocksUsed = 500 // busy now (500 + 508 > 950), a quarter released by the arrival (anti-phase)
 	batch := rolePeer("d5", RoleDecode)
 	batch.Running = 10
-	peers := []Peer{rolePeer("p1", RolePrefill), prefixed, queued, rolePeer("d1", RoleDecode), halfFull, noSeat, bigPrompt, batch, rolePeer("m", "")}
+	peers := []Peer{rolePeer("p1", RolePrefill), prefixed, queued, rolePeer("d1", RoleDecode), halfFull, noSeat, bigPrompt, batch, drains, rolePeer("m", "")}
 	var s PairSearch
 	r.Pair(t0, req(8000), peers, 0, &s)
 	names := func(cs []Candidate) []string {
@@ -134,8 +137,8 @@ func TestPairSearch(t *testing.T) {
 	if got, want := names(s.Prefill), []string{"p2", "p1", "m"}; !equalStrings(got, want) {
 		t.Errorf("prefill candidates %v, want %v (the prefix first, dedicated before mixed; the queue busy)", got, want)
 	}
-	if got, want := names(s.Decode), []string{"d1", "m", "d2", "d5"}; !equalStrings(got, want) {
-		t.Errorf("decode candidates %v, want %v (by TPOT, then free KV, dedicated before mixed; no seat and no room busy)", got, want)
+	if got, want := names(s.Decode), []string{"d1", "m", "d2", "d6", "d5"}; !equalStrings(got, want) {
+		t.Errorf("decode candidates %v, want %v (by TPOT, then free KV, dedicated before mixed; no seat and no room at the arrival busy)", got, want)
 	}
 	if !s.Busy {
 		t.Error("Busy = false with busy peers of both roles")
