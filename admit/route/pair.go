@@ -108,6 +108,7 @@ func prefillTime(cfg *Config, tokens int, rate float64) time.Duration {
 type PairSearch struct {
 	Prefill, Decode []Candidate
 	Busy            bool
+	full            []Candidate // decode peers busy by KV alone (pairSearch)
 }
 
 // pairSearch runs the pair's two searches over peers with rv the reservations per peer and
@@ -187,19 +188,33 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	if len(out.Prefill) > 0 {
 		arrive += out.Prefill[0].PredictedTTFT
 	}
+	out.full = out.full[:0]
 	for i := range peers {
 		p := &peers[i]
 		if _, dec := eligible(p); !dec {
 			continue
 		}
 		r := rv(p.Name)
-		if decodeBusy(cfg, req, bt, p, r, arrive) {
+		kv, seat := decodeBusy(cfg, req, bt, p, r, arrive)
+		if kv || seat {
 			out.Busy = true
+		}
+		if seat {
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, r)
 		c.Score = -c.PredictedTPOT.Seconds()
+		if kv {
+			out.full = append(out.full, c)
+			continue
+		}
 		out.Decode = append(out.Decode, c)
+	}
+	if len(out.Decode) == 0 {
+		// Every decode peer is short of KV: they stay candidates, so that admission judges
+		// their room at the half's arrival itself and refuses (decode_full) or queues
+		// (wait_decode) the request saying so, before its prefill.
+		out.Decode = append(out.Decode, out.full...)
 	}
 	slices.SortStableFunc(out.Decode, func(a, b Candidate) int {
 		ao, bo := tpotSLO > 0 && a.PredictedTPOT > tpotSLO, tpotSLO > 0 && b.PredictedTPOT > tpotSLO
@@ -240,24 +255,22 @@ func prefillBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 	return busy(cfg, r, bt, p, rv)
 }
 
-// decodeBusy is busy for the decode half: the whole prompt and the output in blocks (the
-// prompt arrives as KV, cached there or not) against the KV the peer will use when the half
-// arrives, after arrive (its used blocks draining over a residence of max_tokens steps, as
-// admission forecasts them: admit.DecodeForecast), and a seat.
-func decodeBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved, arrive time.Duration) bool {
+// decodeBusy is busy for the decode half: by KV, the whole prompt and the output in blocks
+// (the prompt arrives as KV, cached there or not) against the KV the peer will use when the
+// half arrives, after arrive (its used blocks draining over a residence of max_tokens steps,
+// as admission forecasts them: admit.DecodeForecast); by seat, no free seat or a waiting
+// queue.
+func decodeBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved, arrive time.Duration) (kv, seat bool) {
 	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
 		need := (max(req.PromptTokens, 0) + max(req.MaxTokens, 0) + bt - 1) / bt
 		if life := float64(max(req.MaxTokens, 1)) * p.DecodeStepSeconds; life > 0 {
 			used = rv.blocks + int(float64(p.KVBlocksUsed)*(1-min(arrive.Seconds()/life, 1)))
 		}
-		if float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
-			return true
-		}
+		kv = float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse
 	}
-	if p.MaxRunning > 0 && max(p.Running, 0)+rv.requests >= p.MaxRunning {
-		return true
-	}
-	return cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting
+	seat = p.MaxRunning > 0 && max(p.Running, 0)+rv.requests >= p.MaxRunning ||
+		cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting
+	return kv, seat
 }
 
 // BestPair is the first prefill candidate with a decode candidate on another peer, and that

@@ -212,3 +212,22 @@ func TestPrefillBusyThreshold(t *testing.T) {
 		t.Errorf("40,000 queued: prefill candidates %v busy %v, want none, busy", names(s.Prefill), s.Busy)
 	}
 }
+
+// TestFullDecodePeersStayCandidates pins that decode peers short of KV remain the decode
+// candidates when no other is left (admission then refuses or queues the request naming its
+// decode room), while a peer with no seat never is.
+func TestFullDecodePeersStayCandidates(t *testing.T) {
+	r := newRouter(t, nil)
+	full, noSeat := rolePeer("d1", RoleDecode), rolePeer("d2", RoleDecode)
+	full.KVBlocksUsed, full.DecodeStepSeconds = 990, 0.1
+	noSeat.Running = 256
+	var s PairSearch
+	r.Pair(t0, req(8000), []Peer{rolePeer("p", RolePrefill), full, noSeat}, 0, &s)
+	if got := names(s.Decode); !equalStrings(got, []string{"d1"}) || !s.Busy {
+		t.Errorf("decode candidates %v busy %v, want [d1], busy", got, s.Busy)
+	}
+	r.Pair(t0, req(8000), []Peer{rolePeer("p", RolePrefill), full, rolePeer("d3", RoleDecode)}, 0, &s)
+	if got := names(s.Decode); !equalStrings(got, []string{"d3"}) {
+		t.Errorf("with a roomy decode peer: %v, want [d3]", got)
+	}
+}
