@@ -60,34 +60,32 @@ func TestPairAdmission(t *testing.T) {
 	req := baseReq() // 100 + 100 tokens: 13 blocks of 16
 	step := 10 * time.Millisecond
 	tests := []struct {
-		name   string
-		opts   []Option
-		action Action
-		code   string
-		option int
-		pools  []string
+		name  string
+		opts  []Option
+		want  Decision // its Action, Code and Option
+		pools []string
 	}{
 		{"decode full now but drained at the arrival: admitted (anti-phase)",
 			[]Option{pairOpt(DecodeForecast{Total: 1000, Used: 1000, Step: step, Arrive: 2 * time.Second})},
-			Accept, CodeAccepted, 0, []string{PoolPrefill, PoolDecode}},
+			Decision{Action: Accept, Code: CodeAccepted, Option: 0}, []string{PoolPrefill, PoolDecode}},
 		{"decode empty now but the halves in flight fill it: queued (anti-phase)",
 			[]Option{pairOpt(DecodeForecast{Total: 1000, InFlight: 990, Step: step, Arrive: 100 * time.Millisecond})},
-			Queue, CodeWaitDecode, -1, []string{PoolDecode}},
+			Decision{Action: Queue, Code: CodeWaitDecode, Option: -1}, []string{PoolDecode}},
 		{"decode full and slow to drain: refused before the prefill",
 			[]Option{pairOpt(DecodeForecast{Total: 1000, Used: 1000, Step: time.Second, Arrive: 100 * time.Millisecond})},
-			Refuse, CodeDecodeFull, -1, []string{PoolDecode}},
+			Decision{Action: Refuse, Code: CodeDecodeFull, Option: -1}, []string{PoolDecode}},
 		{"over the decode mark, under the whole request's",
 			[]Option{pairOpt(DecodeForecast{Total: 1000, Used: 900, Step: step})},
-			Queue, CodeWaitDecode, -1, []string{PoolDecode}},
+			Decision{Action: Queue, Code: CodeWaitDecode, Option: -1}, []string{PoolDecode}},
 		{"no decode room, a mixed node has: whole",
 			[]Option{pairOpt(DecodeForecast{Total: 1000, Used: 1000, Step: time.Second}), idle()},
-			Accept, CodeAccepted, 1, []string{PoolWhole}},
+			Decision{Action: Accept, Code: CodeAccepted, Option: 1}, []string{PoolWhole}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := a.Admit(t0, req, tt.opts)
-			if d.Action != tt.action || d.Code != tt.code || d.Option != tt.option {
-				t.Fatalf("%v %s option %d (%s), want %v %s option %d", d.Action, d.Code, d.Option, d.Message, tt.action, tt.code, tt.option)
+			if w := tt.want; d.Action != w.Action || d.Code != w.Code || d.Option != w.Option {
+				t.Fatalf("%v %s option %d (%s), want %v %s option %d", d.Action, d.Code, d.Option, d.Message, w.Action, w.Code, w.Option)
 			}
 			if got := d.Pools(); !slices.Equal(got, tt.pools) {
 				t.Errorf("pools %v, want %v", got, tt.pools)
