@@ -301,7 +301,11 @@ func (a *Admitter) deadline(req Request) time.Time {
 // in blocks. A cached prefix saves prefill, not room: free KV counts cached blocks no running
 // request holds (they are evictable), and running the request takes them out of that pool. Only
 // a prefix another running request already holds would be shared, and no state tells which.
+// The prefill half, checked by its owner, holds the prompt only: the output is decoded elsewhere.
 func (a *Admitter) blocks(req Request, expected int, o Option) int {
+	if req.Role == RolePrefill && !o.Split {
+		expected = 0
+	}
 	bt := o.BlockTokens
 	if bt <= 0 {
 		m, _ := a.model(req.Model)
@@ -324,6 +328,16 @@ func fits(o Option, need int, thr float64) bool {
 		return true
 	}
 	return float64(o.TotalKVBlocks-free) <= thr*float64(o.TotalKVBlocks)
+}
+
+// onlyPairs reports whether every option is a pair: no whole candidate is left to fall back on.
+func onlyPairs(options []Option) bool {
+	for _, o := range options {
+		if !o.Split {
+			return false
+		}
+	}
+	return len(options) > 0
 }
 
 // kvRoom reports whether need blocks fit on o for a request of priority, at the mark of its
@@ -478,24 +492,33 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 	if req.OwnTTFT == 0 {
 		req.OwnTTFT = ownTTFT(prefill, options)
 	}
+	pool := splitPool(req, options)
 	out := func(r Decision) Decision {
 		r.Tenant, r.MaxTokens, r.ExpectedTokens, r.PrefillTokens = req.Tenant, d.MaxTokens, d.ExpectedTokens, prefill
-		r.OwnTTFT = req.OwnTTFT
+		r.OwnTTFT, r.Role = req.OwnTTFT, pool
+		if r.Option >= 0 {
+			r.Split = options[r.Option].Split
+			if !r.Split {
+				r.Role = req.Role // accepted whole: a split request's fallback leaves the prefill pool
+			}
+		}
 		if r.Refused() && r.Status == statusTooManyRequests && r.RetryAfter == 0 {
 			r.RetryAfter = a.room.RetryAfter(now)
 		}
 		return r
 	}
 
-	// Layer 4: KV.
+	// Layer 4: KV. A pair's room is its decode node's forecast for when the handover arrives.
 	fit, neverFit := -1, true
 	needs := make([]int, len(options))
+	views := make([]Option, len(options))
 	for i, o := range options {
+		views[i] = decodeView(o, d.ExpectedTokens)
 		needs[i] = a.blocks(req, d.ExpectedTokens, o)
 		if o.TotalKVBlocks <= 0 || needs[i] <= o.TotalKVBlocks {
 			neverFit = false
 		}
-		if fit < 0 && a.kvRoom(req.Priority, o, needs[i], a.conf().KV.QueueOn) {
+		if fit < 0 && a.kvRoom(req.Priority, views[i], needs[i], a.mark(req, o, false)) {
 			fit = i
 		}
 	}
@@ -507,22 +530,30 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 	// Layers 5 and 6: queue caps and priority, only for a request that has to wait.
 	var aheadN, aheadTokens int
 	if useRoom {
-		aheadN, aheadTokens = a.room.ahead(req.Model, req.Role, req.Tenant, req.Priority, a.deadline(req))
+		aheadN, aheadTokens = a.room.ahead(req.Model, pool, req.Tenant, req.Priority, a.deadline(req))
 	}
+	ttftSLO, tpotSLO := a.SLOFor(req)
+	waited := now.Sub(req.SLOClock())
 	queueCode := ""
 	switch {
+	case fit < 0 && onlyPairs(options):
+		// Refused before any prefill is spent on it when its decode room cannot come in time.
+		if r, full := a.decodeFull(options[0], needs[0], d.ExpectedTokens, waited, ttftSLO); full {
+			return out(r)
+		}
+		queueCode = CodeWaitDecode
 	case fit < 0:
 		queueCode = CodeWaitKV
 	case aheadN > 0:
 		queueCode = CodeWaitBehind
 	}
 	if queueCode != "" && useRoom {
-		ok, shed := a.room.canQueue(req.Model, req.Role, req.Tenant, req.Priority, prefill)
+		ok, shed := a.room.canQueue(req.Model, pool, req.Tenant, req.Priority, prefill)
 		switch {
 		case shed:
 			return out(refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", shedMessage))
 		case !ok:
-			n, t := a.room.Waiting(req.Model, req.Role)
+			n, t := a.room.Waiting(req.Model, pool)
 			return out(refuse(statusTooManyRequests, LayerQueue, CodeQueueFull, "",
 				"%d requests and %d prefill tokens are already waiting for this model", n, t))
 		}
@@ -532,8 +563,6 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 	// room drains into every candidate at once, so the queue ahead is priced at their combined
 	// prefill rate, not one candidate's.
 	ahead := aheadWait(aheadTokens, options)
-	ttftSLO, tpotSLO := a.SLOFor(req)
-	waited := now.Sub(req.SLOClock())
 	best, chosen := time.Duration(-1), -1
 	anyFeasible := false
 	for i, o := range options {
@@ -543,7 +572,7 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 		}
 		if ok {
 			anyFeasible = true
-			if chosen < 0 && queueCode == "" && a.kvRoom(req.Priority, o, needs[i], a.conf().KV.QueueOn) && a.spare(req.Priority, req.PromptTokens, o) {
+			if chosen < 0 && queueCode == "" && a.kvRoom(req.Priority, views[i], needs[i], a.mark(req, o, false)) && a.spare(req.Priority, req.PromptTokens, o) {
 				chosen = i
 			}
 		}
@@ -576,6 +605,9 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 	if d.PrefillTokens > 0 {
 		tokens = d.PrefillTokens
 	}
+	if d.Role != "" {
+		req.Role = d.Role // a split request waits in the prefill pool
+	}
 	return &Item{
 		ID: req.ID, Model: req.Model, Role: req.Role, Tenant: d.Tenant, Priority: req.Priority,
 		Tokens: tokens, Arrived: req.Arrived, Deadline: a.deadline(req),
@@ -604,20 +636,20 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		}
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
-		if a.kvRoom(it.Priority, o, need, a.conf().KV.QueueOff) && a.spare(it.Priority, it.Req.PromptTokens, o) {
+		if a.kvRoom(it.Priority, decodeView(o, it.ExpectedTokens), need, a.mark(it.Req, o, true)) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
-				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
+				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens, Role: it.Role, Split: o.Split}
 		}
 	}
 	if !anyFeasible && len(options) > 0 {
 		d := refuse(statusTooManyRequests, LayerSLO, CodeSLOUnattainable, "",
 			"waited %v; no candidate can still meet the TTFT target of %v", waited.Round(time.Millisecond), ttftSLO)
-		d.Tenant, d.MaxTokens, d.ExpectedTokens = it.Tenant, it.MaxTokens, it.ExpectedTokens
+		d.Tenant, d.MaxTokens, d.ExpectedTokens, d.Role = it.Tenant, it.MaxTokens, it.ExpectedTokens, it.Role
 		d.RetryAfter = time.Duration(a.conf().Queue.MinRetryAfter)
 		return d
 	}
 	return Decision{Action: Queue, Layer: LayerKV, Code: CodeWaitKV, Tenant: it.Tenant, Option: -1,
-		MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens}
+		MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens, Role: it.Role}
 }
 
 // Claim is the KV room a waiting-room head that cannot run yet waits for: its blocks on the

@@ -127,6 +127,14 @@ type KVConfig struct {
 	// Sheddable (or the mark above, if lower). Default 0.75: batch decodes hold their blocks for
 	// seconds, so a burst of interactive requests finds a quarter of the pool still free.
 	Sheddable float64 `json:"sheddable"`
+	// DecodeQueueOn and DecodeQueueOff are the marks of the decode pool of a disaggregated
+	// mesh (docs/design/disaggregation.md): a split request is accepted while its decode
+	// node's KV use predicted for when the handover arrives, after the request, stays ≤
+	// DecodeQueueOn, and dispatched from the room while it stays ≤ DecodeQueueOff. Defaults 0.9
+	// and 0.8, five points under the whole request's marks: the check is a forecast one
+	// prefill ahead, and a miss costs a prefill another node already spent.
+	DecodeQueueOn  float64 `json:"decode_queue_on"`
+	DecodeQueueOff float64 `json:"decode_queue_off"`
 }
 
 // QueueConfig is layers 5 and 6 and the waiting room. Zero fields take the defaults; the
@@ -144,6 +152,11 @@ type QueueConfig struct {
 	// is refused rather than queued. Default 4s (twice the interactive TTFT SLO). Negative
 	// ("-1s"): no derived cap, FallbackTokens always.
 	TargetTTFT Duration `json:"target_ttft"`
+	// PrefillTargetTTFT sizes the derived token cap of the (model, prefill) pool, the split
+	// requests waiting for a prefill node: PrefillTargetTTFT × the prefill pool's measured
+	// rate. Default 4s, as TargetTTFT; a prefill pool runs nothing else, so its backlog is
+	// judged on its own. Negative ("-1s"): FallbackTokens always.
+	PrefillTargetTTFT Duration `json:"prefill_target_ttft"`
 	// FallbackTokens is the token cap before any prefill rate is measured. Default 65536
 	// (about 4 s of one mid-size GPU's prefill).
 	FallbackTokens int `json:"fallback_tokens"`
@@ -230,20 +243,21 @@ func DefaultConfig() Config {
 			EstimateSigmas:     2,
 			EstimateMaxSeries:  4096,
 		},
-		KV: KVConfig{QueueOn: 0.95, QueueOff: 0.85, Sheddable: 0.75},
+		KV: KVConfig{QueueOn: 0.95, QueueOff: 0.85, Sheddable: 0.75, DecodeQueueOn: 0.9, DecodeQueueOff: 0.8},
 		Queue: QueueConfig{
-			MaxRequests:     1024,
-			TargetTTFT:      Duration(4 * time.Second),
-			FallbackTokens:  65536,
-			MaxTotal:        16384,
-			TTL:             Duration(60 * time.Second),
-			ShedFraction:    0.5,
-			MinChargeTokens: 16,
-			Backfill:        8,
-			DispatchSlack:   0.2,
-			DrainWindow:     Duration(10 * time.Second),
-			MinRetryAfter:   Duration(time.Second),
-			MaxRetryAfter:   Duration(60 * time.Second),
+			MaxRequests:       1024,
+			TargetTTFT:        Duration(4 * time.Second),
+			PrefillTargetTTFT: Duration(4 * time.Second),
+			FallbackTokens:    65536,
+			MaxTotal:          16384,
+			TTL:               Duration(60 * time.Second),
+			ShedFraction:      0.5,
+			MinChargeTokens:   16,
+			Backfill:          8,
+			DispatchSlack:     0.2,
+			DrainWindow:       Duration(10 * time.Second),
+			MinRetryAfter:     Duration(time.Second),
+			MaxRetryAfter:     Duration(60 * time.Second),
 		},
 		SLO: SLOConfig{
 			High:   ClassSLO{TTFT: Duration(time.Second), TPOT: Duration(100 * time.Millisecond)},
@@ -285,6 +299,7 @@ func DecodeConfig(data []byte, base Config) (Config, error) {
 		{"budget.estimate_sigmas", cfg.Budget.EstimateSigmas == 0, d.Budget.EstimateSigmas, false},
 		{"queue.max_requests", cfg.Queue.MaxRequests == 0, d.Queue.MaxRequests, true},
 		{"queue.target_ttft", cfg.Queue.TargetTTFT == 0, d.Queue.TargetTTFT, true},
+		{"queue.prefill_target_ttft", cfg.Queue.PrefillTargetTTFT == 0, d.Queue.PrefillTargetTTFT, true},
 		{"queue.shed_fraction", cfg.Queue.ShedFraction == 0, d.Queue.ShedFraction, true},
 		{"queue.backfill", cfg.Queue.Backfill == 0, d.Queue.Backfill, true},
 		{"queue.min_retry_after", cfg.Queue.MinRetryAfter == 0, d.Queue.MinRetryAfter, false},
@@ -342,9 +357,12 @@ func (c *Config) fill() {
 	setF(&c.KV.QueueOn, d.KV.QueueOn)
 	setF(&c.KV.QueueOff, d.KV.QueueOff)
 	setF(&c.KV.Sheddable, d.KV.Sheddable)
+	setF(&c.KV.DecodeQueueOn, d.KV.DecodeQueueOn)
+	setF(&c.KV.DecodeQueueOff, d.KV.DecodeQueueOff)
 	q, dq := &c.Queue, d.Queue
 	setI(&q.MaxRequests, dq.MaxRequests)
 	setD(&q.TargetTTFT, dq.TargetTTFT)
+	setD(&q.PrefillTargetTTFT, dq.PrefillTargetTTFT)
 	setI(&q.FallbackTokens, dq.FallbackTokens)
 	setI(&q.MaxTotal, dq.MaxTotal)
 	setD(&q.TTL, dq.TTL)
@@ -397,6 +415,9 @@ func (c *Config) validate() error {
 	}
 	if !(c.KV.QueueOff > 0 && c.KV.QueueOff <= c.KV.QueueOn && c.KV.QueueOn <= 1) || !(c.KV.Sheddable > 0 && c.KV.Sheddable <= 1) {
 		return bad("kv: want 0 < queue_off ≤ queue_on ≤ 1 and 0 < sheddable ≤ 1")
+	}
+	if !(c.KV.DecodeQueueOff > 0 && c.KV.DecodeQueueOff <= c.KV.DecodeQueueOn && c.KV.DecodeQueueOn <= 1) {
+		return bad("kv: want 0 < decode_queue_off ≤ decode_queue_on ≤ 1")
 	}
 	q := c.Queue
 	if q.MaxTokens < 0 || q.FallbackTokens < 1 || q.MaxTotal < 1 ||

@@ -119,7 +119,7 @@ func (r *WaitingRoom) SetConfig(cfg QueueConfig) error {
 
 // SetPrefillRate records the measured prefill throughput (tokens/s, summed over the pool's
 // nodes) of a (model, role); with QueueConfig.MaxTokens 0 the pool's token cap becomes
-// TargetTTFT × rate.
+// TargetTTFT × rate (PrefillTargetTTFT × rate for the prefill pool of split requests).
 func (r *WaitingRoom) SetPrefillRate(model, role string, tokensPerSecond float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,8 +140,12 @@ func (r *WaitingRoom) tokenCapLocked(p *pool) int {
 	if r.cfg.MaxTokens > 0 {
 		return r.cfg.MaxTokens
 	}
-	if p != nil && p.rateTPS > 0 && r.cfg.TargetTTFT > 0 {
-		return max(int(p.rateTPS*time.Duration(r.cfg.TargetTTFT).Seconds()), 1)
+	target := r.cfg.TargetTTFT
+	if p != nil && p.key.role == RolePrefill {
+		target = r.cfg.PrefillTargetTTFT
+	}
+	if p != nil && p.rateTPS > 0 && target > 0 {
+		return max(int(p.rateTPS*time.Duration(target).Seconds()), 1)
 	}
 	return r.cfg.FallbackTokens
 }

@@ -146,6 +146,10 @@ type Decision struct {
 	PrefillTokens int
 	// OwnTTFT is Request.OwnTTFT as this decision used it (computed if the request had none).
 	OwnTTFT time.Duration
+	// Role is the room pool the decision counted in: RolePrefill for a request whose first
+	// option was a pair, the request's own Role otherwise. Split: the chosen option is a pair.
+	Role  string
+	Split bool
 	// Priority is the priority Identify grants: the one asked for, or its key's maximum when
 	// it asked for more (PriorityClamped). The node runs the request at Priority.
 	Priority        int
@@ -169,6 +173,12 @@ type Option struct {
 	// PrefillTokensPerSecond is the peer's measured prefill rate; summed over the options, it
 	// prices the tokens queued ahead in the waiting room. 0: unknown (left out of the sum).
 	PrefillTokensPerSecond float64
+	// Split marks a split request's pair (docs/design/disaggregation.md): Peer is the prefill
+	// node, and the request's KV is judged on Decode, the decode node's room forecast for when
+	// the handover arrives (role.go), at the decode pool's marks. A request whose first option
+	// is a pair waits in the prefill pool.
+	Split  bool
+	Decode DecodeForecast
 }
 
 // RetryAfterSeconds renders d for the Retry-After header: whole seconds, rounded up, at least 1.

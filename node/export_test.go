@@ -35,3 +35,25 @@ func (n *Node) RegisterAgent(id string) error {
 // RefreshMeshTokens takes the peers' published bytes per token now, as the room loop does
 // once a second.
 func (n *Node) RefreshMeshTokens() { n.updateMeshTokens() }
+
+// HoldKV makes the node report blocks more KV blocks used than its engine holds: in its state
+// record and its owner's check (gossiped), or in its owner's check alone, as a node whose room
+// changed since its last record would (!gossiped). 0 ends it.
+func (n *Node) HoldKV(blocks int, gossiped bool) {
+	if gossiped {
+		n.testKVHeld.Store(int64(blocks))
+		return
+	}
+	n.testKVOwnerHeld.Store(int64(blocks))
+}
+
+// PeerKVUsed is the KV blocks peer's last state record, as this node holds it, says are used
+// (-1: no record).
+func (n *Node) PeerKVUsed(peer string) int {
+	for _, m := range n.g.Members() {
+		if m.Name == peer {
+			return m.State.KVBlocksUsed
+		}
+	}
+	return -1
+}

@@ -298,6 +298,12 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	start := now.Add(-h.Waited)
 	a := &p.adm
 	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
+	switch {
+	case h.Prefill:
+		a.Role = admit.RolePrefill // checked on the prompt's KV only
+	case h.Handover != nil:
+		a.Role = admit.RoleDecode // checked at the decode pool's mark
+	}
 	p.req.Priority = a.Priority
 	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
 	p.agentFinal = a.Agent != "" && h.AgentFinal

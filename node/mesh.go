@@ -25,7 +25,7 @@ func (n *Node) localState() gossip.State {
 		EngineHealthy:          st.Healthy && !n.isDraining(),
 		BlockTokens:            st.BlockTokens,
 		KVBlocksTotal:          st.KVBlocksTotal,
-		KVBlocksUsed:           st.KVBlocksUsed,
+		KVBlocksUsed:           st.KVBlocksUsed + int(n.testKVHeld.Load()),
 		HitRate:                st.HitRate,
 		Running:                st.Running,
 		Waiting:                st.Waiting,
@@ -230,6 +230,7 @@ func (v *view) add(m *gossip.Member, quic string, dirty, ejected bool) {
 func (n *Node) selfPeer(blocks []uint64) route.Peer {
 	self := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: n.localState(), Self: true, Candidate: true}
 	p := peerOf(&self)
+	p.KVBlocksUsed += int(n.testKVOwnerHeld.Load())
 	if n.g != nil {
 		for _, mt := range n.g.LongestPrefix(blocks, nil) {
 			if mt.Peer == n.cfg.Name {

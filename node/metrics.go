@@ -30,6 +30,7 @@ type metrics struct {
 	disagg    *prometheus.CounterVec // outcome: disaggOutcomes
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
+	poolDecisions  *prometheus.CounterVec // pool (admit.Pool*), decision
 	queued         prometheus.Counter
 	backfilled     prometheus.Counter
 	queueTime      prometheus.Histogram
@@ -50,7 +51,17 @@ func (m *metrics) decision(layer string, a admit.Action, code string) {
 	m.decisions.WithLabelValues(layer, a.String(), code).Inc()
 }
 
-func (m *metrics) decisionOf(d admit.Decision) { m.decision(d.Layer, d.Action, d.Code) }
+// decisionOf counts d by layer and, past the checks of the request itself (validation and
+// identity, before any pool is chosen), by the role pools it counted against.
+func (m *metrics) decisionOf(d admit.Decision) {
+	m.decision(d.Layer, d.Action, d.Code)
+	if d.Layer == admit.LayerValidation || d.Layer == admit.LayerIdentity {
+		return
+	}
+	for _, p := range d.Pools() {
+		m.poolDecisions.WithLabelValues(p, d.Action.String()).Inc()
+	}
+}
 
 // Bucket edges in seconds. latencyBuckets holds the default TTFT SLOs (1 s high, 2 s normal,
 // 30 s low) and tpotBuckets the default TPOT ones (100 ms, 200 ms); newMetrics adds the
@@ -140,12 +151,20 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 			Name: "kvmesh_migrations_total", Help: "Requests whose owner failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it).",
 		}, []string{"outcome"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, decode_failed).",
+			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, handover_queued, decode_failed).",
 		}, []string{"outcome"}),
 	}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_admission_decisions_total", Help: "Admission verdicts, by layer, decision (accept, queue, refuse) and reason.",
 	}, []string{"layer", "decision", "reason"})
+	m.poolDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvmesh_admission_pool_decisions_total", Help: "Admission verdicts by role pool (whole, prefill, decode: a split request's accept counts in both of its pools, a verdict on its decode room in decode) and decision (accept, queue, refuse).",
+	}, []string{"pool", "decision"})
+	for _, p := range []string{admit.PoolWhole, admit.PoolPrefill, admit.PoolDecode} {
+		for _, a := range []admit.Action{admit.Accept, admit.Queue, admit.Refuse} {
+			m.poolDecisions.WithLabelValues(p, a.String())
+		}
+	}
 	m.queued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvmesh_admission_queued_total", Help: "Requests that waited in this node's waiting room.",
 	})
@@ -205,7 +224,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg,
-			m.decisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
+			m.decisions, m.poolDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, buildInfo)
 	}
 	return m

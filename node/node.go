@@ -66,12 +66,15 @@ type Node struct {
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
 	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
 	inFlightTokens atomic.Int64
-	advertiseHTTP  string
-	advertiseQUIC  string
-	bgCancel       context.CancelFunc
-	bg             sync.WaitGroup
-	forwarded      atomic.Int64 // requests peers forwarded here, in flight
-	serving        atomic.Int64 // HTTP requests in their handlers
+	// Test hooks (export_test.go): KV blocks reported used beyond the engine's, in the state
+	// record and the owner's check (testKVHeld), or in the owner's check alone (testKVOwnerHeld).
+	testKVHeld, testKVOwnerHeld atomic.Int64
+	advertiseHTTP               string
+	advertiseQUIC               string
+	bgCancel                    context.CancelFunc
+	bg                          sync.WaitGroup
+	forwarded                   atomic.Int64 // requests peers forwarded here, in flight
+	serving                     atomic.Int64 // HTTP requests in their handlers
 
 	// Reloads (reload.go) take turns under reloadMu, which guards the fields after it.
 	reloadMu  sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit/route"
@@ -25,8 +26,9 @@ import (
 // the next prefill candidates are tried, then the request's whole candidates (mixed nodes),
 // else it waits for room (every node refused) or ends with a 502 (attempts failed); when d
 // refuses or fails before its first byte, the next decode candidates are tried with the same
-// handover, else the request ends with an explicit error (CodeDecodeUnavailable,
-// CodeDecodeFailed). Either half may run on this node itself.
+// handover; when they all refused, the handover waits for decode room until the request's
+// deadline (handoverDeadline), else the request ends with an explicit error
+// (CodeDecodeUnavailable, CodeDecodeFailed). Either half may run on this node itself.
 
 // Refusal and failure codes of the pair's flow.
 const (
@@ -55,11 +57,12 @@ const (
 	disaggPrefillRetried = "prefill_retried" // a prefill node refused or failed; another was tried
 	disaggPrefillFailed  = "prefill_failed"  // no prefill node handed over: whole candidates, the room or a 502
 	disaggDecodeRetried  = "decode_retried"  // a decode node refused or failed before its first byte; another was tried
+	disaggHandoverQueued = "handover_queued" // every decode node refused the handover: it waited for decode room
 	disaggDecodeFailed   = "decode_failed"   // no decode node took the handover: the request ended with an error
 )
 
 var disaggOutcomes = []string{disaggSplit, disaggWholeShort, disaggWholeLink, disaggWholeMixed, disaggWholeNoPair,
-	disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggDecodeFailed}
+	disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggHandoverQueued, disaggDecodeFailed}
 
 // wholeOutcome is the metric outcome of the split rule's reason for a whole request.
 func wholeOutcome(why string) string {
@@ -161,6 +164,42 @@ func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepa
 		return outcome{code: openai.CodeClientClosed}
 	}
 	return outcome{completed: true}
+}
+
+// decodePeers adds to list every other peer of v that can decode model: a waiting handover is
+// offered to any decode node that has room by now, the ones the search left out as busy, or
+// as having refused lately, included.
+func decodePeers(v *view, model, from string, list []*route.Candidate) []*route.Candidate {
+	for i := range v.Peers {
+		q := &v.Peers[i]
+		switch {
+		case q.Name == from, q.WholeOnly, !q.Healthy, q.Ejected, q.Role != route.RoleDecode && !route.IsMixed(q.Role),
+			!slices.Contains(q.Models, model),
+			slices.ContainsFunc(list, func(c *route.Candidate) bool { return c.Name == q.Name }):
+			continue
+		}
+		list = append(list, &route.Candidate{Peer: i, Name: q.Name})
+	}
+	return list
+}
+
+// handoverRetry is how often a handover every decode node refused is offered to them again:
+// a few decode steps, so a seat freed is taken within a step or two of it.
+const handoverRetry = 20 * time.Millisecond
+
+// handoverDeadline is how long a handover may wait for decode room: until the request's TTFT
+// deadline or its queue TTL, whichever comes first.
+func (n *Node) handoverDeadline(p *prepared) time.Time {
+	ttft, _ := n.adm.SLOFor(p.adm)
+	ttl := time.Duration(n.adm.Config().Queue.TTL)
+	if p.adm.QueueTTL > 0 && p.adm.QueueTTL < ttl {
+		ttl = p.adm.QueueTTL
+	}
+	deadline := p.adm.SLOClock().Add(ttft)
+	if end := p.adm.Arrived.Add(ttl); end.Before(deadline) {
+		deadline = end
+	}
+	return deadline
 }
 
 // maxHandoverAnswer bounds a prefill owner's answer body: the params and four uvarints.
@@ -278,6 +317,7 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 		if tries > 1 {
 			n.m.disagg.WithLabelValues(disaggDecodeRetried).Inc()
 		}
+		n.planner.Handover(time.Now(), &t.Plan, d.Name)
 		if t.v.Peers[d.Peer].Self {
 			n.m.forwards.WithLabelValues("local").Inc()
 			return n.serveLocal(ctx, w, p, start, "local"), true
@@ -289,31 +329,51 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 		lastCode = res.lastCode
 		return o, done
 	}
+	// The decode candidates: the pair's, then the search's next ones, at most ForwardAttempts.
+	var decoders []*route.Candidate
 	if pr.Decode.Name != from {
-		if o, done := decode(&pr.Decode); done {
-			n.stick(p, pr.Decode.Name)
-			return o, true
-		}
+		decoders = append(decoders, &pr.Decode)
 	}
 	for i := range t.Search.Decode {
-		d := &t.Search.Decode[i]
-		if tries >= n.cfg.ForwardAttempts || ctx.Err() != nil {
+		if d := &t.Search.Decode[i]; len(decoders) < n.cfg.ForwardAttempts && d.Name != pr.Decode.Name && d.Name != from {
+			decoders = append(decoders, d)
+		}
+	}
+	// Every decode node refusing is a room that changed while the prompt prefilled: the
+	// prefill is done, so the handover waits for decode room and is offered again each
+	// handoverRetry, until the request's TTFT deadline or queue TTL, before it is given up.
+	deadline := n.handoverDeadline(p)
+	for pass := 0; ; pass++ {
+		for _, d := range decoders {
+			if ctx.Err() != nil || failCode != "" && pass > 0 {
+				break
+			}
+			if o, done := decode(d); done {
+				n.stick(p, d.Name)
+				return o, true
+			}
+		}
+		if failCode != "" || ctx.Err() != nil || len(decoders) == 0 || !time.Now().Add(handoverRetry).Before(deadline) {
 			break
 		}
-		if d.Name == pr.Decode.Name || d.Name == from {
-			continue
+		if pass == 0 {
+			n.m.disagg.WithLabelValues(disaggHandoverQueued).Inc()
+			decoders = decodePeers(&t.v, p.adm.Model, from, decoders)
 		}
-		if o, done := decode(d); done {
-			n.stick(p, d.Name)
-			return o, true
+		timer := time.NewTimer(handoverRetry)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
 		}
+		timer.Stop()
 	}
 	if ctx.Err() != nil {
 		return outcome{code: openai.CodeClientClosed, refused: true}, true
 	}
 	n.m.disagg.WithLabelValues(disaggDecodeFailed).Inc()
 	e := openai.NewError(http.StatusServiceUnavailable, CodeDecodeUnavailable,
-		fmt.Sprintf("the prompt was prefilled on node %s, but no decode node took its KV (%d tried; the last said %s)", from, tries, lastCode))
+		fmt.Sprintf("the prompt was prefilled on node %s, but no decode node took its KV until the request's deadline (%d tries over %v; the last said %s)",
+			from, tries, time.Since(start).Round(time.Millisecond), lastCode))
 	if failCode != "" {
 		e = openai.NewError(http.StatusBadGateway, CodeDecodeFailed,
 			fmt.Sprintf("the prompt was prefilled on node %s, but no decode node could run it (%d tried; a failure: %s)", from, tries, failCode))

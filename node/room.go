@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 )
 
@@ -45,7 +46,7 @@ func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
 	}
 	if err != nil {
 		t.D = admit.Decision{Action: admit.Refuse, Status: 429, Layer: admit.LayerQueue, Code: admit.CodeQueueFull,
-			Message: "the waiting room is full", RetryAfter: n.adm.Room().RetryAfter(now)}
+			Message: "the waiting room is full", RetryAfter: n.adm.Room().RetryAfter(now), Role: it.Role}
 		if !errors.Is(err, admit.ErrQueueFull) {
 			t.D.Message = err.Error()
 		}
@@ -83,6 +84,7 @@ func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
 // settle ends a waiter's wait with decision d (already removed from the room).
 func (n *Node) settle(it *admit.Item, d admit.Decision) {
 	wt := it.Value.(*waiter)
+	d.Role = it.Role
 	wt.t.D = d
 	n.m.decisionOf(d)
 	close(wt.ready)
@@ -171,12 +173,20 @@ func (n *Node) updateKeyUsage(now time.Time) {
 }
 
 // updatePrefillRates tells the waiting room each model's prefill throughput across the mesh,
-// from which it derives its token cap (target TTFT × rate).
+// from which it derives its token caps (target TTFT × rate): the whole requests' pool counts
+// the nodes that run whole requests, the split requests' (prefill) pool those that run a
+// prefill half.
 func (n *Node) updatePrefillRates() {
-	rates := map[string]float64{}
+	type key struct{ model, role string }
+	rates := map[key]float64{}
 	add := func(s gossip.State) {
 		for _, m := range s.Models {
-			rates[m.Name] += s.PrefillTokensPerSecond
+			if s.Role != route.RoleDecode {
+				rates[key{m.Name, admit.RolePrefill}] += s.PrefillTokensPerSecond
+			}
+			if !route.IsHalf(s.Role) {
+				rates[key{m.Name, ""}] += s.PrefillTokensPerSecond
+			}
 		}
 	}
 	if n.g == nil {
@@ -188,7 +198,7 @@ func (n *Node) updatePrefillRates() {
 			}
 		}
 	}
-	for model, r := range rates {
-		n.adm.Room().SetPrefillRate(model, "", r)
+	for k, r := range rates {
+		n.adm.Room().SetPrefillRate(k.model, k.role, r)
 	}
 }

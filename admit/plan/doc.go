@@ -22,10 +22,14 @@
 //   - ModeNone and ModeQueueCap send every valid request to the first candidate at once.
 //   - An accept reserves the request's uncached prefill and KV blocks on the chosen candidate
 //     (Reserve; Release gives them back), so the next decision sees them before gossip does.
+//   - A pair's option judges the decode node's KV as forecast for when the handover arrives
+//     (admit.DecodeForecast): its used blocks draining, this node's holds there and its share
+//     of the prefill pool's queued work coming. Its accept holds the decode blocks until the
+//     handover (Handover), when they become a reservation on the node that takes it.
 //
 // # Concurrency
 //
-// A Planner holds no mutable state of its own; it is as safe for concurrent use as the policy
-// and admitter it is given (both are). A Plan and a View belong to one request at a time.
+// A Planner's own state is one counter, the decode blocks its split requests hold while they
+// prefill; it is as safe for concurrent use as the policy and admitter it is given (both are). A Plan and a View belong to one request at a time.
 // Package plan has no goroutines, no sockets, and takes time from its callers.
 package plan

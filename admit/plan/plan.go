@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -109,6 +110,9 @@ type Planner struct {
 	adm    *admit.Admitter
 	policy route.Policy
 	grid   Grid
+	// held is the decode blocks of this node's split requests still prefilling (Hold): they
+	// are in the prefill nodes' gossiped queues too, and are not counted twice (inFlight).
+	held atomic.Int64
 }
 
 // New returns a Planner over the admitter and the routing policy; grid nil turns carbon
@@ -176,6 +180,9 @@ type Plan struct {
 	Search    route.PairSearch
 	SplitWhy  string
 	ResDecode route.Reservation
+	// decodeHeld: ResDecode is a Hold (the half still prefilling), not yet a reservation on
+	// the decode node the handover went to (Handover).
+	decodeHeld bool
 }
 
 // Ingress decides a new request over v: Accept (reserving on the chosen candidate), Queue or
@@ -225,7 +232,7 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	for i := range pl.Cands {
 		c := &pl.Cands[i]
 		if c.Pair != nil {
-			pl.Opts = append(pl.Opts, pairOption(c, v, req.Priority))
+			pl.Opts = append(pl.Opts, p.pairOption(c, v, req))
 			continue
 		}
 		pl.Opts = append(pl.Opts, OptionOf(c, &v.Peers[c.Peer], req.Priority, v.BlockTokens))
@@ -287,13 +294,46 @@ func (p *Planner) pair(now time.Time, req admit.Request, rreq route.Request, v *
 }
 
 // pairOption is the pair candidate c as admission's option: the pair's TTFT and TPOT, the
-// prefill peer's cached prefix and rate, and the decode peer's KV, which holds the request.
-func pairOption(c *route.Candidate, v *View, priority int) admit.Option {
+// prefill peer's cached prefix and rate, and the decode peer's KV, which holds the request,
+// forecast for when the handover arrives there (t_a = now + TTFT_pair − step_d).
+func (p *Planner) pairOption(c *route.Candidate, v *View, req admit.Request) admit.Option {
 	d := &c.Pair.Decode
-	o := OptionOf(d, &v.Peers[d.Peer], priority, v.BlockTokens)
+	peer := &v.Peers[d.Peer]
+	o := OptionOf(d, peer, req.Priority, v.BlockTokens)
 	o.Peer, o.PredictedTTFT, o.PredictedTPOT = c.Name, c.PredictedTTFT, c.PredictedTPOT
 	o.CachedTokens, o.PrefillTokensPerSecond = c.Terms.PrefixTokens, v.Peers[c.Peer].PrefillTokensPerSecond
+	o.Split = true
+	o.Decode = admit.DecodeForecast{
+		Node: d.Name, Total: peer.KVBlocksTotal,
+		Used:     peer.KVBlocksUsed + QueuedBlocks(route.QueuedAhead(peer, req.Priority), v.BlockTokens),
+		InFlight: d.Terms.ReservedBlocks + othersInFlight(v, req.Model, int(p.held.Load())),
+		Step:     d.Terms.Step, Arrive: max(c.PredictedTTFT-d.Terms.Step, 0),
+	}
 	return o
+}
+
+// othersInFlight is one decode node's share of the split requests other ingresses sent the
+// prefill pool of model: the prefill nodes' gossiped queued prefill, in blocks, less the
+// blocks this node holds for its own (held), over the nodes that can decode it. Only the
+// prompt's blocks are known; the output's are not counted.
+func othersInFlight(v *View, model string, held int) int {
+	queued, decoders := 0, 0
+	for i := range v.Peers {
+		peer := &v.Peers[i]
+		if !peer.Healthy || !slices.Contains(peer.Models, model) {
+			continue
+		}
+		switch {
+		case peer.Role == route.RolePrefill:
+			queued += QueuedBlocks(peer.QueuedPrefillTokens, v.BlockTokens)
+		case !peer.WholeOnly && (peer.Role == route.RoleDecode || route.IsMixed(peer.Role)):
+			decoders++
+		}
+	}
+	if decoders == 0 {
+		return 0
+	}
+	return max(queued-held, 0) / decoders
 }
 
 func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request {
@@ -315,9 +355,11 @@ func (p *Planner) Reserve(now time.Time, req admit.Request, pl *Plan, i int) {
 	c := &pl.Cands[i]
 	prefill := max(req.PromptTokens-c.Terms.PrefixTokens, 0)
 	if c.Pair != nil {
-		// The prefill peer computes the prompt; the decode peer holds the request's KV.
+		// The prefill peer computes the prompt; the decode peer will hold the request's KV,
+		// from the handover on: held until then (Handover).
 		pl.Res = p.policy.Reserve(now, c.Name, prefill, 0)
-		pl.ResDecode = p.policy.Reserve(now, c.Pair.Decode.Name, 0, pl.D.KVBlocks)
+		pl.ResDecode, pl.decodeHeld = p.policy.Hold(now, c.Pair.Decode.Name, pl.D.KVBlocks), true
+		p.held.Add(int64(pl.ResDecode.Blocks))
 		pl.Reserved = true
 		return
 	}
@@ -329,12 +371,32 @@ func (p *Planner) Reserve(now time.Time, req admit.Request, pl *Plan, i int) {
 func (p *Planner) Release(pl *Plan) {
 	if pl.Reserved {
 		p.policy.Release(pl.Res)
-		if pl.ResDecode.Peer != "" {
-			p.policy.Release(pl.ResDecode)
-			pl.ResDecode = route.Reservation{}
-		}
+		p.releaseDecode(pl)
 		pl.Reserved = false
 	}
+}
+
+func (p *Planner) releaseDecode(pl *Plan) {
+	if pl.ResDecode.Peer == "" {
+		return
+	}
+	p.policy.Release(pl.ResDecode)
+	if pl.decodeHeld {
+		p.held.Add(-int64(pl.ResDecode.Blocks))
+	}
+	pl.ResDecode, pl.decodeHeld = route.Reservation{}, false
+}
+
+// Handover moves a split request's decode blocks, held while it prefilled, onto peer, the
+// decode node its handover goes to now (the pair's, or another decode candidate), as a
+// reservation there that peer's next record clears.
+func (p *Planner) Handover(now time.Time, pl *Plan, peer string) {
+	if !pl.Reserved || pl.ResDecode.Peer == "" {
+		return
+	}
+	blocks := pl.ResDecode.Blocks
+	p.releaseDecode(pl)
+	pl.ResDecode = p.policy.Reserve(now, peer, 0, blocks)
 }
 
 // shed applies the carbon rule to the candidates of a request of priority: a sheddable

@@ -181,6 +181,11 @@ type Config struct {
 	// Disaggregated prefill and decode (pair.go, docs/design/disaggregation.md): the split
 	// rule's constants. Used only in a mesh with prefill or decode peers.
 
+	// PrefillBusyQueuedPrefillTokens is BusyQueuedPrefillTokens for a prefill node in the
+	// prefill half's search. Default 32768, twice a mixed node's: a prefill node runs no decode
+	// whose TPOT its queue would stretch, so its queue is bounded by the TTFT alone (about 1 s
+	// of prefill at 31k tokens/s, half the interactive TTFT target).
+	PrefillBusyQueuedPrefillTokens int `json:"prefill_busy_queued_prefill_tokens"`
 	// SplitMinTokens is P_min: a request whose uncached prompt on the best mixed candidate is
 	// shorter runs whole. Default 2048, the embedded engine's step budget: a prompt that fits
 	// one chunk lengthens a mixed node's decodes for a single step.
@@ -219,33 +224,34 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxAge:                        3 * time.Second,
-		StalePolicy:                   StaleClosed,
-		BusyKVUse:                     0.95,
-		BusyQueuedPrefillTokens:       16384,
-		BusyWaiting:                   5,
-		PowerCapFraction:              1.0,
-		ThermalSoftC:                  80,
-		ThermalHardC:                  90,
-		Weights:                       Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5},
-		LoadHalfTokens:                16384,
-		DefaultPrefillTokensPerSecond: 20000,
-		DefaultDecodeStepSeconds:      0.02,
-		DecodeBatchShare:              0.5,
-		GateSlackFactor:               1,
-		GateMaxSlack:                  5 * time.Second,
-		GateTolerance:                 25 * time.Millisecond,
-		Epsilon:                       0.02,
-		MaxSessions:                   65536,
-		ReservationTTL:                3 * time.Second,
-		ObserveMargin:                 200 * time.Millisecond,
-		MaxReservationsPerPeer:        4096,
-		SplitMinTokens:                2048,
-		KVBytesPerToken:               128 << 10,
-		LinkGBps:                      25,
-		SplitHop:                      time.Millisecond,
-		Eject:                         DefaultEjectConfig(),
-		RetryBudget:                   DefaultRetryBudgetConfig(),
+		MaxAge:                         3 * time.Second,
+		StalePolicy:                    StaleClosed,
+		BusyKVUse:                      0.95,
+		BusyQueuedPrefillTokens:        16384,
+		BusyWaiting:                    5,
+		PowerCapFraction:               1.0,
+		ThermalSoftC:                   80,
+		ThermalHardC:                   90,
+		Weights:                        Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5},
+		LoadHalfTokens:                 16384,
+		DefaultPrefillTokensPerSecond:  20000,
+		DefaultDecodeStepSeconds:       0.02,
+		DecodeBatchShare:               0.5,
+		GateSlackFactor:                1,
+		GateMaxSlack:                   5 * time.Second,
+		GateTolerance:                  25 * time.Millisecond,
+		Epsilon:                        0.02,
+		MaxSessions:                    65536,
+		ReservationTTL:                 3 * time.Second,
+		ObserveMargin:                  200 * time.Millisecond,
+		MaxReservationsPerPeer:         4096,
+		SplitMinTokens:                 2048,
+		PrefillBusyQueuedPrefillTokens: 32768,
+		KVBytesPerToken:                128 << 10,
+		LinkGBps:                       25,
+		SplitHop:                       time.Millisecond,
+		Eject:                          DefaultEjectConfig(),
+		RetryBudget:                    DefaultRetryBudgetConfig(),
 	}
 }
 
@@ -292,6 +298,7 @@ func (c *Config) fill() error {
 	fillDur(&c.ObserveMargin, d.ObserveMargin)
 	fillI(&c.MaxReservationsPerPeer, d.MaxReservationsPerPeer)
 	fillI(&c.SplitMinTokens, d.SplitMinTokens)
+	fillI(&c.PrefillBusyQueuedPrefillTokens, d.PrefillBusyQueuedPrefillTokens)
 	if c.KVBytesPerToken == 0 {
 		c.KVBytesPerToken = d.KVBytesPerToken
 	}
@@ -356,6 +363,8 @@ func (c *Config) validate() error {
 		return bad("ReservationTTL %v is negative", c.ReservationTTL)
 	case c.MaxReservationsPerPeer < 0:
 		return bad("MaxReservationsPerPeer %d is negative", c.MaxReservationsPerPeer)
+	case c.PrefillBusyQueuedPrefillTokens < 0:
+		return bad("PrefillBusyQueuedPrefillTokens %d is negative", c.PrefillBusyQueuedPrefillTokens)
 	case c.SplitMinTokens < 0:
 		return bad("SplitMinTokens %d is negative", c.SplitMinTokens)
 	case c.KVBytesPerToken < 0:

@@ -108,6 +108,7 @@ func prefillTime(cfg *Config, tokens int, rate float64) time.Duration {
 type PairSearch struct {
 	Prefill, Decode []Candidate
 	Busy            bool
+	full            []Candidate // decode peers busy by KV alone (pairSearch)
 }
 
 // pairSearch runs the pair's two searches over peers with rv the reservations per peer and
@@ -131,47 +132,41 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	vendors := cfg.ModelVendors[req.Model]
 	out.Prefill, out.Decode, out.Busy = out.Prefill[:0], out.Decode[:0], false
 	prompt := max(req.PromptTokens, 0)
-	for i := range peers {
-		p := &peers[i]
-		pre, dec := IsMixed(p.Role) || p.Role == RolePrefill, IsMixed(p.Role) || p.Role == RoleDecode
+	eligible := func(p *Peer) (pre, dec bool) {
+		pre, dec = IsMixed(p.Role) || p.Role == RolePrefill, IsMixed(p.Role) || p.Role == RoleDecode
 		switch {
 		case !pre && !dec, p.WholeOnly, !slices.Contains(p.Models, req.Model):
-			continue
+			return false, false
 		case !p.Self && (p.Stale || p.Age > cfg.MaxAge) && cfg.StalePolicy == StaleClosed,
 			!p.Healthy, p.Ejected:
-			continue
+			return false, false
 		case need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes,
 			len(vendors) > 0 && !slices.Contains(vendors, p.Vendor):
-			continue
+			return false, false
 		case p.TempC >= cfg.ThermalHardC:
+			return false, false
+		case refused(p.Name):
+			out.Busy = true
+			return false, false
+		}
+		return pre, dec
+	}
+	for i := range peers {
+		p := &peers[i]
+		if pre, _ := eligible(p); !pre {
 			continue
 		}
 		r := rv(p.Name)
-		if refused(p.Name) {
+		if prefillBusy(cfg, req, bt, p, r) {
 			out.Busy = true
 			continue
 		}
-		if pre {
-			if prefillBusy(cfg, req, bt, p, r) {
-				out.Busy = true
-			} else {
-				c := evaluate(cfg, req, bt, i, p, r)
-				t := &c.Terms
-				c.Score = on(cfg.Weights.Prefix)*t.Prefix - on(cfg.Weights.Load)*t.Load
-				// The prefill half's TTFT ends with the prompt's KV: no decode step.
-				c.PredictedTTFT = prefillTime(cfg, QueuedAhead(p, req.Priority)+r.prefill+prompt-t.PrefixTokens, t.PrefillRate)
-				out.Prefill = append(out.Prefill, c)
-			}
-		}
-		if dec {
-			if decodeBusy(cfg, req, bt, p, r) {
-				out.Busy = true
-			} else {
-				c := evaluate(cfg, req, bt, i, p, r)
-				c.Score = -c.PredictedTPOT.Seconds()
-				out.Decode = append(out.Decode, c)
-			}
-		}
+		c := evaluate(cfg, req, bt, i, p, r)
+		t := &c.Terms
+		c.Score = on(cfg.Weights.Prefix)*t.Prefix - on(cfg.Weights.Load)*t.Load
+		// The prefill half's TTFT ends with the prompt's KV: no decode step.
+		c.PredictedTTFT = prefillTime(cfg, QueuedAhead(p, req.Priority)+r.prefill+prompt-t.PrefixTokens, t.PrefillRate)
+		out.Prefill = append(out.Prefill, c)
 	}
 	applyGate(cfg, out.Prefill)
 	slices.SortStableFunc(out.Prefill, func(a, b Candidate) int {
@@ -187,6 +182,40 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT),
 			mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
 	})
+	// The decode half arrives after the best prefill, the hop and the transfer: a decode peer
+	// is judged on its KV then, not now (decodeBusy).
+	arrive := onDur(cfg.SplitHop) + TransferTime(cfg, prompt)
+	if len(out.Prefill) > 0 {
+		arrive += out.Prefill[0].PredictedTTFT
+	}
+	out.full = out.full[:0]
+	for i := range peers {
+		p := &peers[i]
+		if _, dec := eligible(p); !dec {
+			continue
+		}
+		r := rv(p.Name)
+		kv, seat := decodeBusy(cfg, req, bt, p, r, arrive)
+		if kv || seat {
+			out.Busy = true
+		}
+		if seat {
+			continue
+		}
+		c := evaluate(cfg, req, bt, i, p, r)
+		c.Score = -c.PredictedTPOT.Seconds()
+		if kv {
+			out.full = append(out.full, c)
+			continue
+		}
+		out.Decode = append(out.Decode, c)
+	}
+	if len(out.Decode) == 0 {
+		// Every decode peer is short of KV: they stay candidates, so that admission judges
+		// their room at the half's arrival itself and refuses (decode_full) or queues
+		// (wait_decode) the request saying so, before its prefill.
+		out.Decode = append(out.Decode, out.full...)
+	}
 	slices.SortStableFunc(out.Decode, func(a, b Candidate) int {
 		ao, bo := tpotSLO > 0 && a.PredictedTPOT > tpotSLO, tpotSLO > 0 && b.PredictedTPOT > tpotSLO
 		switch {
@@ -215,26 +244,33 @@ func mixedLast(peers []Peer, a, b Candidate) int {
 }
 
 // prefillBusy is busy for the prefill half: the uncached prompt's blocks only (no output),
-// the engine's waiting queue and the queued prefill.
+// the engine's waiting queue and the queued prefill, at PrefillBusyQueuedPrefillTokens on a
+// prefill node.
 func prefillBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 	r := req
 	r.MaxTokens = 0
+	if p.Role == RolePrefill {
+		return busyAt(cfg, r, bt, p, rv, cfg.PrefillBusyQueuedPrefillTokens)
+	}
 	return busy(cfg, r, bt, p, rv)
 }
 
-// decodeBusy is busy for the decode half: the whole prompt and the output in blocks (the
-// prompt arrives as KV, cached there or not), and a seat.
-func decodeBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
+// decodeBusy is busy for the decode half: by KV, the whole prompt and the output in blocks
+// (the prompt arrives as KV, cached there or not) against the KV the peer will use when the
+// half arrives, after arrive (its used blocks draining over a residence of max_tokens steps,
+// as admission forecasts them: admit.DecodeForecast); by seat, no free seat or a waiting
+// queue.
+func decodeBusy(cfg *Config, req Request, bt int, p *Peer, rv reserved, arrive time.Duration) (kv, seat bool) {
 	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
 		need := (max(req.PromptTokens, 0) + max(req.MaxTokens, 0) + bt - 1) / bt
-		if float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
-			return true
+		if life := float64(max(req.MaxTokens, 1)) * p.DecodeStepSeconds; life > 0 {
+			used = rv.blocks + int(float64(p.KVBlocksUsed)*(1-min(arrive.Seconds()/life, 1)))
 		}
+		kv = float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse
 	}
-	if p.MaxRunning > 0 && max(p.Running, 0)+rv.requests >= p.MaxRunning {
-		return true
-	}
-	return cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting
+	seat = p.MaxRunning > 0 && max(p.Running, 0)+rv.requests >= p.MaxRunning ||
+		cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting
+	return kv, seat
 }
 
 // BestPair is the first prefill candidate with a decode candidate on another peer, and that

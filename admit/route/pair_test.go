@@ -33,7 +33,7 @@ func TestSplitRule(t *testing.T) {
 	loaded := rolePeer("m", "")
 	loaded.QueuedPrefillTokens = 16384
 	full := rolePeer("d", RoleDecode)
-	full.KVBlocksUsed = 990
+	full.KVBlocksUsed, full.DecodeStepSeconds = 990, 0.1 // still full when the half arrives
 	slowStep := rolePeer("m", RoleMixed)
 	slowStep.Running, slowStep.DecodeStepSeconds = 200, 0.3
 	tests := []struct {
@@ -112,16 +112,19 @@ func TestPairSearch(t *testing.T) {
 	prefixed := rolePeer("p2", RolePrefill)
 	prefixed.PrefixBlocks = 250 // 4,000 of the 8,000 tokens
 	queued := rolePeer("p3", RolePrefill)
-	queued.QueuedPrefillTokens = 20000 // busy
+	queued.QueuedPrefillTokens = 40000 // busy (a prefill node at 32,768)
 	halfFull := rolePeer("d2", RoleDecode)
 	halfFull.KVBlocksUsed = 300
 	noSeat := rolePeer("d3", RoleDecode)
 	noSeat.Running = 256
 	bigPrompt := rolePeer("d4", RoleDecode)
-	bigPrompt.KVBlocksUsed = 450 // 450 + 508 blocks of prompt and output > 95% of 1000
+	bigPrompt.KVBlocksUsed = 450      // 450 + 508 blocks of prompt and output > 95% of 1000
+	bigPrompt.DecodeStepSeconds = 0.1 // its residence of 128 steps outlasts the prefill
+	drains := rolePeer("d6", RoleDecode)
+	drains.KVBlocksUsed = 500 // busy now (500 + 508 > 950), a quarter released by the arrival (anti-phase)
 	batch := rolePeer("d5", RoleDecode)
 	batch.Running = 10
-	peers := []Peer{rolePeer("p1", RolePrefill), prefixed, queued, rolePeer("d1", RoleDecode), halfFull, noSeat, bigPrompt, batch, rolePeer("m", "")}
+	peers := []Peer{rolePeer("p1", RolePrefill), prefixed, queued, rolePeer("d1", RoleDecode), halfFull, noSeat, bigPrompt, batch, drains, rolePeer("m", "")}
 	var s PairSearch
 	r.Pair(t0, req(8000), peers, 0, &s)
 	names := func(cs []Candidate) []string {
@@ -134,8 +137,8 @@ func TestPairSearch(t *testing.T) {
 	if got, want := names(s.Prefill), []string{"p2", "p1", "m"}; !equalStrings(got, want) {
 		t.Errorf("prefill candidates %v, want %v (the prefix first, dedicated before mixed; the queue busy)", got, want)
 	}
-	if got, want := names(s.Decode), []string{"d1", "m", "d2", "d5"}; !equalStrings(got, want) {
-		t.Errorf("decode candidates %v, want %v (by TPOT, then free KV, dedicated before mixed; no seat and no room busy)", got, want)
+	if got, want := names(s.Decode), []string{"d1", "m", "d2", "d6", "d5"}; !equalStrings(got, want) {
+		t.Errorf("decode candidates %v, want %v (by TPOT, then free KV, dedicated before mixed; no seat and no room at the arrival busy)", got, want)
 	}
 	if !s.Busy {
 		t.Error("Busy = false with busy peers of both roles")
@@ -166,4 +169,65 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestHoldOutlivesRecords pins a split request's decode hold: the decode node's records do not
+// clear it (the half reaches that node only with the handover), Release does, and HeldTTL
+// bounds one never released.
+func TestHoldOutlivesRecords(t *testing.T) {
+	r := newRouter(t, nil)
+	h := r.Hold(t0, "d", 40)
+	r.Reserve(t0, "d", 0, 2)
+	r.Observe("d", t0.Add(time.Second))
+	if _, blocks, _ := r.Reserved(t0.Add(time.Second), "d"); blocks != 40 {
+		t.Fatalf("after a record: %d blocks reserved, want the hold's 40", blocks)
+	}
+	if _, blocks, _ := r.Reserved(t0.Add(HeldTTL), "d"); blocks != 0 {
+		t.Errorf("past HeldTTL: %d blocks", blocks)
+	}
+	h = r.Hold(t0, "d", 40)
+	if !r.Release(h) {
+		t.Error("Release of a hold")
+	}
+	if _, blocks, _ := r.Reserved(t0, "d"); blocks != 0 {
+		t.Errorf("after Release: %d blocks", blocks)
+	}
+}
+
+// TestPrefillBusyThreshold pins the prefill pool's busy threshold: a prefill node is busy for
+// the prefill half past route.prefill_busy_queued_prefill_tokens, a mixed node past
+// route.busy_queued_prefill_tokens.
+func TestPrefillBusyThreshold(t *testing.T) {
+	r := newRouter(t, nil)
+	pre, mix := rolePeer("p", RolePrefill), rolePeer("m", RoleMixed)
+	pre.QueuedPrefillTokens, mix.QueuedPrefillTokens = 20000, 20000
+	var s PairSearch
+	r.Pair(t0, req(8000), []Peer{pre, mix, rolePeer("d", RoleDecode)}, 0, &s)
+	if got := names(s.Prefill); !equalStrings(got, []string{"p"}) {
+		t.Errorf("20,000 queued: prefill candidates %v, want [p] (the mixed node busy)", got)
+	}
+	pre.QueuedPrefillTokens = 40000
+	r.Pair(t0, req(8000), []Peer{pre, mix, rolePeer("d", RoleDecode)}, 0, &s)
+	if len(s.Prefill) != 0 || !s.Busy {
+		t.Errorf("40,000 queued: prefill candidates %v busy %v, want none, busy", names(s.Prefill), s.Busy)
+	}
+}
+
+// TestFullDecodePeersStayCandidates pins that decode peers short of KV remain the decode
+// candidates when no other is left (admission then refuses or queues the request naming its
+// decode room), while a peer with no seat never is.
+func TestFullDecodePeersStayCandidates(t *testing.T) {
+	r := newRouter(t, nil)
+	full, noSeat := rolePeer("d1", RoleDecode), rolePeer("d2", RoleDecode)
+	full.KVBlocksUsed, full.DecodeStepSeconds = 990, 0.1
+	noSeat.Running = 256
+	var s PairSearch
+	r.Pair(t0, req(8000), []Peer{rolePeer("p", RolePrefill), full, noSeat}, 0, &s)
+	if got := names(s.Decode); !equalStrings(got, []string{"d1"}) || !s.Busy {
+		t.Errorf("decode candidates %v busy %v, want [d1], busy", got, s.Busy)
+	}
+	r.Pair(t0, req(8000), []Peer{rolePeer("p", RolePrefill), full, rolePeer("d3", RoleDecode)}, 0, &s)
+	if got := names(s.Decode); !equalStrings(got, []string{"d3"}) {
+		t.Errorf("with a roomy decode peer: %v, want [d3]", got)
+	}
 }

@@ -32,6 +32,9 @@ type Policy interface {
 	Route(now time.Time, req Request, peers []Peer, dst []Candidate) ([]Candidate, error)
 	// Reserve counts a dispatched request's load on peer until a newer record reflects it.
 	Reserve(now time.Time, peer string, prefillTokens, blocks int) Reservation
+	// Hold counts a split request's decode blocks on peer until Release: they arrive there
+	// only with the handover, so no record reflects them before.
+	Hold(now time.Time, peer string, blocks int) Reservation
 	// Observe clears the reservations and refusals a record of peer received at received reflects.
 	Observe(peer string, received time.Time)
 	// Release drops a reservation; it reports whether it was still counting.
@@ -101,6 +104,10 @@ func (b *baseline) Name() string { return b.name }
 
 func (b *baseline) Reserve(now time.Time, peer string, prefillTokens, blocks int) Reservation {
 	return Reservation{Peer: peer, At: now, PrefillTokens: max(prefillTokens, 0), Blocks: max(blocks, 0)}
+}
+
+func (b *baseline) Hold(now time.Time, peer string, blocks int) Reservation {
+	return b.Reserve(now, peer, 0, blocks)
 }
 
 func (b *baseline) Observe(string, time.Time) {}

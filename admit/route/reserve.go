@@ -17,6 +17,7 @@ type resEntry struct {
 	at      time.Time
 	prefill int
 	blocks  int
+	held    bool // Hold: no record clears it
 }
 
 // peerRes holds one peer's live reservations, oldest first, and their sums.
@@ -25,6 +26,10 @@ type peerRes struct {
 	prefill int
 	blocks  int
 }
+
+// HeldTTL bounds a Hold its Release never cleared: a minute, the waiting room's default TTL,
+// over any prefill a request can wait for.
+const HeldTTL = time.Minute
 
 // reserved is the sum of live reservations on one peer.
 type reserved struct {
@@ -43,6 +48,17 @@ func (p *peerRes) removeAt(i int) {
 // in that peer's busy check, load, free KV and predicted TTFT and TPOT, so the next request of a
 // burst sees the peer as it will be, not as its last record said.
 func (r *Router) Reserve(now time.Time, peer string, prefillTokens, blocks int) Reservation {
+	return r.reserve(now, peer, prefillTokens, blocks, false)
+}
+
+// Hold reserves blocks on peer for the decode half of a split request while its prefill runs
+// elsewhere: the half reaches peer only with the handover, so no record of peer reflects it
+// before then and only Release (or HeldTTL) clears it.
+func (r *Router) Hold(now time.Time, peer string, blocks int) Reservation {
+	return r.reserve(now, peer, 0, blocks, true)
+}
+
+func (r *Router) reserve(now time.Time, peer string, prefillTokens, blocks int, held bool) Reservation {
 	prefillTokens, blocks = max(prefillTokens, 0), max(blocks, 0)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,7 +72,7 @@ func (r *Router) Reserve(now time.Time, peer string, prefillTokens, blocks int) 
 	if len(p.entries) >= r.conf().MaxReservationsPerPeer {
 		p.removeAt(0)
 	}
-	p.entries = append(p.entries, resEntry{id: res.ID, at: now, prefill: prefillTokens, blocks: blocks})
+	p.entries = append(p.entries, resEntry{id: res.ID, at: now, prefill: prefillTokens, blocks: blocks, held: held})
 	p.prefill += prefillTokens
 	p.blocks += blocks
 	return res
@@ -77,7 +93,7 @@ func (r *Router) Observe(peer string, received time.Time) {
 		return
 	}
 	for i := 0; i < len(p.entries); {
-		if !received.Before(p.entries[i].at.Add(onDur(r.conf().ObserveMargin))) {
+		if !p.entries[i].held && !received.Before(p.entries[i].at.Add(onDur(r.conf().ObserveMargin))) {
 			p.removeAt(i)
 			continue
 		}
@@ -159,7 +175,11 @@ func (r *Router) reservedLocked(now time.Time, peer string) reserved {
 		return reserved{}
 	}
 	for i := 0; i < len(p.entries); {
-		if !now.Before(p.entries[i].at.Add(r.conf().ReservationTTL)) {
+		ttl := r.conf().ReservationTTL
+		if p.entries[i].held {
+			ttl = HeldTTL
+		}
+		if !now.Before(p.entries[i].at.Add(ttl)) {
 			p.removeAt(i)
 			continue
 		}

@@ -185,6 +185,11 @@ func capable(cfg *Config, p *Peer, need uint64, vendors []string) bool {
 // request larger than the threshold still has somewhere to go. The prefill test leaves the
 // request's own prompt out (see Config.BusyQueuedPrefillTokens).
 func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
+	return busyAt(cfg, req, bt, p, rv, cfg.BusyQueuedPrefillTokens)
+}
+
+// busyAt is busy with queued the threshold of queued prefill tokens.
+func busyAt(cfg *Config, req Request, bt int, p *Peer, rv reserved, queued int) bool {
 	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
 		prompt := max(req.PromptTokens, 0)
 		cached := min(prefixTokens(p.PrefixBlocks, bt, req.TokenScale), prompt)
@@ -196,7 +201,7 @@ func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting {
 		return true
 	}
-	return QueuedAhead(p, req.Priority)+rv.prefill > cfg.BusyQueuedPrefillTokens
+	return QueuedAhead(p, req.Priority)+rv.prefill > queued
 }
 
 // prefixTokens is what blocks cached blocks of bt kvindex tokens hold in the request's own
