@@ -108,7 +108,8 @@ func DefaultConfig() Config {
 // meshRecordLoad is gossip's: the record transmissions a second memberlist carries a node.
 const meshRecordLoad = 64
 
-// MeshInterval is gossip.MeshInterval: the interval of a node's records to the whole mesh of
+// MeshInterval is gossip.MeshInterval (TestMeshIntervalMatchesGossip keeps it so; the model
+// imports no sockets): the interval of a node's records to the whole mesh of
 // members, at least every: members × ceil(log10(members+1)) / 64 seconds.
 func MeshInterval(every time.Duration, members int) time.Duration {
 	if members <= 0 {
