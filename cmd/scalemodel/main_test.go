@@ -46,3 +46,24 @@ func TestTraceSetsTheAnchorFraction(t *testing.T) {
 		t.Errorf("output:\n%s", out.String())
 	}
 }
+
+// TestLightIsTheBenchmarksRun pins -light: records every 5 s (the mesh interval at 16 nodes),
+// unless a flag set explicitly says otherwise.
+func TestLightIsTheBenchmarksRun(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-light"}, "| 16 | 1 × 16 | 5.0 s |"},
+		{[]string{"-light", "-publish-interval", "2s"}, "| 16 | 1 × 16 | 2.0 s |"},
+	} {
+		var out strings.Builder
+		args := append(tc.args, "-nodes", "16", "-domain", "0", "-warmup", "1s", "-duration", "5s")
+		if err := run(args, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%v: output\n%s\nwant a row starting %q", tc.args, out.String(), tc.want)
+		}
+	}
+}

@@ -11,33 +11,43 @@
 //   - Prefix deltas: only anchor blocks are gossiped (IsAnchor), so a node's anchor changes
 //     are its engine's Churn stored and as many evicted a second, times AnchorFraction (the
 //     Mooncake trace's, CountTraceBlocks). Every PrefixInterval (at its own phase) a node
-//     sends its pending changes, oldest first, directly to every other member of its domain,
-//     in packets of MaxPayload bytes (DeltaHeader of them the header; PacketOverhead more on
-//     the wire), and no receiver relays them. A round spends at most its share of the budget
-//     (MaxBytesPerSecond × PrefixInterval) and what the node's token bucket holds; the rest
-//     waits, a stored block still pending when its eviction comes (Resident/Churn seconds
-//     later) cancels with it, and a backlog that would cost over two seconds of budget is
-//     dropped (Dropped), left to push/pull.
-//   - State records: every GossipInterval each node runs memberlist's gossip step over the
-//     whole mesh, one packet of PacketBytes to each of GossipNodes random members, fewest
-//     transmissions first, a record leaving the queue after RetransmitMult × ceil(log10(n+1))
-//     sends; every PublishInterval a node publishes a record of RecordBytes, which replaces
-//     its older one in every queue. Records draw on the same token bucket as deltas.
+//     sends its pending changes, whole, directly to every other member of its domain, in
+//     messages of MaxPayload bytes (DeltaHeader of them the header; PacketOverhead more, as
+//     the budget counts it), and no receiver relays them. A round goes while the node's
+//     bucket (one second of MaxBytesPerSecond) is above zero and may overdraw it by two
+//     seconds' worth; below zero the changes wait, and a stored block still pending when its
+//     eviction comes (Resident/Churn seconds later) goes as one eviction. A round costing more
+//     than two seconds of budget is dropped (Dropped) and the domain's members are resynced,
+//     each sent the node's residency, as many a round as the bucket allows.
+//   - State records: a node publishes one every PublishInterval; one every mesh interval
+//     (MeshInterval, gossip's) goes through memberlist: every GossipInterval each node sends
+//     one packet of PacketBytes to each of GossipNodes random members, fewest transmissions
+//     first, a record leaving the queue after RetransmitMult × ceil(log10(n+1)) sends and
+//     relayed by whoever takes it as new. Once the mesh interval is longer than
+//     PublishInterval, each record also goes straight to the node's domain members with its
+//     next prefix round, ahead of the deltas, and a peer outside the viewer's domain is stale
+//     only past three mesh intervals. Records draw on the same bucket as deltas.
 //   - Push/pull: every PushPullInterval (scaled by log2 of the mesh above 32 members) a node
-//     exchanges records and, inside a domain, anchored snapshots with a random member.
-//   - HopLatency (the network and the receiver's processing) separates a send from its use.
+//     exchanges records and residency with a random member (kept inside a domain only).
+//   - HopLatency (the network, the receiver's processing and, in BenchmarkScale, its 5 ms
+//     polling) separates a send from its use.
 //
-// Probes (a new 2,048-token prefix: its 8 anchors) are stored at random nodes during the
-// measured window; a probe is visible when every other member of its domain holds it. Record
-// age is sampled over random (viewer, origin) pairs once a simulated second. Computed, not
-// simulated: the join burst (every domain peer's anchored snapshot, in packets) and the
-// index's memory (every domain member's anchored residency at EntryBytes + DistinctBytes a
-// block, no block shared).
+// The mesh starts converged (every node took every record at time 0) and is measured after
+// Warmup, at least two mesh intervals. Probes (a new 2,048-token prefix: its 8 anchors) are
+// stored at random nodes during the measured window, spread evenly or, with ProbeGap, one
+// after another as BenchmarkScale stores them; a probe is visible when every other member of
+// its domain holds it. Record ages are kvmesh's (since the viewer took the origin's newest
+// record), sampled once a simulated second over pairs in one domain and pairs across domains.
+// Bytes are counted as kvmesh's metrics count them. Computed, not simulated: the join burst
+// (every domain peer's anchored residency, and record) and the index's memory (every domain
+// peer's anchored residency and the probes' anchors at EntryBytes + DistinctBytes a block, no
+// block shared).
 //
 // Not modelled: memberlist's own traffic (probes, suspicion and alive messages, the member
-// list in push/pull), joins and deaths during the run, packet loss, CPU. The inputs a
-// measurement should fit (HopLatency, RecordBytes, PacketOverhead, EntryBytes,
-// DistinctBytes) are explicit.
+// list in push/pull), structural changes (records sent at once), MinPublishInterval, joins
+// and deaths during the run, packet loss, CPU. The inputs fitted on BenchmarkScale
+// (HopLatency, RecordBytes, DeltaHeader, PacketOverhead, EntryBytes, DistinctBytes) are
+// explicit, and docs/performance.md compares the fit with the measurements.
 //
 // # Concurrency
 //
