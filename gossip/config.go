@@ -108,10 +108,11 @@ type Config struct {
 	Registerer prometheus.Registerer `json:"-"`
 }
 
-// meshRecordLoad is the record traffic memberlist's gossip carries at its LAN timers (3
-// members every 200 ms, one packet each): members × ceil(log10(members+1)) (a record's
-// transmissions by each holder) per second at most. Calibrated on testnet/scalemodel, where
-// 32 members publishing every second keep records under 3 s old and 64 find 16% older.
+// meshRecordLoad bounds the record traffic memberlist's gossip carries at its LAN timers (3
+// members every 200 ms, one packet each), counted as members × ceil(log10(members+1)) a
+// second: a record's retransmit limit up to the constant RetransmitMult, times the records.
+// An empirical bound, set on testnet/scalemodel, where 32 members publishing every second keep
+// records under 3 s old and 64 find 16% older.
 const meshRecordLoad = 64
 
 // MeshInterval is the mesh-wide record interval for a mesh of members, at least every: the

@@ -149,6 +149,7 @@ type Gossip struct {
 	byModel      map[string][]string
 	domains      map[string]*domain
 	domainsDirty bool
+	inDomain     int // alive peers sharing a model with this node, as of the last rebuild
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -520,14 +521,29 @@ func (g *Gossip) meshIntervalLocked() time.Duration {
 // the mesh-wide interval is longer than PublishInterval, which they would otherwise miss.
 func (g *Gossip) directRecordsLocked() bool { return g.meshIntervalLocked() > g.cfg.PublishInterval }
 
-// staleAfterLocked is the record age past which p is stale: StaleAfter for a member of this
-// node's domains (or one whose models are not known yet), three mesh intervals for one outside
-// them once records reach those only through the mesh-wide gossip.
+// directEveryLocked is how often this node's record goes straight to its domains' members:
+// every PublishInterval, or, in a domain so large that that would take more than half the byte
+// budget, as often as half the budget carries it to all of them, so records never crowd out
+// the prefix rounds (a record is about 250 bytes with its packet: 275 members at 64 KiB/s).
+func (g *Gossip) directEveryLocked() time.Duration {
+	perRound := float64(g.inDomain * (len(g.pubBody) + 4 + packetOverhead))
+	d := time.Duration(perRound / (float64(g.cfg.MaxBytesPerSecond) / 2) * float64(time.Second))
+	return max(g.cfg.PublishInterval, d)
+}
+
+// staleAfterLocked is the record age past which p is stale: StaleAfter, or three times the
+// interval records come at once they are spread thinner than PublishInterval: for a member of
+// this node's domains (or one whose models are not known yet) the shorter of the direct and
+// the mesh-wide intervals, for one outside them the mesh-wide one.
 func (g *Gossip) staleAfterLocked(p *peerInfo) time.Duration {
-	if !g.otherModelLocked(p) || !g.directRecordsLocked() {
+	if !g.directRecordsLocked() {
 		return g.cfg.StaleAfter
 	}
-	return max(g.cfg.StaleAfter, 3*g.meshIntervalLocked())
+	every := g.meshIntervalLocked()
+	if !g.otherModelLocked(p) {
+		every = min(every, g.directEveryLocked())
+	}
+	return max(g.cfg.StaleAfter, 3*every)
 }
 
 func sameModels(a, b []ModelInfo) bool {
@@ -588,6 +604,7 @@ func (g *Gossip) rebuildDomainsLocked() {
 			inDomain++
 		}
 	}
+	g.inDomain = inDomain
 	g.met.domainPeers.Set(float64(inDomain))
 }
 
@@ -641,9 +658,9 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 	}
 	g.refillLocked(now)
 	// This node's record, straight to the domains' members, when the mesh-wide gossip carries
-	// it too seldom for them: at most every PublishInterval, ahead of the deltas for the budget.
+	// it too seldom for them: every directEveryLocked at most, ahead of the deltas.
 	var rec []byte
-	if g.directRecordsLocked() && g.pub.Seq > g.directSeq && now.Sub(g.directAt) >= g.cfg.PublishInterval && g.tokens > 0 {
+	if g.directRecordsLocked() && g.pub.Seq > g.directSeq && now.Sub(g.directAt) >= g.directEveryLocked() && g.tokens > 0 {
 		rec, _ = AppendState([]byte{wireVersion, msgRecord}, g.pub)
 		g.directSeq, g.directAt = g.pub.Seq, now
 		g.tokens -= float64(len(to) * (len(rec) + packetOverhead))

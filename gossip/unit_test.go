@@ -423,8 +423,8 @@ func TestRecordsByDomain(t *testing.T) {
 		t.Fatal("a mesh interval on: the mesh's record is not the latest")
 	}
 
-	// A member outside the domains is stale after three mesh intervals, one inside after
-	// StaleAfter.
+	// A member outside the domains is stale after three mesh intervals, one inside after three
+	// direct intervals (PublishInterval here; StaleAfter, 1 s, is shorter).
 	g.memberEvent(&memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: 9}, LivenessAlive)
 	old := time.Now().Add(-5 * time.Second)
 	g.applyState(State{Name: "x", BootID: 9, Seq: 1, Models: []ModelInfo{{Name: "other"}}}, old)
@@ -432,7 +432,7 @@ func TestRecordsByDomain(t *testing.T) {
 	g.mu.Lock()
 	x, p1 := g.memberLocked("x", g.peers["x"], time.Now()), g.memberLocked("p1", g.peers["p1"], time.Now())
 	g.mu.Unlock()
-	if x.Stale || x.MaxAge != 30*time.Second || !p1.Stale || p1.MaxAge != g.cfg.StaleAfter {
+	if x.Stale || x.MaxAge != 30*time.Second || !p1.Stale || p1.MaxAge != 3*time.Second {
 		t.Fatalf("outside: stale %v max age %v; inside: stale %v max age %v", x.Stale, x.MaxAge, p1.Stale, p1.MaxAge)
 	}
 
@@ -442,5 +442,35 @@ func TestRecordsByDomain(t *testing.T) {
 	g.handleMsg(rec)
 	if m, _ := member(g, "p2"); m.State.Running != 42 || g.queue.NumQueued() != queued {
 		t.Fatalf("a direct record: running %d, queued %d → %d", m.State.Running, queued, g.queue.NumQueued())
+	}
+}
+
+// TestDirectRecordsLeaveRoomForPrefixes pins that in a domain so large that a record to every
+// member each PublishInterval would take over half the budget, records go as often as half
+// the budget carries them, and the domain's members are stale only after three such periods.
+func TestDirectRecordsLeaveRoomForPrefixes(t *testing.T) {
+	g := newUnit(t, func(c *Config) { c.PublishInterval, c.MeshPublishInterval = time.Second, time.Hour })
+	unitDomain(t, g, 10)
+	g.mu.Lock()
+	g.rebuildDomainsLocked()
+	small := g.directEveryLocked()
+	g.mu.Unlock()
+	if small != time.Second {
+		t.Fatalf("10 members: records every %v, want PublishInterval", small)
+	}
+	big := newUnit(t, func(c *Config) { c.PublishInterval, c.MeshPublishInterval = time.Second, time.Hour })
+	unitDomain(t, big, 1000)
+	big.mu.Lock()
+	big.rebuildDomainsLocked()
+	every := big.directEveryLocked()
+	rec := len(big.pubBody) + 4 + packetOverhead
+	p1 := big.memberLocked("p1", big.peers["p1"], time.Now())
+	big.mu.Unlock()
+	want := time.Duration(float64(1000*rec) / float64(big.cfg.MaxBytesPerSecond/2) * float64(time.Second))
+	if every != want || every <= time.Second {
+		t.Fatalf("1,000 members: records every %v, want %v (half the budget)", every, want)
+	}
+	if p1.MaxAge != 3*every {
+		t.Fatalf("a domain member's max age %v, want %v", p1.MaxAge, 3*every)
 	}
 }

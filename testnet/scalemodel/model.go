@@ -195,7 +195,8 @@ type Result struct {
 	// Record ages as kvmesh reads them (since the viewer last took a newer record of the
 	// origin), sampled once a simulated second over (viewer, origin) pairs in one domain (In)
 	// and in different domains (Out); Stale is the share past the viewer's threshold for that
-	// origin: StaleAfter in a domain, OutStaleAfter outside it.
+	// origin: StaleAfter in a domain (or three direct intervals in one past ~275 peers),
+	// OutStaleAfter outside it.
 	InAgeP50, InAgeP99   time.Duration
 	InStale              float64
 	OutAgeP50, OutAgeP99 time.Duration
@@ -604,7 +605,7 @@ func (s *sim) round(i int, t float64) {
 	rate := float64(c.MaxBytesPerSecond)
 	measuring := s.measuring(t)
 	record := false
-	if s.direct && nd.seq > nd.directSeq && t-nd.directAt >= c.PublishInterval.Seconds()-eps && nd.tokens > 0 {
+	if s.direct && nd.seq > nd.directSeq && t-nd.directAt >= directEvery(*c, peers).Seconds()-eps && nd.tokens > 0 {
 		record = true
 		nd.directSeq, nd.directAt = nd.seq, t
 		nd.tokens -= float64(peers * (c.RecordBytes + c.PacketOverhead))
@@ -861,14 +862,23 @@ func (s *sim) result() Result {
 	}
 	r.VisibleP50, r.VisibleP99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	r.OutStaleAfter = c.StaleAfter
+	inStale := c.StaleAfter
 	if s.direct {
 		r.OutStaleAfter = max(c.StaleAfter, 3*c.MeshPublishInterval)
+		inStale = max(c.StaleAfter, 3*min(c.MeshPublishInterval, directEvery(c, dom-1)))
 	}
-	r.InAgeP50, r.InAgeP99, r.InStale = ages(s.inAges, c.StaleAfter)
+	r.InAgeP50, r.InAgeP99, r.InStale = ages(s.inAges, inStale)
 	r.OutAgeP50, r.OutAgeP99, r.OutStale = ages(s.outAges, r.OutStaleAfter)
 	// Its domain peers' residency, no block shared, and the probes' anchors a node holds.
 	r.IndexBytes = (float64((dom-1)*s.anchored()) + held/float64(c.Nodes)) * (c.EntryBytes + c.DistinctBytes)
 	return r
+}
+
+// directEvery is gossip's directEveryLocked: a record straight to the domain's peers every
+// PublishInterval, or as often as half the budget carries it to all of them.
+func directEvery(c Config, peers int) time.Duration {
+	d := time.Duration(float64(peers*(c.RecordBytes+c.PacketOverhead)) / (float64(c.MaxBytesPerSecond) / 2) * float64(time.Second))
+	return max(c.PublishInterval, d)
 }
 
 // ages is the p50 and p99 of sampled ages and the share past stale.
