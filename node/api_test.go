@@ -139,6 +139,7 @@ func TestRefusalStatusCodes(t *testing.T) {
 		{"malformed JSON", "/v1/chat/completions", `{"model":`, nil, 400, "invalid_request"},
 		{"unknown field the embedded engine cannot honour", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"bogus":1}`, nil, 400, "unsupported_parameter"},
 		{"wrong type", "/v1/chat/completions", `{"model":"` + model + `","messages":"x"}`, nil, 400, "invalid_parameter"},
+		{"a client's kv_transfer_params", "/v1/completions", `{"model":"` + model + `","prompt":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.5","remote_port":22}}`, nil, 400, "invalid_parameter"},
 		{"body too large", "/v1/chat/completions", huge, nil, 413, "body_too_large"},
 		{"unknown model", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil, 404, "model_not_found"},
 		{"max_tokens zero", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, nil, 400, "invalid_parameter"},
