@@ -605,11 +605,14 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 	if d.PrefillTokens > 0 {
 		tokens = d.PrefillTokens
 	}
+	role := req.Role
 	if d.Role != "" {
-		req.Role = d.Role // a split request waits in the prefill pool
+		// A split request waits in the prefill pool. Its Req keeps the ingress's role: a whole
+		// candidate that takes it later needs its whole KV, output included (blocks).
+		role = d.Role
 	}
 	return &Item{
-		ID: req.ID, Model: req.Model, Role: req.Role, Tenant: d.Tenant, Priority: req.Priority,
+		ID: req.ID, Model: req.Model, Role: role, Tenant: d.Tenant, Priority: req.Priority,
 		Tokens: tokens, Arrived: req.Arrived, Deadline: a.deadline(req),
 		Expires: req.Arrived.Add(a.ttl(req)), Req: req, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens,
 	}
@@ -637,8 +640,12 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
 		if a.kvRoom(it.Priority, decodeView(o, it.ExpectedTokens), need, a.mark(it.Req, o, true)) && a.spare(it.Priority, it.Req.PromptTokens, o) {
+			role := it.Role // the pool the accept counts in: a split request run whole counts whole
+			if !o.Split && role == RolePrefill {
+				role = ""
+			}
 			return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Tenant: it.Tenant, Option: i,
-				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens, Role: it.Role, Split: o.Split}
+				KVBlocks: need, MaxTokens: it.MaxTokens, ExpectedTokens: it.ExpectedTokens, Role: role, Split: o.Split}
 		}
 	}
 	if !anyFeasible && len(options) > 0 {

@@ -86,3 +86,21 @@ func TestRefusedForContentionNotSize(t *testing.T) {
 		t.Errorf("125k-token prompt, engine 12%% in use: %v %s, want queue", d.Action, d.Code)
 	}
 }
+
+// TestSplitItemRunWholeHoldsItsWholeKV pins that a request queued in the prefill pool (its
+// first option a pair) and later taken by a whole candidate is checked and reserved on its
+// whole KV, output included, and counted in the whole pool.
+func TestSplitItemRunWholeHoldsItsWholeKV(t *testing.T) {
+	a := newAdmitter(t, nil)
+	r := baseReq()
+	r.PromptTokens, r.MaxTokens = 1600, ptr(800)
+	it := a.Item(r, Decision{Action: Queue, Role: RolePrefill, Tenant: "t", MaxTokens: 800, ExpectedTokens: 800})
+	if it.Role != RolePrefill || it.Req.Role != "" {
+		t.Fatalf("item pool %q, request role %q: want the prefill pool and the ingress's role", it.Role, it.Req.Role)
+	}
+	whole := Option{Peer: "m", PredictedTTFT: 100 * time.Millisecond, FreeKVBlocks: 100000, TotalKVBlocks: 100000, BlockTokens: 16}
+	d := a.Ready(t0, it, []Option{whole})
+	if d.Action != Accept || d.KVBlocks != (1600+800)/16 || d.Role != "" {
+		t.Fatalf("run whole: %v, %d blocks, pool %q; want accept, %d blocks, the whole pool", d.Action, d.KVBlocks, d.Role, (1600+800)/16)
+	}
+}
