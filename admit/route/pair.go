@@ -137,7 +137,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		switch {
 		case !pre && !dec, p.WholeOnly, !slices.Contains(p.Models, req.Model):
 			return false, false
-		case !p.Self && (p.Stale || p.Age > cfg.MaxAge) && cfg.StalePolicy == StaleClosed,
+		case !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed,
 			!p.Healthy, p.Ejected:
 			return false, false
 		case need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes,
