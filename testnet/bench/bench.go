@@ -330,7 +330,7 @@ func (cfg Config) validate() (Config, error) {
 			if !slices.Contains(sim.SchedulingPolicies, p.EngineScheduling) {
 				return bad("policy %s: engine scheduling %q is not one of %s", p.Name, p.EngineScheduling, strings.Join(sim.SchedulingPolicies, ", "))
 			}
-		case p.Name == KvmeshPolicy:
+		case p.Admission == node.AdmissionKvmesh: // kvmesh, and kvmesh on disaggregated roles
 			p.EngineScheduling = sim.SchedulingPriority
 		default:
 			p.EngineScheduling = cfg.BaselineScheduling
