@@ -131,11 +131,10 @@ type Gossip struct {
 	pubBody []byte // its encoding with Seq zeroed, for change detection
 	pubAt   time.Time
 	// meshPub and meshAt are the last record queued for memberlist's gossip to the whole mesh;
-	// directSeq and directAt the last sent straight to the domains' members.
+	// recNext is the domain member the next round's records start from.
 	meshPub    State
 	meshAt     time.Time
-	directSeq  uint64
-	directAt   time.Time
+	recNext    int
 	deltaSeq   uint64
 	pend       map[uint64]bool // block → stored (true) or evicted (false) since the last flush
 	pendOrder  []uint64
@@ -175,6 +174,8 @@ type peerInfo struct {
 	// a peer whose boot id differs (new, restarted, back from dead, newly in a domain, or
 	// missed deltas this node dropped) is sent it at the next prefix round the budget allows.
 	synced uint64
+	// recAt is when this node last sent the peer its record straight (records by domain).
+	recAt time.Time
 }
 
 // domain is one model's prefix domain as this node sees it: the alive peers serving the model.
@@ -283,10 +284,14 @@ func (g *Gossip) queueDelta(blocks []uint64, stored bool) {
 		g.pend[h] = stored
 	}
 	if limit := g.idx.MaxBlocksPerPeer(); len(g.pend) > limit {
-		// More change than one snapshot holds: send none of it; push/pull repairs the view.
+		// More change than one snapshot holds: send none of it; the members are sent the
+		// residency again (sync), as after a dropped round.
 		g.met.dropped.WithLabelValues(dropBandwidth).Inc()
 		clear(g.pend)
 		g.pendOrder = g.pendOrder[:0]
+		for _, p := range g.peers {
+			p.synced = 0
+		}
 	}
 }
 
@@ -540,7 +545,9 @@ func (g *Gossip) staleAfterLocked(p *peerInfo) time.Duration {
 		return g.cfg.StaleAfter
 	}
 	every := g.meshIntervalLocked()
-	if !g.otherModelLocked(p) {
+	if len(g.pub.Models) > 0 && !g.otherModelLocked(p) {
+		// This node's own pace stands in for the peer's: a peer in more or larger domains
+		// than this node sends less often than that (a record could carry its pace).
 		every = min(every, g.directEveryLocked())
 	}
 	return max(g.cfg.StaleAfter, 3*every)
@@ -658,12 +665,30 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 	}
 	g.refillLocked(now)
 	// This node's record, straight to the domains' members, when the mesh-wide gossip carries
-	// it too seldom for them: every directEveryLocked at most, ahead of the deltas.
+	// it too seldom for them: to each member every PublishInterval, at most half the budget a
+	// round, going round the members from where the last round stopped (so in a domain too
+	// large for that, each gets it every directEveryLocked). It is small and goes first,
+	// whatever the bucket's debt, so a prefix round's overdraft never makes this node stale.
+	// A member not yet synced gets it with the residency (sync).
 	var rec []byte
-	if g.directRecordsLocked() && g.pub.Seq > g.directSeq && now.Sub(g.directAt) >= g.directEveryLocked() && g.tokens > 0 {
+	var recTo []int
+	if g.directRecordsLocked() && g.pub.Seq > 0 {
 		rec, _ = AppendState([]byte{wireVersion, msgRecord}, g.pub)
-		g.directSeq, g.directAt = g.pub.Seq, now
-		g.tokens -= float64(len(to) * (len(rec) + packetOverhead))
+		cost := len(rec) + packetOverhead
+		budget := max(cost, int(float64(g.cfg.MaxBytesPerSecond)/2*g.cfg.PrefixInterval.Seconds()))
+		spent, start := 0, g.recNext%len(to)
+		for k := range to {
+			i := (start + k) % len(to)
+			p := to[i]
+			if p.synced != p.bootID || now.Sub(p.recAt) < g.cfg.PublishInterval {
+				continue
+			}
+			if spent+cost > budget {
+				break
+			}
+			recTo, spent, p.recAt, g.recNext = append(recTo, i), spent+cost, now, i+1
+		}
+		g.tokens -= float64(spent)
 	}
 	var deltas [][]byte
 	if deltas = g.deltaMessagesLocked(); len(deltas) > 0 {
@@ -703,16 +728,16 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 	g.mu.Unlock()
 
 	sent := 0
+	for _, i := range recTo {
+		sent += g.send(send, addrs[i], rec)
+	}
 	for _, a := range addrs {
-		if rec != nil {
-			sent += g.send(send, a, rec)
-		}
 		for _, msg := range deltas {
 			sent += g.send(send, a, msg)
 		}
 	}
 	if len(unsynced) > 0 {
-		sent += g.sync(send, fn, unsynced, unsyncedNames, rec == nil)
+		sent += g.sync(now, send, fn, unsynced, unsyncedNames)
 	}
 	if sent > 0 {
 		g.met.sent.Add(float64(sent))
@@ -720,17 +745,16 @@ func (g *Gossip) sendPrefixes(now time.Time) {
 }
 
 // sync sends this node's residency, as deltas of added blocks, to the members in to, as many
-// as the budget allows this round, after its record (withRecord) when records go straight to
-// the domains. A member that held some of it stale (it missed evictions
+// as the budget allows this round, after its record when records go straight to the domains. A member that held some of it stale (it missed evictions
 // in a dropped backlog) keeps those until the next push/pull snapshot replaces its view.
-func (g *Gossip) sync(send func(memberlist.Address, []byte) error, fn func() []uint64, to []*peerInfo, names []string, withRecord bool) int {
+func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error, fn func() []uint64, to []*peerInfo, names []string) int {
 	blocks := g.residency(fn)
 	g.mu.Lock()
 	msgs := g.summaryMessagesLocked(blocks, nil)
 	g.deltaSeq += uint64(len(msgs))
-	if withRecord && g.directRecordsLocked() && g.pub.Seq > 0 {
-		// A new member may wait a mesh interval for this node's record otherwise (unless the
-		// round just sent it).
+	withRecord := g.directRecordsLocked() && g.pub.Seq > 0
+	if withRecord {
+		// A new member may wait a mesh interval for this node's record otherwise.
 		rec, _ := AppendState([]byte{wireVersion, msgRecord}, g.pub)
 		msgs = append([][]byte{rec}, msgs...)
 	}
@@ -751,6 +775,9 @@ func (g *Gossip) sync(send func(memberlist.Address, []byte) error, fn func() []u
 		}
 		g.tokens -= cost
 		p.synced = p.bootID
+		if withRecord {
+			p.recAt = now
+		}
 		addrs = append(addrs, memberlist.Address{Addr: p.addr, Name: names[i]})
 	}
 	g.mu.Unlock()
