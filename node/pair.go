@@ -312,6 +312,7 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 
 	failCode, lastCode := "", ""
 	tries = 0
+	wrongRole := map[string]bool{} // decode nodes that can never take this handover
 	decode := func(d *route.Candidate) (outcome, bool) {
 		tries++
 		if tries > 1 {
@@ -327,6 +328,9 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 			failCode = res.failCode
 		}
 		lastCode = res.lastCode
+		if lastCode == CodeWrongRole {
+			wrongRole[d.Name] = true // a role or engine mismatch: waiting for room will not help
+		}
 		return o, done
 	}
 	// The decode candidates: the pair's, then the search's next ones, at most ForwardAttempts.
@@ -353,12 +357,19 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 				return o, true
 			}
 		}
-		if failCode != "" || ctx.Err() != nil || len(decoders) == 0 || !time.Now().Add(handoverRetry).Before(deadline) {
+		if failCode != "" || ctx.Err() != nil || !time.Now().Add(handoverRetry).Before(deadline) {
 			break
 		}
 		if pass == 0 {
 			n.m.disagg.WithLabelValues(disaggHandoverQueued).Inc()
 			decoders = decodePeers(&t.v, p.adm.Model, from, decoders)
+		}
+		decoders = slices.DeleteFunc(decoders, func(d *route.Candidate) bool { return wrongRole[d.Name] })
+		if len(decoders) == 0 {
+			if len(wrongRole) > 0 {
+				failCode = CodeWrongRole // every node that could decode runs another role or engine
+			}
+			break
 		}
 		timer := time.NewTimer(handoverRetry)
 		select {
