@@ -36,8 +36,13 @@ import (
 // prefill server likewise frees blocks no decode server read after a timeout.
 const heldTTL = 2 * time.Minute
 
-// maxHeld bounds the handovers a prefill engine keeps; past it the oldest go first.
-const maxHeld = 1 << 16
+// maxHeld and maxHeldBlocks bound the handovers a prefill engine keeps, in number and in
+// blocks (a million blocks, 16M tokens: far more KV than one engine holds, about 40 MB of
+// records); past either the oldest go first.
+const (
+	maxHeld       = 1 << 16
+	maxHeldBlocks = 1 << 20
+)
 
 // kvPath is the side channel's path; the handover's id follows it.
 const kvPath = "/kvmesh/kv/"
@@ -61,9 +66,10 @@ type kvStore struct {
 	id     string       // remote_engine_id: the engine's name and a per-process nonce
 	client *http.Client // a decode engine's pulls
 
-	mu    sync.Mutex
-	m     map[string]held
-	order []string // the ids in m, oldest first
+	mu     sync.Mutex
+	m      map[string]held
+	order  []string // the ids in m, oldest first
+	blocks int      // the blocks of the handovers in m
 }
 
 type held struct {
@@ -91,12 +97,14 @@ func (s *kvStore) put(h *engine.Handover, now time.Time) string {
 	id := randomHex(12)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.order) > 0 && (len(s.order) >= maxHeld || now.After(s.m[s.order[0]].expires)) {
+	for len(s.order) > 0 && (len(s.order) >= maxHeld || s.blocks+len(rec.Blocks) > maxHeldBlocks || now.After(s.m[s.order[0]].expires)) {
+		s.blocks -= len(s.m[s.order[0]].rec.Blocks)
 		delete(s.m, s.order[0])
 		s.order = s.order[1:]
 	}
 	s.m[id] = held{rec, now.Add(heldTTL)}
 	s.order = append(s.order, id)
+	s.blocks += len(rec.Blocks)
 	return id
 }
 
@@ -253,6 +261,9 @@ func (n *Node) pullKV(ctx context.Context, kt *openai.KVTransferParams, p *prepa
 		return nil, bad("remote_block_ids names %d blocks; handover %q holds %d", len(kt.RemoteBlockIDs), kt.RemoteRequestID, len(rec.Blocks))
 	}
 	blocks := p.req.Blocks
+	if len(rec.Blocks) != len(blocks) {
+		return nil, bad("handover %q holds %d blocks of a prompt of %d", kt.RemoteRequestID, len(rec.Blocks), len(blocks))
+	}
 	for i, s := range rec.Blocks {
 		if v, err := strconv.ParseUint(s, 16, 64); err != nil || i >= len(blocks) || v != blocks[i] {
 			return nil, bad("handover %q holds the KV of another prompt", kt.RemoteRequestID)
