@@ -480,7 +480,9 @@ func (g *Gossip) flush(now time.Time) {
 			g.domainsDirty = true
 		}
 		g.pub, g.pubBody, g.pubAt = st, body, now
-		if now.Sub(g.meshAt) >= g.meshIntervalLocked() || !sameStructure(st, g.meshPub) {
+		// Every record while memberlist carries them all (up to about 32 members, as always);
+		// past that, one a mesh interval and any change of structure.
+		if !g.directRecordsLocked() || now.Sub(g.meshAt) >= g.meshIntervalLocked() || !sameStructure(st, g.meshPub) {
 			g.meshPub, g.meshAt = st, now
 			out = append(out, &namedBroadcast{name: g.cfg.Name, msg: msg})
 		}

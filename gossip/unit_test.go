@@ -500,3 +500,21 @@ func TestDirectRecordsLeaveRoomForPrefixes(t *testing.T) {
 		t.Fatalf("the second round sent to %d members in all, want %d others", len(sent), first)
 	}
 }
+
+// TestSmallMeshQueuesEveryRecord pins that up to the size memberlist carries every record of
+// (the mesh interval is PublishInterval), every record published goes to memberlist's queue,
+// a change within MinPublishInterval's pace included, as before records went by domain.
+func TestSmallMeshQueuesEveryRecord(t *testing.T) {
+	g := newUnit(t, func(c *Config) { c.PublishInterval, c.MinPublishInterval = time.Second, 200*time.Millisecond })
+	unitDomain(t, g, 2)
+	now := time.Now()
+	g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}}, Running: 5})
+	g.flush(now.Add(300 * time.Millisecond))
+	msgs := g.queue.GetBroadcasts(0, 1<<20)
+	if len(msgs) != 1 {
+		t.Fatalf("%d records queued", len(msgs))
+	}
+	if st, err := DecodeState(msgs[0][2:]); err != nil || st.Running != 5 {
+		t.Fatalf("queued record: running %d (%v), want the change", st.Running, err)
+	}
+}
