@@ -149,6 +149,10 @@ type Gossip struct {
 	domains      map[string]*domain
 	domainsDirty bool
 	inDomain     int // alive peers sharing a model with this node, as of the last rebuild
+	// staleIn and staleOut are the record ages past which a peer inside and outside this
+	// node's domains is stale (staleAfterLocked), refreshed with each flush and rebuild so
+	// that listing members, once a request, costs no more than it did.
+	staleIn, staleOut time.Duration
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -211,6 +215,7 @@ func New(cfg Config) (*Gossip, error) {
 		peers:   make(map[string]*peerInfo),
 		byModel: make(map[string][]string),
 		domains: make(map[string]*domain),
+		staleIn: cfg.StaleAfter, staleOut: cfg.StaleAfter,
 	}
 	g.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(g.alive.Load()) },
@@ -538,21 +543,29 @@ func (g *Gossip) directEveryLocked() time.Duration {
 	return max(g.cfg.PublishInterval, d)
 }
 
-// staleAfterLocked is the record age past which p is stale: StaleAfter, or three times the
-// interval records come at once they are spread thinner than PublishInterval: for a member of
-// this node's domains (or one whose models are not known yet) the shorter of the direct and
-// the mesh-wide intervals, for one outside them the mesh-wide one.
-func (g *Gossip) staleAfterLocked(p *peerInfo) time.Duration {
+// refreshStaleLocked sets the record ages past which a peer is stale: StaleAfter, or three
+// times the interval records come at once they are spread thinner than PublishInterval: for a
+// member of this node's domains the shorter of the direct and the mesh-wide intervals (this
+// node's own pace stands in for the peer's: a peer in more or larger domains sends less often
+// than that; a record could carry its pace), for one outside them the mesh-wide one.
+func (g *Gossip) refreshStaleLocked() {
+	g.staleIn, g.staleOut = g.cfg.StaleAfter, g.cfg.StaleAfter
 	if !g.directRecordsLocked() {
-		return g.cfg.StaleAfter
+		return
 	}
-	every := g.meshIntervalLocked()
+	mesh := g.meshIntervalLocked()
+	g.staleIn = max(g.cfg.StaleAfter, 3*min(mesh, g.directEveryLocked()))
+	g.staleOut = max(g.cfg.StaleAfter, 3*mesh)
+}
+
+// staleAfterLocked is the record age past which p is stale (refreshStaleLocked). A peer whose
+// models are not known yet counts as inside; with no models of its own, this node is in no
+// domain and gets every record through the mesh.
+func (g *Gossip) staleAfterLocked(p *peerInfo) time.Duration {
 	if len(g.pub.Models) > 0 && !g.otherModelLocked(p) {
-		// This node's own pace stands in for the peer's: a peer in more or larger domains
-		// than this node sends less often than that (a record could carry its pace).
-		every = min(every, g.directEveryLocked())
+		return g.staleIn
 	}
-	return max(g.cfg.StaleAfter, 3*every)
+	return g.staleOut
 }
 
 func sameModels(a, b []ModelInfo) bool {
@@ -614,6 +627,7 @@ func (g *Gossip) rebuildDomainsLocked() {
 		}
 	}
 	g.inDomain = inDomain
+	g.refreshStaleLocked()
 	g.met.domainPeers.Set(float64(inDomain))
 }
 
@@ -879,6 +893,7 @@ func decodeDelta(b []byte) (string, uint64, kvindex.Summary, error) {
 }
 
 func (g *Gossip) markStaleLocked(now time.Time) {
+	g.refreshStaleLocked()
 	stale := 0
 	for name, p := range g.peers {
 		if name == g.cfg.Name {
