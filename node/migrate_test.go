@@ -171,6 +171,20 @@ func reference(t *testing.T, url, path, body string) (text, finish string, u usa
 	return r.Choices[0].Message.Content + r.Choices[0].Text, r.Choices[0].FinishReason, r.Usage
 }
 
+// streamKillingOwner streams a request of maxTokens through the ingress, kills its owner's
+// transport after 20 chunks of text, as a crash would, and reads the stream to its end.
+func streamKillingOwner(t *testing.T, tn *testnet.Net, path string, maxTokens int) stream {
+	t.Helper()
+	_, owner, r := openStream(t, context.Background(), tn, path, genBody(path, maxTokens, true))
+	var got stream
+	got.readText(t, r, 20)
+	if err := tn.Nodes[owner].KillTransport(); err != nil {
+		t.Fatal(err)
+	}
+	got.readRest(r)
+	return got
+}
+
 // openStream posts body to the ingress and returns the response, its owner's index and a
 // reader of its events.
 func openStream(t *testing.T, ctx context.Context, tn *testnet.Net, path, body string) (*http.Response, int, *sseReader) {
@@ -206,13 +220,7 @@ func TestOwnerDeathMidStreamMigrates(t *testing.T) {
 			if len(want) != 4*maxTokens {
 				t.Fatalf("reference text is %d bytes, want %d", len(want), 4*maxTokens)
 			}
-			_, owner, r := openStream(t, context.Background(), tn, path, genBody(path, maxTokens, true))
-			var got stream
-			got.readText(t, r, 20)
-			if err := tn.Nodes[owner].KillTransport(); err != nil {
-				t.Fatal(err)
-			}
-			got.readRest(r)
+			got := streamKillingOwner(t, tn, path, maxTokens)
 			if got.text != want {
 				t.Errorf("client read\n%q\nwant the unbroken run's\n%q", got.text, want)
 			}

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -242,13 +241,7 @@ func TestDecodeNodeDiesMidStreamMigrates(t *testing.T) {
 		roles("prefill", "decode", "decode")(i, cfg)
 		cfg.Sim.TimeScale = 1
 	})
-	_, owner, r := openStream(t, context.Background(), tn, path, genBody(path, maxTokens, true))
-	var got stream
-	got.readText(t, r, 20)
-	if err := tn.Nodes[owner].KillTransport(); err != nil {
-		t.Fatal(err)
-	}
-	got.readRest(r)
+	got := streamKillingOwner(t, tn, path, maxTokens)
 	if got.text != want || got.last != "[DONE]" || len(got.finishes) != 1 || got.finishes[0] != wantFinish || got.roles != 1 {
 		t.Errorf("client read %q (%d role chunks, finishes %q, last %q)\nwant %q", got.text, got.roles, got.finishes, got.last, want)
 	}
