@@ -639,7 +639,11 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		}
 		anyFeasible = true
 		need := a.blocks(it.Req, it.ExpectedTokens, o)
-		if a.kvRoom(it.Priority, decodeView(o, it.ExpectedTokens), need, a.mark(it.Req, o, true)) && a.spare(it.Priority, it.Req.PromptTokens, o) {
+		// The hysteresis keeps a drained candidate from flapping between queueing and
+		// letting work through; on the room a head claimed, the claim keeps everything else
+		// off, so it starts there at the admission mark.
+		claimed := it.Claim.Blocks > 0 && it.Claim.Peer == o.Peer
+		if a.kvRoom(it.Priority, decodeView(o, it.ExpectedTokens), need, a.mark(it.Req, o, !claimed)) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			role := it.Role // the pool the accept counts in: a split request run whole counts whole
 			if !o.Split && role == RolePrefill {
 				role = ""

@@ -568,8 +568,9 @@ func TestSLOFor(t *testing.T) {
 }
 
 // TestReadyHysteresis pins down that a queued request needs KV use under the lower mark
-// (queue_off) while a fresh one is accepted up to queue_on, and that a queued request whose
-// deadline passed is refused rather than served late.
+// (queue_off) while a fresh one is accepted up to queue_on, that a queued request whose
+// deadline passed is refused rather than served late, and that a head dispatches on the room
+// it claimed at queue_on.
 func TestReadyHysteresis(t *testing.T) {
 	a := newAdmitter(t, nil)
 	r := baseReq() // 13 blocks
@@ -592,6 +593,18 @@ func TestReadyHysteresis(t *testing.T) {
 	}
 	if got := a.Ready(t0.Add(2*time.Second), it, []Option{o}); got.Code != CodeSLOUnattainable || got.Status != 429 {
 		t.Fatalf("late queued request not refused: %+v", got)
+	}
+
+	// A head starts on the room it claimed at the admission mark: the claim, not the
+	// hysteresis, kept the rest of the mesh off it.
+	o.Peer, o.FreeKVBlocks = "x", 100 // used after 913/1000
+	it.Claim = Claim{Peer: "y", Blocks: 13}
+	if got := a.Ready(t0, it, []Option{o}); got.Action != Queue {
+		t.Fatalf("a head claiming another node dispatched above queue_off: %+v", got)
+	}
+	it.Claim.Peer = "x"
+	if got := a.Ready(t0, it, []Option{o}); got.Action != Accept {
+		t.Fatalf("a head not dispatched under queue_on on the room it claimed: %+v", got)
 	}
 }
 

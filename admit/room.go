@@ -27,6 +27,10 @@ type Item struct {
 	MaxTokens      int
 	ExpectedTokens int
 	Value          any // the node's payload
+	// Claim is the room it waits for while it heads its pool and cannot run (ClaimFor; the
+	// node's room loop sets it each pass): work behind it runs beside it only on what is left
+	// (Claim.Take), and Ready dispatches it there at the admission mark.
+	Claim Claim
 
 	seq     uint64
 	flow    *flow

@@ -153,6 +153,13 @@ type Gossip struct {
 	// node's domains is stale (staleAfterLocked), refreshed with each flush and rebuild so
 	// that listing members, once a request, costs no more than it did.
 	staleIn, staleOut time.Duration
+	// claimed is the KV blocks the other members' records claim on each peer (State.Claims),
+	// rebuilt when a record or a liveness changed, and at least every PublishInterval so that
+	// a claim in a record gone stale stops counting.
+	claimed      map[string]int
+	claimsDirty  bool
+	claimsBuilt  time.Time
+	claimsBuffer map[string]int
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -912,6 +919,52 @@ func (g *Gossip) markStaleLocked(now time.Time) {
 	g.met.stale.Set(float64(stale))
 }
 
+// Claimed returns the KV blocks the other members' latest records claim on peer (State.Claims),
+// less those of except (the node a request came from: its own claim is not in its way). Only
+// alive members with a fresh record count.
+func (g *Gossip) Claimed(peer, except string) int {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.claimsDirty || now.Sub(g.claimsBuilt) >= g.cfg.PublishInterval {
+		g.rebuildClaimsLocked(now)
+	}
+	total := g.claimed[peer]
+	if total == 0 || except == "" {
+		return total
+	}
+	if p := g.peers[except]; p != nil && g.claimCountsLocked(except, p, now) {
+		for _, c := range p.state.Claims {
+			if c.Peer == peer {
+				total -= c.Blocks
+			}
+		}
+	}
+	return max(total, 0)
+}
+
+func (g *Gossip) claimCountsLocked(name string, p *peerInfo, now time.Time) bool {
+	return name != g.cfg.Name && p.liveness == LivenessAlive && p.hasState && now.Sub(p.updated) <= g.staleAfterLocked(p)
+}
+
+func (g *Gossip) rebuildClaimsLocked(now time.Time) {
+	// Two maps swapped, so a rebuild allocates nothing once the mesh's claims have been seen.
+	g.claimed, g.claimsBuffer = g.claimsBuffer, g.claimed
+	if g.claimed == nil {
+		g.claimed = make(map[string]int)
+	}
+	clear(g.claimed)
+	for name, p := range g.peers {
+		if len(p.state.Claims) == 0 || !g.claimCountsLocked(name, p, now) {
+			continue
+		}
+		for _, c := range p.state.Claims {
+			g.claimed[c.Peer] += c.Blocks
+		}
+	}
+	g.claimsDirty, g.claimsBuilt = false, now
+}
+
 // Members returns this node's view of the mesh, itself included, sorted by name.
 func (g *Gossip) Members() []Member {
 	now := time.Now()
@@ -1081,6 +1134,9 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	}
 	if !p.hasState || !sameModels(st.Models, p.state.Models) {
 		g.domainsDirty = true
+	}
+	if len(st.Claims) > 0 || len(p.state.Claims) > 0 {
+		g.claimsDirty = true
 	}
 	p.state, p.hasState, p.updated = st, true, now
 	return true, ""
@@ -1305,7 +1361,7 @@ func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 			g.idx.DropPeer(n.Name)
 		}
 		p.liveness, p.changed = live, time.Now()
-		g.domainsDirty = true
+		g.domainsDirty, g.claimsDirty = true, true
 	}
 	counts := map[Liveness]int{}
 	for _, q := range g.peers {

@@ -26,7 +26,19 @@ const (
 	// MaxKeyUsage bounds State.KeyUsage: 8 entries of 16 bytes keep the fullest record, its
 	// agent keys included, inside one broadcast. A node publishes its heaviest keys.
 	MaxKeyUsage = 8
+	// MaxClaims bounds State.Claims: one a waiting-room pool's blocked head, and a node has
+	// a few pools (a model and role each); four claims on 32-byte names keep the fullest
+	// record, agent keys included, inside one broadcast.
+	MaxClaims = 4
 )
+
+// Claim is the KV room a request waiting at a node's ingress holds on a peer (Peer, by name)
+// until it fits there: Blocks, its whole need. Every other node counts it as used on Peer, so
+// the mesh, not only its ingress, stops filling the room a large request waits for.
+type Claim struct {
+	Peer   string `json:"peer"`
+	Blocks int    `json:"blocks"`
+}
 
 // KeyUsage is what one rate-limited API key consumed through a node: ID, the first 8 bytes
 // of the key's SHA-256, and tokens per second.
@@ -83,7 +95,10 @@ type State struct {
 	InFlightTokens                     int
 	// KeyUsage is what the heaviest rate-limited API keys consumed through this node, at most
 	// MaxKeyUsage: every ingress takes the others' off its share of a key's rate.
-	KeyUsage               []KeyUsage
+	KeyUsage []KeyUsage
+	// Claims are the KV room the blocked heads of this node's waiting room hold on peers, at
+	// most MaxClaims.
+	Claims                 []Claim
 	PrefillTokensPerSecond float64
 	DecodeStepSeconds      float64
 	MaxRunning             int
@@ -155,7 +170,13 @@ const (
 	tagQueuedBeforeHigh
 	tagQueuedLowWaiting
 	tagKeyUsage
-	tagLast = tagKeyUsage
+	tagClaim
+	tagLast = tagClaim
+)
+
+const (
+	claimTagPeer   = 1
+	claimTagBlocks = 2
 )
 
 const (
@@ -210,6 +231,16 @@ func AppendState(b []byte, s State) ([]byte, error) {
 			v = binary.LittleEndian.AppendUint64(v, math.Float64bits(u.TokensPerSecond))
 		}
 		e.field(tagKeyUsage, v)
+	}
+	if len(s.Claims) > MaxClaims {
+		return b, fmt.Errorf("%w: %d claims", ErrMalformed, len(s.Claims))
+	}
+	for _, c := range s.Claims {
+		var ce enc
+		ce.str(claimTagPeer, c.Peer)
+		ce.int(claimTagBlocks, c.Blocks)
+		e.field(tagClaim, ce.b)
+		e.err = errors.Join(e.err, ce.err)
 	}
 	e.int(tagInFlightTokens, s.InFlightTokens)
 	e.float(tagPrefillTokensPerSecond, s.PrefillTokensPerSecond)
@@ -300,7 +331,7 @@ func (e *enc) bool(tag int, v bool) {
 }
 
 // DecodeState decodes a record that fills b exactly. Unknown tags are skipped; a known tag
-// twice (other than Model), a wrong-sized value or a different major version is an error. It
+// twice (other than Model and Claim), a wrong-sized value or a different major version is an error. It
 // never panics.
 func DecodeState(b []byte) (State, error) {
 	var s State
@@ -316,7 +347,7 @@ func DecodeState(b []byte) (State, error) {
 	var seen [tagLast + 1]bool
 	err := fields(b[1:], func(tag uint64, v []byte) error {
 		if tag <= tagLast {
-			if seen[tag] && tag != tagModel {
+			if seen[tag] && tag != tagModel && tag != tagClaim {
 				return fmt.Errorf("%w: duplicate field %d", ErrMalformed, tag)
 			}
 			seen[tag] = true
@@ -364,6 +395,13 @@ func DecodeState(b []byte) (State, error) {
 			s.QueuedLowWaiting, err = integer(v)
 		case tagKeyUsage:
 			s.KeyUsage, err = keyUsage(v)
+		case tagClaim:
+			if len(s.Claims) == MaxClaims {
+				return fmt.Errorf("%w: more than %d claims", ErrMalformed, MaxClaims)
+			}
+			var c Claim
+			err = decodeClaim(v, &c)
+			s.Claims = append(s.Claims, c)
 		case tagInFlightTokens:
 			s.InFlightTokens, err = integer(v)
 		case tagPrefillTokensPerSecond:
@@ -487,6 +525,31 @@ func decodeModel(b []byte, m *ModelInfo) error {
 		}
 		return err
 	})
+}
+
+// decodeClaim decodes one claim: a peer's name and a positive block count.
+func decodeClaim(b []byte, c *Claim) error {
+	var seen [3]bool
+	err := fields(b, func(tag uint64, v []byte) error {
+		if tag < uint64(len(seen)) {
+			if seen[tag] {
+				return fmt.Errorf("%w: duplicate claim field %d", ErrMalformed, tag)
+			}
+			seen[tag] = true
+		}
+		var err error
+		switch tag {
+		case claimTagPeer:
+			c.Peer, err = str(v)
+		case claimTagBlocks:
+			c.Blocks, err = integer(v)
+		}
+		return err
+	})
+	if err == nil && (c.Peer == "" || c.Blocks <= 0) {
+		err = fmt.Errorf("%w: claim of %d blocks on %q", ErrMalformed, c.Blocks, c.Peer)
+	}
+	return err
 }
 
 // fields walks a tag-length-value list that must end exactly at the end of b.

@@ -270,3 +270,63 @@ func TestZeroConfigIsTheDefault(t *testing.T) {
 		t.Errorf("AnyPort: %v", err)
 	}
 }
+
+func TestStateClaims(t *testing.T) {
+	s := State{Name: "a", Claims: []Claim{{Peer: "gpu-07", Blocks: 1900}, {Peer: "gpu-08", Blocks: 1}}}
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeState(b); err != nil || !reflect.DeepEqual(got, s) {
+		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, s)
+	}
+	full := fullState()
+	for i := range MaxClaims {
+		full.Claims = append(full.Claims, Claim{Peer: fmt.Sprintf("gpu-%03d.rack-12.example.intern", i), Blocks: 1 << 20})
+	}
+	full.AgentKeys = agentState().AgentKeys
+	if b, err := EncodeState(full); err != nil || 2+len(b) > maxMessage {
+		t.Fatalf("the fullest record with %d claims: %d bytes (%v), over the %d-byte broadcast limit", MaxClaims, 2+len(b), err, maxMessage)
+	}
+
+	over := State{Name: "a", Claims: make([]Claim, MaxClaims+1)}
+	for i := range over.Claims {
+		over.Claims[i] = Claim{Peer: "p", Blocks: 1}
+	}
+	if _, err := EncodeState(over); !errors.Is(err, ErrMalformed) {
+		t.Errorf("EncodeState of %d claims = %v, want ErrMalformed", len(over.Claims), err)
+	}
+	claim := func(fs ...[]byte) []byte {
+		var v []byte
+		for _, f := range fs {
+			v = append(v, f...)
+		}
+		b := []byte{StateVersion, tagClaim}
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		return append(b, v...)
+	}
+	peer := func(name string) []byte { return append([]byte{claimTagPeer, byte(len(name))}, name...) }
+	blocks := func(n int64) []byte {
+		v := binary.AppendVarint(nil, n)
+		return append([]byte{claimTagBlocks, byte(len(v))}, v...)
+	}
+	tooMany := []byte{StateVersion}
+	for range MaxClaims + 1 {
+		tooMany = append(tooMany, claim(peer("p"), blocks(1))[1:]...)
+	}
+	for name, in := range map[string][]byte{
+		"no peer":        claim(blocks(5)),
+		"no blocks":      claim(peer("p")),
+		"negative":       claim(peer("p"), blocks(-5)),
+		"peer twice":     claim(peer("p"), peer("q"), blocks(5)),
+		"over the bound": tooMany,
+	} {
+		if _, err := DecodeState(in); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: DecodeState = %v, want ErrMalformed", name, err)
+		}
+	}
+	got, err := DecodeState(append(claim(peer("p"), blocks(5)), claim(peer("q"), blocks(7))[1:]...))
+	if err != nil || !reflect.DeepEqual(got.Claims, []Claim{{"p", 5}, {"q", 7}}) {
+		t.Fatalf("two claims: %+v, %v", got.Claims, err)
+	}
+}

@@ -520,3 +520,42 @@ func TestSmallMeshQueuesEveryRecord(t *testing.T) {
 		t.Fatalf("queued record: running %d (%v), want the change", st.Running, err)
 	}
 }
+
+// TestClaimed pins the claims index: the other members' claims on a peer add up, less those of
+// the node a request came from; a record without them, a member's death and a record gone
+// stale each take theirs off.
+func TestClaimed(t *testing.T) {
+	g := newUnit(t, nil)
+	now := time.Now()
+	for _, name := range []string{"a", "b", "x"} {
+		g.memberEvent(&memberlist.Node{Name: name}, LivenessAlive)
+	}
+	apply := func(name string, seq uint64, at time.Time, claims ...Claim) {
+		t.Helper()
+		if ok, reason := g.applyState(State{Name: name, BootID: 1, Seq: seq, Claims: claims}, at); !ok {
+			t.Fatalf("record of %s refused: %s", name, reason)
+		}
+	}
+	check := func(step, peer, except string, want int) {
+		t.Helper()
+		if got := g.Claimed(peer, except); got != want {
+			t.Errorf("%s: Claimed(%q, %q) = %d, want %d", step, peer, except, got, want)
+		}
+	}
+	apply("a", 1, now, Claim{Peer: "x", Blocks: 500}, Claim{Peer: "self", Blocks: 40})
+	apply("b", 1, now, Claim{Peer: "x", Blocks: 300})
+	check("two claims", "x", "", 800)
+	check("two claims", "x", "a", 300)
+	check("two claims", "self", "", 40)
+	check("two claims", "b", "", 0)
+
+	apply("a", 2, now)
+	check("a's head left", "x", "", 300)
+	check("a's head left", "self", "", 0)
+
+	g.memberEvent(&memberlist.Node{Name: "b"}, LivenessDead)
+	check("b died", "x", "", 0)
+
+	apply("x", 1, now.Add(-time.Hour), Claim{Peer: "self", Blocks: 70})
+	check("x's record is stale", "self", "", 0)
+}

@@ -57,3 +57,7 @@ func (n *Node) PeerKVUsed(peer string) int {
 	}
 	return -1
 }
+
+// ClaimedOn is the KV room the other nodes' records claim on peer (their waiting rooms'
+// blocked heads), as this node's routing counts it.
+func (n *Node) ClaimedOn(peer string) int { return n.g.Claimed(peer, "") }

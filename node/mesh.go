@@ -59,6 +59,9 @@ func (n *Node) publishedState() gossip.State {
 	s := n.localState()
 	// A node shutting down still runs what reaches it, but asks peers to send it nothing new.
 	s.EngineHealthy = s.EngineHealthy && !n.unready.Load()
+	if c := n.claims.Load(); c != nil {
+		s.Claims = *c
+	}
 	for _, u := range n.adm.Keys().Usage(time.Now(), gossip.MaxKeyUsage) {
 		s.KeyUsage = append(s.KeyUsage, gossip.KeyUsage{ID: u.ID, TokensPerSecond: u.TokensPerSecond})
 	}
@@ -192,6 +195,9 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string) {
 			v.add(m, m.State.QUICAddr, n.carbonDirty(m.State), n.eject.Ejected(now, m.Name))
 		}
 		clear(v.members) // drop the records' references until the next decision
+		for i := range v.Peers {
+			v.Peers[i].KVBlocksUsed += n.g.Claimed(v.Peers[i].Name, "")
+		}
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
 		for _, mt := range v.matches {
 			for i := range v.Peers {
@@ -343,6 +349,8 @@ type PeerInfo struct {
 	CarbonStale            bool               `json:"carbon_stale"`
 	SoftwareVersion        string             `json:"software_version"`
 	Seq                    uint64             `json:"seq"`
+	// Claims are the KV room this node's waiting room holds on peers for its blocked heads.
+	Claims []gossip.Claim `json:"claims,omitempty"`
 }
 
 // PeersResponse is the body of GET /v1/mesh/peers.
@@ -366,7 +374,7 @@ func peerInfo(m *gossip.Member) PeerInfo {
 		PowerCapWatts: s.PowerCapWatts, TempC: s.TempC, VRAMTotalBytes: s.VRAMTotalBytes,
 		VRAMUsedBytes: s.VRAMUsedBytes, Vendor: s.Vendor, GPUName: s.GPUName,
 		CarbonIntensity: s.CarbonIntensity, CarbonZone: s.CarbonZone, CarbonAgeSeconds: s.CarbonAgeSeconds,
-		CarbonStale: s.CarbonStale, SoftwareVersion: s.SoftwareVersion, Seq: s.Seq,
+		CarbonStale: s.CarbonStale, SoftwareVersion: s.SoftwareVersion, Seq: s.Seq, Claims: s.Claims,
 	}
 	if s.KVBlocksTotal > 0 {
 		pi.KVUse = float64(s.KVBlocksUsed) / float64(s.KVBlocksTotal)

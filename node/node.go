@@ -66,6 +66,9 @@ type Node struct {
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
 	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
 	inFlightTokens atomic.Int64
+	// claims is the KV room the waiting room's blocked heads hold, as the last room pass left
+	// it (publishClaims): published in this node's record, counted by every peer (claims.go).
+	claims atomic.Pointer[[]gossip.Claim]
 	// Test hooks (export_test.go): KV blocks reported used beyond the engine's, in the state
 	// record and the owner's check (testKVHeld), or in the owner's check alone (testKVOwnerHeld).
 	testKVHeld, testKVOwnerHeld atomic.Int64

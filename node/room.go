@@ -16,7 +16,6 @@ type waiter struct {
 	p     *prepared
 	t     *ticket
 	ready chan struct{}
-	claim admit.Claim // the room it waits for while it heads its pool and cannot run
 	// backfilled: let out past its pool's blocked head (the last Next that offered it).
 	backfilled bool
 }
@@ -97,6 +96,7 @@ func (n *Node) runRoom(ctx context.Context) {
 	t := time.NewTicker(n.cfg.RoomTick)
 	defer t.Stop()
 	var lastRate time.Time
+	heads := map[*admit.Item]bool{} // the pools' heads a pass found blocked (publishClaims)
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,23 +115,30 @@ func (n *Node) runRoom(ctx context.Context) {
 		for _, it := range room.Expire(now) {
 			n.settle(it, n.adm.Expired(now))
 		}
+		clear(heads)
 		for room.Len() > 0 {
 			it, ok := room.Next(now, func(it, head *admit.Item) bool {
 				wt := it.Value.(*waiter)
 				wt.backfilled = head != nil
 				if head == nil {
+					// Decided with the claim of its last pass as head (Admitter.Ready), then
+					// claims afresh.
 					n.decide(now, wt.p, wt.t, it, nil)
+					it.Claim = admit.Claim{}
 					if wt.t.D.Action == admit.Queue {
-						wt.claim = n.adm.ClaimFor(now, it, wt.t.Opts)
+						it.Claim = n.adm.ClaimFor(now, it, wt.t.Opts)
 					}
+					heads[it] = true
 				} else {
-					n.decide(now, wt.p, wt.t, it, &head.Value.(*waiter).claim)
+					it.Claim = admit.Claim{} // no longer a head: it claims nothing
+					n.decide(now, wt.p, wt.t, it, &head.Claim)
 				}
 				return wt.t.D.Action != admit.Queue
 			})
 			if !ok {
 				break
 			}
+			delete(heads, it)
 			wt := it.Value.(*waiter)
 			n.m.decisionOf(wt.t.D)
 			if wt.backfilled && wt.t.D.Action == admit.Accept {
@@ -139,6 +146,7 @@ func (n *Node) runRoom(ctx context.Context) {
 			}
 			close(wt.ready)
 		}
+		n.publishClaims(heads)
 	}
 }
 
