@@ -642,7 +642,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		// The hysteresis keeps a drained candidate from flapping between queueing and
 		// letting work through; on the room a head claimed, the claim keeps everything else
 		// off, so it starts there at the admission mark.
-		claimed := it.Claim.Blocks > 0 && it.Claim.Peer == o.Peer
+		claimed := it.Claim.Blocks > 0 && !it.Claim.Split && it.Claim.Peer == o.Peer
 		if a.kvRoom(it.Priority, decodeView(o, it.ExpectedTokens), need, a.mark(it.Req, o, !claimed)) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			role := it.Role // the pool the accept counts in: a split request run whole counts whole
 			if !o.Split && role == RolePrefill {
@@ -669,6 +669,9 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 type Claim struct {
 	Peer   string
 	Blocks int
+	// Split: the room is a pair's, its KV judged by the decode node's forecast; such a claim
+	// stays this node's (the node publishes whole candidates' claims only).
+	Split bool
 }
 
 // ClaimFor returns the room the queued head waits for: its KV need on the option with the most
@@ -688,7 +691,7 @@ func (a *Admitter) ClaimFor(now time.Time, head *Item, options []Option) Claim {
 		return Claim{}
 	}
 	o := options[best]
-	return Claim{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o)}
+	return Claim{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o), Split: o.Split}
 }
 
 // Take takes h's blocks off the free KV of its peer in options (down to below zero: while the

@@ -606,6 +606,10 @@ func TestReadyHysteresis(t *testing.T) {
 	if got := a.Ready(t0, it, []Option{o}); got.Action != Accept {
 		t.Fatalf("a head not dispatched under queue_on on the room it claimed: %+v", got)
 	}
+	it.Claim.Split = true // a pair's room: judged by the decode forecast, not claimed mesh-wide
+	if got := a.Ready(t0, it, []Option{o}); got.Action != Queue {
+		t.Fatalf("a head claiming a pair's room dispatched whole above queue_off: %+v", got)
+	}
 }
 
 // TestReadyKeepsSlack pins that a queued request is dispatched only with a fifth of its TTFT
@@ -638,10 +642,11 @@ func TestClaimFor(t *testing.T) {
 		opts []Option
 		want Claim
 	}{
-		{"most free", []Option{opt("a", 10, 0), opt("b", 30, 0), opt("c", 20, 0)}, Claim{"b", 13}},
-		{"most free that meets the SLO", []Option{opt("a", 10, 0), opt("b", 30, slow), opt("c", 20, 0)}, Claim{"c", 13}},
-		{"most free when none meets it", []Option{opt("a", 10, slow), opt("b", 30, slow)}, Claim{"b", 13}},
+		{"most free", []Option{opt("a", 10, 0), opt("b", 30, 0), opt("c", 20, 0)}, Claim{Peer: "b", Blocks: 13}},
+		{"most free that meets the SLO", []Option{opt("a", 10, 0), opt("b", 30, slow), opt("c", 20, 0)}, Claim{Peer: "c", Blocks: 13}},
+		{"most free when none meets it", []Option{opt("a", 10, slow), opt("b", 30, slow)}, Claim{Peer: "b", Blocks: 13}},
 		{"no options", nil, Claim{}},
+		{"a pair", []Option{func() Option { o := opt("p", 30, 0); o.Split = true; return o }()}, Claim{Peer: "p", Blocks: 13, Split: true}},
 	}
 	a := newAdmitter(t, nil)
 	r := baseReq() // 13 blocks
@@ -653,11 +658,11 @@ func TestClaimFor(t *testing.T) {
 		})
 	}
 	opts := []Option{opt("a", 10, 0), opt("b", 30, 0)}
-	Claim{"b", 13}.Take(opts)
+	Claim{Peer: "b", Blocks: 13}.Take(opts)
 	if opts[0].FreeKVBlocks != 10 || opts[1].FreeKVBlocks != 17 {
 		t.Fatalf("after Take: free %d and %d, want 10 and 17", opts[0].FreeKVBlocks, opts[1].FreeKVBlocks)
 	}
-	Claim{"b", 20}.Take(opts)
+	Claim{Peer: "b", Blocks: 20}.Take(opts)
 	if fits(opts[1], 1, 1) {
 		t.Fatal("a request fits on the room a head holds")
 	}

@@ -69,6 +69,8 @@ type Member struct {
 	Candidate bool
 	// PrefixBlocks is how many of the member's prefix blocks this node's index holds.
 	PrefixBlocks int
+	// Claimed is the KV blocks the other members' records claim on this member (Claimed).
+	Claimed int
 	// Incarnation counts the boots (distinct BootIDs) of the member this node has seen,
 	// from 1; a restart increments it. memberlist's internal SWIM incarnation is not exported.
 	Incarnation uint32
@@ -926,9 +928,7 @@ func (g *Gossip) Claimed(peer, except string) int {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.claimsDirty || now.Sub(g.claimsBuilt) >= g.cfg.PublishInterval {
-		g.rebuildClaimsLocked(now)
-	}
+	g.freshClaimsLocked(now)
 	total := g.claimed[peer]
 	if total == 0 || except == "" {
 		return total
@@ -947,7 +947,12 @@ func (g *Gossip) claimCountsLocked(name string, p *peerInfo, now time.Time) bool
 	return name != g.cfg.Name && p.liveness == LivenessAlive && p.hasState && now.Sub(p.updated) <= g.staleAfterLocked(p)
 }
 
-func (g *Gossip) rebuildClaimsLocked(now time.Time) {
+// freshClaimsLocked rebuilds the claims index if a record or a liveness changed since, or a
+// PublishInterval passed (a claim in a record gone stale stops counting).
+func (g *Gossip) freshClaimsLocked(now time.Time) {
+	if !g.claimsDirty && now.Sub(g.claimsBuilt) < g.cfg.PublishInterval {
+		return
+	}
 	// Two maps swapped, so a rebuild allocates nothing once the mesh's claims have been seen.
 	g.claimed, g.claimsBuffer = g.claimsBuffer, g.claimed
 	if g.claimed == nil {
@@ -970,10 +975,11 @@ func (g *Gossip) Members() []Member {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.freshClaimsLocked(now)
 	out := make([]Member, 0, len(g.peers)+1)
 	self := Member{
 		Name: g.cfg.Name, Liveness: LivenessAlive, State: g.pub, Updated: g.pubAt,
-		Age: now.Sub(g.pubAt), Candidate: true, Incarnation: 1, Self: true,
+		Age: now.Sub(g.pubAt), Candidate: true, Incarnation: 1, Self: true, Claimed: g.claimed[g.cfg.Name],
 	}
 	if p := g.peers[g.cfg.Name]; p != nil {
 		self.Addr, self.Liveness = p.addr, p.liveness
@@ -992,7 +998,7 @@ func (g *Gossip) Members() []Member {
 func (g *Gossip) memberLocked(name string, p *peerInfo, now time.Time) Member {
 	m := Member{
 		Name: name, Addr: p.addr, Liveness: p.liveness, State: p.state, Updated: p.updated,
-		Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name),
+		Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name), Claimed: g.claimed[name],
 	}
 	if p.hasState {
 		m.Age = now.Sub(p.updated)
@@ -1012,6 +1018,7 @@ func (g *Gossip) MembersServing(dst []Member, model string) []Member {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.rebuildDomainsLocked()
+	g.freshClaimsLocked(now)
 	for _, name := range g.byModel[model] {
 		dst = append(dst, g.memberLocked(name, g.peers[name], now))
 	}

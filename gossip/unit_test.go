@@ -548,6 +548,12 @@ func TestClaimed(t *testing.T) {
 	check("two claims", "x", "a", 300)
 	check("two claims", "self", "", 40)
 	check("two claims", "b", "", 0)
+	if m, _ := member(g, "x"); m.Claimed != 800 {
+		t.Errorf("Members: x claimed %d, want 800", m.Claimed)
+	}
+	if m, _ := member(g, "self"); m.Claimed != 40 {
+		t.Errorf("Members: self claimed %d, want 40", m.Claimed)
+	}
 
 	apply("a", 2, now)
 	check("a's head left", "x", "", 300)

@@ -127,7 +127,7 @@ func peerOf(m *gossip.Member) route.Peer {
 		Vendor:                 s.Vendor,
 		VRAMTotalBytes:         s.VRAMTotalBytes,
 		KVBlocksTotal:          s.KVBlocksTotal,
-		KVBlocksUsed:           s.KVBlocksUsed,
+		KVBlocksUsed:           s.KVBlocksUsed + m.Claimed, // the room other ingresses' heads wait for is taken
 		HitRate:                s.HitRate,
 		Running:                s.Running,
 		Waiting:                s.Waiting,
@@ -178,6 +178,9 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string) {
 	v.quic = v.quic[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
+	if n.g != nil {
+		selfMember.Claimed = n.g.Claimed(n.cfg.Name, "")
+	}
 	v.add(&selfMember, "", n.carbonDirty(self), false)
 	// Each record clears the reservations and refusals it already reflects (route.Observe);
 	// this node's own state is read live.
@@ -195,9 +198,6 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string) {
 			v.add(m, m.State.QUICAddr, n.carbonDirty(m.State), n.eject.Ejected(now, m.Name))
 		}
 		clear(v.members) // drop the records' references until the next decision
-		for i := range v.Peers {
-			v.Peers[i].KVBlocksUsed += n.g.Claimed(v.Peers[i].Name, "")
-		}
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
 		for _, mt := range v.matches {
 			for i := range v.Peers {
