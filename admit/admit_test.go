@@ -606,9 +606,13 @@ func TestReadyHysteresis(t *testing.T) {
 	if got := a.Ready(t0, it, []Option{o}); got.Action != Accept {
 		t.Fatalf("a head not dispatched under queue_on on the room it claimed: %+v", got)
 	}
-	it.Claim.Split = true // a pair's room: judged by the decode forecast, not claimed mesh-wide
-	if got := a.Ready(t0, it, []Option{o}); got.Action != Queue {
-		t.Fatalf("a head claiming a pair's room dispatched whole above queue_off: %+v", got)
+	for _, c := range []Claim{{Peer: "x", Blocks: 13, Split: true}, {Peer: "x", Blocks: 13, Sheddable: true}} {
+		// A pair's room (judged by the decode forecast) and a sheddable head's are not
+		// claimed mesh-wide: no admission mark for them.
+		it.Claim = c
+		if got := a.Ready(t0, it, []Option{o}); got.Action != Queue {
+			t.Fatalf("a head with claim %+v dispatched above queue_off: %+v", c, got)
+		}
 	}
 }
 

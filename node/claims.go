@@ -22,7 +22,7 @@ import (
 func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 	var its []*admit.Item
 	for it := range heads {
-		if it.Claim.Peer != "" && it.Claim.Blocks > 0 && !it.Claim.Split {
+		if it.Claim.Published() {
 			its = append(its, it)
 		}
 	}
