@@ -205,6 +205,7 @@ func TestConfigFileRoundTrip(t *testing.T) {
 	cfg.Name, cfg.TLSDir, cfg.ForwardAttempts, cfg.RetryAfter = "gpu-7", "/tls", 5, 1500*time.Millisecond
 	cfg.Gossip.Join, cfg.Gossip.Key = []string{"a:1", "b:2"}, []byte("0123456789abcdef")
 	cfg.Route.Weights.Power, cfg.Route.ModelBytes, cfg.Route.DisablePowerCapFilter = -1, map[string]uint64{"m": 1 << 30}, true
+	cfg.Route.DecodeLocalPrefill = new(bool)
 	cfg.Admit.Queue.Backfill, cfg.Admit.Tenants = -1, nil
 	ac := agent.DefaultConfig()
 	ac.Controller.MaxWindow, ac.Controller.InitialWindow = 32, 4

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"io"
 	"time"
 
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -61,3 +63,26 @@ func (n *Node) PeerKVUsed(peer string) int {
 // ClaimedOn is the KV room the other nodes' records claim on peer (their waiting rooms'
 // blocked heads), as this node's routing counts it.
 func (n *Node) ClaimedOn(peer string) int { return n.g.Claimed(peer, "") }
+
+// ForwardWhole forwards body, a chat completion, to peer's owner as an ingress forwards a
+// whole request (no prefill mark, no handover), and returns the owner's answer: its status
+// and body, or its refusal's status and code.
+func (n *Node) ForwardWhole(ctx context.Context, peer, body string) (status int, answer []byte, code string, err error) {
+	addr := ""
+	for _, m := range n.g.Members() {
+		if m.Name == peer {
+			addr = m.State.QUICAddr
+		}
+	}
+	h := transport.Header{RequestID: "whole-" + peer, Hops: 1, Ingress: n.cfg.Name, Kind: transport.KindRequest}
+	resp, err := n.tr.Forward(ctx, addr, h, []byte(body))
+	if ref := (*transport.Refusal)(nil); errors.As(err, &ref) {
+		return ref.Status, nil, ref.Code, nil
+	}
+	if err != nil {
+		return 0, nil, "", err
+	}
+	defer resp.Body.Close()
+	answer, err = io.ReadAll(resp.Body)
+	return resp.Status, answer, "", err
+}

@@ -29,8 +29,9 @@ func withParams(t *testing.T, body, params string) string {
 // vLLM's proxy drives a prefill and a decode server: the prefill engine answers a
 // do_remote_decode request with no text and kv_transfer_params naming the handover it holds;
 // the decode engine, given the original request with those params, pulls the KV and streams
-// the text a mixed engine gives for the request, with the whole request's usage. Each half
-// refuses what it does not run, and bad or unknown params are a 400 that says what is wrong.
+// the text a mixed engine gives for the request, with the whole request's usage; given the
+// request without params, it runs it whole, as vLLM's decode server does. Each half refuses
+// what it does not run, and bad or unknown params are a 400 that says what is wrong.
 func TestEngineRolesSpeakVLLMTransfer(t *testing.T) {
 	pre, dec, mixed := startEngine(t, roleEngine("prefill")), startEngine(t, roleEngine("decode")), startEngine(t)
 	prompt := longPrompt("engine-roles", 600)
@@ -71,6 +72,13 @@ func TestEngineRolesSpeakVLLMTransfer(t *testing.T) {
 			t.Errorf("decode %d: %q %+v, want %q %+v", i, got.text, got.usage, want.text, want.usage)
 		}
 	}
+	resp = post(t, dec, "/v1/chat/completions", streamBody, nil)
+	if b = readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a whole request on the decode engine: %d %s", resp.StatusCode, b)
+	}
+	if got := readStream(t, b); got.text != want.text || got.usage.CompletionTokens != want.usage.CompletionTokens || !got.done {
+		t.Errorf("a whole request on the decode engine: %q %+v, want %q %+v", got.text, got.usage, want.text, want.usage)
+	}
 
 	edit := func(f func(p *openai.KVTransferParams)) string {
 		p := kt
@@ -83,9 +91,8 @@ func TestEngineRolesSpeakVLLMTransfer(t *testing.T) {
 		name, url, body, code, says string
 	}{
 		{"a whole request on a prefill engine", pre, streamBody, openai.CodeInvalidRequest, "prefills only"},
-		{"a whole request on a decode engine", dec, streamBody, openai.CodeInvalidRequest, "only requests with a handover"},
 		{"a prefill streamed", pre, withParams(t, streamBody, openai.PrefillTransferParams), openai.CodeInvalidParameter, "stream false"},
-		{"a prefill on a decode engine", dec, prefillBody, openai.CodeInvalidRequest, "only requests with a handover"},
+		{"a prefill on a decode engine", dec, prefillBody, openai.CodeInvalidRequest, "does not prefill"},
 		{"a handover on a prefill engine", pre, withParams(t, chatBody(prompt, 40, false), string(params)), openai.CodeInvalidRequest, "does not decode"},
 		{"params not an object", dec, withParams(t, streamBody, `[1]`), openai.CodeInvalidParameter, "must be an object"},
 		{"no remote", dec, withParams(t, streamBody, `{"do_remote_prefill":true}`), openai.CodeInvalidParameter, "remote_engine_id"},

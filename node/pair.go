@@ -33,9 +33,10 @@ import (
 // Refusal and failure codes of the pair's flow.
 const (
 	// CodeWrongRole is an owner's refusal (503) of a request its role does not run: a whole
-	// request or a decode half on a prefill node, a whole request or a prefill half on a
-	// decode node, either half on a node whose engine cannot split (an external engine
-	// without a role), a handover from the other kind of engine.
+	// request or a decode half on a prefill node, a prefill half on a decode node, or a whole
+	// request there with its route.decode_local_prefill off, either half on a node whose
+	// engine cannot split (an external engine without a role), a handover from the other
+	// kind of engine.
 	CodeWrongRole = "wrong_role"
 	// CodeDecodeUnavailable (503) ends a split request whose prompt was prefilled but whose
 	// handover every decode node tried refused (no room).
@@ -48,21 +49,23 @@ const (
 // Outcomes of kvmesh_route_disaggregated_total: the dispatch's choice in a mesh with prefill
 // or decode nodes, then what became of each split request's halves.
 const (
-	disaggSplit          = "split"           // dispatched on a pair
-	disaggWholeShort     = "whole_short"     // whole: the uncached prompt fits one step's chunk
-	disaggWholeLink      = "whole_link"      // whole: the transfer costs over half the prefill it moves
-	disaggWholeMixed     = "whole_mixed"     // whole: a mixed node is as fast and keeps its TPOT
-	disaggWholeNoPair    = "whole_no_pair"   // whole: no prefill and decode pair had room
-	disaggHandover       = "handover"        // a prefill node handed the prompt's KV over
-	disaggPrefillRetried = "prefill_retried" // a prefill node refused or failed; another was tried
-	disaggPrefillFailed  = "prefill_failed"  // no prefill node handed over: whole candidates, the room or a 502
-	disaggDecodeRetried  = "decode_retried"  // a decode node refused or failed before its first byte; another was tried
-	disaggHandoverQueued = "handover_queued" // every decode node refused the handover: it waited for decode room
-	disaggDecodeFailed   = "decode_failed"   // no decode node took the handover: the request ended with an error
+	disaggSplit          = "split"                // dispatched on a pair
+	disaggWholeShort     = "whole_short"          // whole: the uncached prompt fits one step's chunk
+	disaggWholeLink      = "whole_link"           // whole: the transfer costs over half the prefill it moves
+	disaggWholeMixed     = "whole_mixed"          // whole: a mixed node is as fast and keeps its TPOT
+	disaggWholeNoPair    = "whole_no_pair"        // whole: no prefill and decode pair had room
+	disaggDecodeShort    = "whole_decode_short"   // whole on a decode node: the uncached prompt fits one step's chunk
+	disaggPrefillBehind  = "whole_prefill_behind" // whole on a decode node: the prefill pool misses the TTFT target
+	disaggHandover       = "handover"             // a prefill node handed the prompt's KV over
+	disaggPrefillRetried = "prefill_retried"      // a prefill node refused or failed; another was tried
+	disaggPrefillFailed  = "prefill_failed"       // no prefill node handed over: whole candidates, the room or a 502
+	disaggDecodeRetried  = "decode_retried"       // a decode node refused or failed before its first byte; another was tried
+	disaggHandoverQueued = "handover_queued"      // every decode node refused the handover: it waited for decode room
+	disaggDecodeFailed   = "decode_failed"        // no decode node took the handover: the request ended with an error
 )
 
 var disaggOutcomes = []string{disaggSplit, disaggWholeShort, disaggWholeLink, disaggWholeMixed, disaggWholeNoPair,
-	disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggHandoverQueued, disaggDecodeFailed}
+	disaggDecodeShort, disaggPrefillBehind, disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggHandoverQueued, disaggDecodeFailed}
 
 // wholeOutcome is the metric outcome of the split rule's reason for a whole request.
 func wholeOutcome(why string) string {
@@ -73,6 +76,10 @@ func wholeOutcome(why string) string {
 		return disaggWholeLink
 	case route.WholeMixedFast:
 		return disaggWholeMixed
+	case route.WholeDecodeShort:
+		return disaggDecodeShort
+	case route.WholePrefillBehind:
+		return disaggPrefillBehind
 	}
 	return disaggWholeNoPair
 }
@@ -94,10 +101,19 @@ func (n *Node) takesHalf(h transport.Header) string {
 		return "the handover comes from another kind of engine than this node's"
 	case n.cfg.Role == route.RolePrefill && !h.Prefill:
 		return "this node runs the prefill half of a request only"
-	case n.cfg.Role == route.RoleDecode && h.Handover == nil:
-		return "this node decodes from a handover only"
+	case n.cfg.Role == route.RoleDecode && h.Prefill:
+		return "this node does not run the prefill half of a request"
+	case n.cfg.Role == route.RoleDecode && h.Handover == nil && !n.localPrefill():
+		return "this node decodes from a handover only (route.decode_local_prefill is off)"
 	}
 	return ""
+}
+
+// localPrefill reports whether this node, in the decode role, runs a whole request it is given
+// (route.decode_local_prefill, as the last reload left it).
+func (n *Node) localPrefill() bool {
+	cfg := n.planner.Policy().Config()
+	return cfg.LocalPrefill()
 }
 
 // handoverHeader and handoverOf carry engine.Handover over the wire as transport.Handover; the

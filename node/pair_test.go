@@ -11,11 +11,14 @@ import (
 	"github.com/kvmesh/kvmesh/testnet"
 )
 
-// roles configures node i of a testnet with roles[i].
+// roles configures node i of a testnet with roles[i]. Its decode nodes run decode halves only
+// (route.decode_local_prefill off), so that the tests' short prompts are split: localPrefill
+// turns it back on.
 func roles(rs ...string) func(i int, cfg *node.Config) {
 	return func(i int, cfg *node.Config) {
 		cfg.Role = rs[i]
 		cfg.HandshakeTimeout = 300 * time.Millisecond
+		cfg.Route.DecodeLocalPrefill = new(bool)
 	}
 }
 

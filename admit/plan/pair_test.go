@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -67,5 +68,45 @@ func TestPairDecodeRoomAtArrival(t *testing.T) {
 	p.Ingress(t0, hard, pairView(24000, 2000, 0), &pl)
 	if pl.D.Action != admit.Refuse || pl.D.Code != admit.CodeDecodeFull || pl.D.RetryAfter <= 0 {
 		t.Fatalf("with a 1 s target: %v %s after %v (%s)", pl.D.Action, pl.D.Code, pl.D.RetryAfter, pl.D.Message)
+	}
+}
+
+// TestDecodeLocalPrefillPlan pins a request the split rule runs whole on a decode node: the
+// prefill node's queue makes the pair miss the 2 s TTFT target (3.26 s) that the idle decode
+// node meets (0.82 s), so the decode node goes first, the pair next as its fallback, and the
+// accept is the whole pool's, reserved on the decode node. With route.decode_local_prefill off
+// the pair is all there is, and it cannot meet the target.
+func TestDecodeLocalPrefillPlan(t *testing.T) {
+	p := newPlanner(t, Config{}, nil)
+	v := &View{BlockTokens: 16}
+	v.Add(peer("p", func(p *route.Peer) { p.Role = route.RolePrefill; p.QueuedPrefillTokens = 24000 }), false)
+	v.Add(peer("d", func(p *route.Peer) { p.Role = route.RoleDecode }), false)
+	req := request(8000, func(r *admit.Request) { r.TTFTSLO = 2 * time.Second })
+
+	var pl Plan
+	p.Ingress(t0, req, v, &pl)
+	if pl.SplitWhy != route.WholePrefillBehind || len(pl.Cands) != 2 || pl.Cands[0].Name != "d" || pl.Cands[0].Pair != nil ||
+		pl.Cands[1].Pair == nil {
+		t.Fatalf("why %q, candidates %s; want %q, d whole then the pair", pl.SplitWhy, route.Explain(pl.Cands, 3), route.WholePrefillBehind)
+	}
+	if pl.D.Action != admit.Accept || pl.D.Option != 0 || pl.D.Split || pl.D.Role != "" ||
+		!slices.Equal(pl.D.Pools(), []string{admit.PoolWhole}) {
+		t.Fatalf("decision %v %s option %d split %v role %q pools %v (%s), want accepted whole on d", pl.D.Action, pl.D.Code,
+			pl.D.Option, pl.D.Split, pl.D.Role, pl.D.Pools(), pl.D.Message)
+	}
+	if pl.Res.Peer != "d" || pl.ResDecode.Peer != "" {
+		t.Errorf("reservations %+v and %+v, want the whole request's on d", pl.Res, pl.ResDecode)
+	}
+	p.Release(&pl)
+
+	cfg := p.Policy().Config()
+	cfg.DecodeLocalPrefill = new(bool)
+	if err := p.Policy().SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	pl = Plan{}
+	p.Ingress(t0, req, v, &pl)
+	if pl.SplitWhy != route.SplitNoMixed || pl.D.Action != admit.Refuse || pl.D.Code != admit.CodeSLOUnattainable {
+		t.Fatalf("off: why %q, %v %s (%s); want split and refused %s", pl.SplitWhy, pl.D.Action, pl.D.Code, pl.D.Message, admit.CodeSLOUnattainable)
 	}
 }

@@ -176,7 +176,9 @@ type Plan struct {
 	// (Search) and the split rule's reason (SplitWhy, route.Decide's; "" when no pair was
 	// searched). A split request's pair is a candidate with Pair set, first in Cands, the whole
 	// candidates after it as fallbacks; accepted, it reserves its prefill on the prefill peer
-	// (Res) and its KV on the decode peer (ResDecode).
+	// (Res) and its KV on the decode peer (ResDecode). A request the rule runs whole on a
+	// decode peer (route.RunsLocal(SplitWhy)) has that peer first, then the pair, then the
+	// whole candidates.
 	Search    route.PairSearch
 	SplitWhy  string
 	ResDecode route.Reservation
@@ -271,25 +273,32 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 }
 
 // pair searches a prefill and a decode peer for req and applies the split rule against the
-// whole candidates Route found (werr its error): split, the pair goes first in pl.Cands, and
-// the error is cleared.
+// whole candidates Route found (werr its error): split, the pair goes first in pl.Cands; whole
+// on a decode peer (route.RunsLocal), that peer goes first and the pair, if any, next, as its
+// fallback; either way the error is cleared.
 func (p *Planner) pair(now time.Time, req admit.Request, rreq route.Request, v *View, pl *Plan, werr error) error {
-	_, tpot := p.adm.SLOFor(req)
+	ttft, tpot := p.adm.SLOFor(req)
 	p.policy.Pair(now, rreq, v.Peers, tpot, &pl.Search)
 	var whole []route.Candidate
 	if werr == nil {
 		whole = pl.Cands
 	}
 	cfg := p.policy.Config()
-	pr, split, why := route.Choose(&cfg, rreq, whole, &pl.Search, tpot)
+	pr, split, why := route.Choose(&cfg, rreq, whole, &pl.Search, ttft, tpot)
 	pl.SplitWhy = why
-	if !split {
+	local := route.RunsLocal(why)
+	if !split && !local {
 		return werr
 	}
 	if werr != nil {
 		pl.Cands = pl.Cands[:0]
 	}
-	pl.Cands = slices.Insert(pl.Cands, 0, pr.Candidate())
+	if pr != nil {
+		pl.Cands = slices.Insert(pl.Cands, 0, pr.Candidate())
+	}
+	if local {
+		pl.Cands = slices.Insert(pl.Cands, 0, pl.Search.Local[0])
+	}
 	return nil
 }
 

@@ -200,6 +200,13 @@ type Config struct {
 	// SplitHop is h, the ingress's forward round trip to the decode node added to a pair's
 	// predicted TTFT. Default 1 ms (a LAN). Negative ("-1ms"): none.
 	SplitHop time.Duration `json:"split_hop"`
+	// DecodeLocalPrefill lets a decode peer run a whole request, prefill included, when the
+	// split rule finds the prefill pool of no use to it: its uncached prompt there is under
+	// SplitMinTokens, or the best pair misses the request's TTFT target (no pair at all
+	// included) while the decode peer meets it and its TPOT SLO (Decide). Nil, the default,
+	// is on; false turns it off, and decode peers then run decode halves only. The owner
+	// reads its own: a decode node with it off refuses a whole request (wrong_role).
+	DecodeLocalPrefill *bool `json:"decode_local_prefill,omitempty"`
 
 	// Reservations.
 
@@ -304,6 +311,10 @@ func (c *Config) fill() error {
 	}
 	fillF(&c.LinkGBps, d.LinkGBps)
 	fillDur(&c.SplitHop, d.SplitHop)
+	if c.DecodeLocalPrefill != nil { // its own copy: the live config is never changed in place
+		on := *c.DecodeLocalPrefill
+		c.DecodeLocalPrefill = &on
+	}
 	if err := c.Eject.fill(); err != nil {
 		return err
 	}
@@ -312,6 +323,9 @@ func (c *Config) fill() error {
 	}
 	return c.validate()
 }
+
+// LocalPrefill reports whether DecodeLocalPrefill is on (nil: on).
+func (c *Config) LocalPrefill() bool { return c.DecodeLocalPrefill == nil || *c.DecodeLocalPrefill }
 
 // on is a weight or share in use: a negative one (turned off) counts as 0.
 func on(v float64) float64 { return max(v, 0) }

@@ -21,7 +21,8 @@ const (
 	RoleMixed = "mixed"
 	// RolePrefill runs the prefill half only: it answers with a handover, never with text.
 	RolePrefill = "prefill"
-	// RoleDecode runs the decode half only, from a handover.
+	// RoleDecode runs the decode half, from a handover; with Config.DecodeLocalPrefill, also
+	// a whole request the split rule sends it (Decide).
 	RoleDecode = "decode"
 )
 
@@ -29,7 +30,8 @@ const (
 func IsMixed(role string) bool { return role == "" || role == RoleMixed }
 
 // IsHalf reports whether role runs only one half of a request (prefill or decode): such a
-// peer is never a candidate for a whole request.
+// peer is never among routing's whole candidates (a decode peer may still run a request
+// whole when the split rule says so: PairSearch.Local).
 func IsHalf(role string) bool { return role == RolePrefill || role == RoleDecode }
 
 // Why Decide chose as it did.
@@ -40,7 +42,15 @@ const (
 	WholeShort     = "short"         // whole: the uncached prompt fits one step's chunk
 	WholeLink      = "link"          // whole: the transfer costs over half the prefill it moves
 	WholeMixedFast = "mixed_as_fast" // whole: a mixed node is as fast and keeps its TPOT
+
+	// Whole on a decode peer (SplitInput.Local, Config.DecodeLocalPrefill): RunsLocal.
+	WholeDecodeShort   = "decode_short"   // its uncached prompt there fits one step's chunk
+	WholePrefillBehind = "prefill_behind" // the pair misses the TTFT target the decode peer meets, or there is no pair
 )
+
+// RunsLocal reports whether why, Decide's reason, runs the request whole on the decode peer
+// SplitInput.Local.
+func RunsLocal(why string) bool { return why == WholeDecodeShort || why == WholePrefillBehind }
 
 // Pair is the best prefill and decode candidates for a request, with the pair's predictions.
 type Pair struct {
@@ -52,40 +62,76 @@ type Pair struct {
 	Transfer, TTFT, TPOT time.Duration
 }
 
-// SplitInput is what the split rule weighs: the best whole candidate (nil: none) and the best
-// pair (nil: none), for a request of PromptTokens, and the request's TPOT SLO (0: none).
+// SplitInput is what the split rule weighs: the best whole candidate (nil: none), the best
+// decode peer to run the request whole (Local, PairSearch.Local's first; nil: none) and the
+// best pair (nil: none), for a request of PromptTokens, and the request's TTFT and TPOT SLOs
+// (0: none).
 type SplitInput struct {
-	Whole        *Candidate
-	Pair         *Pair
-	PromptTokens int
-	TPOTSLO      time.Duration
+	Whole            *Candidate
+	Local            *Candidate
+	Pair             *Pair
+	PromptTokens     int
+	TTFTSLO, TPOTSLO time.Duration
 }
 
 // Decide is the split rule of docs/design/disaggregation.md ("When to split"): without a pair
-// the request runs whole, without a mixed candidate it is split; else it runs whole when its
-// uncached part on the mixed node is under SplitMinTokens, when the transfer costs over half
-// the prefill it moves, or when the mixed node's TTFT is no later than the pair's and its TPOT
-// within the SLO; and it is split otherwise. It is pure.
+// the request runs whole (on the decode peer Local when there is no mixed candidate:
+// WholePrefillBehind); else it runs whole on the mixed candidate when its uncached part there
+// is under SplitMinTokens, when the transfer costs over half the prefill it moves, or when the
+// mixed node's TTFT is no later than the pair's and its TPOT within the SLO; failing those,
+// whole on the decode peer Local when its uncached part there is under SplitMinTokens, or when
+// the prefill pool is behind (prefillBehind); and it is split otherwise. A mixed candidate
+// that qualifies goes before a decode peer that does. It is pure.
 func Decide(cfg *Config, in SplitInput) (split bool, why string) {
+	m, l, pr := in.Whole, in.Local, in.Pair
 	switch {
-	case in.Pair == nil:
+	case pr == nil && m == nil && l != nil:
+		return false, WholePrefillBehind // no prefill peer can take it: the decode peer prefills
+	case pr == nil:
 		return false, WholeNoPair
-	case in.Whole == nil:
+	}
+	prompt := max(in.PromptTokens, 0)
+	if m != nil {
+		if prompt-m.Terms.PrefixTokens < cfg.SplitMinTokens {
+			return false, WholeShort
+		}
+		moved := max(prompt-pr.Prefill.Terms.PrefixTokens, 0)
+		if pr.Transfer > prefillTime(cfg, moved, pr.Prefill.Terms.PrefillRate)/2 {
+			return false, WholeLink
+		}
+		if m.PredictedTTFT <= pr.TTFT && (in.TPOTSLO <= 0 || m.PredictedTPOT <= in.TPOTSLO) {
+			return false, WholeMixedFast
+		}
+	}
+	if l != nil {
+		if prompt-l.Terms.PrefixTokens < cfg.SplitMinTokens {
+			return false, WholeDecodeShort
+		}
+		if prefillBehind(cfg, in) {
+			return false, WholePrefillBehind
+		}
+	}
+	if m == nil {
 		return true, SplitNoMixed
 	}
-	m, pr := in.Whole, in.Pair
-	prompt := max(in.PromptTokens, 0)
-	if prompt-m.Terms.PrefixTokens < cfg.SplitMinTokens {
-		return false, WholeShort
-	}
-	moved := max(prompt-pr.Prefill.Terms.PrefixTokens, 0)
-	if pr.Transfer > prefillTime(cfg, moved, pr.Prefill.Terms.PrefillRate)/2 {
-		return false, WholeLink
-	}
-	if m.PredictedTTFT <= pr.TTFT && (in.TPOTSLO <= 0 || m.PredictedTPOT <= in.TPOTSLO) {
-		return false, WholeMixedFast
-	}
 	return true, SplitFaster
+}
+
+// prefillBehind is the split rule's test of the prefill pool for the decode peer in.Local:
+// with a TTFT target, the pair misses it and the decode peer meets it; without one, the pair's
+// TTFT is later than the decode peer's by more than the pair's own prefill of the prompt (its
+// queue costs more than the prefill the decode peer would run instead). Either way the decode
+// peer's TPOT is within the SLO.
+func prefillBehind(cfg *Config, in SplitInput) bool {
+	l, pr := in.Local, in.Pair
+	switch {
+	case in.TPOTSLO > 0 && l.PredictedTPOT > in.TPOTSLO:
+		return false
+	case in.TTFTSLO > 0:
+		return pr.TTFT > in.TTFTSLO && l.PredictedTTFT <= in.TTFTSLO
+	}
+	moved := max(in.PromptTokens-pr.Prefill.Terms.PrefixTokens, 0)
+	return pr.TTFT-l.PredictedTTFT > prefillTime(cfg, moved, pr.Prefill.Terms.PrefillRate)
 }
 
 // TransferTime is how long a prompt of tokens takes to cross the link: tokens × KVBytesPerToken
@@ -104,11 +150,14 @@ func prefillTime(cfg *Config, tokens int, rate float64) time.Duration {
 
 // PairSearch is the two searches' result: the prefill candidates and the decode candidates,
 // best first, and whether a peer of either role was dropped as busy (the request should wait
-// for room rather than be refused when no pair is left).
+// for room rather than be refused when no pair is left). Local are the decode peers that could
+// run the request whole (Config.DecodeLocalPrefill; empty when it is off), best first: the
+// decode candidates of role decode that routing's busy test for a whole request passes,
+// ordered by predicted TPOT within the SLO first, then by predicted TTFT.
 type PairSearch struct {
-	Prefill, Decode []Candidate
-	Busy            bool
-	full            []Candidate // decode peers busy by KV alone (pairSearch)
+	Prefill, Decode, Local []Candidate
+	Busy                   bool
+	full                   []Candidate // decode peers busy by KV alone (pairSearch)
 }
 
 // pairSearch runs the pair's two searches over peers with rv the reservations per peer and
@@ -121,7 +170,8 @@ type PairSearch struct {
 // counting the whole prompt and max_tokens in blocks, and a free seat (running + reserved below
 // MaxRunning); ordered by predicted TPOT within tpotSLO first, then by TPOT, by free KV after
 // reservations, and by the smaller batch. Within each order a dedicated peer goes before a
-// mixed one, all else equal.
+// mixed one, all else equal. Local, with DecodeLocalPrefill: the decode peers among the decode
+// candidates with a seat that routing's busy test for a whole request passes.
 func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved, refused func(string) bool,
 	tpotSLO time.Duration, out *PairSearch) {
 	bt := req.BlockTokens
@@ -188,7 +238,8 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	if len(out.Prefill) > 0 {
 		arrive += out.Prefill[0].PredictedTTFT
 	}
-	out.full = out.full[:0]
+	out.full, out.Local = out.full[:0], out.Local[:0]
+	local := cfg.LocalPrefill()
 	for i := range peers {
 		p := &peers[i]
 		if _, dec := eligible(p); !dec {
@@ -203,6 +254,9 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, r)
+		if local && p.Role == RoleDecode && !busy(cfg, req, bt, p, r) {
+			out.Local = append(out.Local, c) // evaluate's is the whole request's candidate
+		}
 		c.Score = -c.PredictedTPOT.Seconds()
 		if kv {
 			out.full = append(out.full, c)
@@ -217,17 +271,24 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		out.Decode = append(out.Decode, out.full...)
 	}
 	slices.SortStableFunc(out.Decode, func(a, b Candidate) int {
-		ao, bo := tpotSLO > 0 && a.PredictedTPOT > tpotSLO, tpotSLO > 0 && b.PredictedTPOT > tpotSLO
-		switch {
-		case ao != bo:
-			if ao {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Or(cmp.Compare(a.PredictedTPOT, b.PredictedTPOT), cmp.Compare(b.Terms.FreeKV, a.Terms.FreeKV),
+		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTPOT, b.PredictedTPOT), cmp.Compare(b.Terms.FreeKV, a.Terms.FreeKV),
 			cmp.Compare(a.Terms.Batch, b.Terms.Batch), mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
 	})
+	slices.SortStableFunc(out.Local, func(a, b Candidate) int {
+		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))
+	})
+}
+
+// withinTPOT orders a candidate whose predicted TPOT is within slo (0: none) before one over it.
+func withinTPOT(slo time.Duration, a, b Candidate) int {
+	ao, bo := slo > 0 && a.PredictedTPOT > slo, slo > 0 && b.PredictedTPOT > slo
+	switch {
+	case ao == bo:
+		return 0
+	case ao:
+		return 1
+	}
+	return -1
 }
 
 // mixedLast orders a dedicated prefill or decode peer before a mixed one, all else equal: a
@@ -327,14 +388,19 @@ func Disaggregated(peers []Peer) bool {
 	return false
 }
 
-// Choose weighs the best whole candidate (whole[0]; none when whole is empty) against the
-// best pair of s (BestPair) by the split rule (Decide). pr is the best pair, nil when there is
-// none; split says to run the request on it.
-func Choose(cfg *Config, req Request, whole []Candidate, s *PairSearch, tpotSLO time.Duration) (pr *Pair, split bool, why string) {
+// Choose weighs the best whole candidate (whole[0]; none when whole is empty) and the best
+// decode peer to run the request whole (s.Local[0]; none when empty) against the best pair of
+// s (BestPair) by the split rule (Decide), for a request of TTFT and TPOT targets ttftSLO and
+// tpotSLO (0: none). pr is the best pair, nil when there is none; split says to run the request
+// on it, RunsLocal(why) on s.Local[0].
+func Choose(cfg *Config, req Request, whole []Candidate, s *PairSearch, ttftSLO, tpotSLO time.Duration) (pr *Pair, split bool, why string) {
 	pr = BestPair(cfg, req, s)
-	in := SplitInput{Pair: pr, PromptTokens: req.PromptTokens, TPOTSLO: tpotSLO}
+	in := SplitInput{Pair: pr, PromptTokens: req.PromptTokens, TTFTSLO: ttftSLO, TPOTSLO: tpotSLO}
 	if len(whole) > 0 {
 		in.Whole = &whole[0]
+	}
+	if len(s.Local) > 0 {
+		in.Local = &s.Local[0]
 	}
 	split, why = Decide(cfg, in)
 	return pr, split, why

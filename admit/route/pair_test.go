@@ -19,16 +19,25 @@ func rolePeer(name, role string) Peer {
 // candidates, the pair's searches, the split rule.
 func choose(t *testing.T, r *Router, rq Request, peers []Peer, tpotSLO time.Duration) (*Pair, bool, string) {
 	t.Helper()
+	pr, split, why, _ := chooseSLO(t, r, rq, peers, 0, tpotSLO)
+	return pr, split, why
+}
+
+// chooseSLO is choose with a TTFT target too, and the pair's searches.
+func chooseSLO(t *testing.T, r *Router, rq Request, peers []Peer, ttftSLO, tpotSLO time.Duration) (*Pair, bool, string, *PairSearch) {
+	t.Helper()
 	whole, _ := r.Route(t0, rq, peers, nil) // no whole candidate is an answer too
 	var s PairSearch
 	r.Pair(t0, rq, peers, tpotSLO, &s)
-	return Choose(r.conf(), rq, whole, &s, tpotSLO)
+	pr, split, why := Choose(r.conf(), rq, whole, &s, ttftSLO, tpotSLO)
+	return pr, split, why, &s
 }
 
 // TestSplitRule is the split rule's table (docs/design/disaggregation.md, "When to split"),
 // with the design's example: an 8,000-token uncached prompt at 25 GB/s crosses in 42 ms
 // against 258 ms of prefill; an idle mixed node predicts about 263 ms, an idle pair about 306
-// ms; a mixed node with 16,384 tokens queued about 790 ms.
+// ms; a mixed node with 16,384 tokens queued about 790 ms. Decode peers run halves only here
+// (route.decode_local_prefill off): TestDecodeLocalPrefill has the rule with it on.
 func TestSplitRule(t *testing.T) {
 	loaded := rolePeer("m", "")
 	loaded.QueuedPrefillTokens = 16384
@@ -65,7 +74,7 @@ func TestSplitRule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRouter(t, func(c *Config) { c.LinkGBps = tt.link })
+			r := newRouter(t, func(c *Config) { c.LinkGBps, c.DecodeLocalPrefill = tt.link, new(bool) })
 			pr, split, why := choose(t, r, req(tt.prompt), tt.peers, tt.tpotSLO)
 			if split != tt.split || why != tt.why {
 				t.Fatalf("split %v (%s), want %v (%s)", split, why, tt.split, tt.why)
@@ -78,6 +87,73 @@ func TestSplitRule(t *testing.T) {
 			}
 			if pr == nil || pr.Prefill.Name != tt.p || pr.Decode.Name != tt.d {
 				t.Fatalf("pair %+v, want %s→%s", pr, tt.p, tt.d)
+			}
+		})
+	}
+}
+
+// TestDecodeLocalPrefill is the split rule's table for a decode peer running a request whole
+// (route.decode_local_prefill, on by default), at the design example's rates: an idle decode
+// node predicts 263 ms for an 8,000-token prompt, the pair about 306 ms with the prefill node
+// idle and 834 ms with 16,384 tokens queued on it.
+func TestDecodeLocalPrefill(t *testing.T) {
+	queued := rolePeer("p", RolePrefill)
+	queued.QueuedPrefillTokens = 16384
+	full := rolePeer("p", RolePrefill)
+	full.QueuedPrefillTokens = 40000 // busy for a prefill half
+	batch := rolePeer("d", RoleDecode)
+	batch.Running = 10 // TPOT 5.25 ms
+	busyD := rolePeer("d", RoleDecode)
+	busyD.QueuedPrefillTokens = 20000 // busy for a whole request, not for a decode half
+	slowD := rolePeer("d1", RoleDecode)
+	slowD.QueuedPrefillTokens = 8000 // 521 ms for the prompt whole
+	slowM := rolePeer("m", RoleMixed)
+	slowM.Running, slowM.DecodeStepSeconds, slowM.QueuedPrefillTokens = 200, 0.3, 16000
+	pd := func(p, d Peer) []Peer { return []Peer{p, d} }
+	const target = 500 * time.Millisecond
+	tests := []struct {
+		name       string
+		prompt     int
+		peers      []Peer
+		ttft, tpot time.Duration
+		off        bool
+		split      bool
+		why        string
+		local      string // s.Local[0]; "": none
+	}{
+		{"a short prompt runs whole on the decode node", 1000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, false, false, WholeDecodeShort, "d"},
+		{"off: a short prompt is split", 1000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, true, true, SplitNoMixed, ""},
+		{"the pair misses the target, the decode node meets it", 8000, pd(queued, rolePeer("d", RoleDecode)), target, 0, false, false, WholePrefillBehind, "d"},
+		{"off: the pair misses the target, split", 8000, pd(queued, rolePeer("d", RoleDecode)), target, 0, true, true, SplitNoMixed, ""},
+		{"the pair meets the target: split", 8000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), target, 0, false, true, SplitNoMixed, "d"},
+		{"both miss the target: split", 8000, pd(queued, rolePeer("d", RoleDecode)), 200 * time.Millisecond, 0, false, true, SplitNoMixed, "d"},
+		{"the decode node misses its TPOT SLO: split", 8000, pd(queued, batch), target, 5100 * time.Microsecond, false, true, SplitNoMixed, "d"},
+		{"a decode node busy for a whole request: split", 8000, pd(queued, busyD), target, 0, false, true, SplitNoMixed, ""},
+		{"no target: the pair's queue costs more than the prefill", 8000, pd(queued, rolePeer("d", RoleDecode)), 0, 0, false, false, WholePrefillBehind, "d"},
+		{"no target: an idle pair splits", 8000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, false, true, SplitNoMixed, "d"},
+		{"no prefill node has room: whole on the decode node", 8000, pd(full, rolePeer("d", RoleDecode)), target, 0, false, false, WholePrefillBehind, "d"},
+		{"off: no prefill node has room", 8000, pd(full, rolePeer("d", RoleDecode)), target, 0, true, false, WholeNoPair, ""},
+		{"the faster decode node", 8000, []Peer{queued, slowD, rolePeer("d2", RoleDecode)}, target, 0, false, false, WholePrefillBehind, "d2"},
+		{"a short prompt prefers the mixed node", 1000, []Peer{rolePeer("m", ""), rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)}, 0, 0, false, false, WholeShort, "d"},
+		{"the prefill pool behind prefers an idle mixed node", 8000, []Peer{rolePeer("m", ""), queued, rolePeer("d", RoleDecode)}, target, 0, false, false, WholeMixedFast, "d"},
+		{"a mixed node over its TPOT SLO leaves it to the decode node", 8000, []Peer{slowM, queued, rolePeer("d", RoleDecode)}, target, 100 * time.Millisecond, false, false, WholePrefillBehind, "d"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, func(c *Config) {
+				if tt.off {
+					c.DecodeLocalPrefill = new(bool)
+				}
+			})
+			_, split, why, s := chooseSLO(t, r, req(tt.prompt), tt.peers, tt.ttft, tt.tpot)
+			if split != tt.split || why != tt.why {
+				t.Errorf("split %v (%s), want %v (%s)", split, why, tt.split, tt.why)
+			}
+			switch {
+			case tt.local == "" && len(s.Local) > 0:
+				t.Errorf("local candidates %v, want none", names(s.Local))
+			case tt.local != "" && (len(s.Local) == 0 || s.Local[0].Name != tt.local):
+				t.Errorf("local candidates %v, want %s first", names(s.Local), tt.local)
 			}
 		})
 	}

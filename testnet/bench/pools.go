@@ -42,7 +42,9 @@ type PoolTimeline struct {
 // not which node ran a split request's prefill, so:
 //   - a request answered by a mixed node was accepted by the mixed pool when it arrived;
 //   - one answered by a decode node was split: the prefill pool accepted it when it arrived and
-//     the decode pool at its first token;
+//     the decode pool at its first token (with route.decode_local_prefill on, the default, a
+//     decode node may have run it whole: it is still counted so, the client cannot tell; the
+//     split and whole columns, from the nodes' kvmesh_route_disaggregated_total, are exact);
 //   - a refusal after the prefill (decode_unavailable, decode_failed) was accepted by the
 //     prefill pool and refused by the decode pool;
 //   - any other refusal was refused by the pool the request enters first: prefill in a mesh

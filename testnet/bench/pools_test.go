@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
@@ -112,6 +113,9 @@ func TestRunDisaggregated(t *testing.T) {
 	cfg := Config{
 		Disaggregated: []string{"prefill", "decode"}, TimeScale: 20, Workload: "chat", Loads: []float64{1},
 		Capacity: 2, Duration: 1500 * time.Millisecond, Seed: 3, Logger: slog.New(slog.DiscardHandler),
+		// The decode node runs halves only, so that the chat's short prompts are split and
+		// the load generator's attribution to pools holds (poolCounter).
+		Configure: func(_ int, c *node.Config) { c.Route.DecodeLocalPrefill = new(bool) },
 	}
 	var progress bytes.Buffer
 	cfg.Progress = &progress

@@ -54,7 +54,8 @@ type Config struct {
 	HitRateWindow int `json:"hit_rate_window"`
 	// Role is the engine's part in disaggregated prefill and decode: RoleMixed (the default)
 	// runs requests whole and decodes handovers, RolePrefill computes a request's prompt KV
-	// and ends it with a handover, RoleDecode decodes handovers only (see roles.go).
+	// and ends it with a handover, RoleDecode decodes handovers and runs a request without
+	// one whole (see roles.go).
 	Role string `json:"role"`
 	// LinkGBps is the bandwidth, in GB/s (1e9 bytes a second), of the link a handover's KV
 	// crosses to this engine: a handover waits KVBytes / LinkGBps before it may decode.

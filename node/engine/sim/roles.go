@@ -15,7 +15,10 @@ import (
 //     that comes with a handover.
 //   - RolePrefill computes a request's prompt KV and ends the request there, without a token:
 //     its final chunk (FinishHandover) carries the engine.Handover. It refuses a handover.
-//   - RoleDecode decodes requests that come with a handover and refuses any other.
+//   - RoleDecode decodes requests that come with a handover, and runs a request without one
+//     whole, as a mixed engine does (a vLLM decode server runs a request without
+//     kv_transfer_params as a normal one; the node decides whether to send it such a request,
+//     route.decode_local_prefill). It refuses a prefill half alone.
 //
 // A handover is admitted from the head of the waiting queue as a request is, when the blocks
 // for its whole prompt can be had (it waits for them; it preempts nothing): it takes its seat
@@ -34,7 +37,7 @@ const (
 )
 
 // checkRole refuses a request the engine's role does not take: a handover on a prefill
-// engine, a request without one on a decode engine, and a handover that is not of this
+// engine, a prefill half alone on a decode engine, and a handover that is not of this
 // request's prompt of p tokens.
 func (s *Sim) checkRole(req *engine.Request, p int) error {
 	h := req.Handover
@@ -43,8 +46,8 @@ func (s *Sim) checkRole(req *engine.Request, p int) error {
 		return fmt.Errorf("sim: a prefill engine does not decode a handover: %w", engine.ErrRejected)
 	case req.PrefillOnly && h != nil:
 		return fmt.Errorf("sim: a request cannot be both prefilled alone and decoded from a handover: %w", engine.ErrRejected)
-	case s.cfg.Role == RoleDecode && h == nil:
-		return fmt.Errorf("sim: a decode engine takes only requests with a handover: %w", engine.ErrRejected)
+	case s.cfg.Role == RoleDecode && req.PrefillOnly:
+		return fmt.Errorf("sim: a decode engine does not prefill for another engine: %w", engine.ErrRejected)
 	case h != nil && (h.PromptTokens != p || h.KVBytes < 0 || h.CachedTokens < 0):
 		return fmt.Errorf("sim: handover of %d prompt tokens, %d KV bytes, for a %d-token prompt: %w",
 			h.PromptTokens, h.KVBytes, p, engine.ErrRejected)

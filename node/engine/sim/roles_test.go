@@ -150,7 +150,7 @@ func TestRoleRefuses(t *testing.T) {
 		{"mixed handover", RoleMixed, good, true, false},
 		{"prefill plain", RolePrefill, nil, true, false},
 		{"prefill handover", RolePrefill, good, false, false},
-		{"decode plain", RoleDecode, nil, false, false},
+		{"decode plain runs whole", RoleDecode, nil, true, false},
 		{"decode handover", RoleDecode, good, true, false},
 		{"decode handover of another prompt", RoleDecode, &engine.Handover{PromptTokens: 63}, false, false},
 		{"decode negative bytes", RoleDecode, &engine.Handover{PromptTokens: 64, KVBytes: -1}, false, false},
