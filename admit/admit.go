@@ -642,7 +642,7 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 		// The hysteresis keeps a drained candidate from flapping between queueing and
 		// letting work through; on the room a head claimed, the claim keeps everything else
 		// off, so it starts there at the admission mark.
-		claimed := it.Claim.Published() && it.Claim.Peer == o.Peer
+		claimed := it.Claim.Publish && it.Claim.Peer == o.Peer
 		if a.kvRoom(it.Priority, decodeView(o, it.ExpectedTokens), need, a.mark(it.Req, o, !claimed)) && a.spare(it.Priority, it.Req.PromptTokens, o) {
 			role := it.Role // the pool the accept counts in: a split request run whole counts whole
 			if !o.Split && role == RolePrefill {
@@ -669,9 +669,14 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 type Claim struct {
 	Peer   string
 	Blocks int
-	// Split: the room is a pair's, its KV judged by the decode node's forecast. Sheddable: the
-	// head is. Either keeps the claim this node's (Published).
-	Split, Sheddable bool
+	// Publish: the mesh is to keep off this room too (node/claims.go), and the head starts
+	// there at the admission mark (Ready). Only a head that is not sheddable (which runs on
+	// spare capacity only), waiting on a whole candidate (a pair's room is the decode node's
+	// forecast), and larger than the hysteresis gap (KV.QueueOn − KV.QueueOff of the pool)
+	// claims so: a smaller one gets room as the engine's running requests end, while a larger
+	// one needs the pool to drain below queue_off less its size, which under load the other
+	// ingresses' requests never leave time for.
+	Publish bool
 }
 
 // ClaimFor returns the room the queued head waits for: its KV need on the option with the most
@@ -691,13 +696,12 @@ func (a *Admitter) ClaimFor(now time.Time, head *Item, options []Option) Claim {
 		return Claim{}
 	}
 	o := options[best]
-	return Claim{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o), Split: o.Split, Sheddable: head.Priority < 0}
+	c := Claim{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o)}
+	kv := a.conf().KV
+	gap := (kv.QueueOn - kv.QueueOff) * float64(o.TotalKVBlocks)
+	c.Publish = c.Peer != "" && !o.Split && head.Priority >= 0 && o.TotalKVBlocks > 0 && float64(c.Blocks) > gap
+	return c
 }
-
-// Published reports whether the node publishes the claim for the rest of the mesh to keep
-// off (node/claims.go): a whole candidate's room, claimed by a head that is not sheddable.
-// Sheddable work runs on spare capacity only; it does not hold room others could use.
-func (h Claim) Published() bool { return h.Peer != "" && h.Blocks > 0 && !h.Split && !h.Sheddable }
 
 // Take takes h's blocks off the free KV of its peer in options (down to below zero: while the
 // head does not fit there, nothing behind it may start there).

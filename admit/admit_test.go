@@ -598,20 +598,17 @@ func TestReadyHysteresis(t *testing.T) {
 	// A head starts on the room it claimed at the admission mark: the claim, not the
 	// hysteresis, kept the rest of the mesh off it.
 	o.Peer, o.FreeKVBlocks = "x", 100 // used after 913/1000
-	it.Claim = Claim{Peer: "y", Blocks: 13}
-	if got := a.Ready(t0, it, []Option{o}); got.Action != Queue {
-		t.Fatalf("a head claiming another node dispatched above queue_off: %+v", got)
-	}
-	it.Claim.Peer = "x"
-	if got := a.Ready(t0, it, []Option{o}); got.Action != Accept {
-		t.Fatalf("a head not dispatched under queue_on on the room it claimed: %+v", got)
-	}
-	for _, c := range []Claim{{Peer: "x", Blocks: 13, Split: true}, {Peer: "x", Blocks: 13, Sheddable: true}} {
-		// A pair's room (judged by the decode forecast) and a sheddable head's are not
-		// claimed mesh-wide: no admission mark for them.
-		it.Claim = c
-		if got := a.Ready(t0, it, []Option{o}); got.Action != Queue {
-			t.Fatalf("a head with claim %+v dispatched above queue_off: %+v", c, got)
+	for _, tt := range []struct {
+		claim Claim
+		want  Action
+	}{
+		{Claim{Peer: "y", Blocks: 13, Publish: true}, Queue},  // another node's room
+		{Claim{Peer: "x", Blocks: 13}, Queue},                 // held against this node's backfill only
+		{Claim{Peer: "x", Blocks: 13, Publish: true}, Accept}, // the mesh keeps off it
+	} {
+		it.Claim = tt.claim
+		if got := a.Ready(t0, it, []Option{o}); got.Action != tt.want {
+			t.Errorf("claim %+v at 913/1000: %+v, want %v", tt.claim, got, tt.want)
 		}
 	}
 }
@@ -650,7 +647,6 @@ func TestClaimFor(t *testing.T) {
 		{"most free that meets the SLO", []Option{opt("a", 10, 0), opt("b", 30, slow), opt("c", 20, 0)}, Claim{Peer: "c", Blocks: 13}},
 		{"most free when none meets it", []Option{opt("a", 10, slow), opt("b", 30, slow)}, Claim{Peer: "b", Blocks: 13}},
 		{"no options", nil, Claim{}},
-		{"a pair", []Option{func() Option { o := opt("p", 30, 0); o.Split = true; return o }()}, Claim{Peer: "p", Blocks: 13, Split: true}},
 	}
 	a := newAdmitter(t, nil)
 	r := baseReq() // 13 blocks
@@ -661,6 +657,28 @@ func TestClaimFor(t *testing.T) {
 			}
 		})
 	}
+	// Published for the mesh only past the hysteresis gap (0.95 − 0.85 of the pool), for a
+	// whole candidate and a head that is not sheddable.
+	small := func(o Option) Option { o.TotalKVBlocks = 100; return o } // a gap of 10 blocks
+	for _, tt := range []struct {
+		name string
+		o    Option
+		prio int
+		want bool
+	}{
+		{"within the gap", opt("a", 30, 0), 0, false},
+		{"past the gap", small(opt("a", 30, 0)), 0, true},
+		{"past the gap, high", small(opt("a", 30, 0)), 5, true},
+		{"sheddable", small(opt("a", 30, 0)), -1, false},
+		{"a pair", func() Option { o := small(opt("a", 30, 0)); o.Split = true; return o }(), 0, false},
+	} {
+		r := baseReq()
+		r.Priority = tt.prio
+		if got := a.ClaimFor(t0, a.Item(r, a.Admit(t0, r, nil)), []Option{tt.o}); got.Publish != tt.want || got.Blocks != 13 {
+			t.Errorf("%s: ClaimFor = %+v, want Publish %v", tt.name, got, tt.want)
+		}
+	}
+
 	opts := []Option{opt("a", 10, 0), opt("b", 30, 0)}
 	Claim{Peer: "b", Blocks: 13}.Take(opts)
 	if opts[0].FreeKVBlocks != 10 || opts[1].FreeKVBlocks != 17 {

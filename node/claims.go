@@ -22,7 +22,7 @@ import (
 func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 	var its []*admit.Item
 	for it := range heads {
-		if it.Claim.Published() {
+		if it.Claim.Publish && it.Claim.Blocks > 0 {
 			its = append(its, it)
 		}
 	}
