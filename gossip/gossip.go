@@ -69,8 +69,6 @@ type Member struct {
 	Candidate bool
 	// PrefixBlocks is how many of the member's prefix blocks this node's index holds.
 	PrefixBlocks int
-	// Claimed is the KV blocks the other members' records claim on this member (Claimed).
-	Claimed int
 	// Incarnation counts the boots (distinct BootIDs) of the member this node has seen,
 	// from 1; a restart increments it. memberlist's internal SWIM incarnation is not exported.
 	Incarnation uint32
@@ -155,13 +153,12 @@ type Gossip struct {
 	// node's domains is stale (staleAfterLocked), refreshed with each flush and rebuild so
 	// that listing members, once a request, costs no more than it did.
 	staleIn, staleOut time.Duration
-	// claimed is the KV blocks the other members' records claim on each peer (State.Claims),
-	// rebuilt when a record or a liveness changed, and at least every PublishInterval so that
-	// a claim in a record gone stale stops counting.
-	claimed      map[string]int
-	claimsDirty  bool
-	claimsBuilt  time.Time
-	claimsBuffer map[string]int
+	// claims are the other members' claims (State.Claims), rebuilt when a record's claims or
+	// a liveness changed, and at least every PublishInterval so that a claim in a record gone
+	// stale stops counting.
+	claims      []Claim
+	claimsDirty bool
+	claimsBuilt time.Time
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -484,6 +481,12 @@ func (g *Gossip) flush(now time.Time) {
 	st.Name, st.BootID, st.Seq = g.cfg.Name, g.bootID, 0
 	var out []memberlist.Broadcast
 	body, err := EncodeState(st)
+	for err == nil && 2+len(body) > maxMessage && len(st.Claims) > 0 {
+		// Claims are the record's one optional part: one left out costs its head the mesh's
+		// help, a record too large for a broadcast would cost the node its place in the mesh.
+		st.Claims = st.Claims[:len(st.Claims)-1]
+		body, err = EncodeState(st)
+	}
 	if err != nil {
 		g.log.Error("local state not encodable", "err", err)
 	} else if due := now.Sub(g.pubAt) >= g.cfg.PublishInterval; due ||
@@ -921,51 +924,35 @@ func (g *Gossip) markStaleLocked(now time.Time) {
 	g.met.stale.Set(float64(stale))
 }
 
-// Claimed returns the KV blocks the other members' latest records claim on peer (State.Claims),
-// less those of except (the node a request came from: its own claim is not in its way). Only
-// alive members with a fresh record count.
-func (g *Gossip) Claimed(peer, except string) int {
+// ClaimedAhead adds to dst, by peer name, the KV blocks the other members' latest records
+// claim for requests that outrank one of priority and TTFT deadline (Claim.Outranks): the room
+// such a request must leave alone. Only alive members with a fresh record count. One lock and
+// a walk of the mesh's claims, a handful.
+func (g *Gossip) ClaimedAhead(dst map[string]int, priority int, deadline time.Time) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.freshClaimsLocked(now)
-	total := g.claimed[peer]
-	if total == 0 || except == "" {
-		return total
-	}
-	if p := g.peers[except]; p != nil && g.claimCountsLocked(except, p, now) {
-		for _, c := range p.state.Claims {
-			if c.Peer == peer {
-				total -= c.Blocks
-			}
+	for _, c := range g.claims {
+		if c.Outranks(priority, deadline) {
+			dst[c.Peer] = min(dst[c.Peer]+c.Blocks, MaxClaimBlocks)
 		}
 	}
-	return max(total, 0)
 }
 
-func (g *Gossip) claimCountsLocked(name string, p *peerInfo, now time.Time) bool {
-	return name != g.cfg.Name && p.liveness == LivenessAlive && p.hasState && now.Sub(p.updated) <= g.staleAfterLocked(p)
-}
-
-// freshClaimsLocked rebuilds the claims index if a record or a liveness changed since, or a
-// PublishInterval passed (a claim in a record gone stale stops counting).
+// freshClaimsLocked rebuilds the claims index if a record's claims or a liveness changed since,
+// or a PublishInterval passed (a claim in a record gone stale stops counting).
 func (g *Gossip) freshClaimsLocked(now time.Time) {
 	if !g.claimsDirty && now.Sub(g.claimsBuilt) < g.cfg.PublishInterval {
 		return
 	}
-	// Two maps swapped, so a rebuild allocates nothing once the mesh's claims have been seen.
-	g.claimed, g.claimsBuffer = g.claimsBuffer, g.claimed
-	if g.claimed == nil {
-		g.claimed = make(map[string]int)
-	}
-	clear(g.claimed)
+	g.claims = g.claims[:0]
 	for name, p := range g.peers {
-		if len(p.state.Claims) == 0 || !g.claimCountsLocked(name, p, now) {
+		if len(p.state.Claims) == 0 || name == g.cfg.Name || p.liveness != LivenessAlive || !p.hasState ||
+			now.Sub(p.updated) > g.staleAfterLocked(p) {
 			continue
 		}
-		for _, c := range p.state.Claims {
-			g.claimed[c.Peer] += c.Blocks
-		}
+		g.claims = append(g.claims, p.state.Claims...)
 	}
 	g.claimsDirty, g.claimsBuilt = false, now
 }
@@ -975,11 +962,10 @@ func (g *Gossip) Members() []Member {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.freshClaimsLocked(now)
 	out := make([]Member, 0, len(g.peers)+1)
 	self := Member{
 		Name: g.cfg.Name, Liveness: LivenessAlive, State: g.pub, Updated: g.pubAt,
-		Age: now.Sub(g.pubAt), Candidate: true, Incarnation: 1, Self: true, Claimed: g.claimed[g.cfg.Name],
+		Age: now.Sub(g.pubAt), Candidate: true, Incarnation: 1, Self: true,
 	}
 	if p := g.peers[g.cfg.Name]; p != nil {
 		self.Addr, self.Liveness = p.addr, p.liveness
@@ -998,7 +984,7 @@ func (g *Gossip) Members() []Member {
 func (g *Gossip) memberLocked(name string, p *peerInfo, now time.Time) Member {
 	m := Member{
 		Name: name, Addr: p.addr, Liveness: p.liveness, State: p.state, Updated: p.updated,
-		Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name), Claimed: g.claimed[name],
+		Incarnation: p.incarnation, PrefixBlocks: g.idx.PeerBlocks(name),
 	}
 	if p.hasState {
 		m.Age = now.Sub(p.updated)
@@ -1018,7 +1004,6 @@ func (g *Gossip) MembersServing(dst []Member, model string) []Member {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.rebuildDomainsLocked()
-	g.freshClaimsLocked(now)
 	for _, name := range g.byModel[model] {
 		dst = append(dst, g.memberLocked(name, g.peers[name], now))
 	}
@@ -1142,7 +1127,7 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	if !p.hasState || !sameModels(st.Models, p.state.Models) {
 		g.domainsDirty = true
 	}
-	if len(st.Claims) > 0 || len(p.state.Claims) > 0 {
+	if !slices.Equal(st.Claims, p.state.Claims) {
 		g.claimsDirty = true
 	}
 	p.state, p.hasState, p.updated = st, true, now

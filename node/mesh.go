@@ -127,7 +127,7 @@ func peerOf(m *gossip.Member) route.Peer {
 		Vendor:                 s.Vendor,
 		VRAMTotalBytes:         s.VRAMTotalBytes,
 		KVBlocksTotal:          s.KVBlocksTotal,
-		KVBlocksUsed:           s.KVBlocksUsed + m.Claimed, // the room other ingresses' heads wait for is taken
+		KVBlocksUsed:           s.KVBlocksUsed,
 		HitRate:                s.HitRate,
 		Running:                s.Running,
 		Waiting:                s.Waiting,
@@ -162,6 +162,7 @@ type view struct {
 	quic    []string // QUIC address per peer ("" for this node)
 	matches []kvindex.Match
 	members []gossip.Member // scratch for gossip.MembersServing
+	claimed map[string]int  // scratch for gossip.ClaimedAhead
 }
 
 // ticket is one request's pass through the planner: its view and its plan.
@@ -171,16 +172,14 @@ type ticket struct {
 }
 
 // buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
-// is the request's agent. The view holds this node and the peers serving model only (gossip's
-// index by model), so a decision costs the model's peers, not the mesh's.
-func (n *Node) buildView(v *view, model string, blocks []uint64, agent string) {
+// is the request's agent; r is its rank against the other ingresses' KV claims (claims.go).
+// The view holds this node and the peers serving model only (gossip's index by model), so a
+// decision costs the model's peers, not the mesh's.
+func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r rank) {
 	v.Reset(n.blockTokens())
 	v.quic = v.quic[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
-	if n.g != nil {
-		selfMember.Claimed = n.g.Claimed(n.cfg.Name, "")
-	}
 	v.add(&selfMember, "", n.carbonDirty(self), false)
 	// Each record clears the reservations and refusals it already reflects (route.Observe);
 	// this node's own state is read live.
@@ -198,6 +197,15 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string) {
 			v.add(m, m.State.QUICAddr, n.carbonDirty(m.State), n.eject.Ejected(now, m.Name))
 		}
 		clear(v.members) // drop the records' references until the next decision
+		// The room other ingresses' heads claim for requests that outrank this one is taken.
+		if v.claimed == nil {
+			v.claimed = make(map[string]int)
+		}
+		clear(v.claimed)
+		n.g.ClaimedAhead(v.claimed, r.priority, r.deadline)
+		for i := range v.Peers {
+			v.Peers[i].KVBlocksUsed += v.claimed[v.Peers[i].Name]
+		}
 		v.matches = n.g.LongestPrefix(blocks, v.matches[:0])
 		for _, mt := range v.matches {
 			for i := range v.Peers {
