@@ -674,10 +674,14 @@ type Claim struct {
 	Peer   string
 	Blocks int
 	// Publish: the mesh is to keep off this room too (node/claims.go), and the head starts
-	// there at the admission mark (Ready). Only a head that is not sheddable (which runs on
-	// spare capacity only), waiting on a whole candidate (a pair's room is the decode node's
-	// forecast), and larger than the hysteresis gap (KV.QueueOn − KV.QueueOff of the pool)
-	// claims so: a smaller one gets room as the engine's running requests end, while a larger
+	// there at the admission mark (Ready). Only a head on its default TTFT target, not
+	// sheddable, waiting on a whole candidate and larger than the hysteresis gap claims so. A
+	// request on the default target is promised service whatever its size (it is refused
+	// only for the queue ahead of it); one whose client set the target asked to be refused
+	// when late, and a room held for it under overload, when it is mostly refused anyway,
+	// cost the others 3-5% of goodput. Sheddable work runs on spare capacity only. A pair's
+	// room is the decode node's forecast. A head smaller than the gap (KV.QueueOn −
+	// KV.QueueOff of the pool) gets room as the engine's running requests end, while a larger
 	// one needs the pool to drain below queue_off less its size, which under load the other
 	// ingresses' requests never leave time for.
 	Publish bool
@@ -703,7 +707,8 @@ func (a *Admitter) ClaimFor(now time.Time, head *Item, options []Option) Claim {
 	c := Claim{Peer: o.Peer, Blocks: a.blocks(head.Req, head.ExpectedTokens, o)}
 	kv := a.conf().KV
 	gap := (kv.QueueOn - kv.QueueOff) * float64(o.TotalKVBlocks)
-	c.Publish = c.Peer != "" && !o.Split && head.Priority >= 0 && o.TotalKVBlocks > 0 && float64(c.Blocks) > gap
+	c.Publish = c.Peer != "" && head.Req.TTFTSLO == 0 && head.Priority >= 0 && !o.Split && o.TotalKVBlocks > 0 &&
+		float64(c.Blocks) > gap
 	return c
 }
 

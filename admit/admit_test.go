@@ -671,9 +671,13 @@ func TestClaimFor(t *testing.T) {
 		{"past the gap, high", small(opt("a", 30, 0)), 5, true},
 		{"sheddable", small(opt("a", 30, 0)), -1, false},
 		{"a pair", func() Option { o := small(opt("a", 30, 0)); o.Split = true; return o }(), 0, false},
+		{"an explicit target", small(opt("a", 30, 0)), 0, false},
 	} {
 		r := baseReq()
 		r.Priority = tt.prio
+		if tt.name == "an explicit target" {
+			r.TTFTSLO = 5 * time.Second
+		}
 		if got := a.ClaimFor(t0, a.Item(r, a.Admit(t0, r, nil)), []Option{tt.o}); got.Publish != tt.want || got.Blocks != 13 {
 			t.Errorf("%s: ClaimFor = %+v, want Publish %v", tt.name, got, tt.want)
 		}

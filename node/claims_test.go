@@ -5,16 +5,23 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node"
 )
 
-// TestClaimHoldsRoomAcrossIngresses pins KV claims: a long prompt waiting at one ingress for
-// KV room claims the room on the node where it fits first, and the other nodes keep their
+// TestClaimHoldsRoomAcrossIngresses pins KV claims: a long prompt on its default TTFT target
+// waiting at one ingress for KV room claims the room on the node where it fits first, and the other nodes keep their
 // requests off it, as ingresses and as the claimed node itself, until the long prompt runs
 // there; then they use the room again.
 func TestClaimHoldsRoomAcrossIngresses(t *testing.T) {
-	tn := startNet(t, 3, func(i int, cfg *node.Config) { cfg.Sim.KVBlocks = 1000 })
+	tn := startNet(t, 3, func(i int, cfg *node.Config) {
+		cfg.Sim.KVBlocks = 1000
+		// The long prompt claims on its default target (an explicit one does not claim);
+		// a minute of it keeps the test's pace out of its way.
+		cfg.Admit.SLO.Normal.TTFT = admit.Duration(time.Minute)
+	})
 	urls := tn.URLs()
 	a, x, b := tn.Nodes[0], tn.Nodes[1], tn.Nodes[2] // n1, n2, n3
 	a.HoldKV(1000, true)
@@ -31,7 +38,6 @@ func TestClaimHoldsRoomAcrossIngresses(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+"/v1/chat/completions",
 			strings.NewReader(chatBody(longPrompt("claim", 8000), 8, false)))
-		req.Header.Set(node.HeaderTTFTSLO, "1m")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			long <- 0
