@@ -289,10 +289,6 @@ func (a *Admitter) ttl(req Request) time.Duration {
 	return ttl
 }
 
-// Deadline is req's TTFT deadline: its SLO clock plus its TTFT target, or with none its
-// arrival plus the queue TTL. The waiting room orders a band by it (Item.Deadline).
-func (a *Admitter) Deadline(req Request) time.Time { return a.deadline(req) }
-
 func (a *Admitter) deadline(req Request) time.Time {
 	ttft, _ := a.SLOFor(req)
 	if ttft == 0 {

@@ -925,16 +925,16 @@ func (g *Gossip) markStaleLocked(now time.Time) {
 }
 
 // ClaimedAhead adds to dst, by peer name, the KV blocks the other members' latest records
-// claim for requests that outrank one of priority and TTFT deadline (Claim.Outranks): the room
-// such a request must leave alone. Only alive members with a fresh record count. One lock and
+// claim for requests that outrank one of priority that arrived at arrived (Claim.Outranks):
+// the room such a request must leave alone. Only alive members with a fresh record count. One lock and
 // a walk of the mesh's claims, a handful.
-func (g *Gossip) ClaimedAhead(dst map[string]int, priority int, deadline time.Time) {
+func (g *Gossip) ClaimedAhead(dst map[string]int, priority int, arrived time.Time) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.freshClaimsLocked(now)
 	for _, c := range g.claims {
-		if c.Outranks(priority, deadline) {
+		if c.Outranks(priority, arrived) {
 			dst[c.Peer] = min(dst[c.Peer]+c.Blocks, MaxClaimBlocks)
 		}
 	}

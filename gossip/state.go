@@ -35,32 +35,36 @@ const (
 
 // Claim is the KV room a request waiting at a node's ingress holds on a peer (Peer, by name)
 // until it fits there: Blocks, its whole need. Every other node counts it as used on Peer for
-// the requests it outranks (Outranks), so the mesh, not only its ingress, stops filling the
-// room a large request waits for, and two claims on one peer do not block each other.
+// the requests it outranks (Outranks: those that came after it), so the mesh, not only its
+// ingress, stops filling the room a large request waits for, and of two claims on one peer the
+// later waits for the earlier, not both for room for two.
 type Claim struct {
 	Peer   string `json:"peer"`
 	Blocks int    `json:"blocks"`
-	// Priority and Deadline (the TTFT deadline; zero: none) rank the claiming request.
+	// Priority and Arrived (zero: unknown) rank the claiming request.
 	Priority int       `json:"priority"`
-	Deadline time.Time `json:"deadline"`
+	Arrived  time.Time `json:"arrived"`
 }
 
 // MaxClaimBlocks bounds Claim.Blocks, so that no sum of a record's claims overflows.
 const MaxClaimBlocks = 1 << 30
 
-// Outranks reports whether c's request goes before one of priority whose TTFT deadline is
-// deadline (zero: none): a higher priority, or the same and an earlier deadline.
-func (c Claim) Outranks(priority int, deadline time.Time) bool {
+// Outranks reports whether c's request goes before one of priority that arrived at arrived
+// (zero: unknown): a higher priority, or the same and an earlier arrival. First come, first
+// served within a band, as an engine's waiting queue is: ranked by deadline instead, a short
+// request arriving after a long one (whose target counts its own prefill) would go first,
+// and the long one would wait as it did without a claim.
+func (c Claim) Outranks(priority int, arrived time.Time) bool {
 	if c.Priority != priority {
 		return c.Priority > priority
 	}
 	switch {
-	case c.Deadline.IsZero():
+	case c.Arrived.IsZero():
 		return false
-	case deadline.IsZero():
+	case arrived.IsZero():
 		return true
 	}
-	return c.Deadline.Before(deadline)
+	return c.Arrived.Before(arrived)
 }
 
 // KeyUsage is what one rate-limited API key consumed through a node: ID, the first 8 bytes
@@ -201,7 +205,7 @@ const (
 	claimTagPeer     = 1
 	claimTagBlocks   = 2
 	claimTagPriority = 3
-	claimTagDeadline = 4 // Unix milliseconds
+	claimTagArrived  = 4 // Unix milliseconds
 )
 
 const (
@@ -265,8 +269,8 @@ func AppendState(b []byte, s State) ([]byte, error) {
 		ce.str(claimTagPeer, c.Peer)
 		ce.int(claimTagBlocks, c.Blocks)
 		ce.int(claimTagPriority, c.Priority)
-		if !c.Deadline.IsZero() {
-			ce.int(claimTagDeadline, int(c.Deadline.UnixMilli()))
+		if !c.Arrived.IsZero() {
+			ce.int(claimTagArrived, int(c.Arrived.UnixMilli()))
 		}
 		e.field(tagClaim, ce.b)
 		e.err = errors.Join(e.err, ce.err)
@@ -557,7 +561,7 @@ func decodeModel(b []byte, m *ModelInfo) error {
 }
 
 // decodeClaim decodes one claim: a peer's name, a block count in 1..MaxClaimBlocks, a
-// priority and a deadline.
+// priority and an arrival.
 func decodeClaim(b []byte, c *Claim) error {
 	var seen [5]bool
 	err := fields(b, func(tag uint64, v []byte) error {
@@ -575,10 +579,10 @@ func decodeClaim(b []byte, c *Claim) error {
 			c.Blocks, err = integer(v)
 		case claimTagPriority:
 			c.Priority, err = integer(v)
-		case claimTagDeadline:
+		case claimTagArrived:
 			var ms int
 			if ms, err = integer(v); err == nil {
-				c.Deadline = time.UnixMilli(int64(ms))
+				c.Arrived = time.UnixMilli(int64(ms))
 			}
 		}
 		return err

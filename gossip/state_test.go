@@ -273,7 +273,7 @@ func TestZeroConfigIsTheDefault(t *testing.T) {
 
 func TestStateClaims(t *testing.T) {
 	due := time.UnixMilli(1_800_000_000_123)
-	s := State{Name: "a", Claims: []Claim{{Peer: "gpu-07", Blocks: 1900, Deadline: due}, {Peer: "gpu-08", Blocks: 1, Priority: -3}}}
+	s := State{Name: "a", Claims: []Claim{{Peer: "gpu-07", Blocks: 1900, Arrived: due}, {Peer: "gpu-08", Blocks: 1, Priority: -3}}}
 	b, err := EncodeState(s)
 	if err != nil {
 		t.Fatal(err)
@@ -334,11 +334,11 @@ func TestClaimOutranks(t *testing.T) {
 		want     bool
 	}{
 		{Claim{Priority: 1}, 0, t0, true},
-		{Claim{Priority: 0, Deadline: t0.Add(time.Hour)}, 1, t0, false},
-		{Claim{Deadline: t0}, 0, t0.Add(time.Millisecond), true},
-		{Claim{Deadline: t0}, 0, t0, false}, // its own request
-		{Claim{Deadline: t0.Add(time.Second)}, 0, t0, false},
-		{Claim{Deadline: t0}, 0, time.Time{}, true},
+		{Claim{Priority: 0, Arrived: t0.Add(-time.Hour)}, 1, t0, false},
+		{Claim{Arrived: t0}, 0, t0.Add(time.Millisecond), true},
+		{Claim{Arrived: t0}, 0, t0, false}, // its own request
+		{Claim{Arrived: t0.Add(time.Second)}, 0, t0, false},
+		{Claim{Arrived: t0}, 0, time.Time{}, true},
 		{Claim{}, 0, t0, false},
 		{Claim{}, 0, time.Time{}, false},
 	} {

@@ -537,33 +537,33 @@ func TestClaimedAhead(t *testing.T) {
 			t.Fatalf("record of %s refused: %s", name, reason)
 		}
 	}
-	early, late := now.Add(time.Second), now.Add(3*time.Second)
-	check := func(step string, prio int, deadline time.Time, want map[string]int) {
+	early, late := now.Add(-3*time.Second), now.Add(-time.Second)
+	check := func(step string, prio int, arrived time.Time, want map[string]int) {
 		t.Helper()
 		got := map[string]int{}
-		g.ClaimedAhead(got, prio, deadline)
+		g.ClaimedAhead(got, prio, arrived)
 		if !maps.Equal(got, want) {
-			t.Errorf("%s: ClaimedAhead(%d, %v) = %v, want %v", step, prio, deadline.Sub(now), got, want)
+			t.Errorf("%s: ClaimedAhead(%d, %v) = %v, want %v", step, prio, arrived.Sub(now), got, want)
 		}
 	}
-	a1 := Claim{Peer: "x", Blocks: 500, Deadline: early}
-	apply("a", 1, now, a1, Claim{Peer: "self", Blocks: 40, Priority: 5, Deadline: late})
-	apply("b", 1, now, Claim{Peer: "x", Blocks: 300, Deadline: late})
-	check("a fresh request, due later than both", 0, now.Add(time.Hour), map[string]int{"x": 800, "self": 40})
-	check("a fresh request with no deadline", 0, time.Time{}, map[string]int{"x": 800, "self": 40})
-	check("b's head, due after a's", 0, late, map[string]int{"x": 500, "self": 40})
+	a1 := Claim{Peer: "x", Blocks: 500, Arrived: early}
+	apply("a", 1, now, a1, Claim{Peer: "self", Blocks: 40, Priority: 5, Arrived: late})
+	apply("b", 1, now, Claim{Peer: "x", Blocks: 300, Arrived: late})
+	check("a request arriving now", 0, now, map[string]int{"x": 800, "self": 40})
+	check("a request of unknown arrival", 0, time.Time{}, map[string]int{"x": 800, "self": 40})
+	check("b's head, after a's", 0, late, map[string]int{"x": 500, "self": 40})
 	check("a's head: its own claim is not ahead of it", 0, early, map[string]int{"self": 40})
-	check("a high request", 5, now.Add(time.Hour), map[string]int{"self": 40})
+	check("a high request", 5, now, map[string]int{"self": 40})
 	check("a higher one", 9, time.Time{}, map[string]int{})
 
 	apply("a", 2, now)
-	check("a's heads left", 0, now.Add(time.Hour), map[string]int{"x": 300})
+	check("a's heads left", 0, now, map[string]int{"x": 300})
 
 	g.memberEvent(&memberlist.Node{Name: "b"}, LivenessDead)
-	check("b died", 0, now.Add(time.Hour), map[string]int{})
+	check("b died", 0, now, map[string]int{})
 
 	apply("x", 1, now.Add(-time.Hour), Claim{Peer: "self", Blocks: 70})
-	check("x's record is stale", 0, now.Add(time.Hour), map[string]int{})
+	check("x's record is stale", 0, now, map[string]int{})
 
 	apply("a", 3, now, Claim{Peer: "x", Blocks: MaxClaimBlocks, Priority: 1}, Claim{Peer: "x", Blocks: MaxClaimBlocks, Priority: 1})
 	check("claims at the bound", 0, time.Time{}, map[string]int{"x": MaxClaimBlocks})
@@ -576,7 +576,7 @@ func TestRecordLeavesClaimsOutToFit(t *testing.T) {
 	st := agentState()
 	st.AgentKeys = st.AgentKeys[:32]
 	for i := range MaxClaims {
-		st.Claims = append(st.Claims, Claim{Peer: fmt.Sprintf("%0128d", i), Blocks: 1000, Deadline: time.Now()})
+		st.Claims = append(st.Claims, Claim{Peer: fmt.Sprintf("%0128d", i), Blocks: 1000, Arrived: time.Now()})
 	}
 	g.SetLocal(func() State { return st })
 	g.flush(time.Now())

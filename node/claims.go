@@ -13,16 +13,17 @@ import (
 // KV room claims its need on the candidate where it fits first (admit.Admitter.ClaimFor). This
 // node's own backfill keeps off that room (admit.Claim.Take); a claim past the hysteresis gap
 // (admit.Claim.Publish) also goes out in this node's record with the head's priority and
-// deadline, and every node counts it as used on that peer for the requests it outranks
+// arrival, and every node counts it as used on that peer for the requests it outranks
 // (gossip.Claim.Outranks): in its routing view and, on the peer itself, in the owner's check
 // of what ingresses forward. Without that, a request needing a large share of an engine's KV
 // waited while the other ingresses' smaller requests took every block freed, until its
-// deadline passed; ranked, two heads claiming one peer do not hold each other off.
+// deadline passed; ranked by arrival, of two heads claiming one peer the later waits for the
+// earlier, not both for room for two.
 
-// rank is a request's standing against claims: its priority and TTFT deadline.
+// rank is a request's standing against claims: its priority and arrival.
 type rank struct {
 	priority int
-	deadline time.Time
+	arrived  time.Time
 }
 
 // publishClaims sets the claims this node publishes to those of heads (the blocked heads of the
@@ -37,7 +38,7 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 		}
 	}
 	slices.SortFunc(its, func(a, b *admit.Item) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Arrived.Compare(b.Arrived), cmp.Compare(a.ID, b.ID))
 	})
 	for _, it := range its[min(len(its), gossip.MaxClaims):] {
 		it.Claim.Publish = false
@@ -45,7 +46,7 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 	claims := make([]gossip.Claim, 0, min(len(its), gossip.MaxClaims))
 	for _, it := range its[:min(len(its), gossip.MaxClaims)] {
 		claims = append(claims, gossip.Claim{Peer: it.Claim.Peer, Blocks: min(it.Claim.Blocks, gossip.MaxClaimBlocks),
-			Priority: it.Priority, Deadline: it.Deadline.Truncate(time.Millisecond)})
+			Priority: it.Priority, Arrived: it.Arrived.Truncate(time.Millisecond)})
 	}
 	slices.SortFunc(claims, func(a, b gossip.Claim) int {
 		return cmp.Or(cmp.Compare(a.Peer, b.Peer), cmp.Compare(a.Blocks, b.Blocks))
@@ -62,12 +63,12 @@ func (n *Node) claimedHere(r rank) int {
 	total := 0
 	if n.g != nil {
 		m := map[string]int{}
-		n.g.ClaimedAhead(m, r.priority, r.deadline)
+		n.g.ClaimedAhead(m, r.priority, r.arrived)
 		total = m[n.cfg.Name]
 	}
 	if c := n.claims.Load(); c != nil {
 		for _, cl := range *c {
-			if cl.Peer == n.cfg.Name && cl.Outranks(r.priority, r.deadline) {
+			if cl.Peer == n.cfg.Name && cl.Outranks(r.priority, r.arrived) {
 				total += cl.Blocks
 			}
 		}

@@ -61,7 +61,7 @@ func (n *Node) PeerKVUsed(peer string) int {
 }
 
 // ClaimedOn is the KV room the other nodes' records claim on peer (their waiting rooms'
-// blocked heads) ahead of a normal request with no deadline, as this node's routing counts it.
+// blocked heads) ahead of a normal request of unknown arrival, as this node's routing counts it.
 func (n *Node) ClaimedOn(peer string) int {
 	m := map[string]int{}
 	n.g.ClaimedAhead(m, 0, time.Time{})
