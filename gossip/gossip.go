@@ -156,7 +156,7 @@ type Gossip struct {
 	// claims are the other members' claims (State.Claims), rebuilt when a record's claims or
 	// a liveness changed, and at least every PublishInterval so that a claim in a record gone
 	// stale stops counting.
-	claims      []Claim
+	claims      []heldClaim
 	claimsDirty bool
 	claimsBuilt time.Time
 
@@ -924,17 +924,24 @@ func (g *Gossip) markStaleLocked(now time.Time) {
 	g.met.stale.Set(float64(stale))
 }
 
+// heldClaim is a claim and the member whose record holds it.
+type heldClaim struct {
+	by string
+	Claim
+}
+
 // ClaimedAhead adds to dst, by peer name, the KV blocks the other members' latest records
 // claim for requests that outrank one of priority that arrived at arrived (Claim.Outranks):
-// the room such a request must leave alone. Only alive members with a fresh record count. One lock and
-// a walk of the mesh's claims, a handful.
-func (g *Gossip) ClaimedAhead(dst map[string]int, priority int, arrived time.Time) {
+// the room such a request must leave alone. The claims of except (the ingress a request came
+// from, whose own claim must not stand in its way, "" for none) are left out. Only alive
+// members with a fresh record count. One lock and a walk of the mesh's claims, a handful.
+func (g *Gossip) ClaimedAhead(dst map[string]int, priority int, arrived time.Time, except string) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.freshClaimsLocked(now)
 	for _, c := range g.claims {
-		if c.Outranks(priority, arrived) {
+		if c.by != except && c.Outranks(priority, arrived) {
 			dst[c.Peer] = min(dst[c.Peer]+c.Blocks, MaxClaimBlocks)
 		}
 	}
@@ -952,7 +959,9 @@ func (g *Gossip) freshClaimsLocked(now time.Time) {
 			now.Sub(p.updated) > g.staleAfterLocked(p) {
 			continue
 		}
-		g.claims = append(g.claims, p.state.Claims...)
+		for _, c := range p.state.Claims {
+			g.claims = append(g.claims, heldClaim{by: name, Claim: c})
+		}
 	}
 	g.claimsDirty, g.claimsBuilt = false, now
 }

@@ -541,7 +541,7 @@ func TestClaimedAhead(t *testing.T) {
 	check := func(step string, prio int, arrived time.Time, want map[string]int) {
 		t.Helper()
 		got := map[string]int{}
-		g.ClaimedAhead(got, prio, arrived)
+		g.ClaimedAhead(got, prio, arrived, "")
 		if !maps.Equal(got, want) {
 			t.Errorf("%s: ClaimedAhead(%d, %v) = %v, want %v", step, prio, arrived.Sub(now), got, want)
 		}
@@ -555,6 +555,10 @@ func TestClaimedAhead(t *testing.T) {
 	check("a's head: its own claim is not ahead of it", 0, early, map[string]int{"self": 40})
 	check("a high request", 5, now, map[string]int{"self": 40})
 	check("a higher one", 9, time.Time{}, map[string]int{})
+	got := map[string]int{}
+	if g.ClaimedAhead(got, 0, now, "a"); !maps.Equal(got, map[string]int{"x": 300}) {
+		t.Errorf("a request a forwarded: ClaimedAhead = %v, want b's claim alone", got)
+	}
 
 	apply("a", 2, now)
 	check("a's heads left", 0, now, map[string]int{"x": 300})

@@ -57,13 +57,14 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 	n.claims.Store(&claims)
 }
 
-// claimedHere is the KV room claimed on this node for requests that outrank r: by the other
-// nodes' records and by this node's own claims.
-func (n *Node) claimedHere(r rank) int {
+// claimedHere is the KV room claimed on this node for requests that outrank r, a request
+// ingress forwarded: by the other nodes' records (ingress's own left out: the request may be
+// the head that claimed, which must not wait for its own room) and by this node's own claims.
+func (n *Node) claimedHere(r rank, ingress string) int {
 	total := 0
 	if n.g != nil {
 		m := map[string]int{}
-		n.g.ClaimedAhead(m, r.priority, r.arrived)
+		n.g.ClaimedAhead(m, r.priority, r.arrived, ingress)
 		total = m[n.cfg.Name]
 	}
 	if c := n.claims.Load(); c != nil {

@@ -68,6 +68,10 @@ func TestClaimHoldsRoomAcrossIngresses(t *testing.T) {
 	if code := <-long; code != http.StatusOK {
 		t.Fatalf("the long prompt: %d, want 200 once n2 has room", code)
 	}
+	// n2 took it at once: its own claim, which n2 may still hold, is not in its way.
+	if got := metric(t, urls[0], "kvmesh_forward_attempts_total", `result="refused"`); got != 0 {
+		t.Errorf("n2 refused the long prompt %v times, want 0", got)
+	}
 	until(t, "the claim to clear", func() bool { return b.ClaimedOn("n2") == 0 })
 	if code, why := short(urls[2], "5s"); code != http.StatusOK {
 		t.Errorf("a short request at n3 after the claim cleared: %d %s, want 200", code, why)

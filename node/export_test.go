@@ -64,7 +64,7 @@ func (n *Node) PeerKVUsed(peer string) int {
 // blocked heads) ahead of a normal request of unknown arrival, as this node's routing counts it.
 func (n *Node) ClaimedOn(peer string) int {
 	m := map[string]int{}
-	n.g.ClaimedAhead(m, 0, time.Time{})
+	n.g.ClaimedAhead(m, 0, time.Time{}, "")
 	return m[peer]
 }
 

@@ -316,7 +316,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		_, known = g.reg.Get(a.Agent)
 	}
 	self := n.selfPeer(p.req.Blocks)
-	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived})
+	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived}, h.Ingress)
 	if p.req.Handover != nil {
 		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
 		// count against the KV, as admission counts a whole prompt, cached or not).

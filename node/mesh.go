@@ -202,7 +202,7 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 			v.claimed = make(map[string]int)
 		}
 		clear(v.claimed)
-		n.g.ClaimedAhead(v.claimed, r.priority, r.arrived)
+		n.g.ClaimedAhead(v.claimed, r.priority, r.arrived, "")
 		for i := range v.Peers {
 			v.Peers[i].KVBlocksUsed += v.claimed[v.Peers[i].Name]
 		}
