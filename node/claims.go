@@ -49,7 +49,8 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 			Priority: it.Priority, Arrived: it.Arrived.Truncate(time.Millisecond)})
 	}
 	slices.SortFunc(claims, func(a, b gossip.Claim) int {
-		return cmp.Or(cmp.Compare(a.Peer, b.Peer), cmp.Compare(a.Blocks, b.Blocks))
+		return cmp.Or(cmp.Compare(a.Peer, b.Peer), a.Arrived.Compare(b.Arrived), cmp.Compare(b.Priority, a.Priority),
+			cmp.Compare(a.Blocks, b.Blocks))
 	})
 	if old := n.claims.Load(); old != nil && slices.Equal(*old, claims) || old == nil && len(claims) == 0 {
 		return
