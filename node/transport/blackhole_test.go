@@ -100,3 +100,83 @@ func TestVanishedOwnerIsDetected(t *testing.T) {
 		t.Fatal("owner's context survived a vanished ingress")
 	}
 }
+
+// TestVanishedOwnerEndsForwardWithinIdleTimeout pins the bound on a forward caught on a peer
+// that vanished without closing anything: whether it still waits for the owner's answer or
+// already reads its response, it ends, as unreachable or truncated, within twice the idle
+// timeout of the cut (KeepAlive + IdleTimeout, and slack), not at some later timeout.
+func TestVanishedOwnerEndsForwardWithinIdleTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		accept bool // the owner answered before it vanished
+		want   error
+	}{
+		{"before the answer", false, ErrUnreachable},
+		{"mid-response", true, ErrTruncated},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			started := make(chan struct{})
+			client, server := pair(t, HandlerFunc(func(ctx context.Context, _ Header, _ []byte, w ResponseWriter) {
+				if tt.accept {
+					_, _ = w.Write([]byte("partial"))
+				}
+				close(started)
+				<-ctx.Done()
+			}))
+			r := newRelay(t, server.addr())
+			addr := r.front.LocalAddr().String()
+			var resp *Response
+			if tt.accept {
+				// The client has read the start of the response when the owner vanishes.
+				var err error
+				if resp, err = client.tr.Forward(testCtx(t), addr, Header{RequestID: "v"}, nil); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(resp.Body, make([]byte, 7)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() {
+				if resp == nil {
+					var err error
+					if resp, err = client.tr.Forward(testCtx(t), addr, Header{RequestID: "v"}, nil); err != nil {
+						done <- err
+						return
+					}
+				}
+				defer resp.Body.Close()
+				_, err := io.Copy(io.Discard, resp.Body)
+				done <- err
+			}()
+			<-started
+			cut := time.Now()
+			r.cut.Store(true)
+			bound := 2 * client.tr.cfg.IdleTimeout
+			select {
+			case err := <-done:
+				if d := time.Since(cut); d > bound {
+					t.Errorf("the forward ended %v after the owner vanished, want within %v", d, bound)
+				}
+				if !errors.Is(err, tt.want) {
+					t.Errorf("the forward ended with %v, want %v", err, tt.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the forward to a vanished owner hung")
+			}
+		})
+	}
+}
+
+// TestDefaultDeadPeerBound pins the production defaults behind that bound: a forward caught on
+// a vanished peer ends within KeepAlive + IdleTimeout, 4 s, with pings well inside the idle
+// timeout, so that a live peer's silence never reaches it.
+func TestDefaultDeadPeerBound(t *testing.T) {
+	d := DefaultConfig()
+	if bound := d.KeepAlive + d.IdleTimeout; bound > 4*time.Second {
+		t.Errorf("a forward to a vanished peer may wait %v (keep-alive %v + idle timeout %v), want at most 4s", bound, d.KeepAlive, d.IdleTimeout)
+	}
+	if d.KeepAlive*3 > d.IdleTimeout {
+		t.Errorf("keep-alive %v is not well under the idle timeout %v: a lost ping or two would end a live connection", d.KeepAlive, d.IdleTimeout)
+	}
+}
