@@ -17,12 +17,36 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go stopOnSignals(sigs, cancel, func(s os.Signal) {
+		fmt.Fprintf(os.Stderr, "kvmesh: second signal (%v): exiting now, without waiting for the drain\n", s)
+		os.Exit(exitCode(s))
+	})
 	if err := newApp().RunContext(ctx, os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "kvmesh:", err)
 		os.Exit(1)
 	}
+}
+
+// stopOnSignals cancels the command's context at the first signal from sigs, asking it to
+// stop in order (a node drains), and calls force at the second: an operator who sends
+// another does not want to wait.
+func stopOnSignals(sigs <-chan os.Signal, cancel context.CancelFunc, force func(os.Signal)) {
+	<-sigs
+	cancel()
+	force(<-sigs)
+}
+
+// exitCode is the status of a process ended by s, as a shell reports one killed by it: 128
+// plus the signal's number (130 for SIGINT, 143 for SIGTERM).
+func exitCode(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
 }
 
 func newApp() *cli.App {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -553,5 +555,40 @@ func TestReloadKeepsFlagsOverTheFile(t *testing.T) {
 	}
 	if cfg, err = parseNode(t, "--insecure-dev"); err != nil || cfg.ConfigWatch != node.DefaultConfig().ConfigWatch {
 		t.Errorf("default --config-watch: %v (%v), want %v", cfg.ConfigWatch, err, node.DefaultConfig().ConfigWatch)
+	}
+}
+
+// TestSecondSignalForcesTheExit pins stopOnSignals: the first signal cancels the command's
+// context and nothing more; the second calls force with it, which exits 128 + its number.
+func TestSecondSignalForcesTheExit(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	forced := make(chan os.Signal, 1)
+	go stopOnSignals(sigs, cancel, func(s os.Signal) { forced <- s })
+	sigs <- os.Interrupt
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first signal did not cancel the context")
+	}
+	select {
+	case s := <-forced:
+		t.Fatalf("the first signal forced an exit (%v)", s)
+	default:
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case s := <-forced:
+		if s != syscall.SIGTERM {
+			t.Errorf("forced by %v, want SIGTERM", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second signal did not force an exit")
+	}
+	for s, want := range map[os.Signal]int{os.Interrupt: 130, syscall.SIGTERM: 143} {
+		if got := exitCode(s); got != want {
+			t.Errorf("exitCode(%v) = %d, want %d", s, got, want)
+		}
 	}
 }

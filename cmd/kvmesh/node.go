@@ -250,8 +250,9 @@ func nodeCommand() *cli.Command {
 	}
 }
 
-// runNode starts a node and serves until ctx ends (SIGINT/SIGTERM), then drains and exits.
-// SIGHUP reloads the config and API key files (node.Reload).
+// runNode starts a node and serves until ctx ends (SIGINT/SIGTERM), then drains and exits; a
+// second signal ends the process at once (stopOnSignals). SIGHUP reloads the config and API
+// key files (node.Reload).
 func runNode(ctx context.Context, cfg node.Config) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP) // from now on, not the default: ending the process
@@ -270,6 +271,9 @@ func runNode(ctx context.Context, cfg node.Config) error {
 		case <-hup:
 			_ = n.Reload() // the node logs what became of each file
 		}
+	}
+	if cfg.Logger != nil {
+		cfg.Logger.Info("stopping: a second SIGINT or SIGTERM exits at once, without waiting for the drain")
 	}
 	if err := n.Shutdown(context.Background()); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

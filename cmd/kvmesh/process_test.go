@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -134,5 +135,49 @@ func TestInsecureDevForwardsBetweenProcesses(t *testing.T) {
 		if err := p.stop(t); err != nil {
 			t.Errorf("%s exited with %v after SIGTERM; output:\n%s", name, err, p.out)
 		}
+	}
+}
+
+// TestSecondSignalEndsTheDrainAtOnce: the first SIGTERM starts a node's drain (here a minute of
+// drain delay, /readyz at 503); a second one ends the process at once, with status 143 (128 +
+// SIGTERM) and a line saying it did not wait for the drain.
+func TestSecondSignalEndsTheDrainAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	httpPort := freePort(t)
+	p := startKvmesh(t, "--log-level", "info", "node", "--name", "a", "--insecure-dev", "--dev-ca-dir",
+		filepath.Join(t.TempDir(), "dev-ca"), "--http", "127.0.0.1:"+httpPort, "--gossip", "127.0.0.1:0",
+		"--quic", "127.0.0.1:0", "--drain-delay", "1m")
+	client := &http.Client{Timeout: 5 * time.Second}
+	ready := func() int {
+		resp, err := client.Get("http://127.0.0.1:" + httpPort + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	poll.Until(t, 30*time.Second, "the node to be ready", func() bool { return ready() == http.StatusOK })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the drain to begin", func() bool { return ready() == http.StatusServiceUnavailable })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Errorf("exited with %v after the second SIGTERM, want status %d; output:\n%s", err, 128+int(syscall.SIGTERM), p.out)
+		}
+		if !strings.Contains(p.out.String(), "second signal") {
+			t.Errorf("no line says the second signal ended the process; output:\n%s", p.out)
+		}
+	case <-time.After(20 * time.Second): // well before the drain delay ends
+		_ = p.cmd.Process.Kill()
+		<-p.done // the output is complete, and ours to read
+		t.Fatalf("the second SIGTERM did not end the drain; output:\n%s", p.out)
 	}
 }
