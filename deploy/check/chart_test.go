@@ -18,6 +18,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -65,8 +66,14 @@ func chartDir(t *testing.T) string {
 // helmTemplate renders the chart with the values files and --set flags given.
 func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	return helmTemplateAs(t, release, args...)
+}
+
+// helmTemplateAs is helmTemplate for a release of the given name.
+func helmTemplateAs(t *testing.T, name string, args ...string) ([]byte, error) {
+	t.Helper()
 	helm := tool(t, "helm", "HELM")
-	return runErr(chartDir(t), helm, append([]string{"template", release, ".", "--namespace", namespace}, args...)...)
+	return runErr(chartDir(t), helm, append([]string{"template", name, ".", "--namespace", namespace}, args...)...)
 }
 
 func decodeManifests(t *testing.T, out []byte) manifests {
@@ -403,5 +410,107 @@ func TestChartRefusesBrokenValues(t *testing.T) {
 				t.Errorf("helm template %v: err %v; want a refusal naming %q", tc.args, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestChartNamesFitKubernetes renders every object of the chart, in both modes, for the longest
+// release name Helm takes (53 characters) and for overrides and an image tag longer than
+// Kubernetes takes, each with a "-" or "." where the cut to 63 (58 for the fullname) falls, and
+// checks every object's name is a DNS label (63 characters at most, ending in a letter or a
+// digit) and every label value and label selector one Kubernetes accepts.
+func TestChartNamesFitKubernetes(t *testing.T) {
+	long := strings.Repeat("r", 53)
+	// The fullname is long + "-" + the name override, cut at 58: after "abc-".
+	name := "abc-" + strings.Repeat("n", 58) + "-tail" // cut at 63 after the "-"
+	full := strings.Repeat("f", 57) + "-tail"          // cut at 58 after the "-"
+	tag := "v1.2.3-" + strings.Repeat("t", 55) + ".suffix"
+	all := []string{"--set", "serviceMonitor.enabled=true", "--set-json", `node.config={"node":{"policy":"kvmesh"}}`}
+	sidecar := append([]string{"-f", filepath.Join(chartDir(t), "ci", "sidecar-values.yaml")}, all...)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"release", all},
+		{"release sidecar", sidecar},
+		{"name override", append([]string{"--set", "nameOverride=" + name, "--set", "image.tag=" + tag}, all...)},
+		{"fullname override", append([]string{"--set", "fullnameOverride=" + full}, sidecar...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helmTemplateAs(t, long, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := checkNames(t, out)
+			for _, k := range []string{"ServiceAccount", "Service", "PodDisruptionBudget", "ConfigMap", "ServiceMonitor"} {
+				if kinds[k] == 0 {
+					t.Errorf("no %s rendered: its name went unchecked", k)
+				}
+			}
+		})
+	}
+}
+
+// checkNames checks the names and label values of every object in out, and returns how many
+// objects of each kind it checked.
+func checkNames(t *testing.T, out []byte) map[string]int {
+	t.Helper()
+	kinds := map[string]int{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return kinds
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj == nil {
+			continue // a document of comments only
+		}
+		kind, _ := obj["kind"].(string)
+		kinds[kind]++
+		meta, _ := obj["metadata"].(map[string]any)
+		name, _ := meta["name"].(string)
+		for _, msg := range validation.IsDNS1123Label(name) {
+			t.Errorf("%s %q: %s", kind, name, msg)
+		}
+		walkLabels(obj, false, func(key string, value any) {
+			v, _ := value.(string)
+			for _, msg := range validation.IsValidLabelValue(v) {
+				t.Errorf("%s %q: label %s=%q: %s", kind, name, key, v, msg)
+			}
+		})
+	}
+}
+
+// walkLabels calls f with each label of v: the maps under "labels" and "matchLabels", and a
+// Service's "selector". inLabels says v is such a map.
+func walkLabels(v any, inLabels bool, f func(key string, value any)) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			switch {
+			case inLabels:
+				f(k, e)
+			case k == "labels" || k == "matchLabels":
+				walkLabels(e, true, f)
+			case k == "selector":
+				if m, ok := e.(map[string]any); ok && m["matchLabels"] == nil {
+					walkLabels(e, true, f) // a Service's selector is its labels
+				} else {
+					walkLabels(e, false, f)
+				}
+			default:
+				walkLabels(e, false, f)
+			}
+		}
+	case []any:
+		for _, e := range v {
+			walkLabels(e, false, f)
+		}
 	}
 }

@@ -1,4 +1,8 @@
-{{/* Names and labels. */}}
+{{/*
+Names and labels. Kubernetes takes names and label values of 63 characters at most that end in
+a letter or digit: each is cut to 63 (the fullname to 58, leaving room for "-mesh") and loses a
+trailing "-" (a label value also a "_" or "."), as Helm's own scaffold does.
+*/}}
 {{- define "kvmesh.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -18,13 +22,13 @@
 
 {{- define "kvmesh.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "kvmesh.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
 {{- define "kvmesh.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "kvmesh.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | replace "+" "_" | trunc 63 | trimAll "-_." | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: kvmesh
 {{- end -}}
