@@ -155,6 +155,12 @@ func reference(t *testing.T, url, path, body string) (text, finish string, u usa
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("reference run: %d %s", resp.StatusCode, b)
 	}
+	return parseWhole(t, "reference run", b)
+}
+
+// parseWhole reads an unstreamed response's body b: its text, finish reason and usage.
+func parseWhole(t *testing.T, what string, b []byte) (text, finish string, u usage) {
+	t.Helper()
 	var r struct {
 		Choices []struct {
 			Message struct {
@@ -166,7 +172,7 @@ func reference(t *testing.T, url, path, body string) (text, finish string, u usa
 		Usage usage `json:"usage"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil || len(r.Choices) != 1 {
-		t.Fatalf("reference run: %s (%v)", b, err)
+		t.Fatalf("%s: %s (%v)", what, b, err)
 	}
 	return r.Choices[0].Message.Content + r.Choices[0].Text, r.Choices[0].FinishReason, r.Usage
 }
@@ -299,4 +305,77 @@ func TestNoMigrationForAClientThatLeft(t *testing.T) {
 		t.Errorf("the other candidate ran %v requests, want none", n)
 	}
 	reconciles(t, urls)
+}
+
+// TestOwnerDeathMidGenerationRunsAWholeResponseAgain is the unstreamed counterpart of
+// TestOwnerDeathMidStreamMigrates: the owner of a request the client did not ask to stream
+// dies abruptly while it generates. It answers only once its text is complete, so the ingress
+// has had no answer yet: the attempt fails as unreachable and the request runs again on the
+// other candidate, and the client gets one complete response, the very one an unbroken run
+// gives, without a hang or an error; every node's requests reconcile.
+func TestOwnerDeathMidGenerationRunsAWholeResponseAgain(t *testing.T) {
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		t.Run(strings.TrimPrefix(path, "/v1/"), func(t *testing.T) {
+			tn := startMigrateNet(t, nil)
+			urls := tn.URLs()
+			const maxTokens = 300 // about 1.5 s at the engine's real speed
+			body := genBody(path, maxTokens, false)
+			want, wantFinish, wantUsage := reference(t, urls[0], path, body)
+			poll.Until(t, 10*time.Second, "the reference run to leave its engine", func() bool {
+				return selfOf(peers(t, urls[1])).Running == 0 && selfOf(peers(t, urls[2])).Running == 0
+			})
+			type answer struct {
+				status int
+				node   string
+				body   []byte
+				err    error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+path, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					done <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				done <- answer{resp.StatusCode, resp.Header.Get(node.HeaderNode), b, err}
+			}()
+			owner := 0
+			poll.Until(t, 10*time.Second, "a candidate to run the request", func() bool {
+				for i := 1; i <= 2; i++ {
+					if selfOf(peers(t, urls[i])).Running > 0 {
+						owner = i
+						return true
+					}
+				}
+				return false
+			})
+			if err := tn.Nodes[owner].KillTransport(); err != nil {
+				t.Fatal(err)
+			}
+			a := <-done
+			if a.err != nil || a.status != http.StatusOK {
+				t.Fatalf("the client got %d %s (%v) after its owner died; want a complete response", a.status, a.body, a.err)
+			}
+			if other := tn.Nodes[3-owner].Name(); a.node != other {
+				t.Errorf("answered by %q, want the other candidate %q", a.node, other)
+			}
+			text, finish, u := parseWhole(t, "after the owner died", a.body)
+			if text != want || finish != wantFinish {
+				t.Errorf("client read %q (finish %q)\nwant the unbroken run's %q (finish %q)", text, finish, want, wantFinish)
+			}
+			if u.PromptTokens != wantUsage.PromptTokens || u.CompletionTokens != wantUsage.CompletionTokens {
+				t.Errorf("usage %+v, want %+v", u, wantUsage)
+			}
+			if n := metric(t, urls[0], "kvmesh_forward_attempts_total", `result="unreachable"`); n != 1 {
+				t.Errorf("unreachable forward attempts = %v, want 1: the one to the owner that died", n)
+			}
+			reconciles(t, urls)
+		})
+	}
 }
