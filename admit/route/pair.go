@@ -21,8 +21,8 @@ const (
 	RoleMixed = "mixed"
 	// RolePrefill runs the prefill half only: it answers with a handover, never with text.
 	RolePrefill = "prefill"
-	// RoleDecode runs the decode half, from a handover; with Config.DecodeLocalPrefill, also
-	// a whole request the split rule sends it (Decide).
+	// RoleDecode runs the decode half, from a handover; with Config.DecodeLocalPrefill (its
+	// own, Peer.HalvesOnly when off), also a whole request the split rule sends it (Decide).
 	RoleDecode = "decode"
 )
 
@@ -152,8 +152,9 @@ func prefillTime(cfg *Config, tokens int, rate float64) time.Duration {
 // best first, and whether a peer of either role was dropped as busy (the request should wait
 // for room rather than be refused when no pair is left). Local are the decode peers that could
 // run the request whole (Config.DecodeLocalPrefill; empty when it is off), best first: the
-// decode candidates of role decode that routing's busy test for a whole request passes,
-// ordered by predicted TPOT within the SLO first, then by predicted TTFT.
+// decode candidates of role decode, bar those whose own setting is off (Peer.HalvesOnly), that
+// routing's busy test for a whole request passes, ordered by predicted TPOT within the SLO
+// first, then by predicted TTFT.
 type PairSearch struct {
 	Prefill, Decode, Local []Candidate
 	Busy                   bool
@@ -171,7 +172,7 @@ type PairSearch struct {
 // MaxRunning); ordered by predicted TPOT within tpotSLO first, then by TPOT, by free KV after
 // reservations, and by the smaller batch. Within each order a dedicated peer goes before a
 // mixed one, all else equal. Local, with DecodeLocalPrefill: the decode peers among the decode
-// candidates with a seat that routing's busy test for a whole request passes.
+// candidates with a seat, not HalvesOnly, that routing's busy test for a whole request passes.
 func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved, refused func(string) bool,
 	tpotSLO time.Duration, out *PairSearch) {
 	bt := req.BlockTokens
@@ -254,7 +255,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, r)
-		if local && p.Role == RoleDecode && !busy(cfg, req, bt, p, r) {
+		if local && p.Role == RoleDecode && !p.HalvesOnly && !busy(cfg, req, bt, p, r) {
 			out.Local = append(out.Local, c) // evaluate's is the whole request's candidate
 		}
 		c.Score = -c.PredictedTPOT.Seconds()

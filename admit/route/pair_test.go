@@ -109,6 +109,8 @@ func TestDecodeLocalPrefill(t *testing.T) {
 	slowD.QueuedPrefillTokens = 8000 // 521 ms for the prompt whole
 	slowM := rolePeer("m", RoleMixed)
 	slowM.Running, slowM.DecodeStepSeconds, slowM.QueuedPrefillTokens = 200, 0.3, 16000
+	halves := rolePeer("d", RoleDecode)
+	halves.HalvesOnly = true // its own setting off
 	pd := func(p, d Peer) []Peer { return []Peer{p, d} }
 	const target = 500 * time.Millisecond
 	tests := []struct {
@@ -123,6 +125,9 @@ func TestDecodeLocalPrefill(t *testing.T) {
 	}{
 		{"a short prompt runs whole on the decode node", 1000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, false, false, WholeDecodeShort, "d"},
 		{"off: a short prompt is split", 1000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, true, true, SplitNoMixed, ""},
+		{"off on the decode node: a short prompt is split", 1000, pd(rolePeer("p", RolePrefill), halves), 0, 0, false, true, SplitNoMixed, ""},
+		{"off on the decode node: no prefill node has room", 8000, pd(full, halves), target, 0, false, false, WholeNoPair, ""},
+		{"the decode node whose own setting is on", 1000, []Peer{rolePeer("p", RolePrefill), halves, rolePeer("d2", RoleDecode)}, 0, 0, false, false, WholeDecodeShort, "d2"},
 		{"the pair misses the target, the decode node meets it", 8000, pd(queued, rolePeer("d", RoleDecode)), target, 0, false, false, WholePrefillBehind, "d"},
 		{"off: the pair misses the target, split", 8000, pd(queued, rolePeer("d", RoleDecode)), target, 0, true, true, SplitNoMixed, ""},
 		{"the pair meets the target: split", 8000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), target, 0, false, true, SplitNoMixed, "d"},
