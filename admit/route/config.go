@@ -93,7 +93,9 @@ type Config struct {
 	ModelBytes map[string]uint64 `json:"model_bytes"`
 	// ModelVendors lists the GPU vendors a model may run on (empty or missing: any).
 	ModelVendors map[string][]string `json:"model_vendors"`
-	// Roles lists the peer roles that can run a whole request (empty: any role).
+	// Roles lists the peer roles that can run a whole request (empty: any role). A prefill peer
+	// never does; a decode peer runs one (DecodeLocalPrefill) only when Roles is empty or
+	// lists "decode".
 	Roles []string `json:"roles"`
 	// BusyKVUse is the KV use above which a peer is busy for a request: blocks used, plus
 	// blocks this node reserved, plus the blocks the request would add there (its uncached
