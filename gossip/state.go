@@ -104,6 +104,10 @@ type State struct {
 	Models     []ModelInfo
 	Role       string
 	EngineKind string
+	// HalvesOnly: a node in the decode role that runs decode halves only, never a request
+	// whole (its route.decode_local_prefill off), so that no ingress offers it one. Records
+	// without it (older nodes') say a decode node runs whole requests, as they did by default.
+	HalvesOnly bool
 
 	EngineHealthy       bool
 	BlockTokens         int
@@ -198,7 +202,8 @@ const (
 	tagQueuedLowWaiting
 	tagKeyUsage
 	tagClaim
-	tagLast = tagClaim
+	tagHalvesOnly
+	tagLast = tagHalvesOnly
 )
 
 const (
@@ -239,6 +244,7 @@ func AppendState(b []byte, s State) ([]byte, error) {
 	}
 	e.str(tagRole, s.Role)
 	e.str(tagEngineKind, s.EngineKind)
+	e.bool(tagHalvesOnly, s.HalvesOnly)
 	e.bool(tagEngineHealthy, s.EngineHealthy)
 	e.int(tagBlockTokens, s.BlockTokens)
 	e.int(tagKVBlocksTotal, s.KVBlocksTotal)
@@ -404,6 +410,8 @@ func DecodeState(b []byte) (State, error) {
 			s.Role, err = str(v)
 		case tagEngineKind:
 			s.EngineKind, err = str(v)
+		case tagHalvesOnly:
+			s.HalvesOnly, err = boolean(v)
 		case tagEngineHealthy:
 			s.EngineHealthy, err = boolean(v)
 		case tagBlockTokens:

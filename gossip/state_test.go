@@ -16,7 +16,7 @@ func fullState() State {
 	return State{
 		Name: "gpu-07", HTTPAddr: "10.0.0.7:8080", QUICAddr: "10.0.0.7:7443",
 		Models: []ModelInfo{{Name: "llama-3.1-8b", ContextTokens: 131072, BytesPerToken: 3.5}, {Name: "qwen2.5-7b", ContextTokens: 32768}},
-		Role:   "mixed", EngineKind: "sim", EngineHealthy: true, BlockTokens: 16,
+		Role:   "mixed", EngineKind: "sim", HalvesOnly: true, EngineHealthy: true, BlockTokens: 16,
 		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
 		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedBeforeHigh: 1000, QueuedLowWaiting: 5000,
 		InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5, KeyUsage: []KeyUsage{{ID: 7, TokensPerSecond: 1500.5}, {ID: 3, TokensPerSecond: 2}},
@@ -60,6 +60,22 @@ func TestDecodeStateUnknownTagSkipped(t *testing.T) {
 	}
 	if _, err := DecodeState(ext); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("duplicate name accepted: %v", err)
+	}
+}
+
+// TestStateHalvesOnly pins a decode node's HalvesOnly on the wire: tag 40, one byte, and a
+// record without it, an older node's, decodes as a decode node that runs whole requests.
+func TestStateHalvesOnly(t *testing.T) {
+	old := []byte{StateVersion, tagName, 1, 'd', tagRole, 6, 'd', 'e', 'c', 'o', 'd', 'e'}
+	if s, err := DecodeState(old); err != nil || s.Role != "decode" || s.HalvesOnly {
+		t.Fatalf("an older record: %+v, %v; want a decode node, HalvesOnly false", s, err)
+	}
+	b, err := EncodeState(State{Name: "d", Role: "decode", HalvesOnly: true})
+	if want := append(slices.Clone(old), 40, 1, 1); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("encoded %x, %v; want %x", b, err, want)
+	}
+	if s, err := DecodeState(b); err != nil || !s.HalvesOnly {
+		t.Fatalf("decoded %+v, %v; want HalvesOnly", s, err)
 	}
 }
 

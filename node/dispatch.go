@@ -259,6 +259,10 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 		if i > first {
 			n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
 		}
+		if t.SplitWhy != "" {
+			// Each candidate tried counts, as what it is: admission's choice, then fallbacks.
+			n.m.disagg.WithLabelValues(dispatchOutcome(&t.Plan, i)).Inc()
+		}
 		if c.Pair != nil {
 			o, done := n.dispatchPair(ctx, w, p, t, c, start, &res)
 			n.planner.Release(&t.Plan)
@@ -274,9 +278,6 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 				return n.endFailed(w, f)
 			}
 			continue
-		}
-		if i == first && t.SplitWhy != "" {
-			n.m.disagg.WithLabelValues(wholeOutcome(t.SplitWhy)).Inc()
 		}
 		if self {
 			n.m.forwards.WithLabelValues("local").Inc()

@@ -22,6 +22,7 @@ func (n *Node) localState() gossip.State {
 		QUICAddr:               n.advertiseQUIC,
 		Role:                   n.cfg.Role,
 		EngineKind:             n.engineKind(),
+		HalvesOnly:             n.cfg.Role == route.RoleDecode && !n.localPrefill(),
 		EngineHealthy:          st.Healthy && !n.isDraining(),
 		BlockTokens:            st.BlockTokens,
 		KVBlocksTotal:          st.KVBlocksTotal,
@@ -124,6 +125,7 @@ func peerOf(m *gossip.Member) route.Peer {
 		Healthy:                s.EngineHealthy,
 		Role:                   s.Role,
 		WholeOnly:              s.EngineKind != "sim" && !route.IsHalf(s.Role), // an external engine splits only in a role
+		HalvesOnly:             s.HalvesOnly,
 		Vendor:                 s.Vendor,
 		VRAMTotalBytes:         s.VRAMTotalBytes,
 		KVBlocksTotal:          s.KVBlocksTotal,
@@ -328,6 +330,7 @@ type PeerInfo struct {
 	Models                 []gossip.ModelInfo `json:"models"`
 	Role                   string             `json:"role"`
 	EngineKind             string             `json:"engine_kind"`
+	HalvesOnly             bool               `json:"halves_only"`
 	EngineHealthy          bool               `json:"engine_healthy"`
 	BlockTokens            int                `json:"block_tokens"`
 	KVBlocksTotal          int                `json:"kv_blocks_total"`
@@ -373,7 +376,7 @@ func peerInfo(m *gossip.Member) PeerInfo {
 		Name: m.Name, Self: m.Self, GossipAddr: m.Addr, HTTPAddr: s.HTTPAddr, QUICAddr: s.QUICAddr,
 		Liveness: string(m.Liveness), AgeSeconds: m.Age.Seconds(), Stale: m.Stale, Candidate: m.Candidate,
 		Incarnation: m.Incarnation, PrefixBlocks: m.PrefixBlocks,
-		Models: s.Models, Role: s.Role, EngineKind: s.EngineKind, EngineHealthy: s.EngineHealthy,
+		Models: s.Models, Role: s.Role, EngineKind: s.EngineKind, HalvesOnly: s.HalvesOnly, EngineHealthy: s.EngineHealthy,
 		BlockTokens: s.BlockTokens, KVBlocksTotal: s.KVBlocksTotal, KVBlocksUsed: s.KVBlocksUsed,
 		HitRate: s.HitRate, Running: s.Running, Waiting: s.Waiting, QueuedPrefillTokens: s.QueuedPrefillTokens,
 		PriorityScheduling: s.PriorityScheduling, QueuedBeforeHigh: s.QueuedBeforeHigh, QueuedLowWaiting: s.QueuedLowWaiting,

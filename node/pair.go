@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -53,7 +54,7 @@ const (
 	disaggWholeShort     = "whole_short"          // whole: the uncached prompt fits one step's chunk
 	disaggWholeLink      = "whole_link"           // whole: the transfer costs over half the prefill it moves
 	disaggWholeMixed     = "whole_mixed"          // whole: a mixed node is as fast and keeps its TPOT
-	disaggWholeNoPair    = "whole_no_pair"        // whole: no prefill and decode pair had room
+	disaggWholeNoPair    = "whole_no_pair"        // whole on a mixed node: no pair, or admission passed over the rule's pair or decode node
 	disaggDecodeShort    = "whole_decode_short"   // whole on a decode node: the uncached prompt fits one step's chunk
 	disaggPrefillBehind  = "whole_prefill_behind" // whole on a decode node: the prefill pool misses the TTFT target
 	disaggHandover       = "handover"             // a prefill node handed the prompt's KV over
@@ -67,7 +68,26 @@ const (
 var disaggOutcomes = []string{disaggSplit, disaggWholeShort, disaggWholeLink, disaggWholeMixed, disaggWholeNoPair,
 	disaggDecodeShort, disaggPrefillBehind, disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggHandoverQueued, disaggDecodeFailed}
 
-// wholeOutcome is the metric outcome of the split rule's reason for a whole request.
+// dispatchOutcome is the kvmesh_route_disaggregated_total outcome of dispatching candidate i
+// of pl (admission's choice, pl.D.Option, or a fallback after it) in a mesh with prefill or
+// decode nodes: split on a pair; whole on the decode node the split rule chose, for its
+// reason; whole on a mixed node for the rule's reason when the rule chose to run the request
+// whole there, else whole_no_pair (the rule chose the pair or the decode node, and admission
+// or their owners passed them over).
+func dispatchOutcome(pl *plan.Plan, i int) string {
+	c := &pl.Cands[i]
+	switch {
+	case c.Pair != nil:
+		return disaggSplit
+	case route.RunsLocal(pl.SplitWhy) && (len(pl.Search.Local) == 0 || c.Name != pl.Search.Local[0].Name):
+		return disaggWholeNoPair
+	}
+	return wholeOutcome(pl.SplitWhy)
+}
+
+// wholeOutcome is the metric outcome of the split rule's reason for a whole request: a reason
+// to split (the request then runs whole on a mixed node admission chose instead) is
+// whole_no_pair.
 func wholeOutcome(why string) string {
 	switch why {
 	case route.WholeShort:
@@ -276,7 +296,6 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 // whose answer goes to the client. done reports that the client got an answer; otherwise no
 // prefill node handed over, and res says whether they refused (res.failCode "") or failed.
 func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, c *route.Candidate, start time.Time, res *dispatchResult) (outcome, bool) {
-	n.m.disagg.WithLabelValues(disaggSplit).Inc()
 	defer func() { p.req.Handover = nil }() // a fallback runs whole
 	pr := c.Pair
 	var (

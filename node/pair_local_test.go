@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -160,4 +161,42 @@ func TestExternalDecodeNodePrefillsLocally(t *testing.T) {
 		t.Errorf("the prefill node's engine ran %v requests, want 0", n)
 	}
 	assertReconciled(t, url, 1)
+}
+
+// TestIngressLearnsDecodeNodeRunsHalvesOnly pins a decode node's own route.decode_local_prefill
+// reaching the ingresses through its state record: with it off there (on at the ingress), a
+// short prompt is split on the pair at once, never offered to the decode node whole (no
+// wrong_role round trip, no refused forward); the record and /v1/mesh/peers say halves_only.
+func TestIngressLearnsDecodeNodeRunsHalvesOnly(t *testing.T) {
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		localPrefill("prefill", "decode")(i, cfg)
+		if i == 1 {
+			cfg.Route.DecodeLocalPrefill = new(bool)
+		}
+	})
+	url := tn.URLs()[0]
+	var peer node.PeerInfo
+	for _, p := range peers(t, url).Peers {
+		if p.Name == "n2" {
+			peer = p
+		}
+	}
+	if peer.Role != "decode" || !peer.HalvesOnly {
+		t.Fatalf("the ingress's view of n2: role %q, halves_only %v; want decode, true", peer.Role, peer.HalvesOnly)
+	}
+	for i := range 2 {
+		resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt(fmt.Sprint("halves", i), 600), 16, false), nil)
+		if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n2" {
+			t.Fatalf("request %d: %d from %q: %s, want 200 from n2", i, resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+		}
+	}
+	for o, want := range map[string]float64{"split": 2, "handover": 2, "whole_decode_short": 0} {
+		if n := metric(t, url, "kvmesh_route_disaggregated_total", `outcome="`+o+`"`); n != want {
+			t.Errorf("%s = %v, want %v", o, n, want)
+		}
+	}
+	if n := metric(t, url, "kvmesh_forward_attempts_total", `result="refused"`); n != 0 {
+		t.Errorf("%v forwards refused, want none", n)
+	}
+	assertReconciled(t, url, 2)
 }

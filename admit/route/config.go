@@ -93,7 +93,9 @@ type Config struct {
 	ModelBytes map[string]uint64 `json:"model_bytes"`
 	// ModelVendors lists the GPU vendors a model may run on (empty or missing: any).
 	ModelVendors map[string][]string `json:"model_vendors"`
-	// Roles lists the peer roles that can run a whole request (empty: any role).
+	// Roles lists the peer roles that can run a whole request (empty: any role). A prefill peer
+	// never does; a decode peer runs one (DecodeLocalPrefill) only when Roles is empty or
+	// lists "decode".
 	Roles []string `json:"roles"`
 	// BusyKVUse is the KV use above which a peer is busy for a request: blocks used, plus
 	// blocks this node reserved, plus the blocks the request would add there (its uncached
@@ -204,8 +206,10 @@ type Config struct {
 	// split rule finds the prefill pool of no use to it: its uncached prompt there is under
 	// SplitMinTokens, or the best pair misses the request's TTFT target (no pair at all
 	// included) while the decode peer meets it and its TPOT SLO (Decide). Nil, the default,
-	// is on; false turns it off, and decode peers then run decode halves only. The owner
-	// reads its own: a decode node with it off refuses a whole request (wrong_role).
+	// is on; false turns it off. A decode node reads its own: with it off it runs decode
+	// halves only, says so in its state record (Peer.HalvesOnly), so that no ingress offers it
+	// a whole request, and refuses one (wrong_role) all the same. An ingress with it off
+	// offers decode peers none.
 	DecodeLocalPrefill *bool `json:"decode_local_prefill,omitempty"`
 
 	// Reservations.

@@ -21,8 +21,8 @@ const (
 	RoleMixed = "mixed"
 	// RolePrefill runs the prefill half only: it answers with a handover, never with text.
 	RolePrefill = "prefill"
-	// RoleDecode runs the decode half, from a handover; with Config.DecodeLocalPrefill, also
-	// a whole request the split rule sends it (Decide).
+	// RoleDecode runs the decode half, from a handover; with Config.DecodeLocalPrefill (its
+	// own, Peer.HalvesOnly when off), also a whole request the split rule sends it (Decide).
 	RoleDecode = "decode"
 )
 
@@ -152,8 +152,10 @@ func prefillTime(cfg *Config, tokens int, rate float64) time.Duration {
 // best first, and whether a peer of either role was dropped as busy (the request should wait
 // for room rather than be refused when no pair is left). Local are the decode peers that could
 // run the request whole (Config.DecodeLocalPrefill; empty when it is off), best first: the
-// decode candidates of role decode that routing's busy test for a whole request passes,
-// ordered by predicted TPOT within the SLO first, then by predicted TTFT.
+// decode candidates of role decode, bar those whose own setting is off (Peer.HalvesOnly), that
+// routing's filters for a whole candidate pass (filter, with Config.Roles; the busy test; the
+// power cap and thermal limit among them, dropLimited), ordered by predicted TPOT within the
+// SLO first, then by predicted TTFT.
 type PairSearch struct {
 	Prefill, Decode, Local []Candidate
 	Busy                   bool
@@ -171,7 +173,7 @@ type PairSearch struct {
 // MaxRunning); ordered by predicted TPOT within tpotSLO first, then by TPOT, by free KV after
 // reservations, and by the smaller batch. Within each order a dedicated peer goes before a
 // mixed one, all else equal. Local, with DecodeLocalPrefill: the decode peers among the decode
-// candidates with a seat that routing's busy test for a whole request passes.
+// candidates with a seat, not HalvesOnly, that routing's filters for a whole request pass.
 func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved, refused func(string) bool,
 	tpotSLO time.Duration, out *PairSearch) {
 	bt := req.BlockTokens
@@ -254,8 +256,12 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, r)
-		if local && p.Role == RoleDecode && !busy(cfg, req, bt, p, r) {
-			out.Local = append(out.Local, c) // evaluate's is the whole request's candidate
+		if local && p.Role == RoleDecode && !p.HalvesOnly && !busy(cfg, req, bt, p, r) {
+			if _, ok := filter(cfg, req.Model, p, need, vendors, true); ok {
+				l := c // evaluate's is the whole request's candidate
+				limit(cfg, &l, p)
+				out.Local = append(out.Local, l)
+			}
 		}
 		c.Score = -c.PredictedTPOT.Seconds()
 		if kv {
@@ -274,6 +280,8 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTPOT, b.PredictedTPOT), cmp.Compare(b.Terms.FreeKV, a.Terms.FreeKV),
 			cmp.Compare(a.Terms.Batch, b.Terms.Batch), mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
 	})
+	var dropped FilterCounts // a whole candidate's filters, not counted: the decode peer stays a decode candidate
+	out.Local = dropLimited(out.Local, &dropped)
 	slices.SortStableFunc(out.Local, func(a, b Candidate) int {
 		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))
 	})

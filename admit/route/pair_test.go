@@ -1,6 +1,7 @@
 package route
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -109,6 +110,8 @@ func TestDecodeLocalPrefill(t *testing.T) {
 	slowD.QueuedPrefillTokens = 8000 // 521 ms for the prompt whole
 	slowM := rolePeer("m", RoleMixed)
 	slowM.Running, slowM.DecodeStepSeconds, slowM.QueuedPrefillTokens = 200, 0.3, 16000
+	halves := rolePeer("d", RoleDecode)
+	halves.HalvesOnly = true // its own setting off
 	pd := func(p, d Peer) []Peer { return []Peer{p, d} }
 	const target = 500 * time.Millisecond
 	tests := []struct {
@@ -123,6 +126,9 @@ func TestDecodeLocalPrefill(t *testing.T) {
 	}{
 		{"a short prompt runs whole on the decode node", 1000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, false, false, WholeDecodeShort, "d"},
 		{"off: a short prompt is split", 1000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), 0, 0, true, true, SplitNoMixed, ""},
+		{"off on the decode node: a short prompt is split", 1000, pd(rolePeer("p", RolePrefill), halves), 0, 0, false, true, SplitNoMixed, ""},
+		{"off on the decode node: no prefill node has room", 8000, pd(full, halves), target, 0, false, false, WholeNoPair, ""},
+		{"the decode node whose own setting is on", 1000, []Peer{rolePeer("p", RolePrefill), halves, rolePeer("d2", RoleDecode)}, 0, 0, false, false, WholeDecodeShort, "d2"},
 		{"the pair misses the target, the decode node meets it", 8000, pd(queued, rolePeer("d", RoleDecode)), target, 0, false, false, WholePrefillBehind, "d"},
 		{"off: the pair misses the target, split", 8000, pd(queued, rolePeer("d", RoleDecode)), target, 0, true, true, SplitNoMixed, ""},
 		{"the pair meets the target: split", 8000, pd(rolePeer("p", RolePrefill), rolePeer("d", RoleDecode)), target, 0, false, true, SplitNoMixed, "d"},
@@ -305,5 +311,55 @@ func TestFullDecodePeersStayCandidates(t *testing.T) {
 	r.Pair(t0, req(8000), []Peer{rolePeer("p", RolePrefill), full, rolePeer("d3", RoleDecode)}, 0, &s)
 	if got := names(s.Decode); !equalStrings(got, []string{"d3"}) {
 		t.Errorf("with a roomy decode peer: %v, want [d3]", got)
+	}
+}
+
+// TestLocalCandidatesFiltered pins that a decode peer runs a request whole (PairSearch.Local)
+// only through the filters a whole candidate passes: route.roles, the power cap (while another
+// decode peer is under its cap), health, staleness, ejection, the thermal limit, the vendor.
+// The whole request's own filters (roles, power) leave it a candidate for the decode half.
+func TestLocalCandidatesFiltered(t *testing.T) {
+	atCap := func(p *Peer) { p.PowerWatts = p.PowerCapWatts }
+	tests := []struct {
+		name   string
+		conf   func(*Config)
+		d1     func(*Peer)
+		alone  bool // d1 the only decode peer
+		local  []string
+		decode bool // d1 among the decode candidates
+	}{
+		{"both pass", nil, nil, false, []string{"d1", "d2"}, true},
+		{"at its power cap, another under it", nil, atCap, false, []string{"d2"}, true},
+		{"at its power cap, alone", nil, atCap, true, []string{"d1"}, true},
+		{"at its power cap, the filter off", func(c *Config) { c.DisablePowerCapFilter = true }, atCap, false, []string{"d1", "d2"}, true},
+		{"route.roles without decode", func(c *Config) { c.Roles = []string{RoleMixed} }, nil, false, nil, true},
+		{"route.roles with decode", func(c *Config) { c.Roles = []string{RoleMixed, RoleDecode} }, nil, false, []string{"d1", "d2"}, true},
+		{"unhealthy", nil, func(p *Peer) { p.Healthy = false }, false, []string{"d2"}, false},
+		{"stale", nil, func(p *Peer) { p.Stale = true }, false, []string{"d2"}, false},
+		{"ejected", nil, func(p *Peer) { p.Ejected = true }, false, []string{"d2"}, false},
+		{"too hot", nil, func(p *Peer) { p.TempC = 95 }, false, []string{"d2"}, false},
+		{"another vendor's", func(c *Config) { c.ModelVendors = map[string][]string{"m": {"nvidia"}} }, func(p *Peer) { p.Vendor = "amd" },
+			false, []string{"d2"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, tt.conf)
+			d1 := rolePeer("d1", RoleDecode)
+			if tt.d1 != nil {
+				tt.d1(&d1)
+			}
+			peers := []Peer{rolePeer("p", RolePrefill), d1}
+			if !tt.alone {
+				peers = append(peers, rolePeer("d2", RoleDecode))
+			}
+			var s PairSearch
+			r.Pair(t0, req(1000), peers, 0, &s)
+			if got := names(s.Local); !equalStrings(got, tt.local) {
+				t.Errorf("local candidates %v, want %v", got, tt.local)
+			}
+			if got := slices.Contains(names(s.Decode), "d1"); got != tt.decode {
+				t.Errorf("decode candidates %v: d1 among them %v, want %v", names(s.Decode), got, tt.decode)
+			}
+		})
 	}
 }

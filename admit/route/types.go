@@ -60,6 +60,9 @@ type Peer struct {
 	// WholeOnly: the peer's engine runs whole requests only (an external engine without a
 	// prefill or decode role), so it is no candidate for either half of a split request.
 	WholeOnly bool
+	// HalvesOnly: a decode peer that runs decode halves only (its own
+	// Config.DecodeLocalPrefill off, gossiped), so it is no local candidate (PairSearch.Local).
+	HalvesOnly bool
 
 	VRAMTotalBytes, VRAMFreeBytes uint64
 	KVBlocksTotal, KVBlocksUsed   int
