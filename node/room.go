@@ -180,33 +180,47 @@ func (n *Node) updateKeyUsage(now time.Time) {
 	n.adm.Keys().SetRemote(now, remote)
 }
 
-// updatePrefillRates tells the waiting room each model's prefill throughput across the mesh,
-// from which it derives its token caps (target TTFT × rate): the whole requests' pool counts
-// the nodes that run whole requests, the split requests' (prefill) pool those that run a
-// prefill half.
+// updatePrefillRates tells the waiting room each model's prefill throughput across the mesh
+// (poolRates), from which it derives its token caps (target TTFT × rate).
 func (n *Node) updatePrefillRates() {
-	type key struct{ model, role string }
-	rates := map[key]float64{}
-	add := func(s gossip.State) {
-		for _, m := range s.Models {
-			if s.Role != route.RoleDecode {
-				rates[key{m.Name, admit.RolePrefill}] += s.PrefillTokensPerSecond
-			}
-			if !route.IsHalf(s.Role) {
-				rates[key{m.Name, ""}] += s.PrefillTokensPerSecond
-			}
-		}
-	}
+	var states []gossip.State
 	if n.g == nil {
-		add(n.localState())
+		states = append(states, n.localState())
 	} else {
 		for _, m := range n.g.Members() {
 			if m.Candidate {
-				add(m.State)
+				states = append(states, m.State)
 			}
 		}
 	}
-	for k, r := range rates {
+	for k, r := range poolRates(states, n.localPrefill()) {
 		n.adm.Room().SetPrefillRate(k.model, k.role, r)
 	}
+}
+
+// poolKey names a waiting room pool: a model, and the role of its requests ("" whole,
+// admit.RolePrefill split).
+type poolKey struct{ model, role string }
+
+// poolRates sums the prefill rates of the nodes in states by the pools whose requests they can
+// take. The whole requests' pool counts the mixed nodes and the decode nodes that run requests
+// whole (local: route.decode_local_prefill on this node, and the node does not advertise
+// HalvesOnly); the split requests' pool the nodes that run a prefill half and those same
+// decode nodes, to which a split request falls back when the prefill nodes are behind.
+// Leaving those decode nodes out held a mesh of prefill and decode nodes to the fallback cap,
+// far under what it prefills.
+func poolRates(states []gossip.State, local bool) map[poolKey]float64 {
+	rates := map[poolKey]float64{}
+	for _, s := range states {
+		whole := !route.IsHalf(s.Role) || (local && s.Role == route.RoleDecode && !s.HalvesOnly)
+		for _, m := range s.Models {
+			if s.Role != route.RoleDecode || whole {
+				rates[poolKey{m.Name, admit.RolePrefill}] += s.PrefillTokensPerSecond
+			}
+			if whole {
+				rates[poolKey{m.Name, ""}] += s.PrefillTokensPerSecond
+			}
+		}
+	}
+	return rates
 }
