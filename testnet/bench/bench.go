@@ -172,6 +172,12 @@ type Config struct {
 	// LinkGBps is the bandwidth, in GB/s, of the link a split request's KV crosses
 	// (sim.Config.LinkGBps, which the split rule also assumes; default the sim's).
 	LinkGBps float64
+	// DecodeBatchedTokens, if set, is the step token budget (sim.Config.MaxNumBatchedTokens)
+	// of the decode nodes of the DisaggPolicy run, the others keeping the engine's: a decode
+	// node's step, and so its TPOT, grows with the prefill chunk it runs beside its decodes
+	// (route.decode_local_prefill), so a decode engine is given a budget sized to the TPOT
+	// target, as a vLLM decode server is given its --max-num-batched-tokens.
+	DecodeBatchedTokens int
 	// Logger receives the nodes' logs (nil = discard).
 	Logger *slog.Logger
 }
@@ -235,6 +241,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if !(cfg.LinkGBps >= 0) || math.IsInf(cfg.LinkGBps, 0) {
 		return bad("link bandwidth %v GB/s", cfg.LinkGBps)
+	}
+	if cfg.DecodeBatchedTokens < 0 {
+		return bad("decode nodes' step budget %d tokens < 0", cfg.DecodeBatchedTokens)
 	}
 	if cfg.LinkGBps == 0 {
 		cfg.LinkGBps = def.LinkGBps
@@ -378,7 +387,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Speedup: cfg.Speedup, Scale: cfg.Scale, Seed: cfg.Seed, Duration: cfg.Duration.Seconds(),
 		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
 		Interactive: cfg.Interactive.Name, BaselineScheduling: cfg.BaselineScheduling,
-		Disaggregated: slices.Clone(cfg.Disaggregated), LinkGBps: cfg.LinkGBps,
+		Disaggregated: slices.Clone(cfg.Disaggregated), LinkGBps: cfg.LinkGBps, DecodeBatchedTokens: cfg.DecodeBatchedTokens,
 	}
 	if cfg.Trace != "" {
 		res.Workload = "trace"
@@ -442,6 +451,9 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			nc.Sim.TimeScale = b.cfg.TimeScale
 			nc.Sim.KVBlocks = b.cfg.KVBlocks
 			nc.Sim.LinkGBps = b.cfg.LinkGBps
+			if nc.Role == route.RoleDecode && b.cfg.DecodeBatchedTokens > 0 {
+				nc.Sim.MaxNumBatchedTokens = b.cfg.DecodeBatchedTokens
+			}
 			nc.Sim.SchedulingPolicy = p.EngineScheduling // an external engine takes it too
 			scaleAdmission(&nc.Admit, b.cfg.TimeScale)
 			if b.cfg.Configure != nil {

@@ -168,9 +168,11 @@ type Result struct {
 	Policies    []Policy  `json:"policies"`
 	Interactive string    `json:"interactive_class"`
 	// Disaggregated is Config.Disaggregated, the roles of DisaggPolicy's nodes; LinkGBps the
-	// KV link's bandwidth in GB/s.
-	Disaggregated []string `json:"disaggregated,omitempty"`
-	LinkGBps      float64  `json:"link_gbps"`
+	// KV link's bandwidth in GB/s; DecodeBatchedTokens the decode nodes' step budget (0: the
+	// engine's).
+	Disaggregated       []string `json:"disaggregated,omitempty"`
+	LinkGBps            float64  `json:"link_gbps"`
+	DecodeBatchedTokens int      `json:"decode_batched_tokens,omitempty"`
 	// BaselineScheduling is Config.BaselineScheduling; each policy's engines' scheduling is
 	// its Policies entry's EngineScheduling.
 	BaselineScheduling string `json:"baseline_scheduling"`
@@ -270,7 +272,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
 	p("engine scheduling (baseline %s): %s\n", r.BaselineScheduling, schedulingByPolicy(r.Policies))
 	if len(r.Disaggregated) > 0 {
-		p("%s: nodes %s, KV link %g GB/s; kvmesh on as many mixed nodes\n", DisaggPolicy, strings.Join(r.Disaggregated, ","), r.LinkGBps)
+		budget := ""
+		if r.DecodeBatchedTokens > 0 {
+			budget = fmt.Sprintf(", decode nodes' step budget %d tokens", r.DecodeBatchedTokens)
+		}
+		p("%s: nodes %s, KV link %g GB/s%s; kvmesh on as many mixed nodes\n", DisaggPolicy, strings.Join(r.Disaggregated, ","), r.LinkGBps, budget)
 	}
 	p("rates, latencies in simulated time (wall × time scale)\n")
 	if r.Probe == nil {
