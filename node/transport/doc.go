@@ -43,7 +43,10 @@
 // with one as malformed, and Forward sends that header once more without it. So did a
 // continuation's Header.Resume (another request flag), but a header with one is not sent
 // again without it: the caller tries another peer, since a continuation run as a new request
-// would send the client its text twice.
+// would send the client its text twice. The queue TTL (Header.QueueTTL and QueueTTLLeft,
+// another request flag) came after them: a header with one that a peer resets as malformed is
+// sent once more without it, and without a trace context, whatever else it carries, and that
+// peer runs the request without the bound.
 //
 // # Trust
 //

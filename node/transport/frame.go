@@ -200,6 +200,15 @@ type Header struct {
 	// the prompt's KV, which the owner decodes from instead of prefilling; nil for every other
 	// request. A header has Prefill or Handover, not both (KindRequest).
 	Handover *Handover
+	// QueueTTL is the request's queue TTL as the ingress resolved it (its queue.ttl, shortened
+	// by the client's X-Kvmesh-Queue-TTL), and QueueTTLLeft what was left of it, counted from
+	// the request's arrival at the ingress, when the ingress sent the header: the owner must
+	// have the request's first token (a prefill half's handover) within QueueTTLLeft of
+	// reading the header, else it cancels its engine's request and answers 504
+	// engine_timeout. Both zero: no bound (a continuation, whose first token was sent); else
+	// 0 < QueueTTLLeft <= QueueTTL (KindRequest).
+	QueueTTL     time.Duration
+	QueueTTLLeft time.Duration
 
 	// RenewWait is how long the home may wait for the agent to be let into its window before
 	// it answers (KindAgentRenew).
@@ -498,12 +507,13 @@ func validStatus(s int) bool { return s >= 200 && s <= 599 }
 // The encoding is the version byte, the kind byte, the common fields (request id, hops,
 // priority, tenant, deadline, agent id, blocks, ingress), then the kind's own fields: for
 // KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal, bit 1: a trace context, bit
-// 2: a Resume, bit 3: Prefill, bit 4: a Handover), Waited, TTFTSLO, TPOTSLO, with bit 1
-// TraceParent and TraceState, with bit 2 the Resume's seed and prompt hash (little-endian
-// uint64s) and its tokens, bytes and prompt tokens (uvarints), and with bit 4 the Handover
-// (AppendHandover); for KindAgentRenew RenewWait; nothing for KindAgentGiveUp. A header
-// without a trace context, a Resume, Prefill or a Handover is encoded as before they existed,
-// so a peer built before them reads it. Strings are a uvarint length and UTF-8 bytes, blocks a uvarint count
+// 2: a Resume, bit 3: Prefill, bit 4: a Handover, bit 5: a queue TTL), Waited, TTFTSLO,
+// TPOTSLO, with bit 1 TraceParent and TraceState, with bit 2 the Resume's seed and prompt hash
+// (little-endian uint64s) and its tokens, bytes and prompt tokens (uvarints), with bit 4 the
+// Handover (AppendHandover), and with bit 5 QueueTTL and QueueTTLLeft; for KindAgentRenew
+// RenewWait; nothing for KindAgentGiveUp. A header without a trace context, a Resume,
+// Prefill, a Handover or a queue TTL is encoded as before they existed, so a peer built
+// before them reads it. Strings are a uvarint length and UTF-8 bytes, blocks a uvarint count
 // and little-endian uint64s, durations uvarint nanoseconds, the deadline varint Unix
 // nanoseconds (0: none).
 func EncodeHeader(dst []byte, h Header) ([]byte, error) {
@@ -550,6 +560,9 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		if h.Handover != nil {
 			flags |= flagHandover
 		}
+		if h.QueueTTL != 0 {
+			flags |= flagQueueTTL
+		}
 		e.b = append(e.b, byte(h.Endpoint), flags)
 		e.uvarint(uint64(h.Waited))
 		e.uvarint(uint64(h.TTFTSLO))
@@ -567,6 +580,10 @@ func EncodeHeader(dst []byte, h Header) ([]byte, error) {
 		}
 		if h.Handover != nil {
 			e.b, _ = AppendHandover(e.b, h.Handover) // checked by checkHeader
+		}
+		if flags&flagQueueTTL != 0 {
+			e.uvarint(uint64(h.QueueTTL))
+			e.uvarint(uint64(h.QueueTTLLeft))
 		}
 	case KindAgentRenew:
 		e.uvarint(uint64(h.RenewWait))
@@ -598,8 +615,12 @@ const (
 	// half would prefill the prompt again on a node that may not be able to.
 	flagPrefill
 	flagHandover
+	// flagQueueTTL: QueueTTL and QueueTTLLeft follow the Handover's place. A peer built before
+	// it resets such a header as malformed too, and Forward sends it again without them (and
+	// without a trace context): that peer runs the request unbounded, as it always has.
+	flagQueueTTL
 
-	knownFlags = flagAgentFinal | flagTrace | flagResume | flagPrefill | flagHandover
+	knownFlags = flagAgentFinal | flagTrace | flagResume | flagPrefill | flagHandover | flagQueueTTL
 )
 
 // maxResumeCount bounds Resume's counts.
@@ -624,7 +645,7 @@ func checkHeader(v int, h Header) error {
 	case h.Waited < 0 || h.TTFTSLO < 0 || h.TPOTSLO < 0 || h.RenewWait < 0:
 		return fmt.Errorf("%w: negative duration", ErrMalformed)
 	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal ||
-		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil || h.Prefill || h.Handover != nil):
+		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil || h.Prefill || h.Handover != nil || h.QueueTTL != 0 || h.QueueTTLLeft != 0):
 		return fmt.Errorf("%w: request fields in a %v header", ErrMalformed, h.Kind)
 	case h.TraceState != "" && h.TraceParent == "":
 		return fmt.Errorf("%w: a trace state without a trace parent", ErrMalformed)
@@ -634,6 +655,8 @@ func checkHeader(v int, h Header) error {
 		return fmt.Errorf("%w: resume counts out of range", ErrMalformed)
 	case h.Prefill && h.Handover != nil:
 		return fmt.Errorf("%w: a prefill with a handover", ErrMalformed)
+	case (h.QueueTTL != 0 || h.QueueTTLLeft != 0) && !(h.QueueTTLLeft > 0 && h.QueueTTLLeft <= h.QueueTTL):
+		return fmt.Errorf("%w: queue TTL %v with %v left", ErrMalformed, h.QueueTTL, h.QueueTTLLeft)
 	case h.Handover != nil:
 		return checkHandover(h.Handover)
 	}
@@ -732,6 +755,13 @@ func DecodeHeader(p []byte) (Header, error) {
 				d.fail("a prefill with a handover")
 			}
 			h.Handover = d.handover()
+		}
+		if flags&flagQueueTTL != 0 {
+			h.QueueTTL = d.duration("queue ttl")
+			h.QueueTTLLeft = d.duration("queue ttl left")
+			if d.err == nil && !(h.QueueTTLLeft > 0 && h.QueueTTLLeft <= h.QueueTTL) {
+				d.fail("queue ttl %v with %v left", h.QueueTTL, h.QueueTTLLeft)
+			}
 		}
 	case KindAgentRenew:
 		h.RenewWait = d.duration("renew wait")

@@ -49,6 +49,11 @@ func TestHeaderRoundTrip(t *testing.T) {
 			Resume: &Resume{Tokens: 3}, Handover: &Handover{PromptTokens: 9}}},
 		{"traced prefill of a continuation", Header{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			Resume: &Resume{Tokens: 3}, Prefill: true}},
+		{"request with a queue ttl", Header{RequestID: "r", Hops: 1, Ingress: "a", Waited: time.Second,
+			QueueTTL: time.Minute, QueueTTLLeft: 59 * time.Second}},
+		{"traced decode half with a queue ttl", Header{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Handover: &Handover{PromptTokens: 9}, QueueTTL: 300 * time.Millisecond, QueueTTLLeft: 1}},
+		{"prefill half with all its queue ttl left", Header{Prefill: true, QueueTTL: math.MaxInt64, QueueTTLLeft: math.MaxInt64}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +174,11 @@ func TestHeaderRejects(t *testing.T) {
 		{"negative handover bytes", Header{Handover: &Handover{KVBytes: -1}}, ErrMalformed},
 		{"handover tokens past int32", Header{Handover: &Handover{PromptTokens: maxResumeCount + 1}}, ErrMalformed},
 		{"handover params too long", Header{Handover: &Handover{Params: make([]byte, MaxHandoverParams+1)}}, ErrMalformed},
+		{"queue ttl without what is left", Header{QueueTTL: time.Second}, ErrMalformed},
+		{"queue ttl left without a ttl", Header{QueueTTLLeft: time.Second}, ErrMalformed},
+		{"more queue ttl left than the ttl", Header{QueueTTL: time.Second, QueueTTLLeft: time.Second + 1}, ErrMalformed},
+		{"negative queue ttl", Header{QueueTTL: -time.Second, QueueTTLLeft: -time.Second}, ErrMalformed},
+		{"queue ttl in a renew", Header{Kind: KindAgentRenew, QueueTTL: time.Second, QueueTTLLeft: time.Second}, ErrMalformed},
 	}
 	for _, tt := range encodeTests {
 		t.Run("encode "+tt.name, func(t *testing.T) {
@@ -193,7 +203,10 @@ func TestHeaderRejects(t *testing.T) {
 		{"unknown kind", []byte{Version, byte(numKinds)}, ErrKind},
 		{"unknown kind with garbage", []byte{Version, 0xff, 0xff, 0xff}, ErrKind},
 		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), ErrKind},
-		{"unknown request flag", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0), ErrMalformed},
+		{"unknown request flag", rawHeader(Version, KindRequest, 0, 64, 0, 0, 0), ErrMalformed},
+		{"queue ttl flag without a ttl", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0), ErrMalformed},
+		{"queue ttl with nothing left", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0, 5, 0), ErrMalformed},
+		{"queue ttl with more left than it", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0, 5, 6), ErrMalformed},
 		{"handover flag without a handover", rawHeader(Version, KindRequest, 0, 16, 0, 0, 0), ErrMalformed},
 		{"prefill and handover flags", rawHeader(Version, KindRequest, 0, 8|16, 0, 0, 0, 1, 0, 0, 0, 0), ErrMalformed},
 		{"handover cut in its params", rawHeader(Version, KindRequest, 0, 16, 0, 0, 0, 1, 0, 0, 0, 5, 'x'), ErrMalformed},
@@ -229,6 +242,7 @@ func TestHeaderRejects(t *testing.T) {
 	// The zero tails above are well-formed with the right kind: the rejections are theirs.
 	for _, p := range [][]byte{rawHeader(Version, KindRequest, 0, 1, 0, 0, 0), rawHeader(Version, KindRequest, 0, 3, 0, 0, 0, 1, 'p', 0),
 		rawHeader(Version, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 19)...)...),
+		rawHeader(Version, KindRequest, 0, 32, 0, 0, 0, 5, 5),
 		rawHeader(Version, KindAgentRenew, 0), rawHeader(Version, KindAgentGiveUp)} {
 		if _, err := DecodeHeader(p); err != nil {
 			t.Errorf("DecodeHeader(%v) = %v", p, err)
@@ -362,6 +376,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		{RequestID: "p", Endpoint: EndpointResponses, Hops: 1, Ingress: "a"},
 		{RequestID: "t", Hops: 1, Ingress: "a", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"},
 		{RequestID: "c", Hops: 1, Ingress: "a", Resume: &Resume{Seed: 1, PromptHash: 2, Tokens: 3, Bytes: 12, PromptTokens: 40}},
+		{RequestID: "q", Hops: 1, Ingress: "a", Prefill: true, QueueTTL: time.Minute, QueueTTLLeft: time.Second},
 	} {
 		p, _ := EncodeHeader(nil, h)
 		f.Add(p)

@@ -523,17 +523,20 @@ type Response struct {
 // error when ctx ended). Cancelling ctx at any time, also while reading Body, cancels the
 // stream so the owner's request context is cancelled.
 //
-// A header with a trace context that the owner resets as malformed (ErrRejected) is sent once
-// more without it: a peer of this frame version built before Header.TraceParent cannot read
-// one, and runs the request untraced. A header with a Resume, Prefill or a Handover is not
-// sent again: no peer that rejects it can run the continuation or the half as one, so the
-// error is the caller's, to try another.
+// A header with a trace context or a queue TTL that the owner resets as malformed
+// (ErrRejected) is sent once more without them: a peer of this frame version built before
+// Header.TraceParent or Header.QueueTTL cannot read them, and runs the request untraced and
+// unbounded. A header with a Resume, Prefill or a Handover is not sent again for its trace
+// context: no peer that rejects it can run the continuation or the half as one, so the error
+// is the caller's, to try another. It is sent again for its queue TTL, which came after them:
+// a peer built between the two runs the half.
 func (t *Transport) Forward(ctx context.Context, addr string, h Header, body []byte) (*Response, error) {
 	resp, result, err := t.forward(ctx, addr, h, body)
-	if h.TraceParent != "" && h.Resume == nil && !h.Prefill && h.Handover == nil && errors.Is(err, ErrRejected) && ctx.Err() == nil {
+	optional := h.QueueTTL != 0 || h.TraceParent != "" && h.Resume == nil && !h.Prefill && h.Handover == nil
+	if optional && errors.Is(err, ErrRejected) && ctx.Err() == nil {
 		t.m.streams.WithLabelValues(dirOut, result).Inc()
-		t.log.Debug("transport: owner rejected a trace context; forwarding without it", "request_id", h.RequestID, "addr", addr)
-		h.TraceParent, h.TraceState = "", ""
+		t.log.Debug("transport: owner rejected a trace context or queue TTL; forwarding without them", "request_id", h.RequestID, "addr", addr)
+		h.TraceParent, h.TraceState, h.QueueTTL, h.QueueTTLLeft = "", "", 0, 0
 		resp, result, err = t.forward(ctx, addr, h, body)
 	}
 	t.m.streams.WithLabelValues(dirOut, result).Inc()

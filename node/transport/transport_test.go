@@ -742,10 +742,11 @@ func TestForwardToVersion1Owner(t *testing.T) {
 	}
 }
 
-// TestForwardToOwnerWithoutTraceContext stands in for a peer of this frame version built before
-// the trace context, which resets the stream of a header carrying one as malformed: Forward
-// sends the header again without it, and the peer runs the request.
-func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
+// forwardToOlderOwner forwards h to a peer that resets as malformed the stream of a header it
+// cannot read (unreadable says which) and refuses the others with code "read", and returns
+// the headers it read: h, then what Forward sent again.
+func forwardToOlderOwner(t *testing.T, h Header, unreadable func(Header) bool) (first, second Header) {
+	t.Helper()
 	seen := make(chan Header, 2)
 	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
 		h, err := DecodeHeader(p)
@@ -753,7 +754,7 @@ func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
 			return
 		}
 		seen <- h
-		if h.TraceParent != "" { // what the older peer's decoder makes of the trace flag
+		if unreadable(h) {
 			resetAsMalformed(str)
 			return
 		}
@@ -761,13 +762,21 @@ func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
 		_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
 		_ = str.Close()
 	})
-	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"}
 	_, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}"))
 	var ref *Refusal
 	if !errors.As(err, &ref) || ref.Code != "read" {
-		t.Fatalf("Forward = %v, want the owner's answer to the header without a trace", err)
+		t.Fatalf("Forward = %v, want the owner's answer to the header sent again", err)
 	}
-	first, second := <-seen, <-seen
+	return <-seen, <-seen
+}
+
+// TestForwardToOwnerWithoutTraceContext stands in for a peer of this frame version built before
+// the trace context, which resets the stream of a header carrying one as malformed: Forward
+// sends the header again without it, and the peer runs the request.
+func TestForwardToOwnerWithoutTraceContext(t *testing.T) {
+	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"}
+	// What the older peer's decoder makes of the trace flag.
+	first, second := forwardToOlderOwner(t, h, func(h Header) bool { return h.TraceParent != "" })
 	if first.TraceParent != h.TraceParent || first.TraceState != h.TraceState {
 		t.Errorf("first attempt carried %q %q, want the trace context", first.TraceParent, first.TraceState)
 	}
@@ -834,6 +843,22 @@ func TestForwardHalfToOwnerWithoutRoles(t *testing.T) {
 			t.Errorf("%s: Forward sent the half again: %+v", h.RequestID, again)
 		default:
 		}
+	}
+}
+
+// TestForwardToOwnerWithoutQueueTTL stands in for a peer built before Header.QueueTTL (after
+// Prefill): Forward sends the header again without the queue TTL, and without its trace
+// context, but with the rest (a prefill half stays one), and the peer runs it.
+func TestForwardToOwnerWithoutQueueTTL(t *testing.T) {
+	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Prefill: true,
+		QueueTTL: time.Minute, QueueTTLLeft: time.Second}
+	// What the older peer's decoder makes of the queue TTL flag.
+	first, second := forwardToOlderOwner(t, h, func(h Header) bool { return h.QueueTTL != 0 })
+	if first.QueueTTL != h.QueueTTL || first.QueueTTLLeft != h.QueueTTLLeft || first.TraceParent != h.TraceParent {
+		t.Errorf("first attempt %+v, want the queue TTL and the trace context", first)
+	}
+	if second.QueueTTL != 0 || second.QueueTTLLeft != 0 || second.TraceParent != "" || !second.Prefill || second.RequestID != "r" {
+		t.Errorf("second attempt %+v, want the same prefill half without a queue TTL or a trace context", second)
 	}
 }
 
