@@ -162,8 +162,9 @@ type QueueConfig struct {
 	FallbackTokens int `json:"fallback_tokens"`
 	// MaxTotal bounds all pools together. Default 16384 (memory safety).
 	MaxTotal int `json:"max_total"`
-	// TTL is how long a request may wait; X-Kvmesh-Queue-TTL may only shorten it. Default 60s,
-	// under common client timeouts.
+	// TTL is how long a request may wait for its first token, here and (the node enforces it)
+	// in an engine's queue; X-Kvmesh-Queue-TTL may only shorten it. Default 60s, under common
+	// client timeouts.
 	TTL Duration `json:"ttl"`
 	// ShedFraction: a sheddable (negative priority) request may queue only while its pool is
 	// under this fraction of both caps, at most 1. Default 0.5: batch work never fills the

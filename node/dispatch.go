@@ -163,6 +163,10 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	// A step an agent window still holds when this returns ended without running.
 	defer n.giveUpAgent(p)
 	n.retries.Request(start)
+	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
+	// migration), wherever it waits.
+	p.ttl = n.queueTTL(p.adm)
+	p.due = start.Add(p.ttl)
 	t := &ticket{}
 	var f failures
 	n.decide(start, p, t, nil, nil)
@@ -250,6 +254,13 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
 		c := &t.Cands[i]
 		self := t.v.Peers[c.Peer].Self
+		if now := time.Now(); f.retrying && !now.Before(p.due) {
+			// The attempt that failed ended past the request's deadline: its owner's engine had
+			// given the first token (else the owner would have ended the request with 504
+			// engine_timeout), or the owner went silent. The rerun gets its queue TTL afresh,
+			// as a migrated stream's continuation does.
+			p.due = now.Add(p.ttl)
+		}
 		if f.retrying && !self && !n.allowRetry(p, c.Name) {
 			if i == first {
 				n.planner.Release(&t.Plan) // the decision's reservation

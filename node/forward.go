@@ -44,7 +44,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 func (n *Node) forwardHeader(p *prepared, prefill bool) transport.Header {
 	ttft, tpot := n.adm.SLOFor(p.adm)
 	clock := p.adm.SLOClock() // the arrival, or when the agent window let the step in
-	return transport.Header{
+	h := transport.Header{
 		RequestID: p.req.ID,
 		Hops:      1,
 		Priority:  p.adm.Priority,
@@ -64,6 +64,12 @@ func (n *Node) forwardHeader(p *prepared, prefill bool) transport.Header {
 		Prefill:    prefill,
 		Handover:   handoverHeader(p.req.Handover),
 	}
+	if !p.due.IsZero() {
+		// What is left of the queue TTL, relative so that the owner's clock need not agree;
+		// at least a nanosecond, which the owner finds past before asking its engine.
+		h.QueueTTL, h.QueueTTLLeft = p.ttl, min(max(time.Until(p.due), time.Nanosecond), p.ttl)
+	}
+	return h
 }
 
 // send forwards p (its prefill half when prefill) to owner at addr and sorts the answer: resp
@@ -113,6 +119,13 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 			n.log.Debug("forward failed", "id", p.req.ID, "owner", owner, "err", err)
 		}
 		return nil, outcome{}, false
+	}
+	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout {
+		// The owner's engine gave no first token within the request's queue TTL: its
+		// deadline has passed everywhere, so the owner's answer is the client's.
+		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		forwardResult(span, "owner_failed", openai.CodeEngineTimeout)
+		return resp, outcome{}, false
 	}
 	if resp.Status >= 500 || resp.Headers[HeaderReason] == openai.CodeClientClosed {
 		// The owner's engine failed before the first token, or the owner dropped the request
@@ -251,6 +264,7 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 // local state, then the same local serving path as a client request, relayed back as it is
 // written. It implements transport.Handler.
 func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter) {
+	received := time.Now() // h.QueueTTLLeft counts from here
 	n.forwarded.Add(1)
 	defer n.forwarded.Add(-1)
 	ctx, span := n.startOwner(ctx, h)
@@ -293,6 +307,9 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	p.req.PrefillOnly = h.Prefill
 	if h.Handover != nil {
 		p.req.Handover = handoverOf(h.Handover, p.req.Blocks)
+	}
+	if h.QueueTTLLeft > 0 {
+		p.due, p.ttl = received.Add(h.QueueTTLLeft), h.QueueTTL
 	}
 	now := time.Now()
 	start := now.Add(-h.Waited)

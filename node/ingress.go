@@ -41,6 +41,12 @@ type prepared struct {
 	adm          admit.Request // the fields admission checks (the node adds headers and identity)
 	agentFinal   bool          // HeaderAgentFinal: the agent's last step
 	parked       parking       // the home whose agent window parked this step, while it waits here
+	// due is when the engine that runs the request must have given its first token (a prefill
+	// half its handover): its queue TTL, ttl, after its arrival at the ingress (firsttoken.go).
+	// Zero: no bound (kvmesh engine, which is an engine like vLLM; a forward from a node
+	// built before the bound).
+	due time.Time
+	ttl time.Duration
 	// A request whose owner failed mid-response moves on (migrate.go): origin is the client's
 	// request a continuation continues (nil for the client's own), migrations counts the
 	// moves begun for the client's request, and exclude lists the owners that failed it.
@@ -281,6 +287,8 @@ func engineError(err error) *openai.Error {
 			fmt.Sprintf("invalid parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
 	case errors.As(err, &ae):
 		return ae.APIError()
+	case errors.As(err, new(*firstTokenLate)):
+		return openai.ErrEngineTimeout(err.Error())
 	case errors.Is(err, engine.ErrRejected):
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -227,12 +227,8 @@ const handoverRetry = 20 * time.Millisecond
 // deadline or its queue TTL, whichever comes first.
 func (n *Node) handoverDeadline(p *prepared) time.Time {
 	ttft, _ := n.adm.SLOFor(p.adm)
-	ttl := time.Duration(n.adm.Config().Queue.TTL)
-	if p.adm.QueueTTL > 0 && p.adm.QueueTTL < ttl {
-		ttl = p.adm.QueueTTL
-	}
 	deadline := p.adm.SLOClock().Add(ttft)
-	if end := p.adm.Arrived.Add(ttl); end.Before(deadline) {
+	if end := p.adm.Arrived.Add(n.queueTTL(p.adm)); end.Before(deadline) {
 		deadline = end
 	}
 	return deadline
@@ -254,9 +250,11 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 			return h, outcome{}, false
 		}
 		e := engineError(err)
-		if e.Status == http.StatusBadRequest {
+		if e.Status == http.StatusBadRequest || e.Code == openai.CodeEngineTimeout {
+			// The request itself is at fault, or its deadline passed: no other node would do
+			// better.
 			writeRefusal(w, e, 0)
-			return nil, outcome{code: e.Code, refused: true}, true
+			return nil, outcome{code: e.Code, refused: e.Status < 500}, true
 		}
 		res.lastCode, res.failCode = e.Code, e.Code
 		return nil, outcome{}, false

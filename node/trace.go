@@ -234,8 +234,8 @@ func traceOwnerDecision(span trace.Span, p *prepared, d admit.Decision) {
 	}
 }
 
-// generate runs p on the engine inside an engine span, which ends with the stream.
-func (n *Node) generate(ctx context.Context, p *prepared) (engine.Stream, error) {
+// traced runs p on the engine inside an engine span, which ends with the stream.
+func (n *Node) traced(ctx context.Context, p *prepared) (engine.Stream, error) {
 	ctx, span := n.tracer.Start(ctx, spanEngine)
 	if !span.IsRecording() {
 		span.End() // a no-op span, or one not sampled
