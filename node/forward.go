@@ -120,9 +120,10 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		}
 		return nil, outcome{}, false
 	}
-	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout {
+	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout && !p.due.IsZero() && !time.Now().Before(p.due) {
 		// The owner's engine gave no first token within the request's queue TTL: its
-		// deadline has passed everywhere, so the owner's answer is the client's.
+		// deadline has passed everywhere, so the owner's answer is the client's. (An
+		// engine_timeout before the deadline, an external engine's own, is retried below.)
 		n.m.forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", openai.CodeEngineTimeout)
 		return resp, outcome{}, false

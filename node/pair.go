@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -250,7 +251,7 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 			return h, outcome{}, false
 		}
 		e := engineError(err)
-		if e.Status == http.StatusBadRequest || e.Code == openai.CodeEngineTimeout {
+		if e.Status == http.StatusBadRequest || errors.As(err, new(*firstTokenLate)) {
 			// The request itself is at fault, or its deadline passed: no other node would do
 			// better.
 			writeRefusal(w, e, 0)
