@@ -254,12 +254,8 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
 		c := &t.Cands[i]
 		self := t.v.Peers[c.Peer].Self
-		if now := time.Now(); f.retrying && !now.Before(p.due) {
-			// The attempt that failed ended past the request's deadline: its owner's engine had
-			// given the first token (else the owner would have ended the request with 504
-			// engine_timeout), or the owner went silent. The rerun gets its queue TTL afresh,
-			// as a migrated stream's continuation does.
-			p.due = now.Add(p.ttl)
+		if f.retrying {
+			n.renewDue(p)
 		}
 		if f.retrying && !self && !n.allowRetry(p, c.Name) {
 			if i == first {
@@ -306,7 +302,9 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 		o, done := n.forward(ctx, w, p, c, t.v.quic[c.Peer], start, &res)
 		n.planner.Release(&t.Plan)
 		if done {
-			n.stick(p, c.Name)
+			if o.code != openai.CodeEngineTimeout { // an owner whose queue starved it is no home
+				n.stick(p, c.Name)
+			}
 			p.parked = parking{}
 			return dispatchResult{o: o}
 		}

@@ -31,7 +31,7 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	if resp == nil {
 		return o, done
 	}
-	if n.g != nil {
+	if n.g != nil && resp.Status == http.StatusOK {
 		// The owner now holds (or is computing) this prefix: the next turn of the session
 		// should follow before the owner's own summary arrives.
 		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))

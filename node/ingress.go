@@ -47,6 +47,8 @@ type prepared struct {
 	// built before the bound).
 	due time.Time
 	ttl time.Duration
+	// renewed: due was renewed once for a rerun (renewDue).
+	renewed bool
 	// A request whose owner failed mid-response moves on (migrate.go): origin is the client's
 	// request a continuation continues (nil for the client's own), migrations counts the
 	// moves begun for the client's request, and exclude lists the owners that failed it.

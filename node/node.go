@@ -51,16 +51,19 @@ type Node struct {
 	tracer        trace.Tracer             // a no-op one with tracing off (trace.go)
 	tp            *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
-	g        *gossip.Gossip
-	tr       *transport.Transport
-	planner  *plan.Planner
-	eject    *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
-	retries  *route.RetryBudget
-	adm      *admit.Admitter
-	agents   *agentGate // nil: agent admission off
-	roomKick chan struct{}
-	gpu      *gpu.Sampler
-	carbon   *carbon.Tracker
+	g       *gossip.Gossip
+	tr      *transport.Transport
+	planner *plan.Planner
+	eject   *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
+	retries *route.RetryBudget
+	adm     *admit.Admitter
+	// ratedPools are the waiting room pools given a prefill rate at the last update
+	// (updatePrefillRates; the room loop's alone).
+	ratedPools map[poolKey]float64
+	agents     *agentGate // nil: agent admission off
+	roomKick   chan struct{}
+	gpu        *gpu.Sampler
+	carbon     *carbon.Tracker
 
 	carbonProvider carbon.Provider
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)

@@ -225,11 +225,15 @@ func decodePeers(v *view, model, from string, list []*route.Candidate) []*route.
 const handoverRetry = 20 * time.Millisecond
 
 // handoverDeadline is how long a handover may wait for decode room: until the request's TTFT
-// deadline or its queue TTL, whichever comes first.
+// deadline or the end of its queue TTL (p.due), whichever comes first.
 func (n *Node) handoverDeadline(p *prepared) time.Time {
 	ttft, _ := n.adm.SLOFor(p.adm)
 	deadline := p.adm.SLOClock().Add(ttft)
-	if end := p.adm.Arrived.Add(n.queueTTL(p.adm)); end.Before(deadline) {
+	end := p.due
+	if end.IsZero() {
+		end = p.adm.Arrived.Add(n.queueTTL(p.adm))
+	}
+	if end.Before(deadline) {
 		deadline = end
 	}
 	return deadline
@@ -307,6 +311,7 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 		tries++
 		if tries > 1 {
 			n.m.disagg.WithLabelValues(disaggPrefillRetried).Inc()
+			n.renewDue(p)
 		}
 		got, o, done := n.prefillOn(ctx, w, p, q, &t.v, res)
 		if got != nil {
@@ -351,6 +356,7 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 		tries++
 		if tries > 1 {
 			n.m.disagg.WithLabelValues(disaggDecodeRetried).Inc()
+			n.renewDue(p)
 		}
 		n.planner.Handover(time.Now(), &t.Plan, d.Name)
 		if t.v.Peers[d.Peer].Self {
@@ -387,7 +393,9 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 				break
 			}
 			if o, done := decode(d); done {
-				n.stick(p, d.Name)
+				if o.code != openai.CodeEngineTimeout {
+					n.stick(p, d.Name)
+				}
 				return o, true
 			}
 		}

@@ -193,9 +193,18 @@ func (n *Node) updatePrefillRates() {
 			}
 		}
 	}
-	for k, r := range poolRates(states, n.localPrefill()) {
+	rates := poolRates(states, n.localPrefill())
+	for k, r := range rates {
 		n.adm.Room().SetPrefillRate(k.model, k.role, r)
 	}
+	// A pool no node serves any more (its nodes left, or stopped running its requests) falls
+	// back to queue.fallback_tokens rather than keep the rate it last had.
+	for k := range n.ratedPools {
+		if _, ok := rates[k]; !ok {
+			n.adm.Room().SetPrefillRate(k.model, k.role, 0)
+		}
+	}
+	n.ratedPools = rates
 }
 
 // poolKey names a waiting room pool: a model, and the role of its requests ("" whole,

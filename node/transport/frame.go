@@ -205,8 +205,9 @@ type Header struct {
 	// the request's arrival at the ingress, when the ingress sent the header: the owner must
 	// have the request's first token (a prefill half's handover) within QueueTTLLeft of
 	// reading the header, else it cancels its engine's request and answers 504
-	// engine_timeout. Both zero: no bound (a continuation, whose first token was sent); else
-	// 0 < QueueTTLLeft <= QueueTTL (KindRequest).
+	// engine_timeout. Both zero: no bound (a forward from a node before the bound); else
+	// 0 < QueueTTLLeft <= QueueTTL (KindRequest). A migrated stream's continuation carries its
+	// own, counted from the migration.
 	QueueTTL     time.Duration
 	QueueTTLLeft time.Duration
 

@@ -135,7 +135,14 @@ type Transport struct {
 	stopCtx  func() bool
 	wg       sync.WaitGroup
 	closeErr error
+	// older maps a peer address that rejected a header's optional fields (a trace context, a
+	// queue TTL) to when this stops assuming it cannot read them (Forward): during a rolling
+	// upgrade each forward to it then costs one send, not two.
+	older sync.Map
 }
+
+// olderFor is how long a peer that rejected the optional fields is sent headers without them.
+const olderFor = time.Minute
 
 // peer is the pooled connection to one address; ready is closed once the dial finished.
 type peer struct {
@@ -529,15 +536,28 @@ type Response struct {
 // unbounded. A header with a Resume, Prefill or a Handover is not sent again for its trace
 // context: no peer that rejects it can run the continuation or the half as one, so the error
 // is the caller's, to try another. It is sent again for its queue TTL, which came after them:
-// a peer built between the two runs the half.
+// a peer built between the two runs the half. A peer that read the header sent again is sent
+// none of them for a minute.
 func (t *Transport) Forward(ctx context.Context, addr string, h Header, body []byte) (*Response, error) {
-	resp, result, err := t.forward(ctx, addr, h, body)
 	optional := h.QueueTTL != 0 || h.TraceParent != "" && h.Resume == nil && !h.Prefill && h.Handover == nil
+	strip := func() { h.TraceParent, h.TraceState, h.QueueTTL, h.QueueTTLLeft = "", "", 0, 0 }
+	if until, ok := t.older.Load(addr); optional && ok {
+		if time.Now().Before(until.(time.Time)) {
+			strip()
+			optional = false
+		} else {
+			t.older.Delete(addr)
+		}
+	}
+	resp, result, err := t.forward(ctx, addr, h, body)
 	if optional && errors.Is(err, ErrRejected) && ctx.Err() == nil {
 		t.m.streams.WithLabelValues(dirOut, result).Inc()
 		t.log.Debug("transport: owner rejected a trace context or queue TTL; forwarding without them", "request_id", h.RequestID, "addr", addr)
-		h.TraceParent, h.TraceState, h.QueueTTL, h.QueueTTLLeft = "", "", 0, 0
+		strip()
 		resp, result, err = t.forward(ctx, addr, h, body)
+		if !errors.Is(err, ErrRejected) {
+			t.older.Store(addr, time.Now().Add(olderFor)) // it reads the header without them
+		}
 	}
 	t.m.streams.WithLabelValues(dirOut, result).Inc()
 	if err != nil && result != resultRefused {

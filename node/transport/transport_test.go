@@ -747,7 +747,7 @@ func TestForwardToVersion1Owner(t *testing.T) {
 // the headers it read: h, then what Forward sent again.
 func forwardToOlderOwner(t *testing.T, h Header, unreadable func(Header) bool) (first, second Header) {
 	t.Helper()
-	seen := make(chan Header, 2)
+	seen := make(chan Header, 3)
 	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
 		h, err := DecodeHeader(p)
 		if err != nil {
@@ -767,7 +767,15 @@ func forwardToOlderOwner(t *testing.T, h Header, unreadable func(Header) bool) (
 	if !errors.As(err, &ref) || ref.Code != "read" {
 		t.Fatalf("Forward = %v, want the owner's answer to the header sent again", err)
 	}
-	return <-seen, <-seen
+	first, second = <-seen, <-seen
+	// The next forward to that peer goes without the fields it cannot read, in one send.
+	if _, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}")); !errors.As(err, &ref) || ref.Code != "read" {
+		t.Fatalf("second Forward = %v, want the owner's answer at once", err)
+	}
+	if third := <-seen; unreadable(third) || len(seen) != 0 {
+		t.Errorf("second forward sent %+v first (%d more), want the header without what the peer cannot read, once", third, len(seen))
+	}
+	return first, second
 }
 
 // TestForwardToOwnerWithoutTraceContext stands in for a peer of this frame version built before
