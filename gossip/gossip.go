@@ -948,7 +948,11 @@ func (g *Gossip) ClaimedAhead(dst map[string]int, priority int, arrived time.Tim
 }
 
 // freshClaimsLocked rebuilds the claims index if a record's claims or a liveness changed since,
-// or a PublishInterval passed (a claim in a record gone stale stops counting).
+// or a PublishInterval passed. A claim counts while its record is at most StaleAfter old,
+// however long the peer itself stays fresh: a claim holds room for a head blocked now, which
+// its claimant republishes every pass, and a record that comes slower than that (from outside
+// this node's domains in a large mesh, every mesh interval) would hold the room for seconds
+// or minutes after the head left.
 func (g *Gossip) freshClaimsLocked(now time.Time) {
 	if !g.claimsDirty && now.Sub(g.claimsBuilt) < g.cfg.PublishInterval {
 		return
@@ -956,7 +960,7 @@ func (g *Gossip) freshClaimsLocked(now time.Time) {
 	g.claims = g.claims[:0]
 	for name, p := range g.peers {
 		if len(p.state.Claims) == 0 || name == g.cfg.Name || p.liveness != LivenessAlive || !p.hasState ||
-			now.Sub(p.updated) > g.staleAfterLocked(p) {
+			now.Sub(p.updated) > g.cfg.StaleAfter {
 			continue
 		}
 		for _, c := range p.state.Claims {
@@ -1136,7 +1140,8 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	if !p.hasState || !sameModels(st.Models, p.state.Models) {
 		g.domainsDirty = true
 	}
-	if !slices.Equal(st.Claims, p.state.Claims) {
+	if !slices.Equal(st.Claims, p.state.Claims) || len(st.Claims) > 0 && now.Sub(p.updated) > g.cfg.StaleAfter {
+		// Claims changed, or came back fresh after their record had aged out of the index.
 		g.claimsDirty = true
 	}
 	p.state, p.hasState, p.updated = st, true, now

@@ -569,6 +569,17 @@ func TestClaimedAhead(t *testing.T) {
 	apply("x", 1, now.Add(-time.Hour), Claim{Peer: "self", Blocks: 70})
 	check("x's record is stale", 0, now, map[string]int{})
 
+	// A large mesh keeps a peer's records fresh for several mesh intervals; its claims count
+	// only while the record is StaleAfter old.
+	g.mu.Lock()
+	g.staleIn, g.staleOut = time.Hour, time.Hour
+	g.mu.Unlock()
+	apply("x", 2, now.Add(-g.cfg.StaleAfter-time.Second), Claim{Peer: "self", Blocks: 70, Arrived: early})
+	check("x's record is fresh, its claim is not", 0, now, map[string]int{})
+	apply("x", 3, now, Claim{Peer: "self", Blocks: 70, Arrived: early})
+	check("x's claim is fresh", 0, now, map[string]int{"self": 70})
+	apply("x", 4, now)
+
 	apply("a", 3, now, Claim{Peer: "x", Blocks: MaxClaimBlocks, Priority: 1}, Claim{Peer: "x", Blocks: MaxClaimBlocks, Priority: 1})
 	check("claims at the bound", 0, time.Time{}, map[string]int{"x": MaxClaimBlocks})
 }
