@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -193,7 +194,8 @@ func (n *Node) updatePrefillRates() {
 			}
 		}
 	}
-	rates := poolRates(states, n.localPrefill())
+	cfg := n.planner.Policy().Config()
+	rates := poolRates(states, cfg.LocalPrefill(), cfg.Roles)
 	for k, r := range rates {
 		n.adm.Room().SetPrefillRate(k.model, k.role, r)
 	}
@@ -215,13 +217,15 @@ type poolKey struct{ model, role string }
 // take. The whole requests' pool counts the mixed nodes and the decode nodes that run requests
 // whole (local: route.decode_local_prefill on this node, and the node does not advertise
 // HalvesOnly); the split requests' pool the nodes that run a prefill half and those same
-// decode nodes, to which a split request falls back when the prefill nodes are behind.
-// Leaving those decode nodes out held a mesh of prefill and decode nodes to the fallback cap,
-// far under what it prefills.
-func poolRates(states []gossip.State, local bool) map[poolKey]float64 {
+// decode nodes, to which a split request falls back when the prefill nodes are behind. Leaving
+// those decode nodes out held a mesh of prefill and decode nodes to the fallback cap, far under
+// what it prefills. roles is route.roles: when set, only nodes of those roles run whole
+// requests.
+func poolRates(states []gossip.State, local bool, roles []string) map[poolKey]float64 {
 	rates := map[poolKey]float64{}
 	for _, s := range states {
 		whole := !route.IsHalf(s.Role) || (local && s.Role == route.RoleDecode && !s.HalvesOnly)
+		whole = whole && (len(roles) == 0 || slices.Contains(roles, s.Role))
 		for _, m := range s.Models {
 			if s.Role != route.RoleDecode || whole {
 				rates[poolKey{m.Name, admit.RolePrefill}] += s.PrefillTokensPerSecond

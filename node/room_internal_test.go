@@ -21,17 +21,20 @@ func TestPoolRates(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		local          bool
+		roles          []string
 		whole, prefill float64
 	}{
 		{local: true, whole: 1030, prefill: 1230},
 		{local: false, whole: 1000, prefill: 1200},
+		{local: true, roles: []string{"mixed"}, whole: 1000, prefill: 1200}, // route.roles keeps decode nodes from whole requests
+		{local: true, roles: []string{"decode"}, whole: 30, prefill: 1230},
 	} {
-		r := poolRates(states, tc.local)
+		r := poolRates(states, tc.local, tc.roles)
 		if w, p := r[poolKey{"m", ""}], r[poolKey{"m", admit.RolePrefill}]; w != tc.whole || p != tc.prefill {
-			t.Errorf("local %v: whole pool %v, prefill pool %v tokens/s; want %v, %v", tc.local, w, p, tc.whole, tc.prefill)
+			t.Errorf("local %v, roles %v: whole pool %v, prefill pool %v tokens/s; want %v, %v", tc.local, tc.roles, w, p, tc.whole, tc.prefill)
 		}
-		if o := r[poolKey{"other", ""}]; o != 50000 {
-			t.Errorf("local %v: model other's whole pool %v tokens/s, want 50000", tc.local, o)
-		}
+	}
+	if o := poolRates(states, true, nil)[poolKey{"other", ""}]; o != 50000 {
+		t.Errorf("model other's whole pool %v tokens/s, want 50000", o)
 	}
 }
