@@ -250,7 +250,7 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) outcome {
 	defer resp.Body.Close()
 	for k, v := range resp.Headers {
-		if k != HeaderRequestID {
+		if !ingressHeader(k) {
 			w.Header().Set(k, v)
 		}
 	}

@@ -198,7 +198,7 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 		cs = newClientStream(w, p.endpoint, n.cfg.Migrations >= 0)
 	}
 	for k, v := range resp.Headers {
-		if k != HeaderRequestID { // the client keeps this node's id
+		if !ingressHeader(k) {
 			cs.Header().Set(k, v)
 		}
 	}
@@ -230,6 +230,12 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 	}
 }
 
+// ingressHeader reports whether k is a response header the ingress sets itself, which an
+// owner's answer does not override: the client keeps this node's request id, and a split
+// request's prefill node is the ingress's to name (an owner runs a half or a whole request,
+// and cannot tell).
+func ingressHeader(k string) bool { return k == HeaderRequestID || k == HeaderPrefillNode }
+
 // relayWhole reads the owner's whole response, then sends it: a client that asked for no
 // stream gets nothing before the answer is complete, so an owner that fails before that can
 // be replaced without the client seeing it.
@@ -244,7 +250,7 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 		return outcome{code: e.Code}
 	}
 	for k, v := range resp.Headers {
-		if k != HeaderRequestID {
+		if !ingressHeader(k) {
 			w.Header().Set(k, v)
 		}
 	}

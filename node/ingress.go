@@ -23,9 +23,14 @@ import (
 
 // Response headers.
 const (
-	HeaderNode      = "X-Kvmesh-Node"
-	HeaderRequestID = "X-Kvmesh-Request-Id"
-	HeaderReason    = "X-Kvmesh-Reason"
+	HeaderNode = "X-Kvmesh-Node"
+	// HeaderPrefillNode names, on a split request's response, the node that ran its prefill
+	// half (HeaderNode is then the decode node; a decode_unavailable or decode_failed error
+	// has it too). The ingress sets it once the prompt is handed over; a request run whole
+	// never carries it.
+	HeaderPrefillNode = "X-Kvmesh-Prefill-Node"
+	HeaderRequestID   = "X-Kvmesh-Request-Id"
+	HeaderReason      = "X-Kvmesh-Reason"
 )
 
 // prepared is a decoded request ready to admit and run: the same function builds it at the

@@ -83,6 +83,10 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	if cs != nil {
 		sent = cs.tokens
 		cs.resume()
+	} else {
+		// Nothing was sent: the request runs again from the start, and names a prefill node
+		// only if it is split again.
+		w.Header().Del(HeaderPrefillNode)
 	}
 	n.log.Warn("owner failed mid-response; the request moves", "id", p.req.ID, "owner", owner, "err", cause,
 		"migration", k, "sent_chunks", sent)

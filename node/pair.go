@@ -23,14 +23,15 @@ import (
 // prompt's KV and p answers with the handover (transport.HandoverContentType), which the
 // client never sees. The ingress forwards the request again to the decode node d with the
 // handover in the header; d decodes from it and its chunks go to the client through the
-// relay, as any owner's do, so the client reads one stream with one role chunk, and a d that
-// fails mid-stream is migrated like any owner. When p refuses or fails before the handover,
-// the next prefill candidates are tried, then the request's whole candidates (mixed nodes),
-// else it waits for room (every node refused) or ends with a 502 (attempts failed); when d
-// refuses or fails before its first byte, the next decode candidates are tried with the same
-// handover; when they all refused, the handover waits for decode room until the request's
-// deadline (handoverDeadline), else the request ends with an explicit error
-// (CodeDecodeUnavailable, CodeDecodeFailed). Either half may run on this node itself.
+// relay, as any owner's do, so the client reads one stream with one role chunk (and p's name
+// in HeaderPrefillNode, which a request run whole never has), and a d that fails mid-stream is
+// migrated like any owner. When p refuses or fails before the handover, the next prefill
+// candidates are tried, then the request's whole candidates (mixed nodes), else it waits for
+// room (every node refused) or ends with a 502 (attempts failed); when d refuses or fails
+// before its first byte, the next decode candidates are tried with the same handover; when
+// they all refused, the handover waits for decode room until the request's deadline
+// (handoverDeadline), else the request ends with an explicit error (CodeDecodeUnavailable,
+// CodeDecodeFailed). Either half may run on this node itself.
 
 // Refusal and failure codes of the pair's flow.
 const (
@@ -348,6 +349,10 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 	}
 	n.m.disagg.WithLabelValues(disaggHandover).Inc()
 	p.req.Handover = h
+	// The client's response names the prefill node from here on, whichever decode node
+	// answers (an owner's answer does not override it: ingressHeader). A request that falls
+	// back to a whole run never gets here.
+	w.Header().Set(HeaderPrefillNode, from)
 
 	failCode, lastCode := "", ""
 	tries = 0

@@ -24,8 +24,9 @@ func localPrefill(rs ...string) func(i int, cfg *node.Config) {
 // and a decode node: a short prompt, from either node as the ingress, runs whole on the decode
 // node (whole_decode_short), and so does a long one whose TTFT target the slow prefill node
 // would miss (whole_prefill_behind). The client reads what a mixed node writes, the prefill
-// node's engine runs nothing, the requests count in the whole pool only, and every request
-// received is completed, refused or failed.
+// node's engine runs nothing, the responses name no prefill node (HeaderPrefillNode), the
+// requests count in the whole pool only, and every request received is completed, refused or
+// failed.
 func TestDecodeNodePrefillsLocally(t *testing.T) {
 	short, long := longPrompt("local", 600), longPrompt("behind", 4000)
 	ref := mixedAnswers(t, chatBody(short, 40, true), chatBody(long, 16, false))
@@ -50,6 +51,9 @@ func TestDecodeNodePrefillsLocally(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n2" {
 			t.Fatalf("n%d: %d from %q: %s, want 200 from the decode node n2", i+1, resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
 		}
+		if got := resp.Header.Values(node.HeaderPrefillNode); len(got) != 0 {
+			t.Errorf("n%d: run whole on the decode node, yet %s %q", i+1, node.HeaderPrefillNode, got)
+		}
 		got := readStream(t, b)
 		if got.text != want.text || got.roles != 1 || len(got.finish) != 1 || got.finish[0] != want.finish[0] || !got.done || got.errored ||
 			got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
@@ -66,6 +70,9 @@ func TestDecodeNodePrefillsLocally(t *testing.T) {
 	var w whole
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n2" || json.Unmarshal(b, &w) != nil || len(w.Choices) != 1 {
 		t.Fatalf("long prompt: %d from %q: %s, want 200 from n2", resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+	}
+	if got := resp.Header.Values(node.HeaderPrefillNode); len(got) != 0 {
+		t.Errorf("long prompt: run whole on the decode node, yet %s %q", node.HeaderPrefillNode, got)
 	}
 	if w.Choices[0].Message.Content != wantLong.Choices[0].Message.Content || w.Usage.PromptTokens != wantLong.Usage.PromptTokens ||
 		w.Usage.CompletionTokens != wantLong.Usage.CompletionTokens {

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -101,7 +102,8 @@ func mixedAnswers(t *testing.T, bodies ...string) []string {
 // every ingress (the prefill node itself, the decode node itself, and a node that is
 // neither): the client reads one stream with one role chunk, the text a mixed node writes
 // for the same request, one finish reason and the usage of the whole request; a request not
-// streamed gets the same text in one response. The prefill half's handover never reaches it.
+// streamed gets the same text in one response. The prefill half's handover never reaches it;
+// both responses name the node that ran the prefill half (HeaderPrefillNode).
 func TestSplitRequestStreams(t *testing.T) {
 	splitStreams(t, startNet(t, 4, roles("prefill", "decode", "decode", "prefill")))
 }
@@ -120,11 +122,13 @@ func splitStreams(t *testing.T, tn *testnet.Net) {
 	}
 
 	for i, url := range tn.URLs() {
+		before := engineRuns(t, tn)
 		resp := post(t, url, "/v1/chat/completions", streamBody, nil)
 		b := readAll(t, resp)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("n%d: %d %s", i+1, resp.StatusCode, b)
 		}
+		checkPrefillNode(t, fmt.Sprintf("n%d", i+1), resp, before, engineRuns(t, tn))
 		got := readStream(t, b)
 		if got.text != want.text || got.roles != 1 || len(got.finish) != 1 || got.finish[0] != want.finish[0] ||
 			!got.done || got.errored {
@@ -138,12 +142,14 @@ func splitStreams(t *testing.T, tn *testnet.Net) {
 			t.Errorf("n%d: the client read the handover: %s", i+1, b)
 		}
 
+		before = engineRuns(t, tn)
 		resp = post(t, url, "/v1/chat/completions", wholeBody, nil)
 		b = readAll(t, resp)
 		var w whole
 		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &w) != nil || len(w.Choices) != 1 {
 			t.Fatalf("n%d not streamed: %d %s", i+1, resp.StatusCode, b)
 		}
+		checkPrefillNode(t, fmt.Sprintf("n%d not streamed", i+1), resp, before, engineRuns(t, tn))
 		if w.Choices[0].Message.Content != wantWhole.Choices[0].Message.Content || w.Choices[0].FinishReason != wantWhole.Choices[0].FinishReason ||
 			w.Usage.PromptTokens != wantWhole.Usage.PromptTokens || w.Usage.CompletionTokens != wantWhole.Usage.CompletionTokens {
 			t.Errorf("n%d not streamed: %s, want %s", i+1, b, ref[1])
@@ -158,8 +164,32 @@ func splitStreams(t *testing.T, tn *testnet.Net) {
 	}
 }
 
+// engineRuns is each node of tn's kvmesh_engine_requests_total (halves and whole requests),
+// by name.
+func engineRuns(t *testing.T, tn *testnet.Net) map[string]float64 {
+	t.Helper()
+	runs := map[string]float64{}
+	for i, url := range tn.URLs() {
+		runs[tn.Nodes[i].Name()] = metric(t, url, "kvmesh_engine_requests_total", "")
+	}
+	return runs
+}
+
+// checkPrefillNode checks that resp, a split request's, names once in HeaderPrefillNode a node
+// other than the one that answered (HeaderNode), whose engine ran one request between before
+// and after: the prefill half.
+func checkPrefillNode(t *testing.T, what string, resp *http.Response, before, after map[string]float64) {
+	t.Helper()
+	got := resp.Header.Values(node.HeaderPrefillNode)
+	if len(got) != 1 || got[0] == resp.Header.Get(node.HeaderNode) || after[got[0]]-before[got[0]] != 1 {
+		t.Errorf("%s: %s %q (%s %q), engine runs %v then %v; want the one prefill node whose engine ran the half",
+			what, node.HeaderPrefillNode, got, node.HeaderNode, resp.Header.Get(node.HeaderNode), before, after)
+	}
+}
+
 // TestSplitMeshWithMixedNodes pins that mixed nodes still take whole requests in a mesh with
-// prefill and decode nodes: a short prompt runs whole on the mixed node, never split.
+// prefill and decode nodes: a short prompt runs whole on the mixed node, never split (and
+// names no prefill node).
 func TestSplitMeshWithMixedNodes(t *testing.T) {
 	tn := startNet(t, 3, roles("mixed", "prefill", "decode"))
 	url := tn.URLs()[1] // the prefill node is the ingress
@@ -167,12 +197,57 @@ func TestSplitMeshWithMixedNodes(t *testing.T) {
 	if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n1" {
 		t.Fatalf("%d from %q: %s, want 200 from the mixed node n1", resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
 	}
+	if got := resp.Header.Values(node.HeaderPrefillNode); len(got) != 0 {
+		t.Errorf("a whole request's response has %s %q", node.HeaderPrefillNode, got)
+	}
 	if got := metric(t, url, "kvmesh_route_disaggregated_total", `outcome="whole_short"`); got != 1 {
 		t.Errorf("whole_short = %v, want 1", got)
 	}
 	if got := metric(t, url, "kvmesh_route_disaggregated_total", `outcome="split"`); got != 0 {
 		t.Errorf("split = %v, want 0", got)
 	}
+}
+
+// TestFailedPairRunsWhole pins a split request whose prefill nodes cannot be reached falling
+// back to a whole run on the mixed node, its next candidate: that response names no prefill
+// node, as a split one does.
+func TestFailedPairRunsWhole(t *testing.T) {
+	tn := startNet(t, 4, func(i int, cfg *node.Config) {
+		roles("mixed", "prefill", "decode", "prefill")(i, cfg)
+		// Prompts of 600 tokens split, the mixed node being slower than the pair; two
+		// attempts are both prefill nodes', the slow mixed node the last prefill candidate.
+		cfg.Route.SplitMinTokens, cfg.Route.LinkGBps = 256, 1000
+		cfg.ForwardAttempts = 2
+		if i == 0 {
+			cfg.Sim.StepPerToken = 3 * time.Millisecond
+		}
+	})
+	url := tn.URLs()[0] // the mixed node is the ingress
+	resp := post(t, url, "/v1/chat/completions", chatBody(longPrompt("paired", 600), 16, true), nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n3" ||
+		(resp.Header.Get(node.HeaderPrefillNode) != "n2" && resp.Header.Get(node.HeaderPrefillNode) != "n4") {
+		t.Fatalf("%d from %q, prefill %q: %s; want 200 split on a prefill node and n3", resp.StatusCode,
+			resp.Header.Get(node.HeaderNode), resp.Header.Get(node.HeaderPrefillNode), b)
+	}
+
+	for _, i := range []int{1, 3} {
+		if err := tn.Nodes[i].KillTransport(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp = post(t, url, "/v1/chat/completions", chatBody(longPrompt("fallback", 600), 16, true), nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n1" || !readStream(t, b).done {
+		t.Fatalf("%d from %q: %s; want 200 from the mixed node n1", resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+	}
+	if got := resp.Header.Values(node.HeaderPrefillNode); len(got) != 0 {
+		t.Errorf("run whole after the pair failed, yet %s %q", node.HeaderPrefillNode, got)
+	}
+	for o, want := range map[string]float64{"split": 2, "handover": 1, "prefill_failed": 1, "whole_no_pair": 1} {
+		if n := metric(t, url, "kvmesh_route_disaggregated_total", `outcome="`+o+`"`); n != want {
+			t.Errorf("%s = %v, want %v", o, n, want)
+		}
+	}
+	assertReconciled(t, url, 2)
 }
 
 // TestPrefillNodeDiesBeforeHandover pins the prefill half's failures: a prefill node that

@@ -13,7 +13,8 @@ import (
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
-// Pools of a run's per-pool timeline: the nodes of one role.
+// Pools of a run's per-pool timeline: the nodes of one role; the mixed pool is the whole
+// requests', those a decode node ran whole included (poolCounter).
 const (
 	PoolPrefill = route.RolePrefill
 	PoolDecode  = route.RoleDecode
@@ -38,13 +39,14 @@ type PoolTimeline struct {
 
 // poolCounter attributes each request of a run to pools as it ends; safe for concurrent use.
 //
-// The load generator sees which node answered a request (X-Kvmesh-Node) and why one was refused,
-// not which node ran a split request's prefill, so:
+// The load generator sees which node answered a request (X-Kvmesh-Node), which node ran a split
+// request's prefill half (X-Kvmesh-Prefill-Node, which a request run whole never has) and why
+// one was refused, so:
 //   - a request answered by a mixed node was accepted by the mixed pool when it arrived;
-//   - one answered by a decode node was split: the prefill pool accepted it when it arrived and
-//     the decode pool at its first token (with route.decode_local_prefill on, the default, a
-//     decode node may have run it whole: it is still counted so, the client cannot tell; the
-//     split and whole columns, from the nodes' kvmesh_route_disaggregated_total, are exact);
+//   - one answered by a decode node with a prefill node was split: the prefill pool accepted it
+//     when it arrived and the decode pool at its first token;
+//   - one answered by a decode node without one ran whole there (route.decode_local_prefill):
+//     the mixed pool, whole requests', accepted it when it arrived;
 //   - a refusal after the prefill (decode_unavailable, decode_failed) was accepted by the
 //     prefill pool and refused by the decode pool;
 //   - any other refusal was refused by the pool the request enters first: prefill in a mesh
@@ -86,9 +88,11 @@ func (pc *poolCounter) observe(r loadgen.RequestRecord) {
 		pc.add(PoolDecode, ended, false)
 	case r.Outcome == "refused":
 		pc.add(pc.entry, ended, false)
-	case pool == PoolDecode:
+	case pool == PoolDecode && r.PrefillNode != "":
 		pc.add(PoolPrefill, arrived, true)
 		pc.add(PoolDecode, arrived+r.TTFTS*s, true)
+	case pool == PoolDecode:
+		pc.add(PoolMixed, arrived, true)
 	case pool != "":
 		pc.add(pool, arrived, true)
 	}

@@ -57,6 +57,9 @@ type Result struct {
 	// Failure is set for failures: one of the Fail* kinds (stream errors as "stream_error:CODE").
 	Failure string
 	Node    string
+	// PrefillNode is the node that ran a split request's prefill half (X-Kvmesh-Prefill-Node):
+	// set when Node answered as its decode node, empty for a request run whole.
+	PrefillNode string
 	// TTFT is from sending to the first content token; E2E to the end of the stream.
 	TTFT, E2E time.Duration
 	// ITL are the gaps between consecutive content chunks.
@@ -343,7 +346,7 @@ func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Me
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 	}()
-	res.Node = resp.Header.Get("X-Kvmesh-Node")
+	res.Node, res.PrefillNode = resp.Header.Get("X-Kvmesh-Node"), resp.Header.Get("X-Kvmesh-Prefill-Node")
 	if c.fittedTTFT {
 		res.TTFTTarget = headerDuration(resp.Header, "X-Kvmesh-TTFT-Target")
 	}

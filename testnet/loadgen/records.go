@@ -20,6 +20,8 @@ type RequestRecord struct {
 	Reason  string  `json:"reason,omitempty"`
 	Failure string  `json:"failure,omitempty"`
 	Node    string  `json:"node,omitempty"`
+	// PrefillNode is the node that ran a split request's prefill half (Result.PrefillNode).
+	PrefillNode string `json:"prefill_node,omitempty"`
 	// PlannedPromptTokens and MaxTokens are what the workload asked for (the planned prompt
 	// of a request that is not an agent step, whose prompt grows), known also for a request
 	// refused before the engine counted its prompt (PromptTokens 0).
@@ -73,7 +75,7 @@ func (rc *recorder) write(it *Item, r *Result) {
 		maxITL = max(maxITL, g)
 	}
 	rec := RequestRecord{Run: rc.run, EndS: time.Since(rc.start).Seconds(), Kind: r.Kind, Class: r.Class.Name,
-		Outcome: r.Outcome.String(), Status: r.Status, Reason: r.Reason, Failure: r.Failure, Node: r.Node,
+		Outcome: r.Outcome.String(), Status: r.Status, Reason: r.Reason, Failure: r.Failure, Node: r.Node, PrefillNode: r.PrefillNode,
 		PlannedPromptTokens: planned, MaxTokens: it.MaxTokens,
 		PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
 		TTFTS: r.TTFT.Seconds(), TPOTS: r.TPOT().Seconds(), MaxITLS: maxITL.Seconds(), E2ES: r.E2E.Seconds(),

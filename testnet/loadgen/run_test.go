@@ -29,6 +29,7 @@ type step struct {
 	truncate   bool   // end the stream without finishing it
 	hangup     bool   // close the connection without a response
 	node       string
+	prefill    string // X-Kvmesh-Prefill-Node
 	cachedPct  int
 	output     string // content of every token chunk (default "tok ")
 	ttftTarget string // X-Kvmesh-TTFT-Target, the target the mesh declares
@@ -90,6 +91,9 @@ func newFake(t *testing.T, script func(n int, req chatRequest) step, counter *at
 		}
 		if s.node != "" {
 			w.Header().Set("X-Kvmesh-Node", s.node)
+		}
+		if s.prefill != "" {
+			w.Header().Set("X-Kvmesh-Prefill-Node", s.prefill)
 		}
 		if s.ttftTarget != "" {
 			w.Header().Set("X-Kvmesh-TTFT-Target", s.ttftTarget)
@@ -177,7 +181,7 @@ func TestRunAccountingReconciles(t *testing.T) {
 	script := func(n int, _ chatRequest) step {
 		switch n % 6 {
 		case 0:
-			return step{tokens: 3, node: "n1"}
+			return step{tokens: 3, node: "n1", prefill: "n0"}
 		case 1:
 			return step{status: 429, reason: "queue_full", code: "ignored_when_header_set"}
 		case 2:
@@ -238,8 +242,10 @@ func TestRunAccountingReconciles(t *testing.T) {
 		}
 		key := r.Outcome
 		switch {
-		case r.Outcome == "completed" && (r.Node != "n1" || r.OutputTokens != 3 || r.E2ES < r.TTFTS):
+		case r.Outcome == "completed" && (r.Node != "n1" || r.PrefillNode != "n0" || r.OutputTokens != 3 || r.E2ES < r.TTFTS):
 			t.Fatalf("completed record %+v", r)
+		case r.Outcome != "completed" && r.PrefillNode != "":
+			t.Fatalf("record %+v names a prefill node", r)
 		case r.Outcome == "refused":
 			key += fmt.Sprintf(":%d:%s", r.Status, r.Reason)
 		case r.Outcome == "failed":
