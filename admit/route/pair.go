@@ -355,11 +355,19 @@ func BestPair(cfg *Config, req Request, s *PairSearch) *Pair {
 	return nil
 }
 
-// PairOf predicts the pair (p, d) for req: TTFT_pair = p's prefill time + SplitHop + the
-// transfer + d's decode step.
+// PairOf predicts the pair (p, d) for req: TTFT_pair = p's prefill time + SplitHop + what is
+// left then of the prefill queued ahead of the request on d + the transfer + d's decode step.
+// An engine takes a handover from its waiting queue as it does a request, behind the prefill
+// it runs and the requests of the handover's priority or higher waiting before it (a decode
+// node's local prefills, a mixed node's own), and that queue drains while p prefills.
 func PairOf(cfg *Config, req Request, p, d Candidate) *Pair {
 	pr := &Pair{Prefill: p, Decode: d, Transfer: TransferTime(cfg, req.PromptTokens), TPOT: d.PredictedTPOT}
-	pr.TTFT = p.PredictedTTFT + onDur(cfg.SplitHop) + pr.Transfer + d.Terms.Step
+	ready := p.PredictedTTFT + onDur(cfg.SplitHop)
+	var behind time.Duration
+	if rate := d.Terms.PrefillRate; rate > 0 {
+		behind = max(toDuration(float64(d.Terms.LoadTokens)/rate)-ready, 0)
+	}
+	pr.TTFT = ready + behind + pr.Transfer + d.Terms.Step
 	return pr
 }
 

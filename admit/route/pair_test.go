@@ -186,6 +186,16 @@ func TestSplitRuleNumbers(t *testing.T) {
 	peers[0].QueuedPrefillTokens = 16384
 	whole = mustRoute(t, r, t0, req(8000), peers)
 	near("loaded mixed TTFT", whole[0].PredictedTTFT, 791*time.Millisecond)
+
+	// The decode node's own queue: the handover waits behind what is left of it when the
+	// prefill is done (16,384 tokens take 528 ms there, 269 more than the 259 of the prefill
+	// and the hop); a queue that drains within the prefill adds nothing.
+	peers[2].QueuedPrefillTokens = 16384
+	pr, _, _ = choose(t, r, req(8000), peers, 0)
+	near("pair TTFT behind the decode node's queue", pr.TTFT, 575*time.Millisecond) // 259 + 269 + 42 + 5
+	peers[2].QueuedPrefillTokens = 4096
+	pr, _, _ = choose(t, r, req(8000), peers, 0)
+	near("pair TTFT behind a short queue", pr.TTFT, 306*time.Millisecond)
 }
 
 // TestPairSearch pins the two searches: roles, the busy tests of each half, and the orders.
