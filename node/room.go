@@ -225,7 +225,7 @@ func poolRates(states []gossip.State, local bool, roles []string) map[poolKey]fl
 	rates := map[poolKey]float64{}
 	for _, s := range states {
 		whole := !route.IsHalf(s.Role) || (local && s.Role == route.RoleDecode && !s.HalvesOnly)
-		whole = whole && (len(roles) == 0 || slices.Contains(roles, s.Role))
+		whole = whole && (len(roles) == 0 || slices.Contains(roles, route.RoleName(s.Role)))
 		for _, m := range s.Models {
 			if s.Role != route.RoleDecode || whole {
 				rates[poolKey{m.Name, admit.RolePrefill}] += s.PrefillTokensPerSecond

@@ -13,7 +13,7 @@ import (
 func TestPoolRates(t *testing.T) {
 	m := []gossip.ModelInfo{{Name: "m"}}
 	states := []gossip.State{
-		{Role: "mixed", Models: m, PrefillTokensPerSecond: 1000},
+		{Role: "", Models: m, PrefillTokensPerSecond: 1000}, // the default role, mixed
 		{Role: "prefill", Models: m, PrefillTokensPerSecond: 200},
 		{Role: "decode", Models: m, PrefillTokensPerSecond: 30},
 		{Role: "decode", Models: m, PrefillTokensPerSecond: 4, HalvesOnly: true},

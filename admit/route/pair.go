@@ -29,6 +29,14 @@ const (
 // IsMixed reports whether role is the mixed role ("" or "mixed").
 func IsMixed(role string) bool { return role == "" || role == RoleMixed }
 
+// RoleName is role as Config.Roles names it: "mixed" for "", a node's default.
+func RoleName(role string) string {
+	if role == "" {
+		return RoleMixed
+	}
+	return role
+}
+
 // IsHalf reports whether role runs only one half of a request (prefill or decode): such a
 // peer is never among routing's whole candidates (a decode peer may still run a request
 // whole when the split rule says so: PairSearch.Local).

@@ -120,6 +120,8 @@ func TestFilters(t *testing.T) {
 			bad: func(p *Peer) { p.Vendor = "amd" }, want: []string{"good"}, wantDrop: ReasonCapability},
 		{name: "wrong role", cfg: func(c *Config) { c.Roles = []string{"mixed"} },
 			bad: func(p *Peer) { p.Role = "decode" }, good: func(p *Peer) { p.Role = "mixed" }, want: []string{"good"}, wantDrop: ReasonCapability},
+		{name: "default role is mixed", cfg: func(c *Config) { c.Roles = []string{"mixed"} },
+			bad: func(p *Peer) { p.Role = "gpu-a" }, good: func(p *Peer) { p.Role = "" }, want: []string{"good"}, wantDrop: ReasonCapability},
 		{name: "busy kv", bad: func(p *Peer) { p.KVBlocksUsed = 900 }, want: []string{"good"}, wantDrop: ReasonBusy},
 		// A 2048-token prompt and 128 output tokens add 136 blocks: 814 + 136 is 95% of 1000.
 		{name: "kv at threshold is not busy", bad: func(p *Peer) { p.KVBlocksUsed = 814 }, want: []string{"bad", "good"}},
