@@ -48,6 +48,7 @@ func benchFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "disagg-link-gbps", Value: d.LinkGBps, Usage: "bandwidth, in GB/s, of the link a split request's KV crosses (the simulated engines' and the split rule's)", EnvVars: env("bench-disagg-link-gbps")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
 		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.IntFlag{Name: "batched-tokens", Usage: "step token budget of every simulated engine (0: the engine's, --sim-max-batched-tokens); --disagg-decode-batched-tokens overrides it on decode nodes", EnvVars: env("bench-batched-tokens")},
 		&cli.IntFlag{Name: "disagg-decode-batched-tokens", Usage: "step token budget of the decode nodes' engines (0: the engine's, --sim-max-batched-tokens): the prefill chunk a decode node runs beside its decodes, and so its TPOT", EnvVars: env("bench-disagg-decode-batched-tokens")},
 		&cli.StringFlag{Name: "pool-plot", Usage: "with --disaggregated, write an SVG plot of the requests each pool accepted and refused per second to this file", EnvVars: env("bench-pool-plot")},
 		&cli.StringFlag{Name: "requests", Usage: "write one line of JSON per request of every measured run (its \"run\" POLICY@LOAD) to this file", EnvVars: env("bench-requests")},
@@ -113,6 +114,7 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.FittedTTFT = c.Bool("fitted-ttft")
 	cfg.LinkGBps = c.Float64("disagg-link-gbps")
 	cfg.DecodeBatchedTokens = c.Int("disagg-decode-batched-tokens")
+	cfg.BatchedTokens = c.Int("batched-tokens")
 	if s := c.String("disaggregated"); s != "" {
 		for _, r := range strings.Split(s, ",") {
 			cfg.Disaggregated = append(cfg.Disaggregated, strings.TrimSpace(r))

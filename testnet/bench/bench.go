@@ -172,8 +172,11 @@ type Config struct {
 	// LinkGBps is the bandwidth, in GB/s, of the link a split request's KV crosses
 	// (sim.Config.LinkGBps, which the split rule also assumes; default the sim's).
 	LinkGBps float64
+	// BatchedTokens, if set, is every engine's step token budget (sim.Config.MaxNumBatchedTokens;
+	// default the engine's), the decode nodes' but for DecodeBatchedTokens.
+	BatchedTokens int
 	// DecodeBatchedTokens, if set, is the step token budget (sim.Config.MaxNumBatchedTokens)
-	// of the decode nodes of the DisaggPolicy run, the others keeping the engine's: a decode
+	// of the decode nodes of the DisaggPolicy run, the others keeping BatchedTokens: a decode
 	// node's step, and so its TPOT, grows with the prefill chunk it runs beside its decodes
 	// (route.decode_local_prefill), so a decode engine is given a budget sized to the TPOT
 	// target, as a vLLM decode server is given its --max-num-batched-tokens.
@@ -242,8 +245,8 @@ func (cfg Config) validate() (Config, error) {
 	if !(cfg.LinkGBps >= 0) || math.IsInf(cfg.LinkGBps, 0) {
 		return bad("link bandwidth %v GB/s", cfg.LinkGBps)
 	}
-	if cfg.DecodeBatchedTokens < 0 {
-		return bad("decode nodes' step budget %d tokens < 0", cfg.DecodeBatchedTokens)
+	if cfg.DecodeBatchedTokens < 0 || cfg.BatchedTokens < 0 {
+		return bad("step budget of %d or %d tokens < 0", cfg.BatchedTokens, cfg.DecodeBatchedTokens)
 	}
 	if cfg.LinkGBps == 0 {
 		cfg.LinkGBps = def.LinkGBps
@@ -388,6 +391,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
 		Interactive: cfg.Interactive.Name, BaselineScheduling: cfg.BaselineScheduling,
 		Disaggregated: slices.Clone(cfg.Disaggregated), LinkGBps: cfg.LinkGBps, DecodeBatchedTokens: cfg.DecodeBatchedTokens,
+		BatchedTokens: cfg.BatchedTokens,
 	}
 	if cfg.Trace != "" {
 		res.Workload = "trace"
@@ -451,6 +455,9 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			nc.Sim.TimeScale = b.cfg.TimeScale
 			nc.Sim.KVBlocks = b.cfg.KVBlocks
 			nc.Sim.LinkGBps = b.cfg.LinkGBps
+			if b.cfg.BatchedTokens > 0 {
+				nc.Sim.MaxNumBatchedTokens = b.cfg.BatchedTokens
+			}
 			if nc.Role == route.RoleDecode && b.cfg.DecodeBatchedTokens > 0 {
 				nc.Sim.MaxNumBatchedTokens = b.cfg.DecodeBatchedTokens
 			}

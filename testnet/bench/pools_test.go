@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/node"
-	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
@@ -118,7 +117,7 @@ func TestRunDisaggregated(t *testing.T) {
 	cfg := Config{
 		Disaggregated: []string{"prefill", "decode"}, TimeScale: 20, Workload: "chat", Loads: []float64{1},
 		Capacity: 2, Duration: 1500 * time.Millisecond, Seed: 3, Logger: slog.New(slog.DiscardHandler),
-		DecodeBatchedTokens: 512,
+		BatchedTokens: 1536, DecodeBatchedTokens: 512,
 	}
 	budgets := map[string][]int{} // each role's nodes' step budgets, as the bench configured them
 	var mu sync.Mutex
@@ -147,9 +146,8 @@ func TestRunDisaggregated(t *testing.T) {
 			t.Errorf("%s: completed %d, TTFT p50 %v p99 %v, interactive TPOT p99 %v", row.Policy, row.Completed, row.P50TTFT, row.P99TTFT, row.HighP99TPOT)
 		}
 	}
-	def := sim.DefaultConfig().MaxNumBatchedTokens
-	if want := map[string][]int{"": {def, def}, "prefill": {def}, "decode": {512}}; !reflect.DeepEqual(budgets, want) {
-		t.Errorf("step budgets by role %v, want %v: only the disaggregated run's decode node takes DecodeBatchedTokens", budgets, want)
+	if want := map[string][]int{"": {1536, 1536}, "prefill": {1536}, "decode": {512}}; !reflect.DeepEqual(budgets, want) {
+		t.Errorf("step budgets by role %v, want %v: every engine takes BatchedTokens, the disaggregated run's decode node DecodeBatchedTokens", budgets, want)
 	}
 	mixed, dis := res.Rows[0], res.Rows[1]
 	if mixed.Split != 0 || mixed.Whole != 0 || dis.Split == 0 {
@@ -176,7 +174,7 @@ func TestRunDisaggregated(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + table.String())
-	for _, want := range []string{"kvmesh-disagg: nodes prefill,decode, KV link 25 GB/s, decode nodes' step budget 512 tokens", "corr(prefill, decode)", "prefill ", "p50 TTFT"} {
+	for _, want := range []string{"kvmesh-disagg: nodes prefill,decode, KV link 25 GB/s, decode nodes' step budget 512 tokens", "engines' step budget 1536 tokens", "corr(prefill, decode)", "prefill ", "p50 TTFT"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

@@ -173,6 +173,8 @@ type Result struct {
 	Disaggregated       []string `json:"disaggregated,omitempty"`
 	LinkGBps            float64  `json:"link_gbps"`
 	DecodeBatchedTokens int      `json:"decode_batched_tokens,omitempty"`
+	// BatchedTokens is Config.BatchedTokens, every engine's step budget (0: the engine's).
+	BatchedTokens int `json:"batched_tokens,omitempty"`
 	// BaselineScheduling is Config.BaselineScheduling; each policy's engines' scheduling is
 	// its Policies entry's EngineScheduling.
 	BaselineScheduling string `json:"baseline_scheduling"`
@@ -271,6 +273,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
 		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
 	p("engine scheduling (baseline %s): %s\n", r.BaselineScheduling, schedulingByPolicy(r.Policies))
+	if r.BatchedTokens > 0 {
+		p("engines' step budget %d tokens\n", r.BatchedTokens)
+	}
 	if len(r.Disaggregated) > 0 {
 		budget := ""
 		if r.DecodeBatchedTokens > 0 {
