@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -225,7 +224,7 @@ func poolRates(states []gossip.State, local bool, roles []string) map[poolKey]fl
 	rates := map[poolKey]float64{}
 	for _, s := range states {
 		whole := !route.IsHalf(s.Role) || (local && s.Role == route.RoleDecode && !s.HalvesOnly)
-		whole = whole && (len(roles) == 0 || slices.Contains(roles, route.RoleName(s.Role)))
+		whole = whole && route.RolesAllow(roles, s.Role)
 		for _, m := range s.Models {
 			if s.Role != route.RoleDecode || whole {
 				rates[poolKey{m.Name, admit.RolePrefill}] += s.PrefillTokensPerSecond

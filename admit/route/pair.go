@@ -29,12 +29,10 @@ const (
 // IsMixed reports whether role is the mixed role ("" or "mixed").
 func IsMixed(role string) bool { return role == "" || role == RoleMixed }
 
-// RoleName is role as Config.Roles names it: "mixed" for "", a node's default.
-func RoleName(role string) string {
-	if role == "" {
-		return RoleMixed
-	}
-	return role
+// RolesAllow reports whether roles (Config.Roles) let a peer of role run a whole request:
+// roles is empty or names it, "" and "mixed" naming the same default role.
+func RolesAllow(roles []string, role string) bool {
+	return len(roles) == 0 || slices.ContainsFunc(roles, func(r string) bool { return r == role || IsMixed(r) && IsMixed(role) })
 }
 
 // IsHalf reports whether role runs only one half of a request (prefill or decode): such a

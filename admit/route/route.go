@@ -153,7 +153,7 @@ func capable(cfg *Config, p *Peer, need uint64, vendors []string, local bool) bo
 	if len(vendors) > 0 && !slices.Contains(vendors, p.Vendor) {
 		return false
 	}
-	if len(cfg.Roles) > 0 && !slices.Contains(cfg.Roles, RoleName(p.Role)) {
+	if !RolesAllow(cfg.Roles, p.Role) {
 		return false
 	}
 	if local {
