@@ -30,9 +30,10 @@ import (
 // (relayWhole), so it is simply run again: an owner answers one only when its text is done, so
 // one that dies while generating it fails the forward before any answer, and the request runs
 // on its next candidate as after any failed attempt (dispatch and the retry budget); migrate
-// sees one only when the owner fails between the first and the last byte of its answer. Config.Migrations bounds the moves of one request;
-// past it, or when no node takes the continuation, the response ends with an explicit error
-// as before. kvmesh_migrations_total counts each move by outcome.
+// sees one only when the owner fails between the first and the last byte of its answer.
+// Config.Migrations bounds the moves of one request; past it, or when no node takes the
+// continuation, the response ends with an explicit error as before. kvmesh_migrations_total
+// counts each move by outcome.
 
 // The outcomes of a migration, the values of kvmesh_migrations_total's label.
 const (
