@@ -281,7 +281,9 @@ func (a *Admitter) SLOFor(req Request) (ttft, tpot time.Duration) {
 	return ttft, tpot
 }
 
-func (a *Admitter) ttl(req Request) time.Duration {
+// TTL is req's queue TTL: Queue.TTL, which req.QueueTTL (X-Kvmesh-Queue-TTL) may only shorten.
+// It bounds the request's wait for its first token, in the waiting room and an engine's queue.
+func (a *Admitter) TTL(req Request) time.Duration {
 	ttl := time.Duration(a.conf().Queue.TTL)
 	if req.QueueTTL > 0 && req.QueueTTL < ttl {
 		ttl = req.QueueTTL // the header may only shorten it
@@ -292,7 +294,7 @@ func (a *Admitter) ttl(req Request) time.Duration {
 func (a *Admitter) deadline(req Request) time.Time {
 	ttft, _ := a.SLOFor(req)
 	if ttft == 0 {
-		return req.Arrived.Add(a.ttl(req))
+		return req.Arrived.Add(a.TTL(req))
 	}
 	return req.SLOClock().Add(ttft)
 }
@@ -614,7 +616,7 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 	return &Item{
 		ID: req.ID, Model: req.Model, Role: role, Tenant: d.Tenant, Priority: req.Priority,
 		Tokens: tokens, Arrived: req.Arrived, Deadline: a.deadline(req),
-		Expires: req.Arrived.Add(a.ttl(req)), Req: req, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens,
+		Expires: req.Arrived.Add(a.TTL(req)), Req: req, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens,
 	}
 }
 

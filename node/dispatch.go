@@ -165,7 +165,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	n.retries.Request(start)
 	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
 	// migration), wherever it waits.
-	p.ttl = n.queueTTL(p.adm)
+	p.ttl = n.adm.TTL(p.adm)
 	p.due = start.Add(p.ttl)
 	t := &ticket{}
 	var f failures

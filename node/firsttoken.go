@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
@@ -21,15 +20,6 @@ import (
 // bounds the rest. A migrated stream's continuation is a request of its own: its first token
 // is due within its queue TTL of the migration, as its admission counts it; so is a rerun
 // after an owner failed past the deadline (dispatch), whose engine had given one.
-
-// queueTTL is a's queue TTL: queue.ttl, which X-Kvmesh-Queue-TTL may only shorten.
-func (n *Node) queueTTL(a admit.Request) time.Duration {
-	ttl := time.Duration(n.adm.Config().Queue.TTL)
-	if a.QueueTTL > 0 && a.QueueTTL < ttl {
-		ttl = a.QueueTTL
-	}
-	return ttl
-}
 
 // firstTokenLate is the error of a generation whose first token (a prefill's handover) did not
 // come within its request's queue TTL; engineError makes it a 504 engine_timeout.

@@ -232,7 +232,7 @@ func (n *Node) handoverDeadline(p *prepared) time.Time {
 	deadline := p.adm.SLOClock().Add(ttft)
 	end := p.due
 	if end.IsZero() {
-		end = p.adm.Arrived.Add(n.queueTTL(p.adm))
+		end = p.adm.Arrived.Add(n.adm.TTL(p.adm))
 	}
 	if end.Before(deadline) {
 		deadline = end
