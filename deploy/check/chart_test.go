@@ -414,8 +414,9 @@ func TestChartRefusesBrokenValues(t *testing.T) {
 }
 
 // TestChartNamesFitKubernetes renders every object of the chart, in both modes, for the longest
-// release name Helm takes (53 characters) and for overrides and an image tag longer than
-// Kubernetes takes, each with a "-" or "." where the cut to 63 (58 for the fullname) falls, and
+// release name Helm takes (53 characters), for a release name with dots (which Helm takes and a
+// DNS label does not), and for overrides and an image tag longer than Kubernetes takes, each
+// with a "-" or "." where the cut to 63 (58 for the fullname) falls, and
 // checks every object's name is a DNS label (63 characters at most, ending in a letter or a
 // digit) and every label value and label selector one Kubernetes accepts.
 func TestChartNamesFitKubernetes(t *testing.T) {
@@ -426,17 +427,21 @@ func TestChartNamesFitKubernetes(t *testing.T) {
 	tag := "v1.2.3-" + strings.Repeat("t", 55) + ".suffix"
 	all := []string{"--set", "serviceMonitor.enabled=true", "--set-json", `node.config={"node":{"policy":"kvmesh"}}`}
 	sidecar := append([]string{"-f", filepath.Join(chartDir(t), "ci", "sidecar-values.yaml")}, all...)
+	dotted := "kv.mesh." + strings.Repeat("d", 44) // a "." where the fullname's cut falls
 	for _, tc := range []struct {
-		name string
-		args []string
+		name, release string
+		args          []string
 	}{
-		{"release", all},
-		{"release sidecar", sidecar},
-		{"name override", append([]string{"--set", "nameOverride=" + name, "--set", "image.tag=" + tag}, all...)},
-		{"fullname override", append([]string{"--set", "fullnameOverride=" + full}, sidecar...)},
+		{"release", long, all},
+		{"release sidecar", long, sidecar},
+		{"dotted release", dotted, all},
+		{"dotted release sidecar", "kv.mesh", sidecar},
+		{"name override", long, append([]string{"--set", "nameOverride=" + name, "--set", "image.tag=" + tag}, all...)},
+		{"fullname override", long, append([]string{"--set", "fullnameOverride=" + full}, sidecar...)},
+		{"dotted fullname override", long, append([]string{"--set", "fullnameOverride=kv.mesh"}, all...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := helmTemplateAs(t, long, tc.args...)
+			out, err := helmTemplateAs(t, tc.release, tc.args...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,8 @@
 {{/*
 Names and labels. Kubernetes takes names and label values of 63 characters at most that end in
 a letter or digit: each is cut to 63 (the fullname to 58, leaving room for "-mesh") and loses a
-trailing "-" (a label value also a "_" or "."), as Helm's own scaffold does.
+trailing "-" (a label value also a "_" or "."), as Helm's own scaffold does. The fullname names
+Services, which take no "." (a DNS label), though a release name may have some: each becomes "-".
 */}}
 {{- define "kvmesh.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -9,13 +10,13 @@ trailing "-" (a label value also a "_" or "."), as Helm's own scaffold does.
 
 {{- define "kvmesh.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 58 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | replace "." "-" | trunc 58 | trimAll "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 58 | trimSuffix "-" -}}
+{{- .Release.Name | replace "." "-" | trunc 58 | trimAll "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 58 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | replace "." "-" | trunc 58 | trimAll "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
