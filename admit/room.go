@@ -541,6 +541,28 @@ func (r *WaitingRoom) Waiting(model, role string) (requests, tokens int) {
 	return 0, 0
 }
 
+// PoolCap is a pool's token cap (PoolCaps): the prefill tokens its waiters may hold.
+type PoolCap struct {
+	Model, Pool string // Pool: PoolWhole or PoolPrefill (split requests)
+	Tokens      int
+}
+
+// PoolCaps returns the token cap of each pool the room knows (one that held a waiter or was
+// given a rate), in the order the room met them (the token-cap gauge).
+func (r *WaitingRoom) PoolCaps() []PoolCap {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PoolCap, 0, len(r.order))
+	for _, p := range r.order {
+		name := PoolWhole
+		if p.key.role == RolePrefill {
+			name = PoolPrefill
+		}
+		out = append(out, PoolCap{Model: p.key.model, Pool: name, Tokens: r.tokenCapLocked(p)})
+	}
+	return out
+}
+
 // QueuedTokens returns the prefill tokens queued per priority band, over all pools (the
 // queued-tokens gauge).
 func (r *WaitingRoom) QueuedTokens() map[int]int {

@@ -11,13 +11,14 @@ import (
 
 // stateCollector exports, at scrape time, what the node's libraries count without metrics of
 // their own: routing's filter drops, the waiting room's depth per priority band, the engine's
-// load as the node sees it (State), the same for the embedded and an external engine, and the
-// hash of the config file in force.
+// token cap per pool, the engine's load as the node sees it (State), the same for the embedded
+// and an external engine, and the hash of the config file in force.
 type stateCollector struct {
 	n           *Node
 	filtered    *prometheus.Desc
 	queueDepth  *prometheus.Desc
 	queueTokens *prometheus.Desc
+	queueCap    *prometheus.Desc
 	running     *prometheus.Desc
 	waiting     *prometheus.Desc
 	kvUse       *prometheus.Desc
@@ -38,6 +39,9 @@ func newStateCollector(n *Node) *stateCollector {
 			"Requests waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
 		queueTokens: prometheus.NewDesc("kvmesh_admission_queue_prefill_tokens",
 			"Prefill tokens waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
+		queueCap: prometheus.NewDesc("kvmesh_admission_queue_token_cap",
+			"Prefill tokens this node's waiting room lets a pool hold: the pool's target TTFT times the prefill rate of the nodes that serve it, by model and pool (whole, prefill).",
+			[]string{"model", "pool"}, nil),
 		running: prometheus.NewDesc("kvmesh_engine_requests_running",
 			"Requests in this node's engine's running batch.", nil, nil),
 		waiting: prometheus.NewDesc("kvmesh_engine_requests_waiting",
@@ -52,7 +56,7 @@ func newStateCollector(n *Node) *stateCollector {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.filtered, c.queueDepth, c.queueTokens, c.running, c.waiting, c.kvUse, c.hitRatio, c.configHash} {
+	for _, d := range []*prometheus.Desc{c.filtered, c.queueDepth, c.queueTokens, c.queueCap, c.running, c.waiting, c.kvUse, c.hitRatio, c.configHash} {
 		ch <- d
 	}
 }
@@ -77,6 +81,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for prio, v := range by.m {
 			gauge(by.d, float64(v), strconv.Itoa(prio))
 		}
+	}
+	for _, pc := range room.PoolCaps() {
+		gauge(c.queueCap, float64(pc.Tokens), pc.Model, pc.Pool)
 	}
 	st := c.n.eng.State()
 	kvUse := 0.0

@@ -130,6 +130,9 @@ func exportedFamilies(t *testing.T) []metricFamily {
 	ext := build("golden-ext", func(cfg *Config) { cfg.Engine, cfg.EngineKVEvents = "http://127.0.0.1:1", "tcp://127.0.0.1:1" })
 	engine := build("golden-engine", func(cfg *Config) { cfg.Standalone = true })
 
+	for _, n := range []*Node{sim, ext, engine} {
+		n.adm.Room().SetPrefillRate("m", "", 1000) // a pool, as the room loop sets once a second
+	}
 	byName := map[string]metricFamily{}
 	for _, reg := range []*prometheus.Registry{sim.Registry(), ext.Registry(), engine.Registry()} {
 		for _, f := range registryFamilies(t, reg) {

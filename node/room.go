@@ -193,6 +193,11 @@ func (n *Node) updatePrefillRates() {
 			}
 		}
 	}
+	n.setPoolRates(states)
+}
+
+// setPoolRates sets the waiting room's pool rates from the nodes' states (poolRates).
+func (n *Node) setPoolRates(states []gossip.State) {
 	cfg := n.planner.Policy().Config()
 	rates := poolRates(states, cfg.LocalPrefill(), cfg.Roles)
 	for k, r := range rates {
