@@ -230,3 +230,57 @@ func TestSplitRequestHalvesBoundedByQueueTTL(t *testing.T) {
 	assertReconciled(t, urls[0], 1)
 	assertReconciled(t, urls[1], 1)
 }
+
+// TestRerunPastTheDeadlineGetsItsTTLAfresh: an owner whose engine gave the first token and which
+// then died past the request's queue TTL leaves a rerun (a request not streamed runs whole
+// again) with no wait left; the rerun gets its TTL afresh, once, and completes on the other
+// candidate rather than ending in 504 engine_timeout.
+func TestRerunPastTheDeadlineGetsItsTTLAfresh(t *testing.T) {
+	tn := startMigrateNet(t, nil)
+	urls := tn.URLs()
+	const ttl = 300 * time.Millisecond
+	body := genBody("/v1/chat/completions", 300, false) // about 1.5 s at the engine's real speed
+	type answer struct {
+		status int
+		node   string
+		body   []byte
+		err    error
+	}
+	done := make(chan answer, 1)
+	sent := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(node.HeaderQueueTTL, ttl.String())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, resp.Header.Get(node.HeaderNode), b, err}
+	}()
+	owner := 0
+	poll.Until(t, 10*time.Second, "a candidate to run the request past its queue TTL", func() bool {
+		for i := 1; i <= 2; i++ {
+			if selfOf(peers(t, urls[i])).Running > 0 {
+				owner = i
+			}
+		}
+		return owner != 0 && time.Since(sent) > ttl
+	})
+	if err := tn.Nodes[owner].KillTransport(); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.status != http.StatusOK {
+		t.Fatalf("the client got %d %s (%v) after its owner died past the queue TTL; want a complete response", a.status, a.body, a.err)
+	}
+	if other := tn.Nodes[3-owner].Name(); a.node != other {
+		t.Errorf("answered by %q, want the other candidate %q", a.node, other)
+	}
+	reconciles(t, urls)
+}
