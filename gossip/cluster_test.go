@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -613,4 +614,52 @@ func TestRecordsGoStraightToTheDomain(t *testing.T) {
 	if m, _ := member(gs[2], "n0"); m.State.Running == 7 || m.MaxAge != 3*time.Hour {
 		t.Fatalf("n2, outside n0's domain: running %d, max age %v; want the old record, 3h", m.State.Running, m.MaxAge)
 	}
+}
+
+// TestAdvertiseAddrTakesTheBoundPort: members bound to a fixed port and given an advertise
+// address alone (kvmesh node --advertise HOST --gossip HOST:PORT, as deployments run it)
+// advertise that port, and so find each other; memberlist on its own advertised port 0.
+func TestAdvertiseAddrTakesTheBoundPort(t *testing.T) {
+	var gs []*Gossip
+	for i := range 2 {
+		c := testConfig(fmt.Sprintf("n%d", i))
+		c.AdvertiseAddr = "127.0.0.1"
+		if i > 0 {
+			c.Join = []string{gs[0].LocalAddr()}
+		}
+		gs = append(gs, startOnFreePort(t, c))
+		if got, want := gs[i].LocalAddr(), fmt.Sprintf("127.0.0.1:%d", gs[i].cfg.BindPort); got != want {
+			t.Fatalf("n%d advertises %s; want its bound address %s", i, got, want)
+		}
+	}
+	poll.Until(t, 10*time.Second, "both members alive in both views", func() bool { return allAlive(gs, "n0", "n1") })
+}
+
+// startOnFreePort starts a member on a fixed port found free (a port 0 bind, closed), again on
+// another if something took it in between.
+func startOnFreePort(t *testing.T, c Config) *Gossip {
+	t.Helper()
+	for range 5 {
+		l, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.BindPort = l.LocalAddr().(*net.UDPAddr).Port
+		l.Close()
+		g, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.UpdateLocal(State{HTTPAddr: "127.0.0.1:0", EngineHealthy: true, Models: []ModelInfo{{Name: "m", ContextTokens: 8192}}})
+		if err := g.Start(context.Background()); err != nil {
+			if strings.Contains(err.Error(), "address already in use") {
+				continue
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		return g
+	}
+	t.Fatal("no free gossip port in five tries")
+	return nil
 }

@@ -34,7 +34,8 @@ type Config struct {
 	// 7946. BindPort AnyPort (-1) picks a free port; read it back with LocalAddr after Start.
 	BindAddr string `json:"bind_addr"`
 	BindPort int    `json:"bind_port"`
-	// AdvertiseAddr and AdvertisePort are what peers dial; default the bound address.
+	// AdvertiseAddr and AdvertisePort are what peers dial; defaults the bound address and
+	// port (an AdvertiseAddr alone is advertised with the bound port).
 	AdvertiseAddr string `json:"advertise_addr"`
 	AdvertisePort int    `json:"advertise_port"`
 	// Join lists seed addresses (host:port). A failed join is retried in the background.

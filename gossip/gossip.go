@@ -331,6 +331,12 @@ func (g *Gossip) Start(ctx context.Context) error {
 	mlc.BindPort = max(g.cfg.BindPort, 0) // AnyPort: memberlist's 0 picks one
 	mlc.AdvertiseAddr = g.cfg.AdvertiseAddr
 	mlc.AdvertisePort = g.cfg.AdvertisePort
+	if mlc.AdvertisePort == 0 {
+		// The bound port (a free one, once picked: memberlist or newDropTransport sets it).
+		// memberlist advertises an address given without a port as port 0, where no peer
+		// can reach it.
+		mlc.AdvertisePort = mlc.BindPort
+	}
 	mlc.PushPullInterval = g.cfg.PushPullInterval
 	setDur(&mlc.ProbeInterval, g.cfg.ProbeInterval)
 	setDur(&mlc.ProbeTimeout, g.cfg.ProbeTimeout)

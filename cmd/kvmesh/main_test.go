@@ -228,6 +228,27 @@ func TestNodeRefusesToRunWithoutAGossipKeyOrTLS(t *testing.T) {
 	}
 }
 
+// TestAdvertiseTakesAHost: --advertise names a host, advertised with each bound port; a
+// host:port is refused rather than half-applied.
+func TestAdvertiseTakesAHost(t *testing.T) {
+	base := []string{"--name", "x", "--insecure-dev", "--gossip", "127.0.0.1:29946"}
+	cfg, err := parseNode(t, append(base, "--advertise", "10.0.0.11")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdvertiseHost != "10.0.0.11" || cfg.Gossip.AdvertiseAddr != "10.0.0.11" || cfg.Gossip.BindPort != 29946 {
+		t.Errorf("--advertise 10.0.0.11: host %q, gossip %q port %d", cfg.AdvertiseHost, cfg.Gossip.AdvertiseAddr, cfg.Gossip.BindPort)
+	}
+	for _, a := range []string{"10.0.0.11:7946", "[::1]:7946"} {
+		if _, err := parseNode(t, append(base, "--advertise", a)...); err == nil || !strings.Contains(err.Error(), "without a port") {
+			t.Errorf("--advertise %s: err %v; want a refusal of the port", a, err)
+		}
+	}
+	if _, err := parseNode(t, append(base, "--advertise", "::1")...); err != nil {
+		t.Errorf("--advertise ::1: %v", err)
+	}
+}
+
 func TestStatusTableHasARowPerNode(t *testing.T) {
 	var buf bytes.Buffer
 	pr := node.PeersResponse{Node: "n1", Peers: []node.PeerInfo{

@@ -46,6 +46,10 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 		cfg.Gossip.BindAddr, cfg.Gossip.BindPort = host, port
 	}
 	if c.IsSet("advertise") {
+		if _, _, err := net.SplitHostPort(c.String("advertise")); err == nil {
+			// One host for three ports (gossip, HTTP, QUIC): each is advertised with its own.
+			return fmt.Errorf("--advertise %q: give a host (an IP or a name) without a port; each port is advertised as bound", c.String("advertise"))
+		}
 		cfg.AdvertiseHost = c.String("advertise")
 		cfg.Gossip.AdvertiseAddr = cfg.AdvertiseHost
 	}

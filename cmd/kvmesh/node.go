@@ -53,7 +53,7 @@ func nodeFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "body-timeout", Value: d.BodyTimeout, Usage: "time a request, headers and body, has to arrive (408 body_timeout past it; the response may stream longer)", EnvVars: env("body-timeout")},
 		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, Usage: "close a client connection idle this long between requests", EnvVars: env("idle-timeout")},
 		&cli.StringFlag{Name: "gossip", Value: net.JoinHostPort(d.Gossip.BindAddr, strconv.Itoa(d.Gossip.BindPort)), Usage: "gossip bind address (UDP and TCP; port 0 picks one)", EnvVars: env("gossip")},
-		&cli.StringFlag{Name: "advertise", Usage: "address peers reach this node at (default: the bound address)", EnvVars: env("advertise")},
+		&cli.StringFlag{Name: "advertise", Usage: "host (IP or name, no port) peers reach this node at, with each bound port (default: the bound address)", EnvVars: env("advertise")},
 		&cli.StringSliceFlag{Name: "join", Usage: "gossip address of a seed node (repeatable)", EnvVars: env("join")},
 		&cli.StringFlag{Name: "gossip-key", Usage: "base64 AES key (16, 24 or 32 bytes) encrypting gossip; required unless --insecure-dev", EnvVars: env("gossip-key")},
 		&cli.BoolFlag{Name: "insecure-dev", Usage: "allow unencrypted gossip and, without --tls-dir, trust the development CA in --dev-ca-dir (development only: the mesh is not secure)", EnvVars: env("insecure-dev")},
