@@ -209,6 +209,21 @@ func TestMeshLifecycle(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a node that leaves is left, not dead, everywhere", func(t *testing.T) {
+		if err := gs[3].Leave(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 10*time.Second, "n3 left in every view", func() bool {
+			for _, g := range gs[:3] {
+				// n4 left too: the reborn one, as its subtest ended.
+				if m, _ := member(g, "n3"); m.Liveness != LivenessLeft || m.Candidate ||
+					testutil.ToFloat64(g.met.members.WithLabelValues("left")) != 2 {
+					return false
+				}
+			}
+			return true
+		})
+	})
 }
 
 func TestSnapshotRepairsDroppedDeltas(t *testing.T) {

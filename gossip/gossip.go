@@ -164,6 +164,9 @@ type Gossip struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+	// leaving is set as Leave begins: this node's memberlist meta then says so (metaLeaving),
+	// which is how peers tell its departure from its death.
+	leaving atomic.Bool
 }
 
 type peerInfo struct {
@@ -1059,6 +1062,17 @@ func (g *Gossip) shutdown(leave bool, timeout time.Duration) error {
 		}
 		var errs []error
 		if leave {
+			// memberlist tells a departure from a death only to itself (the node passed to
+			// NotifyLeave never says which), so the node first says it is leaving in its meta,
+			// in half the time, then sends the departure in what is left.
+			g.leaving.Store(true)
+			if timeout > 0 {
+				start := time.Now()
+				if err := ml.UpdateNode(timeout / 2); err != nil {
+					g.log.Debug("leaving the mesh: the leaving mark not sent; peers will count the node dead", "err", err)
+				}
+				timeout = max(timeout-time.Since(start), time.Millisecond)
+			}
 			if err := ml.Leave(timeout); err != nil {
 				g.log.Warn("leaving the mesh: departure not sent; peers will detect the node gone", "err", err)
 			}
@@ -1388,11 +1402,19 @@ func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 // delegate adapts memberlist.Delegate to Gossip.
 type delegate struct{ g *Gossip }
 
-func (d *delegate) NodeMeta(int) []byte                 { return nil }
+func (d *delegate) NodeMeta(int) []byte {
+	if d.g.leaving.Load() {
+		return []byte{metaLeaving}
+	}
+	return nil
+}
 func (d *delegate) NotifyMsg(b []byte)                  { d.g.handleMsg(b) }
 func (d *delegate) GetBroadcasts(o, limit int) [][]byte { return d.g.getBroadcasts(o, limit) }
 func (d *delegate) LocalState(bool) []byte              { return d.g.localState() }
 func (d *delegate) MergeRemoteState(b []byte, _ bool)   { d.g.mergeRemoteState(b) }
+
+// metaLeaving is a member's memberlist meta while it leaves (Gossip.leaving).
+const metaLeaving = 1
 
 // events adapts memberlist.EventDelegate to Gossip.
 type events struct{ g *Gossip }
@@ -1403,7 +1425,7 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 }
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	live := LivenessDead
-	if n.State == memberlist.StateLeft {
+	if len(n.Meta) > 0 && n.Meta[0] == metaLeaving {
 		live = LivenessLeft
 	}
 	e.g.memberEvent(n, live)
