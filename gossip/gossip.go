@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"golang.org/x/time/rate"
 
 	"github.com/kvmesh/kvmesh/kvindex"
 )
@@ -368,7 +369,7 @@ func (g *Gossip) Start(ctx context.Context) error {
 	mlc.Events = &events{g}
 	mlc.LogOutput = io.Discard
 	if g.cfg.Logger != nil {
-		mlc.LogOutput = logWriter{g.log.With("component", "memberlist")}
+		mlc.LogOutput = newLogWriter(g.log.With("component", "memberlist"))
 	}
 	if g.cfg.Drop != nil {
 		dt, err := newDropTransport(mlc, g.cfg.Drop)
@@ -1445,10 +1446,24 @@ func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
 func (b *namedBroadcast) Message() []byte { return b.msg }
 func (b *namedBroadcast) Finished()       {}
 
-// logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") into slog.
-type logWriter struct{ l *slog.Logger }
+// logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") into slog. Its warnings
+// and errors pass at most logBurst at once, then one a second: anyone who can reach the gossip
+// port makes one with each packet the key does not open, and must not flood the node's log.
+// The next line let through counts the ones held back.
+type logWriter struct {
+	l       *slog.Logger
+	limit   *rate.Limiter
+	now     func() time.Time
+	dropped atomic.Int64
+}
 
-func (w logWriter) Write(p []byte) (int, error) {
+const logBurst = 10
+
+func newLogWriter(l *slog.Logger) *logWriter {
+	return &logWriter{l: l, limit: rate.NewLimiter(1, logBurst), now: time.Now}
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
 	level := slog.LevelDebug
 	switch {
@@ -1460,6 +1475,16 @@ func (w logWriter) Write(p []byte) (int, error) {
 		level = slog.LevelWarn
 	case strings.Contains(msg, "[INFO]"):
 		level = slog.LevelInfo
+	}
+	if level >= slog.LevelWarn {
+		if !w.limit.AllowN(w.now(), 1) {
+			w.dropped.Add(1)
+			return len(p), nil
+		}
+		if n := w.dropped.Swap(0); n > 0 {
+			w.l.Log(context.Background(), level, msg, "held_back", n)
+			return len(p), nil
+		}
 	}
 	w.l.Log(context.Background(), level, msg)
 	return len(p), nil

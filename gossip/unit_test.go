@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -339,7 +340,7 @@ func (r levelRecorder) WithGroup(string) slog.Handler      { return r }
 // sockets closing under it at shutdown, which say nothing failed.
 func TestMemberlistLogLevels(t *testing.T) {
 	var got []slog.Level
-	w := logWriter{slog.New(levelRecorder{&got})}
+	w := newLogWriter(slog.New(levelRecorder{&got}))
 	for _, line := range []string{
 		"2026/12/04 16:11:36 [ERR] memberlist: Failed to send gossip to 127.0.0.1:1: write udp: i/o timeout",
 		"2026/12/04 16:11:36 [ERR] memberlist: Failed to send indirect UDP ping: write udp 127.0.0.1:2->127.0.0.1:3: use of closed network connection",
@@ -353,6 +354,44 @@ func TestMemberlistLogLevels(t *testing.T) {
 		t.Errorf("levels %v, want %v", got, want)
 	}
 }
+
+// TestMemberlistWarningsAreLimited: a flood of bad packets (one error line each) logs the
+// limiter's burst, then one a second, that one counting the lines held back; debug lines pass.
+func TestMemberlistWarningsAreLimited(t *testing.T) {
+	var got []string
+	w := newLogWriter(slog.New(attrRecorder{&got}))
+	now := time.Unix(1e9, 0)
+	w.now = func() time.Time { return now }
+	bad := []byte("2026/12/05 01:40:00 [ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from=127.0.0.1:9\n")
+	for range 100 {
+		_, _ = w.Write(bad)
+	}
+	_, _ = w.Write([]byte("2026/12/05 01:40:00 [DEBUG] memberlist: Stream connection from=127.0.0.1:4\n"))
+	if len(got) != logBurst+1 || got[logBurst] != "" {
+		t.Fatalf("after 100 errors and a debug line: %d lines %q; want the burst of %d and the debug line", len(got), got, logBurst)
+	}
+	now = now.Add(time.Second)
+	_, _ = w.Write(bad)
+	if want := fmt.Sprintf("held_back=%d", 100-logBurst); len(got) != logBurst+2 || got[logBurst+1] != want {
+		t.Errorf("a second later: lines %q; want one more with %s", got, want)
+	}
+}
+
+// attrRecorder keeps, for every record logged through it, its attributes as key=value.
+type attrRecorder struct{ lines *[]string }
+
+func (r attrRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r attrRecorder) Handle(_ context.Context, rec slog.Record) error {
+	var b strings.Builder
+	rec.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, "%s=%v", a.Key, a.Value)
+		return true
+	})
+	*r.lines = append(*r.lines, b.String())
+	return nil
+}
+func (r attrRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r attrRecorder) WithGroup(string) slog.Handler      { return r }
 
 func TestMeshInterval(t *testing.T) {
 	for _, tc := range []struct {
