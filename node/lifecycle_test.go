@@ -199,6 +199,17 @@ func TestTrickledBodyIsCut(t *testing.T) {
 	}
 }
 
+// TestSlowHeadersAreCutAtTheBodyTimeout: a client that never ends its headers is disconnected
+// at the body timeout (no answer: no request was read), not held for the server's 10 s cap.
+func TestSlowHeadersAreCutAtTheBodyTimeout(t *testing.T) {
+	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.BodyTimeout = 200 * time.Millisecond })
+	conn := rawRequest(t, tn.URLs()[0], "POST /v1/chat/completions HTTP/1.1\r\nHost: kvmesh\r\nX-Slow: a")
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second)) // a bound on the test, under the 10 s cap
+	if _, err := bufio.NewReader(conn).ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection whose headers never end stays open past the body timeout: %v", err)
+	}
+}
+
 // TestBodyTimeoutDoesNotCutAStream pins that the body timeout bounds the body alone: a
 // response that streams for longer than it runs to its end.
 func TestBodyTimeoutDoesNotCutAStream(t *testing.T) {

@@ -132,7 +132,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.httpSrv = &http.Server{
 		Handler:           n.counted(n.routes()),
-		ReadHeaderTimeout: 10 * time.Second,
+		// Headers come within 10 s (or the body timeout, when shorter); Go's server closes a
+		// connection whose headers are late without an answer, as it never read a request.
+		ReadHeaderTimeout: min(10*time.Second, cfg.BodyTimeout),
 		// ReadTimeout bounds the headers and the body alone: the server lifts the deadline
 		// once the body has been read, so a long stream back is not cut.
 		ReadTimeout: cfg.BodyTimeout,
