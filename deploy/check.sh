@@ -111,7 +111,7 @@ grep 'Overall exposure' "$work/security.txt"
 for want in User=kvmesh NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTmp=yes \
   CapabilityBoundingSet= 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK' \
   DevicePolicy=closed 'DeviceAllow=char-nvidia\* rw' StateDirectory=kvmesh Restart=on-failure \
-  KillSignal=SIGTERM EnvironmentFile=/etc/kvmesh/kvmesh.env; do
+  KillSignal=SIGTERM EnvironmentFile=/etc/kvmesh/kvmesh.env 'ExecReload=/bin/kill -HUP \$MAINPID'; do
   grep -qx "$want" deploy/systemd/kvmesh.service || fail "kvmesh.service lacks the line $want"
 done
 stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' deploy/systemd/kvmesh.service)

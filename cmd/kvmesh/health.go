@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -25,6 +28,7 @@ func healthCommand() *cli.Command {
 			&cli.StringFlag{Name: "url", Usage: "full URL to ask instead (overrides --http and --ready)", EnvVars: env("health-url")},
 			&cli.BoolFlag{Name: "ready", Usage: "ask /readyz: also fail while draining or while the engine is unhealthy", EnvVars: env("health-ready")},
 			&cli.DurationFlag{Name: "timeout", Value: 3 * time.Second, Usage: "give up after this long", EnvVars: env("health-timeout")},
+			&cli.StringFlag{Name: "ca-cert", Usage: "PEM CA certificate trusted besides the system roots, for an https --url (a node with --tls-cert)", EnvVars: env("health-ca-cert")},
 		},
 		Action: func(c *cli.Context) error {
 			url := c.String("url")
@@ -38,9 +42,13 @@ func healthCommand() *cli.Command {
 					return err
 				}
 			}
+			client, err := healthClient(c.String("ca-cert"))
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			return checkHealth(ctx, url)
+			return checkHealth(ctx, client, url)
 		},
 	}
 }
@@ -61,14 +69,37 @@ func healthURL(listen, path string) (string, error) {
 	return "http://" + net.JoinHostPort(host, port) + path, nil
 }
 
+// healthClient trusts caFile's certificates on top of the system roots, not instead of them
+// as status and load do: a node's API certificate may come from a private CA or a public one,
+// and a health check should pass against either.
+func healthClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("health: --ca-cert: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool() // no system roots to keep (e.g. a scratch image)
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("health: --ca-cert: no certificate in %s", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
 // checkHealth GETs url and returns nil on 200, an error naming the status and the first bytes
 // of the body otherwise.
-func checkHealth(ctx context.Context, url string) error {
+func checkHealth(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"encoding/pem"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -59,5 +64,40 @@ func TestHealthExitsNonZeroUnless200(t *testing.T) {
 	srv.Close()
 	if err := run("--http", listen, "--timeout", "1s"); err == nil {
 		t.Error("no listener: no error")
+	}
+}
+
+// TestHealthTrustsTheCAOfAnHTTPSNode: a node serving its API over HTTPS under a private CA
+// fails the check unless --ca-cert (or KVMESH_HEALTH_CA_CERT) names that CA.
+func TestHealthTrustsTheCAOfAnHTTPSNode(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notPEM := filepath.Join(dir, "empty.crt")
+	if err := os.WriteFile(notPEM, []byte("no certificate here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) error {
+		t.Helper()
+		return newApp().Run(append([]string{"kvmesh", "health", "--url", srv.URL + "/healthz"}, args...))
+	}
+	if err := run(); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("no --ca-cert: err %v; want a certificate error", err)
+	}
+	if err := run("--ca-cert", ca); err != nil {
+		t.Errorf("--ca-cert naming the node's CA: %v", err)
+	}
+	if err := run("--ca-cert", notPEM); err == nil || !strings.Contains(err.Error(), "no certificate") {
+		t.Errorf("--ca-cert of a file with no certificate: err %v", err)
+	}
+	t.Setenv("KVMESH_HEALTH_CA_CERT", ca)
+	if err := run(); err != nil {
+		t.Errorf("KVMESH_HEALTH_CA_CERT naming the node's CA: %v", err)
 	}
 }

@@ -197,6 +197,9 @@ func checkMesh(t *testing.T, m manifests) {
 
 	// Ports, named as the Services and probes use them.
 	want := map[string]corev1.Protocol{"http": corev1.ProtocolTCP, "gossip": corev1.ProtocolTCP, "gossip-udp": corev1.ProtocolUDP, "quic": corev1.ProtocolUDP}
+	if env["KVMESH_ADMIN_ADDR"].Value != "" {
+		want["admin"] = corev1.ProtocolTCP
+	}
 	got := map[string]corev1.Protocol{}
 	for _, p := range c.Ports {
 		got[p.Name] = p.Protocol
@@ -300,14 +303,42 @@ func checkMesh(t *testing.T, m manifests) {
 	for _, p := range m.pdbs {
 		checkSelects(t, "PodDisruptionBudget", p.Spec.Selector.MatchLabels, pod.Labels)
 	}
+	// The scrape: /metrics on the port that serves it without a key. The admin listener, when
+	// on, does; the API port then never does, and with an API key file it asks one the
+	// ServiceMonitor does not send.
+	scrape := env["KVMESH_HTTP"].Value
+	if admin := env["KVMESH_ADMIN_ADDR"].Value; admin != "" {
+		scrape = admin
+	} else if env["KVMESH_API_KEYS"].Value != "" && len(m.serviceMonitors) > 0 {
+		t.Error("API keys on and no KVMESH_ADMIN_ADDR: the ServiceMonitor's scrapes of the API port get 401")
+	}
 	for _, sm := range m.serviceMonitors {
 		if !labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(mesh.Labels)) {
 			t.Errorf("ServiceMonitor selects %v; the headless Service is labelled %v", sm.Spec.Selector.MatchLabels, mesh.Labels)
 		}
-		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
-			t.Errorf("ServiceMonitor endpoints %+v; want /metrics on port http", sm.Spec.Endpoints)
+		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Path != "/metrics" {
+			t.Fatalf("ServiceMonitor endpoints %+v; want one, of /metrics", sm.Spec.Endpoints)
+		}
+		if got := servicePortTarget(*mesh, c, sm.Spec.Endpoints[0].Port); fmt.Sprintf(":%d", got) != scrape {
+			t.Errorf("ServiceMonitor scrapes port %s, the container's %d; /metrics is served without a key on %s",
+				sm.Spec.Endpoints[0].Port, got, scrape)
 		}
 	}
+}
+
+// servicePortTarget is the container port the Service's port of that name reaches, 0 if none.
+func servicePortTarget(s corev1.Service, c corev1.Container, name string) int32 {
+	for _, sp := range s.Spec.Ports {
+		if sp.Name != name {
+			continue
+		}
+		for _, cp := range c.Ports {
+			if cp.Name == sp.TargetPort.String() && cp.Protocol == sp.Protocol {
+				return cp.ContainerPort
+			}
+		}
+	}
+	return 0
 }
 
 func checkSelects(t *testing.T, what string, selector, podLabels map[string]string) {
@@ -388,6 +419,53 @@ func TestChartModes(t *testing.T) {
 	}
 }
 
+// TestChartServesMetricsWithoutAKeyOnTheAdminPort pins the admin listener (--admin-addr): on
+// with ports.admin, or at 9090 with API keys (whose API port answers the ServiceMonitor 401),
+// in the headless Service the ServiceMonitor scrapes and never in the client Service; the
+// probes stay on the API port, where /healthz and /readyz ask no key.
+func TestChartServesMetricsWithoutAKeyOnTheAdminPort(t *testing.T) {
+	keys := []string{"--set", "node.apiKeys.existingSecret=kvmesh-api-keys"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // KVMESH_ADMIN_ADDR
+	}{
+		{"defaults", nil, ""},
+		{"ports.admin", []string{"--set", "ports.admin=9100"}, ":9100"},
+		{"api keys", keys, ":9090"},
+		{"api keys and ports.admin", append([]string{"--set", "ports.admin=9200"}, keys...), ":9200"},
+		{"api keys sidecar", append([]string{"-f", filepath.Join(chartDir(t), "ci", "sidecar-values.yaml")}, keys...), ":9090"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helmTemplate(t, append([]string{"--set", "serviceMonitor.enabled=true"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := decodeManifests(t, out)
+			checkMesh(t, m) // the ServiceMonitor's port serves /metrics without a key
+			if len(m.serviceMonitors) != 1 {
+				t.Fatalf("%d ServiceMonitors; want 1", len(m.serviceMonitors))
+			}
+			var pod corev1.PodSpec
+			if len(m.daemonSets) == 1 {
+				pod = m.daemonSets[0].Spec.Template.Spec
+			} else {
+				pod = m.deployments[0].Spec.Template.Spec
+			}
+			if got := envOf(container(t, pod.Containers, "kvmesh"))["KVMESH_ADMIN_ADDR"].Value; got != tc.want {
+				t.Errorf("KVMESH_ADMIN_ADDR %q; want %q", got, tc.want)
+			}
+			for _, s := range m.services {
+				for _, p := range s.Spec.Ports {
+					if p.TargetPort.String() == "admin" && s.Spec.ClusterIP != corev1.ClusterIPNone {
+						t.Errorf("the client Service %s exposes the admin port, which asks no API key", s.Name)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestChartRefusesBrokenValues pins the refusals: values the schema forbids, and the checks
 // the templates make (a grace period shorter than the drain, sidecar mode without an engine).
 func TestChartRefusesBrokenValues(t *testing.T) {
@@ -403,6 +481,8 @@ func TestChartRefusesBrokenValues(t *testing.T) {
 		{"short grace", []string{"--set", "terminationGracePeriodSeconds=30"}, "terminationGracePeriodSeconds"},
 		{"sidecar without engine", []string{"--set", "mode=sidecar"}, "sidecar.engine"},
 		{"no tls secret", []string{"--set", "tls.existingSecret="}, "existingSecret"},
+		{"admin on the http port", []string{"--set", "ports.admin=8080"}, "ports.admin"},
+		{"admin on the gossip port", []string{"--set", "node.apiKeys.existingSecret=k", "--set", "ports.gossip=9090"}, "ports.admin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, tc.args...)

@@ -55,6 +55,20 @@ app.kubernetes.io/part-of: kvmesh
 {{- printf "%s.%s.svc.%s:%d" (include "kvmesh.meshService" .) .Release.Namespace .Values.clusterDomain (int .Values.ports.gossip) -}}
 {{- end -}}
 
+{{/*
+The admin listener's port, 0 when off: ports.admin, else 9090 while an API key file is loaded,
+for the API port then answers /metrics 401 to the ServiceMonitor, which has no key to send.
+*/}}
+{{- define "kvmesh.adminPort" -}}
+{{- if .Values.ports.admin -}}
+{{- int .Values.ports.admin -}}
+{{- else if .Values.node.apiKeys.existingSecret -}}
+9090
+{{- else -}}
+0
+{{- end -}}
+{{- end -}}
+
 {{- define "kvmesh.engineURL" -}}
 {{- if .Values.node.engine -}}
 {{- .Values.node.engine -}}
@@ -80,6 +94,10 @@ http://$(HOST_IP):8000
 {{- end -}}
 {{- if not .Values.tls.existingSecret -}}
 {{- fail "tls.existingSecret is required: a Secret with ca.crt and the node certificate" -}}
+{{- end -}}
+{{- $admin := include "kvmesh.adminPort" . | int -}}
+{{- if and $admin (or (eq $admin (int .Values.ports.http)) (eq $admin (int .Values.ports.gossip))) -}}
+{{- fail (printf "ports.admin (%d) must differ from ports.http and ports.gossip: both are TCP listeners" $admin) -}}
 {{- end -}}
 {{- end -}}
 
@@ -154,6 +172,10 @@ NAME.crt from the Secret when it has one and tls.crt otherwise. It refuses a Sec
       value: {{ include "kvmesh.join" . | quote }}
     - name: KVMESH_HTTP
       value: {{ printf ":%d" (int .Values.ports.http) | quote }}
+    {{- with include "kvmesh.adminPort" . | int }}
+    - name: KVMESH_ADMIN_ADDR
+      value: {{ printf ":%d" . | quote }}
+    {{- end }}
     - name: KVMESH_GOSSIP
       value: {{ printf ":%d" (int .Values.ports.gossip) | quote }}
     - name: KVMESH_QUIC
@@ -206,6 +228,11 @@ NAME.crt from the Secret when it has one and tls.crt otherwise. It refuses a Sec
     - name: http
       containerPort: {{ .Values.ports.http }}
       protocol: TCP
+    {{- with include "kvmesh.adminPort" . | int }}
+    - name: admin
+      containerPort: {{ . }}
+      protocol: TCP
+    {{- end }}
     - name: gossip
       containerPort: {{ .Values.ports.gossip }}
       protocol: TCP
