@@ -56,13 +56,14 @@ app.kubernetes.io/part-of: kvmesh
 {{- end -}}
 
 {{/*
-The admin listener's port, 0 when off: ports.admin, else 9090 while an API key file is loaded,
-for the API port then answers /metrics 401 to the ServiceMonitor, which has no key to send.
+The admin listener's port, 0 when off: ports.admin, else 9090 while a ServiceMonitor scrapes a
+node with an API key file, for the API port then answers /metrics 401 to it, which has no key
+to send. Not otherwise: the listener answers anyone who reaches the pod without a key.
 */}}
 {{- define "kvmesh.adminPort" -}}
 {{- if .Values.ports.admin -}}
 {{- int .Values.ports.admin -}}
-{{- else if .Values.node.apiKeys.existingSecret -}}
+{{- else if and .Values.node.apiKeys.existingSecret .Values.serviceMonitor.enabled -}}
 9090
 {{- else -}}
 0
