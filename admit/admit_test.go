@@ -728,6 +728,35 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
+// TestConfigNamesMaxPriority pins that keys.max_priority takes a priority's name, as
+// --max-priority does, or an integer, and refuses anything else with what to write.
+func TestConfigNamesMaxPriority(t *testing.T) {
+	for in, want := range map[string]int{`"high"`: PriorityHigh, `"low"`: PriorityLow, `3`: 3} {
+		cfg, err := LoadConfig([]byte(`{"models":{"m":{"context_tokens":4096}},"keys":{"max_priority":` + in + `}}`))
+		if err != nil || cfg.Keys.MaxPriority == nil || *cfg.Keys.MaxPriority != want {
+			t.Errorf("keys.max_priority %s: %v, %v; want %d", in, cfg.Keys.MaxPriority, err, want)
+		}
+	}
+	base := DefaultConfig()
+	base.Keys.MaxPriority = new(int)
+	cfg, err := DecodeConfig([]byte(`{"keys":{"max_priority":"high","rate_tokens_per_second":5}}`), base)
+	if err != nil || *cfg.Keys.MaxPriority != PriorityHigh || cfg.Keys.RateTokens != 5 || *base.Keys.MaxPriority != 0 {
+		t.Errorf("over a base: %+v, %v (base %d)", cfg.Keys, err, *base.Keys.MaxPriority)
+	}
+	if cfg, err = DecodeConfig([]byte(`{"keys":{"burst_tokens":9}}`), base); err != nil || cfg.Keys.MaxPriority == nil || *cfg.Keys.MaxPriority != 0 {
+		t.Errorf("a file without max_priority lost the base's: %+v, %v", cfg.Keys, err)
+	}
+	for in, want := range map[string]string{
+		`{"keys":{"max_priority":"urgent"}}`: `max_priority "urgent": want high, normal, low or an integer in [-1000, 1000]`,
+		`{"keys":{"max_priority":1.5}}`:      `max_priority "1.5": want`,
+		`{"keys":{"max_prio":1}}`:            `unknown key "keys.max_prio"`,
+	} {
+		if _, err := DecodeConfig([]byte(in), DefaultConfig()); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeConfig(%s) = %v, want an ErrConfig containing %q", in, err, want)
+		}
+	}
+}
+
 func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	a, err := New(Config{Models: map[string]ModelConfig{"m": {ContextTokens: 4096}}})
 	if err != nil {

@@ -284,9 +284,12 @@ func LoadConfig(data []byte) (Config, error) {
 // error that says what to write instead.
 func DecodeConfig(data []byte, base Config) (Config, error) {
 	cfg := base.WithDefaults()
-	if err := jsonconf.Decode(data, &cfg); err != nil {
+	f := configFile{Config: cfg, Keys: keysFile{KeyConfig: cfg.Keys, MaxPriority: (*Priority)(cfg.Keys.MaxPriority)}}
+	if err := jsonconf.Decode(data, &f); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	cfg, cfg.Keys = f.Config, f.Keys.KeyConfig
+	cfg.Keys.MaxPriority = (*int)(f.Keys.MaxPriority)
 	// base has no zero where the default is not zero, so such a zero came from data.
 	d := DefaultConfig()
 	for _, z := range []struct {
@@ -320,6 +323,18 @@ func DecodeConfig(data []byte, base Config) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %s: 0 takes the default (%s) and cannot turn the setting off; write the value you want", ErrConfig, z.key, def)
 	}
 	return cfg, nil
+}
+
+// configFile is Config as a file writes it: keys.max_priority a Priority, which takes a name
+// ("high"), where Config keeps the *int its callers (--max-priority) set.
+type configFile struct {
+	Config
+	Keys keysFile `json:"keys"`
+}
+
+type keysFile struct {
+	KeyConfig
+	MaxPriority *Priority `json:"max_priority"`
 }
 
 // WithDefaults returns c with every zero field set to its default, unvalidated.

@@ -179,6 +179,43 @@ carbon:
 	}
 }
 
+// TestPriorityNamesInFiles pins that max_priority takes a priority's name in a YAML config
+// file and in a JSON key file, on every reload, as --max-priority does.
+func TestPriorityNamesInFiles(t *testing.T) {
+	dir := t.TempDir()
+	path, keys := filepath.Join(dir, "kvmesh.yaml"), filepath.Join(dir, "keys.json")
+	writeFile(t, path, "admission:\n  keys: {max_priority: high}\n")
+	keyFile := func(p string) string {
+		return `[{"sha256": "` + admit.HashKey("sk-plain") + `", "tenant": "plain"},
+			{"sha256": "` + admit.HashKey("sk-capped") + `", "tenant": "capped", "max_priority": "` + p + `"}]`
+	}
+	writeFile(t, keys, keyFile("low"))
+	n, _ := reloadable(t, path, func(c *Config) { c.APIKeysFile = keys })
+	if err := n.Reload(); err != nil { // reads the key file, as Start does
+		t.Fatal(err)
+	}
+	granted := func(key string) int {
+		maxTokens := 16
+		_, d := n.adm.Identify(time.Now(), admit.Request{ID: "r", Model: DefaultModel, PromptTokens: 10, MaxTokens: &maxTokens,
+			APIKey: key, Priority: 1000})
+		return d.Priority
+	}
+	if p, q := granted("sk-plain"), granted("sk-capped"); p != admit.PriorityHigh || q != admit.PriorityLow {
+		t.Errorf("granted %d to a key naming none and %d to a low key; want high (the config's) and low", p, q)
+	}
+	writeFile(t, keys, keyFile("normal"))
+	if err := n.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if q := granted("sk-capped"); q != admit.PriorityNormal {
+		t.Errorf("after the reload: granted %d, want normal", q)
+	}
+	writeFile(t, keys, keyFile("urgent"))
+	if err := n.Reload(); err == nil || !strings.Contains(err.Error(), `max_priority "urgent": want high, normal, low`) {
+		t.Errorf("a key file naming no priority: Reload %v", err)
+	}
+}
+
 // TestReloadRejectsABadFile pins that a file that does not parse, names an unknown key or holds
 // an invalid value changes nothing: one ERROR line, the error count up by one, the previous
 // settings and hash in force.
