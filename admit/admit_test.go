@@ -706,6 +706,10 @@ func TestLoadConfig(t *testing.T) {
 		cfg.Queue.DispatchSlack != 0.2 {
 		t.Fatalf("loaded %+v", cfg)
 	}
+	// Zero is the default where 0 never meant off (docs/operating.md's example).
+	if cfg, err := LoadConfig([]byte(`{"models":{"m":{"context_tokens":4096}},"queue":{"max_total":0}}`)); err != nil || cfg.Queue.MaxTotal != 16384 {
+		t.Errorf("queue.max_total 0: %d, %v; want the default 16384", cfg.Queue.MaxTotal, err)
+	}
 	for _, tt := range []struct{ in, want string }{
 		{`{"models":{"m":{"context_tokens":4096}},"bogus":1}`, `unknown key "bogus"`},
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"max_requets":1}}`, `unknown key "queue.max_requets"`},
@@ -716,10 +720,10 @@ func TestLoadConfig(t *testing.T) {
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"soon"}}`, `duration "soon"`},
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"dispatch_slack":1}}`, "dispatch_slack"},
 		// Zero once turned these off; now it is the default, so a file that says 0 is stopped.
-		{`{"models":{"m":{"context_tokens":4096}},"queue":{"backfill":0}}`, "queue.backfill: 0 takes the default (8); -1 turns it off"},
-		{`{"models":{"m":{"context_tokens":4096}},"queue":{"max_requests":0}}`, "queue.max_requests: 0 takes the default (1024); -1"},
-		{`{"models":{"m":{"context_tokens":4096}},"slo":{"normal":{"tpot":"0"}}}`, `slo.normal.tpot: 0 takes the default ("200ms")`},
-		{`{"models":{"m":{"context_tokens":4096}},"validation":{"max_stop":0}}`, "validation.max_stop: 0 takes the default (4)"},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"backfill":0}}`, "queue.backfill: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (8)"},
+		{`{"models":{"m":{"context_tokens":4096}},"queue":{"max_requests":0}}`, "queue.max_requests: 0 is refused, as it once turned the setting off: write -1"},
+		{`{"models":{"m":{"context_tokens":4096}},"slo":{"normal":{"tpot":"0"}}}`, `slo.normal.tpot: 0 is refused, as it once turned the setting off, which nothing does now: write the value you want, or leave the key out for the default ("200ms")`},
+		{`{"models":{"m":{"context_tokens":4096}},"validation":{"max_stop":0}}`, "validation.max_stop: 0 is refused"},
 	} {
 		_, err := LoadConfig([]byte(tt.in))
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.want) {

@@ -113,7 +113,7 @@ func TestLoadConfigFileRejects(t *testing.T) {
 		{"a bad duration", `{"route": {"max_age": "3 seconds"}}`, `route.max_age: duration "3 seconds"`},
 		{"a wrong type", `{"node": {"forward_attempts": "two"}}`, `forward_attempts`},
 		{"an admission setting at the top of a new file", `{"node": {}, "queue": {}}`, `"queue" is an admission setting: put it in the "admission" section`},
-		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `queue.backfill: 0 takes the default (8); -1 turns it off`},
+		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `queue.backfill: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (8)`},
 		{"a bad stale policy", `{"route": {"stale_policy": "sometimes"}}`, `stale policy "sometimes"`},
 		{"not an object", `[1]`, `config file`},
 	}
