@@ -25,6 +25,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/transport"
+	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/bench"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
@@ -369,6 +370,27 @@ func TestCompletionScripts(t *testing.T) {
 	}
 	if _, err := run(t, "completion", "ksh"); err == nil {
 		t.Errorf("completion ksh: no error")
+	}
+}
+
+// TestHelpShowsOneDefaultPerFlag fails for a flag whose help line shows two defaults, one
+// written into its Usage and urfave/cli's own (use DefaultText for the first).
+func TestHelpShowsOneDefaultPerFlag(t *testing.T) {
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				if n := strings.Count(f.String(), "(default:"); n > 1 {
+					t.Errorf("%s %s: %d defaults in %q", path, c.Name, n, f.String())
+				}
+			}
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	walk("kvmesh", newApp().Commands)
+	help, err := run(t, "testnet", "--help")
+	if err != nil || !strings.Contains(help, fmt.Sprintf("(default: on above %d nodes)", testnet.LightAbove)) {
+		t.Errorf("kvmesh testnet --help does not give --light's default: %v\n%s", err, help)
 	}
 }
 
