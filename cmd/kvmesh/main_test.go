@@ -394,6 +394,28 @@ func TestHelpShowsOneDefaultPerFlag(t *testing.T) {
 	}
 }
 
+// TestEveryFlagHasAVariable pins operating.md's rule that every flag of every command has an
+// environment variable, but --print-config, which only a command line asks for.
+func TestEveryFlagHasAVariable(t *testing.T) {
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				ev, ok := f.(interface{ GetEnvVars() []string })
+				if f.Names()[0] != "print-config" && (!ok || len(ev.GetEnvVars()) == 0) {
+					t.Errorf("%s %s --%s has no environment variable", path, c.Name, f.Names()[0])
+				}
+			}
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	walk("kvmesh", newApp().Commands)
+	t.Setenv("KVMESH_CONFIG_FORMAT", "yaml")
+	if out, err := run(t, "config", "defaults"); err != nil || !strings.Contains(out, "admission:\n") {
+		t.Errorf("KVMESH_CONFIG_FORMAT=yaml: %v\n%s", err, out)
+	}
+}
+
 // run runs the kvmesh app on args and returns what it printed.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
