@@ -137,8 +137,9 @@ type KVConfig struct {
 	DecodeQueueOff float64 `json:"decode_queue_off"`
 }
 
-// QueueConfig is layers 5 and 6 and the waiting room. Zero fields take the defaults; the
-// settings that can be turned off say which negative value does it.
+// QueueConfig is layers 5 and 6 and the waiting room. Zero fields take the defaults (a file's
+// 0 for the settings it once turned off is refused: DecodeConfig); the settings that can be
+// turned off say which negative value does it.
 type QueueConfig struct {
 	// MaxRequests waiting per (model, role). Default 1024: a few seconds of a busy pool's
 	// arrivals, bounded memory. Negative (-1) disables queueing: everything that cannot run at
@@ -216,7 +217,8 @@ type SLOConfig struct {
 //
 // The zero rule, as in every kvmesh config: a zero field means its default (DefaultConfig's
 // value), which New fills in; a setting that can be turned off is turned off by an explicit
-// value, the negative one its documentation names, never by zero.
+// value, the negative one its documentation names, never by zero. In a file, DecodeConfig
+// refuses a 0 for a setting that 0 once turned off, rather than read it as the default.
 type Config struct {
 	// Models the mesh serves, by name. ModelInfo, if set, takes precedence: the node wires it
 	// to the gossiped set. At least one of them is required.
@@ -284,9 +286,12 @@ func LoadConfig(data []byte) (Config, error) {
 // error that says what to write instead.
 func DecodeConfig(data []byte, base Config) (Config, error) {
 	cfg := base.WithDefaults()
-	if err := jsonconf.Decode(data, &cfg); err != nil {
+	f := configFile{Config: cfg, Keys: keysFile{KeyConfig: cfg.Keys, MaxPriority: (*Priority)(cfg.Keys.MaxPriority)}}
+	if err := jsonconf.Decode(data, &f); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	cfg, cfg.Keys = f.Config, f.Keys.KeyConfig
+	cfg.Keys.MaxPriority = (*int)(f.Keys.MaxPriority)
 	// base has no zero where the default is not zero, so such a zero came from data.
 	d := DefaultConfig()
 	for _, z := range []struct {
@@ -315,11 +320,23 @@ func DecodeConfig(data []byte, base Config) (Config, error) {
 		}
 		def, _ := json.Marshal(z.def)
 		if z.offWithNeg {
-			return Config{}, fmt.Errorf("%w: %s: 0 takes the default (%s); -1 turns it off", ErrConfig, z.key, def)
+			return Config{}, fmt.Errorf("%w: %s: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (%s)", ErrConfig, z.key, def)
 		}
-		return Config{}, fmt.Errorf("%w: %s: 0 takes the default (%s) and cannot turn the setting off; write the value you want", ErrConfig, z.key, def)
+		return Config{}, fmt.Errorf("%w: %s: 0 is refused, as it once turned the setting off, which nothing does now: write the value you want, or leave the key out for the default (%s)", ErrConfig, z.key, def)
 	}
 	return cfg, nil
+}
+
+// configFile is Config as a file writes it: keys.max_priority a Priority, which takes a name
+// ("high"), where Config keeps the *int its callers (--max-priority) set.
+type configFile struct {
+	Config
+	Keys keysFile `json:"keys"`
+}
+
+type keysFile struct {
+	KeyConfig
+	MaxPriority *Priority `json:"max_priority"`
 }
 
 // WithDefaults returns c with every zero field set to its default, unvalidated.

@@ -1,6 +1,8 @@
 package admit
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -21,9 +23,22 @@ const MaxHeaderDuration = 24 * time.Hour
 // ParsePriority parses X-Kvmesh-Priority: "high", "normal", "low" (any case) or an integer in
 // [-1000, 1000]. The empty string is the default, normal (0).
 func ParsePriority(s string) (int, error) {
+	if strings.TrimSpace(s) == "" {
+		return PriorityNormal, nil
+	}
+	v, err := readPriority("priority", s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrHeader, err)
+	}
+	return v, nil
+}
+
+// readPriority reads a priority by name or number, as X-Kvmesh-Priority, --max-priority and
+// max_priority all take it; what names the setting in the error.
+func readPriority(what, s string) (int, error) {
 	s = strings.TrimSpace(s)
 	switch strings.ToLower(s) {
-	case "", "normal":
+	case "normal":
 		return PriorityNormal, nil
 	case "high":
 		return PriorityHigh, nil
@@ -32,10 +47,34 @@ func ParsePriority(s string) (int, error) {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < -maxPriorityValue || v > maxPriorityValue {
-		return 0, fmt.Errorf("%w: priority %q: want high, normal, low or an integer in [-%d, %d]",
-			ErrHeader, clip(s), maxPriorityValue, maxPriorityValue)
+		return 0, fmt.Errorf("%s %q: want high, normal, low or an integer in [-%d, %d]",
+			what, clip(s), maxPriorityValue, maxPriorityValue)
 	}
 	return v, nil
+}
+
+// Priority is a max_priority in a key file or a config file: a JSON integer or a name ("high",
+// "normal", "low"), as the text key file and --max-priority take it, so no format needs the
+// numbers behind the names.
+type Priority int
+
+// UnmarshalJSON reads an integer in [-1000, 1000] or a priority's name.
+func (p *Priority) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if s == "null" {
+		return nil
+	}
+	if strings.HasPrefix(s, `"`) {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("admit: max_priority: %w", err)
+		}
+	}
+	v, err := readPriority("max_priority", s)
+	if err != nil {
+		return fmt.Errorf("admit: %w", err)
+	}
+	*p = Priority(v)
+	return nil
 }
 
 // ParseDuration parses X-Kvmesh-Queue-TTL, X-Kvmesh-TTFT-SLO and X-Kvmesh-TPOT-SLO: a Go

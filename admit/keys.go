@@ -25,7 +25,7 @@ type KeyEntry struct {
 	Burst  int     `json:"burst_tokens,omitempty"`           // 0: the config default (or the rate × 1 s)
 	// MaxPriority is the highest X-Kvmesh-Priority the key may ask for; a higher one is
 	// clamped to it. nil: the config's Keys.MaxPriority, else normal (0).
-	MaxPriority *int `json:"max_priority,omitempty"`
+	MaxPriority *Priority `json:"max_priority,omitempty"`
 }
 
 type keyState struct {
@@ -58,7 +58,8 @@ type Keys struct {
 //	# sha256(key)                                                     tenant  rate  burst  max_priority
 //	9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 acme    2000  16000  high
 //
-// JSON: an array of KeyEntry, e.g. [{"sha256":"9f86...","tenant":"acme","rate_tokens_per_second":2000,"max_priority":1}].
+// JSON: an array of KeyEntry, e.g. [{"sha256":"9f86...","tenant":"acme","rate_tokens_per_second":2000,"max_priority":"high"}]
+// (max_priority a name or an integer, as in the text format).
 //
 // Rates are in tokens per second, where a request costs its prompt tokens plus max_tokens.
 // The same hash twice is an error.
@@ -66,8 +67,15 @@ func ParseKeys(data []byte) ([]KeyEntry, error) {
 	trimmed := bytes.TrimSpace(data)
 	var out []KeyEntry
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		if err := json.Unmarshal(trimmed, &out); err != nil {
+		var raw []json.RawMessage
+		if err := json.Unmarshal(trimmed, &raw); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrKeys, err)
+		}
+		out = make([]KeyEntry, len(raw))
+		for i, r := range raw { // one by one, so that an error names its entry
+			if err := json.Unmarshal(r, &out[i]); err != nil {
+				return nil, fmt.Errorf("%w: entry %d: %w", ErrKeys, i+1, err)
+			}
 		}
 	} else {
 		sc := bufio.NewScanner(bytes.NewReader(data))
@@ -85,11 +93,12 @@ func ParseKeys(data []byte) ([]KeyEntry, error) {
 			}
 			e := KeyEntry{SHA256: f[0], Tenant: f[1]}
 			if len(f) == 5 {
-				p, err := ParsePriority(f[4])
+				p, err := readPriority("max_priority", f[4])
 				if err != nil {
-					return nil, fmt.Errorf("%w: line %d: max_priority: %w", ErrKeys, line, err)
+					return nil, fmt.Errorf("%w: line %d: %w", ErrKeys, line, err)
 				}
-				e.MaxPriority = &p
+				mp := Priority(p)
+				e.MaxPriority = &mp
 			}
 			if len(f) >= 4 {
 				r, err := strconv.ParseFloat(f[2], 64)
@@ -157,7 +166,7 @@ func (k *Keys) Replace(entries []KeyEntry, now time.Time) error {
 		}
 		st := &keyState{tenant: e.Tenant, rate: e.Rate, burst: e.Burst, maxPrio: k.defMaxPrio}
 		if e.MaxPriority != nil {
-			st.maxPrio = *e.MaxPriority
+			st.maxPrio = int(*e.MaxPriority)
 		}
 		copy(st.hash[:], h)
 		if st.rate == 0 {

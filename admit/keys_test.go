@@ -3,6 +3,7 @@ package admit
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -117,6 +118,30 @@ func TestKeysZeroValueIsOpen(t *testing.T) {
 	var k Keys
 	if k.Len() != 0 || k.lookup("x") != nil {
 		t.Fatal("zero Keys is not empty")
+	}
+}
+
+// TestJSONKeyFileNamesPriorities pins that a JSON key file's max_priority takes the names the
+// text format and --max-priority take, as well as an integer, and refuses anything else,
+// naming the entry.
+func TestJSONKeyFileNamesPriorities(t *testing.T) {
+	entry := func(p string) []byte {
+		return []byte(`[{"sha256":"` + HashKey("sk-a") + `","tenant":"a"},{"sha256":"` + HashKey("sk-b") + `","tenant":"b","max_priority":` + p + `}]`)
+	}
+	for in, want := range map[string]Priority{`"high"`: PriorityHigh, `"Low"`: PriorityLow, `"normal"`: PriorityNormal, `5`: 5, `-1000`: -1000} {
+		got, err := ParseKeys(entry(in))
+		if err != nil || got[1].MaxPriority == nil || *got[1].MaxPriority != want {
+			t.Errorf("max_priority %s: %+v, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{`"urgent"`, `""`, `1.5`, `1001`, `true`} {
+		_, err := ParseKeys(entry(in))
+		if !errors.Is(err, ErrKeys) || !strings.Contains(err.Error(), "entry 2: ") || !strings.Contains(err.Error(), "max_priority") {
+			t.Errorf("max_priority %s: %v, want an ErrKeys naming entry 2's max_priority", in, err)
+		}
+	}
+	if _, err := ParseKeys(entry(`"urgent"`)); err == nil || !strings.Contains(err.Error(), "want high, normal, low or an integer") {
+		t.Errorf("a bad word's error does not say what to write: %v", err)
 	}
 }
 

@@ -32,7 +32,9 @@ import (
 // an explicit field, never by zero: a nil pointer (Agents, Carbon), a bool
 // (route.Config.DisablePowerCapFilter), or the negative value its documentation names
 // (admit's queue.backfill -1, route's weights -1, gossip.AnyPort). Negative values elsewhere
-// are errors.
+// are errors. A config file's 0 for an admission setting that 0 once turned off
+// (queue.backfill) is refused, not read as the default (admit.DecodeConfig), so an old file
+// cannot change meaning unseen.
 //
 // The JSON names are those of the config file's "node" section; the sub-configs are sections
 // of their own (see LoadConfigFile).

@@ -2,13 +2,17 @@ package node
 
 import (
 	"crypto/tls"
+	"encoding"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/internal/jsonconf"
@@ -113,7 +117,7 @@ func TestLoadConfigFileRejects(t *testing.T) {
 		{"a bad duration", `{"route": {"max_age": "3 seconds"}}`, `route.max_age: duration "3 seconds"`},
 		{"a wrong type", `{"node": {"forward_attempts": "two"}}`, `forward_attempts`},
 		{"an admission setting at the top of a new file", `{"node": {}, "queue": {}}`, `"queue" is an admission setting: put it in the "admission" section`},
-		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `queue.backfill: 0 takes the default (8); -1 turns it off`},
+		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `queue.backfill: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (8)`},
 		{"a bad stale policy", `{"route": {"stale_policy": "sometimes"}}`, `stale policy "sometimes"`},
 		{"not an object", `[1]`, `config file`},
 	}
@@ -252,6 +256,84 @@ func TestConfigFileRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPrintedConfigHasEveryKey pins that MarshalConfigFile, and so kvmesh config defaults,
+// prints every key the config file accepts, found by walking the file's Go types: a key left
+// out (omitempty on a nil default) would read back the same, so the round trip cannot see it.
+// A section that is off prints as null; with agents and carbon on, their keys must show too.
+func TestPrintedConfigHasEveryKey(t *testing.T) {
+	keys := fileKeys(reflect.TypeFor[fileLayout[admit.Config]](), "")
+	if len(keys) < 100 {
+		t.Fatalf("found only %d keys: %q", len(keys), keys)
+	}
+	on := DefaultConfig()
+	ac, cc := agent.DefaultConfig(), DefaultCarbonConfig()
+	on.Agents, on.Carbon = &ac, &cc
+	for name, cfg := range map[string]Config{"defaults": DefaultConfig(), "every section on": on} {
+		out, err := MarshalConfigFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tree map[string]any
+		if err := json.Unmarshal(out, &tree); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range keys {
+			if !printed(tree, strings.Split(key, "."), cfg.Agents == nil || cfg.Carbon == nil) {
+				t.Errorf("%s: %s is not printed", name, key)
+			}
+		}
+	}
+}
+
+// fileKeys lists the keys a value of type t accepts in a config file, as paths under prefix:
+// the JSON names of its fields, those of untagged embedded structs promoted as encoding/json
+// does, down to values that are not structs or decode themselves (durations, policies).
+func fileKeys(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	p := reflect.PointerTo(t)
+	if t.Kind() != reflect.Struct || p.Implements(reflect.TypeFor[json.Unmarshaler]()) ||
+		p.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+		return []string{prefix}
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || (!f.IsExported() && !f.Anonymous):
+			continue
+		case f.Anonymous && name == "":
+			out = append(out, fileKeys(f.Type, prefix)...)
+			continue
+		case name == "":
+			name = f.Name
+		}
+		if prefix != "" {
+			name = prefix + "." + name
+		}
+		out = append(out, fileKeys(f.Type, name)...)
+	}
+	return out
+}
+
+// printed reports whether tree holds the key at path, or, with offOK, a null on the way to it
+// (a section that is off).
+func printed(tree map[string]any, path []string, offOK bool) bool {
+	v, ok := tree[path[0]]
+	switch {
+	case !ok:
+		return false
+	case len(path) == 1:
+		return true
+	case v == nil:
+		return offOK
+	}
+	sub, ok := v.(map[string]any)
+	return ok && printed(sub, path[1:], offOK)
 }
 
 // TestConfigFileFormats pins how a config file's format is told: YAML and JSON saying the same

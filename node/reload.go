@@ -26,7 +26,8 @@ const noConfigFile = "none"
 // can change while the node runs: admission (validation bounds, budgets, tenants, the KV marks,
 // the waiting room's caps and TTL, the SLO classes), routing (thresholds, weights, the gate),
 // the carbon tracker's threshold, staleness and fail mode, and the keys. Every other setting
-// the file changes takes effect at the next restart; each one is named in a WARN line. The
+// the file changes takes effect at the next restart: each reload names each one that differs
+// from what the node started with in a WARN line, so the latest reload says what is pending. The
 // file is read over DefaultConfig with Config.Overrides applied after it, as at start, so a
 // setting given by a flag keeps winning.
 //

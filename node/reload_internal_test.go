@@ -179,6 +179,43 @@ carbon:
 	}
 }
 
+// TestPriorityNamesInFiles pins that max_priority takes a priority's name in a YAML config
+// file and in a JSON key file, on every reload, as --max-priority does.
+func TestPriorityNamesInFiles(t *testing.T) {
+	dir := t.TempDir()
+	path, keys := filepath.Join(dir, "kvmesh.yaml"), filepath.Join(dir, "keys.json")
+	writeFile(t, path, "admission:\n  keys: {max_priority: high}\n")
+	keyFile := func(p string) string {
+		return `[{"sha256": "` + admit.HashKey("sk-plain") + `", "tenant": "plain"},
+			{"sha256": "` + admit.HashKey("sk-capped") + `", "tenant": "capped", "max_priority": "` + p + `"}]`
+	}
+	writeFile(t, keys, keyFile("low"))
+	n, _ := reloadable(t, path, func(c *Config) { c.APIKeysFile = keys })
+	if err := n.Reload(); err != nil { // reads the key file, as Start does
+		t.Fatal(err)
+	}
+	granted := func(key string) int {
+		maxTokens := 16
+		_, d := n.adm.Identify(time.Now(), admit.Request{ID: "r", Model: DefaultModel, PromptTokens: 10, MaxTokens: &maxTokens,
+			APIKey: key, Priority: 1000})
+		return d.Priority
+	}
+	if p, q := granted("sk-plain"), granted("sk-capped"); p != admit.PriorityHigh || q != admit.PriorityLow {
+		t.Errorf("granted %d to a key naming none and %d to a low key; want high (the config's) and low", p, q)
+	}
+	writeFile(t, keys, keyFile("normal"))
+	if err := n.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if q := granted("sk-capped"); q != admit.PriorityNormal {
+		t.Errorf("after the reload: granted %d, want normal", q)
+	}
+	writeFile(t, keys, keyFile("urgent"))
+	if err := n.Reload(); err == nil || !strings.Contains(err.Error(), `max_priority "urgent": want high, normal, low`) {
+		t.Errorf("a key file naming no priority: Reload %v", err)
+	}
+}
+
 // TestReloadRejectsABadFile pins that a file that does not parse, names an unknown key or holds
 // an invalid value changes nothing: one ERROR line, the error count up by one, the previous
 // settings and hash in force.
@@ -240,24 +277,30 @@ func TestReloadRejectsBadYAML(t *testing.T) {
 }
 
 // TestReloadLeavesRestartSettings pins that a setting a running node cannot change is logged,
-// one WARN line naming its key, and not applied, while the live settings beside it are; and
-// that once the file says again what the node runs with, nothing is logged.
+// one WARN line naming its key on every reload that finds it still changed, whatever its
+// section, and not applied, while the live settings beside it are; and that once the file
+// says again what the node runs with, nothing is logged.
 func TestReloadLeavesRestartSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kvmesh.json")
 	writeFile(t, path, `{"route": {"busy_kv_use": 0.9}}`)
 	n, log := reloadable(t, path, nil)
 	writeFile(t, path, `{"route": {"busy_kv_use": 0.8, "seed": 7, "eject": {"failures": 5}}, "node": {"forward_attempts": 5},
-		"gossip": {"bind_port": 7000}, "admission": {"queue": {"drain_window": "30s"}}}`)
-	if err := n.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{"route.seed", "route.eject.failures", "node.forward_attempts", "gossip.bind_port", "admission.queue.drain_window"} {
-		if l := log.lines("level=WARN", "key="+key); len(l) != 1 {
-			t.Errorf("want one WARN line naming %s, got %q", key, l)
+		"gossip": {"bind_port": 7000, "stale_after": "5s"}, "admission": {"queue": {"drain_window": "30s"}}}`)
+	restart := []string{"route.seed", "route.eject.failures", "node.forward_attempts", "gossip.bind_port", "gossip.stale_after",
+		"admission.queue.drain_window"}
+	for reload := 1; reload <= 2; reload++ {
+		log.reset()
+		if err := n.Reload(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if w := log.lines("level=WARN"); len(w) != 5 {
-		t.Errorf("want 5 WARN lines, got %q", w)
+		for _, key := range restart {
+			if l := log.lines("level=WARN", "key="+key); len(l) != 1 {
+				t.Errorf("reload %d: want one WARN line naming %s, got %q", reload, key, l)
+			}
+		}
+		if w := log.lines("level=WARN"); len(w) != len(restart) {
+			t.Errorf("reload %d: want %d WARN lines, got %q", reload, len(restart), w)
+		}
 	}
 	rc := n.planner.Policy().Config()
 	if rc.BusyKVUse != 0.8 {

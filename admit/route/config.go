@@ -205,12 +205,12 @@ type Config struct {
 	// DecodeLocalPrefill lets a decode peer run a whole request, prefill included, when the
 	// split rule finds the prefill pool of no use to it: its uncached prompt there is under
 	// SplitMinTokens, or the best pair misses the request's TTFT target (no pair at all
-	// included) while the decode peer meets it and its TPOT SLO (Decide). Nil, the default,
-	// is on; false turns it off. A decode node reads its own: with it off it runs decode
+	// included) while the decode peer meets it and its TPOT SLO (Decide). Nil, the default
+	// (null in a config file, which prints it like every other key), is on; false turns it off. A decode node reads its own: with it off it runs decode
 	// halves only, says so in its state record (Peer.HalvesOnly), so that no ingress offers it
 	// a whole request, and refuses one (wrong_role) all the same. An ingress with it off
 	// offers decode peers none.
-	DecodeLocalPrefill *bool `json:"decode_local_prefill,omitempty"`
+	DecodeLocalPrefill *bool `json:"decode_local_prefill"`
 
 	// Reservations.
 

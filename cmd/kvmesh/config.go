@@ -18,7 +18,7 @@ func configCommand() *cli.Command {
 				Name:  "defaults",
 				Usage: "print every setting at its default, as a config file to start from (kvmesh node --print-config prints a node's own)",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "format", Value: "json", Usage: "json or yaml"},
+					&cli.StringFlag{Name: "format", Value: "json", Usage: "json or yaml", EnvVars: env("config-format")},
 				},
 				Action: func(c *cli.Context) error {
 					return printConfig(c.App.Writer, node.DefaultConfig(), c.String("format"))

@@ -25,6 +25,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/transport"
+	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/bench"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
@@ -391,6 +392,50 @@ func TestCompletionScripts(t *testing.T) {
 	if _, err := run(t, "completion", "ksh"); err == nil {
 		t.Errorf("completion ksh: no error")
 	}
+}
+
+// TestHelpShowsOneDefaultPerFlag fails for a flag whose help line shows two defaults, one
+// written into its Usage and urfave/cli's own (use DefaultText for the first).
+func TestHelpShowsOneDefaultPerFlag(t *testing.T) {
+	eachFlag(func(cmd string, f cli.Flag) {
+		if n := strings.Count(f.String(), "(default:"); n > 1 {
+			t.Errorf("%s: %d defaults in %q", cmd, n, f.String())
+		}
+	})
+	help, err := run(t, "testnet", "--help")
+	if err != nil || !strings.Contains(help, fmt.Sprintf("(default: on above %d nodes)", testnet.LightAbove)) {
+		t.Errorf("kvmesh testnet --help does not give --light's default: %v\n%s", err, help)
+	}
+}
+
+// TestEveryFlagHasAVariable pins operating.md's rule that every flag of every command has an
+// environment variable, but --print-config, which only a command line asks for.
+func TestEveryFlagHasAVariable(t *testing.T) {
+	eachFlag(func(cmd string, f cli.Flag) {
+		ev, ok := f.(interface{ GetEnvVars() []string })
+		if f.Names()[0] != "print-config" && (!ok || len(ev.GetEnvVars()) == 0) {
+			t.Errorf("%s --%s has no environment variable", cmd, f.Names()[0])
+		}
+	})
+	t.Setenv("KVMESH_CONFIG_FORMAT", "yaml")
+	if out, err := run(t, "config", "defaults"); err != nil || !strings.Contains(out, "admission:\n") {
+		t.Errorf("KVMESH_CONFIG_FORMAT=yaml: %v\n%s", err, out)
+	}
+}
+
+// eachFlag calls fn with every flag of every command and subcommand, and the command's path
+// ("kvmesh config defaults").
+func eachFlag(fn func(cmd string, f cli.Flag)) {
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				fn(path+" "+c.Name, f)
+			}
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	walk("kvmesh", newApp().Commands)
 }
 
 // run runs the kvmesh app on args and returns what it printed.

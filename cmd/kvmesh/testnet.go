@@ -18,7 +18,8 @@ func testnetCommand() *cli.Command {
 		Usage: "run a local mesh of N nodes on loopback on the simulated engine, embedded or external (mTLS, gossip key), until Ctrl-C",
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes", EnvVars: env("testnet-nodes")},
-			&cli.BoolFlag{Name: "light", Usage: fmt.Sprintf("light nodes, so that dozens share two cores: state records every 5 s, no GPU telemetry, a small KV pool (default: on above %d nodes)", testnet.LightAbove), EnvVars: env("testnet-light")},
+			&cli.BoolFlag{Name: "light", Usage: "light nodes, so that dozens share two cores: state records every 5 s, no GPU telemetry, a small KV pool",
+				DefaultText: fmt.Sprintf("on above %d nodes", testnet.LightAbove), EnvVars: env("testnet-light")},
 			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
 			&cli.StringFlag{Name: "engines", Value: testnet.EnginesEmbedded, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("testnet-engines")},
 			&cli.StringFlag{Name: "policy", Value: node.DefaultConfig().Policy, Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
