@@ -133,6 +133,11 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		for i, m := range cr.Messages {
 			msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
 			r.Roles[i] = m.Role
+			// Parts other than text are the engine's, neither counted nor hashed: an external
+			// engine reads them in Body, the embedded one refuses them by this name.
+			for _, part := range m.Content.Parts {
+				r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
+			}
 		}
 		prompt = kvindex.RenderChat(nil, msgs)
 	case engine.Completion:

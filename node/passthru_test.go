@@ -78,9 +78,10 @@ const vLLMChat = `{"model":"` + model + `", "messages":[{"role":"system","conten
 	`"skip_special_tokens":false,"logprobs":true,"top_logprobs":2,STREAM}`
 
 // TestEngineReceivesVLLMFieldsUnchanged: a node in front of an external engine hands it the
-// client's body byte for byte, vLLM's fields and unknown roles included, whether the client
-// came to that node or to a peer that forwarded the request; only stream and
-// stream_options.include_usage are forced. The engine's logprobs come back to the client.
+// client's body byte for byte, vLLM's fields, unknown roles and image and audio parts (for a
+// vision or audio model) included, whether the client came to that node or to a peer that
+// forwarded the request; only stream and stream_options.include_usage are forced. The
+// engine's logprobs come back to the client.
 func TestEngineReceivesVLLMFieldsUnchanged(t *testing.T) {
 	f := startRecordingEngine(t)
 	tn := startNet(t, 2, func(i int, cfg *node.Config) {
@@ -93,6 +94,9 @@ func TestEngineReceivesVLLMFieldsUnchanged(t *testing.T) {
 	streamed := strings.Replace(vLLMChat, "STREAM", `"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false}`, 1)
 	plain := strings.Replace(vLLMChat, "STREAM", `"stream":false`, 1)
 	completion := `{"model":"` + model + `","prompt":"p","max_tokens":3,"top_k":-1,"min_p":0.1,"guided_regex":"[a-z]+","logprobs":1,"echo":false}`
+	parts := `{"model":"` + model + `","messages":[{"role":"system","content":"describe"},{"role":"user","content":[` +
+		`{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"low"}},` +
+		`{"type":"input_audio","input_audio":{"data":"UklGRg==","format":"wav"}}]}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`
 	tests := []struct {
 		name, path, body, want string
 		stream                 bool
@@ -100,6 +104,7 @@ func TestEngineReceivesVLLMFieldsUnchanged(t *testing.T) {
 		{"streamed chat", "/v1/chat/completions", streamed, streamed, true},
 		{"non-streamed chat", "/v1/chat/completions", plain,
 			strings.Replace(vLLMChat, "STREAM", `"stream":true,"stream_options":{"include_usage":true}`, 1), false},
+		{"image and audio parts", "/v1/chat/completions", parts, parts, true},
 		{"completion", "/v1/completions", completion,
 			strings.TrimSuffix(completion, "}") + `,"stream":true,"stream_options":{"include_usage":true}}`, false},
 	}
@@ -170,6 +175,9 @@ func TestEmbeddedEngineRefusesWhatItCannotHonour(t *testing.T) {
 		{"unknown role", `{"model":"` + model + `","messages":[{"role":"user","content":"x"},{"role":"critic","content":"y"}]}`,
 			openai.CodeUnsupportedParameter, "messages[1].role"},
 		{"wrong type of a no-op", base + `,"top_k":"many"}`, openai.CodeInvalidParameter, "top_k"},
+		{"image part", `{"model":"` + model + `","messages":[{"role":"user","content":"x"},{"role":"user","content":[` +
+			`{"type":"text","text":"y"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}`,
+			openai.CodeUnsupportedParameter, "messages[1].content"},
 	}
 	for _, tt := range tests {
 		for i, url := range tn.URLs() {
@@ -183,12 +191,15 @@ func TestEmbeddedEngineRefusesWhatItCannotHonour(t *testing.T) {
 				if e.Error.Code != tt.code || e.Error.Param == nil || *e.Error.Param != tt.param || !strings.Contains(e.Error.Message, tt.param) {
 					t.Errorf("error %+v, want code %s naming %s", e.Error, tt.code, tt.param)
 				}
+				if strings.Contains(tt.body, "image_url") && !strings.Contains(e.Error.Message, `"image_url"`) {
+					t.Errorf("message %q does not name the part's type", e.Error.Message)
+				}
 			})
 		}
 	}
 	for i, url := range tn.URLs() {
-		if got := metric(t, url, "kvmesh_requests_refused_total", `code="unsupported_parameter"`); got != 6 {
-			t.Errorf("n%d counted %v unsupported_parameter refusals, want 6", i+1, got)
+		if got := metric(t, url, "kvmesh_requests_refused_total", `code="unsupported_parameter"`); got != 7 {
+			t.Errorf("n%d counted %v unsupported_parameter refusals, want 7", i+1, got)
 		}
 	}
 }

@@ -98,7 +98,16 @@ func TestDecodeChat(t *testing.T) {
 			status: 400, code: CodeInvalidParameter, param: "stream_options"},
 		{name: "wrong nested type", body: `{"model":"m","messages":[{"role":5,"content":"x"}]}`,
 			status: 400, code: CodeInvalidParameter, param: "messages.role"},
-		{name: "image part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+		{name: "non-text parts kept as sent", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},` +
+			`{"type":"image_url", "image_url":{"url":"x"}},{"type":"text","text":"b"},{"type":"input_audio","input_audio":{"data":"d","format":"wav"}}]}]}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				c := r.Messages[0].Content
+				if c.Text != "ab" || len(c.Parts) != 2 || string(c.Parts[0]) != `{"type":"image_url", "image_url":{"url":"x"}}` ||
+					PartType(c.Parts[1]) != "input_audio" {
+					t.Errorf("content %+v", c)
+				}
+			}},
+		{name: "part without a type", body: `{"model":"m","messages":[{"role":"user","content":[{"image_url":{"url":"x"}}]}]}`,
 			status: 400, code: CodeInvalidParameter, param: "messages.content"},
 		{name: "bad stop", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stop":5}`,
 			status: 400, code: CodeInvalidParameter, param: "stop"},

@@ -94,9 +94,10 @@ func (r ChatRequest) MarshalJSON() ([]byte, error) {
 
 // Message is one chat message: the role and the text kvmesh renders into the prompt it routes
 // on. Content arrives as a string or as an array of parts; text parts are flattened
-// (concatenated) into Content.Text. Its other members (name, tool_calls, tool_call_id, vLLM's
-// reasoning_content, ...) are not kept: external engines read them from the client's body.
-// Role is any non-empty string here; the engine decides which roles it knows.
+// (concatenated) into Content.Text, and the others kept as sent in Content.Parts. Its other
+// members (name, tool_calls, tool_call_id, vLLM's reasoning_content, ...) are not kept:
+// external engines read them from the client's body. Role is any non-empty string here; the
+// engine decides which roles it knows.
 type Message struct {
 	Role    string  `json:"role"`
 	Content Content `json:"content"`
@@ -111,14 +112,19 @@ var knownRoles = map[string]bool{
 // assistant, tool and the deprecated function.
 func KnownRole(role string) bool { return knownRoles[role] }
 
-// Content is a message's text. Null marks JSON null (an assistant turn with only tool calls).
+// Content is a message's content. Null marks JSON null (an assistant turn with only tool
+// calls).
 type Content struct {
 	Text string
 	Null bool
+	// Parts are the content's parts of a type other than text (image_url, input_audio, file,
+	// ...), as sent. kvmesh neither counts nor hashes them: an external engine reads them
+	// from the client's body, and the embedded engine refuses them.
+	Parts []json.RawMessage
 }
 
-// UnmarshalJSON accepts a string, null, or an array of {"type":"text","text":...} parts.
-// Parts of other types (images, audio, files) are rejected: kvmesh routes text only.
+// UnmarshalJSON accepts a string, null, or an array of parts, each an object with a string
+// type; a text part's text must be a string.
 func (c *Content) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	switch {
@@ -133,30 +139,52 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		*c = Content{Text: s}
 		return nil
 	case len(b) > 0 && b[0] == '[':
-		// Parts are read leniently so an image part is reported as unsupported, not malformed.
-		var parts []ContentPart
-		if err := json.Unmarshal(b, &parts); err != nil {
+		var raw []json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
 			return errContent
 		}
 		var sb strings.Builder
-		for _, p := range parts {
-			if p.Type != "text" {
-				return errContentPart
+		var parts []json.RawMessage
+		for _, r := range raw {
+			typ := PartType(r)
+			if typ == "" {
+				return errContent
+			}
+			if typ != "text" {
+				parts = append(parts, r)
+				continue
+			}
+			var p ContentPart
+			if json.Unmarshal(r, &p) != nil {
+				return errContent
 			}
 			sb.WriteString(p.Text)
 		}
-		*c = Content{Text: sb.String()}
+		*c = Content{Text: sb.String(), Parts: parts}
 		return nil
 	}
 	return errContent
 }
 
-// MarshalJSON writes the flattened text (or null).
+// MarshalJSON writes the flattened text (or null), or, with Parts, an array of one text part
+// (when there is text) and the parts.
 func (c Content) MarshalJSON() ([]byte, error) {
-	if c.Null {
+	switch {
+	case c.Null:
 		return []byte("null"), nil
+	case len(c.Parts) == 0:
+		return json.Marshal(c.Text)
 	}
-	return json.Marshal(c.Text)
+	out := []byte{'['}
+	if c.Text != "" {
+		t, _ := json.Marshal(ContentPart{Type: "text", Text: c.Text})
+		out = append(append(out, t...), ',')
+	}
+	for _, p := range c.Parts {
+		out = append(append(out, p...), ',')
+	}
+	out[len(out)-1] = ']'
+	return out, nil
 }
 
 // Text returns the message's flattened text content ("" for null).
@@ -168,11 +196,22 @@ type ContentPart struct {
 	Text string `json:"text"`
 }
 
+// PartType returns a content part's type: "" when it is not an object with a string type.
+func PartType(part json.RawMessage) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(part, &p) != nil {
+		return ""
+	}
+	return p.Type
+}
+
 var (
-	errContent     = errors.New("content must be a string or an array of text parts")
-	errContentPart = errors.New("only content parts of type \"text\" are supported")
-	errStop        = errors.New("stop must be a string or an array of strings")
-	errPrompt      = errors.New("prompt must be a string or an array of one string")
+	errContent = errors.New("content must be a string or an array of parts, each an object with a string type " +
+		"(a text part's text a string)")
+	errStop   = errors.New("stop must be a string or an array of strings")
+	errPrompt = errors.New("prompt must be a string or an array of one string")
 )
 
 // StreamOptions are the options of a streamed response. kvmesh reads include_usage; the other
@@ -478,7 +517,7 @@ func decodeError(err error) *Error {
 			return ErrInvalidRequest("request body must be a JSON object")
 		}
 		return ErrInvalidRequest("invalid request body: " + strings.TrimPrefix(err.Error(), "json: "))
-	case errors.Is(err, errContent), errors.Is(err, errContentPart):
+	case errors.Is(err, errContent):
 		return ErrInvalidParameter("messages.content", "messages.content: "+fe.err.Error())
 	case errors.As(err, &typeErr):
 		return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be of type %s, not %s",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -172,15 +173,19 @@ var params = map[string]param{
 	"stream_options.continuous_usage_stats": {kind: kindBool, cannot: unless("the simulated engine reports usage once, at the end of the stream", `false`)},
 }
 
-// checkRequest applies the rule above to req's extra fields and its messages' roles (a role
-// outside OpenAI's chat API is refused: the simulator has no chat template to give it a
-// meaning). It returns what the engine honours, or a *engine.ParamError.
+// checkRequest applies the rule above to req's extra fields, its messages' content parts
+// other than text and its messages' roles (a role outside OpenAI's chat API is refused: the
+// simulator has no chat template to give it a meaning). It returns what the engine honours, or a *engine.ParamError.
 func checkRequest(req *engine.Request) (options, error) {
 	var o options
 	for _, f := range req.Extra {
 		v := bytes.TrimSpace(f.Value)
 		if string(v) == "null" {
 			continue
+		}
+		if strings.HasPrefix(f.Name, "messages[") { // a content part other than text (ingress.go)
+			return o, &engine.ParamError{Param: f.Name, Unsupported: true,
+				Reason: fmt.Sprintf("a content part of type %q: the simulated engine reads text parts only", openai.PartType(v))}
 		}
 		p, ok := params[f.Name]
 		if !ok {

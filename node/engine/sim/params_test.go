@@ -69,6 +69,7 @@ func TestRefusesWhatItCannotHonour(t *testing.T) {
 		{"continuous usage", engine.Request{Extra: extra("stream_options.continuous_usage_stats", "true")}, "stream_options.continuous_usage_stats", true},
 		{"unknown field", engine.Request{Extra: extra("frobnicate", "1")}, "frobnicate", true},
 		{"unknown role", engine.Request{Roles: []string{"system", "user", "critic"}}, "messages[2].role", true},
+		{"image part", engine.Request{Extra: extra("messages[1].content", `{"type":"image_url","image_url":{"url":"x"}}`)}, "messages[1].content", true},
 		{"top_k not an integer", engine.Request{Extra: extra("top_k", "4.5")}, "top_k", false},
 		{"min_p a string", engine.Request{Extra: extra("min_p", `"0.1"`)}, "min_p", false},
 		{"ignore_eos a number", engine.Request{Extra: extra("ignore_eos", "1")}, "ignore_eos", false},
