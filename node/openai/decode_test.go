@@ -152,8 +152,10 @@ func TestDecodeCompletion(t *testing.T) {
 		{name: "string prompt", body: `{"model":"m","prompt":"hello","max_tokens":3,"echo":false,"logprobs":2}`, want: "hello"},
 		{name: "array prompt", body: `{"model":"m","prompt":["hello"]}`, want: "hello"},
 		{name: "empty string prompt is present", body: `{"model":"m","prompt":""}`, want: ""},
-		{name: "batch prompt", body: `{"model":"m","prompt":["a","b"]}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
-		{name: "token prompt", body: `{"model":"m","prompt":[1,2]}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
+		{name: "batch prompt", body: `{"model":"m","prompt":["a","b"]}`, status: 400, code: CodeInvalidParameter, param: "prompt", want: "batch"},
+		{name: "token prompt", body: `{"model":"m","prompt":[1,2]}`, status: 400, code: CodeInvalidParameter, param: "prompt", want: "token ids"},
+		{name: "token batch", body: `{"model":"m","prompt":[[1,2]]}`, status: 400, code: CodeInvalidParameter, param: "prompt", want: "token ids"},
+		{name: "empty array prompt", body: `{"model":"m","prompt":[]}`, status: 400, code: CodeInvalidParameter, param: "prompt", want: "array of one string"},
 		{name: "missing prompt", body: `{"model":"m"}`, status: 400, code: CodeInvalidParameter, param: "prompt"},
 		{name: "unread fields pass", body: `{"model":"m","prompt":"x","suffix":"s","best_of":1,"top_k":4,"messages":[]}`, want: "x"},
 		{name: "bad echo", body: `{"model":"m","prompt":"x","echo":"yes"}`, status: 400, code: CodeInvalidParameter, param: "echo"},
@@ -173,6 +175,9 @@ func TestDecodeCompletion(t *testing.T) {
 				return
 			}
 			assertAPIError(t, err, tt.status, tt.code, tt.param)
+			if !strings.Contains(err.Message, tt.want) {
+				t.Errorf("message %q does not say %q", err.Message, tt.want)
+			}
 		})
 	}
 }

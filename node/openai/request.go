@@ -212,6 +212,9 @@ var (
 		"(a text part's text a string)")
 	errStop   = errors.New("stop must be a string or an array of strings")
 	errPrompt = errors.New("prompt must be a string or an array of one string")
+	// A client that sends vLLM token ids or an SDK batch is told why, not just the shape.
+	errPromptIDs   = errors.New("prompt as token ids is not supported: kvmesh routes and admits by the prompt's text; send it as a string")
+	errPromptBatch = errors.New("a batch of prompts is not supported: send one request per prompt (each is one stream, held to one SLO)")
 )
 
 // StreamOptions are the options of a streamed response. kvmesh reads include_usage; the other
@@ -308,8 +311,10 @@ func (r CompletionRequest) MarshalJSON() ([]byte, error) {
 	return r.Extra.appendTo(b), nil
 }
 
-// Prompt is a completion prompt: a string, or an array holding exactly one string (batched
-// prompts and token-id prompts are not supported).
+// Prompt is a completion prompt: a string, or an array holding exactly one string. Token ids
+// are refused: the node routes and admits by the prompt's text, and a continuation on another
+// node (migrate.go) re-sends the prompt as text. A batch is refused too: one request is one
+// stream, held to one SLO.
 type Prompt struct {
 	Text string
 }
@@ -320,12 +325,20 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
 		return json.Unmarshal(b, &p.Text)
 	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil || len(many) != 1 {
+	var many []json.RawMessage
+	if json.Unmarshal(b, &many) != nil || len(many) == 0 {
 		return errPrompt
 	}
-	p.Text = many[0]
-	return nil
+	switch first := bytes.TrimSpace(many[0]); {
+	case len(first) == 0:
+	case first[0] == '[' || first[0] == '-' || (first[0] >= '0' && first[0] <= '9'):
+		return errPromptIDs
+	case first[0] == '"' && len(many) > 1:
+		return errPromptBatch
+	case len(many) == 1 && json.Unmarshal(first, &p.Text) == nil:
+		return nil
+	}
+	return errPrompt
 }
 
 // PromptText returns the prompt's text ("" if absent).
