@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -84,6 +85,42 @@ func refusalOf(d admit.Decision) *openai.Error {
 	return e
 }
 
+// clientRefusal is refusalOf(d) in the terms of p's body. Admission calls the output cap
+// max_tokens and the count of top log probabilities logprobs, whichever field set them
+// (max_completion_tokens, chat's top_logprobs); and a prompt that leaves no room for output is
+// the prompt's fault, not that of a max_tokens the client may never have sent.
+func clientRefusal(p *prepared, d admit.Decision) *openai.Error {
+	e := refusalOf(d)
+	capField := cmp.Or(p.capField, "max_tokens")
+	rename := func(from, to string) {
+		if e.Param == from {
+			e.Param, e.Message = to, strings.Replace(e.Message, from, to, 1)
+		}
+	}
+	switch {
+	case d.Code == admit.CodeContextLengthExceeded && p.adm.MaxTokens == nil:
+		e.Param = promptField(p.endpoint)
+		e.Message = fmt.Sprintf("this model's context is %d tokens and the prompt has %d: no room is left for output",
+			p.model.ContextTokens, p.adm.PromptTokens)
+	case d.Code == admit.CodeContextLengthExceeded && p.adm.PromptTokens >= p.model.ContextTokens:
+		rename("max_tokens", capField)
+		e.Param = promptField(p.endpoint)
+	case p.endpoint == engine.Chat && d.Param == "logprobs":
+		rename("logprobs", "top_logprobs")
+	default:
+		rename("max_tokens", capField)
+	}
+	return e
+}
+
+// promptField is the body member that holds ep's prompt.
+func promptField(ep engine.Endpoint) string {
+	if ep == engine.Completion {
+		return "prompt"
+	}
+	return "messages"
+}
+
 // ingest runs one client request through the pipeline of DESIGN.md: decode, validate,
 // identity, budget, route, admit, wait, dispatch.
 func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
@@ -126,7 +163,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	if d := n.adm.Validate(*a); d.Refused() {
 		n.m.decisionOf(d)
-		return refuse(refusalOf(d), 0)
+		return refuse(clientRefusal(p, d), 0)
 	}
 	tenant, d := n.adm.Identify(start, *a)
 	if d.Refused() {
@@ -146,7 +183,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		d := n.adm.Admit(start, *a, []admit.Option{n.planner.LocalOption(*a, n.selfPeer(p.req.Blocks), n.blockTokens())})
 		n.m.decisionOf(d)
 		if d.Refused() && d.Status == http.StatusBadRequest {
-			return refuse(refusalOf(d), 0)
+			return refuse(clientRefusal(p, d), 0)
 		}
 		p.req.MaxTokens = d.MaxTokens
 		return n.serveEngine(ctx, w, r, p, start)
@@ -182,7 +219,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 			w.Header().Set(HeaderExplain, route.Explain(t.Cands, 3))
 		}
 		if t.D.Refused() {
-			e := refusalOf(t.D)
+			e := clientRefusal(p, t.D)
 			if explain && len(t.Cands) > 0 {
 				e.Message += " (candidates: " + route.Explain(t.Cands, 3) + ")"
 			}

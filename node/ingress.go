@@ -46,6 +46,9 @@ type prepared struct {
 	adm          admit.Request // the fields admission checks (the node adds headers and identity)
 	agentFinal   bool          // HeaderAgentFinal: the agent's last step
 	parked       parking       // the home whose agent window parked this step, while it waits here
+	// capField is the body's name for the output cap admission calls max_tokens: chat's
+	// max_completion_tokens when the client sent it, else "" (max_tokens).
+	capField string
 	// due is when the engine that runs the request must have given its first token (a prefill
 	// half its handover): its queue TTL, ttl, after its arrival at the ingress (firsttoken.go).
 	// Zero: no bound (kvmesh engine, which is an engine like vLLM; a forward from a node
@@ -112,6 +115,8 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		a.MaxTokens = cr.MaxCompletionTokens
 		if a.MaxTokens == nil {
 			a.MaxTokens = cr.MaxTokens
+		} else {
+			p.capField = "max_completion_tokens"
 		}
 		if cr.Logprobs != nil && *cr.Logprobs {
 			lp := 0

@@ -96,8 +96,16 @@ func TestDecodeChat(t *testing.T) {
 			status: 400, code: CodeInvalidParameter, param: "stream_options.include_usage"},
 		{name: "stream_options not an object", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":[true]}`,
 			status: 400, code: CodeInvalidParameter, param: "stream_options"},
-		{name: "wrong nested type", body: `{"model":"m","messages":[{"role":5,"content":"x"}]}`,
-			status: 400, code: CodeInvalidParameter, param: "messages.role"},
+		{name: "wrong nested type", body: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":5,"content":"x"}]}`,
+			status: 400, code: CodeInvalidParameter, param: "messages[1].role"},
+		{name: "message not an object", body: `{"model":"m","messages":[{"role":"user","content":"x"},"hi"]}`,
+			status: 400, code: CodeInvalidParameter, param: "messages[1]"},
+		{name: "message names are exact", body: `{"model":"m","messages":[{"Role":"user","role":"user","content":"x","Content":5}]}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				if r.Messages[0].Role != "user" || r.Messages[0].Text() != "x" {
+					t.Errorf("message %+v", r.Messages[0])
+				}
+			}},
 		{name: "non-text parts kept as sent", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},` +
 			`{"type":"image_url", "image_url":{"url":"x"}},{"type":"text","text":"b"},{"type":"input_audio","input_audio":{"data":"d","format":"wav"}}]}]}`,
 			check: func(t *testing.T, r *ChatRequest) {
@@ -108,7 +116,7 @@ func TestDecodeChat(t *testing.T) {
 				}
 			}},
 		{name: "part without a type", body: `{"model":"m","messages":[{"role":"user","content":[{"image_url":{"url":"x"}}]}]}`,
-			status: 400, code: CodeInvalidParameter, param: "messages.content"},
+			status: 400, code: CodeInvalidParameter, param: "messages[0].content"},
 		{name: "bad stop", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stop":5}`,
 			status: 400, code: CodeInvalidParameter, param: "stop"},
 		{name: "trailing data", body: `{"model":"m","messages":[{"role":"user","content":"x"}]} {}`, status: 400, code: CodeInvalidRequest},
@@ -293,7 +301,8 @@ func TestDecodeStillChecksTheFieldsKvmeshReads(t *testing.T) {
 	tests := []struct{ field, value, param string }{
 		{"model", `5`, "model"},
 		{"messages", `{"role":"user"}`, "messages"},
-		{"messages", `[{"role":["user"],"content":"x"}]`, "messages.role"},
+		{"messages", `[{"role":["user"],"content":"x"}]`, "messages[0].role"},
+		{"messages", `[{"role":"user","content":5}]`, "messages[0].content"},
 		{"max_tokens", `"5"`, "max_tokens"},
 		{"max_tokens", `1.5`, "max_tokens"},
 		{"max_completion_tokens", `true`, "max_completion_tokens"},

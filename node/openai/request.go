@@ -71,7 +71,7 @@ func (g *Generation) member(name string) any {
 func (r *ChatRequest) member(name string) any {
 	switch name {
 	case "messages":
-		return &r.Messages
+		return (*messageList)(&r.Messages)
 	case "max_completion_tokens":
 		return &r.MaxCompletionTokens
 	case "logprobs":
@@ -101,6 +101,40 @@ func (r ChatRequest) MarshalJSON() ([]byte, error) {
 type Message struct {
 	Role    string  `json:"role"`
 	Content Content `json:"content"`
+}
+
+// UnmarshalJSON decodes role and content, names matched exactly as a request's are, and skips
+// the other members.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	*m = Message{}
+	return decodeMembers(json.NewDecoder(bytes.NewReader(b)), func(name string) any {
+		switch name {
+		case "role":
+			return &m.Role
+		case "content":
+			return &m.Content
+		}
+		return nil
+	}, nil)
+}
+
+// messageList decodes messages one by one, so that an error names its message: a wrong type
+// is at messages[2].role, as a missing role is.
+type messageList []Message
+
+func (l *messageList) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	out := make([]Message, len(raw))
+	for i, r := range raw {
+		if err := out[i].UnmarshalJSON(r); err != nil {
+			return inField(fmt.Sprintf("[%d]", i), err)
+		}
+	}
+	*l = out
+	return nil
 }
 
 // Roles known to the OpenAI chat API.
@@ -460,7 +494,7 @@ var errNotObject = errors.New("not a JSON object")
 
 // decodeMembers reads one JSON object from dec, one member at a time: a member whose name
 // member knows (exactly, case included) is decoded into the value it returns, strictly typed;
-// any other is appended to extra with its value as sent. So the fields kvmesh reads are
+// any other is appended to extra (when not nil) with its value as sent. So the fields kvmesh reads are
 // checked and the rest pass through. A member's decoding error comes back as a *fieldError
 // naming its path.
 func decodeMembers(dec *json.Decoder, member func(string) any, extra *Fields) error {
@@ -487,13 +521,15 @@ func decodeMembers(dec *json.Decoder, member func(string) any, extra *Fields) er
 		if err := dec.Decode(&raw); err != nil {
 			return err
 		}
-		*extra = append(*extra, Field{Name: name, Value: raw})
+		if extra != nil {
+			*extra = append(*extra, Field{Name: name, Value: raw})
+		}
 	}
 	_, err = dec.Token() // the closing brace
 	return err
 }
 
-// fieldError is the decoding error of the member at path ("max_tokens", "messages.role").
+// fieldError is the decoding error of the member at path ("max_tokens", "messages[0].role").
 type fieldError struct {
 	path string
 	err  error
@@ -504,13 +540,19 @@ func (e *fieldError) Unwrap() error { return e.err }
 
 // inField puts err, from decoding member name's value, under name's path.
 func inField(name string, err error) error {
+	join := func(sub string) string {
+		if strings.HasPrefix(sub, "[") { // an element: messages[2]
+			return name + sub
+		}
+		return name + "." + sub
+	}
 	var fe *fieldError
 	if errors.As(err, &fe) {
-		return &fieldError{path: name + "." + fe.path, err: fe.err}
+		return &fieldError{path: join(fe.path), err: fe.err}
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		return &fieldError{path: name + "." + typeErr.Field, err: err}
+		return &fieldError{path: join(typeErr.Field), err: err}
 	}
 	return &fieldError{path: name, err: err}
 }
@@ -530,8 +572,6 @@ func decodeError(err error) *Error {
 			return ErrInvalidRequest("request body must be a JSON object")
 		}
 		return ErrInvalidRequest("invalid request body: " + strings.TrimPrefix(err.Error(), "json: "))
-	case errors.Is(err, errContent):
-		return ErrInvalidParameter("messages.content", "messages.content: "+fe.err.Error())
 	case errors.As(err, &typeErr):
 		return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be of type %s, not %s",
 			fe.path, jsonType(typeErr.Type.Kind().String()), typeErr.Value))

@@ -1,0 +1,73 @@
+package node_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
+)
+
+// checkRefusal fails unless resp is a refusal of status and code whose param is param (""
+// for null) and whose message holds every string of say and none of never.
+func checkRefusal(t *testing.T, resp *http.Response, status int, code, param string, say []string, never ...string) {
+	t.Helper()
+	b := readAll(t, resp)
+	e := decodeError(t, b)
+	got := ""
+	if e.Error.Param != nil {
+		got = *e.Error.Param
+	}
+	if resp.StatusCode != status || e.Error.Code != code || got != param {
+		t.Fatalf("status %d code %q param %q (%s), want %d %q %q", resp.StatusCode, e.Error.Code, got, e.Error.Message, status, code, param)
+	}
+	for _, s := range say {
+		if !strings.Contains(e.Error.Message, s) {
+			t.Errorf("message %q does not say %q", e.Error.Message, s)
+		}
+	}
+	for _, s := range never {
+		if strings.Contains(e.Error.Message, s) {
+			t.Errorf("message %q says %q", e.Error.Message, s)
+		}
+	}
+}
+
+// TestRefusalsNameTheClientsField: a refusal names the field the client sent, not the one
+// admission reads it as (max_completion_tokens, top_logprobs), and a prompt that leaves no
+// room for output is refused as the prompt's, without a max_tokens the client never sent.
+func TestRefusalsNameTheClientsField(t *testing.T) {
+	url := startNet(t, 1, func(i int, cfg *node.Config) { cfg.MaxBodyBytes = 1 << 20 }).URLs()[0]
+	msgs := `"messages":[{"role":"user","content":"x"}]`
+	ctx := sim.DefaultConfig().Models[0].ContextTokens
+	long := longPrompt("ctx", ctx+1000)
+	tests := []struct {
+		name, path, body, code, param string
+		say                           []string
+		never                         []string
+	}{
+		{"max_completion_tokens zero", "/v1/chat/completions", `{"model":"` + model + `",` + msgs + `,"max_completion_tokens":0}`,
+			"invalid_parameter", "max_completion_tokens", []string{"max_completion_tokens must be at least 1"}, nil},
+		{"max_tokens zero", "/v1/chat/completions", `{"model":"` + model + `",` + msgs + `,"max_tokens":0}`,
+			"invalid_parameter", "max_tokens", []string{"max_tokens must be at least 1"}, nil},
+		{"top_logprobs over 20", "/v1/chat/completions", `{"model":"` + model + `",` + msgs + `,"logprobs":true,"top_logprobs":21}`,
+			"invalid_parameter", "top_logprobs", []string{"top_logprobs must be between 0 and 20"}, nil},
+		{"completion logprobs over 20", "/v1/completions", `{"model":"` + model + `","prompt":"x","logprobs":21}`,
+			"invalid_parameter", "logprobs", []string{"logprobs must be between 0 and 20"}, nil},
+		{"chat prompt alone too long", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"` + long + `"}]}`,
+			"context_length_exceeded", "messages", []string{fmt.Sprintf("context is %d tokens", ctx), "no room"}, []string{"max_tokens"}},
+		{"completion prompt alone too long", "/v1/completions", `{"model":"` + model + `","prompt":"` + long + `"}`,
+			"context_length_exceeded", "prompt", []string{fmt.Sprintf("context is %d tokens", ctx)}, []string{"max_tokens"}},
+		{"prompt too long with a cap", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"` + long + `"}],"max_completion_tokens":5}`,
+			"context_length_exceeded", "messages", []string{"max_completion_tokens 5"}, []string{"max_tokens"}},
+		{"cap over the context", "/v1/chat/completions", `{"model":"` + model + `",` + msgs + `,"max_completion_tokens":` + fmt.Sprint(ctx) + `}`,
+			"context_length_exceeded", "max_completion_tokens", []string{fmt.Sprintf("max_completion_tokens %d", ctx)}, []string{"max_tokens"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkRefusal(t, post(t, url, tt.path, tt.body, nil), http.StatusBadRequest, tt.code, tt.param, tt.say, tt.never...)
+		})
+	}
+}
