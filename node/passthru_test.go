@@ -175,6 +175,8 @@ func TestEmbeddedEngineRefusesWhatItCannotHonour(t *testing.T) {
 		{"unknown role", `{"model":"` + model + `","messages":[{"role":"user","content":"x"},{"role":"critic","content":"y"}]}`,
 			openai.CodeUnsupportedParameter, "messages[1].role"},
 		{"wrong type of a no-op", base + `,"top_k":"many"}`, openai.CodeInvalidParameter, "top_k"},
+		{"malformed tool_choice", base + `,"tool_choice":"bogus"}`, openai.CodeInvalidParameter, "tool_choice"},
+		{"malformed response_format", base + `,"response_format":{}}`, openai.CodeInvalidParameter, "response_format"},
 		{"image part", `{"model":"` + model + `","messages":[{"role":"user","content":"x"},{"role":"user","content":[` +
 			`{"type":"text","text":"y"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}`,
 			openai.CodeUnsupportedParameter, "messages[1].content"},

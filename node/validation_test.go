@@ -71,3 +71,15 @@ func TestRefusalsNameTheClientsField(t *testing.T) {
 		})
 	}
 }
+
+// TestNullKVTransferParamsIsAbsent: "kv_transfer_params": null is no connector parameter a
+// client sets (null is the same as leaving a field out), so it is not refused.
+func TestNullKVTransferParamsIsAbsent(t *testing.T) {
+	url := startNet(t, 1, nil).URLs()[0]
+	resp := post(t, url, "/v1/completions", `{"model":"`+model+`","prompt":"x","max_tokens":2,"kv_transfer_params":null}`, nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	resp = post(t, url, "/v1/completions", `{"model":"`+model+`","prompt":"x","kv_transfer_params":null,"kv_transfer_params":{"do_remote_prefill":true}}`, nil)
+	checkRefusal(t, resp, http.StatusBadRequest, "invalid_parameter", "kv_transfer_params", []string{"never by a client"})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,8 +21,9 @@ import (
 // output runs is honoured (min_tokens, ignore_eos, include_stop_str_in_output); a value that
 // promises something of the output the simulator cannot keep (a JSON schema, a forced tool
 // call, beam search, token ids) is refused, 400 unsupported_parameter naming the field; and a
-// field the engine does not know at all is refused the same way. null is always the same as
-// leaving the field out. docs/operating.md lists every field.
+// field the engine does not know at all is refused the same way. A value of the wrong type, or
+// of a shape the field never takes (tool_choice "bogus", best_of 0), is 400 invalid_parameter
+// instead: no engine would run it. null is always the same as leaving the field out. docs/operating.md lists every field.
 
 // options are what the engine honours of a request's extra fields.
 type options struct {
@@ -48,6 +50,9 @@ var kindNames = [...]string{"any JSON value", "a number", "an integer", "a boole
 // param is the engine's rule for one field.
 type param struct {
 	kind kind
+	// malformed returns why the (non-null, well-typed) value v is no value the field takes at
+	// all, whatever the engine (400 invalid_parameter), or "" when it is one; nil: any is.
+	malformed func(v []byte) string
 	// cannot returns why the engine cannot honour the (non-null, well-typed) value v, or ""
 	// when it can; nil means it can honour every value.
 	cannot func(v []byte) string
@@ -68,6 +73,41 @@ const (
 )
 
 func always(why string) func([]byte) string { return func([]byte) string { return why } }
+
+// oneOf takes a string among strs, or an object whose string member key is non-empty (and
+// among types, when any are listed): tool_choice, function_call and response_format's
+// shapes, whatever an engine makes of them.
+func oneOf(field string, strs []string, key string, types ...string) func([]byte) string {
+	return func(v []byte) string {
+		var s string
+		if json.Unmarshal(v, &s) == nil && slices.Contains(strs, s) {
+			return ""
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(v, &obj) == nil && obj != nil && json.Unmarshal(obj[key], &s) == nil && s != "" &&
+			(len(types) == 0 || slices.Contains(types, s)) {
+			return ""
+		}
+		var want []string
+		for _, s := range strs {
+			want = append(want, strconv.Quote(s))
+		}
+		if len(types) > 0 {
+			return fmt.Sprintf("%s must be an object whose %s is one of %s", field, key, strings.Join(types, ", "))
+		}
+		return fmt.Sprintf("%s must be %s, or an object with a %s", field, strings.Join(want, ", "), key)
+	}
+}
+
+// atLeast takes a number of at least low.
+func atLeast(field string, low float64) func([]byte) string {
+	return func(v []byte) string {
+		if n, _ := strconv.ParseFloat(string(v), 64); n < low {
+			return fmt.Sprintf("%s must be at least %g", field, low)
+		}
+		return ""
+	}
+}
 
 // unless refuses every value but those listed (compared as compact JSON).
 func unless(why string, ok ...string) func([]byte) string {
@@ -114,8 +154,10 @@ var params = map[string]param{
 	"tools":               {kind: kindArray},
 	"functions":           {kind: kindArray},
 	"parallel_tool_calls": {kind: kindBool},
-	"tool_choice":         {kind: kindAny, cannot: unless(whyTools, `"none"`, `"auto"`)},
-	"function_call":       {kind: kindAny, cannot: unless(whyTools, `"none"`, `"auto"`)},
+	"tool_choice": {kind: kindAny, malformed: oneOf("tool_choice", []string{"none", "auto", "required"}, "type"),
+		cannot: unless(whyTools, `"none"`, `"auto"`)},
+	"function_call": {kind: kindAny, malformed: oneOf("function_call", []string{"none", "auto"}, "name"),
+		cannot: unless(whyTools, `"none"`, `"auto"`)},
 	// Bookkeeping.
 	"metadata":                           {kind: kindObject},
 	"store":                              {kind: kindBool},
@@ -144,14 +186,15 @@ var params = map[string]param{
 		return ""
 	}},
 	// Promises about the output the simulator cannot keep.
-	"response_format":            {kind: kindObject, cannot: unless(whyStructured, `{"type":"text"}`)},
+	"response_format": {kind: kindObject, malformed: oneOf("response_format", nil, "type", "text", "json_object", "json_schema", "structural_tag"),
+		cannot: unless(whyStructured, `{"type":"text"}`)},
 	"guided_json":                {cannot: always(whyStructured)},
 	"guided_regex":               {cannot: always(whyStructured)},
 	"guided_choice":              {cannot: always(whyStructured)},
 	"guided_grammar":             {cannot: always(whyStructured)},
 	"structural_tag":             {cannot: always(whyStructured)},
 	"structured_outputs":         {cannot: always(whyStructured)},
-	"best_of":                    {kind: kindInteger, cannot: unless(whyOneSeq, `1`)},
+	"best_of":                    {kind: kindInteger, malformed: atLeast("best_of", 1), cannot: unless(whyOneSeq, `1`)},
 	"use_beam_search":            {kind: kindBool, cannot: unless(whyOneSeq, `false`)},
 	"allowed_token_ids":          {kind: kindArray, cannot: unless(whyTokenIDs, `[]`)},
 	"bad_words":                  {kind: kindArray, cannot: unless(whyVocab, `[]`)},
@@ -193,6 +236,11 @@ func checkRequest(req *engine.Request) (options, error) {
 		}
 		if !p.kind.matches(v) {
 			return o, &engine.ParamError{Param: f.Name, Reason: fmt.Sprintf("%s must be %s", f.Name, kindNames[p.kind])}
+		}
+		if p.malformed != nil {
+			if why := p.malformed(v); why != "" {
+				return o, &engine.ParamError{Param: f.Name, Reason: why}
+			}
 		}
 		if p.cannot != nil {
 			if why := p.cannot(v); why != "" {

@@ -75,6 +75,13 @@ func TestRefusesWhatItCannotHonour(t *testing.T) {
 		{"ignore_eos a number", engine.Request{Extra: extra("ignore_eos", "1")}, "ignore_eos", false},
 		{"min_tokens negative", engine.Request{Extra: extra("min_tokens", "-1")}, "min_tokens", false},
 		{"min_tokens over max_tokens", engine.Request{Extra: extra("min_tokens", "20")}, "min_tokens", false},
+		{"tool_choice a number", engine.Request{Extra: extra("tool_choice", "5")}, "tool_choice", false},
+		{"tool_choice unknown", engine.Request{Extra: extra("tool_choice", `"bogus"`)}, "tool_choice", false},
+		{"tool_choice without a type", engine.Request{Extra: extra("tool_choice", `{"function":{"name":"f"}}`)}, "tool_choice", false},
+		{"function_call unknown", engine.Request{Extra: extra("function_call", `"required"`)}, "function_call", false},
+		{"response_format empty", engine.Request{Extra: extra("response_format", `{}`)}, "response_format", false},
+		{"response_format unknown", engine.Request{Extra: extra("response_format", `{"type":"bogus"}`)}, "response_format", false},
+		{"best_of zero", engine.Request{Extra: extra("best_of", "0")}, "best_of", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
