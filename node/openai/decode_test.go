@@ -326,6 +326,51 @@ func TestDecodeStillChecksTheFieldsKvmeshReads(t *testing.T) {
 	}
 }
 
+// TestDecodeTakesIntegralNumbers: an integer field takes a number with a zero fraction, as
+// vLLM does (3.0, 1e2), and refuses a fraction or a number out of range with a message that
+// says which; a float field out of range says so too.
+func TestDecodeTakesIntegralNumbers(t *testing.T) {
+	const base = `{"model":"m","messages":[{"role":"user","content":"x"}],`
+	r, err := DecodeChat(strings.NewReader(base+`"max_tokens":3.0,"max_completion_tokens":1e2,"n":1.00,"seed":-2.0,"logprobs":true,"top_logprobs":2E0}`), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *r.MaxTokens != 3 || *r.MaxCompletionTokens != 100 || *r.N != 1 || *r.Seed != -2 || *r.TopLogprobs != 2 {
+		t.Errorf("got max_tokens %d max_completion_tokens %d n %d seed %d top_logprobs %d",
+			*r.MaxTokens, *r.MaxCompletionTokens, *r.N, *r.Seed, *r.TopLogprobs)
+	}
+	if cr, err := DecodeCompletion(strings.NewReader(`{"model":"m","prompt":"p","logprobs":5.0,"max_tokens":null}`), 1<<20); err != nil ||
+		*cr.Logprobs != 5 || cr.MaxTokens != nil {
+		t.Errorf("completion: %+v %v", cr, err)
+	}
+	if er, err := DecodeEmbeddings(strings.NewReader(`{"model":"m","input":"x","dimensions":64.0}`), 1<<20); err != nil || *er.Dimensions != 64 {
+		t.Errorf("embeddings: %+v %v", er, err)
+	}
+	tests := []struct{ field, value, say string }{
+		{"max_tokens", `3.5`, `must be an integer, not 3.5`},
+		{"n", `1.000001`, `must be an integer`},
+		{"max_tokens", `1e400`, `out of range: 1e400`},
+		{"seed", `1e19`, `out of range`},
+		{"max_tokens", `99999999999999999999`, `out of range`},
+		{"temperature", `1e400`, `"temperature" is out of range: 1e400`},
+		{"top_p", `-1e309`, `out of range`},
+		{"max_tokens", `"3"`, `must be of type integer, not string`},
+		{"n", `true`, `must be of type integer, not bool`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field+"="+tt.value, func(t *testing.T) {
+			_, err := DecodeChat(strings.NewReader(base+`"`+tt.field+`":`+tt.value+`}`), 1<<20)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			assertAPIError(t, err, 400, CodeInvalidParameter, tt.field)
+			if !strings.Contains(err.Message, tt.say) {
+				t.Errorf("message %q does not say %q", err.Message, tt.say)
+			}
+		})
+	}
+}
+
 // TestRequestMarshalKeepsExtra: a decoded request encodes back with its unread members, in
 // order, values as sent, after the members kvmesh reads (shared ones first).
 func TestRequestMarshalKeepsExtra(t *testing.T) {

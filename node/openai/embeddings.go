@@ -37,7 +37,7 @@ func (r *EmbeddingsRequest) member(name string) any {
 	case "encoding_format":
 		return &r.EncodingFormat
 	case "dimensions":
-		return &r.Dimensions
+		return integer(&r.Dimensions)
 	case "user":
 		return &r.User
 	}
@@ -208,7 +208,7 @@ func (r *ResponsesRequest) member(name string) any {
 	case "stream":
 		return &r.Stream
 	case "max_output_tokens":
-		return &r.MaxOutputTokens
+		return integer(&r.MaxOutputTokens)
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ func FuzzDecodeChat(f *testing.F) {
 
 func FuzzDecodeCompletion(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":"hi","echo":true,"suffix":"s"}`))
+	f.Add([]byte(`{"model":"m","prompt":"hi","max_tokens":3.0,"logprobs":1e0,"n":null,"seed":-1.5}`))
 	f.Add([]byte(`{"model":"m","prompt":["hi"],"stop":["a"]}`))
 	f.Add([]byte(`{"model":"m","prompt":"p","logprobs":5,"echo":true,"top_k":-1,"min_tokens":3,"guided_regex":"a+","stream_options":{"x":{}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -46,7 +49,7 @@ func (g *Generation) member(name string) any {
 	case "model":
 		return &g.Model
 	case "max_tokens":
-		return &g.MaxTokens
+		return integer(&g.MaxTokens)
 	case "stream":
 		return &g.Stream
 	case "stream_options":
@@ -58,13 +61,65 @@ func (g *Generation) member(name string) any {
 	case "top_p":
 		return &g.TopP
 	case "n":
-		return &g.N
+		return integer(&g.N)
 	case "seed":
-		return &g.Seed
+		return integer(&g.Seed)
 	case "user":
 		return &g.User
 	}
 	return nil
+}
+
+// intField is where a member kvmesh reads as an integer is decoded.
+type intField[T int | int64] struct{ p **T }
+
+func integer[T int | int64](p **T) *intField[T] { return &intField[T]{p} }
+
+// UnmarshalJSON takes an integer, or a number with a zero fraction (3.0, 1e2) as vLLM's
+// validation does; null leaves the field unset. Another number is a *json.UnmarshalTypeError
+// (decodeError tells a fraction from a number out of range), as is any other value.
+func (f *intField[T]) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if s == "null" {
+		*f.p = nil
+		return nil
+	}
+	typeErr := &json.UnmarshalTypeError{Value: jsonKind(s), Type: reflect.TypeFor[T]()}
+	if typeErr.Value != "number" {
+		return typeErr
+	}
+	typeErr.Value = "number " + s
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		fl, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || fl != math.Trunc(fl) || fl < math.MinInt64 || fl >= math.MaxInt64 {
+			return typeErr
+		}
+		v = int64(fl)
+	}
+	if int64(T(v)) != v {
+		return typeErr
+	}
+	t := T(v)
+	*f.p = &t
+	return nil
+}
+
+// jsonKind names the type of the JSON value s as encoding/json's errors do.
+func jsonKind(s string) string {
+	switch {
+	case s == "":
+		return "nothing"
+	case s[0] == '"':
+		return "string"
+	case s[0] == 't' || s[0] == 'f':
+		return "bool"
+	case s[0] == '[':
+		return "array"
+	case s[0] == '{':
+		return "object"
+	}
+	return "number"
 }
 
 // member returns where the value of the member name goes, nil for a member kvmesh does not read.
@@ -73,11 +128,11 @@ func (r *ChatRequest) member(name string) any {
 	case "messages":
 		return (*messageList)(&r.Messages)
 	case "max_completion_tokens":
-		return &r.MaxCompletionTokens
+		return integer(&r.MaxCompletionTokens)
 	case "logprobs":
 		return &r.Logprobs
 	case "top_logprobs":
-		return &r.TopLogprobs
+		return integer(&r.TopLogprobs)
 	}
 	return r.Generation.member(name)
 }
@@ -330,7 +385,7 @@ func (r *CompletionRequest) member(name string) any {
 	case "echo":
 		return &r.Echo
 	case "logprobs":
-		return &r.Logprobs
+		return integer(&r.Logprobs)
 	}
 	return r.Generation.member(name)
 }
@@ -573,8 +628,17 @@ func decodeError(err error) *Error {
 		}
 		return ErrInvalidRequest("invalid request body: " + strings.TrimPrefix(err.Error(), "json: "))
 	case errors.As(err, &typeErr):
+		want := jsonType(typeErr.Type.Kind().String())
+		if num, ok := strings.CutPrefix(typeErr.Value, "number "); ok && (want == "integer" || want == "number") {
+			// A number that does not fit: a fraction where an integer goes, or a magnitude
+			// (1e400) no integer or float64 holds.
+			if f, _ := strconv.ParseFloat(num, 64); want == "integer" && f != math.Trunc(f) {
+				return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be an integer, not %s", fe.path, num))
+			}
+			return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q is out of range: %s", fe.path, num))
+		}
 		return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be of type %s, not %s",
-			fe.path, jsonType(typeErr.Type.Kind().String()), typeErr.Value))
+			fe.path, want, typeErr.Value))
 	case errors.Is(err, errNotObject):
 		return ErrInvalidParameter(fe.path, fmt.Sprintf("field %q must be an object", fe.path))
 	}
