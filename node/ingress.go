@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -78,8 +79,18 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// readBody reads r's body: at most MaxBodyBytes (413 above) within BodyTimeout (408 past it).
+// readBody reads r's body: at most MaxBodyBytes (413 above) within BodyTimeout (408 past it),
+// and not encoded (415): the node reads the JSON itself, so a compressed body would otherwise
+// be refused as malformed, and an encoding named over a plain body be forwarded as a lie.
 func (n *Node) readBody(r *http.Request) ([]byte, *openai.Error) {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for ce := range strings.SplitSeq(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return nil, openai.NewError(http.StatusUnsupportedMediaType, openai.CodeUnsupportedMediaType,
+					fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", ce)).WithParam("Content-Encoding")
+			}
+		}
+	}
 	limit := n.cfg.MaxBodyBytes
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	switch {
@@ -236,6 +247,7 @@ func (n *Node) account(ep engine.Endpoint, o outcome) {
 // knownCodes are the refusal and failure codes kvmesh itself gives.
 var knownCodes = []string{
 	openai.CodeInvalidRequest, openai.CodeInvalidParameter, openai.CodeUnsupportedParameter, openai.CodeBodyTooLarge, openai.CodeBodyTimeout,
+	openai.CodeUnsupportedMediaType,
 	openai.CodeModelNotFound, openai.CodeContextLengthExceeded, openai.CodeInvalidAPIKey, openai.CodeRateLimited,
 	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,

@@ -1,6 +1,8 @@
 package node_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"net/http"
 	"strings"
@@ -82,4 +84,32 @@ func TestNullKVTransferParamsIsAbsent(t *testing.T) {
 	}
 	resp = post(t, url, "/v1/completions", `{"model":"`+model+`","prompt":"x","kv_transfer_params":null,"kv_transfer_params":{"do_remote_prefill":true}}`, nil)
 	checkRefusal(t, resp, http.StatusBadRequest, "invalid_parameter", "kv_transfer_params", []string{"never by a client"})
+}
+
+// TestEncodedBodyIsRefused: a body with a Content-Encoding other than identity is 415
+// unsupported_media_type naming the encoding, whether it is compressed (not a misleading
+// "not a JSON object") or plain under a false name; identity is a plain body.
+func TestEncodedBodyIsRefused(t *testing.T) {
+	url := startNet(t, 1, nil).URLs()[0]
+	body := `{"model":"` + model + `","prompt":"x","max_tokens":2}`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(body))
+	zw.Close()
+	for _, tt := range []struct{ path, encoding, body string }{
+		{"/v1/completions", "gzip", gz.String()},
+		{"/v1/completions", "br", body},
+		{"/v1/chat/completions", "identity, deflate", chatBody("x", 2, false)},
+		{"/v1/embeddings", "zstd", `{"model":"` + model + `","input":"x"}`},
+	} {
+		t.Run(tt.path+" "+tt.encoding, func(t *testing.T) {
+			resp := post(t, url, tt.path, tt.body, map[string]string{"Content-Encoding": tt.encoding})
+			checkRefusal(t, resp, http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Encoding",
+				[]string{strings.TrimPrefix(tt.encoding, "identity, ")})
+		})
+	}
+	resp := post(t, url, "/v1/completions", body, map[string]string{"Content-Encoding": "Identity"})
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Errorf("identity: status %d: %s", resp.StatusCode, b)
+	}
 }

@@ -25,6 +25,8 @@ const (
 	CodeEngineTimeout         = "engine_timeout"
 	// CodeClientClosed labels requests the client abandoned (status 499, never sent).
 	CodeClientClosed = "client_closed"
+	// CodeUnsupportedMediaType (415): a body with a Content-Encoding other than identity.
+	CodeUnsupportedMediaType = "unsupported_media_type"
 )
 
 // Error types, following the OpenAI API's "type" field.
