@@ -123,9 +123,10 @@ func TestIdleNodeExportsZeroSeries(t *testing.T) {
 	}
 }
 
-// TestAdminPathsNeedAKey pins the admin rule on the API listener: with a key file, /metrics and
-// /v1/mesh/peers answer any valid key and refuse a missing or unknown one with the client
-// API's 401; the probes stay open for load balancers.
+// TestAdminPathsNeedAKey pins the admin rule on the API listener: with a key file, /metrics,
+// /v1/mesh/peers and the model list (as vLLM with --api-key guards every /v1 path) answer any
+// valid key and refuse a missing or unknown one with the client API's 401; the probes stay
+// open for load balancers.
 func TestAdminPathsNeedAKey(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(keys, []byte(admit.HashKey("sk-tenant")+" tenant 1 100\n"), 0o600); err != nil {
@@ -133,7 +134,7 @@ func TestAdminPathsNeedAKey(t *testing.T) {
 	}
 	tn := startNet(t, 1, func(i int, cfg *node.Config) { cfg.APIKeysFile = keys })
 	url := tn.URLs()[0]
-	for _, path := range []string{"/metrics", "/v1/mesh/peers"} {
+	for _, path := range []string{"/metrics", "/v1/mesh/peers", "/v1/models", "/v1/models/" + model} {
 		for _, key := range []string{"", "sk-wrong"} {
 			status, body := getWithKey(t, url+path, key)
 			if e := decodeError(t, body); status != http.StatusUnauthorized || e.Error.Code != "invalid_api_key" {
@@ -167,6 +168,9 @@ func TestAdminListenerServesWithoutAKey(t *testing.T) {
 	}
 	if status, _ := getWithKey(t, admin+"/v1/models", ""); status != http.StatusNotFound {
 		t.Errorf("admin /v1/models: %d, want 404", status)
+	}
+	if status, body := getWithKey(t, url+"/v1/models", ""); status != http.StatusOK {
+		t.Errorf("API listener /v1/models without a key file: %d %s, want 200 as without --admin-addr", status, body)
 	}
 	for _, path := range []string{"/metrics", "/v1/mesh/peers"} {
 		if status, body := getWithKey(t, url+path, ""); status != http.StatusUnauthorized {

@@ -39,21 +39,25 @@ func post(h http.HandlerFunc) map[string]http.Handler {
 // routes is the HTTP API. Every known path answers a method it does not take with 405, an
 // Allow header and an OpenAI error body (ServeMux's own 405 is text, and a catch-all pattern
 // would turn it into a 404); an unknown path is a 404 in the same shape. A GET endpoint also
-// answers HEAD. The admin paths need a key (requireKey); the probes never do.
+// answers HEAD. The admin paths and the model list need a key (requireKey); the probes never
+// do.
 func (n *Node) routes() http.Handler {
+	keyed := func(h http.HandlerFunc) http.HandlerFunc { return n.requireKey(h, false).ServeHTTP }
 	rs := []endpoint{
 		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
 		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
 		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.ingestEmbeddings))},
 		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.ingestResponses))},
-		{"/v1/models", get(n.handleModels)},
+		// While keys are on, the model list asks one as the other /v1 paths do (vLLM with
+		// --api-key, OpenAI), not to tell anyone what the mesh serves.
+		{"/v1/models", get(keyed(n.handleModels))},
 		// The id may hold slashes (meta-llama/Llama-3.1-8B-Instruct), sent as they are or as %2F.
-		{"/v1/models/{id...}", get(n.handleModel)},
+		{"/v1/models/{id...}", get(keyed(n.handleModel))},
 	}
 	rs = append(rs, n.probeRoutes()...)
 	for _, r := range n.adminRoutes() {
 		for m, h := range r.methods {
-			r.methods[m] = n.requireKey(h)
+			r.methods[m] = n.requireKey(h, n.cfg.AdminAddr != "")
 		}
 		rs = append(rs, r)
 	}
@@ -90,15 +94,16 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 	return mux
 }
 
-// requireKey guards an admin path on the API listener. While an API key file is loaded, or an
-// admin listener serves the admin paths, a request must carry a valid API key (any tenant's:
-// whoever may run requests may read the mesh's state and metrics; a key is not charged for
+// requireKey guards a path of the API listener that runs nothing: an admin path or the model
+// list. While an API key file is loaded, or with always (the admin paths, while an admin
+// listener serves them openly), a request must carry a valid API key (any tenant's: whoever
+// may run requests may read the mesh's models, state and metrics; a key is not charged for
 // it), or it is answered 401 invalid_api_key, as the inference endpoints answer.
-func (n *Node) requireKey(h http.Handler) http.Handler {
+func (n *Node) requireKey(h http.Handler, always bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		keys := n.adm.Keys()
-		if (keys.Len() > 0 || n.cfg.AdminAddr != "") && !keys.Valid(bearer(r.Header)) {
-			openai.WriteError(w, openai.ErrInvalidAPIKey("invalid or missing API key"))
+		if (keys.Len() > 0 || always) && !keys.Valid(bearer(r.Header)) {
+			writeRefusal(w, openai.ErrInvalidAPIKey("invalid or missing API key"), 0)
 			return
 		}
 		h.ServeHTTP(w, r)
