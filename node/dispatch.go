@@ -69,6 +69,18 @@ func parseHeaders(h http.Header, a *admit.Request, maxAgent int) *openai.Error {
 	return nil
 }
 
+// flagHeader reads a boolean X-Kvmesh-* header: on for 1 or true, off for none, 0 or false
+// (case aside, as HTTP clients and proxies vary), ok false for anything else.
+func flagHeader(v string) (on, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true":
+		return true, true
+	case "", "0", "false":
+		return false, true
+	}
+	return false, false
+}
+
 func bearer(h http.Header) string {
 	v := h.Get("Authorization")
 	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
@@ -155,14 +167,13 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if a.Agent == "" && n.cfg.AgentFromUser {
 		a.Agent = p.user
 	}
-	switch v := r.Header.Get(HeaderAgentFinal); v {
-	case "", "0", "false":
-	case "1", "true":
+	switch on, ok := flagHeader(r.Header.Get(HeaderAgentFinal)); {
+	case on:
 		p.agentFinal = a.Agent != ""
-	default:
+	case !ok:
 		n.m.decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
 		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
-			HeaderAgentFinal+" must be 1 or 0").WithParam(HeaderAgentFinal), 0)
+			HeaderAgentFinal+" must be 1, true, 0 or false").WithParam(HeaderAgentFinal), 0)
 	}
 	if d := n.adm.Validate(*a); d.Refused() {
 		n.m.decisionOf(d)
@@ -179,7 +190,8 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
 	}
 	a.APIKey = "" // identified; the raw key goes no further
-	explain := r.Header.Get(HeaderExplain) == "1"
+	// Any other value asks no explanation: it changes nothing the request gets.
+	explain, _ := flagHeader(r.Header.Get(HeaderExplain))
 	if n.cfg.Standalone {
 		// kvmesh engine is an engine, not a mesh: like vLLM it queues whatever can ever run and
 		// refuses only what cannot (context, KV budget).

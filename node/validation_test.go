@@ -113,3 +113,20 @@ func TestEncodedBodyIsRefused(t *testing.T) {
 		t.Errorf("identity: status %d: %s", resp.StatusCode, b)
 	}
 }
+
+// TestExplainHeaderTakesTrue: X-Kvmesh-Explain asks for the candidates with 1 or true, in any
+// case, as X-Kvmesh-Agent-Final does; 0, false or no header asks none.
+func TestExplainHeaderTakesTrue(t *testing.T) {
+	url := startNet(t, 1, nil).URLs()[0]
+	for v, want := range map[string]bool{"1": true, "true": true, "TRUE": true, "True": true, "0": false, "false": false, "": false} {
+		resp := post(t, url, "/v1/chat/completions", chatBody("x", 2, false), map[string]string{node.HeaderExplain: v})
+		readAll(t, resp)
+		if got := resp.Header.Get(node.HeaderExplain) != ""; resp.StatusCode != http.StatusOK || got != want {
+			t.Errorf("%s: %q: status %d, explained %v, want %v", node.HeaderExplain, v, resp.StatusCode, got, want)
+		}
+	}
+	resp := post(t, url, "/v1/chat/completions", chatBody("x", 2, false), map[string]string{node.HeaderAgent: "a", node.HeaderAgentFinal: "True"})
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Errorf("%s: True: status %d: %s", node.HeaderAgentFinal, resp.StatusCode, b)
+	}
+}
