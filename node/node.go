@@ -131,7 +131,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.httpSrv = &http.Server{
-		Handler:           n.counted(n.routes()),
+		Handler: n.counted(n.routes()),
 		// Headers come within 10 s (or the body timeout, when shorter); Go's server closes a
 		// connection whose headers are late without an answer, as it never read a request.
 		ReadHeaderTimeout: min(10*time.Second, cfg.BodyTimeout),
