@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // KeyEntry is one API key as stored: its SHA-256, never the key.
@@ -34,8 +32,8 @@ type keyState struct {
 	maxPrio int
 	rate    float64
 	burst   int
-	limiter *rate.Limiter // nil: unlimited
-	use     meshUse       // what it consumes here and elsewhere in the mesh (usage.go)
+	limiter *bucket // nil: unlimited
+	use     meshUse // what it consumes here and elsewhere in the mesh (usage.go)
 }
 
 // Keys is the set of API keys, hot-replaceable. The zero value is an empty set, which means
@@ -190,11 +188,10 @@ func (k *Keys) Replace(entries []KeyEntry, now time.Time) error {
 		if prev, ok := old[st.hash]; ok && prev.limiter != nil {
 			st.use.carry(&prev.use)
 			st.limiter = prev.limiter
-			st.limiter.SetLimitAt(now, rate.Limit(st.rate))
-			st.limiter.SetBurstAt(now, st.burst)
+			st.limiter.set(now, st.rate, st.burst)
 			continue
 		}
-		st.limiter = rate.NewLimiter(rate.Limit(st.rate), st.burst)
+		st.limiter = &bucket{rate: st.rate, burst: float64(st.burst), tokens: float64(st.burst)}
 	}
 	k.keys = next
 	k.byHash = make(map[[sha256.Size]byte]*keyState, len(next))
@@ -230,24 +227,67 @@ func (k *Keys) lookup(raw string) *keyState {
 }
 
 // take charges tokens to the key's bucket at now; it returns the wait before the request
-// would fit when it does not. A request costs at most the burst, so one larger than the
-// burst is let through on a full bucket and then the key waits.
+// would fit when it does not. A request larger than the burst is let through on a full bucket
+// and charged whole, so the key then waits out all of it.
 func (st *keyState) take(now time.Time, tokens int) (time.Duration, bool) {
 	if st.limiter == nil {
 		return 0, true
 	}
-	n := min(max(tokens, 1), st.burst)
+	n := max(tokens, 1)
 	// The key's rate holds across the mesh: what it consumed on other ingresses lately comes
 	// off this ingress's share (usage.go).
-	st.limiter.SetLimitAt(now, rate.Limit(st.use.share(now, st.rate)))
-	r := st.limiter.ReserveN(now, n)
-	if !r.OK() {
+	wait, ok := st.limiter.take(now, n, st.use.share(now, st.rate))
+	if ok {
+		st.use.add(now, n)
+	}
+	return wait, ok
+}
+
+// bucket is a key's token bucket: rate tokens a second, up to burst. A request takes its whole
+// cost: one larger than the burst passes on a full bucket and leaves it that far below empty,
+// which the next requests wait out (charging it only the burst let a key with 100k-token
+// requests run at many times its rate).
+type bucket struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+// refillLocked adds what the rate gave since the last call, up to the burst.
+func (b *bucket) refillLocked(now time.Time) {
+	if now.After(b.last) {
+		if !b.last.IsZero() {
+			b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		}
+		b.last = now
+	}
+}
+
+// set changes the rate and burst at now (a reload), keeping what the bucket holds.
+func (b *bucket) set(now time.Time, rate float64, burst int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refillLocked(now)
+	b.rate, b.burst = rate, float64(burst)
+	b.tokens = min(b.tokens, b.burst)
+}
+
+// take charges n tokens at now at the given rate: it passes when the bucket holds n, or all of
+// its burst for a larger n; else it returns the wait until it would.
+func (b *bucket) take(now time.Time, n int, rate float64) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refillLocked(now)
+	b.rate = rate
+	need := min(float64(n), b.burst)
+	if b.tokens >= need {
+		b.tokens -= float64(n)
+		return 0, true
+	}
+	if !(b.rate > 0) {
 		return time.Second, false
 	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return d, false
-	}
-	st.use.add(now, n)
-	return 0, true
+	return time.Duration(math.Ceil((need - b.tokens) / b.rate * float64(time.Second))), false
 }

@@ -93,6 +93,28 @@ func TestKeysReplaceKeepsBucket(t *testing.T) {
 	}
 }
 
+// TestOversizeRequestIsChargedWhole: a request larger than the key's burst passes on a full
+// bucket and is charged whole, so the key then waits out its cost at its rate; charged only
+// the burst, a key of 20 tokens a second ran a 30,000-token request every 5 s.
+func TestOversizeRequestIsChargedWhole(t *testing.T) {
+	now := time.Unix(1000, 0)
+	k, err := NewKeys([]KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 20, Burst: 100}}, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := k.lookup("k")
+	if _, ok := st.take(now, 30000); !ok {
+		t.Fatal("a request over the burst refused on a full bucket")
+	}
+	wait, ok := st.take(now.Add(5100*time.Millisecond), 100)
+	if ok || wait < 1400*time.Second {
+		t.Fatalf("5.1 s after 30,000 tokens at 20/s: ok %v, wait %v; want a refusal with about 1,490 s to wait", ok, wait)
+	}
+	if _, ok := st.take(now.Add(5100*time.Millisecond+wait), 100); !ok {
+		t.Errorf("refused after the wait it was given (%v)", wait)
+	}
+}
+
 // TestKeysValidChargesNothing pins the admin paths' check: a listed key is valid, an unknown
 // or empty one is not, and asking does not take from the key's bucket.
 func TestKeysValidChargesNothing(t *testing.T) {

@@ -224,6 +224,11 @@ func (n *Node) loadKeysLocked(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("node: api keys %s: %w", n.cfg.APIKeysFile, err)
 	}
+	if len(entries) == 0 {
+		// No keys would open the API to anyone: a file caught empty mid-write, or emptied to
+		// revoke every key, must not do that. Without --api-keys the API is open by choice.
+		return fmt.Errorf("node: api keys %s: the file holds no key; authentication stays on (to open the API, run without --api-keys)", n.cfg.APIKeysFile)
+	}
 	if err := n.adm.Keys().Replace(entries, now); err != nil {
 		return fmt.Errorf("node: api keys: %w", err)
 	}

@@ -216,6 +216,33 @@ func TestPriorityNamesInFiles(t *testing.T) {
 	}
 }
 
+// TestEmptyKeyFileKeepsAuthenticationOn: a key file holding no key (emptied, or caught
+// mid-write) is refused at a reload, the previous keys staying in force, and at start; zero
+// keys would have opened the API to anyone.
+func TestEmptyKeyFileKeepsAuthenticationOn(t *testing.T) {
+	dir := t.TempDir()
+	path, keys := filepath.Join(dir, "kvmesh.yaml"), filepath.Join(dir, "keys.txt")
+	writeFile(t, path, "node: {}\n")
+	writeFile(t, keys, admit.HashKey("sk-a")+" acme\n")
+	n, _ := reloadable(t, path, func(c *Config) { c.APIKeysFile = keys })
+	if err := n.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for _, empty := range []string{"", "# every key revoked\n"} {
+		writeFile(t, keys, empty)
+		if err := n.Reload(); err == nil || !strings.Contains(err.Error(), "holds no key") {
+			t.Errorf("key file %q: Reload %v; want a refusal", empty, err)
+		}
+		if n.adm.Keys().Len() != 1 || !n.adm.Keys().Valid("sk-a") {
+			t.Fatalf("key file %q: %d keys in force; want the previous one", empty, n.adm.Keys().Len())
+		}
+	}
+	fresh, _ := reloadable(t, path, func(c *Config) { c.APIKeysFile = keys })
+	if err := fresh.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "holds no key") {
+		t.Errorf("Start with an empty key file: %v; want a refusal", err)
+	}
+}
+
 // TestReloadRejectsABadFile pins that a file that does not parse, names an unknown key or holds
 // an invalid value changes nothing: one ERROR line, the error count up by one, the previous
 // settings and hash in force.
