@@ -379,7 +379,7 @@ func TestConfigWatchReloadsChangedFiles(t *testing.T) {
 	dir := t.TempDir()
 	path, keys := filepath.Join(dir, "kvmesh.json"), filepath.Join(dir, "keys")
 	writeFile(t, path, `{"admission": {"slo": {"normal": {"ttft": "2s"}}}}`)
-	writeFile(t, keys, "")
+	writeFile(t, keys, admit.HashKey("sk-old")+" acme\n")
 	n, _ := reloadable(t, path, func(c *Config) { c.APIKeysFile, c.ConfigWatch = keys, 10*time.Millisecond })
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -387,7 +387,7 @@ func TestConfigWatchReloadsChangedFiles(t *testing.T) {
 	writeFile(t, path, `{"admission": {"slo": {"normal": {"ttft": "500ms"}}}}`)
 	poll.Until(t, 5*time.Second, "the changed TTFT target in force", func() bool { return sloVerdict(n) == admit.CodeSLOUnattainable })
 	writeFile(t, keys, admit.HashKey("sk-new")+" acme\n")
-	poll.Until(t, 5*time.Second, "the new key in force", func() bool { return n.adm.Keys().Len() == 1 })
+	poll.Until(t, 5*time.Second, "the new key in force", func() bool { return n.adm.Keys().Valid("sk-new") })
 	if bad := reloads(n, reloadError); bad != 0 {
 		t.Errorf("%v reloads failed", bad)
 	}
