@@ -57,7 +57,7 @@ func ReadTraceFile(path string) ([]TraceRecord, error) {
 
 // ReadMooncake parses a Mooncake JSONL trace: one object a line with timestamp (ms),
 // input_length, output_length and hash_ids. Blank lines are allowed; any other malformed line
-// is an error naming its line. Records are returned sorted by arrival.
+// is an error naming its line. Records are returned sorted by arrival, relative to the first.
 func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxTraceLine)
@@ -98,8 +98,21 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line+1, err)
 	}
+	return byArrival(recs), nil
+}
+
+// byArrival sorts recs by arrival, equal arrivals in file order, and makes arrivals relative to
+// the earliest: a trace cut from a longer one starts with its first request, not after the
+// time before it.
+func byArrival(recs []TraceRecord) []TraceRecord {
 	slices.SortStableFunc(recs, func(a, b TraceRecord) int { return cmp.Compare(a.At, b.At) })
-	return recs, nil
+	if len(recs) > 0 {
+		t0 := recs[0].At
+		for i := range recs {
+			recs[i].At -= t0
+		}
+	}
+	return recs
 }
 
 // azureLayouts are the TIMESTAMP formats of the public Azure LLM inference traces
@@ -176,14 +189,7 @@ func ReadAzure(r io.Reader) ([]TraceRecord, error) {
 		}
 		recs = append(recs, TraceRecord{At: at, InputTokens: in, OutputTokens: out})
 	}
-	slices.SortStableFunc(recs, func(a, b TraceRecord) int { return cmp.Compare(a.At, b.At) })
-	if len(recs) > 0 {
-		t0 := recs[0].At
-		for i := range recs {
-			recs[i].At -= t0
-		}
-	}
-	return recs, nil
+	return byArrival(recs), nil
 }
 
 // isAzureHeader reports whether row is a header and, if so, maps the column positions.

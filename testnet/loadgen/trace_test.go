@@ -37,6 +37,26 @@ func TestReadMooncake(t *testing.T) {
 	}
 }
 
+// TestReadMooncakeStartsAtFirstRequest pins that arrivals are relative to the earliest request:
+// a slice of a longer trace (the arxiv trace's copies start at 1,178,625 ms) starts at once
+// instead of after the trace time before it, which a --duration window would not even reach.
+func TestReadMooncakeStartsAtFirstRequest(t *testing.T) {
+	in := `{"timestamp": 1181678, "input_length": 10, "output_length": 1}
+{"timestamp": 1178625, "input_length": 20, "output_length": 1}
+{"timestamp": 1178625.5, "input_length": 30, "output_length": 1}
+`
+	recs, err := ReadMooncake(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{0, 500 * time.Microsecond, 3053 * time.Millisecond}
+	for i, w := range want {
+		if recs[i].At != w {
+			t.Errorf("record %d at %v, want %v", i, recs[i].At, w)
+		}
+	}
+}
+
 func TestReadMooncakeMalformed(t *testing.T) {
 	good := `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}` + "\n"
 	for _, c := range []struct {
