@@ -30,6 +30,9 @@ type TraceRecord struct {
 // maxTraceLine bounds one trace line; a Mooncake line of a 128k-token prompt is ~2 KB.
 const maxTraceLine = 1 << 20
 
+// utf8BOM starts files saved by some Windows tools; it is not part of the first line.
+const utf8BOM = "\ufeff"
+
 // ReadTraceFile reads a Mooncake JSONL or Azure CSV trace, telling them apart by the first
 // non-blank byte ('{' is Mooncake).
 func ReadTraceFile(path string) ([]TraceRecord, error) {
@@ -39,6 +42,9 @@ func ReadTraceFile(path string) ([]TraceRecord, error) {
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
+	if b, _ := br.Peek(len(utf8BOM)); string(b) == utf8BOM {
+		_, _ = br.Discard(len(utf8BOM))
+	}
 	for {
 		b, err := br.Peek(1)
 		if err != nil {
@@ -65,7 +71,11 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 	line := 0
 	for sc.Scan() {
 		line++
-		b := bytes.TrimSpace(sc.Bytes())
+		b := sc.Bytes()
+		if line == 1 {
+			b = bytes.TrimPrefix(b, []byte(utf8BOM))
+		}
+		b = bytes.TrimSpace(b)
 		if len(b) == 0 {
 			continue
 		}
@@ -170,6 +180,7 @@ func ReadAzure(r io.Reader) ([]TraceRecord, error) {
 		line, _ := cr.FieldPos(0) // FieldPos is valid only after a successful Read
 		if first {
 			first = false
+			row[0] = strings.TrimPrefix(row[0], utf8BOM)
 			if isAzureHeader(row, &col) {
 				continue
 			}
@@ -196,7 +207,7 @@ func ReadAzure(r io.Reader) ([]TraceRecord, error) {
 func isAzureHeader(row []string, col *[3]int) bool {
 	idx := map[string]int{}
 	for i, f := range row {
-		idx[strings.ToLower(strings.TrimSpace(strings.TrimPrefix(f, "\ufeff")))] = i
+		idx[strings.ToLower(strings.TrimSpace(f))] = i
 	}
 	ts, ok1 := idx["timestamp"]
 	in, ok2 := idx["contexttokens"]

@@ -248,6 +248,24 @@ func TestReadTraceFileSniffs(t *testing.T) {
 			t.Fatalf("%s: %v %+v", p, err, recs)
 		}
 	}
+	// A UTF-8 byte order mark, as Windows tools save files, is not part of the first line.
+	for name, body := range map[string]string{
+		"bom.jsonl": "\ufeff{\"timestamp\":1,\"input_length\":2,\"output_length\":3}\r\n",
+		"bom.csv":   "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n1,2,3\r\n",
+		"bom2.csv":  "\ufeff1,2,3\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := ReadTraceFile(p)
+		if err != nil || len(recs) != 1 || recs[0].InputTokens != 2 || recs[0].OutputTokens != 3 {
+			t.Fatalf("%s: %v %+v", name, err, recs)
+		}
+	}
+	if _, err := ReadMooncake(strings.NewReader("\ufeff{\"timestamp\":1,\"input_length\":2,\"output_length\":3}")); err != nil {
+		t.Fatalf("ReadMooncake after a byte order mark: %v", err)
+	}
 	if _, err := ReadTraceFile(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("missing file read without error")
 	}
