@@ -80,10 +80,10 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 			continue
 		}
 		var v struct {
-			Timestamp    *float64 `json:"timestamp"`
-			InputLength  *int     `json:"input_length"`
-			OutputLength *int     `json:"output_length"`
-			HashIDs      []int64  `json:"hash_ids"`
+			Timestamp    *float64   `json:"timestamp"`
+			InputLength  *traceInt  `json:"input_length"`
+			OutputLength *traceInt  `json:"output_length"`
+			HashIDs      []traceInt `json:"hash_ids"`
 		}
 		if err := json.Unmarshal(b, &v); err != nil {
 			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
@@ -95,20 +95,44 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 			return nil, fmt.Errorf("%w: line %d: timestamp %v out of range", ErrTrace, line, *v.Timestamp)
 		case *v.InputLength < 1 || *v.OutputLength < 0:
 			return nil, fmt.Errorf("%w: line %d: input_length must be ≥ 1 and output_length ≥ 0", ErrTrace, line)
-		case len(v.HashIDs) > (*v.InputLength+MooncakeBlockTokens-1)/MooncakeBlockTokens:
+		case len(v.HashIDs) > (int(*v.InputLength)+MooncakeBlockTokens-1)/MooncakeBlockTokens:
 			return nil, fmt.Errorf("%w: line %d: %d hash_ids for %d tokens", ErrTrace, line, len(v.HashIDs), *v.InputLength)
+		}
+		var ids []int64
+		if v.HashIDs != nil {
+			ids = make([]int64, len(v.HashIDs))
+			for i, id := range v.HashIDs {
+				ids[i] = int64(id)
+			}
 		}
 		recs = append(recs, TraceRecord{
 			At:           time.Duration(*v.Timestamp * float64(time.Millisecond)),
-			InputTokens:  *v.InputLength,
-			OutputTokens: *v.OutputLength,
-			HashIDs:      v.HashIDs,
+			InputTokens:  int(*v.InputLength),
+			OutputTokens: int(*v.OutputLength),
+			HashIDs:      ids,
 		})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line+1, err)
 	}
 	return byArrival(recs), nil
+}
+
+// traceInt is a JSON integer that may be written as an integral float ("6758.0"), as tools that
+// pass a trace through floating point (pandas) write it.
+type traceInt int64
+
+func (n *traceInt) UnmarshalJSON(b []byte) error {
+	if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		*n = traceInt(i)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return fmt.Errorf("%s is not an integer", b)
+	}
+	*n = traceInt(f)
+	return nil
 }
 
 // byArrival sorts recs by arrival, equal arrivals in file order, and makes arrivals relative to

@@ -37,6 +37,28 @@ func TestReadMooncake(t *testing.T) {
 	}
 }
 
+// TestReadMooncakeIntegralFloats pins that lengths and hash ids written as integral floats, as a
+// trace passed through pandas has them, read as the integers they are.
+func TestReadMooncakeIntegralFloats(t *testing.T) {
+	in := `{"timestamp": 0.0, "input_length": 6758.0, "output_length": 5e2, "hash_ids": [0, 1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}` + "\n"
+	recs, err := ReadMooncake(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recs[0]; r.InputTokens != 6758 || r.OutputTokens != 500 || len(r.HashIDs) != 14 || r.HashIDs[1] != 1 {
+		t.Fatalf("got %+v", r)
+	}
+	for _, bad := range []string{
+		`{"timestamp": 0, "input_length": 6758.5, "output_length": 5}`,
+		`{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0.5]}`,
+		`{"timestamp": 0, "input_length": "10", "output_length": 5}`,
+	} {
+		if _, err := ReadMooncake(strings.NewReader(bad)); !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 1:") {
+			t.Errorf("%s: got %v, want ErrTrace naming line 1", bad, err)
+		}
+	}
+}
+
 // TestReadMooncakeStartsAtFirstRequest pins that arrivals are relative to the earliest request:
 // a slice of a longer trace (the arxiv trace's copies start at 1,178,625 ms) starts at once
 // instead of after the trace time before it, which a --duration window would not even reach.
