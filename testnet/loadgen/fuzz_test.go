@@ -41,7 +41,7 @@ func FuzzReadMooncake(f *testing.F) {
 			return
 		}
 		for i, r := range recs {
-			if r.InputTokens < 1 || r.OutputTokens < 0 || r.At < 0 || (i > 0 && r.At < recs[i-1].At) {
+			if r.InputTokens < 0 || r.OutputTokens < 0 || r.InputTokens > maxTraceTokens || r.OutputTokens > maxTraceTokens || r.At < 0 || (i > 0 && r.At < recs[i-1].At) {
 				t.Fatalf("invalid record %+v", r)
 			}
 		}
@@ -69,7 +69,7 @@ func FuzzReadAzure(f *testing.F) {
 			return
 		}
 		for i, r := range recs {
-			if r.InputTokens < 1 || r.OutputTokens < 0 || (i > 0 && r.At < recs[i-1].At) {
+			if r.InputTokens < 0 || r.OutputTokens < 0 || r.InputTokens > maxTraceTokens || r.OutputTokens > maxTraceTokens || (i > 0 && r.At < recs[i-1].At) {
 				t.Fatalf("invalid record %+v", r)
 			}
 		}

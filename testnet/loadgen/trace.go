@@ -20,12 +20,18 @@ import (
 // TraceRecord is one request of a trace.
 type TraceRecord struct {
 	// At is the arrival time relative to the trace's first request.
-	At           time.Duration
+	At time.Duration
+	// InputTokens and OutputTokens are at most 1<<24 each. A record of 0 is replayed as 1 (a
+	// 1-token prompt, max_tokens 1), so the trace's arrivals stay as they were.
 	InputTokens  int
 	OutputTokens int
 	// HashIDs are the Mooncake prefix block ids, one per 512-token block (nil for Azure).
 	HashIDs []int64
 }
+
+// maxTraceTokens bounds a record's lengths: no model's context comes near it, and a longer
+// prompt would be more than 64 MB of text to build and send.
+const maxTraceTokens = 1 << 24
 
 // maxTraceLine bounds one trace line; a Mooncake line of a 128k-token prompt is ~2 KB.
 const maxTraceLine = 1 << 20
@@ -93,8 +99,9 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 			return nil, fmt.Errorf("%w: line %d: missing timestamp, input_length or output_length", ErrTrace, line)
 		case *v.Timestamp < 0 || math.IsNaN(*v.Timestamp) || *v.Timestamp > 1e12:
 			return nil, fmt.Errorf("%w: line %d: timestamp %v out of range", ErrTrace, line, *v.Timestamp)
-		case *v.InputLength < 1 || *v.OutputLength < 0:
-			return nil, fmt.Errorf("%w: line %d: input_length must be ≥ 1 and output_length ≥ 0", ErrTrace, line)
+		case *v.InputLength < 0 || *v.OutputLength < 0 || *v.InputLength > maxTraceTokens || *v.OutputLength > maxTraceTokens:
+			return nil, fmt.Errorf("%w: line %d: input_length %d and output_length %d must be in [0, %d]",
+				ErrTrace, line, *v.InputLength, *v.OutputLength, maxTraceTokens)
 		case len(v.HashIDs) > (int(*v.InputLength)+MooncakeBlockTokens-1)/MooncakeBlockTokens:
 			return nil, fmt.Errorf("%w: line %d: %d hash_ids for %d tokens", ErrTrace, line, len(v.HashIDs), *v.InputLength)
 		}
@@ -123,16 +130,21 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 type traceInt int64
 
 func (n *traceInt) UnmarshalJSON(b []byte) error {
-	if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-		*n = traceInt(i)
-		return nil
+	i, err := parseTraceInt(string(b))
+	*n = traceInt(i)
+	return err
+}
+
+// parseTraceInt parses an integer, also written as an integral float.
+func parseTraceInt(s string) (int64, error) {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return i, nil
 	}
-	f, err := strconv.ParseFloat(string(b), 64)
+	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-		return fmt.Errorf("%s is not an integer", b)
+		return 0, fmt.Errorf("%q is not an integer", s)
 	}
-	*n = traceInt(f)
-	return nil
+	return int64(f), nil
 }
 
 // byArrival sorts recs by arrival, equal arrivals in file order, and makes arrivals relative to
@@ -216,13 +228,13 @@ func ReadAzure(r io.Reader) ([]TraceRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
 		}
-		in, err1 := strconv.Atoi(strings.TrimSpace(row[col[1]]))
-		out, err2 := strconv.Atoi(strings.TrimSpace(row[col[2]]))
-		if err1 != nil || err2 != nil || in < 1 || out < 0 {
-			return nil, fmt.Errorf("%w: line %d: ContextTokens must be ≥ 1 and GeneratedTokens ≥ 0, got %q, %q",
-				ErrTrace, line, row[col[1]], row[col[2]])
+		in, err1 := parseTraceInt(strings.TrimSpace(row[col[1]]))
+		out, err2 := parseTraceInt(strings.TrimSpace(row[col[2]]))
+		if err1 != nil || err2 != nil || in < 0 || out < 0 || in > maxTraceTokens || out > maxTraceTokens {
+			return nil, fmt.Errorf("%w: line %d: ContextTokens and GeneratedTokens must be integers in [0, %d], got %q, %q",
+				ErrTrace, line, maxTraceTokens, row[col[1]], row[col[2]])
 		}
-		recs = append(recs, TraceRecord{At: at, InputTokens: in, OutputTokens: out})
+		recs = append(recs, TraceRecord{At: at, InputTokens: int(in), OutputTokens: int(out)})
 	}
 	return byArrival(recs), nil
 }

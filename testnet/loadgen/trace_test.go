@@ -88,7 +88,8 @@ func TestReadMooncakeMalformed(t *testing.T) {
 		{"missing input", `{"timestamp": 0, "output_length": 5, "hash_ids": [1]}`},
 		{"missing timestamp", `{"input_length": 10, "output_length": 5}`},
 		{"negative timestamp", `{"timestamp": -1, "input_length": 10, "output_length": 5}`},
-		{"zero input", `{"timestamp": 0, "input_length": 0, "output_length": 5}`},
+		{"huge input", `{"timestamp": 0, "input_length": 2000000000, "output_length": 5}`},
+		{"huge output", `{"timestamp": 0, "input_length": 10, "output_length": 1e9}`},
 		{"negative output", `{"timestamp": 0, "input_length": 10, "output_length": -5}`},
 		{"wrong type", `{"timestamp": "x", "input_length": 10, "output_length": 5}`},
 		{"too many hash ids", `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1, 2]}`},
@@ -102,6 +103,27 @@ func TestReadMooncakeMalformed(t *testing.T) {
 				t.Fatalf("error %q does not name line 4", err)
 			}
 		})
+	}
+}
+
+// TestTraceZeroLengths pins that a record of no prompt or no output tokens (BurstGPT's failed
+// requests, empty prompts) is read and replayed as 1 token, keeping the trace's arrivals, and
+// that a length past any model's context is an error rather than gigabytes of prompt.
+func TestTraceZeroLengths(t *testing.T) {
+	mc, err := ReadMooncake(strings.NewReader(`{"timestamp": 0, "input_length": 0, "output_length": 0, "hash_ids": []}` + "\n" +
+		`{"timestamp": 5, "input_length": 16777216, "output_length": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	az, err := ReadAzure(strings.NewReader("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,0,0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := TraceItems(planCfg("", 1, 0, 1), []TraceRecord{mc[0], az[0]})
+	for i, it := range items {
+		if it.PromptTokens != 1 || it.MaxTokens != 1 || len(it.Messages()[0].Content) != bytesPerToken {
+			t.Errorf("item %d: %d prompt tokens, max_tokens %d", i, it.PromptTokens, it.MaxTokens)
+		}
 	}
 }
 
@@ -241,7 +263,8 @@ func TestReadAzureMalformed(t *testing.T) {
 		{"bad time", "yesterday,10,2"},
 		{"too few fields", "2023-11-16 18:15:46.68,10"},
 		{"bad tokens", "2023-11-16 18:15:46.68,ten,2"},
-		{"zero context", "2023-11-16 18:15:46.68,0,2"},
+		{"huge context", "2023-11-16 18:15:46.68,2000000000,2"},
+		{"fractional tokens", "2023-11-16 18:15:46.68,5.5,2"},
 		{"negative generated", "2023-11-16 18:15:46.68,5,-2"},
 		{"bad quote", `"2023-11-16 18:15:46.68,5,2`},
 	} {
