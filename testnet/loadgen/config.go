@@ -46,7 +46,8 @@ type Config struct {
 	Model string
 	// Workload names a synthetic workload (see Workloads); ignored when Trace is set.
 	Workload string
-	// Trace is a Mooncake JSONL or Azure CSV file to replay (the format is sniffed).
+	// Trace is a Mooncake JSONL, Azure LLM inference CSV or BurstGPT CSV file to replay (the
+	// format is sniffed; see ReadTraceFile).
 	Trace string
 	// Rate is the mean offered load in requests/s for synthetic workloads (for "agents" it
 	// counts steps: sessions start at Rate/5.5 a second, the mean session length); for a trace

@@ -25,7 +25,7 @@ type TraceRecord struct {
 	// 1-token prompt, max_tokens 1), so the trace's arrivals stay as they were.
 	InputTokens  int
 	OutputTokens int
-	// HashIDs are the Mooncake prefix block ids, one per 512-token block (nil for Azure).
+	// HashIDs are the Mooncake prefix block ids, one per 512-token block (nil for CSV traces).
 	HashIDs []int64
 }
 
@@ -39,32 +39,33 @@ const maxTraceLine = 1 << 20
 // utf8BOM starts files saved by some Windows tools; it is not part of the first line.
 const utf8BOM = "\ufeff"
 
-// ReadTraceFile reads a Mooncake JSONL or Azure CSV trace, telling them apart by the first
-// non-blank byte ('{' is Mooncake).
+// ReadTraceFile reads a trace file: Mooncake JSONL when its first non-blank byte is '{', else a
+// CSV that ReadCSV reads. A file without a request is an error.
 func ReadTraceFile(path string) ([]TraceRecord, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: trace: %w", err)
 	}
 	defer f.Close()
-	br := bufio.NewReader(f)
+	br := bufio.NewReaderSize(f, 64<<10)
 	if b, _ := br.Peek(len(utf8BOM)); string(b) == utf8BOM {
 		_, _ = br.Discard(len(utf8BOM))
 	}
-	for {
-		b, err := br.Peek(1)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: empty file", ErrTrace, path)
-		}
-		if c := b[0]; c == ' ' || c == '\t' || c == '\r' || c == '\n' {
-			_, _ = br.ReadByte()
-			continue
-		}
-		if b[0] == '{' {
-			return ReadMooncake(br)
-		}
-		return ReadAzure(br)
+	// Peek, not read, past leading blank lines, so errors name lines as the file numbers them.
+	head, _ := br.Peek(br.Size())
+	b := bytes.TrimLeft(head, " \t\r\n")
+	read := ReadCSV
+	if len(b) > 0 && b[0] == '{' {
+		read = ReadMooncake
 	}
+	var recs []TraceRecord
+	if len(b) > 0 || len(head) == br.Size() {
+		recs, err = read(br)
+	}
+	if err == nil && len(recs) == 0 {
+		err = fmt.Errorf("%w: %s has no requests", ErrTrace, path)
+	}
+	return recs, err
 }
 
 // ReadMooncake parses a Mooncake JSONL trace: one object a line with timestamp (ms),
@@ -161,8 +162,27 @@ func byArrival(recs []TraceRecord) []TraceRecord {
 	return recs
 }
 
-// azureLayouts are the TIMESTAMP formats of the public Azure LLM inference traces
-// ("2023-11-16 18:15:46.6805900") and their ISO variants.
+// csvFormat is a trace CSV layout, known by its header: the names of its timestamp, prompt and
+// output columns (in any case and order; other columns are ignored).
+type csvFormat struct {
+	name, ts, in, out string
+}
+
+// csvFormats are the published trace CSVs. The first is also the column order of a file
+// without a header.
+var csvFormats = []csvFormat{
+	{"Azure LLM inference", "TIMESTAMP", "ContextTokens", "GeneratedTokens"},
+	{"BurstGPT", "Timestamp", "Request tokens", "Response tokens"},
+}
+
+// knownTraces names the formats for a file that is none of them.
+const knownTraces = "want a Mooncake JSONL trace or a CSV with an Azure LLM inference header " +
+	"(TIMESTAMP,ContextTokens,GeneratedTokens) or a BurstGPT one " +
+	"(Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type)"
+
+// azureLayouts are the TIMESTAMP formats of the public Azure LLM inference traces: 2023's
+// "2023-11-16 18:15:46.6805900", 2024's "2024-05-12 00:00:00.001163+00:00" (and
+// "2024-05-12 00:00:00+00:00" on a whole second), and ISO variants.
 var azureLayouts = []string{
 	"2006-01-02 15:04:05.999999999",
 	"2006-01-02 15:04:05.999999999Z07:00",
@@ -171,36 +191,50 @@ var azureLayouts = []string{
 	time.RFC3339Nano,
 }
 
-// parseAzureTime returns a timestamp as an offset from an arbitrary origin: plain seconds
-// (fractions allowed) are taken as-is, datetimes as time since the Unix epoch.
-func parseAzureTime(s string) (time.Duration, error) {
+// timeParser parses CSV timestamps: plain seconds (BurstGPT's, fractions allowed) as an
+// offset, datetimes as time since the Unix epoch. Both are bounded so that any two differ by
+// less than time.Duration's 292 years.
+type timeParser struct {
+	layout int // the layout that parsed the last datetime, tried first: a file keeps one
+}
+
+func (p *timeParser) parse(s string) (time.Duration, error) {
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 || math.IsNaN(f) || f > 1e10 {
+		if !(f >= 0 && f <= 4e9) {
 			return 0, fmt.Errorf("timestamp %q out of range", s)
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
-	for _, l := range azureLayouts {
-		if t, err := time.Parse(l, s); err == nil {
-			return time.Duration(t.UnixNano()), nil
+	for i := range azureLayouts {
+		l := (p.layout + i) % len(azureLayouts)
+		t, err := time.Parse(azureLayouts[l], s)
+		if err != nil {
+			continue
 		}
+		if y := t.Year(); y < 1970 || y >= 2200 {
+			return 0, fmt.Errorf("timestamp %q out of range", s)
+		}
+		p.layout = l
+		return time.Duration(t.UnixNano()), nil
 	}
 	return 0, fmt.Errorf("timestamp %q is neither seconds nor a datetime", s)
 }
 
-// ReadAzure parses an Azure LLM inference trace CSV: TIMESTAMP,ContextTokens,GeneratedTokens.
-// A header line (names in any order and case) is optional; without one the columns are in that
-// order. Timestamps are datetimes or plain seconds; arrivals are relative to the earliest.
-// Malformed lines are errors naming their line. Records are returned sorted by arrival.
-func ReadAzure(r io.Reader) ([]TraceRecord, error) {
+// ReadCSV parses a trace CSV: an Azure LLM inference trace (2023 or 2024,
+// TIMESTAMP,ContextTokens,GeneratedTokens; without a header the columns are in that order) or
+// BurstGPT (Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type, timestamps in
+// seconds), told apart by the header. A malformed line is an error naming its line, and the
+// first line names the formats when it is none of them. Records are returned sorted by arrival,
+// relative to the first.
+func ReadCSV(r io.Reader) ([]TraceRecord, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
 	cr.ReuseRecord = true
-	col := [3]int{0, 1, 2} // timestamp, context, generated
+	format, col := csvFormats[0], [3]int{0, 1, 2} // timestamp, prompt, output
+	var times timeParser
 	var recs []TraceRecord
-	first := true
-	for {
+	for first := true; ; first = false {
 		row, err := cr.Read()
 		if errors.Is(err, io.EOF) {
 			break
@@ -211,46 +245,56 @@ func ReadAzure(r io.Reader) ([]TraceRecord, error) {
 			if errors.As(err, &pe) {
 				line = pe.StartLine
 			}
+			if first {
+				return nil, fmt.Errorf("%w: line %d: %w; %s", ErrTrace, line, err, knownTraces)
+			}
 			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
 		}
 		line, _ := cr.FieldPos(0) // FieldPos is valid only after a successful Read
 		if first {
-			first = false
 			row[0] = strings.TrimPrefix(row[0], utf8BOM)
-			if isAzureHeader(row, &col) {
+			if f, c, ok := csvHeader(row); ok {
+				format, col = f, c
 				continue
+			}
+			if _, err := times.parse(strings.TrimSpace(row[0])); err != nil {
+				return nil, fmt.Errorf("%w: line %d: neither a known header nor a record; %s", ErrTrace, line, knownTraces)
 			}
 		}
 		if len(row) <= slices.Max(col[:]) {
-			return nil, fmt.Errorf("%w: line %d: %d fields, want TIMESTAMP,ContextTokens,GeneratedTokens", ErrTrace, line, len(row))
+			return nil, fmt.Errorf("%w: line %d: %d fields, want %s's %s, %s and %s",
+				ErrTrace, line, len(row), format.name, format.ts, format.in, format.out)
 		}
-		at, err := parseAzureTime(strings.TrimSpace(row[col[0]]))
+		at, err := times.parse(strings.TrimSpace(row[col[0]]))
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
 		}
 		in, err1 := parseTraceInt(strings.TrimSpace(row[col[1]]))
 		out, err2 := parseTraceInt(strings.TrimSpace(row[col[2]]))
 		if err1 != nil || err2 != nil || in < 0 || out < 0 || in > maxTraceTokens || out > maxTraceTokens {
-			return nil, fmt.Errorf("%w: line %d: ContextTokens and GeneratedTokens must be integers in [0, %d], got %q, %q",
-				ErrTrace, line, maxTraceTokens, row[col[1]], row[col[2]])
+			return nil, fmt.Errorf("%w: line %d: %s and %s must be integers in [0, %d], got %q, %q",
+				ErrTrace, line, format.in, format.out, maxTraceTokens, row[col[1]], row[col[2]])
 		}
 		recs = append(recs, TraceRecord{At: at, InputTokens: int(in), OutputTokens: int(out)})
 	}
 	return byArrival(recs), nil
 }
 
-// isAzureHeader reports whether row is a header and, if so, maps the column positions.
-func isAzureHeader(row []string, col *[3]int) bool {
-	idx := map[string]int{}
-	for i, f := range row {
-		idx[strings.ToLower(strings.TrimSpace(f))] = i
+// csvHeader reports whether row is the header of a known format and, if so, where its columns
+// are.
+func csvHeader(row []string) (csvFormat, [3]int, bool) {
+	for _, f := range csvFormats {
+		col := [3]int{-1, -1, -1}
+		for i, name := range row {
+			for j, want := range []string{f.ts, f.in, f.out} {
+				if strings.EqualFold(strings.TrimSpace(name), want) {
+					col[j] = i
+				}
+			}
+		}
+		if !slices.Contains(col[:], -1) {
+			return f, col, true
+		}
 	}
-	ts, ok1 := idx["timestamp"]
-	in, ok2 := idx["contexttokens"]
-	out, ok3 := idx["generatedtokens"]
-	if !ok1 || !ok2 || !ok3 {
-		return false
-	}
-	*col = [3]int{ts, in, out}
-	return true
+	return csvFormat{}, [3]int{}, false
 }

@@ -115,7 +115,7 @@ func TestTraceZeroLengths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := ReadAzure(strings.NewReader("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,0,0\n"))
+	az, err := ReadCSV(strings.NewReader("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,0,0\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestRealMooncakeTrace(t *testing.T) {
 	}
 }
 
-func TestReadAzure(t *testing.T) {
+func TestReadCSV(t *testing.T) {
 	for _, c := range []struct {
 		name, in string
 		at       []time.Duration
@@ -236,9 +236,21 @@ func TestReadAzure(t *testing.T) {
 			[]time.Duration{0, 0}, 5},
 		{"iso", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10T00:00:00Z,5,5\n2024-05-10T00:00:01.25Z,6,6\n",
 			[]time.Duration{0, 1250 * time.Millisecond}, 5},
+		// The 2024 week-long files write a whole second without a fraction.
+		{"2024 whole second", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,1452,3\n2024-05-12 00:00:00.041683+00:00,584,3\n",
+			[]time.Duration{0, 41683 * time.Microsecond}, 1452},
+		{"quoted, extra columns, CRLF", "\"TIMESTAMP\",\"ContextTokens\",\"GeneratedTokens\",\"Deployment\"\r\n" +
+			"\"2023-11-16 18:15:46.6805900\",\"374\",\"44\",\"a\"\r\n\"2023-11-16 18:15:47.6805900\", 396, 109,b\r\n",
+			[]time.Duration{0, time.Second}, 374},
+		{"burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" +
+			"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n118.5,GPT-4,0,276,276,API log\n",
+			[]time.Duration{0, 40 * time.Second, 113500 * time.Millisecond}, 472},
+		{"burstgpt with sessions", "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n" +
+			"5.0,s1,1.5,ChatGPT,472.0,18,490,Conversation log\n6.0,s1,2,ChatGPT,500,0,500,Conversation log\n",
+			[]time.Duration{0, time.Second}, 472},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			recs, err := ReadAzure(strings.NewReader(c.in))
+			recs, err := ReadCSV(strings.NewReader(c.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +269,7 @@ func TestReadAzure(t *testing.T) {
 	}
 }
 
-func TestReadAzureMalformed(t *testing.T) {
+func TestReadCSVMalformed(t *testing.T) {
 	head := "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"
 	for _, c := range []struct{ name, line string }{
 		{"bad time", "yesterday,10,2"},
@@ -267,13 +279,30 @@ func TestReadAzureMalformed(t *testing.T) {
 		{"fractional tokens", "2023-11-16 18:15:46.68,5.5,2"},
 		{"negative generated", "2023-11-16 18:15:46.68,5,-2"},
 		{"bad quote", `"2023-11-16 18:15:46.68,5,2`},
+		{"seconds past time.Duration", "1e10,5,2"},
+		{"year past time.Duration", "2300-01-01 00:00:00,5,2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ReadAzure(strings.NewReader(head + c.line + "\n"))
+			_, err := ReadCSV(strings.NewReader(head + c.line + "\n"))
 			if !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 3") {
 				t.Fatalf("got %v, want ErrTrace naming line 3", err)
 			}
 		})
+	}
+}
+
+// TestReadCSVUnknownHeader pins that a file in none of the formats says which formats there are,
+// rather than failing on its first timestamp.
+func TestReadCSVUnknownHeader(t *testing.T) {
+	for _, in := range []string{
+		"time,prompt,output\n1,2,3\n",
+		"Timestamp,Model,Request tokens\n5,ChatGPT,472\n",
+		`[{"timestamp": 0, "input_length": 10, "output_length": 1}]`,
+	} {
+		_, err := ReadCSV(strings.NewReader(in))
+		if !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 1:") || !strings.Contains(err.Error(), "BurstGPT") {
+			t.Errorf("%q: got %v, want ErrTrace naming line 1 and the formats", in, err)
+		}
 	}
 }
 
@@ -310,6 +339,21 @@ func TestReadTraceFileSniffs(t *testing.T) {
 	}
 	if _, err := ReadMooncake(strings.NewReader("\ufeff{\"timestamp\":1,\"input_length\":2,\"output_length\":3}")); err != nil {
 		t.Fatalf("ReadMooncake after a byte order mark: %v", err)
+	}
+	// Errors count the blank lines before the first record; a file of no record is an error.
+	for name, c := range map[string]struct{ body, err string }{
+		"late.jsonl": {"\n\n{\"timestamp\":1,\"input_length\":2}\n", "line 3:"},
+		"late.csv":   {"\n\nTIMESTAMP,ContextTokens,GeneratedTokens\n1,2\n", "line 4:"},
+		"head.csv":   {"TIMESTAMP,ContextTokens,GeneratedTokens\r\n", "no requests"},
+		"blank.csv":  {"\n \n", "no requests"},
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadTraceFile(p); !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: got %v, want ErrTrace with %q", name, err, c.err)
+		}
 	}
 	if _, err := ReadTraceFile(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("missing file read without error")
