@@ -42,9 +42,16 @@ const utf8BOM = "\ufeff"
 // ReadTraceFile reads a trace file: Mooncake JSONL when its first non-blank byte is '{', else a
 // CSV that ReadCSV reads. A file without a request is an error.
 func ReadTraceFile(path string) ([]TraceRecord, error) {
+	recs, _, err := readTraceFile(path, 0)
+	return recs, err
+}
+
+// readTraceFile is ReadTraceFile keeping only the records within window of the first (0: all);
+// cut tells whether it left any out.
+func readTraceFile(path string, window time.Duration) (recs []TraceRecord, cut bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: trace: %w", err)
+		return nil, false, fmt.Errorf("loadgen: trace: %w", err)
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 64<<10)
@@ -54,27 +61,72 @@ func ReadTraceFile(path string) ([]TraceRecord, error) {
 	// Peek, not read, past leading blank lines, so errors name lines as the file numbers them.
 	head, _ := br.Peek(br.Size())
 	b := bytes.TrimLeft(head, " \t\r\n")
-	read := ReadCSV
+	read := readCSV
 	if len(b) > 0 && b[0] == '{' {
-		read = ReadMooncake
+		read = readMooncake
 	}
-	var recs []TraceRecord
+	s := traceSink{window: window}
 	if len(b) > 0 || len(head) == br.Size() {
-		recs, err = read(br)
+		if err := read(br, &s); err != nil {
+			return nil, false, err
+		}
 	}
-	if err == nil && len(recs) == 0 {
-		err = fmt.Errorf("%w: %s has no requests", ErrTrace, path)
+	recs = s.sorted()
+	if len(recs) == 0 {
+		return nil, false, fmt.Errorf("%w: %s has no requests", ErrTrace, path)
 	}
-	return recs, err
+	return recs, s.cut, nil
+}
+
+// traceSink collects a trace's records. With a window it holds only those within it of the
+// earliest so far (one past it stays past as the earliest moves back), so that a minute's replay
+// of a week-long trace of millions of requests costs a minute of them.
+type traceSink struct {
+	window time.Duration // 0: no window
+	min    time.Duration // the earliest arrival, once recs is not empty
+	recs   []TraceRecord
+	cut    bool // a record past the window was left out
+}
+
+func (s *traceSink) add(r TraceRecord) {
+	if len(s.recs) == 0 || r.At < s.min {
+		s.min = r.At
+	}
+	if s.window > 0 && r.At-s.min > s.window {
+		s.cut = true
+		return
+	}
+	s.recs = append(s.recs, r)
+}
+
+// sorted returns the records by arrival, relative to the earliest, within the window.
+func (s *traceSink) sorted() []TraceRecord {
+	recs := byArrival(s.recs)
+	if s.window > 0 {
+		if i := slices.IndexFunc(recs, func(r TraceRecord) bool { return r.At > s.window }); i >= 0 {
+			recs, s.cut = recs[:i], true
+		}
+	}
+	return recs
+}
+
+// readAll reads a whole trace with read.
+func readAll(r io.Reader, read func(io.Reader, *traceSink) error) ([]TraceRecord, error) {
+	var s traceSink
+	if err := read(r, &s); err != nil {
+		return nil, err
+	}
+	return s.sorted(), nil
 }
 
 // ReadMooncake parses a Mooncake JSONL trace: one object a line with timestamp (ms),
 // input_length, output_length and hash_ids. Blank lines are allowed; any other malformed line
 // is an error naming its line. Records are returned sorted by arrival, relative to the first.
-func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
+func ReadMooncake(r io.Reader) ([]TraceRecord, error) { return readAll(r, readMooncake) }
+
+func readMooncake(r io.Reader, s *traceSink) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxTraceLine)
-	var recs []TraceRecord
 	line := 0
 	for sc.Scan() {
 		line++
@@ -93,18 +145,19 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 			HashIDs      []traceInt `json:"hash_ids"`
 		}
 		if err := json.Unmarshal(b, &v); err != nil {
-			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
+			return fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
 		}
 		switch {
 		case v.Timestamp == nil || v.InputLength == nil || v.OutputLength == nil:
-			return nil, fmt.Errorf("%w: line %d: missing timestamp, input_length or output_length", ErrTrace, line)
+			return fmt.Errorf("%w: line %d: missing timestamp, input_length or output_length", ErrTrace, line)
 		case *v.Timestamp < 0 || math.IsNaN(*v.Timestamp) || *v.Timestamp > 1e12:
-			return nil, fmt.Errorf("%w: line %d: timestamp %v out of range", ErrTrace, line, *v.Timestamp)
+			return fmt.Errorf("%w: line %d: timestamp %v out of range", ErrTrace, line, *v.Timestamp)
 		case *v.InputLength < 0 || *v.OutputLength < 0 || *v.InputLength > maxTraceTokens || *v.OutputLength > maxTraceTokens:
-			return nil, fmt.Errorf("%w: line %d: input_length %d and output_length %d must be in [0, %d]",
+			return fmt.Errorf("%w: line %d: input_length %d and output_length %d must be in [0, %d]",
 				ErrTrace, line, *v.InputLength, *v.OutputLength, maxTraceTokens)
 		case len(v.HashIDs) > (int(*v.InputLength)+MooncakeBlockTokens-1)/MooncakeBlockTokens:
-			return nil, fmt.Errorf("%w: line %d: %d hash_ids for %d tokens", ErrTrace, line, len(v.HashIDs), *v.InputLength)
+			return fmt.Errorf("%w: line %d: %d hash_ids for %d tokens, more than one a %d-token block",
+				ErrTrace, line, len(v.HashIDs), *v.InputLength, MooncakeBlockTokens)
 		}
 		var ids []int64
 		if v.HashIDs != nil {
@@ -113,7 +166,7 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 				ids[i] = int64(id)
 			}
 		}
-		recs = append(recs, TraceRecord{
+		s.add(TraceRecord{
 			At:           time.Duration(*v.Timestamp * float64(time.Millisecond)),
 			InputTokens:  int(*v.InputLength),
 			OutputTokens: int(*v.OutputLength),
@@ -121,9 +174,9 @@ func ReadMooncake(r io.Reader) ([]TraceRecord, error) {
 		})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line+1, err)
+		return fmt.Errorf("%w: line %d: %w", ErrTrace, line+1, err)
 	}
-	return byArrival(recs), nil
+	return nil
 }
 
 // traceInt is a JSON integer that may be written as an integral float ("6758.0"), as tools that
@@ -226,14 +279,15 @@ func (p *timeParser) parse(s string) (time.Duration, error) {
 // seconds), told apart by the header. A malformed line is an error naming its line, and the
 // first line names the formats when it is none of them. Records are returned sorted by arrival,
 // relative to the first.
-func ReadCSV(r io.Reader) ([]TraceRecord, error) {
+func ReadCSV(r io.Reader) ([]TraceRecord, error) { return readAll(r, readCSV) }
+
+func readCSV(r io.Reader, s *traceSink) error {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
 	cr.ReuseRecord = true
 	format, col := csvFormats[0], [3]int{0, 1, 2} // timestamp, prompt, output
 	var times timeParser
-	var recs []TraceRecord
 	for first := true; ; first = false {
 		row, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -246,9 +300,9 @@ func ReadCSV(r io.Reader) ([]TraceRecord, error) {
 				line = pe.StartLine
 			}
 			if first {
-				return nil, fmt.Errorf("%w: line %d: %w; %s", ErrTrace, line, err, knownTraces)
+				return fmt.Errorf("%w: line %d: %w; %s", ErrTrace, line, err, knownTraces)
 			}
-			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
+			return fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
 		}
 		line, _ := cr.FieldPos(0) // FieldPos is valid only after a successful Read
 		if first {
@@ -258,26 +312,26 @@ func ReadCSV(r io.Reader) ([]TraceRecord, error) {
 				continue
 			}
 			if _, err := times.parse(strings.TrimSpace(row[0])); err != nil {
-				return nil, fmt.Errorf("%w: line %d: neither a known header nor a record; %s", ErrTrace, line, knownTraces)
+				return fmt.Errorf("%w: line %d: neither a known header nor a record; %s", ErrTrace, line, knownTraces)
 			}
 		}
 		if len(row) <= slices.Max(col[:]) {
-			return nil, fmt.Errorf("%w: line %d: %d fields, want %s's %s, %s and %s",
+			return fmt.Errorf("%w: line %d: %d fields, want %s's %s, %s and %s",
 				ErrTrace, line, len(row), format.name, format.ts, format.in, format.out)
 		}
 		at, err := times.parse(strings.TrimSpace(row[col[0]]))
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
+			return fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
 		}
 		in, err1 := parseTraceInt(strings.TrimSpace(row[col[1]]))
 		out, err2 := parseTraceInt(strings.TrimSpace(row[col[2]]))
 		if err1 != nil || err2 != nil || in < 0 || out < 0 || in > maxTraceTokens || out > maxTraceTokens {
-			return nil, fmt.Errorf("%w: line %d: %s and %s must be integers in [0, %d], got %q, %q",
+			return fmt.Errorf("%w: line %d: %s and %s must be integers in [0, %d], got %q, %q",
 				ErrTrace, line, format.in, format.out, maxTraceTokens, row[col[1]], row[col[2]])
 		}
-		recs = append(recs, TraceRecord{At: at, InputTokens: int(in), OutputTokens: int(out)})
+		s.add(TraceRecord{At: at, InputTokens: int(in), OutputTokens: int(out)})
 	}
-	return byArrival(recs), nil
+	return nil
 }
 
 // csvHeader reports whether row is the header of a known format and, if so, where its columns

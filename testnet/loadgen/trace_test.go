@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +190,59 @@ func TestTraceItemsScaleSpeedup(t *testing.T) {
 	cfg.Duration, cfg.MaxRequests = 0, 1
 	if n := len(TraceItems(cfg, recs)); n != 1 {
 		t.Fatalf("max requests 1 kept %d", n)
+	}
+}
+
+// TestTraceWindowHeldOnly pins that a replay with a duration holds only the records it may send,
+// so a minute of a week-long trace (27 million requests) does not cost the whole week, and that
+// an earlier record later in the file still moves the window back.
+func TestTraceWindowHeldOnly(t *testing.T) {
+	dir := t.TempDir()
+	mc := filepath.Join(dir, "t.jsonl")
+	az := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(mc, []byte(`{"timestamp": 5000, "input_length": 1, "output_length": 1}
+{"timestamp": 100000, "input_length": 2, "output_length": 1}
+{"timestamp": 1000, "input_length": 3, "output_length": 1}
+{"timestamp": 3000, "input_length": 4, "output_length": 1}
+{"timestamp": 7001, "input_length": 5, "output_length": 1}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(az, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n5,1,1\n100,2,1\n1,3,1\n3,4,1\n7.001,5,1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mc, az} {
+		recs, cut, err := readTraceFile(p, 6*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []int
+		for _, r := range recs {
+			in = append(in, r.InputTokens)
+		}
+		if !cut || !reflect.DeepEqual(in, []int{3, 4, 1}) || recs[2].At != 4*time.Second {
+			t.Errorf("%s: held %v (cut %v), want the records of 3, 4 and 1 tokens within 6 s of the first", p, in, cut)
+		}
+		cfg := planCfg("", 1, 6*time.Second, 1)
+		cfg.Trace, cfg.Speedup = p, 2
+		if items := mustPlan(t, cfg); len(items) != 4 {
+			t.Errorf("%s: speedup 2 planned %d items in 6 s, want the 4 of the trace's first 12 s", p, len(items))
+		}
+	}
+}
+
+// TestTraceItemsAllocatesWhatItSends pins that TraceItems allocates for MaxRequests items, not
+// for every record of a long trace.
+func TestTraceItemsAllocatesWhatItSends(t *testing.T) {
+	recs := make([]TraceRecord, 200_000)
+	cfg := planCfg("", 1, 0, 1)
+	cfg.MaxRequests = 10
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	items := TraceItems(cfg, recs)
+	runtime.ReadMemStats(&after)
+	if len(items) != 10 || after.TotalAlloc-before.TotalAlloc > 1<<20 {
+		t.Fatalf("%d items took %d bytes", len(items), after.TotalAlloc-before.TotalAlloc)
 	}
 }
 
