@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"time"
@@ -46,7 +47,8 @@ type Config struct {
 	Model string
 	// Workload names a synthetic workload (see Workloads); ignored when Trace is set.
 	Workload string
-	// Trace is a Mooncake JSONL or Azure CSV file to replay (the format is sniffed).
+	// Trace is a Mooncake JSONL, Azure LLM inference CSV or BurstGPT CSV file to replay (the
+	// format is sniffed; see ReadTraceFile).
 	Trace string
 	// Rate is the mean offered load in requests/s for synthetic workloads (for "agents" it
 	// counts steps: sessions start at Rate/5.5 a second, the mean session length); for a trace
@@ -58,7 +60,8 @@ type Config struct {
 	// Seed makes the workload deterministic.
 	Seed int64
 	// Speedup divides trace timestamps (2 = twice as fast); Scale multiplies trace token lengths
-	// (0.1 = a tenth), block size included, so shared prefixes stay shared.
+	// (0.1 = a tenth), block size included, so shared prefixes stay shared. With a Trace both
+	// must be > 0 (DefaultConfig's are 1).
 	Speedup float64
 	Scale   float64
 	// TraceBatchFraction marks this fraction of trace requests as Batch (chosen under Seed).
@@ -161,8 +164,23 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.Trace == "" && cfg.Workload == "" {
 		return bad("neither workload nor trace")
 	}
-	if cfg.Rate < 0 || cfg.Speedup < 0 || cfg.Scale < 0 || cfg.Scale > 1 {
-		return bad("rate, speedup must be ≥ 0 and scale in (0, 1]")
+	// NaN passes every comparison and would make arrivals garbage; +Inf, all at once. A trace
+	// replayed at no speed or with no tokens is a mistake, not a request for the default.
+	for _, f := range []struct {
+		name     string
+		v        float64
+		positive bool
+	}{{"rate", cfg.Rate, false}, {"speedup", cfg.Speedup, cfg.Trace != ""}, {"scale", cfg.Scale, cfg.Trace != ""}} {
+		op := "≥"
+		if f.positive {
+			op = ">"
+		}
+		if !(f.v >= 0) || math.IsInf(f.v, 0) || (f.positive && f.v == 0) {
+			return bad("%s %v must be a finite number %s 0", f.name, f.v, op)
+		}
+	}
+	if cfg.Scale > 1 {
+		return bad("scale %v must be in (0, 1]", cfg.Scale)
 	}
 	if cfg.ToolScale < 0 || cfg.ToolScale > 100 {
 		return bad("tool scale %v must be in [0, 100]", cfg.ToolScale)

@@ -15,7 +15,7 @@
 //	rep.WriteTable(os.Stdout)
 //
 // Plan returns the deterministic request schedule of a Config without sending anything, so a
-// benchmark can inspect or reuse it. ReadMooncake and ReadAzure parse traces; malformed lines are
+// benchmark can inspect or reuse it. ReadMooncake and ReadCSV parse traces; malformed lines are
 // errors that name their line, never skipped.
 //
 // # Workloads

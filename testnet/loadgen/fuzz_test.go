@@ -41,7 +41,7 @@ func FuzzReadMooncake(f *testing.F) {
 			return
 		}
 		for i, r := range recs {
-			if r.InputTokens < 1 || r.OutputTokens < 0 || r.At < 0 || (i > 0 && r.At < recs[i-1].At) {
+			if r.InputTokens < 0 || r.OutputTokens < 0 || r.InputTokens > maxTraceTokens || r.OutputTokens > maxTraceTokens || r.At < 0 || (i > 0 && r.At < recs[i-1].At) {
 				t.Fatalf("invalid record %+v", r)
 			}
 		}
@@ -55,13 +55,14 @@ func FuzzReadMooncake(f *testing.F) {
 	})
 }
 
-// FuzzReadAzure: arbitrary CSV parses or fails with ErrTrace, never panics.
-func FuzzReadAzure(f *testing.F) {
+// FuzzReadCSV: arbitrary CSV parses or fails with ErrTrace, never panics.
+func FuzzReadCSV(f *testing.F) {
 	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
 	f.Add("1.5,2,3\n\"x\n")
 	f.Add("ContextTokens,TIMESTAMP,GeneratedTokens,x\n1,2\n")
+	f.Add("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		recs, err := ReadAzure(strings.NewReader(s))
+		recs, err := ReadCSV(strings.NewReader(s))
 		if err != nil {
 			if !errors.Is(err, ErrTrace) {
 				t.Fatalf("error %v does not wrap ErrTrace", err)
@@ -69,7 +70,7 @@ func FuzzReadAzure(f *testing.F) {
 			return
 		}
 		for i, r := range recs {
-			if r.InputTokens < 1 || r.OutputTokens < 0 || (i > 0 && r.At < recs[i-1].At) {
+			if r.InputTokens < 0 || r.OutputTokens < 0 || r.InputTokens > maxTraceTokens || r.OutputTokens > maxTraceTokens || (i > 0 && r.At < recs[i-1].At) {
 				t.Fatalf("invalid record %+v", r)
 			}
 		}

@@ -18,6 +18,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 	p("workload\t%s\tseed %d\ttargets %d\n", r.Workload, r.Seed, len(r.Targets))
 	p("time\twindow %.1fs\telapsed %.1fs\toffered %.2f req/s\n", r.Window, r.Elapsed, r.OfferedRate)
+	if r.TraceEnded {
+		p("trace\tran out of requests at %.1fs, before the duration\n", r.Window)
+	}
 	p("requests\tsent %d\tcompleted %d\trefused %d\tfailed %d\tretried %d (%d completed)\n",
 		r.Sent, r.Completed, r.Refused, r.Failed, r.Retried, r.RetriedCompleted)
 	p("goodput\t%d met SLO\t%.2f req/s\t%.1f%% of sent\n", r.Good, r.Goodput, 100*r.Attainment)

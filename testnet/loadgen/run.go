@@ -32,7 +32,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	items, err := Plan(cfg)
+	items, traceEnded, err := plan(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +57,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var window time.Duration
+	dispatched := 0
 	var sessions chan struct{} // the closed loop's running sessions
 	if cfg.Sessions > 0 {
 		sessions = make(chan struct{}, cfg.Sessions)
@@ -85,6 +86,7 @@ dispatch:
 			break
 		}
 		window = it.At
+		dispatched++
 		wg.Go(func() {
 			if sessions != nil {
 				defer func() { <-sessions }()
@@ -102,6 +104,7 @@ dispatch:
 	rep.Workload, rep.Targets, rep.Seed = cfg.Workload, append([]string(nil), cfg.Targets...), cfg.Seed
 	if cfg.Trace != "" {
 		rep.Workload = "trace:" + cfg.Trace
+		rep.TraceEnded = traceEnded && dispatched == len(items)
 	}
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("loadgen: run stopped early: %w", err)

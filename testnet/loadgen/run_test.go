@@ -651,6 +651,10 @@ func TestRunTraceReplay(t *testing.T) {
 		t.Fatal("trace requests sharing hash ids 5, 6 do not share their text")
 	}
 
+	if rep.TraceEnded {
+		t.Error("a replay of the whole trace (no duration) reports it ran out")
+	}
+
 	bad := filepath.Join(t.TempDir(), "bad.jsonl")
 	if err := os.WriteFile(bad, []byte(trace+"{\"timestamp\": 30}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -658,5 +662,40 @@ func TestRunTraceReplay(t *testing.T) {
 	cfg.Trace = bad
 	if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 4") {
 		t.Fatalf("malformed trace: got %v", err)
+	}
+}
+
+// TestRunTraceRunsOut pins that a report says when the trace ran out of requests before the
+// duration asked for, so a short window is not taken for the run's.
+func TestRunTraceRunsOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	trace := `{"timestamp": 0, "input_length": 10, "output_length": 1}
+{"timestamp": 20, "input_length": 10, "output_length": 1}
+{"timestamp": 60000, "input_length": 10, "output_length": 1}
+`
+	if err := os.WriteFile(path, []byte(trace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newFake(t, func(_ int, req chatRequest) step { return step{tokens: req.MaxTokens} }, nil)
+	for _, c := range []struct {
+		duration time.Duration
+		max      int
+		sent     int
+		ended    bool
+	}{
+		{30 * time.Millisecond, 0, 2, false}, // cut by the duration
+		{2 * time.Minute, 1, 1, false},       // cut by max requests
+		{2 * time.Minute, 0, 3, true},
+	} {
+		cfg := runCfg("", f.srv.URL)
+		cfg.Trace, cfg.Rate, cfg.Speedup, cfg.Duration, cfg.MaxRequests = path, 0, 1000, c.duration, c.max
+		rep := mustRun(t, cfg)
+		var table strings.Builder
+		if err := rep.WriteTable(&table); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Sent != c.sent || rep.TraceEnded != c.ended || strings.Contains(table.String(), "ran out") != c.ended {
+			t.Errorf("duration %v, max %d: sent %d, trace ended %v, want %d, %v:\n%s", c.duration, c.max, rep.Sent, rep.TraceEnded, c.sent, c.ended, table.String())
+		}
 	}
 }

@@ -229,6 +229,9 @@ type Report struct {
 	Window      float64 `json:"window_s"`
 	Elapsed     float64 `json:"elapsed_s"`
 	OfferedRate float64 `json:"offered_rps"`
+	// TraceEnded is set when a trace ran out of requests before the run's Duration: its Window
+	// is then shorter than the Duration asked for.
+	TraceEnded bool `json:"trace_ended,omitempty"`
 	// Sent = Completed + Refused + Failed. Retried counts requests retried after Retry-After
 	// (whatever their final outcome); RetriedCompleted those of them that completed.
 	Sent             int `json:"sent"`

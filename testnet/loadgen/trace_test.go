@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,48 @@ func TestReadMooncake(t *testing.T) {
 	}
 }
 
+// TestReadMooncakeIntegralFloats pins that lengths and hash ids written as integral floats, as a
+// trace passed through pandas has them, read as the integers they are.
+func TestReadMooncakeIntegralFloats(t *testing.T) {
+	in := `{"timestamp": 0.0, "input_length": 6758.0, "output_length": 5e2, "hash_ids": [0, 1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}` + "\n"
+	recs, err := ReadMooncake(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recs[0]; r.InputTokens != 6758 || r.OutputTokens != 500 || len(r.HashIDs) != 14 || r.HashIDs[1] != 1 {
+		t.Fatalf("got %+v", r)
+	}
+	for _, bad := range []string{
+		`{"timestamp": 0, "input_length": 6758.5, "output_length": 5}`,
+		`{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0.5]}`,
+		`{"timestamp": 0, "input_length": "10", "output_length": 5}`,
+	} {
+		if _, err := ReadMooncake(strings.NewReader(bad)); !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 1:") {
+			t.Errorf("%s: got %v, want ErrTrace naming line 1", bad, err)
+		}
+	}
+}
+
+// TestReadMooncakeStartsAtFirstRequest pins that arrivals are relative to the earliest request:
+// a slice of a longer trace (the arxiv trace's copies start at 1,178,625 ms) starts at once
+// instead of after the trace time before it, which a --duration window would not even reach.
+func TestReadMooncakeStartsAtFirstRequest(t *testing.T) {
+	in := `{"timestamp": 1181678, "input_length": 10, "output_length": 1}
+{"timestamp": 1178625, "input_length": 20, "output_length": 1}
+{"timestamp": 1178625.5, "input_length": 30, "output_length": 1}
+`
+	recs, err := ReadMooncake(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{0, 500 * time.Microsecond, 3053 * time.Millisecond}
+	for i, w := range want {
+		if recs[i].At != w {
+			t.Errorf("record %d at %v, want %v", i, recs[i].At, w)
+		}
+	}
+}
+
 func TestReadMooncakeMalformed(t *testing.T) {
 	good := `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}` + "\n"
 	for _, c := range []struct {
@@ -46,7 +90,8 @@ func TestReadMooncakeMalformed(t *testing.T) {
 		{"missing input", `{"timestamp": 0, "output_length": 5, "hash_ids": [1]}`},
 		{"missing timestamp", `{"input_length": 10, "output_length": 5}`},
 		{"negative timestamp", `{"timestamp": -1, "input_length": 10, "output_length": 5}`},
-		{"zero input", `{"timestamp": 0, "input_length": 0, "output_length": 5}`},
+		{"huge input", `{"timestamp": 0, "input_length": 2000000000, "output_length": 5}`},
+		{"huge output", `{"timestamp": 0, "input_length": 10, "output_length": 1e9}`},
 		{"negative output", `{"timestamp": 0, "input_length": 10, "output_length": -5}`},
 		{"wrong type", `{"timestamp": "x", "input_length": 10, "output_length": 5}`},
 		{"too many hash ids", `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1, 2]}`},
@@ -60,6 +105,27 @@ func TestReadMooncakeMalformed(t *testing.T) {
 				t.Fatalf("error %q does not name line 4", err)
 			}
 		})
+	}
+}
+
+// TestTraceZeroLengths pins that a record of no prompt or no output tokens (BurstGPT's failed
+// requests, empty prompts) is read and replayed as 1 token, keeping the trace's arrivals, and
+// that a length past any model's context is an error rather than gigabytes of prompt.
+func TestTraceZeroLengths(t *testing.T) {
+	mc, err := ReadMooncake(strings.NewReader(`{"timestamp": 0, "input_length": 0, "output_length": 0, "hash_ids": []}` + "\n" +
+		`{"timestamp": 5, "input_length": 16777216, "output_length": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	az, err := ReadCSV(strings.NewReader("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,0,0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := TraceItems(planCfg("", 1, 0, 1), []TraceRecord{mc[0], az[0]})
+	for i, it := range items {
+		if it.PromptTokens != 1 || it.MaxTokens != 1 || len(it.Messages()[0].Content) != bytesPerToken {
+			t.Errorf("item %d: %d prompt tokens, max_tokens %d", i, it.PromptTokens, it.MaxTokens)
+		}
 	}
 }
 
@@ -127,6 +193,59 @@ func TestTraceItemsScaleSpeedup(t *testing.T) {
 	}
 }
 
+// TestTraceWindowHeldOnly pins that a replay with a duration holds only the records it may send,
+// so a minute of a week-long trace (27 million requests) does not cost the whole week, and that
+// an earlier record later in the file still moves the window back.
+func TestTraceWindowHeldOnly(t *testing.T) {
+	dir := t.TempDir()
+	mc := filepath.Join(dir, "t.jsonl")
+	az := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(mc, []byte(`{"timestamp": 5000, "input_length": 1, "output_length": 1}
+{"timestamp": 100000, "input_length": 2, "output_length": 1}
+{"timestamp": 1000, "input_length": 3, "output_length": 1}
+{"timestamp": 3000, "input_length": 4, "output_length": 1}
+{"timestamp": 7001, "input_length": 5, "output_length": 1}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(az, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n5,1,1\n100,2,1\n1,3,1\n3,4,1\n7.001,5,1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mc, az} {
+		recs, cut, err := readTraceFile(p, 6*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []int
+		for _, r := range recs {
+			in = append(in, r.InputTokens)
+		}
+		if !cut || !reflect.DeepEqual(in, []int{3, 4, 1}) || recs[2].At != 4*time.Second {
+			t.Errorf("%s: held %v (cut %v), want the records of 3, 4 and 1 tokens within 6 s of the first", p, in, cut)
+		}
+		cfg := planCfg("", 1, 6*time.Second, 1)
+		cfg.Trace, cfg.Speedup = p, 2
+		if items := mustPlan(t, cfg); len(items) != 4 {
+			t.Errorf("%s: speedup 2 planned %d items in 6 s, want the 4 of the trace's first 12 s", p, len(items))
+		}
+	}
+}
+
+// TestTraceItemsAllocatesWhatItSends pins that TraceItems allocates for MaxRequests items, not
+// for every record of a long trace.
+func TestTraceItemsAllocatesWhatItSends(t *testing.T) {
+	recs := make([]TraceRecord, 200_000)
+	cfg := planCfg("", 1, 0, 1)
+	cfg.MaxRequests = 10
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	items := TraceItems(cfg, recs)
+	runtime.ReadMemStats(&after)
+	if len(items) != 10 || after.TotalAlloc-before.TotalAlloc > 1<<20 {
+		t.Fatalf("%d items took %d bytes", len(items), after.TotalAlloc-before.TotalAlloc)
+	}
+}
+
 func TestRealMooncakeTrace(t *testing.T) {
 	if _, err := os.Stat(mooncakeTrace); err != nil {
 		t.Skip("trace not present")
@@ -157,7 +276,7 @@ func TestRealMooncakeTrace(t *testing.T) {
 	}
 }
 
-func TestReadAzure(t *testing.T) {
+func TestReadCSV(t *testing.T) {
 	for _, c := range []struct {
 		name, in string
 		at       []time.Duration
@@ -172,9 +291,21 @@ func TestReadAzure(t *testing.T) {
 			[]time.Duration{0, 0}, 5},
 		{"iso", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10T00:00:00Z,5,5\n2024-05-10T00:00:01.25Z,6,6\n",
 			[]time.Duration{0, 1250 * time.Millisecond}, 5},
+		// The 2024 week-long files write a whole second without a fraction.
+		{"2024 whole second", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-12 00:00:00+00:00,1452,3\n2024-05-12 00:00:00.041683+00:00,584,3\n",
+			[]time.Duration{0, 41683 * time.Microsecond}, 1452},
+		{"quoted, extra columns, CRLF", "\"TIMESTAMP\",\"ContextTokens\",\"GeneratedTokens\",\"Deployment\"\r\n" +
+			"\"2023-11-16 18:15:46.6805900\",\"374\",\"44\",\"a\"\r\n\"2023-11-16 18:15:47.6805900\", 396, 109,b\r\n",
+			[]time.Duration{0, time.Second}, 374},
+		{"burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" +
+			"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n118.5,GPT-4,0,276,276,API log\n",
+			[]time.Duration{0, 40 * time.Second, 113500 * time.Millisecond}, 472},
+		{"burstgpt with sessions", "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n" +
+			"5.0,s1,1.5,ChatGPT,472.0,18,490,Conversation log\n6.0,s1,2,ChatGPT,500,0,500,Conversation log\n",
+			[]time.Duration{0, time.Second}, 472},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			recs, err := ReadAzure(strings.NewReader(c.in))
+			recs, err := ReadCSV(strings.NewReader(c.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,22 +324,40 @@ func TestReadAzure(t *testing.T) {
 	}
 }
 
-func TestReadAzureMalformed(t *testing.T) {
+func TestReadCSVMalformed(t *testing.T) {
 	head := "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"
 	for _, c := range []struct{ name, line string }{
 		{"bad time", "yesterday,10,2"},
 		{"too few fields", "2023-11-16 18:15:46.68,10"},
 		{"bad tokens", "2023-11-16 18:15:46.68,ten,2"},
-		{"zero context", "2023-11-16 18:15:46.68,0,2"},
+		{"huge context", "2023-11-16 18:15:46.68,2000000000,2"},
+		{"fractional tokens", "2023-11-16 18:15:46.68,5.5,2"},
 		{"negative generated", "2023-11-16 18:15:46.68,5,-2"},
 		{"bad quote", `"2023-11-16 18:15:46.68,5,2`},
+		{"seconds past time.Duration", "1e10,5,2"},
+		{"year past time.Duration", "2300-01-01 00:00:00,5,2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ReadAzure(strings.NewReader(head + c.line + "\n"))
+			_, err := ReadCSV(strings.NewReader(head + c.line + "\n"))
 			if !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 3") {
 				t.Fatalf("got %v, want ErrTrace naming line 3", err)
 			}
 		})
+	}
+}
+
+// TestReadCSVUnknownHeader pins that a file in none of the formats says which formats there are,
+// rather than failing on its first timestamp.
+func TestReadCSVUnknownHeader(t *testing.T) {
+	for _, in := range []string{
+		"time,prompt,output\n1,2,3\n",
+		"Timestamp,Model,Request tokens\n5,ChatGPT,472\n",
+		`[{"timestamp": 0, "input_length": 10, "output_length": 1}]`,
+	} {
+		_, err := ReadCSV(strings.NewReader(in))
+		if !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), "line 1:") || !strings.Contains(err.Error(), "BurstGPT") {
+			t.Errorf("%q: got %v, want ErrTrace naming line 1 and the formats", in, err)
+		}
 	}
 }
 
@@ -226,6 +375,39 @@ func TestReadTraceFileSniffs(t *testing.T) {
 		recs, err := ReadTraceFile(p)
 		if err != nil || len(recs) != 1 || recs[0].InputTokens != 2 || recs[0].OutputTokens != 3 {
 			t.Fatalf("%s: %v %+v", p, err, recs)
+		}
+	}
+	// A UTF-8 byte order mark, as Windows tools save files, is not part of the first line.
+	for name, body := range map[string]string{
+		"bom.jsonl": "\ufeff{\"timestamp\":1,\"input_length\":2,\"output_length\":3}\r\n",
+		"bom.csv":   "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n1,2,3\r\n",
+		"bom2.csv":  "\ufeff1,2,3\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := ReadTraceFile(p)
+		if err != nil || len(recs) != 1 || recs[0].InputTokens != 2 || recs[0].OutputTokens != 3 {
+			t.Fatalf("%s: %v %+v", name, err, recs)
+		}
+	}
+	if _, err := ReadMooncake(strings.NewReader("\ufeff{\"timestamp\":1,\"input_length\":2,\"output_length\":3}")); err != nil {
+		t.Fatalf("ReadMooncake after a byte order mark: %v", err)
+	}
+	// Errors count the blank lines before the first record; a file of no record is an error.
+	for name, c := range map[string]struct{ body, err string }{
+		"late.jsonl": {"\n\n{\"timestamp\":1,\"input_length\":2}\n", "line 3:"},
+		"late.csv":   {"\n\nTIMESTAMP,ContextTokens,GeneratedTokens\n1,2\n", "line 4:"},
+		"head.csv":   {"TIMESTAMP,ContextTokens,GeneratedTokens\r\n", "no requests"},
+		"blank.csv":  {"\n \n", "no requests"},
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadTraceFile(p); !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: got %v, want ErrTrace with %q", name, err, c.err)
 		}
 	}
 	if _, err := ReadTraceFile(filepath.Join(dir, "missing")); err == nil {

@@ -115,18 +115,38 @@ const (
 // Plan returns the arrivals cfg describes, sorted by At, without sending anything. It reads
 // cfg.Trace when set. Plan is deterministic: the same cfg gives the same items.
 func Plan(cfg Config) ([]Item, error) {
-	cfg, err := cfg.validate()
+	items, _, err := plan(cfg)
+	return items, err
+}
+
+// plan is Plan, also reporting whether a trace ran out of requests before cfg.Duration.
+func plan(cfg Config) (items []Item, traceEnded bool, err error) {
+	cfg, err = cfg.validate()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if cfg.Trace != "" {
-		recs, err := ReadTraceFile(cfg.Trace)
-		if err != nil {
-			return nil, err
-		}
-		return TraceItems(cfg, recs), nil
+	if cfg.Trace == "" {
+		items, err = synthetic(cfg)
+		return items, false, err
 	}
-	return synthetic(cfg)
+	recs, cut, err := readTraceFile(cfg.Trace, traceWindow(cfg))
+	if err != nil {
+		return nil, false, err
+	}
+	items = TraceItems(cfg, recs)
+	traceEnded = cfg.Duration > 0 && !cut && len(items) == len(recs) &&
+		(cfg.MaxRequests == 0 || len(items) < cfg.MaxRequests)
+	return items, traceEnded, nil
+}
+
+// traceWindow is the span of trace time that cfg's Duration replays (0: all of it), with slack
+// for rounding: TraceItems makes the exact cut.
+func traceWindow(cfg Config) time.Duration {
+	w := float64(cfg.Duration) * cfg.Speedup * cfg.Rate * (1 + 1e-9)
+	if cfg.Duration <= 0 || w >= math.MaxInt64/2 {
+		return 0
+	}
+	return time.Duration(w) + 1
 }
 
 // generator holds one synthetic plan's random state.
@@ -277,7 +297,11 @@ func TraceItems(cfg Config, recs []TraceRecord) []Item {
 	scaled := func(n int) int { return max(1, int(math.Round(float64(n)*scale))) }
 	blockTokens := scaled(MooncakeBlockTokens)
 	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7472616365))
-	items := make([]Item, 0, len(recs))
+	n := len(recs)
+	if cfg.MaxRequests > 0 {
+		n = min(n, cfg.MaxRequests) // --max-requests of a week-long trace allocates what it sends
+	}
+	items := make([]Item, 0, n)
 	for i, rec := range recs {
 		at := time.Duration(float64(rec.At) / speed)
 		if cfg.Duration > 0 && at >= cfg.Duration {
