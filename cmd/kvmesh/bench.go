@@ -30,7 +30,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "engines", Value: d.Engines, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("bench-engines")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "run the simulated engines this many times faster than real time (SLOs scale with it)", EnvVars: env("bench-time-scale")},
 		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("bench-workload")},
-		&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake JSONL or Azure CSV trace instead of a workload", EnvVars: env("bench-trace")},
+		&cli.StringFlag{Name: "trace", Usage: "replay a trace instead of a workload: Mooncake JSONL, Azure LLM inference CSV or BurstGPT CSV", EnvVars: env("bench-trace")},
 		&cli.Float64Flag{Name: "speedup", Value: d.Speedup, Usage: "trace time compression (the bench re-paces the trace to each load)", EnvVars: env("bench-speedup")},
 		&cli.Float64Flag{Name: "scale", Value: d.Scale, Usage: "trace token-length scale, in (0, 1]", EnvVars: env("bench-scale")},
 		&cli.Float64Flag{Name: "batch-fraction", Value: d.TraceBatchFraction, Usage: "fraction of trace requests sent as the sheddable batch class", EnvVars: env("bench-batch-fraction")},
