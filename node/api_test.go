@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -422,4 +423,72 @@ func TestSeedlessRepliesFollowThePrompt(t *testing.T) {
 	if again := reply("first prompt"); again != a {
 		t.Errorf("the same prompt got %q, then %q", a, again)
 	}
+}
+
+// TestDrainTimeoutEndsStragglersWithAnError: a request still running when the drain timeout
+// passes ends with an explicit error naming the drain, an error event on a stream and a 503
+// on a response not yet sent, on the node that ran it and on an ingress relaying a peer's
+// stream; the connection is not simply cut.
+func TestDrainTimeoutEndsStragglersWithAnError(t *testing.T) {
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+	}
+	send := func(url, body string) <-chan answer {
+		done := make(chan answer, 1)
+		go func() {
+			resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				done <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			done <- answer{resp.StatusCode, b, err}
+		}()
+		return done
+	}
+	drained := func(t *testing.T, a answer, stream bool) {
+		t.Helper()
+		if a.err != nil {
+			t.Fatalf("the client's read failed: %v", a.err)
+		}
+		b := a.body
+		if stream {
+			ev := sseEvents(t, b)
+			if a.status != http.StatusOK || len(ev) == 0 {
+				t.Fatalf("status %d, events %q", a.status, ev)
+			}
+			b = []byte(ev[len(ev)-1])
+		} else if a.status != http.StatusServiceUnavailable {
+			t.Fatalf("status %d (%s); want 503", a.status, b)
+		}
+		if e := decodeError(t, b); e.Error.Code != node.CodeDraining || !strings.Contains(e.Error.Message, "drain timeout") {
+			t.Errorf("the response ends with %s; want the drain's error", b)
+		}
+	}
+	slow := func(i int, cfg *node.Config) { cfg.Sim.TimeScale, cfg.DrainTimeout = 1, 200*time.Millisecond }
+	t.Run("local", func(t *testing.T) {
+		tn := startNet(t, 1, slow)
+		url := tn.URLs()[0]
+		stream, whole := send(url, genBody("/v1/chat/completions", 400, true)), send(url, genBody("/v1/chat/completions", 400, false))
+		poll.Until(t, 5*time.Second, "both requests to run", func() bool { return selfOf(peers(t, url)).Running == 2 })
+		_ = tn.Nodes[0].Shutdown(context.Background()) // its drain timed out: an error
+		drained(t, <-stream, true)
+		drained(t, <-whole, false)
+	})
+	t.Run("relayed", func(t *testing.T) {
+		tn := startNet(t, 2, func(i int, cfg *node.Config) {
+			slow(i, cfg)
+			if i == 0 {
+				cfg.Models = []string{"another-model"} // an ingress only
+			}
+		})
+		urls := tn.URLs()
+		stream := send(urls[0], genBody("/v1/chat/completions", 400, true))
+		poll.Until(t, 5*time.Second, "the request to run on the peer", func() bool { return selfOf(peers(t, urls[1])).Running == 1 })
+		_ = tn.Nodes[0].Shutdown(context.Background())
+		drained(t, <-stream, true)
+	})
 }

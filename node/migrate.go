@@ -46,6 +46,16 @@ const (
 // it moves the rest of the request to another node when it may, or ends the client's
 // response with an error. w is the client's writer: a *clientStream for a stream.
 func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, owner string, cause error) outcome {
+	cs, _ := w.(*clientStream)
+	if e := n.drainCut(ctx); e != nil {
+		// This node's drain timeout, not the owner, ended the relay.
+		if cs != nil {
+			cs.end(e)
+		} else {
+			writeRefusal(w, e, 0)
+		}
+		return outcome{code: e.Code}
+	}
 	if ctx.Err() != nil {
 		return outcome{code: openai.CodeClientClosed} // the client left: no one to answer
 	}
@@ -53,7 +63,6 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	if p.origin != nil {
 		o = p.origin
 	}
-	cs, _ := w.(*clientStream)
 	fail := func(code string) outcome {
 		if cs == nil {
 			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+cause.Error())

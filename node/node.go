@@ -30,6 +30,7 @@ import (
 	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
+	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -96,8 +97,12 @@ type Node struct {
 	serves   bool        // Start succeeded: the API is served
 	unready  atomic.Bool // set once Shutdown begins: /readyz is 503, peers see the engine unhealthy
 	draining atomic.Bool // set once the drain delay is over: the node takes no new work
-	closed   bool
-	done     chan struct{}
+	// requests is every API request's base context; the drain timeout cancels it
+	// (errDrainTimeout), so a request still running then ends with an explicit error.
+	requests    context.Context
+	endRequests context.CancelCauseFunc
+	closed      bool
+	done        chan struct{}
 }
 
 // New fills cfg's zero fields with their defaults (see Config), validates it and builds a
@@ -121,6 +126,7 @@ func New(cfg Config) (*Node, error) {
 		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.fileSum}
 	hash := cmp.Or(cfg.fileSum, noConfigFile)
 	n.inForce.Store(&hash)
+	n.requests, n.endRequests = context.WithCancelCause(context.Background())
 	n.m.reloaded.SetToCurrentTime()
 	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
@@ -131,7 +137,8 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.httpSrv = &http.Server{
-		Handler: n.counted(n.routes()),
+		Handler:     n.counted(n.routes()),
+		BaseContext: func(net.Listener) context.Context { return n.requests },
 		// Headers come within 10 s (or the body timeout, when shorter); Go's server closes a
 		// connection whose headers are late without an answer, as it never read a request.
 		ReadHeaderTimeout: min(10*time.Second, cfg.BodyTimeout),
@@ -392,8 +399,15 @@ func (n *Node) drain(ctx context.Context) error {
 	_ = n.httpSrv.Shutdown(quiet)
 	stop()
 	err := n.waitIdle(dctx)
-	// Unused connections close now; past the deadline, so do the stragglers, whose streams
-	// end with an error.
+	if err != nil {
+		// Past the deadline the stragglers end with an explicit error (a stream's error event,
+		// a 503), given drainGrace to write it before their connections close.
+		n.endRequests(errDrainTimeout)
+		grace, cancel := context.WithTimeout(context.Background(), drainGrace)
+		_ = n.waitIdle(grace)
+		cancel()
+	}
+	// Unused connections close now, and so do those of stragglers that did not end.
 	_ = n.httpSrv.Close()
 	if n.admSrv != nil {
 		// Metrics and the mesh view stayed readable through the drain.
@@ -403,6 +417,22 @@ func (n *Node) drain(ctx context.Context) error {
 		return fmt.Errorf("node: drain: %w", err)
 	}
 	return nil
+}
+
+// errDrainTimeout is the cause with which the drain timeout ends the requests still running.
+var errDrainTimeout = errors.New("the node's drain timeout passed")
+
+// drainGrace is how long requests cut by the drain timeout have to tell their clients so.
+const drainGrace = time.Second
+
+// drainCut is the error of a request the drain timeout ended, when ctx (its context) says it
+// did; nil otherwise (the client left, or nothing ended it).
+func (n *Node) drainCut(ctx context.Context) *openai.Error {
+	if !errors.Is(context.Cause(ctx), errDrainTimeout) {
+		return nil
+	}
+	return openai.NewError(http.StatusServiceUnavailable, CodeDraining,
+		fmt.Sprintf("node %s shut down: its drain timeout (%v) ended the request before it completed", n.cfg.Name, n.cfg.DrainTimeout))
 }
 
 func closeEngine(e engine.Engine) error {

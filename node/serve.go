@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -31,7 +32,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	if err != nil {
 		e := engineError(err)
 		if ctx.Err() != nil {
-			e = openai.NewError(499, openai.CodeClientClosed, "client closed the request")
+			e = cmp.Or(n.drainCut(ctx), openai.NewError(499, openai.CodeClientClosed, "client closed the request"))
 		}
 		writeRefusal(w, e, 0)
 		return outcome{code: e.Code}
@@ -49,7 +50,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	if p.stream {
 		o, u = n.stream(ctx, w, st, first, enc)
 	} else {
-		o, u = n.collect(w, st, first, enc)
+		o, u = n.collect(ctx, w, st, first, enc)
 	}
 	if o.completed && u != nil {
 		n.finished(p, firstAt, time.Now(), u)
@@ -112,6 +113,10 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 		c, err = st.Recv()
 		if err != nil {
 			code := openai.CodeEngineError
+			if e := n.drainCut(ctx); e != nil {
+				_ = sse.WriteError(e)
+				return outcome{code: e.Code}, nil
+			}
 			if ctx.Err() != nil {
 				return outcome{code: openai.CodeClientClosed}, nil
 			}
@@ -125,7 +130,7 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 }
 
 // collect gathers the whole generation into one JSON response.
-func (n *Node) collect(w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
+func (n *Node) collect(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
 	var text strings.Builder
 	var lps []engine.Logprob
 	for {
@@ -144,7 +149,7 @@ func (n *Node) collect(w http.ResponseWriter, st engine.Stream, c engine.Chunk, 
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error())
+			e := cmp.Or(n.drainCut(ctx), openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error()))
 			writeRefusal(w, e, 0)
 			return outcome{code: e.Code}, nil
 		}
