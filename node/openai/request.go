@@ -161,8 +161,13 @@ type Message struct {
 // UnmarshalJSON decodes role and content, names matched exactly as a request's are, and skips
 // the other members.
 func (m *Message) UnmarshalJSON(b []byte) error {
+	return m.decode(json.NewDecoder(bytes.NewReader(b)))
+}
+
+// decode reads the message, an object, from dec.
+func (m *Message) decode(dec *json.Decoder) error {
 	*m = Message{}
-	return decodeMembers(json.NewDecoder(bytes.NewReader(b)), func(name string) any {
+	return decodeMembers(dec, func(name string) any {
 		switch name {
 		case "role":
 			return &m.Role
@@ -174,19 +179,29 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 }
 
 // messageList decodes messages one by one, so that an error names its message: a wrong type
-// is at messages[2].role, as a missing role is.
+// is at messages[2].role, as a missing role is. One decoder reads them all (one a message
+// doubled the cost of decoding a chat request).
 type messageList []Message
 
 func (l *messageList) UnmarshalJSON(b []byte) error {
-	var raw []json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	t, err := dec.Token()
+	switch {
+	case err != nil:
 		return err
+	case t == nil: // null: no messages, as an empty list
+		*l = nil
+		return nil
+	case t != json.Delim('['):
+		return &json.UnmarshalTypeError{Value: jsonKind(string(bytes.TrimSpace(b))), Type: reflect.TypeFor[[]Message]()}
 	}
-	out := make([]Message, len(raw))
-	for i, r := range raw {
-		if err := out[i].UnmarshalJSON(r); err != nil {
+	var out []Message
+	for i := 0; dec.More(); i++ {
+		var m Message
+		if err := m.decode(dec); err != nil {
 			return inField(fmt.Sprintf("[%d]", i), err)
 		}
+		out = append(out, m)
 	}
 	*l = out
 	return nil
