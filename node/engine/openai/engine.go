@@ -546,8 +546,8 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 }
 
 // body is the request body to send the engine for req: the client's, streamed (or, for a
-// prefill half, in a prefill server's shape), with the priority, a continuation's text or a
-// handover's transfer parameters.
+// prefill half, in a prefill server's shape), with the priority, the admitted max_tokens, a
+// continuation's text or a handover's transfer parameters.
 func (e *Engine) body(req *engine.Request) ([]byte, error) {
 	if (req.PrefillOnly || req.Handover != nil) && e.cfg.Kind != KindVLLM {
 		return nil, fmt.Errorf("openai: %w: a %s engine is given no half of a split request (only %s)",
@@ -556,6 +556,9 @@ func (e *Engine) body(req *engine.Request) ([]byte, error) {
 	body, err := ForceStreaming(req)
 	if err == nil && e.cfg.Priority {
 		body, err = SetPriority(body, req.Priority)
+	}
+	if err == nil && req.MaxTokens > 0 {
+		body, err = setMaxTokens(body, req.Endpoint, req.MaxTokens)
 	}
 	if err == nil && req.Resume != nil {
 		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)

@@ -1,0 +1,75 @@
+package node_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
+)
+
+// startBehindPeer starts n1 in front of the external engine at url, of kind, and n2 on another
+// model, an ingress that must forward to n1; mod, if set, configures both.
+func startBehindPeer(t *testing.T, url, kind string, mod func(*node.Config)) *testnet.Net {
+	t.Helper()
+	return startNet(t, 2, func(i int, cfg *node.Config) {
+		if mod != nil {
+			mod(cfg)
+		}
+		if i == 0 {
+			cfg.Engine, cfg.EngineKind = url, kind
+			return
+		}
+		cfg.Models = []string{"another-model"}
+	})
+}
+
+// TestExternalEngineGetsAdmittedMaxTokens: an external engine is sent the max_tokens admission
+// decided, not only the client's: the tenant's or the mesh's default when the client sent
+// none (vLLM would otherwise generate to the end of the context, past the KV reserved and
+// the tokens charged), the clamped value in place of a larger one, and a cap within the limit
+// as sent; whether the client came to the engine's node or to a peer that forwarded it.
+func TestExternalEngineGetsAdmittedMaxTokens(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	file := admit.HashKey("sk-batch") + " batch\n" + admit.HashKey("sk-other") + " other\n" + scrapeKeyLine
+	if err := os.WriteFile(keys, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := startRecordingEngine(t)
+	tn := startBehindPeer(t, f.url, "vllm", func(cfg *node.Config) {
+		cfg.APIKeysFile = keys
+		cfg.Admit.Budget.MaxMaxTokens, cfg.Admit.Budget.ClampMaxTokens = 200, true
+		cfg.Admit.Tenants = map[string]admit.TenantConfig{"batch": {DefaultMaxTokens: 16}}
+	})
+	const chat = `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]`
+	const forced = `"stream":true,"stream_options":{"include_usage":true}`
+	tests := []struct {
+		name, key, path, body, want string
+	}{
+		{"no max_tokens: the mesh's default, cut to the limit", "sk-other", "/v1/chat/completions", chat + `}`,
+			chat + `,` + forced + `,"max_tokens":200}`},
+		{"no max_tokens: the tenant's default", "sk-batch", "/v1/chat/completions", chat + `,"max_tokens":null}`,
+			chat + `,"max_tokens":16,` + forced + `}`},
+		{"clamped where it stands", "sk-other", "/v1/chat/completions", chat + `,"max_completion_tokens":5000,"top_k":4}`,
+			chat + `,"max_completion_tokens":200,"top_k":4,` + forced + `}`},
+		{"within the limit: as sent", "sk-batch", "/v1/completions", `{"model":"` + model + `","prompt":"p","max_tokens":3}`,
+			`{"model":"` + model + `","prompt":"p","max_tokens":3,` + forced + `}`},
+	}
+	for _, tt := range tests {
+		for i, url := range tn.URLs() {
+			t.Run(fmt.Sprintf("%s via n%d", tt.name, i+1), func(t *testing.T) {
+				resp := post(t, url, tt.path, tt.body, map[string]string{"Authorization": "Bearer " + tt.key})
+				if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n1" {
+					t.Fatalf("status %d node %q: %s", resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+				}
+				if got := <-f.bodies; string(got) != tt.want {
+					t.Errorf("the engine got\n%s\nwant\n%s", got, tt.want)
+				}
+			})
+		}
+	}
+}
