@@ -73,3 +73,23 @@ func TestExternalEngineGetsAdmittedMaxTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalEngineIsSentNoClientPriority: without EnginePriority a client's priority field
+// never reaches the engine: vLLM scheduling by priority would otherwise run a key's
+// "priority": -1000 ahead of all it queues, past the key's max_priority. X-Kvmesh-Priority is
+// how a client asks.
+func TestExternalEngineIsSentNoClientPriority(t *testing.T) {
+	f := startRecordingEngine(t)
+	tn := startBehindPeer(t, f.url, "vllm", nil)
+	const client = `{"priority":-1000,"model":"` + model + `","prompt":"p","max_tokens":2,"priority":5}`
+	const want = `{"model":"` + model + `","prompt":"p","max_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`
+	for i, url := range tn.URLs() {
+		resp := post(t, url, "/v1/completions", client, nil)
+		if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n1" {
+			t.Fatalf("via n%d: status %d node %q: %s", i+1, resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+		}
+		if got := <-f.bodies; string(got) != want {
+			t.Errorf("via n%d the engine got\n%s\nwant\n%s", i+1, got, want)
+		}
+	}
+}

@@ -58,6 +58,18 @@ func SetPriority(body []byte, p int) ([]byte, error) {
 	return out, nil
 }
 
+// dropPriority returns body (a JSON object) without its priority members, every other byte
+// as sent. Priority is the node's: vLLM started with --scheduling-policy priority (or SGLang
+// with --enable-priority-scheduling) would otherwise run a client's "priority": -1000 ahead of
+// every request kvmesh ranked higher, past its key's max_priority.
+func dropPriority(body []byte) ([]byte, error) {
+	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, v []byte) ([]byte, bool) { return v, key != "priority" })
+	if err != nil {
+		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+	}
+	return out, nil
+}
+
 // setMaxTokens returns body (a JSON object) capped at n output tokens, the max_tokens
 // admission decided (the client's, clamped, or the default it filled in): the KV reserved and
 // the tokens charged to the key hold for n, and vLLM without a cap generates to the end of

@@ -98,6 +98,59 @@ func TestSetMaxTokens(t *testing.T) {
 	}
 }
 
+// TestDropPriority: a client's priority is removed wherever it stands, its comma with it, and
+// every other byte is as sent.
+func TestDropPriority(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"m","priority":-1000}`:                  `{"model":"m"}`,
+		`{ "priority" : -1000 , "top_k":4, "priority":9}`: `{  "top_k":4}`,
+		`{"pr\u0069ority":1,"a":{"priority":2}}`:          `{"a":{"priority":2}}`,
+		`{"priority":1}`:                                  `{}`,
+		` {"a,\"b":1, "c":[1,2]}` + "\n":                  `{"a,\"b":1, "c":[1,2]}`,
+	} {
+		got, err := dropPriority([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s gave\n%s\nwant\n%s", body, got, want)
+		}
+	}
+	if _, err := dropPriority([]byte(`{"priority":1} x`)); !errors.Is(err, engine.ErrRejected) {
+		t.Errorf("trailing data: %v", err)
+	}
+}
+
+// FuzzDropPriority: for any JSON object, the engine's body is a JSON object without priority
+// and with every other member as the client sent it.
+func FuzzDropPriority(f *testing.F) {
+	f.Add([]byte(`{"priority":3,"model":"m","top_k":4}`))
+	f.Add([]byte(` { "stream" : true , "priority":null, "priority":{"a":1} } `))
+	f.Add([]byte(`{"pr\u0069ority":1,"a,\"b\u0022":{"priority":2}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in map[string]json.RawMessage
+		if json.Unmarshal(body, &in) != nil || in == nil {
+			return
+		}
+		out, err := dropPriority(body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s gave %s: %v", body, out, err)
+		}
+		for k, v := range in {
+			if k != "priority" && !bytes.Equal(got[k], v) {
+				t.Fatalf("%s gave %s: member %q changed from %s to %s", body, out, k, v, got[k])
+			}
+		}
+		if _, ok := got["priority"]; ok || len(got) != len(in)-boolInt(in["priority"] != nil) {
+			t.Fatalf("%s gave %s: priority kept, or members added or lost", body, out)
+		}
+	})
+}
+
 // TestGenerateSendsAdmittedMaxTokens: the engine is sent the request's MaxTokens, admission's,
 // in place of the client's absent or larger cap.
 func TestGenerateSendsAdmittedMaxTokens(t *testing.T) {

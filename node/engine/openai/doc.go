@@ -3,7 +3,7 @@
 //
 // Generate forwards the client's JSON body byte for byte but for the members the node owns:
 // streaming and usage reporting, forced on (ForceStreaming), the output cap admission decided
-// (setMaxTokens) and, with Config.Priority, vLLM's priority (SetPriority); so fields
+// (setMaxTokens) and priority, the node's or none (SetPriority, dropPriority); so fields
 // kvmesh does not read reach the server as sent. It turns the server-sent chunks into
 // engine.Chunks (text, logprobs, usage). Start begins a loop that scrapes the server's
 // Prometheus /metrics on an interval and maps the metric names of Config.Kind into an
