@@ -74,6 +74,43 @@ func TestExternalEngineGetsAdmittedMaxTokens(t *testing.T) {
 	}
 }
 
+// TestEmbeddingsAndResponsesGuardEngineFields: the fields a generation's client may not set
+// on an external engine are guarded on /v1/embeddings and /v1/responses too: a client's
+// kv_transfer_params (null is absent) is 400 invalid_parameter before any engine sees it, and
+// a client's priority is removed from the body the engine gets, whichever node the client
+// called.
+func TestEmbeddingsAndResponsesGuardEngineFields(t *testing.T) {
+	eng := newRespEngine(t, "a")
+	tn := startBehindPeer(t, eng.srv.URL, "openai", nil)
+	bodies := map[string]string{
+		"/v1/embeddings": `{"model":"` + model + `","input":"hi"`,
+		"/v1/responses":  `{"model":"` + model + `","input":"hi"`,
+	}
+	for path, body := range bodies {
+		for i, url := range tn.URLs() {
+			t.Run(fmt.Sprintf("%s via n%d", path, i+1), func(t *testing.T) {
+				before := eng.count()
+				resp := post(t, url, path, body+`,"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.9.9.9"}}`, nil)
+				e := decodeError(t, readAll(t, resp))
+				if resp.StatusCode != http.StatusBadRequest || e.Error.Code != "invalid_parameter" || e.Error.Param == nil ||
+					*e.Error.Param != "kv_transfer_params" {
+					t.Errorf("kv_transfer_params: %d %+v", resp.StatusCode, e.Error)
+				}
+				if eng.count() != before {
+					t.Errorf("the engine was sent a client's kv_transfer_params: %s", eng.last())
+				}
+				resp = post(t, url, path, body+`,"priority":-1000,"kv_transfer_params":null,"user":"u"}`, nil)
+				if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n1" {
+					t.Fatalf("status %d node %q: %s", resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+				}
+				if want := body + `,"kv_transfer_params":null,"user":"u"}`; eng.last() != want {
+					t.Errorf("the engine got\n%s\nwant\n%s", eng.last(), want)
+				}
+			})
+		}
+	}
+}
+
 // TestExternalEngineIsSentNoClientPriority: without EnginePriority a client's priority field
 // never reaches the engine: vLLM scheduling by priority would otherwise run a key's
 // "priority": -1000 ahead of all it queues, past the key's max_priority. X-Kvmesh-Priority is
