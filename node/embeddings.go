@@ -24,6 +24,9 @@ func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *h
 	if oerr == nil {
 		er, oerr = openai.DecodeEmbeddings(bytes.NewReader(body), n.cfg.MaxBodyBytes)
 	}
+	if oerr == nil {
+		oerr = n.clientKVTransfer(er.Extra)
+	}
 	if oerr != nil {
 		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(w, oerr, 0)

@@ -205,6 +205,20 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	return p, nil
 }
 
+// clientKVTransfer refuses a client's kv_transfer_params (null is absent): the KV connector's
+// parameters are kvmesh's to set on a split request's halves, and from a client they would
+// have an engine with a connector pull KV from whatever host they name. A kvmesh engine
+// (Standalone) takes them, from the node that plays vLLM's proxy.
+func (n *Node) clientKVTransfer(extra []openai.Field) *openai.Error {
+	if n.cfg.Standalone || !slices.ContainsFunc(extra, func(f openai.Field) bool {
+		return f.Name == "kv_transfer_params" && string(bytes.TrimSpace(f.Value)) != "null"
+	}) {
+		return nil
+	}
+	return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+		"kv_transfer_params is set by kvmesh on split requests, never by a client").WithParam("kv_transfer_params")
+}
+
 // extraFields lists the members of a request kvmesh does not read, stream_options' after the
 // top level's as "stream_options.NAME", for the engine to honour or refuse.
 func extraFields(top openai.Fields, so *openai.StreamOptions) []openai.Field {

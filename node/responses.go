@@ -85,6 +85,9 @@ func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *ht
 	if oerr == nil {
 		rr, oerr = openai.DecodeResponses(bytes.NewReader(body), n.cfg.MaxBodyBytes)
 	}
+	if oerr == nil {
+		oerr = n.clientKVTransfer(rr.Extra)
+	}
 	if oerr != nil {
 		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(w, oerr, 0)

@@ -56,8 +56,10 @@ type Request struct {
 	Roles []string
 	// Extra are the body's members the node does not read, in body order with their values as
 	// sent (stream_options' named "stream_options.NAME"): sampling fields, structured output,
-	// tools, an engine's extensions. External engines receive them in Body; the embedded engine
-	// honours, accepts as no-ops, or refuses each (a *ParamError).
+	// tools, an engine's extensions. External engines receive them in Body, but for priority,
+	// which is the node's (replaced by Priority or removed: a client's would jump the engine's
+	// queue past its key's cap); the embedded engine honours, accepts as no-ops, or refuses
+	// each (a *ParamError; priority other than 0 among them).
 	Extra []openai.Field
 	// Resume, when set, makes the request the continuation of a generation that another node
 	// began and lost mid-response (see Resume); nil for every other request.

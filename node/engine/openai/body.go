@@ -58,6 +58,95 @@ func SetPriority(body []byte, p int) ([]byte, error) {
 	return out, nil
 }
 
+// dropPriority returns body (a JSON object) without its priority members, every other byte
+// as sent. Priority is the node's: vLLM started with --scheduling-policy priority (or SGLang
+// with --enable-priority-scheduling) would otherwise run a client's "priority": -1000 ahead of
+// every request kvmesh ranked higher, past its key's max_priority.
+func dropPriority(body []byte) ([]byte, error) {
+	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, v []byte) ([]byte, bool) { return v, key != "priority" })
+	if err != nil {
+		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+	}
+	return out, nil
+}
+
+// setMaxTokens returns body (a JSON object) capped at n output tokens, the max_tokens
+// admission decided (the client's, clamped, or the default it filled in): the KV reserved and
+// the tokens charged to the key hold for n, and vLLM without a cap generates to the end of
+// the context. Each cap member the client sent (max_tokens, max_completion_tokens, and
+// llama.cpp's n_predict, which it prefers to max_tokens) keeps a value of 1 to n where it
+// stands and is set to n otherwise; a body without max_tokens (nor, for chat,
+// max_completion_tokens) gets "max_tokens": n. Every other byte is as sent.
+func setMaxTokens(body []byte, ep engine.Endpoint, n int) ([]byte, error) {
+	v := []byte(strconv.Itoa(n))
+	capped := false
+	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, old []byte) ([]byte, bool) {
+		switch key {
+		case "max_tokens", "max_completion_tokens", "n_predict":
+			capped = capped || key == "max_tokens" || (key == "max_completion_tokens" && ep == engine.Chat)
+			if c, err := strconv.ParseFloat(string(old), 64); err == nil && c >= 1 && c <= float64(n) {
+				return old, true
+			}
+			return v, true
+		}
+		return old, true
+	})
+	if err == nil && !capped {
+		out, err = wire.SetMember(out, "max_tokens", func([]byte) []byte { return v })
+	}
+	if err != nil {
+		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+	}
+	return out, nil
+}
+
+// rewriteMembers returns a copy of the JSON object obj in which each top-level member has the
+// value edit gives it, or is left out when edit says not to keep it; the bytes around the
+// values kept (spacing, the keys as escaped) are obj's. SetMember edits one name and adds it
+// when missing; this edits several in one pass, and removes.
+func rewriteMembers(obj []byte, edit func(key string, old []byte) (v []byte, keep bool)) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, wire.ErrNotObject
+	}
+	from := int(dec.InputOffset()) // the end of what is copied or left out
+	out := append(make([]byte, 0, len(obj)), obj[:from]...)
+	kept := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		end := int(dec.InputOffset())
+		v, keep := edit(t.(string), raw)
+		if keep {
+			// The comma before it, its key and colon; its comma goes when the members before
+			// it were all left out.
+			lead := obj[from : end-len(raw)]
+			if !kept {
+				if i := bytes.IndexByte(lead[:bytes.IndexByte(lead, '"')], ','); i >= 0 {
+					out = append(out, lead[:i]...)
+					lead = lead[i+1:]
+				}
+			}
+			out = append(append(out, lead...), v...)
+			kept = true
+		}
+		from = end
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if rest := bytes.TrimSpace(obj[dec.InputOffset():]); len(rest) > 0 {
+		return nil, wire.ErrNotObject
+	}
+	return append(out, obj[from:]...), nil
+}
+
 // synthesise builds a body for a request that came without one.
 func synthesise(req *engine.Request) ([]byte, error) {
 	obj := map[string]any{"model": req.Model, "stream": true, "stream_options": map[string]bool{"include_usage": true}}

@@ -2,7 +2,9 @@ package openai
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -53,4 +55,122 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestSetMaxTokens: the engine's cap is the one admission decided: added when the client sent
+// none, lowered where it stands when admission clamped it, and every other byte as sent.
+func TestSetMaxTokens(t *testing.T) {
+	tests := []struct {
+		name string
+		ep   engine.Endpoint
+		body string
+		n    int
+		want string
+	}{
+		{"none sent: the default", engine.Chat, `{"model":"m","stream":true}`, 1024, `{"model":"m","stream":true,"max_tokens":1024}`},
+		{"null is none", engine.Completion, `{"max_tokens" : null, "prompt":"p"}`, 16, `{"max_tokens" : 16, "prompt":"p"}`},
+		{"clamped where it stands", engine.Completion, ` {"max_tokens":9000 ,"top_k":4}`, 100, `{"max_tokens":100 ,"top_k":4}`},
+		{"as admitted: untouched", engine.Chat, `{"max_tokens":3.0,"x":1}`, 3, `{"max_tokens":3.0,"x":1}`},
+		{"chat's other name", engine.Chat, `{"max_completion_tokens":5000,"m":"\u00e9"}`, 64, `{"max_completion_tokens":64,"m":"\u00e9"}`},
+		{"both names, each capped", engine.Chat, `{"max_tokens":5000,"max_completion_tokens":50}`, 50,
+			`{"max_tokens":50,"max_completion_tokens":50}`},
+		{"completions have no other name", engine.Completion, `{"max_completion_tokens":5}`, 8,
+			`{"max_completion_tokens":5,"max_tokens":8}`},
+		{"llama.cpp's n_predict, -1 unbounded", engine.Completion, `{"n_predict":-1,"max_tokens":8}`, 8, `{"n_predict":8,"max_tokens":8}`},
+		{"every occurrence", engine.Chat, `{"max_tokens":1,"max_tokens":"x"}`, 2, `{"max_tokens":1,"max_tokens":2}`},
+		{"empty object", engine.Chat, `{}`, 7, `{"max_tokens":7}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := setMaxTokens([]byte(tt.body), tt.ep, tt.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+	for _, bad := range []string{`[1]`, `{"a":1} {}`, `{"a":`, ``} {
+		if _, err := setMaxTokens([]byte(bad), engine.Chat, 1); !errors.Is(err, engine.ErrRejected) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// TestDropPriority: a client's priority is removed wherever it stands, its comma with it, and
+// every other byte is as sent.
+func TestDropPriority(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"m","priority":-1000}`:                  `{"model":"m"}`,
+		`{ "priority" : -1000 , "top_k":4, "priority":9}`: `{  "top_k":4}`,
+		`{"pr\u0069ority":1,"a":{"priority":2}}`:          `{"a":{"priority":2}}`,
+		`{"priority":1}`:                                  `{}`,
+		` {"a,\"b":1, "c":[1,2]}` + "\n":                  `{"a,\"b":1, "c":[1,2]}`,
+	} {
+		got, err := dropPriority([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s gave\n%s\nwant\n%s", body, got, want)
+		}
+	}
+	if _, err := dropPriority([]byte(`{"priority":1} x`)); !errors.Is(err, engine.ErrRejected) {
+		t.Errorf("trailing data: %v", err)
+	}
+}
+
+// FuzzDropPriority: for any JSON object, the engine's body is a JSON object without priority
+// and with every other member as the client sent it.
+func FuzzDropPriority(f *testing.F) {
+	f.Add([]byte(`{"priority":3,"model":"m","top_k":4}`))
+	f.Add([]byte(` { "stream" : true , "priority":null, "priority":{"a":1} } `))
+	f.Add([]byte(`{"pr\u0069ority":1,"a,\"b\u0022":{"priority":2}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in map[string]json.RawMessage
+		if json.Unmarshal(body, &in) != nil || in == nil {
+			return
+		}
+		out, err := dropPriority(body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s gave %s: %v", body, out, err)
+		}
+		for k, v := range in {
+			if k != "priority" && !bytes.Equal(got[k], v) {
+				t.Fatalf("%s gave %s: member %q changed from %s to %s", body, out, k, v, got[k])
+			}
+		}
+		if _, ok := got["priority"]; ok || len(got) != len(in)-boolInt(in["priority"] != nil) {
+			t.Fatalf("%s gave %s: priority kept, or members added or lost", body, out)
+		}
+	})
+}
+
+// TestGenerateSendsAdmittedMaxTokens: the engine is sent the request's MaxTokens, admission's,
+// in place of the client's absent or larger cap.
+func TestGenerateSendsAdmittedMaxTokens(t *testing.T) {
+	f := newFake(t)
+	f.set(vllmCache(100, ""))
+	f.setGen(reply(10, -1))
+	e := newEngine(t, f, KindVLLM, nil)
+	const msgs = `{"model":"a","messages":[{"role":"user","content":"x"}]`
+	for _, tt := range []struct{ body, want string }{
+		{msgs + `}`, msgs + `,"stream":true,"stream_options":{"include_usage":true},"max_tokens":1024}`},
+		{msgs + `,"max_completion_tokens":100000}`, msgs + `,"max_completion_tokens":1024,"stream":true,"stream_options":{"include_usage":true}}`},
+	} {
+		req := &engine.Request{ID: "r", Endpoint: engine.Chat, Model: "a", Body: []byte(tt.body), MaxTokens: 1024, PromptTokens: 10}
+		st, err := e.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, st)
+		if got := <-f.bodies; string(got) != tt.want {
+			t.Errorf("the engine got\n%s\nwant\n%s", got, tt.want)
+		}
+	}
 }

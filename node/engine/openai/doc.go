@@ -1,9 +1,11 @@
 // Package openai drives an external OpenAI-compatible inference server (vLLM, SGLang,
 // llama.cpp's server, TGI, or any plain OpenAI-compatible endpoint) as an engine.Engine.
 //
-// Generate forwards the client's JSON body byte for byte but for streaming and usage reporting,
-// forced on (ForceStreaming), so fields kvmesh does not read reach the server as sent, and
-// turns the server-sent chunks into engine.Chunks (text, logprobs, usage). Start begins a loop that scrapes the server's
+// Generate forwards the client's JSON body byte for byte but for the members the node owns:
+// streaming and usage reporting, forced on (ForceStreaming), the output cap admission decided
+// (setMaxTokens) and priority, the node's or none (SetPriority, dropPriority); so fields
+// kvmesh does not read reach the server as sent. It turns the server-sent chunks into
+// engine.Chunks (text, logprobs, usage). Start begins a loop that scrapes the server's
 // Prometheus /metrics on an interval and maps the metric names of Config.Kind into an
 // engine.State:
 //

@@ -70,7 +70,7 @@ type Config struct {
 	// (SetPriority: kvmesh's priority negated, a client's own value replaced), and makes State
 	// report PriorityScheduling with the queued prefill split by class (see queuedTokens). Only
 	// for KindVLLM, which must run with --scheduling-policy priority: without it vLLM refuses
-	// a non-zero priority. Off, a client's priority member reaches the server as sent.
+	// a non-zero priority. Off, a client's priority member is removed (dropPriority).
 	Priority bool
 	// KVEvents is the server's KV cache event publisher (vLLM's and SGLang's
 	// --kv-events-config endpoint), tcp://host:port; empty, the default, reads none. Its
@@ -546,16 +546,23 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 }
 
 // body is the request body to send the engine for req: the client's, streamed (or, for a
-// prefill half, in a prefill server's shape), with the priority, a continuation's text or a
-// handover's transfer parameters.
+// prefill half, in a prefill server's shape), with the node's priority (or none), the
+// admitted max_tokens, a continuation's text or a handover's transfer parameters.
 func (e *Engine) body(req *engine.Request) ([]byte, error) {
 	if (req.PrefillOnly || req.Handover != nil) && e.cfg.Kind != KindVLLM {
 		return nil, fmt.Errorf("openai: %w: a %s engine is given no half of a split request (only %s)",
 			engine.ErrUnavailable, e.cfg.Kind, KindVLLM)
 	}
 	body, err := ForceStreaming(req)
-	if err == nil && e.cfg.Priority {
+	switch {
+	case err != nil:
+	case e.cfg.Priority:
 		body, err = SetPriority(body, req.Priority)
+	default:
+		body, err = dropPriority(body)
+	}
+	if err == nil && req.MaxTokens > 0 {
+		body, err = setMaxTokens(body, req.Endpoint, req.MaxTokens)
 	}
 	if err == nil && req.Resume != nil {
 		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)

@@ -11,12 +11,18 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
-// Post sends body to the engine's path as it is (a JSON API the node relays without reading
-// the answer: /v1/embeddings, /v1/responses) and returns the engine's answer whatever its
-// status; the caller must close its body. An error means the engine gave no answer: it wraps
-// engine.ErrUnavailable, or is ctx's. While the answer is open it counts as in flight (the
-// load of an engine of KindOpenAI).
+// Post sends body, a JSON object, to the engine's path (a JSON API the node relays without
+// reading the answer: /v1/embeddings, /v1/responses) as it is but for a client's priority,
+// removed (dropPriority: these requests are sent none, with or without Config.Priority), and
+// returns the engine's answer whatever its status; the caller must close its body. An error
+// means the engine gave no answer: it wraps engine.ErrUnavailable, or is ctx's (or
+// engine.ErrRejected for a body that is no object). While the answer is open it counts as in
+// flight (the load of an engine of KindOpenAI).
 func (e *Engine) Post(ctx context.Context, path, id string, body []byte) (*http.Response, error) {
+	body, err := dropPriority(body)
+	if err != nil {
+		return nil, err
+	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("openai: building request: %w", err)

@@ -105,8 +105,9 @@ func TestPriorityOnlyForVLLM(t *testing.T) {
 }
 
 // TestGenerateSendsPriority: with Priority the engine's body carries the request's priority
-// negated, the client's own replaced; without, the client's body (and its priority) is sent as
-// ForceStreaming makes it, and State does not claim priority scheduling.
+// negated, the client's own replaced; without, the client's priority is removed (the node's
+// is the only one), the rest sent as ForceStreaming makes it, and State does not claim
+// priority scheduling.
 func TestGenerateSendsPriority(t *testing.T) {
 	const client = `{"model":"a","messages":[{"role":"user","content":"x"}],"priority":7,"stream":true,"stream_options":{"include_usage":true}}`
 	for _, on := range []bool{false, true} {
@@ -121,7 +122,7 @@ func TestGenerateSendsPriority(t *testing.T) {
 				t.Fatal(err)
 			}
 			drain(t, st)
-			want := client
+			want := `{"model":"a","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}`
 			if on {
 				want = `{"model":"a","messages":[{"role":"user","content":"x"}],"priority":-10,"stream":true,"stream_options":{"include_usage":true}}`
 			}
