@@ -134,12 +134,15 @@ func promptField(ep engine.Endpoint) string {
 	return "messages"
 }
 
-// ingest runs one client request through the pipeline of DESIGN.md: decode, validate,
-// identity, budget, route, admit, wait, dispatch.
+// ingest runs one client request through the pipeline of DESIGN.md: authenticate, decode,
+// validate, identity (the key's bucket), budget, route, admit, wait, dispatch.
 func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
 	refuse := func(e *openai.Error, retry time.Duration) outcome {
 		writeRefusal(w, e, retry)
 		return outcome{code: e.Code, refused: true}
+	}
+	if o, ok := n.authenticate(w, r); !ok {
+		return o
 	}
 	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
 	body, oerr := n.readBody(r)
