@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -188,6 +189,9 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return refuse(refusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority = tenant, d.Priority
+	if a.Agent != "" {
+		a.Agent = agent.Scoped(tenant, a.Agent) // the owner takes it as sent, already scoped
+	}
 	p.req.Priority = a.Priority
 	if d.PriorityClamped {
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
