@@ -178,3 +178,43 @@ func TestLoadTLS(t *testing.T) {
 		t.Error("LoadTLS accepted a certificate from another CA")
 	}
 }
+
+// copyPair copies node from's pair in dir to the file names of node to, as someone who got
+// hold of from's files would to run a node named to.
+func copyPair(t *testing.T, dir, from, to string) {
+	t.Helper()
+	for _, ext := range []string{".crt", ".key"} {
+		data, err := os.ReadFile(filepath.Join(dir, from+ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to+ext), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLoadTLSRefusesAnotherNodesCertificate pins that a node's certificate must be its own: a
+// pair copied to another node's file names does not load under that name, while a certificate
+// issued for any node (IssueAnyNode) loads under every name.
+func TestLoadTLSRefusesAnotherNodesCertificate(t *testing.T) {
+	dir := pki(t, "n1")
+	copyPair(t, dir, "n1", "imp")
+	if _, err := LoadTLS(dir, "imp"); !errors.Is(err, ErrNotNamed) {
+		t.Errorf("LoadTLS of n1's certificate as imp = %v, want ErrNotNamed", err)
+	}
+	out := filepath.Join(t.TempDir(), "shared")
+	if err := IssueAnyNode(dir, out, "kvmesh", nil); err != nil {
+		t.Fatal(err)
+	}
+	if name, anyNode := CertName(readCert(t, filepath.Join(out, "kvmesh.crt"))); name != "kvmesh" || !anyNode {
+		t.Errorf("CertName = %q, %v; want kvmesh, any node", name, anyNode)
+	}
+	copyPair(t, out, "kvmesh", "pod-7f9c")
+	if _, err := LoadTLS(out, "pod-7f9c"); err != nil {
+		t.Errorf("LoadTLS of a certificate for any node: %v", err)
+	}
+	if name, anyNode := CertName(readCert(t, filepath.Join(dir, "n1.crt"))); name != "n1" || anyNode {
+		t.Errorf("CertName = %q, %v; want n1 alone", name, anyNode)
+	}
+}
