@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -217,4 +218,33 @@ func TestLoadTLSRefusesAnotherNodesCertificate(t *testing.T) {
 	if name, anyNode := CertName(readCert(t, filepath.Join(dir, "n1.crt"))); name != "n1" || anyNode {
 		t.Errorf("CertName = %q, %v; want n1 alone", name, anyNode)
 	}
+}
+
+// TestCABundleLetsTheCARoll pins what replacing a CA without stopping the mesh rests on: a node
+// trusts every CA in its ca.crt, so with both CAs there, a node of the old CA and one of the
+// new forward to each other.
+func TestCABundleLetsTheCARoll(t *testing.T) {
+	oldCA, newCA := pki(t, "a"), pki(t, "b")
+	var bundle []byte
+	for _, dir := range []string{oldCA, newCA} {
+		data, err := os.ReadFile(filepath.Join(dir, caCertFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, data...)
+	}
+	for _, dir := range []string{oldCA, newCA} {
+		if err := os.WriteFile(filepath.Join(dir, caCertFile), bundle, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server := startNode(t, loadTLS(t, newCA, "b"), "127.0.0.1:0", HandlerFunc(func(_ context.Context, _ Header, _ []byte, w ResponseWriter) {
+		_ = w.Accept(200, nil)
+	}))
+	client := startNode(t, loadTLS(t, oldCA, "a"), "127.0.0.1:0", nil)
+	resp, err := client.tr.Forward(testCtx(t), server.addr(), Header{RequestID: "r", Ingress: "a"}, nil)
+	if err != nil {
+		t.Fatalf("forward across the two CAs: %v", err)
+	}
+	_ = resp.Body.Close()
 }
