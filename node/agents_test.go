@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/internal/poll"
@@ -483,7 +486,7 @@ func rendezvousFirst(t *testing.T, count int, names ...string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := r.Route(time.Now(), route.Request{Model: model, Session: id, StayHome: true}, peers, nil)
+		c, err := r.Route(time.Now(), route.Request{Model: model, Session: agent.Scoped(node.OpenTenant, id), StayHome: true}, peers, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +501,7 @@ func rendezvousFirst(t *testing.T, count int, names ...string) []string {
 func advertises(tn *testnet.Net, i int, home, id string) bool {
 	for _, m := range tn.Nodes[i].Members() {
 		if m.Name == home {
-			_, ok := slices.BinarySearch(m.State.AgentKeys, route.AgentKey(id))
+			_, ok := slices.BinarySearch(m.State.AgentKeys, route.AgentKey(agent.Scoped(node.OpenTenant, id)))
 			return ok
 		}
 	}
@@ -556,7 +559,7 @@ func TestAgentHomedTwiceIsKeptByOne(t *testing.T) {
 		t.Run("kept by "+names[keep], func(t *testing.T) {
 			id := ""
 			for i := 0; id == ""; i++ {
-				if c := fmt.Sprintf("twice-%d", i); route.PreferredHome(c, names) == names[keep] {
+				if c := fmt.Sprintf("twice-%d", i); route.PreferredHome(agent.Scoped(node.OpenTenant, c), names) == names[keep] {
 					id = c
 				}
 			}
@@ -673,5 +676,36 @@ func TestAgentHeldAtAPeerKeepsItsPlaceWhileTheHomeIsFull(t *testing.T) {
 		if r := await(t, done, "agents b and c never ran"); r.status != http.StatusOK {
 			t.Fatalf("agent step: %+v", r)
 		}
+	}
+}
+
+// TestAgentIDsAreScopedByTenant pins that two tenants naming the same X-Kvmesh-Agent run two
+// agents: with a window of one held by tenant a's agent "shared", tenant b's step of "shared",
+// marked final, neither runs in a's slot nor ends a's agent; it waits for a slot of its own.
+func TestAgentIDsAreScopedByTenant(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte(scrapeKeyLine+admit.HashKey("sk-a")+" tenant-a\n"+admit.HashKey("sk-b")+" tenant-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tn := startNet(t, 1, func(i int, cfg *node.Config) {
+		cfg.APIKeysFile = keys
+		cfg.Agents = agentConfig(1, time.Minute)
+		cfg.AgentInterval = 20 * time.Millisecond
+	})
+	url := tn.URLs()[0]
+	if r := sendStep(url, "shared", 0, map[string]string{"Authorization": "Bearer sk-a"}); r.status != http.StatusOK {
+		t.Fatalf("tenant a's step: %+v", r)
+	}
+	r := sendStep(url, "shared", 1, map[string]string{"Authorization": "Bearer sk-b", node.HeaderAgentFinal: "1", node.HeaderQueueTTL: "300ms"})
+	if r.status != http.StatusTooManyRequests || r.reason != "queue_ttl_expired" {
+		t.Errorf("tenant b's step of the same id: %+v, want 429 queue_ttl_expired: a new agent waiting for the window a holds", r)
+	}
+	for name, want := range map[string]float64{"kvmesh_agent_active": 1, "kvmesh_agent_finished_total": 0, "kvmesh_agent_admitted_total": 1} {
+		if got := metric(t, url, name, ""); got != want {
+			t.Errorf("%s = %v, want %v: tenant a's agent must be untouched", name, got, want)
+		}
+	}
+	if r := sendStep(url, "shared", 1, map[string]string{"Authorization": "Bearer sk-a", node.HeaderAgentFinal: "1"}); r.status != http.StatusOK {
+		t.Errorf("tenant a's next step: %+v", r)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -134,12 +135,15 @@ func promptField(ep engine.Endpoint) string {
 	return "messages"
 }
 
-// ingest runs one client request through the pipeline of DESIGN.md: decode, validate,
-// identity, budget, route, admit, wait, dispatch.
+// ingest runs one client request through the pipeline of DESIGN.md: authenticate, decode,
+// validate, identity (the key's bucket), budget, route, admit, wait, dispatch.
 func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
 	refuse := func(e *openai.Error, retry time.Duration) outcome {
 		writeRefusal(w, e, retry)
 		return outcome{code: e.Code, refused: true}
+	}
+	if o, ok := n.authenticate(w, r); !ok {
+		return o
 	}
 	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
 	body, oerr := n.readBody(r)
@@ -185,6 +189,9 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return refuse(refusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority = tenant, d.Priority
+	if a.Agent != "" {
+		a.Agent = agent.Scoped(tenant, a.Agent) // the owner takes it as sent, already scoped
+	}
 	p.req.Priority = a.Priority
 	if d.PriorityClamped {
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))

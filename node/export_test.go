@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -20,13 +21,17 @@ func (n *Node) Dial(ctx context.Context, addr string) error {
 	return err
 }
 
-// RegisterAgent registers agent id at this node as its home, as if one step of it had run
-// here: what an ingress that placed it here before gossip told it otherwise leaves behind.
+// OpenTenant is every request's tenant while no API key file is loaded.
+const OpenTenant = "default"
+
+// RegisterAgent registers agent id of OpenTenant at this node as its home, as if one step of
+// it had run here: what an ingress that placed it here before gossip told it otherwise leaves
+// behind.
 func (n *Node) RegisterAgent(id string) error {
 	g := n.agents
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := time.Now()
+	now, id := time.Now(), agent.Scoped(OpenTenant, id)
 	if _, err := g.home.Arrive(now, id, 100); err != nil {
 		return err
 	}

@@ -62,13 +62,31 @@ func (n *Node) buildMesh() error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.tr, err = transport.New(transport.Config{
-		TLS: n.cfg.TLS, ListenAddr: n.cfg.QUICAddr, Handler: n, Logger: n.log, Registerer: n.reg,
+		TLS: n.cfg.TLS, ListenAddr: n.cfg.QUICAddr, Handler: transport.HandlerFunc(n.servePeer), Logger: n.log, Registerer: n.reg,
 		HandshakeTimeout: n.cfg.HandshakeTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	return nil
+}
+
+// CodeIngressMismatch is an owner's refusal (403) of a forward whose header names an ingress
+// other than the node the sender's certificate was issued for.
+const CodeIngressMismatch = "ingress_mismatch"
+
+// servePeer serves a forward from the node its header says sent it (Header.Ingress): the one
+// its certificate names, or any with a certificate issued for any node. The owner takes that
+// name as given (it leaves that node's own KV claims out of the request's way), so one member
+// must not pass for another.
+func (n *Node) servePeer(ctx context.Context, h transport.Header, body []byte, w transport.ResponseWriter) {
+	if name, anyNode, ok := transport.PeerName(ctx); !ok || name != h.Ingress && !anyNode {
+		n.log.Warn("forward refused: its certificate is another node's", "id", h.RequestID, "ingress", h.Ingress, "certificate", name)
+		_ = w.Refuse(transport.Refusal{Status: http.StatusForbidden, Code: CodeIngressMismatch,
+			Message: fmt.Sprintf("the forward names ingress %q but comes with the certificate of %q", h.Ingress, name)})
+		return
+	}
+	n.ServeForward(ctx, h, body, w)
 }
 
 // CodeDraining is the refusal (503) of a node that is shutting down.

@@ -1,12 +1,15 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -46,8 +49,8 @@ func (n *Node) routes() http.Handler {
 	rs := []endpoint{
 		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
 		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
-		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.ingestEmbeddings))},
-		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.ingestResponses))},
+		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.keyFirst(n.ingestEmbeddings)))},
+		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.keyFirst(n.ingestResponses)))},
 		// While keys are on, the model list asks one as the other /v1 paths do (vLLM with
 		// --api-key, OpenAI), not to tell anyone what the mesh serves.
 		{"/v1/models", get(keyed(n.handleModels))},
@@ -101,13 +104,48 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 // it), or it is answered 401 invalid_api_key, as the inference endpoints answer.
 func (n *Node) requireKey(h http.Handler, always bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		keys := n.adm.Keys()
-		if (keys.Len() > 0 || always) && !keys.Valid(bearer(r.Header)) {
-			writeRefusal(w, openai.ErrInvalidAPIKey("invalid or missing API key"), 0)
+		if !n.keyValid(r, always) {
+			writeRefusal(w, errInvalidKey(), 0)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// keyValid reports whether r may pass authentication: it carries a valid API key in its
+// Authorization header, or no key file is loaded and always is false. It charges nothing.
+func (n *Node) keyValid(r *http.Request, always bool) bool {
+	keys := n.adm.Keys()
+	return (keys.Len() == 0 && !always) || keys.Valid(bearer(r.Header))
+}
+
+func errInvalidKey() *openai.Error { return openai.ErrInvalidAPIKey("invalid or missing API key") }
+
+// authenticate refuses a request of an inference endpoint without a valid key before its body
+// is read: a client without one must learn nothing from the answer (not whether the model
+// exists) and cost nothing (a body of MaxBodyBytes takes tens of milliseconds to parse and
+// hash). Admission charges the key's bucket later, once the body says what the request costs.
+func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (outcome, bool) {
+	if n.keyValid(r, false) {
+		return outcome{}, true
+	}
+	e := errInvalidKey()
+	n.m.decision(admit.LayerIdentity, admit.Refuse, e.Code)
+	writeRefusal(w, e, 0)
+	return outcome{code: e.Code, refused: true}, false
+}
+
+// ingestFunc is the ingress of a simple endpoint (handleSimple).
+type ingestFunc = func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) outcome
+
+// keyFirst runs ingest on a request authenticate let through.
+func (n *Node) keyFirst(ingest ingestFunc) ingestFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+		if o, ok := n.authenticate(w, r); !ok {
+			return o
+		}
+		return ingest(ctx, w, r, id, start)
+	}
 }
 
 // byMethod sends a request to the handler of its method, HEAD to GET's, and answers any other

@@ -286,3 +286,27 @@ func TestAPITLSNeedsBothFiles(t *testing.T) {
 		t.Error("Start served HTTPS without a certificate")
 	}
 }
+
+// TestForwardUnderAnotherNodesCertificateIsRefused: n3 runs with n1's certificate (copied, and
+// set past the start-up check), so its forwards name ingress n3 but come with n1's
+// certificate; the owner refuses them 403 ingress_mismatch, while n1's own forwards run.
+func TestForwardUnderAnotherNodesCertificateIsRefused(t *testing.T) {
+	var n1TLS *tls.Config
+	tn := startNet(t, 3, func(i int, cfg *node.Config) {
+		switch i {
+		case 0:
+			n1TLS = cfg.TLS
+		case 2:
+			cfg.TLS = n1TLS
+		}
+	})
+	body := chatBody("hello", 4, false)
+	owner := tn.Nodes[1].Name()
+	if status, answer, code, err := tn.Nodes[0].ForwardWhole(t.Context(), owner, body); err != nil || status != http.StatusOK {
+		t.Fatalf("n1's own forward: %d %q %v: %s", status, code, err, answer)
+	}
+	status, _, code, err := tn.Nodes[2].ForwardWhole(t.Context(), owner, body)
+	if err != nil || status != http.StatusForbidden || code != node.CodeIngressMismatch {
+		t.Errorf("n3's forward with n1's certificate: %d %q %v, want 403 %s", status, code, err, node.CodeIngressMismatch)
+	}
+}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +18,16 @@ var (
 	// ErrInvalid: an empty agent id, or a new agent without a home.
 	ErrInvalid = errors.New("agent: invalid argument")
 )
+
+// Scoped is the id an agent is known by in the mesh (its window, leases and home): the
+// client's id scoped to the client's tenant, so that two tenants who pick the same id run two
+// agents and neither can end, pause or take the window slot of the other's. The tenant comes
+// first as 16 hex digits of its SHA-256: of fixed length, so that no other tenant and id give
+// the same string, and without the tenant's name, which ids travel in gossip and traces.
+func Scoped(tenant, id string) string {
+	h := sha256.Sum256([]byte(tenant))
+	return hex.EncodeToString(h[:8]) + "/" + id
+}
 
 // State is where an agent stands relative to its home's window.
 type State uint8

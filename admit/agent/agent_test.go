@@ -843,3 +843,20 @@ func TestPredictionFollowsTheWindow(t *testing.T) {
 		t.Fatalf("Next %v after a left and b joined, want 0.6", got)
 	}
 }
+
+// TestScoped pins that an agent's id is its tenant's: equal ids of two tenants differ, and no
+// tenant and id read as another tenant's.
+func TestScoped(t *testing.T) {
+	if Scoped("acme", "a") != Scoped("acme", "a") {
+		t.Error("Scoped is not stable")
+	}
+	for _, p := range [][2][2]string{
+		{{"acme", "a"}, {"globex", "a"}},
+		{{"acme", "b/c"}, {"acme/b", "c"}},
+		{{"", "a"}, {"a", ""}},
+	} {
+		if x, y := Scoped(p[0][0], p[0][1]), Scoped(p[1][0], p[1][1]); x == y {
+			t.Errorf("Scoped%q = Scoped%q = %q", p[0], p[1], x)
+		}
+	}
+}

@@ -34,13 +34,18 @@ func caCommand() *cli.Command {
 					&cli.StringFlag{Name: "node", Required: true, Usage: "node name (the certificate's name)", EnvVars: env("ca-node")},
 					&cli.StringSliceFlag{Name: "host", Usage: "extra IP or DNS name for the certificate (repeatable)", EnvVars: env("ca-host")},
 					&cli.StringFlag{Name: "out", Usage: "the node's directory, its --tls-dir (default: NAME inside --dir); never the CA's own", EnvVars: env("ca-out")},
+					&cli.BoolFlag{Name: "any-name", Usage: "a certificate every node may present whatever its --name (one for all pods); peers cannot tell its holders apart", EnvVars: env("ca-any-name")},
 				},
 				Action: func(c *cli.Context) error {
 					name, out := c.String("node"), c.String("out")
 					if out == "" {
 						out = filepath.Join(c.String("dir"), name)
 					}
-					if err := transport.IssueNode(c.String("dir"), out, name, c.StringSlice("host")); err != nil {
+					issue := transport.IssueNode
+					if c.Bool("any-name") {
+						issue = transport.IssueAnyNode
+					}
+					if err := issue(c.String("dir"), out, name, c.StringSlice("host")); err != nil {
 						return err
 					}
 					fmt.Printf("certificate for %s written to %s (ca.crt, %s.crt, %s.key): copy that directory to the node as its --tls-dir\n", name, out, name, name)

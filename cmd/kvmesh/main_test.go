@@ -217,6 +217,35 @@ func TestCAIssueKeepsTheCAKeyOffTheNode(t *testing.T) {
 	}
 }
 
+// TestCAIssueAnyName: a certificate kvmesh ca issue --any-name wrote loads under any node
+// name; one issued for gpu-01 only as gpu-01.
+func TestCAIssueAnyName(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca")
+	if _, err := run(t, "ca", "init", "--dir", ca); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--node", "gpu-01"}, {"--node", "kvmesh", "--any-name"}} {
+		if _, err := run(t, append([]string{"ca", "issue", "--dir", ca}, args...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for issued, wantAny := range map[string]bool{"gpu-01": false, "kvmesh": true} {
+		dir := filepath.Join(ca, issued)
+		for _, ext := range []string{".crt", ".key"} {
+			data, err := os.ReadFile(filepath.Join(dir, issued+ext))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "pod-1"+ext), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := transport.LoadTLS(dir, "pod-1"); (err == nil) != wantAny {
+			t.Errorf("%s's certificate loaded as pod-1: %v, want loaded %v", issued, err, wantAny)
+		}
+	}
+}
+
 func TestNodeRefusesToRunWithoutAGossipKeyOrTLS(t *testing.T) {
 	if _, err := parseNode(t, "--name", "x"); err == nil || !strings.Contains(err.Error(), "--gossip-key") {
 		t.Errorf("no key: err %v", err)

@@ -44,7 +44,7 @@ func DevTLS(dir, name string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	der, key, err := nodeCert(caCert, caKey, name, nil)
+	der, key, err := nodeCert(caCert, caKey, name, nil, false)
 	if err != nil {
 		return nil, err
 	}

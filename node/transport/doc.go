@@ -56,7 +56,10 @@
 // issuing its own certificate in memory. Both ends of every connection present a certificate
 // and verify the other's chain against the cluster CA; the client verifies the owner under
 // PeerServerName, a SAN every node certificate carries, since peers are known by gossiped
-// address, not by DNS. ALPN is kvmesh/1, TLS is 1.3 only.
+// address, not by DNS. ALPN is kvmesh/1, TLS is 1.3 only. A node certificate names its node
+// (CertName, the common name IssueNode writes): LoadTLS refuses another node's, and a handler
+// learns the sender's from PeerName, to check the name a header claims. A certificate issued
+// with AnyNodeURI (IssueAnyNode) is any node's.
 // Datagrams that are not QUIC, failed handshakes and malformed streams are dropped and counted
 // in kvmesh_transport_rejected_total{reason}. On the dialling side, FailureReason tells why a
 // Forward could not reach its owner (tls, timeout, refused, handshake), for the node's

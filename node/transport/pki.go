@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,6 +27,15 @@ const ALPN = "kvmesh/1"
 // certificate chain against the cluster CA under this name, so a peer is trusted for being in
 // the cluster, not for which address it happens to answer on (addresses come from gossip).
 const PeerServerName = "peer.kvmesh.internal"
+
+// AnyNodeURI, a URI SAN, marks a certificate issued for any node (IssueAnyNode): a node with
+// any --name may present it, for deployments that give every node the same pair (the pods of
+// a Deployment, whose names are not known in advance). It proves membership of the cluster,
+// not which member.
+const AnyNodeURI = "urn:kvmesh:any-node"
+
+// ErrNotNamed is returned by LoadTLS for a certificate issued for another node.
+var ErrNotNamed = errors.New("transport: the certificate was issued for another node")
 
 // Validity of generated certificates.
 const (
@@ -96,10 +106,22 @@ var ErrCAKeyBeside = errors.New("transport: the output directory holds ca.key; a
 // IssueNode issues a certificate for node name, signed by the CA in caDir, and writes what the
 // node needs, and nothing more, to outDir (created 0700): NAME.crt, NAME.key (0600) and a copy
 // of ca.crt. outDir is the node's --tls-dir; it must not be caDir, or any directory holding a
-// ca.key (ErrCAKeyBeside). The certificate is valid for both server and client auth; its SANs
-// are name (when it is a DNS name), PeerServerName and hosts (IPs or DNS names; DefaultHosts
-// when empty). It refuses to overwrite a node certificate, or a ca.crt of another CA.
+// ca.key (ErrCAKeyBeside). The certificate is valid for both server and client auth; its
+// subject's common name is name (CertName), its SANs name (when it is a DNS name),
+// PeerServerName and hosts (IPs or DNS names; DefaultHosts when empty). It refuses to
+// overwrite a node certificate, or a ca.crt of another CA.
 func IssueNode(caDir, outDir, name string, hosts []string) error {
+	return issue(caDir, outDir, name, hosts, false)
+}
+
+// IssueAnyNode is IssueNode for a certificate that also carries AnyNodeURI: a node of any name
+// loads it (as NAME.crt and NAME.key under its own name) and its peers take its word for its
+// name.
+func IssueAnyNode(caDir, outDir, name string, hosts []string) error {
+	return issue(caDir, outDir, name, hosts, true)
+}
+
+func issue(caDir, outDir, name string, hosts []string, anyNode bool) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
@@ -116,7 +138,7 @@ func IssueNode(caDir, outDir, name string, hosts []string) error {
 			return fmt.Errorf("%w: %s", ErrExists, p)
 		}
 	}
-	der, key, err := nodeCert(caCert, caKey, name, hosts)
+	der, key, err := nodeCert(caCert, caKey, name, hosts, anyNode)
 	if err != nil {
 		return err
 	}
@@ -143,7 +165,7 @@ func checkName(name string) error {
 }
 
 // nodeCert makes a node key and its certificate signed by the CA.
-func nodeCert(caCert *x509.Certificate, caKey *ecdsa.PrivateKey, name string, hosts []string) ([]byte, *ecdsa.PrivateKey, error) {
+func nodeCert(caCert *x509.Certificate, caKey *ecdsa.PrivateKey, name string, hosts []string, anyNode bool) ([]byte, *ecdsa.PrivateKey, error) {
 	if len(hosts) == 0 {
 		hosts = DefaultHosts
 	}
@@ -159,6 +181,10 @@ func nodeCert(caCert *x509.Certificate, caKey *ecdsa.PrivateKey, name string, ho
 	}
 	if net.ParseIP(name) == nil && name != PeerServerName {
 		tmpl.DNSNames = append(tmpl.DNSNames, name)
+	}
+	if anyNode {
+		u, _ := url.Parse(AnyNodeURI)
+		tmpl.URIs = []*url.URL{u}
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -192,7 +218,7 @@ func NewDevCA(dir string, names ...string) error {
 		if err := checkName(n); err != nil {
 			return err
 		}
-		der, key, err := nodeCert(caCert, caKey, n, nil)
+		der, key, err := nodeCert(caCert, caKey, n, nil, false)
 		if err != nil {
 			return err
 		}
@@ -205,7 +231,10 @@ func NewDevCA(dir string, names ...string) error {
 
 // LoadTLS loads the cluster CA and node name's key pair from dir and returns one config for
 // both ends of a peer connection: TLS 1.3 only, ALPN kvmesh/1, client certificates required and
-// verified against the CA, the server verified against the CA under PeerServerName.
+// verified against the CA, the server verified against the CA under PeerServerName. The
+// certificate must be name's (CertName) or any node's, else ErrNotNamed: peers know a node by
+// the name in its certificate, so a pair copied from another node must not start under a new
+// name.
 func LoadTLS(dir, name string) (*tls.Config, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -239,6 +268,10 @@ func peerTLS(pool *x509.CertPool, pair tls.Certificate, name string) (*tls.Confi
 	}); err != nil {
 		return nil, fmt.Errorf("transport: node %q not valid under the cluster ca: %w", name, err)
 	}
+	if issued, anyNode := CertName(leaf); issued != name && !anyNode {
+		return nil, fmt.Errorf("%w: node %q has the certificate of node %q; run it as --name %s, or issue it its own (kvmesh ca issue --node %s)",
+			ErrNotNamed, name, issued, issued, name)
+	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		MaxVersion:   tls.VersionTLS13,
@@ -249,6 +282,17 @@ func peerTLS(pool *x509.CertPool, pair tls.Certificate, name string) (*tls.Confi
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ServerName:   PeerServerName,
 	}, nil
+}
+
+// CertName is the node a certificate was issued for, its subject's common name as IssueNode
+// writes it (a SAN may be any host name), and whether it is issued for any node (AnyNodeURI).
+func CertName(c *x509.Certificate) (name string, anyNode bool) {
+	for _, u := range c.URIs {
+		if u.String() == AnyNodeURI {
+			anyNode = true
+		}
+	}
+	return c.Subject.CommonName, anyNode
 }
 
 func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {

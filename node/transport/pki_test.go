@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -177,4 +178,73 @@ func TestLoadTLS(t *testing.T) {
 	if _, err := LoadTLS(dir, "b"); err == nil {
 		t.Error("LoadTLS accepted a certificate from another CA")
 	}
+}
+
+// copyPair copies node from's pair in dir to the file names of node to, as someone who got
+// hold of from's files would to run a node named to.
+func copyPair(t *testing.T, dir, from, to string) {
+	t.Helper()
+	for _, ext := range []string{".crt", ".key"} {
+		data, err := os.ReadFile(filepath.Join(dir, from+ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to+ext), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLoadTLSRefusesAnotherNodesCertificate pins that a node's certificate must be its own: a
+// pair copied to another node's file names does not load under that name, while a certificate
+// issued for any node (IssueAnyNode) loads under every name.
+func TestLoadTLSRefusesAnotherNodesCertificate(t *testing.T) {
+	dir := pki(t, "n1")
+	copyPair(t, dir, "n1", "imp")
+	if _, err := LoadTLS(dir, "imp"); !errors.Is(err, ErrNotNamed) {
+		t.Errorf("LoadTLS of n1's certificate as imp = %v, want ErrNotNamed", err)
+	}
+	out := filepath.Join(t.TempDir(), "shared")
+	if err := IssueAnyNode(dir, out, "kvmesh", nil); err != nil {
+		t.Fatal(err)
+	}
+	if name, anyNode := CertName(readCert(t, filepath.Join(out, "kvmesh.crt"))); name != "kvmesh" || !anyNode {
+		t.Errorf("CertName = %q, %v; want kvmesh, any node", name, anyNode)
+	}
+	copyPair(t, out, "kvmesh", "pod-7f9c")
+	if _, err := LoadTLS(out, "pod-7f9c"); err != nil {
+		t.Errorf("LoadTLS of a certificate for any node: %v", err)
+	}
+	if name, anyNode := CertName(readCert(t, filepath.Join(dir, "n1.crt"))); name != "n1" || anyNode {
+		t.Errorf("CertName = %q, %v; want n1 alone", name, anyNode)
+	}
+}
+
+// TestCABundleLetsTheCARoll pins what replacing a CA without stopping the mesh rests on: a node
+// trusts every CA in its ca.crt, so with both CAs there, a node of the old CA and one of the
+// new forward to each other.
+func TestCABundleLetsTheCARoll(t *testing.T) {
+	oldCA, newCA := pki(t, "a"), pki(t, "b")
+	var bundle []byte
+	for _, dir := range []string{oldCA, newCA} {
+		data, err := os.ReadFile(filepath.Join(dir, caCertFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, data...)
+	}
+	for _, dir := range []string{oldCA, newCA} {
+		if err := os.WriteFile(filepath.Join(dir, caCertFile), bundle, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server := startNode(t, loadTLS(t, newCA, "b"), "127.0.0.1:0", HandlerFunc(func(_ context.Context, _ Header, _ []byte, w ResponseWriter) {
+		_ = w.Accept(200, nil)
+	}))
+	client := startNode(t, loadTLS(t, oldCA, "a"), "127.0.0.1:0", nil)
+	resp, err := client.tr.Forward(testCtx(t), server.addr(), Header{RequestID: "r", Ingress: "a"}, nil)
+	if err != nil {
+		t.Fatalf("forward across the two CAs: %v", err)
+	}
+	_ = resp.Body.Close()
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -141,7 +142,7 @@ func (t *Transport) serveStream(c *quic.Conn, str *quic.Stream) {
 
 	// The send side's context ends when the ingress stops reading (cancel) or the connection
 	// dies; Close ends t.ctx.
-	ctx, cancel := context.WithCancelCause(t.ctx)
+	ctx, cancel := context.WithCancelCause(context.WithValue(t.ctx, peerKey{}, peerCert(c)))
 	stop := context.AfterFunc(str.Context(), func() { cancel(errors.New("transport: ingress cancelled the stream")) })
 	w := &responseWriter{t: t, str: str}
 	defer func() {
@@ -154,6 +155,28 @@ func (t *Transport) serveStream(c *quic.Conn, str *quic.Stream) {
 		w.finish()
 	}()
 	t.cfg.Handler.ServeForward(ctx, h, body, w)
+}
+
+type peerKey struct{}
+
+// peerCert is the certificate c's peer verified with (nil without one).
+func peerCert(c *quic.Conn) *x509.Certificate {
+	if pc := c.ConnectionState().TLS.PeerCertificates; len(pc) > 0 {
+		return pc[0]
+	}
+	return nil
+}
+
+// PeerName is, in a ServeForward context, the name in the certificate of the peer that sent
+// the forward and whether that certificate is issued for any node (CertName); ok is false
+// elsewhere. The handler compares it with the name the header claims (Header.Ingress).
+func PeerName(ctx context.Context) (name string, anyNode, ok bool) {
+	c, _ := ctx.Value(peerKey{}).(*x509.Certificate)
+	if c == nil {
+		return "", false, false
+	}
+	name, anyNode = CertName(c)
+	return name, anyNode, true
 }
 
 type writerState uint8

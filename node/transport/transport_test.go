@@ -1063,3 +1063,30 @@ func TestForwardRejectsOversizedBody(t *testing.T) {
 		t.Errorf("Forward with a bad header = %v, want ErrMalformed", err)
 	}
 }
+
+// TestHandlerSeesThePeersCertificateName pins that a handler learns whose certificate the
+// forward came with (PeerName), to check the name the header claims.
+func TestHandlerSeesThePeersCertificateName(t *testing.T) {
+	type peerName struct {
+		name        string
+		anyNode, ok bool
+	}
+	saw := make(chan peerName, 1)
+	client, server := pair(t, HandlerFunc(func(ctx context.Context, _ Header, _ []byte, w ResponseWriter) {
+		var p peerName
+		p.name, p.anyNode, p.ok = PeerName(ctx)
+		saw <- p
+		_ = w.Accept(http.StatusOK, nil)
+	}))
+	resp, err := client.tr.Forward(testCtx(t), server.addr(), Header{RequestID: "r", Ingress: "a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if p := <-saw; p != (peerName{name: "a", ok: true}) {
+		t.Errorf("PeerName = %+v, want the client's certificate, a", p)
+	}
+	if _, _, ok := PeerName(context.Background()); ok {
+		t.Error("PeerName outside a forward reported a peer")
+	}
+}
