@@ -1,12 +1,10 @@
 package node
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,13 +149,8 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if oerr == nil {
 		p, oerr = n.prepare(ep, id, body)
 	}
-	if oerr == nil && !n.cfg.Standalone && slices.ContainsFunc(p.req.Extra, func(f openai.Field) bool {
-		return f.Name == "kv_transfer_params" && string(bytes.TrimSpace(f.Value)) != "null" // null: absent
-	}) {
-		// The KV connector's parameters are kvmesh's to set on a split request's halves: from a
-		// client, an engine with a connector would pull KV from whatever host they name.
-		oerr = openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
-			"kv_transfer_params is set by kvmesh on split requests, never by a client").WithParam("kv_transfer_params")
+	if oerr == nil {
+		oerr = n.clientKVTransfer(p.req.Extra)
 	}
 	if oerr == nil {
 		oerr = parseHeaders(r.Header, &p.adm, n.cfg.MaxAgentIDBytes)

@@ -267,7 +267,7 @@ var knownCodes = []string{
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
 	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, CodeHopLimit,
 	transport.CodeVersion, transport.CodeKind, CodeUnsupportedEndpoint, CodePreviousResponseNotFound,
-	CodeOwnerUnreachable, CodeWrongRole, CodeDecodeUnavailable, CodeDecodeFailed,
+	CodeOwnerUnreachable, CodeWrongRole, CodeDecodeUnavailable, CodeDecodeFailed, CodeIngressMismatch,
 }
 
 // codeEngineRejected labels, in the metrics, a refusal with an external engine's own code:
