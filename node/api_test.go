@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -430,25 +429,7 @@ func TestSeedlessRepliesFollowThePrompt(t *testing.T) {
 // on a response not yet sent, on the node that ran it and on an ingress relaying a peer's
 // stream; the connection is not simply cut.
 func TestDrainTimeoutEndsStragglersWithAnError(t *testing.T) {
-	type answer struct {
-		status int
-		body   []byte
-		err    error
-	}
-	send := func(url, body string) <-chan answer {
-		done := make(chan answer, 1)
-		go func() {
-			resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-			if err != nil {
-				done <- answer{err: err}
-				return
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			done <- answer{resp.StatusCode, b, err}
-		}()
-		return done
-	}
+	send := func(url, body string) <-chan answer { return sendAsync(url, "/v1/chat/completions", body, nil) }
 	drained := func(t *testing.T, a answer, stream bool) {
 		t.Helper()
 		if a.err != nil {

@@ -240,29 +240,8 @@ func TestRerunPastTheDeadlineGetsItsTTLAfresh(t *testing.T) {
 	urls := tn.URLs()
 	const ttl = 300 * time.Millisecond
 	body := genBody("/v1/chat/completions", 300, false) // about 1.5 s at the engine's real speed
-	type answer struct {
-		status int
-		node   string
-		body   []byte
-		err    error
-	}
-	done := make(chan answer, 1)
 	sent := time.Now()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(node.HeaderQueueTTL, ttl.String())
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			done <- answer{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		done <- answer{resp.StatusCode, resp.Header.Get(node.HeaderNode), b, err}
-	}()
+	done := sendAsync(urls[0], "/v1/chat/completions", body, map[string]string{node.HeaderQueueTTL: ttl.String()})
 	owner := 0
 	poll.Until(t, 10*time.Second, "a candidate to run the request past its queue TTL", func() bool {
 		for i := 1; i <= 2; i++ {

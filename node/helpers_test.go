@@ -241,3 +241,35 @@ func metric(t testing.TB, url, name, match string) float64 {
 	}
 	return sum
 }
+
+// answer is what a client read of a request sent in the background (sendAsync).
+type answer struct {
+	status int
+	node   string // HeaderNode
+	body   []byte
+	err    error
+}
+
+// sendAsync posts body to url+path in the background, with the headers hdr, and delivers the
+// whole answer; chaosTimeout bounds it.
+func sendAsync(url, path, body string, hdr map[string]string) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, resp.Header.Get(node.HeaderNode), b, err}
+	}()
+	return done
+}

@@ -324,27 +324,7 @@ func TestOwnerDeathMidGenerationRunsAWholeResponseAgain(t *testing.T) {
 			poll.Until(t, 10*time.Second, "the reference run to leave its engine", func() bool {
 				return selfOf(peers(t, urls[1])).Running == 0 && selfOf(peers(t, urls[2])).Running == 0
 			})
-			type answer struct {
-				status int
-				node   string
-				body   []byte
-				err    error
-			}
-			done := make(chan answer, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout)
-				defer cancel()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+path, strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					done <- answer{err: err}
-					return
-				}
-				defer resp.Body.Close()
-				b, err := io.ReadAll(resp.Body)
-				done <- answer{resp.StatusCode, resp.Header.Get(node.HeaderNode), b, err}
-			}()
+			done := sendAsync(urls[0], path, body, nil)
 			owner := 0
 			poll.Until(t, 10*time.Second, "a candidate to run the request", func() bool {
 				for i := 1; i <= 2; i++ {
