@@ -459,6 +459,20 @@ func TestDrainTimeoutEndsStragglersWithAnError(t *testing.T) {
 		drained(t, <-stream, true)
 		drained(t, <-whole, false)
 	})
+	t.Run("waiting in the room", func(t *testing.T) {
+		tn := startNet(t, 1, slow)
+		n, url := tn.Nodes[0], tn.URLs()[0]
+		n.HoldKV(4096, true) // the engine's whole KV: every request waits for room
+		waiting := send(url, genBody("/v1/chat/completions", 8, false))
+		poll.Until(t, 5*time.Second, "the request to wait", func() bool {
+			return metric(t, url, "kvmesh_admission_queue_requests", `priority="0"`) == 1
+		})
+		_ = n.Shutdown(context.Background())
+		// The room answers it at once (its node is no candidate now), or the drain does.
+		if a := <-waiting; a.err != nil || a.status != http.StatusServiceUnavailable || decodeError(t, a.body).Error.Code == "" {
+			t.Errorf("a request waiting in the room got %d %s (%v); want an explicit 503", a.status, a.body, a.err)
+		}
+	})
 	t.Run("relayed", func(t *testing.T) {
 		tn := startNet(t, 2, func(i int, cfg *node.Config) {
 			slow(i, cfg)

@@ -364,10 +364,18 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 			return outcome{code: code, refused: true}
 		case err != nil:
 			n.log.Info("engine failed mid-answer", "id", id, "err", err)
-			if ctx.Err() != nil {
+			e := n.drainCut(ctx)
+			if e == nil && ctx.Err() != nil {
 				return outcome{code: openai.CodeClientClosed}
 			}
-			return outcome{code: openai.CodeEngineError}
+			if e == nil {
+				e = openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the engine failed mid-answer: "+err.Error())
+			}
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				// A stream says it is cut short; a JSON body cut short does not parse.
+				_ = openai.NewSSEWriter(w).WriteError(e)
+			}
+			return outcome{code: e.Code}
 		}
 	}
 }

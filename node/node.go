@@ -399,6 +399,9 @@ func (n *Node) drain(ctx context.Context) error {
 	_ = n.httpSrv.Shutdown(quiet)
 	stop()
 	err := n.waitIdle(dctx)
+	if err != nil && n.serving.Load() == 0 && n.forwarded.Load() == 0 {
+		err = nil // the last request ended as the deadline passed
+	}
 	if err != nil {
 		// Past the deadline the stragglers end with an explicit error (a stream's error event,
 		// a 503), given drainGrace to write it before their connections close.
@@ -457,11 +460,36 @@ func (n *Node) waitIdle(ctx context.Context) error {
 	return nil
 }
 
-// counted counts the requests in h's handlers, which the drain waits for.
+// counted counts the requests in h's handlers, which the drain waits for, and answers 503
+// draining for a request the drain timeout ended before anything was written: a handler that
+// reads the cancellation as its client leaving writes nothing, which would be an empty 200.
 func (n *Node) counted(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.serving.Add(1)
 		defer n.serving.Add(-1)
-		h.ServeHTTP(w, r)
+		tw := &trackedWriter{ResponseWriter: w}
+		h.ServeHTTP(tw, r)
+		if e := n.drainCut(r.Context()); e != nil && !tw.wrote {
+			writeRefusal(w, e, 0)
+		}
 	})
 }
+
+// trackedWriter notes whether a handler wrote anything.
+type trackedWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *trackedWriter) WriteHeader(status int) {
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *trackedWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer (Flush).
+func (w *trackedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

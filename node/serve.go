@@ -23,7 +23,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
 		// rest a failure (the engine's).
-		e := engineError(err)
+		e := cmp.Or(n.drainCut(ctx), engineError(err))
 		writeRefusal(w, e, 0)
 		return outcome{code: e.Code, refused: e.Status < 500}
 	}
