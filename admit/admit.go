@@ -177,8 +177,9 @@ func (a *Admitter) limits(m ModelConfig, tenant string) (def, maxMT int) {
 }
 
 // Identify is layer 2: the API key names the tenant (headers never do) and pays into its
-// token bucket: prompt tokens + max_tokens (or the default), at most the key's burst. With no
-// keys configured access is open: tenant "default", no limit. It returns the tenant on accept.
+// token bucket: prompt tokens + max_tokens (or the default), each no more than can run (the
+// model's context, the output limit), the whole of it even past the key's burst. With no keys
+// configured access is open: tenant "default", no limit. It returns the tenant on accept.
 func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 	if a.keys.Len() == 0 {
 		open := maxPriorityValue
@@ -191,14 +192,22 @@ func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 	if st == nil || req.APIKey == "" {
 		return "", refuse(statusUnauthorized, LayerIdentity, CodeInvalidAPIKey, "", "invalid or missing API key")
 	}
+	// What can run, not what the client wrote: charged whole, an absurd max_tokens (or a
+	// prompt past the context, refused next) would lock the key out for days.
 	m, _ := a.model(req.Model)
-	cost := req.PromptTokens
+	def, maxMT := a.limits(m, st.tenant)
+	prompt, out := max(req.PromptTokens, 0), def
 	if req.MaxTokens != nil {
-		cost += *req.MaxTokens
-	} else {
-		def, _ := a.limits(m, st.tenant)
-		cost += def
+		out = max(*req.MaxTokens, 0)
 	}
+	if maxMT > 0 {
+		out = min(out, maxMT)
+	}
+	if m.ContextTokens > 0 {
+		prompt = min(prompt, m.ContextTokens)
+		out = min(out, m.ContextTokens-prompt)
+	}
+	cost := prompt + out
 	if wait, ok := st.take(now, cost); !ok {
 		d := refuse(statusTooManyRequests, LayerIdentity, CodeRateLimited, "",
 			"rate limit of %.0f tokens/s for this API key exceeded", st.rate)

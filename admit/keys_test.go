@@ -221,3 +221,28 @@ func TestKeysCapThePriority(t *testing.T) {
 		})
 	}
 }
+
+// TestChargeIsWhatCanRun: a key is charged what a request can run, not what it wrote: an
+// absurd max_tokens costs the room left in the model's context, so one refused request cannot
+// lock its key out for days.
+func TestChargeIsWhatCanRun(t *testing.T) {
+	now := time.Unix(1000, 0)
+	cfg := DefaultConfig()
+	cfg.Models = map[string]ModelConfig{"m": {ContextTokens: 8192}}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Keys().Replace([]KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 2000, Burst: 4000}}, now); err != nil {
+		t.Fatal(err)
+	}
+	huge := 1<<31 - 1
+	if _, d := a.Identify(now, Request{ID: "r", Model: "m", PromptTokens: 100, MaxTokens: &huge, APIKey: "k"}); d.Refused() {
+		t.Fatalf("first request refused: %+v", d)
+	}
+	// Charged 8,192 (the context), 4,192 past the burst, paid back at 2,000 a second: 2.7 s
+	// later the bucket holds 1,208, enough for 10 + the default 1,024.
+	if _, d := a.Identify(now.Add(2700*time.Millisecond), Request{ID: "s", Model: "m", PromptTokens: 10, APIKey: "k"}); d.Refused() {
+		t.Errorf("2.7 s after a request of max_tokens 2^31-1, refused (retry after %v): it was charged past the context", d.RetryAfter)
+	}
+}
