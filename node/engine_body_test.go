@@ -55,7 +55,7 @@ func TestExternalEngineGetsAdmittedMaxTokens(t *testing.T) {
 		{"no max_tokens: the tenant's default", "sk-batch", "/v1/chat/completions", chat + `,"max_tokens":null}`,
 			chat + `,"max_tokens":16,` + forced + `}`},
 		{"clamped where it stands", "sk-other", "/v1/chat/completions", chat + `,"max_completion_tokens":5000,"top_k":4}`,
-			chat + `,"max_completion_tokens":200,"top_k":4,` + forced + `}`},
+			chat + `,"max_completion_tokens":200,"top_k":4,` + forced + `,"max_tokens":200}`},
 		{"within the limit: as sent", "sk-batch", "/v1/completions", `{"model":"` + model + `","prompt":"p","max_tokens":3}`,
 			`{"model":"` + model + `","prompt":"p","max_tokens":3,` + forced + `}`},
 	}

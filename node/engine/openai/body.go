@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -74,20 +75,28 @@ func dropPriority(body []byte) ([]byte, error) {
 // admission decided (the client's, clamped, or the default it filled in): the KV reserved and
 // the tokens charged to the key hold for n, and vLLM without a cap generates to the end of
 // the context. Each cap member the client sent (max_tokens, max_completion_tokens, and
-// llama.cpp's n_predict, which it prefers to max_tokens) keeps a value of 1 to n where it
-// stands and is set to n otherwise; a body without max_tokens (nor, for chat,
-// max_completion_tokens) gets "max_tokens": n. Every other byte is as sent.
-func setMaxTokens(body []byte, ep engine.Endpoint, n int) ([]byte, error) {
+// llama.cpp's n_predict, which it prefers to max_tokens) keeps a whole value of 1 to n where it
+// stands (written as an integer: 3.0 is 3) and is set to n otherwise; a min_tokens over n is
+// lowered to n, which vLLM would otherwise refuse as over max_tokens; a body without
+// max_tokens gets "max_tokens": n, beside a max_completion_tokens, for engines that read only
+// max_tokens. Every other byte is as sent.
+func setMaxTokens(body []byte, n int) ([]byte, error) {
 	v := []byte(strconv.Itoa(n))
 	capped := false
 	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, old []byte) ([]byte, bool) {
+		c, perr := strconv.ParseFloat(string(old), 64)
+		whole := perr == nil && c == math.Trunc(c)
 		switch key {
 		case "max_tokens", "max_completion_tokens", "n_predict":
-			capped = capped || key == "max_tokens" || (key == "max_completion_tokens" && ep == engine.Chat)
-			if c, err := strconv.ParseFloat(string(old), 64); err == nil && c >= 1 && c <= float64(n) {
-				return old, true
+			capped = capped || key == "max_tokens"
+			if whole && c >= 1 && c <= float64(n) {
+				return []byte(strconv.Itoa(int(c))), true
 			}
 			return v, true
+		case "min_tokens":
+			if perr == nil && c > float64(n) {
+				return v, true
+			}
 		}
 		return old, true
 	})

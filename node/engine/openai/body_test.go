@@ -62,27 +62,27 @@ func boolInt(b bool) int {
 func TestSetMaxTokens(t *testing.T) {
 	tests := []struct {
 		name string
-		ep   engine.Endpoint
 		body string
 		n    int
 		want string
 	}{
-		{"none sent: the default", engine.Chat, `{"model":"m","stream":true}`, 1024, `{"model":"m","stream":true,"max_tokens":1024}`},
-		{"null is none", engine.Completion, `{"max_tokens" : null, "prompt":"p"}`, 16, `{"max_tokens" : 16, "prompt":"p"}`},
-		{"clamped where it stands", engine.Completion, ` {"max_tokens":9000 ,"top_k":4}`, 100, `{"max_tokens":100 ,"top_k":4}`},
-		{"as admitted: untouched", engine.Chat, `{"max_tokens":3.0,"x":1}`, 3, `{"max_tokens":3.0,"x":1}`},
-		{"chat's other name", engine.Chat, `{"max_completion_tokens":5000,"m":"\u00e9"}`, 64, `{"max_completion_tokens":64,"m":"\u00e9"}`},
-		{"both names, each capped", engine.Chat, `{"max_tokens":5000,"max_completion_tokens":50}`, 50,
+		{"none sent: the default", `{"model":"m","stream":true}`, 1024, `{"model":"m","stream":true,"max_tokens":1024}`},
+		{"null is none", `{"max_tokens" : null, "prompt":"p"}`, 16, `{"max_tokens" : 16, "prompt":"p"}`},
+		{"clamped where it stands", ` {"max_tokens":9000 ,"top_k":4}`, 100, `{"max_tokens":100 ,"top_k":4}`},
+		{"as admitted: kept, as an integer", `{"max_tokens":3.0,"x":1}`, 3, `{"max_tokens":3,"x":1}`},
+		{"chat's other name, and max_tokens beside it", `{"max_completion_tokens":5000,"m":"\u00e9"}`, 64,
+			`{"max_completion_tokens":64,"m":"\u00e9","max_tokens":64}`},
+		{"both names, each capped", `{"max_tokens":5000,"max_completion_tokens":50}`, 50,
 			`{"max_tokens":50,"max_completion_tokens":50}`},
-		{"completions have no other name", engine.Completion, `{"max_completion_tokens":5}`, 8,
-			`{"max_completion_tokens":5,"max_tokens":8}`},
-		{"llama.cpp's n_predict, -1 unbounded", engine.Completion, `{"n_predict":-1,"max_tokens":8}`, 8, `{"n_predict":8,"max_tokens":8}`},
-		{"every occurrence", engine.Chat, `{"max_tokens":1,"max_tokens":"x"}`, 2, `{"max_tokens":1,"max_tokens":2}`},
-		{"empty object", engine.Chat, `{}`, 7, `{"max_tokens":7}`},
+		{"llama.cpp's n_predict, -1 unbounded", `{"n_predict":-1,"max_tokens":8}`, 8, `{"n_predict":8,"max_tokens":8}`},
+		{"min_tokens over the cap lowered to it", `{"min_tokens":2000,"x":1}`, 1024, `{"min_tokens":1024,"x":1,"max_tokens":1024}`},
+		{"min_tokens under the cap kept", `{"min_tokens":20,"max_tokens":50}`, 50, `{"min_tokens":20,"max_tokens":50}`},
+		{"every occurrence", `{"max_tokens":1,"max_tokens":"x"}`, 2, `{"max_tokens":1,"max_tokens":2}`},
+		{"empty object", `{}`, 7, `{"max_tokens":7}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := setMaxTokens([]byte(tt.body), tt.ep, tt.n)
+			got, err := setMaxTokens([]byte(tt.body), tt.n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestSetMaxTokens(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{`[1]`, `{"a":1} {}`, `{"a":`, ``} {
-		if _, err := setMaxTokens([]byte(bad), engine.Chat, 1); !errors.Is(err, engine.ErrRejected) {
+		if _, err := setMaxTokens([]byte(bad), 1); !errors.Is(err, engine.ErrRejected) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
@@ -161,7 +161,7 @@ func TestGenerateSendsAdmittedMaxTokens(t *testing.T) {
 	const msgs = `{"model":"a","messages":[{"role":"user","content":"x"}]`
 	for _, tt := range []struct{ body, want string }{
 		{msgs + `}`, msgs + `,"stream":true,"stream_options":{"include_usage":true},"max_tokens":1024}`},
-		{msgs + `,"max_completion_tokens":100000}`, msgs + `,"max_completion_tokens":1024,"stream":true,"stream_options":{"include_usage":true}}`},
+		{msgs + `,"max_completion_tokens":100000}`, msgs + `,"max_completion_tokens":1024,"stream":true,"stream_options":{"include_usage":true},"max_tokens":1024}`},
 	} {
 		req := &engine.Request{ID: "r", Endpoint: engine.Chat, Model: "a", Body: []byte(tt.body), MaxTokens: 1024, PromptTokens: 10}
 		st, err := e.Generate(context.Background(), req)

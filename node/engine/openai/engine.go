@@ -562,7 +562,7 @@ func (e *Engine) body(req *engine.Request) ([]byte, error) {
 		body, err = dropPriority(body)
 	}
 	if err == nil && req.MaxTokens > 0 {
-		body, err = setMaxTokens(body, req.Endpoint, req.MaxTokens)
+		body, err = setMaxTokens(body, req.MaxTokens)
 	}
 	if err == nil && req.Resume != nil {
 		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
