@@ -77,10 +77,10 @@ func dropPriority(body []byte) ([]byte, error) {
 // the context. Each cap member the client sent (max_tokens, max_completion_tokens, and
 // llama.cpp's n_predict, which it prefers to max_tokens) keeps a whole value of 1 to n where it
 // stands (written as an integer: 3.0 is 3) and is set to n otherwise; a min_tokens over n is
-// lowered to n, which vLLM would otherwise refuse as over max_tokens; a body without
+// lowered to n, which vLLM would otherwise refuse as over max_tokens; with add, a body without
 // max_tokens gets "max_tokens": n, beside a max_completion_tokens, for engines that read only
 // max_tokens. Every other byte is as sent.
-func setMaxTokens(body []byte, n int) ([]byte, error) {
+func setMaxTokens(body []byte, n int, add bool) ([]byte, error) {
 	v := []byte(strconv.Itoa(n))
 	capped := false
 	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, old []byte) ([]byte, bool) {
@@ -100,7 +100,7 @@ func setMaxTokens(body []byte, n int) ([]byte, error) {
 		}
 		return old, true
 	})
-	if err == nil && !capped {
+	if err == nil && !capped && add {
 		out, err = wire.SetMember(out, "max_tokens", func([]byte) []byte { return v })
 	}
 	if err != nil {

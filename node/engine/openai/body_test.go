@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/node/engine"
+	wire "github.com/kvmesh/kvmesh/node/openai"
 )
 
 // FuzzForceStreaming: for any JSON object, the engine's body is a JSON object with streaming
@@ -82,7 +84,7 @@ func TestSetMaxTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := setMaxTokens([]byte(tt.body), tt.n)
+			got, err := setMaxTokens([]byte(tt.body), tt.n, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +94,7 @@ func TestSetMaxTokens(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{`[1]`, `{"a":1} {}`, `{"a":`, ``} {
-		if _, err := setMaxTokens([]byte(bad), 1); !errors.Is(err, engine.ErrRejected) {
+		if _, err := setMaxTokens([]byte(bad), 1, true); !errors.Is(err, engine.ErrRejected) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
@@ -159,11 +161,17 @@ func TestGenerateSendsAdmittedMaxTokens(t *testing.T) {
 	f.setGen(reply(10, -1))
 	e := newEngine(t, f, KindVLLM, nil)
 	const msgs = `{"model":"a","messages":[{"role":"user","content":"x"}]`
+	const image = `{"model":"a","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`
 	for _, tt := range []struct{ body, want string }{
 		{msgs + `}`, msgs + `,"stream":true,"stream_options":{"include_usage":true},"max_tokens":1024}`},
 		{msgs + `,"max_completion_tokens":100000}`, msgs + `,"max_completion_tokens":1024,"stream":true,"stream_options":{"include_usage":true},"max_tokens":1024}`},
+		{image + `}`, image + `,"stream":true,"stream_options":{"include_usage":true}}`}, // its size is the engine's to count
+		{image + `,"max_tokens":9000}`, image + `,"max_tokens":1024,"stream":true,"stream_options":{"include_usage":true}}`},
 	} {
 		req := &engine.Request{ID: "r", Endpoint: engine.Chat, Model: "a", Body: []byte(tt.body), MaxTokens: 1024, PromptTokens: 10}
+		if strings.HasPrefix(tt.body, image) {
+			req.Extra = []wire.Field{{Name: "messages[0].content", Value: []byte(`{"type":"image_url","image_url":{"url":"x"}}`)}}
+		}
 		st, err := e.Generate(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -562,7 +563,11 @@ func (e *Engine) body(req *engine.Request) ([]byte, error) {
 		body, err = dropPriority(body)
 	}
 	if err == nil && req.MaxTokens > 0 {
-		body, err = setMaxTokens(body, req.MaxTokens)
+		// Images and audio are not in the prompt the node counted, so a default it fills in
+		// could pass the context with them; without a cap of the client's, such a request
+		// keeps the engine's default, the rest of its context.
+		parts := slices.ContainsFunc(req.Extra, func(f wire.Field) bool { return strings.HasPrefix(f.Name, "messages[") })
+		body, err = setMaxTokens(body, req.MaxTokens, !parts)
 	}
 	if err == nil && req.Resume != nil {
 		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
