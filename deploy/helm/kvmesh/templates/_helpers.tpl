@@ -82,14 +82,15 @@ http://$(HOST_IP):8000
 
 {{/* Checks of values the schema cannot express. */}}
 {{- define "kvmesh.validate" -}}
-{{- /* The stop: the preStop sleep, else the node's own 5 s drain delay; the drain; a second
-for the requests the drain cuts to say so; a second to leave the mesh. */ -}}
+{{- /* The stop: the preStop sleep and a 2 s drain delay (peers hear of it by gossip), else the
+node's own 5 s drain delay; the drain; a second for the requests the drain cuts to say so; a
+second to leave the mesh. */ -}}
 {{- $grace := int .Values.terminationGracePeriodSeconds -}}
-{{- $unready := int .Values.preStopSleepSeconds -}}
-{{- if eq $unready 0 }}{{ $unready = 5 }}{{ end -}}
+{{- $unready := add (int .Values.preStopSleepSeconds) 2 -}}
+{{- if eq (int .Values.preStopSleepSeconds) 0 }}{{ $unready = 5 }}{{ end -}}
 {{- $need := add (int .Values.node.drainTimeoutSeconds) $unready 2 -}}
 {{- if le $grace (int $need) -}}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed the stop's %d s: preStopSleepSeconds (or the node's 5 s drain delay without one) + node.drainTimeoutSeconds + 2 (the cut requests' second and the leave), or the kubelet kills nodes mid-drain" $grace (int $need)) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed the stop's %d s: preStopSleepSeconds + 2 (or the node's 5 s drain delay without one) + node.drainTimeoutSeconds + 2 (the cut requests' second and the leave), or the kubelet kills nodes mid-drain" $grace (int $need)) -}}
 {{- end -}}
 {{- if and (eq .Values.mode "sidecar") (not .Values.sidecar.engine) -}}
 {{- fail "mode sidecar needs sidecar.engine: the engine's container" -}}
@@ -207,9 +208,10 @@ NAME.crt from the Secret when it has one and tls.crt otherwise. It refuses a Sec
     - name: KVMESH_DRAIN_TIMEOUT
       value: {{ printf "%ds" (int .Values.node.drainTimeoutSeconds) | quote }}
     {{- if gt (int .Values.preStopSleepSeconds) 0 }}
-    # The preStop sleep already kept the pod serving while it left the endpoints: no second wait.
+    # The preStop sleep kept the pod serving while it left the endpoints; the node's delay
+    # need only be long enough for its peers to hear it is going (a state record or two).
     - name: KVMESH_DRAIN_DELAY
-      value: "0s"
+      value: "2s"
     {{- end }}
     - name: KVMESH_GPU
       value: {{ .Values.node.gpu | quote }}
