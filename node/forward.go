@@ -92,6 +92,19 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 	switch {
 	case err == nil:
 		n.peerReached(owner)
+	case errors.As(err, &ref) && ref.Code == CodeIngressMismatch:
+		// The owner does not take this node's certificate for its name (issued for another
+		// node, or before names were bound to certificates): no forward there can succeed, so
+		// it fails as a handshake would, and the peer leaves routing for a while.
+		n.m.forwards.WithLabelValues("refused").Inc()
+		forwardResult(span, "refused", ref.Code)
+		res.lastCode, res.failCode = ref.Code, ref.Code
+		if d := n.eject.Failure(time.Now(), owner); d > 0 {
+			n.m.ejections.WithLabelValues(transport.FailTLS).Inc()
+			n.log.Error("peer ejected from routing: it refuses this node's certificate for its name", "peer", owner, "addr", addr,
+				"for", d, "id", p.req.ID, "reason", ref.Message)
+		}
+		return nil, outcome{}, false
 	case errors.As(err, &ref):
 		n.peerReached(owner)
 		n.m.forwards.WithLabelValues("refused").Inc()

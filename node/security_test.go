@@ -298,6 +298,7 @@ func TestForwardUnderAnotherNodesCertificateIsRefused(t *testing.T) {
 			n1TLS = cfg.TLS
 		case 2:
 			cfg.TLS = n1TLS
+			cfg.Models = []string{"another-model"} // an ingress only: it forwards every request
 		}
 	})
 	body := chatBody("hello", 4, false)
@@ -308,5 +309,11 @@ func TestForwardUnderAnotherNodesCertificateIsRefused(t *testing.T) {
 	status, _, code, err := tn.Nodes[2].ForwardWhole(t.Context(), owner, body)
 	if err != nil || status != http.StatusForbidden || code != node.CodeIngressMismatch {
 		t.Errorf("n3's forward with n1's certificate: %d %q %v, want 403 %s", status, code, err, node.CodeIngressMismatch)
+	}
+	// A client of n3, which serves another model: every owner refuses n3's forwards for the
+	// name, a failure (not a refusal to wait out in the room): the client gets a 502 at once.
+	resp := post(t, tn.URLs()[2], "/v1/chat/completions", body, map[string]string{node.HeaderQueueTTL: "20s"})
+	if b := readAll(t, resp); resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), node.CodeIngressMismatch) {
+		t.Errorf("a client of the node with another's certificate: %d %s; want 502 naming %s", resp.StatusCode, b, node.CodeIngressMismatch)
 	}
 }
