@@ -1042,6 +1042,20 @@ func (g *Gossip) Close() error {
 	return g.Leave(g.cfg.LeaveTimeout)
 }
 
+// MarkLeaving tells the mesh ahead of Leave that this member is about to leave (its memberlist
+// meta), so that peers count its departure as one, not as a death, and Leave gives the
+// departure itself all of its time. It waits up to timeout for the mark to go out; before
+// Start, or with timeout ≤ 0, it does nothing.
+func (g *Gossip) MarkLeaving(timeout time.Duration) error {
+	g.mu.Lock()
+	ml, closed := g.ml, g.closed
+	g.mu.Unlock()
+	if ml == nil || closed || timeout <= 0 || g.leaving.Swap(true) {
+		return nil
+	}
+	return ml.UpdateNode(timeout)
+}
+
 // Leave broadcasts this node's departure (waiting up to timeout), then shuts down. A departure
 // not sent within timeout is logged, not returned: peers stopping at the same moment may
 // never take it, and the failure detector marks the node dead without it. Safe to call twice;
@@ -1064,10 +1078,10 @@ func (g *Gossip) shutdown(leave bool, timeout time.Duration) error {
 		var errs []error
 		if leave {
 			// memberlist tells a departure from a death only to itself (the node passed to
-			// NotifyLeave never says which), so the node first says it is leaving in its meta,
-			// in half the time, then sends the departure in what is left.
-			g.leaving.Store(true)
-			if timeout > 0 {
+			// NotifyLeave never says which), so the node first says it is leaving in its meta
+			// (unless MarkLeaving did, earlier), in half the time, then sends the departure in
+			// what is left.
+			if !g.leaving.Swap(true) && timeout > 0 {
 				start := time.Now()
 				if err := ml.UpdateNode(timeout / 2); err != nil {
 					g.log.Debug("leaving the mesh: the leaving mark not sent; peers will count the node dead", "err", err)

@@ -349,11 +349,22 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 	var errs []error
 	if started {
+		marked := make(chan struct{})
+		go func() {
+			// Peers learn now that this node will leave, so they count its departure as one
+			// however late the departure itself reaches them (gossip.MarkLeaving).
+			defer close(marked)
+			if n.g != nil && serves {
+				_ = n.g.MarkLeaving(n.cfg.Gossip.LeaveTimeout)
+			}
+		}()
 		if serves { // a node that failed to start has no one to tell
 			n.deregister(ctx)
 		}
 		n.draining.Store(true)
-		errs = append(errs, n.drain(ctx), n.stopMesh())
+		err := n.drain(ctx)
+		<-marked
+		errs = append(errs, err, n.stopMesh())
 	}
 	errs = append(errs, closeEngine(n.eng))
 	if n.kvpub != nil {
