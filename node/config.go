@@ -414,6 +414,10 @@ func (c *Config) validate() error {
 			return fmt.Errorf("node: %s %d is negative", n.name, n.v)
 		}
 	}
+	if most := transport.MaxAgentIDBytes - agent.ScopeBytes; c.MaxAgentIDBytes > most {
+		// A longer id passes the 400 check and then no forward could carry it, scoped.
+		return fmt.Errorf("node: MaxAgentIDBytes %d: at most %d", c.MaxAgentIDBytes, most)
+	}
 	if !(c.TraceSample <= 1) { // NaN too
 		return fmt.Errorf("node: TraceSample %v: want at most 1", c.TraceSample)
 	}

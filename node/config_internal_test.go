@@ -404,17 +404,18 @@ func TestConfigZeroRule(t *testing.T) {
 		t.Errorf("filled %+v", c)
 	}
 	for name, mod := range map[string]func(*Config){
-		"forward attempts": func(c *Config) { c.ForwardAttempts = -1 },
-		"lease intervals":  func(c *Config) { c.AgentLeaseIntervals = -1 },
-		"retry after":      func(c *Config) { c.RetryAfter = -time.Second },
-		"max agent id":     func(c *Config) { c.MaxAgentIDBytes = -1 },
-		"drain timeout":    func(c *Config) { c.DrainTimeout = -time.Second },
-		"body timeout":     func(c *Config) { c.BodyTimeout = -time.Second },
-		"idle timeout":     func(c *Config) { c.IdleTimeout = -time.Second },
-		"admission mode":   func(c *Config) { c.Admission = "maybe" },
-		"no name":          func(c *Config) { c.Name = "" },
-		"trace sample":     func(c *Config) { c.TraceSample = 1.5 },
-		"otlp endpoint":    func(c *Config) { c.OTLPEndpoint = "collector" },
+		"forward attempts":  func(c *Config) { c.ForwardAttempts = -1 },
+		"lease intervals":   func(c *Config) { c.AgentLeaseIntervals = -1 },
+		"retry after":       func(c *Config) { c.RetryAfter = -time.Second },
+		"max agent id":      func(c *Config) { c.MaxAgentIDBytes = -1 },
+		"drain timeout":     func(c *Config) { c.DrainTimeout = -time.Second },
+		"body timeout":      func(c *Config) { c.BodyTimeout = -time.Second },
+		"agent id too long": func(c *Config) { c.MaxAgentIDBytes = 4096 },
+		"idle timeout":      func(c *Config) { c.IdleTimeout = -time.Second },
+		"admission mode":    func(c *Config) { c.Admission = "maybe" },
+		"no name":           func(c *Config) { c.Name = "" },
+		"trace sample":      func(c *Config) { c.TraceSample = 1.5 },
+		"otlp endpoint":     func(c *Config) { c.OTLPEndpoint = "collector" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := standalone()

@@ -29,6 +29,9 @@ func Scoped(tenant, id string) string {
 	return hex.EncodeToString(h[:8]) + "/" + id
 }
 
+// ScopeBytes is what Scoped adds to an id.
+const ScopeBytes = 2*8 + 1
+
 // State is where an agent stands relative to its home's window.
 type State uint8
 

@@ -36,6 +36,8 @@ const (
 	MaxStateBytes = 64 << 10
 
 	maxShortString = 4 << 10
+	// MaxAgentIDBytes is the longest agent id a forward carries (the ingress's scoped id).
+	MaxAgentIDBytes = maxShortString
 	maxHeaderKey   = 256
 	maxHeaderValue = 8 << 10
 	maxHops        = 255
