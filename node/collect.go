@@ -40,7 +40,7 @@ func newStateCollector(n *Node) *stateCollector {
 		queueTokens: prometheus.NewDesc("kvmesh_admission_queue_prefill_tokens",
 			"Prefill tokens waiting in this node's waiting room, by priority.", []string{"priority"}, nil),
 		queueCap: prometheus.NewDesc("kvmesh_admission_queue_token_cap",
-			"Prefill tokens this node's waiting room lets a pool hold: the pool's target TTFT times the prefill rate of the nodes that serve it, by model and pool (whole, prefill).",
+			"Prefill tokens this node's waiting room lets a pool hold before it refuses: queue.max_tokens when set, else the pool's target TTFT times the prefill rate of the nodes that serve it (queue.fallback_tokens while none does), by model and pool (whole, prefill).",
 			[]string{"model", "pool"}, nil),
 		running: prometheus.NewDesc("kvmesh_engine_requests_running",
 			"Requests in this node's engine's running batch.", nil, nil),
