@@ -38,9 +38,9 @@ const (
 	maxShortString = 4 << 10
 	// MaxAgentIDBytes is the longest agent id a forward carries (the ingress's scoped id).
 	MaxAgentIDBytes = maxShortString
-	maxHeaderKey   = 256
-	maxHeaderValue = 8 << 10
-	maxHops        = 255
+	maxHeaderKey    = 256
+	maxHeaderValue  = 8 << 10
+	maxHops         = 255
 )
 
 // Frame types. A stream carries, client to owner: header, body, FIN; owner to client: accept
