@@ -477,6 +477,7 @@ func TestChartRefusesBrokenValues(t *testing.T) {
 		{"bad engine kind", []string{"--set", "node.engineKind=triton"}, "engineKind"},
 		{"root user", []string{"--set", "securityContext.runAsNonRoot=false"}, "runAsNonRoot"},
 		{"short grace", []string{"--set", "terminationGracePeriodSeconds=30"}, "terminationGracePeriodSeconds"},
+		{"admin on the sidecar engine's port", []string{"-f", filepath.Join(chartDir(t), "ci", "sidecar-values.yaml"), "--set", "ports.admin=8000"}, "ports.admin"},
 		{"grace without the leave", []string{"--set", "terminationGracePeriodSeconds=39"}, "terminationGracePeriodSeconds"},
 		{"grace without the drain delay", []string{"--set", "preStopSleepSeconds=0", "--set", "terminationGracePeriodSeconds=36"}, "terminationGracePeriodSeconds"},
 		{"sidecar without engine", []string{"--set", "mode=sidecar"}, "sidecar.engine"},

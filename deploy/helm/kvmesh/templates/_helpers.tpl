@@ -105,6 +105,13 @@ second to leave the mesh. */ -}}
 {{- if and $admin (or (eq $admin (int .Values.ports.http)) (eq $admin (int .Values.ports.gossip))) -}}
 {{- fail (printf "ports.admin (%d) must differ from ports.http and ports.gossip: both are TCP listeners" $admin) -}}
 {{- end -}}
+{{- if and $admin (eq .Values.mode "sidecar") -}}
+{{- range .Values.sidecar.engine.ports -}}
+{{- if or (eq (int .containerPort) $admin) (eq (toString .name) "admin") -}}
+{{- fail (printf "ports.admin (%d) clashes with the sidecar engine's port %v (%v): kvmesh and the engine share the pod" $admin .containerPort (.name | default "unnamed")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
