@@ -13,13 +13,41 @@ var ErrNotObject = errors.New("not a JSON object")
 // named key is replaced by value(old), or, when there is none, a member key: value(nil) is
 // added before the closing brace. Every other byte of obj is kept.
 func SetMember(obj []byte, key string, value func(old []byte) []byte) ([]byte, error) {
+	found := false
+	out, err := RewriteMembers(obj, func(k string, old []byte) ([]byte, bool) {
+		if k != key {
+			return old, true
+		}
+		found = true
+		return value(old), true
+	})
+	if err != nil || found {
+		return out, err
+	}
+	// Only spacing follows the closing brace (RewriteMembers checked).
+	closing := bytes.LastIndexByte(out, '}')
+	k, _ := json.Marshal(key)
+	add := make([]byte, 0, len(out)+len(k)+48)
+	add = append(add, out[:closing]...)
+	if len(bytes.TrimSpace(out[bytes.IndexByte(out, '{')+1:closing])) > 0 {
+		add = append(add, ',')
+	}
+	add = append(append(append(add, k...), ':'), value(nil)...)
+	return append(add, out[closing:]...), nil
+}
+
+// RewriteMembers returns a copy of the JSON object obj in which each top-level member has the
+// value edit gives it, or is left out when edit says not to keep it; the bytes around the
+// values kept (spacing, the keys as escaped) are obj's. It edits several members in one pass,
+// and removes; SetMember edits one name and adds it when missing.
+func RewriteMembers(obj []byte, edit func(key string, old []byte) (v []byte, keep bool)) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil, ErrNotObject
 	}
-	out := make([]byte, 0, len(obj)+48)
-	copied, members := 0, 0
-	found := false
+	from := int(dec.InputOffset()) // the end of what is copied or left out
+	out := append(make([]byte, 0, len(obj)), obj[:from]...)
+	kept := false
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
@@ -29,33 +57,28 @@ func SetMember(obj []byte, key string, value func(old []byte) []byte) ([]byte, e
 		if err := dec.Decode(&raw); err != nil {
 			return nil, err
 		}
-		members++
-		if t != key {
-			continue
-		}
 		end := int(dec.InputOffset())
-		start := end - len(raw)
-		out = append(out, obj[copied:start]...)
-		out = append(out, value(raw)...)
-		copied, found = end, true
+		v, keep := edit(t.(string), raw)
+		if keep {
+			// The comma before it, its key and colon; its comma goes when the members before
+			// it were all left out.
+			lead := obj[from : end-len(raw)]
+			if !kept {
+				if i := bytes.IndexByte(lead[:bytes.IndexByte(lead, '"')], ','); i >= 0 {
+					out = append(out, lead[:i]...)
+					lead = lead[i+1:]
+				}
+			}
+			out = append(append(out, lead...), v...)
+			kept = true
+		}
+		from = end
 	}
 	if _, err := dec.Token(); err != nil {
 		return nil, err
 	}
-	closing := int(dec.InputOffset()) - 1
-	if rest := bytes.TrimSpace(obj[closing+1:]); len(rest) > 0 {
+	if rest := bytes.TrimSpace(obj[dec.InputOffset():]); len(rest) > 0 {
 		return nil, ErrNotObject
 	}
-	if !found {
-		out = append(out, obj[copied:closing]...)
-		if members > 0 {
-			out = append(out, ',')
-		}
-		k, _ := json.Marshal(key)
-		out = append(out, k...)
-		out = append(out, ':')
-		out = append(out, value(nil)...)
-		copied = closing
-	}
-	return append(out, obj[copied:]...), nil
+	return append(out, obj[from:]...), nil
 }

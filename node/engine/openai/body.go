@@ -64,7 +64,7 @@ func SetPriority(body []byte, p int) ([]byte, error) {
 // with --enable-priority-scheduling) would otherwise run a client's "priority": -1000 ahead of
 // every request kvmesh ranked higher, past its key's max_priority.
 func dropPriority(body []byte) ([]byte, error) {
-	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, v []byte) ([]byte, bool) { return v, key != "priority" })
+	out, err := wire.RewriteMembers(bytes.TrimSpace(body), func(key string, v []byte) ([]byte, bool) { return v, key != "priority" })
 	if err != nil {
 		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
 	}
@@ -83,7 +83,7 @@ func dropPriority(body []byte) ([]byte, error) {
 func setMaxTokens(body []byte, n int, add bool) ([]byte, error) {
 	v := []byte(strconv.Itoa(n))
 	capped := false
-	out, err := rewriteMembers(bytes.TrimSpace(body), func(key string, old []byte) ([]byte, bool) {
+	out, err := wire.RewriteMembers(bytes.TrimSpace(body), func(key string, old []byte) ([]byte, bool) {
 		c, perr := strconv.ParseFloat(string(old), 64)
 		whole := perr == nil && c == math.Trunc(c)
 		switch key {
@@ -107,53 +107,6 @@ func setMaxTokens(body []byte, n int, add bool) ([]byte, error) {
 		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	return out, nil
-}
-
-// rewriteMembers returns a copy of the JSON object obj in which each top-level member has the
-// value edit gives it, or is left out when edit says not to keep it; the bytes around the
-// values kept (spacing, the keys as escaped) are obj's. SetMember edits one name and adds it
-// when missing; this edits several in one pass, and removes.
-func rewriteMembers(obj []byte, edit func(key string, old []byte) (v []byte, keep bool)) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, wire.ErrNotObject
-	}
-	from := int(dec.InputOffset()) // the end of what is copied or left out
-	out := append(make([]byte, 0, len(obj)), obj[:from]...)
-	kept := false
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		end := int(dec.InputOffset())
-		v, keep := edit(t.(string), raw)
-		if keep {
-			// The comma before it, its key and colon; its comma goes when the members before
-			// it were all left out.
-			lead := obj[from : end-len(raw)]
-			if !kept {
-				if i := bytes.IndexByte(lead[:bytes.IndexByte(lead, '"')], ','); i >= 0 {
-					out = append(out, lead[:i]...)
-					lead = lead[i+1:]
-				}
-			}
-			out = append(append(out, lead...), v...)
-			kept = true
-		}
-		from = end
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, err
-	}
-	if rest := bytes.TrimSpace(obj[dec.InputOffset():]); len(rest) > 0 {
-		return nil, wire.ErrNotObject
-	}
-	return append(out, obj[from:]...), nil
 }
 
 // synthesise builds a body for a request that came without one.
