@@ -53,10 +53,16 @@ func (l *logBuffer) reset() {
 	l.b.Reset()
 }
 
-// writeFile writes content to path.
+// writeFile puts content at path at once, as a careful operator's tools do (a file written
+// beside it, then renamed): a watcher never reads it half written, which it would refuse (an
+// empty key file most of all) and count as a failed reload.
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }
