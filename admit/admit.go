@@ -177,8 +177,8 @@ func (a *Admitter) limits(m ModelConfig, tenant string) (def, maxMT int) {
 }
 
 // Identify is layer 2: the API key names the tenant (headers never do) and pays into its
-// token bucket: prompt tokens + max_tokens (or the default), each no more than can run (the
-// model's context, the output limit), the whole of it even past the key's burst. With no keys
+// token bucket: prompt tokens + max_tokens as layer 3 admits it (the default, a clamp; nothing
+// for a request layer 3 refuses), the whole of it even past the key's burst. With no keys
 // configured access is open: tenant "default", no limit. It returns the tenant on accept.
 func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 	if a.keys.Len() == 0 {
@@ -192,28 +192,22 @@ func (a *Admitter) Identify(now time.Time, req Request) (string, Decision) {
 	if st == nil || req.APIKey == "" {
 		return "", refuse(statusUnauthorized, LayerIdentity, CodeInvalidAPIKey, "", "invalid or missing API key")
 	}
-	// What can run, not what the client wrote: charged whole, an absurd max_tokens (or a
-	// prompt past the context, refused next) would lock the key out for days.
-	m, _ := a.model(req.Model)
-	def, maxMT := a.limits(m, st.tenant)
-	prompt, out := max(req.PromptTokens, 0), def
-	if req.MaxTokens != nil {
-		out = max(*req.MaxTokens, 0)
+	// What would run, as layer 3 will admit it (the default filled in, a clamp applied): a
+	// request it will refuse (a max_tokens past the context or the limit, an unknown model)
+	// runs nothing and costs nothing, where charged whole it would lock its key out for hours.
+	req.Tenant = st.tenant
+	cost := 0
+	if bd := a.budget(req); !bd.Refused() {
+		cost = max(req.PromptTokens, 0) + bd.MaxTokens
 	}
-	if maxMT > 0 {
-		out = min(out, maxMT)
-	}
-	if m.ContextTokens > 0 {
-		prompt = min(prompt, m.ContextTokens)
-		out = min(out, m.ContextTokens-prompt)
-	}
-	cost := prompt + out
-	if wait, ok := st.take(now, cost); !ok {
-		d := refuse(statusTooManyRequests, LayerIdentity, CodeRateLimited, "",
-			"rate limit of %.0f tokens/s for this API key exceeded", st.rate)
-		d.RetryAfter = wait
-		d.Tenant = st.tenant
-		return "", d
+	if cost > 0 {
+		if wait, ok := st.take(now, cost); !ok {
+			d := refuse(statusTooManyRequests, LayerIdentity, CodeRateLimited, "",
+				"rate limit of %.0f tokens/s for this API key exceeded", st.rate)
+			d.RetryAfter = wait
+			d.Tenant = st.tenant
+			return "", d
+		}
 	}
 	return st.tenant, granted(Decision{Action: Accept, Layer: LayerIdentity, Code: CodeAccepted, Tenant: st.tenant, Option: -1}, req.Priority, st.maxPrio)
 }
@@ -227,6 +221,10 @@ func granted(d Decision, asked, limit int) Decision {
 }
 
 // budget is layer 3: it fills MaxTokens and ExpectedTokens.
+// Budget is layer 3 alone, for a request that is not run through Admit (the Responses API's
+// output cap): its max_tokens as admitted (the default, a clamp), or the refusal.
+func (a *Admitter) Budget(req Request) Decision { return a.budget(req) }
+
 func (a *Admitter) budget(req Request) Decision {
 	m, ok := a.model(req.Model)
 	if !ok {

@@ -222,27 +222,47 @@ func TestKeysCapThePriority(t *testing.T) {
 	}
 }
 
-// TestChargeIsWhatCanRun: a key is charged what a request can run, not what it wrote: an
-// absurd max_tokens costs the room left in the model's context, so one refused request cannot
-// lock its key out for days.
+// TestChargeIsWhatCanRun: a key is charged what a request will run, as layer 3 admits it, not
+// what it wrote: a max_tokens past the context (refused at layer 3) costs nothing, so one
+// refused request cannot lock its key out for hours; a clamped one costs the clamp.
 func TestChargeIsWhatCanRun(t *testing.T) {
 	now := time.Unix(1000, 0)
 	cfg := DefaultConfig()
 	cfg.Models = map[string]ModelConfig{"m": {ContextTokens: 8192}}
+	cfg.Budget.MaxMaxTokens, cfg.Budget.ClampMaxTokens = 2000, true
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Keys().Replace([]KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 2000, Burst: 4000}}, now); err != nil {
+	if err := a.Keys().Replace([]KeyEntry{{SHA256: HashKey("k"), Tenant: "t", Rate: 1000, Burst: 4000}}, now); err != nil {
 		t.Fatal(err)
 	}
-	huge := 1<<31 - 1
-	if _, d := a.Identify(now, Request{ID: "r", Model: "m", PromptTokens: 100, MaxTokens: &huge, APIKey: "k"}); d.Refused() {
-		t.Fatalf("first request refused: %+v", d)
+	identify := func(at time.Duration, maxTokens int) Decision {
+		_, d := a.Identify(now.Add(at), Request{ID: "r", Model: "m", PromptTokens: 100, MaxTokens: &maxTokens, APIKey: "k"})
+		return d
 	}
-	// Charged 8,192 (the context), 4,192 past the burst, paid back at 2,000 a second: 2.7 s
-	// later the bucket holds 1,208, enough for 10 + the default 1,024.
-	if _, d := a.Identify(now.Add(2700*time.Millisecond), Request{ID: "s", Model: "m", PromptTokens: 10, APIKey: "k"}); d.Refused() {
-		t.Errorf("2.7 s after a request of max_tokens 2^31-1, refused (retry after %v): it was charged past the context", d.RetryAfter)
+	huge := 1<<31 - 1
+	if d := identify(0, huge); d.Refused() || a.Budget(Request{Model: "m", PromptTokens: 100, MaxTokens: &huge}).MaxTokens != 2000 {
+		t.Fatalf("a clamped request: %+v", d)
+	}
+	// Charged 2,100 (the clamp): 1,900 left, so 1,950 more does not fit; 0.1 s later it does.
+	if d := identify(0, 1850); !d.Refused() {
+		t.Errorf("2,100 + 1,950 tokens fit a bucket of 4,000: the clamped request was charged less than its clamp")
+	}
+	if d := identify(100*time.Millisecond, 1850); d.Refused() {
+		t.Errorf("refused after the refill (retry after %v): the clamped request was charged more than its clamp", d.RetryAfter)
+	}
+	cfg.Budget.ClampMaxTokens = false
+	if err := a.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 { // refused at layer 3 (over the limit): charged nothing, however many
+		if d := identify(time.Second, huge); d.Refused() {
+			t.Fatalf("a request layer 3 will refuse was refused at layer 2: %+v", d)
+		}
+	}
+	// 50 left at 0.1 s, 2,950 at 3 s: enough for 1,900 unless the refused ones were charged.
+	if d := identify(3*time.Second, 1800); d.Refused() {
+		t.Errorf("refused (retry after %v) after requests layer 3 refuses: they were charged", d.RetryAfter)
 	}
 }

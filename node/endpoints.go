@@ -106,6 +106,28 @@ func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequ
 	if d.PriorityClamped {
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
 	}
+	if output != nil && *output > 0 {
+		// An output cap (the Responses API's max_output_tokens) meets the limits a
+		// generation's max_tokens does: refused past the context or the route's limit, or
+		// lowered to it with clamp_max_tokens, in the body the engine gets too.
+		bd := n.adm.Budget(*a)
+		if bd.Refused() {
+			n.m.decisionOf(bd)
+			e := refusalOf(bd)
+			if e.Param == "max_tokens" {
+				e.Param, e.Message = "max_output_tokens", strings.Replace(e.Message, "max_tokens", "max_output_tokens", 1)
+			}
+			return refuse(e, 0)
+		}
+		if bd.MaxTokens < *output {
+			v := []byte(strconv.Itoa(bd.MaxTokens))
+			body, err := openai.SetMember(q.body, "max_output_tokens", func([]byte) []byte { return v })
+			if err != nil {
+				return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, "request body must be a JSON object"), 0)
+			}
+			q.body = body
+		}
+	}
 	return nil
 }
 

@@ -130,3 +130,31 @@ func TestExternalEngineIsSentNoClientPriority(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesOutputCapMeetsTheLimits: a Responses API max_output_tokens meets the limits a
+// generation's max_tokens does: lowered to the route's limit in the body the engine gets with
+// clamp_max_tokens, refused (400, naming max_output_tokens) past the model's context; a cap
+// within them reaches the engine as sent.
+func TestResponsesOutputCapMeetsTheLimits(t *testing.T) {
+	eng := newRespEngine(t, "a")
+	tn := startBehindPeer(t, eng.srv.URL, "openai", func(cfg *node.Config) {
+		cfg.Admit.Budget.MaxMaxTokens, cfg.Admit.Budget.ClampMaxTokens = 200, true
+	})
+	const body = `{"model":"` + model + `","input":"hi","max_output_tokens":`
+	for i, url := range tn.URLs() {
+		for _, tc := range []struct{ sent, want string }{{"5000", "200"}, {"50", "50"}} {
+			resp := post(t, url, "/v1/responses", body+tc.sent+`}`, nil)
+			if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+				t.Fatalf("n%d, max_output_tokens %s: %d %s", i+1, tc.sent, resp.StatusCode, b)
+			}
+			if want := body + tc.want + `}`; eng.last() != want {
+				t.Errorf("n%d, max_output_tokens %s: the engine got %s, want %s", i+1, tc.sent, eng.last(), want)
+			}
+		}
+	}
+	tn = startBehindPeer(t, eng.srv.URL, "openai", nil)
+	resp := post(t, tn.URLs()[1], "/v1/responses", body+`1000000}`, nil)
+	if e := decodeError(t, readAll(t, resp)); resp.StatusCode != http.StatusBadRequest || e.Error.Param == nil || *e.Error.Param != "max_output_tokens" {
+		t.Errorf("max_output_tokens past the context: %d %+v", resp.StatusCode, e.Error)
+	}
+}

@@ -99,7 +99,7 @@ func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *ht
 		return *o
 	}
 	local := func(w http.ResponseWriter, origin string) outcome {
-		return n.serveResponses(ctx, w, rr, body, id, origin)
+		return n.serveResponses(ctx, w, rr, q.body, id, origin) // q.body: its output cap as admitted
 	}
 	if rr.PreviousResponseID != nil {
 		prev := *rr.PreviousResponseID
