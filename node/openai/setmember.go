@@ -13,27 +13,58 @@ var ErrNotObject = errors.New("not a JSON object")
 // named key is replaced by value(old), or, when there is none, a member key: value(nil) is
 // added before the closing brace. Every other byte of obj is kept.
 func SetMember(obj []byte, key string, value func(old []byte) []byte) ([]byte, error) {
-	found := false
-	out, err := RewriteMembers(obj, func(k string, old []byte) ([]byte, bool) {
-		if k != key {
-			return old, true
+	return EditObject(obj, Edit{Name: key, Value: value, Add: true})
+}
+
+// Edit is what EditObject does with the top-level members named Name: each takes the value
+// Value(old), or is left out when Value is nil; with Add, when there is none, one is added
+// with the value Value(nil).
+type Edit struct {
+	Name  string
+	Value func(old []byte) []byte
+	Add   bool
+}
+
+// EditObject returns a copy of the JSON object obj with edits made in one pass over it (a body
+// may hold a long prompt), the members added before the closing brace in the order of edits.
+// Every other byte of obj is kept.
+func EditObject(obj []byte, edits ...Edit) ([]byte, error) {
+	seen := make([]bool, len(edits))
+	out, err := RewriteMembers(obj, func(key string, old []byte) ([]byte, bool) {
+		for i := range edits {
+			if edits[i].Name == key {
+				seen[i] = true
+				if edits[i].Value == nil {
+					return nil, false
+				}
+				return edits[i].Value(old), true
+			}
 		}
-		found = true
-		return value(old), true
+		return old, true
 	})
-	if err != nil || found {
-		return out, err
+	if err != nil {
+		return nil, err
 	}
 	// Only spacing follows the closing brace (RewriteMembers checked).
 	closing := bytes.LastIndexByte(out, '}')
-	k, _ := json.Marshal(key)
-	add := make([]byte, 0, len(out)+len(k)+48)
-	add = append(add, out[:closing]...)
-	if len(bytes.TrimSpace(out[bytes.IndexByte(out, '{')+1:closing])) > 0 {
-		add = append(add, ',')
+	members := len(bytes.TrimSpace(out[bytes.IndexByte(out, '{')+1:closing])) > 0
+	var added []byte
+	for i, e := range edits {
+		if !e.Add || seen[i] || e.Value == nil {
+			continue
+		}
+		if members || len(added) > 0 {
+			added = append(added, ',')
+		}
+		k, _ := json.Marshal(e.Name)
+		added = append(append(append(added, k...), ':'), e.Value(nil)...)
 	}
-	add = append(append(append(add, k...), ':'), value(nil)...)
-	return append(add, out[closing:]...), nil
+	if len(added) == 0 {
+		return out, nil
+	}
+	res := make([]byte, 0, len(out)+len(added))
+	res = append(append(res, out[:closing]...), added...)
+	return append(res, out[closing:]...), nil
 }
 
 // RewriteMembers returns a copy of the JSON object obj in which each top-level member has the

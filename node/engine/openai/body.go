@@ -25,23 +25,24 @@ func ForceStreaming(req *engine.Request) ([]byte, error) {
 	if len(body) == 0 {
 		return synthesise(req)
 	}
-	out, err := wire.SetMember(body, "stream", func([]byte) []byte { return []byte("true") })
-	if err == nil {
-		out, err = wire.SetMember(out, "stream_options", func(v []byte) []byte {
+	return edit(body, streaming()...)
+}
+
+// streaming is ForceStreaming's edits.
+func streaming() []wire.Edit {
+	return []wire.Edit{
+		{Name: "stream", Value: constant("true"), Add: true},
+		{Name: "stream_options", Add: true, Value: func(v []byte) []byte {
 			if len(v) == 0 || v[0] != '{' { // absent, null or not an object: the engine must report usage
 				return []byte(`{"include_usage":true}`)
 			}
-			o, err := wire.SetMember(v, "include_usage", func([]byte) []byte { return []byte("true") })
+			o, err := wire.SetMember(v, "include_usage", constant("true"))
 			if err != nil { // unreachable: v is a valid object
 				return []byte(`{"include_usage":true}`)
 			}
 			return o
-		})
+		}},
 	}
-	if err != nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
-	}
-	return out, nil
 }
 
 // SetPriority returns body (a JSON object, as ForceStreaming makes it) with vLLM's request
@@ -50,25 +51,20 @@ func ForceStreaming(req *engine.Request) ([]byte, error) {
 // a client's own priority member is replaced where it stands (every occurrence), so the
 // priority the node admitted the request at, after its key's cap, is the one the engine
 // schedules by; a body without one gets the member before its closing brace.
-func SetPriority(body []byte, p int) ([]byte, error) {
-	v := []byte(strconv.Itoa(-p))
-	out, err := wire.SetMember(bytes.TrimSpace(body), "priority", func([]byte) []byte { return v })
-	if err != nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
-	}
-	return out, nil
-}
+func SetPriority(body []byte, p int) ([]byte, error) { return edit(body, priority(true, p)) }
 
 // dropPriority returns body (a JSON object) without its priority members, every other byte
 // as sent. Priority is the node's: vLLM started with --scheduling-policy priority (or SGLang
 // with --enable-priority-scheduling) would otherwise run a client's "priority": -1000 ahead of
 // every request kvmesh ranked higher, past its key's max_priority.
-func dropPriority(body []byte) ([]byte, error) {
-	out, err := wire.RewriteMembers(bytes.TrimSpace(body), func(key string, v []byte) ([]byte, bool) { return v, key != "priority" })
-	if err != nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+func dropPriority(body []byte) ([]byte, error) { return edit(body, priority(false, 0)) }
+
+// priority is SetPriority's edit with set, dropPriority's without.
+func priority(set bool, p int) wire.Edit {
+	if !set {
+		return wire.Edit{Name: "priority"}
 	}
-	return out, nil
+	return wire.Edit{Name: "priority", Value: constant(strconv.Itoa(-p)), Add: true}
 }
 
 // setMaxTokens returns body (a JSON object) capped at n output tokens, the max_tokens
@@ -81,33 +77,41 @@ func dropPriority(body []byte) ([]byte, error) {
 // max_tokens gets "max_tokens": n, beside a max_completion_tokens, for engines that read only
 // max_tokens. Every other byte is as sent.
 func setMaxTokens(body []byte, n int, add bool) ([]byte, error) {
+	return edit(body, outputCap(n, add)...)
+}
+
+// outputCap is setMaxTokens's edits.
+func outputCap(n int, add bool) []wire.Edit {
 	v := []byte(strconv.Itoa(n))
-	capped := false
-	out, err := wire.RewriteMembers(bytes.TrimSpace(body), func(key string, old []byte) ([]byte, bool) {
-		c, perr := strconv.ParseFloat(string(old), 64)
-		whole := perr == nil && c == math.Trunc(c)
-		switch key {
-		case "max_tokens", "max_completion_tokens", "n_predict":
-			capped = capped || key == "max_tokens"
-			if whole && c >= 1 && c <= float64(n) {
-				return []byte(strconv.Itoa(int(c))), true
-			}
-			return v, true
-		case "min_tokens":
-			if perr == nil && c > float64(n) {
-				return v, true
-			}
+	capped := func(old []byte) []byte {
+		if c, err := strconv.ParseFloat(string(old), 64); err == nil && c == math.Trunc(c) && c >= 1 && c <= float64(n) {
+			return []byte(strconv.Itoa(int(c)))
 		}
-		return old, true
-	})
-	if err == nil && !capped && add {
-		out, err = wire.SetMember(out, "max_tokens", func([]byte) []byte { return v })
+		return v // absent, null, not a number, or past n
 	}
+	return []wire.Edit{
+		{Name: "max_tokens", Value: capped, Add: add},
+		{Name: "max_completion_tokens", Value: capped},
+		{Name: "n_predict", Value: capped},
+		{Name: "min_tokens", Value: func(old []byte) []byte {
+			if c, err := strconv.ParseFloat(string(old), 64); err == nil && c > float64(n) {
+				return v
+			}
+			return old
+		}},
+	}
+}
+
+// edit makes edits to body, a JSON object, in one pass.
+func edit(body []byte, edits ...wire.Edit) ([]byte, error) {
+	out, err := wire.EditObject(bytes.TrimSpace(body), edits...)
 	if err != nil {
 		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	return out, nil
 }
+
+func constant(v string) func([]byte) []byte { return func([]byte) []byte { return []byte(v) } }
 
 // synthesise builds a body for a request that came without one.
 func synthesise(req *engine.Request) ([]byte, error) {

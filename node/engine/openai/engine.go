@@ -554,20 +554,24 @@ func (e *Engine) body(req *engine.Request) ([]byte, error) {
 		return nil, fmt.Errorf("openai: %w: a %s engine is given no half of a split request (only %s)",
 			engine.ErrUnavailable, e.cfg.Kind, KindVLLM)
 	}
-	body, err := ForceStreaming(req)
-	switch {
-	case err != nil:
-	case e.cfg.Priority:
-		body, err = SetPriority(body, req.Priority)
-	default:
-		body, err = dropPriority(body)
-	}
-	if err == nil && req.MaxTokens > 0 {
+	// The streaming, the priority and the output cap, in one pass over the client's body.
+	edits := []wire.Edit{priority(e.cfg.Priority, req.Priority)}
+	if req.MaxTokens > 0 {
 		// Images and audio are not in the prompt the node counted, so a default it fills in
 		// could pass the context with them; without a cap of the client's, such a request
 		// keeps the engine's default, the rest of its context.
 		parts := slices.ContainsFunc(req.Extra, func(f wire.Field) bool { return strings.HasPrefix(f.Name, "messages[") })
-		body, err = setMaxTokens(body, req.MaxTokens, !parts)
+		edits = append(edits, outputCap(req.MaxTokens, !parts)...)
+	}
+	body := bytes.TrimSpace(req.Body)
+	var err error
+	if len(body) == 0 {
+		body, err = synthesise(req)
+	} else {
+		edits = append(streaming(), edits...)
+	}
+	if err == nil {
+		body, err = edit(body, edits...)
 	}
 	if err == nil && req.Resume != nil {
 		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
