@@ -182,3 +182,17 @@ func TestGenerateSendsAdmittedMaxTokens(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEngineBody: the body an engine is sent for a chat of a 400 KB prompt (streaming,
+// priority and output cap, one pass).
+func BenchmarkEngineBody(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", 80000) + `"}],"max_tokens":9000,"priority":3}`)
+	e := &Engine{cfg: Config{Priority: true}}
+	req := &engine.Request{Endpoint: engine.Chat, Body: body, MaxTokens: 1024, Priority: 10}
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := e.body(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
