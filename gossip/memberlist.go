@@ -1,0 +1,132 @@
+package gossip
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"golang.org/x/time/rate"
+)
+
+func setDur(dst *time.Duration, v time.Duration) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+// getBroadcasts hands memberlist the queued state records that fit limit bytes and the
+// bandwidth budget, which state records and prefix rounds share.
+func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
+	g.mu.Lock()
+	g.refillLocked(time.Now())
+	limit = min(limit, int(g.tokens))
+	g.mu.Unlock()
+	if limit <= overhead {
+		return nil
+	}
+	msgs := g.queue.GetBroadcasts(overhead, limit)
+	sent := 0
+	for _, m := range msgs {
+		sent += len(m) + overhead
+	}
+	if sent > 0 {
+		g.mu.Lock()
+		g.tokens -= float64(sent)
+		g.mu.Unlock()
+		g.met.sent.Add(float64(sent))
+	}
+	return msgs
+}
+
+// delegate adapts memberlist.Delegate to Gossip.
+type delegate struct{ g *Gossip }
+
+func (d *delegate) NodeMeta(int) []byte {
+	if d.g.leaving.Load() {
+		return []byte{metaLeaving}
+	}
+	return nil
+}
+func (d *delegate) NotifyMsg(b []byte)                  { d.g.handleMsg(b) }
+func (d *delegate) GetBroadcasts(o, limit int) [][]byte { return d.g.getBroadcasts(o, limit) }
+func (d *delegate) LocalState(bool) []byte              { return d.g.localState() }
+func (d *delegate) MergeRemoteState(b []byte, _ bool)   { d.g.mergeRemoteState(b) }
+
+// metaLeaving is a member's memberlist meta while it leaves (Gossip.leaving).
+const metaLeaving = 1
+
+// events adapts memberlist.EventDelegate to Gossip.
+type events struct{ g *Gossip }
+
+func (e *events) NotifyJoin(n *memberlist.Node) { e.g.memberEvent(n, LivenessAlive) }
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.g.memberEvent(n, "")
+}
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	live := LivenessDead
+	if len(n.Meta) > 0 && n.Meta[0] == metaLeaving {
+		live = LivenessLeft
+	}
+	e.g.memberEvent(n, live)
+}
+
+// namedBroadcast is a state record: a newer one from the same origin replaces it in the queue.
+type namedBroadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *namedBroadcast) Name() string { return "state/" + b.name }
+func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*namedBroadcast)
+	return ok && ob.name == b.name
+}
+func (b *namedBroadcast) Message() []byte { return b.msg }
+func (b *namedBroadcast) Finished()       {}
+
+// logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") into slog. Its warnings
+// and errors pass at most logBurst at once, then one a second: anyone who can reach the gossip
+// port makes one with each packet the key does not open, and must not flood the node's log.
+// The next line let through counts the ones held back.
+type logWriter struct {
+	l       *slog.Logger
+	limit   *rate.Limiter
+	now     func() time.Time
+	dropped atomic.Int64
+}
+
+const logBurst = 10
+
+func newLogWriter(l *slog.Logger) *logWriter {
+	return &logWriter{l: l, limit: rate.NewLimiter(1, logBurst), now: time.Now}
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelDebug
+	switch {
+	case strings.Contains(msg, "use of closed network connection"):
+		// memberlist's probes racing its own shutdown: the node is stopping, nothing failed.
+	case strings.Contains(msg, "[ERR]"):
+		level = slog.LevelError
+	case strings.Contains(msg, "[WARN]"):
+		level = slog.LevelWarn
+	case strings.Contains(msg, "[INFO]"):
+		level = slog.LevelInfo
+	}
+	if level >= slog.LevelWarn {
+		if !w.limit.AllowN(w.now(), 1) {
+			w.dropped.Add(1)
+			return len(p), nil
+		}
+		if n := w.dropped.Swap(0); n > 0 {
+			w.l.Log(context.Background(), level, msg, "held_back", n)
+			return len(p), nil
+		}
+	}
+	w.l.Log(context.Background(), level, msg)
+	return len(p), nil
+}

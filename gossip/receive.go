@@ -1,0 +1,237 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kvmesh/kvmesh/kvindex"
+)
+
+// handleMsg is a user message from memberlist (a broadcast from any member).
+func (g *Gossip) handleMsg(b []byte) {
+	g.met.received.Add(float64(len(b)))
+	if len(b) < 2 {
+		g.drop(dropMalformed)
+		return
+	}
+	if b[0] != wireVersion {
+		g.drop(dropVersion)
+		return
+	}
+	now := time.Now()
+	switch b[1] {
+	case msgState:
+		st, err := DecodeState(b[2:])
+		if err != nil {
+			g.drop(reasonOf(err))
+			return
+		}
+		if relay, reason := g.applyState(st, now); reason != "" {
+			g.drop(reason)
+		} else if relay {
+			g.queue.QueueBroadcast(&namedBroadcast{name: st.Name, msg: slices.Clone(b)})
+		}
+	case msgRecord:
+		st, err := DecodeState(b[2:])
+		if err != nil {
+			g.drop(reasonOf(err))
+			return
+		}
+		// Sent by its origin to this node alone: applied, never relayed.
+		if _, reason := g.applyState(st, now); reason != "" {
+			g.drop(reason)
+		}
+	case msgDelta:
+		origin, boot, s, err := decodeDelta(b[2:])
+		if err != nil {
+			g.drop(reasonOf(err))
+			return
+		}
+		// Deltas come from their origin and are not relayed (sendPrefixes).
+		if _, reason := g.applyDelta(origin, boot, s); reason != "" {
+			g.drop(reason)
+		}
+	default:
+		g.drop(dropType)
+	}
+}
+
+func (g *Gossip) drop(reason string) { g.met.dropped.WithLabelValues(reason).Inc() }
+
+// applyState stores a peer's record if it is new; relay says whether to pass it on.
+func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st.Name == g.cfg.Name {
+		return false, ""
+	}
+	p, reason := g.originLocked(st.Name, st.BootID)
+	if reason != "" {
+		return false, reason
+	}
+	if p.hasState && st.Seq <= p.state.Seq {
+		return false, ""
+	}
+	if !p.hasState || !sameModels(st.Models, p.state.Models) {
+		g.domainsDirty = true
+	}
+	if !slices.Equal(st.Claims, p.state.Claims) || len(st.Claims) > 0 && now.Sub(p.updated) > g.cfg.StaleAfter {
+		// Claims changed, or came back fresh after their record had aged out of the index.
+		g.claimsDirty = true
+	}
+	p.state, p.hasState, p.updated = st, true, now
+	return true, ""
+}
+
+// applyDelta applies a peer's delta if it is new (applied).
+func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (applied bool, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if origin == g.cfg.Name {
+		return false, ""
+	}
+	p, reason := g.originLocked(origin, boot)
+	if reason != "" {
+		return false, reason
+	}
+	g.rebuildDomainsLocked()
+	if g.otherModelLocked(p) {
+		return false, dropOtherModel
+	}
+	if !p.markSeen(s.Seq) {
+		return false, ""
+	}
+	g.idx.Add(origin, s.Added)
+	g.idx.Remove(origin, s.Evicted)
+	return true, ""
+}
+
+// originLocked checks a message's origin and boot id. A new boot id means the member
+// restarted: its old residency is dropped and the old id retired, so late messages of the
+// previous process cannot bring it back.
+func (g *Gossip) originLocked(name string, boot uint64) (*peerInfo, string) {
+	p := g.peers[name]
+	switch {
+	case name == "" || boot == 0:
+		return nil, dropMalformed
+	case p == nil:
+		return nil, dropUnknownMember
+	case slices.Contains(p.retired, boot):
+		return nil, dropStaleBoot
+	case p.liveness == LivenessDead || p.liveness == LivenessLeft:
+		return nil, dropDeadMember
+	}
+	if p.bootID != boot {
+		if p.bootID != 0 {
+			p.retired = append(p.retired, p.bootID)
+			if len(p.retired) > 8 {
+				p.retired = p.retired[1:]
+			}
+			g.idx.DropPeer(name)
+			p.hasState, p.maxDelta, p.seen = false, 0, 0
+			g.domainsDirty = true
+			g.log.Info("member restarted", "member", name)
+		}
+		p.bootID = boot
+		p.incarnation++
+	}
+	return p, ""
+}
+
+func (p *peerInfo) markSeen(seq uint64) bool {
+	if seq > p.maxDelta {
+		if d := seq - p.maxDelta; d >= 64 {
+			p.seen = 0
+		} else {
+			p.seen <<= d
+		}
+		p.seen |= 1
+		p.maxDelta = seq
+		return true
+	}
+	d := p.maxDelta - seq
+	if d >= 64 || p.seen&(1<<d) != 0 {
+		return false
+	}
+	p.seen |= 1 << d
+	return true
+}
+
+// localState is the push/pull payload: this node's record and its full residency.
+func (g *Gossip) localState() []byte {
+	g.mu.Lock()
+	fn, st, seq := g.snapshotFn, g.pub, g.deltaSeq
+	g.mu.Unlock()
+	blocks := g.residency(fn)
+	rec, err := EncodeState(st)
+	if err != nil {
+		return nil
+	}
+	b := []byte{wireVersion, msgPushPull}
+	b = binary.AppendUvarint(b, uint64(len(rec)))
+	b = append(b, rec...)
+	b, err = kvindex.Summary{Snapshot: true, Seq: seq, Added: blocks}.AppendBinary(b)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func (g *Gossip) mergeRemoteState(b []byte) {
+	g.met.received.Add(float64(len(b)))
+	if len(b) < 2 {
+		g.drop(dropMalformed)
+		return
+	}
+	if b[0] != wireVersion {
+		g.drop(dropVersion)
+		return
+	}
+	if b[1] != msgPushPull {
+		g.drop(dropType)
+		return
+	}
+	l, n := binary.Uvarint(b[2:])
+	if n <= 0 || l > uint64(len(b)-2-n) {
+		g.drop(dropMalformed)
+		return
+	}
+	rest := b[2+n:]
+	st, err := DecodeState(rest[:l])
+	if err != nil {
+		g.drop(reasonOf(err))
+		return
+	}
+	s, err := kvindex.DecodeSummary(rest[l:])
+	if err == nil && !s.Snapshot {
+		err = fmt.Errorf("%w: push/pull without snapshot", ErrMalformed)
+	}
+	if err != nil {
+		g.drop(reasonOf(err))
+		return
+	}
+	if _, reason := g.applyState(st, time.Now()); reason != "" {
+		g.drop(reason)
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.peers[st.Name]
+	if p == nil || st.Name == g.cfg.Name || s.Seq < p.maxDelta {
+		return // ours, or older than deltas already applied
+	}
+	g.rebuildDomainsLocked()
+	if g.otherModelLocked(p) {
+		// memberlist pairs members at random across the mesh; a snapshot of a peer outside
+		// every domain of this node is not kept.
+		if len(s.Added) > 0 {
+			g.drop(dropOtherModel)
+		}
+		return
+	}
+	g.idx.Replace(st.Name, s.Added)
+	p.maxDelta, p.seen = s.Seq, math.MaxUint64
+}
