@@ -52,9 +52,24 @@ func startNode(t *testing.T, cfg Config) *Gossip { return startServing(t, cfg, "
 // startServing starts a member whose record lists models.
 func startServing(t testing.TB, cfg Config, models ...string) *Gossip {
 	t.Helper()
-	g, err := New(cfg)
+	return startVia(t, cfg, nil, models...)
+}
+
+// startVia is startServing with the member's direct sends (prefix rounds, records by domain)
+// going through keep first, when it is not nil: a message keep refuses is lost on the way
+// out, as a lossy network loses it.
+func startVia(t testing.TB, cfg Config, keep func(g *Gossip, msg []byte) bool, models ...string) *Gossip {
+	t.Helper()
+	var f *filtered
+	if keep != nil {
+		f = &filtered{keep: keep}
+	}
+	g, err := newGossip(cfg, f.sender())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f != nil {
+		f.g = g // before Start, which starts the rounds that call it
 	}
 	st := State{HTTPAddr: "127.0.0.1:0", EngineHealthy: true}
 	for _, m := range models {
@@ -68,8 +83,40 @@ func startServing(t testing.TB, cfg Config, models ...string) *Gossip {
 	return g
 }
 
+// filtered is a directSender that sends through its member's memberlist what keep lets
+// through and loses the rest without a word.
+type filtered struct {
+	g    *Gossip
+	keep func(g *Gossip, msg []byte) bool
+}
+
+// sender is f as a directSender, nil for a nil f (memberlist's own).
+func (f *filtered) sender() directSender {
+	if f == nil {
+		return nil
+	}
+	return f
+}
+
+func (f *filtered) SendToAddress(a memberlist.Address, msg []byte) error {
+	if !f.keep(f.g, msg) {
+		return nil
+	}
+	f.g.mu.Lock()
+	ml := f.g.ml
+	f.g.mu.Unlock()
+	return ml.SendToAddress(a, msg)
+}
+
 // startCluster starts n members, each joining the first.
 func startCluster(t *testing.T, n int, mod func(i int, c *Config)) []*Gossip {
+	t.Helper()
+	return startClusterVia(t, n, mod, nil)
+}
+
+// startClusterVia is startCluster with every member's direct sends going through keep
+// (startVia).
+func startClusterVia(t *testing.T, n int, mod func(i int, c *Config), keep func(g *Gossip, msg []byte) bool) []*Gossip {
 	t.Helper()
 	var gs []*Gossip
 	for i := 0; i < n; i++ {
@@ -80,7 +127,7 @@ func startCluster(t *testing.T, n int, mod func(i int, c *Config)) []*Gossip {
 		if mod != nil {
 			mod(i, &c)
 		}
-		gs = append(gs, startNode(t, c))
+		gs = append(gs, startVia(t, c, keep, "m"))
 	}
 	return gs
 }
@@ -227,10 +274,10 @@ func TestMeshLifecycle(t *testing.T) {
 }
 
 func TestSnapshotRepairsDroppedDeltas(t *testing.T) {
-	gs := startCluster(t, 3, nil)
+	// Every delta of n2 is lost on the way out.
+	gs := startClusterVia(t, 3, nil, func(g *Gossip, msg []byte) bool { return g.Name() != "n2" || msg[1] != msgDelta })
 	poll.Until(t, 10*time.Second, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
 	blocks := promptBlocks("repair me. ")
-	gs[2].dropDeltas.Store(true) // every delta of n2 is lost on the way out
 	gs[2].PrefixStored(blocks)
 	poll.Until(t, 10*time.Second, "push/pull delivers n2's residency", func() bool { return everyoneSees(gs, "n2", blocks, kvindex.AnchoredLen(40)) })
 	gs[2].PrefixEvicted(blocks[5:])
@@ -573,20 +620,15 @@ func TestNegativeLeaveTimeoutLeavesSilently(t *testing.T) {
 func TestPrefixesGoStraightToTheDomain(t *testing.T) {
 	var mu sync.Mutex
 	relayed := map[string]string{} // sender → an origin of a delta it sent, not itself
-	gs := startCluster(t, 3, func(i int, c *Config) { c.PushPullInterval = time.Hour })
-	for _, g := range gs {
-		send := g.ml.SendToAddress
-		g.mu.Lock()
-		g.sendTo = func(a memberlist.Address, msg []byte) error {
-			if origin, _, _, err := decodeDelta(msg[2:]); err == nil && origin != g.Name() {
-				mu.Lock()
-				relayed[g.Name()] = origin
-				mu.Unlock()
-			}
-			return send(a, msg)
+	noRelay := func(g *Gossip, msg []byte) bool {
+		if origin, _, _, err := decodeDelta(msg[2:]); err == nil && origin != g.Name() {
+			mu.Lock()
+			relayed[g.Name()] = origin
+			mu.Unlock()
 		}
-		g.mu.Unlock()
+		return true
 	}
+	gs := startClusterVia(t, 3, func(i int, c *Config) { c.PushPullInterval = time.Hour }, noRelay)
 	poll.Until(t, 10*time.Second, "3 alive", func() bool { return allAlive(gs, names(gs)...) })
 	blocks := promptBlocks("straight to the domain. ")
 	gs[0].PrefixStored(blocks)

@@ -81,3 +81,12 @@ func (g *Gossip) otherModelLocked(p *peerInfo) bool {
 	}
 	return true
 }
+
+// domainMembersLocked lists the members of each of this node's domains.
+func (g *Gossip) domainMembersLocked() [][]string {
+	out := make([][]string, 0, len(g.domains))
+	for _, d := range g.domains {
+		out = append(out, d.members)
+	}
+	return out
+}

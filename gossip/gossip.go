@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/kvmesh/kvmesh/gossip/round"
 	"github.com/kvmesh/kvmesh/kvindex"
 )
 
@@ -25,6 +25,9 @@ var (
 
 // Gossip is this node's mesh membership: it publishes the local state and prefix residency and
 // keeps every peer's. Create it with New, run it with Start, stop it with Close or Leave.
+//
+// One mutex, mu, guards every field below it; the fields are grouped by the file that owns
+// them. Methods ending in Locked need it held.
 type Gossip struct {
 	cfg    Config
 	log    *slog.Logger
@@ -35,36 +38,38 @@ type Gossip struct {
 	// alive counts alive members including this one: the queue's NumNodes, kept here so the
 	// queue never calls into memberlist's locks.
 	alive atomic.Int32
-	// dropDeltas is a test hook: prefix rounds send nothing and discard the pending deltas,
-	// so only push/pull tells peers this node's residency.
-	dropDeltas atomic.Bool
-	// sendTo sends one message to one member (memberlist's SendToAddress; tests replace it).
-	sendTo func(memberlist.Address, []byte) error
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// Lifecycle (gossip.go). direct is how prefix rounds and records by domain reach one
+	// member: the memberlist, set by Start (or by newGossip), nil before.
 	started bool
 	closed  bool
 	ml      *memberlist.Memberlist
+	direct  directSender
+	// Publishing records (publish.go). meshPub and meshAt are the last record queued for
+	// memberlist's gossip to the whole mesh.
 	localFn func() State
 	local   State
 	pub     State  // last published record
 	pubBody []byte // its encoding with Seq zeroed, for change detection
 	pubAt   time.Time
-	// meshPub and meshAt are the last record queued for memberlist's gossip to the whole mesh;
-	// recNext is the domain member the next round's records start from.
-	meshPub    State
-	meshAt     time.Time
+	meshPub State
+	meshAt  time.Time
+	// Prefix rounds and the byte budget (prefixes.go, package round). recNext is the domain
+	// member the next round's records start from; budget is shared with memberlist's gossip
+	// (getBroadcasts).
 	recNext    int
 	deltaSeq   uint64
 	pend       map[uint64]bool // block → stored (true) or evicted (false) since the last flush
 	pendOrder  []uint64
 	snapshotFn func() []uint64
-	peers      map[string]*peerInfo
-	tokens     float64
-	tokensAt   time.Time
-	// byModel lists, per model, the alive peers (not this node) whose record serves it, by
-	// name; domains are this node's own models' prefix domains. Both are rebuilt when a
-	// liveness or a record's model list changes (domainsDirty), not per request.
+	budget     round.Bucket
+	// The members (members.go), by name, this node included once memberlist reports it.
+	peers map[string]*peerInfo
+	// Model domains (domains.go). byModel lists, per model, the alive peers (not this node)
+	// whose record serves it, by name; domains are this node's own models' prefix domains.
+	// Both are rebuilt when a liveness or a record's model list changes (domainsDirty), not
+	// per request.
 	byModel      map[string][]string
 	domains      map[string]*domain
 	domainsDirty bool
@@ -73,9 +78,9 @@ type Gossip struct {
 	// node's domains is stale (staleAfterLocked), refreshed with each flush and rebuild so
 	// that listing members, once a request, costs no more than it did.
 	staleIn, staleOut time.Duration
-	// claims are the other members' claims (State.Claims), rebuilt when a record's claims or
-	// a liveness changed, and at least every PublishInterval so that a claim in a record gone
-	// stale stops counting.
+	// Claims (claims.go): the other members' claims (State.Claims), rebuilt when a record's
+	// claims or a liveness changed, and at least every PublishInterval so that a claim in a
+	// record gone stale stops counting.
 	claims      []heldClaim
 	claimsDirty bool
 	claimsBuilt time.Time
@@ -112,7 +117,11 @@ type peerInfo struct {
 }
 
 // New validates cfg and returns a Gossip that has not touched the network.
-func New(cfg Config) (*Gossip, error) {
+func New(cfg Config) (*Gossip, error) { return newGossip(cfg, nil) }
+
+// newGossip is New with the direct sends going through direct instead of the memberlist
+// Start creates (nil: through it).
+func newGossip(cfg Config, direct directSender) (*Gossip, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -140,6 +149,8 @@ func New(cfg Config) (*Gossip, error) {
 		byModel: make(map[string][]string),
 		domains: make(map[string]*domain),
 		staleIn: cfg.StaleAfter, staleOut: cfg.StaleAfter,
+		budget: round.Bucket{Rate: float64(cfg.MaxBytesPerSecond)},
+		direct: direct,
 	}
 	g.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(g.alive.Load()) },
@@ -207,54 +218,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	g.started = true
 	g.mu.Unlock()
 
-	mlc := memberlist.DefaultLANConfig()
-	mlc.Name = g.cfg.Name
-	mlc.BindAddr = g.cfg.BindAddr
-	mlc.BindPort = max(g.cfg.BindPort, 0) // AnyPort: memberlist's 0 picks one
-	mlc.AdvertiseAddr = g.cfg.AdvertiseAddr
-	mlc.AdvertisePort = g.cfg.AdvertisePort
-	if mlc.AdvertisePort == 0 {
-		// The bound port (a free one, once picked: memberlist or newDropTransport sets it).
-		// memberlist advertises an address given without a port as port 0, where no peer
-		// can reach it.
-		mlc.AdvertisePort = mlc.BindPort
-	}
-	mlc.PushPullInterval = g.cfg.PushPullInterval
-	setDur(&mlc.ProbeInterval, g.cfg.ProbeInterval)
-	setDur(&mlc.ProbeTimeout, g.cfg.ProbeTimeout)
-	setDur(&mlc.GossipInterval, g.cfg.GossipInterval)
-	setDur(&mlc.TCPTimeout, g.cfg.TCPTimeout)
-	setDur(&mlc.DeadNodeReclaimTime, g.cfg.DeadNodeReclaimTime)
-	if g.cfg.GossipNodes > 0 {
-		mlc.GossipNodes = g.cfg.GossipNodes
-	}
-	if g.cfg.SuspicionMult > 0 {
-		mlc.SuspicionMult = g.cfg.SuspicionMult
-	}
-	if g.cfg.RetransmitMult > 0 {
-		mlc.RetransmitMult = g.cfg.RetransmitMult
-	}
-	if len(g.cfg.Key) > 0 {
-		kr, err := memberlist.NewKeyring(nil, g.cfg.Key)
-		if err != nil {
-			return fmt.Errorf("gossip: keyring: %w", err)
-		}
-		mlc.Keyring = kr
-		mlc.GossipVerifyIncoming = true
-		mlc.GossipVerifyOutgoing = true
-	}
-	mlc.Delegate = &delegate{g}
-	mlc.Events = &events{g}
-	mlc.LogOutput = io.Discard
-	if g.cfg.Logger != nil {
-		mlc.LogOutput = newLogWriter(g.log.With("component", "memberlist"))
-	}
-	if g.cfg.Drop != nil {
-		dt, err := newDropTransport(mlc, g.cfg.Drop)
-		if err != nil {
-			return fmt.Errorf("gossip: start memberlist: %w", err)
-		}
-		mlc.Transport = dt
+	mlc, err := g.memberlistConfig()
+	if err != nil {
+		return err
 	}
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
@@ -266,6 +232,9 @@ func (g *Gossip) Start(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(context.Background())
 	g.mu.Lock()
 	g.ml = ml
+	if g.direct == nil {
+		g.direct = ml
+	}
 	g.cancel = cancel
 	g.mu.Unlock()
 	g.flush(time.Now())

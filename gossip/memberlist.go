@@ -2,6 +2,8 @@ package gossip
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -10,6 +12,61 @@ import (
 	"github.com/hashicorp/memberlist"
 	"golang.org/x/time/rate"
 )
+
+// memberlistConfig is memberlist's configuration for g: its addresses, timers and key, g's
+// delegates, its log and, with Config.Drop, the transport that drops.
+func (g *Gossip) memberlistConfig() (*memberlist.Config, error) {
+	mlc := memberlist.DefaultLANConfig()
+	mlc.Name = g.cfg.Name
+	mlc.BindAddr = g.cfg.BindAddr
+	mlc.BindPort = max(g.cfg.BindPort, 0) // AnyPort: memberlist's 0 picks one
+	mlc.AdvertiseAddr = g.cfg.AdvertiseAddr
+	mlc.AdvertisePort = g.cfg.AdvertisePort
+	if mlc.AdvertisePort == 0 {
+		// The bound port (a free one, once picked: memberlist or newDropTransport sets it).
+		// memberlist advertises an address given without a port as port 0, where no peer
+		// can reach it.
+		mlc.AdvertisePort = mlc.BindPort
+	}
+	mlc.PushPullInterval = g.cfg.PushPullInterval
+	setDur(&mlc.ProbeInterval, g.cfg.ProbeInterval)
+	setDur(&mlc.ProbeTimeout, g.cfg.ProbeTimeout)
+	setDur(&mlc.GossipInterval, g.cfg.GossipInterval)
+	setDur(&mlc.TCPTimeout, g.cfg.TCPTimeout)
+	setDur(&mlc.DeadNodeReclaimTime, g.cfg.DeadNodeReclaimTime)
+	if g.cfg.GossipNodes > 0 {
+		mlc.GossipNodes = g.cfg.GossipNodes
+	}
+	if g.cfg.SuspicionMult > 0 {
+		mlc.SuspicionMult = g.cfg.SuspicionMult
+	}
+	if g.cfg.RetransmitMult > 0 {
+		mlc.RetransmitMult = g.cfg.RetransmitMult
+	}
+	if len(g.cfg.Key) > 0 {
+		kr, err := memberlist.NewKeyring(nil, g.cfg.Key)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: keyring: %w", err)
+		}
+		mlc.Keyring = kr
+		mlc.GossipVerifyIncoming = true
+		mlc.GossipVerifyOutgoing = true
+	}
+	mlc.Delegate = &delegate{g}
+	mlc.Events = &events{g}
+	mlc.LogOutput = io.Discard
+	if g.cfg.Logger != nil {
+		mlc.LogOutput = newLogWriter(g.log.With("component", "memberlist"))
+	}
+	if g.cfg.Drop != nil {
+		dt, err := newDropTransport(mlc, g.cfg.Drop)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: start memberlist: %w", err)
+		}
+		mlc.Transport = dt
+	}
+	return mlc, nil
+}
 
 func setDur(dst *time.Duration, v time.Duration) {
 	if v > 0 {
@@ -21,8 +78,8 @@ func setDur(dst *time.Duration, v time.Duration) {
 // bandwidth budget, which state records and prefix rounds share.
 func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
 	g.mu.Lock()
-	g.refillLocked(time.Now())
-	limit = min(limit, int(g.tokens))
+	g.budget.Refill(time.Now())
+	limit = min(limit, int(g.budget.Tokens))
 	g.mu.Unlock()
 	if limit <= overhead {
 		return nil
@@ -34,7 +91,7 @@ func (g *Gossip) getBroadcasts(overhead, limit int) [][]byte {
 	}
 	if sent > 0 {
 		g.mu.Lock()
-		g.tokens -= float64(sent)
+		g.budget.Tokens -= float64(sent)
 		g.mu.Unlock()
 		g.met.sent.Add(float64(sent))
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/kvmesh/kvmesh/gossip/round"
 	"github.com/kvmesh/kvmesh/kvindex"
 )
 
@@ -45,6 +46,14 @@ func (g *Gossip) queueDelta(blocks []uint64, stored bool) {
 	}
 }
 
+// directSender sends one message straight to one member, not relayed: memberlist's
+// SendToAddress, or what newGossip was given.
+type directSender interface {
+	SendToAddress(a memberlist.Address, msg []byte) error
+}
+
+var _ directSender = (*memberlist.Memberlist)(nil)
+
 // sendPrefixes is one prefix round, every PrefixInterval: this node's deltas, coalesced since
 // the last round, go straight to every alive member of its domains, and its whole residency to
 // the members that have not been sent it (synced). Nothing is relayed: each member receives
@@ -54,116 +63,122 @@ func (g *Gossip) queueDelta(blocks []uint64, stored bool) {
 // up to two seconds' worth, so a round to a large domain is never too big to go: the next
 // rounds (and state records) wait until the bucket is back above zero, which holds the average
 // to the budget. A round past two seconds of budget is dropped, and the members it was for are
-// sent the residency again instead, a few a round.
+// sent the residency again instead, a few a round. Package round plans it (round.PlanRound).
 func (g *Gossip) sendPrefixes(now time.Time) {
 	g.mu.Lock()
-	if g.ml == nil && g.sendTo == nil {
-		g.mu.Unlock()
-		return
-	}
-	g.rebuildDomainsLocked()
-	var names []string
-	for _, d := range g.domains {
-		names = append(names, d.members...)
-	}
-	if len(g.domains) > 1 {
-		slices.Sort(names)
-		names = slices.Compact(names) // a member in two of this node's domains is sent once
-	}
-	to := make([]*peerInfo, len(names))
-	for i, name := range names {
-		to[i] = g.peers[name]
-	}
-	if len(to) == 0 || g.dropDeltas.Load() {
-		g.clearPendLocked() // no one to tell: a member joining later is sent the residency
-		g.mu.Unlock()
-		return
-	}
-	g.refillLocked(now)
-	// This node's record, straight to the domains' members, when the mesh-wide gossip carries
-	// it too seldom for them: to each member every PublishInterval, at most half the budget a
-	// round, going round the members from where the last round stopped (so in a domain too
-	// large for that, each gets it every directEveryLocked). It is small and goes first,
-	// whatever the bucket's debt, so a prefix round's overdraft never makes this node stale.
-	// A member not yet synced gets it with the residency (sync).
-	var rec []byte
-	var recTo []int
-	if g.directRecordsLocked() && g.pub.Seq > 0 {
-		rec, _ = AppendState([]byte{wireVersion, msgRecord}, g.pub)
-		cost := len(rec) + packetOverhead
-		budget := max(cost, int(float64(g.cfg.MaxBytesPerSecond)/2*g.cfg.PrefixInterval.Seconds()))
-		spent, start := 0, g.recNext%len(to)
-		for k := range to {
-			i := (start + k) % len(to)
-			p := to[i]
-			if p.synced != p.bootID || now.Sub(p.recAt) < g.cfg.PublishInterval {
-				continue
-			}
-			if spent+cost > budget {
-				break
-			}
-			recTo, spent, p.recAt, g.recNext = append(recTo, i), spent+cost, now, i+1
-		}
-		g.tokens -= float64(spent)
-	}
-	var deltas [][]byte
-	if deltas = g.deltaMessagesLocked(); len(deltas) > 0 {
-		cost := float64(len(to) * bytesOf(deltas))
-		switch {
-		case g.tokens > 0 && cost <= 2*float64(g.cfg.MaxBytesPerSecond):
-			g.clearPendLocked()
-			g.tokens -= cost
-		case g.tokens > 0:
-			g.clearPendLocked()
-			g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(len(deltas)))
-			for _, p := range to {
-				p.synced = 0
-			}
-			deltas = nil
-		default:
-			deltas = nil // wait for the budget; the pending changes keep coalescing
-		}
-	}
-	g.deltaSeq += uint64(len(deltas))
-	var unsynced []*peerInfo
-	var unsyncedNames []string
-	for i, p := range to {
-		if p.synced != p.bootID {
-			unsynced = append(unsynced, p)
-			unsyncedNames = append(unsyncedNames, names[i])
-		}
-	}
-	fn, send := g.snapshotFn, g.sendTo
-	if send == nil {
-		send = g.ml.SendToAddress
-	}
-	addrs := make([]memberlist.Address, len(to))
-	for i, p := range to {
-		addrs[i] = memberlist.Address{Addr: p.addr, Name: names[i]}
-	}
+	r, ok := g.planRoundLocked(now)
 	g.mu.Unlock()
-
-	sent := 0
-	for _, i := range recTo {
-		sent += g.send(send, addrs[i], rec)
+	if !ok {
+		return
 	}
-	for _, a := range addrs {
-		for _, msg := range deltas {
-			sent += g.send(send, a, msg)
+	sent := 0
+	for _, a := range r.recTo {
+		sent += g.send(r.direct, a, r.rec)
+	}
+	for _, a := range r.to {
+		for _, msg := range r.deltas {
+			sent += g.send(r.direct, a, msg)
 		}
 	}
-	if len(unsynced) > 0 {
-		sent += g.sync(now, send, fn, unsynced, unsyncedNames)
+	if len(r.unsynced) > 0 {
+		sent += g.sync(now, r.direct, r.snapshot, r.unsynced, r.unsyncedNames)
 	}
 	if sent > 0 {
 		g.met.sent.Add(float64(sent))
 	}
 }
 
+// plannedRound is a prefix round planned under the lock, to send once it is released.
+type plannedRound struct {
+	direct   directSender
+	snapshot func() []uint64
+	// rec is this node's record, to the members in recTo; deltas are the pending deltas, to
+	// every member in to.
+	rec    []byte
+	recTo  []memberlist.Address
+	deltas [][]byte
+	to     []memberlist.Address
+	// unsynced are the members to be sent the residency (sync), and their names.
+	unsynced      []*peerInfo
+	unsyncedNames []string
+}
+
+// planRoundLocked plans a prefix round over the members of this node's domains
+// (round.PlanRound) and applies the plan to their state and the budget; ok is false when
+// there is nothing to send (before Start, or no one in the domains).
+//
+// This node's record goes straight to the domains' members when the mesh-wide gossip carries
+// it too seldom for them: to each member every PublishInterval, at most half the budget a
+// round, going round the members from where the last round stopped (so in a domain too large
+// for that, each gets it every directEveryLocked). It is small and goes first, whatever the
+// bucket's debt, so a prefix round's overdraft never makes this node stale. A member not yet
+// synced gets it with the residency (sync).
+func (g *Gossip) planRoundLocked(now time.Time) (r plannedRound, ok bool) {
+	if g.direct == nil {
+		return r, false
+	}
+	g.rebuildDomainsLocked()
+	names := round.Recipients(g.domainMembersLocked())
+	if len(names) == 0 {
+		g.clearPendLocked() // no one to tell: a member joining later is sent the residency
+		return r, false
+	}
+	g.budget.Refill(now)
+	in := round.Round{
+		Now: now, Interval: g.cfg.PrefixInterval, Members: make([]round.Member, len(names)),
+		Budget: g.budget, RecordEvery: g.cfg.PublishInterval, RecordNext: g.recNext,
+	}
+	to := make([]*peerInfo, len(names))
+	for i, name := range names {
+		p := g.peers[name]
+		to[i], in.Members[i] = p, round.Member{Synced: p.synced == p.bootID, RecordAt: p.recAt}
+	}
+	r = plannedRound{direct: g.direct, snapshot: g.snapshotFn, deltas: g.deltaMessagesLocked()}
+	if g.directRecordsLocked() && g.pub.Seq > 0 {
+		r.rec, _ = AppendState([]byte{wireVersion, msgRecord}, g.pub)
+		in.Record = len(r.rec) + packetOverhead
+	}
+	in.Deltas, in.DeltaBytes = len(r.deltas), bytesOf(r.deltas)
+
+	plan := round.PlanRound(in)
+	g.budget, g.recNext = plan.Budget, plan.RecordNext
+	for _, i := range plan.Records {
+		to[i].recAt = now
+		r.recTo = append(r.recTo, addrOf(names[i], to[i]))
+	}
+	switch plan.Deltas {
+	case round.DeltasSend:
+		g.clearPendLocked()
+	case round.DeltasDrop:
+		g.clearPendLocked()
+		g.met.dropped.WithLabelValues(dropBandwidth).Add(float64(len(r.deltas)))
+		for _, p := range to {
+			p.synced = 0
+		}
+		r.deltas = nil
+	default:
+		r.deltas = nil // none, or waiting for the budget: the pending changes keep coalescing
+	}
+	g.deltaSeq += uint64(len(r.deltas))
+	for _, i := range plan.Resync {
+		r.unsynced, r.unsyncedNames = append(r.unsynced, to[i]), append(r.unsyncedNames, names[i])
+	}
+	r.to = make([]memberlist.Address, len(to))
+	for i, p := range to {
+		r.to[i] = addrOf(names[i], p)
+	}
+	return r, true
+}
+
+func addrOf(name string, p *peerInfo) memberlist.Address {
+	return memberlist.Address{Addr: p.addr, Name: name}
+}
+
 // sync sends this node's residency, as deltas of added blocks, to the members in to, as many
-// as the budget allows this round, after its record when records go straight to the domains. A member that held some of it stale (it missed evictions
-// in a dropped backlog) keeps those until the next push/pull snapshot replaces its view.
-func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error, fn func() []uint64, to []*peerInfo, names []string) int {
+// as the budget allows this round (round.PlanSync), after its record when records go straight
+// to the domains. A member that held some of it stale (it missed evictions in a dropped
+// backlog) keeps those until the next push/pull snapshot replaces its view.
+func (g *Gossip) sync(now time.Time, direct directSender, fn func() []uint64, to []*peerInfo, names []string) int {
 	blocks := g.residency(fn)
 	g.mu.Lock()
 	msgs := g.summaryMessagesLocked(blocks, nil)
@@ -174,8 +189,9 @@ func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error
 		rec, _ := AppendState([]byte{wireVersion, msgRecord}, g.pub)
 		msgs = append([][]byte{rec}, msgs...)
 	}
-	cost := float64(bytesOf(msgs))
-	if cost > 2*float64(g.cfg.MaxBytesPerSecond) {
+	plan := round.PlanSync(g.budget, bytesOf(msgs), len(to))
+	g.budget = plan.Budget
+	if plan.TooLarge {
 		// Past what a round may overdraw: the push/pull snapshot brings these members up to date.
 		for _, p := range to {
 			p.synced = p.bootID
@@ -184,31 +200,27 @@ func (g *Gossip) sync(now time.Time, send func(memberlist.Address, []byte) error
 		g.met.dropped.WithLabelValues(dropBandwidth).Inc()
 		return 0
 	}
-	var addrs []memberlist.Address
-	for i, p := range to {
-		if g.tokens <= 0 {
-			break // the rest at a later round
-		}
-		g.tokens -= cost
+	addrs := make([]memberlist.Address, plan.Send)
+	for i, p := range to[:plan.Send] {
 		p.synced = p.bootID
 		if withRecord {
 			p.recAt = now
 		}
-		addrs = append(addrs, memberlist.Address{Addr: p.addr, Name: names[i]})
+		addrs[i] = addrOf(names[i], p)
 	}
 	g.mu.Unlock()
 	sent := 0
 	for _, a := range addrs {
 		for _, msg := range msgs {
-			sent += g.send(send, a, msg)
+			sent += g.send(direct, a, msg)
 		}
 	}
 	return sent
 }
 
 // send sends msg to a and returns the bytes it cost.
-func (g *Gossip) send(send func(memberlist.Address, []byte) error, a memberlist.Address, msg []byte) int {
-	if err := send(a, msg); err != nil {
+func (g *Gossip) send(direct directSender, a memberlist.Address, msg []byte) int {
+	if err := direct.SendToAddress(a, msg); err != nil {
 		g.log.Debug("prefix summary not sent", "member", a.Name, "err", err)
 		return 0
 	}
@@ -271,16 +283,4 @@ func (g *Gossip) residency(fn func() []uint64) []uint64 {
 		blocks = blocks[len(blocks)-limit:]
 	}
 	return blocks
-}
-
-// refillLocked adds the budget's bytes since the last refill to the bucket, which holds one
-// second's worth at most.
-func (g *Gossip) refillLocked(now time.Time) {
-	rate := float64(g.cfg.MaxBytesPerSecond)
-	if g.tokensAt.IsZero() {
-		g.tokens = rate
-	} else {
-		g.tokens = min(rate, g.tokens+rate*now.Sub(g.tokensAt).Seconds())
-	}
-	g.tokensAt = now
 }

@@ -24,11 +24,20 @@ func newUnit(t *testing.T, mod func(*Config)) *Gossip {
 	if mod != nil {
 		mod(&c)
 	}
-	g, err := New(c)
+	g, err := newGossip(c, &recorder{sent: map[string][][]byte{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// recorder is a directSender that keeps what g's prefix rounds send, by member, and sends
+// nothing.
+type recorder struct{ sent map[string][][]byte }
+
+func (r *recorder) SendToAddress(a memberlist.Address, msg []byte) error {
+	r.sent[a.Name] = append(r.sent[a.Name], msg)
+	return nil
 }
 
 func dropped(g *Gossip, reason string) float64 {
@@ -94,8 +103,8 @@ func TestDeltaDedupOutOfOrder(t *testing.T) {
 	}
 }
 
-// unitDomain makes g serve model m with peers p1..pn serving it too, and returns a recorder
-// of what g's prefix rounds send, by member.
+// unitDomain makes g serve model m with peers p1..pn serving it too, and returns what g's
+// prefix rounds send, by member (its recorder).
 func unitDomain(t *testing.T, g *Gossip, n int) map[string][][]byte {
 	t.Helper()
 	g.UpdateLocal(State{Models: []ModelInfo{{Name: "m"}}})
@@ -107,12 +116,7 @@ func unitDomain(t *testing.T, g *Gossip, n int) map[string][][]byte {
 			t.Fatal(reason)
 		}
 	}
-	sent := map[string][][]byte{}
-	g.sendTo = func(a memberlist.Address, msg []byte) error {
-		sent[a.Name] = append(sent[a.Name], msg)
-		return nil
-	}
-	return sent
+	return g.direct.(*recorder).sent
 }
 
 func decodeAll(t *testing.T, msgs [][]byte) (added, evicted []uint64) {
@@ -520,14 +524,11 @@ func TestDirectRecordsLeaveRoomForPrefixes(t *testing.T) {
 
 	// A round sends records to as many members as half the budget carries, and the next
 	// round goes on from there.
-	sent := map[string][][]byte{}
+	sent := big.direct.(*recorder).sent
+	clear(sent)
 	big.mu.Lock()
 	for _, p := range big.peers {
 		p.synced = p.bootID
-	}
-	big.sendTo = func(a memberlist.Address, msg []byte) error {
-		sent[a.Name] = append(sent[a.Name], msg)
-		return nil
 	}
 	big.mu.Unlock()
 	now := time.Now()
