@@ -44,6 +44,15 @@
 //
 // docs/design/gossip.md describes the records and the prefix knowledge they carry.
 //
+// # Layout
+//
+// gossip.go is the lifecycle (New, Start, Close, Leave); publish.go publishes this node's
+// record; members.go and claims.go are the view of the mesh (liveness, staleness, claims);
+// domains.go the model domains; prefixes.go the prefix rounds, which package gossip/round plans
+// within the byte budget, without memberlist; receive.go and pushpull.go take what arrives;
+// memberlist.go adapts memberlist's delegates with private types; wire.go and state.go are
+// the encodings.
+//
 // # Concurrency and zero value
 //
 // All methods of Gossip are safe for concurrent use. The zero Gossip is not usable: call New,

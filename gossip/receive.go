@@ -1,28 +1,35 @@
 package gossip
 
 import (
-	"encoding/binary"
-	"fmt"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/kvindex"
 )
 
-// handleMsg is a user message from memberlist (a broadcast from any member).
-func (g *Gossip) handleMsg(b []byte) {
+// envelope counts a received message and checks its envelope; it returns the message's kind,
+// or false for one dropped.
+func (g *Gossip) envelope(b []byte) (kind byte, ok bool) {
 	g.met.received.Add(float64(len(b)))
 	if len(b) < 2 {
 		g.drop(dropMalformed)
-		return
+		return 0, false
 	}
 	if b[0] != wireVersion {
 		g.drop(dropVersion)
+		return 0, false
+	}
+	return b[1], true
+}
+
+// handleMsg is a user message from memberlist (a broadcast from any member).
+func (g *Gossip) handleMsg(b []byte) {
+	kind, ok := g.envelope(b)
+	if !ok {
 		return
 	}
 	now := time.Now()
-	switch b[1] {
+	switch kind {
 	case msgState:
 		st, err := DecodeState(b[2:])
 		if err != nil {
@@ -158,80 +165,4 @@ func (p *peerInfo) markSeen(seq uint64) bool {
 	}
 	p.seen |= 1 << d
 	return true
-}
-
-// localState is the push/pull payload: this node's record and its full residency.
-func (g *Gossip) localState() []byte {
-	g.mu.Lock()
-	fn, st, seq := g.snapshotFn, g.pub, g.deltaSeq
-	g.mu.Unlock()
-	blocks := g.residency(fn)
-	rec, err := EncodeState(st)
-	if err != nil {
-		return nil
-	}
-	b := []byte{wireVersion, msgPushPull}
-	b = binary.AppendUvarint(b, uint64(len(rec)))
-	b = append(b, rec...)
-	b, err = kvindex.Summary{Snapshot: true, Seq: seq, Added: blocks}.AppendBinary(b)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
-func (g *Gossip) mergeRemoteState(b []byte) {
-	g.met.received.Add(float64(len(b)))
-	if len(b) < 2 {
-		g.drop(dropMalformed)
-		return
-	}
-	if b[0] != wireVersion {
-		g.drop(dropVersion)
-		return
-	}
-	if b[1] != msgPushPull {
-		g.drop(dropType)
-		return
-	}
-	l, n := binary.Uvarint(b[2:])
-	if n <= 0 || l > uint64(len(b)-2-n) {
-		g.drop(dropMalformed)
-		return
-	}
-	rest := b[2+n:]
-	st, err := DecodeState(rest[:l])
-	if err != nil {
-		g.drop(reasonOf(err))
-		return
-	}
-	s, err := kvindex.DecodeSummary(rest[l:])
-	if err == nil && !s.Snapshot {
-		err = fmt.Errorf("%w: push/pull without snapshot", ErrMalformed)
-	}
-	if err != nil {
-		g.drop(reasonOf(err))
-		return
-	}
-	if _, reason := g.applyState(st, time.Now()); reason != "" {
-		g.drop(reason)
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	p := g.peers[st.Name]
-	if p == nil || st.Name == g.cfg.Name || s.Seq < p.maxDelta {
-		return // ours, or older than deltas already applied
-	}
-	g.rebuildDomainsLocked()
-	if g.otherModelLocked(p) {
-		// memberlist pairs members at random across the mesh; a snapshot of a peer outside
-		// every domain of this node is not kept.
-		if len(s.Added) > 0 {
-			g.drop(dropOtherModel)
-		}
-		return
-	}
-	g.idx.Replace(st.Name, s.Added)
-	p.maxDelta, p.seen = s.Seq, math.MaxUint64
 }

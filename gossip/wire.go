@@ -84,3 +84,29 @@ func reasonOf(err error) string {
 	}
 	return dropMalformed
 }
+
+// appendPushPull appends a push/pull body to b: the record's length and the record, then the
+// snapshot.
+func appendPushPull(b, rec []byte, snapshot kvindex.Summary) ([]byte, error) {
+	b = binary.AppendUvarint(b, uint64(len(rec)))
+	b = append(b, rec...)
+	return snapshot.AppendBinary(b)
+}
+
+// decodePushPull parses a push/pull body (after the envelope): the record, then a snapshot.
+func decodePushPull(b []byte) (State, kvindex.Summary, error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l > uint64(len(b)-n) {
+		return State{}, kvindex.Summary{}, fmt.Errorf("%w: push/pull header", ErrMalformed)
+	}
+	rest := b[n:]
+	st, err := DecodeState(rest[:l])
+	if err != nil {
+		return st, kvindex.Summary{}, err
+	}
+	s, err := kvindex.DecodeSummary(rest[l:])
+	if err == nil && !s.Snapshot {
+		err = fmt.Errorf("%w: push/pull without snapshot", ErrMalformed)
+	}
+	return st, s, err
+}
