@@ -25,9 +25,6 @@ var (
 
 // Gossip is this node's mesh membership: it publishes the local state and prefix residency and
 // keeps every peer's. Create it with New, run it with Start, stop it with Close or Leave.
-//
-// One mutex, mu, guards every field below it; the fields are grouped by the file that owns
-// them. Methods ending in Locked need it held.
 type Gossip struct {
 	cfg    Config
 	log    *slog.Logger
@@ -39,6 +36,8 @@ type Gossip struct {
 	// queue never calls into memberlist's locks.
 	alive atomic.Int32
 
+	// mu guards every field from here to cancel, grouped by the file that owns them; methods
+	// ending in Locked need it held.
 	mu sync.Mutex
 	// Lifecycle (gossip.go). direct is how prefix rounds and records by domain reach one
 	// member: the memberlist, set by Start (or by newGossip), nil before.

@@ -36,14 +36,12 @@ const (
 
 var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth, dropOtherModel}
 
-// Prefix domains send each target, every GossipInterval, its share of the byte budget
-// (MaxBytesPerSecond × GossipInterval / GossipNodes) and at least the bytes of one memberlist
-// gossip packet: UDPBufferSize (1,400) less the compound header (2) and AES-GCM's overhead
-// (29), counting 2 bytes a message. Each message goes in a packet of its own.
-// packetOverhead is what a message sent on its own costs besides its bytes: memberlist's
-// message type and AES-GCM's version, nonce and tag. The budget counts it.
+// packetOverhead is what a message sent on its own (each direct message goes in a packet of
+// its own) costs besides its bytes: memberlist's message type and AES-GCM's version, nonce and
+// tag. The budget counts it.
 const packetOverhead = 2 + 29
 
+// bytesOf is what msgs cost the budget sent to one member, their packets included.
 func bytesOf(msgs [][]byte) int {
 	n := 0
 	for _, m := range msgs {
