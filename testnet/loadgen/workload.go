@@ -362,8 +362,8 @@ func TenantShares(n int, s float64) []float64 {
 }
 
 // shared plans a shared-prefix request at at: a tenant drawn by popularity, then either a
-// follow-up of the tenant's latest conversation (with probability FollowUps, while it has
-// fewer than maxTurns requests) or a new conversation. Every draw is made whichever it is,
+// follow-up of the tenant's latest conversation (with probability FollowUps, if the tenant has
+// one and it has fewer than maxTurns requests) or a new conversation. Every draw is made whichever it is,
 // so the stream of tenants and lengths does not depend on the follow-ups.
 func (g *generator) shared(at time.Duration) Item {
 	sp := g.cfg.SharedPrefix
