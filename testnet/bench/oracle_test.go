@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,8 +102,23 @@ func TestBounds(t *testing.T) {
 					t.Errorf("%s: bound %.3f ratio %.3f, want %.3f, %.3f", b[i].Class, b[i].Bound, b[i].Ratio, c.bounds[i], c.ratio[i])
 				}
 			}
-			if r := newRow("kvmesh", 1, c.rep, 1, "interactive"); !near(r.HighBound, c.bounds[0]) || !near(r.HighBoundRatio, c.ratio[0]) {
+			r := newRow("kvmesh", 1, c.rep, 1, "interactive")
+			if !near(r.HighBound, c.bounds[0]) || !near(r.HighBoundRatio, c.ratio[0]) {
 				t.Errorf("row's interactive bound %.3f ratio %.3f", r.HighBound, r.HighBoundRatio)
+			}
+			var table strings.Builder
+			if err := (&Result{Interactive: "interactive", Rows: []Row{r}}).WriteTable(&table); err != nil {
+				t.Fatal(err)
+			}
+			// A class with no bound has no ratio, not a ratio of 0.
+			ratio := fmt.Sprintf("%.2f", c.ratio[1])
+			if c.bounds[1] == 0 {
+				ratio = "-"
+			}
+			batch := regexp.MustCompile(fmt.Sprintf(`batch +%d +%d +%s +%s +%s\n`, b[1].Sent, b[1].Good,
+				regexp.QuoteMeta(pct(b[1].Attainment)), regexp.QuoteMeta(pct(c.bounds[1])), regexp.QuoteMeta(ratio)))
+			if !batch.MatchString(table.String()) {
+				t.Errorf("table lacks %s:\n%s", batch, table.String())
 			}
 		})
 	}

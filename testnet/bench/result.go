@@ -370,9 +370,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if row.OracleHitRatio != nil {
 			oracle = pct(*row.OracleHitRatio)
 		}
-		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
+		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
 			row.Policy, row.Load, row.OfferedRPS, row.Sent, row.Completed, row.Refused, row.Failed,
-			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), pct(row.HighBound), row.HighBoundRatio,
+			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), pct(row.HighBound), boundRatio(row.HighBound, row.HighBoundRatio),
 			row.P50TTFT, row.P99TTFT, 1000*row.HighP99TPOT,
 			pct(row.RefusalRate), pct(row.CacheHitRatio), oracle, counts(row.RefusalsByReason), counts(row.Failures))
 	}
@@ -380,7 +380,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		p("\npolicy\tload\tclass\tsent\tgood\tattainment\tbound\tattainment/bound\n")
 		for _, row := range r.Rows {
 			for _, b := range row.Bounds {
-				p("%s\t%.2g\t%s\t%d\t%d\t%s\t%s\t%.2f\n", row.Policy, row.Load, b.Class, b.Sent, b.Good, pct(b.Attainment), pct(b.Bound), b.Ratio)
+				p("%s\t%.2g\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Policy, row.Load, b.Class, b.Sent, b.Good, pct(b.Attainment), pct(b.Bound), boundRatio(b.Bound, b.Ratio))
 			}
 		}
 	}
@@ -437,6 +437,15 @@ func schedulingByPolicy(ps []Policy) string {
 		parts[i] = s + " for " + strings.Join(names[s], ", ")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// boundRatio formats an attainment ÷ bound ratio: "-" where the bound is 0 and the ratio
+// undefined.
+func boundRatio(bound, ratio float64) string {
+	if bound <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", ratio)
 }
 
 // boundRows reports whether any row has more than one class: a single class's bound is the
