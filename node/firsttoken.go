@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
 
@@ -107,12 +108,9 @@ func (s *boundedStream) Close() error {
 }
 
 // renewDue gives a request about to run again after a failed attempt its queue TTL afresh,
-// once, when that attempt ended past its deadline: the failed owner's engine had given the
-// first token (else the owner would have ended the request with 504 engine_timeout), or the
-// owner went silent, so the rerun, like a migrated stream's continuation, has a wait of its
-// own. Once only, so that a chain of silent owners cannot hold the client past twice the TTL.
+// once, when that attempt ended past its deadline (attempt.Renew): the failed owner's engine
+// had given the first token (else the owner would have ended the request with 504
+// engine_timeout), or the owner went silent.
 func (n *Node) renewDue(p *prepared) {
-	if now := time.Now(); !p.due.IsZero() && !p.renewed && !now.Before(p.due) {
-		p.due, p.renewed = now.Add(p.ttl), true
-	}
+	p.due, p.renewed = attempt.Renew(time.Now(), p.due, p.ttl, p.renewed)
 }

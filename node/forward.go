@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
-	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -23,20 +22,20 @@ const CodeHopLimit = "hop_limit"
 // MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
 const MaxHops = 1
 
-// forward sends p to the candidate's owner. done reports that the client got an answer (relayed
+// forward sends p to owner, a candidate, at addr. done reports that the client got an answer (relayed
 // from the owner); otherwise the owner refused, or the attempt failed (res.failCode: the owner
 // could not be reached, or its engine failed, before any byte).
-func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
-	resp, o, done := n.send(ctx, w, p, c.Name, addr, false, res)
+func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
+	resp, o, done := n.send(ctx, w, p, owner, addr, false, res)
 	if resp == nil {
 		return o, done
 	}
 	if n.g != nil && resp.Status == http.StatusOK {
 		// The owner now holds (or is computing) this prefix: the next turn of the session
 		// should follow before the owner's own summary arrives.
-		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+		n.g.Index().AddSpeculative(owner, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
 	}
-	return n.relay(ctx, w, resp, p, c.Name, start), true
+	return n.relay(ctx, w, resp, p, owner, start), true
 }
 
 // forwardHeader is the header of p's forward: prefill marks the prefill half of a split

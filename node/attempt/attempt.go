@@ -102,7 +102,8 @@ const (
 // Result is what became of a step.
 type Result struct {
 	Outcome Outcome
-	// Code is a failure's code: the owner unreachable, or its engine's failure code.
+	// Code is a failure's code: the owner unreachable, or its engine's failure code (also
+	// on Paused, when the attempt failed and an earlier refusal had paused the agent).
 	Code string
 	// Reason is the last reason an owner gave for not running the request (its refusal or
 	// engine code), as the executor last heard it.

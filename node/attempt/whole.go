@@ -50,8 +50,8 @@ func (d *Whole) Next(r Result) Step {
 	case ClientGone:
 		return Step{Kind: Gone, Cand: d.i}
 	case Paused:
-		if !c.Self {
-			d.F.Retrying = false // a peer's answer: not a failure
+		if !c.Self && r.Code == "" {
+			d.F.Retrying = false // a peer's refusal: an answer, not a failure
 		}
 		return Step{Kind: Requeue, Cand: d.i}
 	case Refused:
