@@ -28,7 +28,7 @@
 //
 // # Migration
 //
-// The ingress relays an owner's stream to the client event by event (clientStream, forward.go)
+// The ingress relays an owner's stream to the client event by event (relay.Stream, forward.go)
 // and keeps what it sent; when the owner fails mid-response the request moves on as a
 // continuation of that text (migrate.go), through admission and routing again, up to
 // Config.Migrations times, spliced into the client's stream.

@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/relay"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -196,7 +197,7 @@ func endpointOf(ep engine.Endpoint) transport.Endpoint {
 }
 
 // relay answers the client with the owner's response: a stream event by event as it arrives
-// (clientStream), anything else once it has all arrived. If the owner fails before its
+// (relay.Stream), anything else once it has all arrived. If the owner fails before its
 // response ended (its transport breaks, or it closes a stream between two events), the
 // request migrates: it continues on another node, or the client's response ends with an
 // explicit error, never silently short.
@@ -205,9 +206,9 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 	if !p.stream || resp.Status != http.StatusOK {
 		return n.relayWhole(ctx, w, resp, p, owner, start)
 	}
-	cs, ok := w.(*clientStream) // a continuation's stream goes on in the client's
+	cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
 	if !ok {
-		cs = newClientStream(w, p.endpoint, n.cfg.Migrations >= 0)
+		cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
 	}
 	for k, v := range resp.Headers {
 		if !ingressHeader(k) {
@@ -229,8 +230,11 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 			}
 		}
 		if err == io.EOF {
-			if o, ended := cs.outcome(); ended {
-				return o
+			switch {
+			case cs.Done():
+				return outcome{completed: true}
+			case cs.Failed():
+				return outcome{code: openai.CodeEngineError}
 			}
 			// The owner's side closed without [DONE] or an error event (its transport went
 			// away between two events): the output is cut short.
