@@ -18,6 +18,7 @@ import (
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -330,7 +331,7 @@ func engineError(err error) *openai.Error {
 			fmt.Sprintf("invalid parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
 	case errors.As(err, &ae):
 		return ae.APIError()
-	case errors.As(err, new(*firstTokenLate)):
+	case errors.As(err, new(*firsttoken.Late)):
 		return openai.ErrEngineTimeout(err.Error())
 	case errors.Is(err, engine.ErrRejected):
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())

@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -258,7 +259,7 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 			return h, outcome{}, false
 		}
 		e := engineError(err)
-		if e.Status == http.StatusBadRequest || errors.As(err, new(*firstTokenLate)) {
+		if e.Status == http.StatusBadRequest || errors.As(err, new(*firsttoken.Late)) {
 			// The request itself is at fault, or its deadline passed: no other node would do
 			// better.
 			writeRefusal(w, e, 0)
