@@ -227,33 +227,19 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 		}
 	}
 	cs.WriteHeader(resp.Status)
-	buf := make([]byte, 32<<10)
-	first := p.origin == nil
-	for {
-		nr, err := resp.Body.Read(buf)
-		if nr > 0 {
-			if first {
-				n.m.ttft.Observe(time.Since(start).Seconds())
-				first = false
-			}
-			if _, werr := cs.Write(buf[:nr]); werr != nil {
-				return outcome{code: openai.CodeClientClosed}
-			}
-		}
-		if err == io.EOF {
-			switch {
-			case cs.Done():
-				return outcome{completed: true}
-			case cs.Failed():
-				return outcome{code: openai.CodeEngineError}
-			}
-			// The owner's side closed without [DONE] or an error event (its transport went
-			// away between two events): the output is cut short.
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return n.migrate(ctx, cs, p, owner, err)
-		}
+	var first func() // a continuation's first bytes are not the request's first token
+	if p.origin == nil {
+		first = func() { n.m.ttft.Observe(time.Since(start).Seconds()) }
+	}
+	switch err := cs.Pipe(resp.Body, first); {
+	case err == nil && cs.Done():
+		return outcome{completed: true}
+	case err == nil:
+		return outcome{code: openai.CodeEngineError}
+	case err == relay.ErrClientGone:
+		return outcome{code: openai.CodeClientClosed}
+	default:
+		return n.migrate(ctx, cs, p, owner, err)
 	}
 }
 

@@ -3,6 +3,8 @@ package relay
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 
@@ -167,4 +169,37 @@ func (s *Stream) keep(ev []byte) bool {
 		s.tokens++
 	}
 	return true
+}
+
+// ErrClientGone is Pipe's error when the client's side could not be written.
+var ErrClientGone = errors.New("relay: the client's stream could not be written")
+
+// Pipe copies an owner's event stream from body into s until the client's stream ends: nil
+// when it did ([DONE] or an error event: Done, Failed), ErrClientGone when the client could
+// not be written, else the owner's failure, io.ErrUnexpectedEOF when its side closed between
+// two events without ending the stream. first, when not nil, is called once, at the first
+// bytes.
+func (s *Stream) Pipe(body io.Reader, first func()) error {
+	buf := make([]byte, 32<<10)
+	for {
+		nr, err := body.Read(buf)
+		if nr > 0 {
+			if first != nil {
+				first()
+				first = nil
+			}
+			if _, werr := s.Write(buf[:nr]); werr != nil {
+				return ErrClientGone
+			}
+		}
+		if err == io.EOF {
+			if s.Ended() {
+				return nil
+			}
+			err = io.ErrUnexpectedEOF // the owner's side went away between two events: the output is cut short
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -1,9 +1,13 @@
 package relay
 
 import (
+	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // TestStream pins how a relayed stream reaches the client: whole events only, however
@@ -58,5 +62,38 @@ func TestStream(t *testing.T) {
 	_, _ = cs.Write([]byte(`{"error":{"message":"engine failed"}}`))
 	if strings.Contains(rec.Body.String(), "engine failed") || cs.Ended() || cs.Tokens() != 1 {
 		t.Errorf("client got %q (ended %v, %d chunks)", rec.Body.String(), cs.Ended(), cs.Tokens())
+	}
+}
+
+// failWriter is a client that went away.
+type failWriter struct{ *httptest.ResponseRecorder }
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("gone") }
+
+// TestPipe pins how an owner's stream ends for the client: whole when the stream ended, the
+// owner's failure when it closed between events, ErrClientGone when the client cannot be
+// written; the first bytes are reported once.
+func TestPipe(t *testing.T) {
+	ev := `data: {"choices":[{"index":0,"text":"a"}]}` + "\n\n"
+	for _, tt := range []struct {
+		name   string
+		body   string
+		client func() http.ResponseWriter
+		want   error
+		done   bool
+	}{
+		{"ended", ev + ev + "data: [DONE]\n\n", func() http.ResponseWriter { return httptest.NewRecorder() }, nil, true},
+		{"an error event ends it", ev + `data: {"error":{"message":"x"}}` + "\n\n", func() http.ResponseWriter { return httptest.NewRecorder() }, nil, false},
+		{"cut between events", ev + ev[:10], func() http.ResponseWriter { return httptest.NewRecorder() }, io.ErrUnexpectedEOF, false},
+		{"client gone", ev, func() http.ResponseWriter { return failWriter{httptest.NewRecorder()} }, ErrClientGone, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(tt.client(), false, true)
+			firsts := 0
+			err := s.Pipe(iotest.OneByteReader(strings.NewReader(tt.body)), func() { firsts++ })
+			if err != tt.want || s.Done() != tt.done || firsts != 1 {
+				t.Errorf("err %v done %v firsts %d, want %v %v 1", err, s.Done(), firsts, tt.want, tt.done)
+			}
+		})
 	}
 }
