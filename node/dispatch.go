@@ -303,12 +303,16 @@ type dispatchResult struct {
 // end the request (endFailed); refusals send it back to the waiting room.
 func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time, f *attempt.Failures) dispatchResult {
 	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
-	cands := make([]attempt.Cand, len(t.Cands))
-	for i := range t.Cands {
-		cands[i] = candOf(&t.v, &t.Cands[i])
+	// The planner sees the candidates it may try: from the decision's choice (first), at most
+	// ForwardAttempts of them; its index i is t.Cands[first+i].
+	first := t.D.Option
+	var buf [8]attempt.Cand
+	cands := buf[:0]
+	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
+		cands = append(cands, candOf(&t.v, &t.Cands[i]))
 	}
-	d := attempt.Whole{Cands: cands, First: t.D.Option, Attempts: n.cfg.ForwardAttempts, F: f}
-	for s := d.Start(); ; s = d.Next(n.runAttempt(ctx, w, p, t, s, start, &res)) {
+	d := attempt.Whole{Cands: cands, Attempts: n.cfg.ForwardAttempts, F: f}
+	for s := d.Start(); ; s = d.Next(n.runAttempt(ctx, w, p, t, first+s.Cand, s, start, &res)) {
 		switch s.Kind {
 		case attempt.Answered:
 			if s.Stick {
@@ -332,10 +336,10 @@ func candOf(v *view, c *route.Candidate) attempt.Cand {
 	return attempt.Cand{Name: c.Name, Peer: c.Peer, Self: v.Peers[c.Peer].Self, Pair: c.Pair != nil}
 }
 
-// runAttempt performs the attempt s of a dispatch (RunLocal, Forward or RunPair) and reports how
-// it ended; an answer's outcome is left in res.o.
-func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
-	c := &t.Cands[s.Cand]
+// runAttempt performs the attempt s of a dispatch (RunLocal, Forward or RunPair) on candidate
+// i of t and reports how it ended; an answer's outcome is left in res.o.
+func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, i int, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
+	c := &t.Cands[i]
 	if s.Rerun {
 		n.renewDue(p)
 	}
@@ -343,11 +347,11 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 		return attempt.Result{Outcome: attempt.BudgetSpent}
 	}
 	if s.Reserve {
-		n.planner.Reserve(time.Now(), p.adm, &t.Plan, s.Cand)
+		n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
 	}
 	if t.SplitWhy != "" {
 		// Each candidate tried counts, as what it is: admission's choice, then fallbacks.
-		n.m.disagg.WithLabelValues(dispatchOutcome(&t.Plan, s.Cand)).Inc()
+		n.m.disagg.WithLabelValues(dispatchOutcome(&t.Plan, i)).Inc()
 	}
 	defer n.planner.Release(&t.Plan)
 	switch s.Kind {
