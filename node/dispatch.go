@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
@@ -220,7 +221,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	p.ttl = n.adm.TTL(p.adm)
 	p.due = start.Add(p.ttl)
 	t := &ticket{}
-	var f failures
+	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)
 	n.m.decisionOf(t.D)
 	for {
@@ -284,7 +285,8 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 }
 
 // dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) the
-// candidates refused before the first byte and nothing was written.
+// candidates refused before the first byte and nothing was written. While the dispatch runs
+// it is the executor's scratch: the last attempt's codes and the answer's outcome.
 type dispatchResult struct {
 	o        outcome
 	requeue  bool
@@ -295,91 +297,100 @@ type dispatchResult struct {
 	failCode string
 }
 
-// dispatch runs p on the first candidate of order that takes it: this node's engine, or a peer
-// over QUIC. A refusal or a failure before the first byte moves on to the next candidate;
-// nothing reaches the client until some owner accepted. Failures, counted in f across
-// dispatches, end the request instead (endFailed) when every attempt of this dispatch failed,
-// when ForwardAttempts attempts failed in all, or when the retry budget allows no retry.
-func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time, f *failures) dispatchResult {
+// dispatch runs p on the candidates of t from the decision's choice on, as the attempt
+// planner (attempt.Whole) says: this node's engine, a peer over QUIC, or a pair. Nothing
+// reaches the client until some owner accepted. Failures, counted in f across dispatches,
+// end the request (endFailed); refusals send it back to the waiting room.
+func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time, f *attempt.Failures) dispatchResult {
 	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
-	first, failedBefore, refused := t.D.Option, f.n, false
+	// The planner sees the candidates it may try: from the decision's choice (first), at most
+	// ForwardAttempts of them; its index i is t.Cands[first+i].
+	first := t.D.Option
+	var buf [8]attempt.Cand
+	cands := buf[:0]
 	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
-		c := &t.Cands[i]
-		self := t.v.Peers[c.Peer].Self
-		if f.retrying {
-			n.renewDue(p)
-		}
-		if f.retrying && !self && !n.allowRetry(p, c.Name) {
-			if i == first {
-				n.planner.Release(&t.Plan) // the decision's reservation
+		cands = append(cands, candOf(&t.v, &t.Cands[i]))
+	}
+	d := attempt.Whole{Cands: cands, Attempts: n.cfg.ForwardAttempts, F: f}
+	for s := d.Start(); ; s = d.Next(n.runAttempt(ctx, w, p, t, first+s.Cand, s, start, &res)) {
+		switch s.Kind {
+		case attempt.Answered:
+			if s.Stick {
+				n.stick(p, cands[s.Cand].Name)
 			}
-			return n.endFailed(w, f)
-		}
-		if i > first {
-			n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
-		}
-		if t.SplitWhy != "" {
-			// Each candidate tried counts, as what it is: admission's choice, then fallbacks.
-			n.m.disagg.WithLabelValues(dispatchOutcome(&t.Plan, i)).Inc()
-		}
-		if c.Pair != nil {
-			o, done := n.dispatchPair(ctx, w, p, t, c, start, &res)
-			n.planner.Release(&t.Plan)
-			if done {
-				p.parked = parking{}
-				return dispatchResult{o: o}
-			}
-			if res.failCode == "" {
-				refused, f.retrying = true, false
-				continue
-			}
-			if f.add(res.failCode, c.Name); f.n >= n.cfg.ForwardAttempts {
-				return n.endFailed(w, f)
-			}
-			continue
-		}
-		if self {
-			n.m.forwards.WithLabelValues("local").Inc()
-			o, ran := n.agentStep(ctx, w, p, start, "local")
-			n.planner.Release(&t.Plan)
-			if !ran {
-				res.lastCode = CodeAgentPaused
-				n.agentRefused(p, c.Name, "", &res)
-				return res
-			}
-			n.stick(p, c.Name)
 			p.parked = parking{} // answered (it ran): no window keeps it parked any more
-			return dispatchResult{o: o}
-		}
-		o, done := n.forward(ctx, w, p, c, t.v.quic[c.Peer], start, &res)
-		n.planner.Release(&t.Plan)
-		if done {
-			if o.code != openai.CodeEngineTimeout { // an owner whose queue starved it is no home
-				n.stick(p, c.Name)
-			}
-			p.parked = parking{}
-			return dispatchResult{o: o}
-		}
-		if res.failCode == "" {
-			refused, f.retrying = true, false
-		}
-		if n.agentRefused(p, c.Name, t.v.quic[c.Peer], &res) {
+			return dispatchResult{o: res.o}
+		case attempt.Requeue:
 			return res
-		}
-		if ctx.Err() != nil {
+		case attempt.Fail:
+			n.planner.Release(&t.Plan) // the decision's reservation, when its retry was refused
+			return n.endFailed(w, f)
+		case attempt.Gone:
 			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
 		}
-		if res.failCode == "" {
-			continue
-		}
-		if f.add(res.failCode, c.Name); f.n >= n.cfg.ForwardAttempts {
-			return n.endFailed(w, f)
-		}
 	}
-	if !refused && f.n > failedBefore {
-		return n.endFailed(w, f) // no owner refused: waiting for room would not help
+}
+
+// candOf is c as the attempt planner sees it.
+func candOf(v *view, c *route.Candidate) attempt.Cand {
+	return attempt.Cand{Name: c.Name, Peer: c.Peer, Self: v.Peers[c.Peer].Self, Pair: c.Pair != nil}
+}
+
+// runAttempt performs the attempt s of a dispatch (RunLocal, Forward or RunPair) on candidate
+// i of t and reports how it ended; an answer's outcome is left in res.o.
+func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, i int, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
+	c := &t.Cands[i]
+	if s.Rerun {
+		n.renewDue(p)
 	}
-	return res
+	if s.Budget && !n.allowRetry(p, c.Name) {
+		return attempt.Result{Outcome: attempt.BudgetSpent}
+	}
+	if s.Reserve {
+		n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
+	}
+	if t.SplitWhy != "" {
+		// Each candidate tried counts, as what it is: admission's choice, then fallbacks.
+		n.m.disagg.WithLabelValues(dispatchOutcome(&t.Plan, i)).Inc()
+	}
+	defer n.planner.Release(&t.Plan)
+	switch s.Kind {
+	case attempt.RunPair:
+		var r attempt.Result
+		res.o, r = n.dispatchPair(ctx, w, p, t, c, start, res)
+		return r
+	case attempt.RunLocal:
+		n.m.forwards.WithLabelValues("local").Inc()
+		o, ran := n.agentStep(ctx, w, p, start, "local")
+		if !ran {
+			res.lastCode = CodeAgentPaused
+			n.agentRefused(p, c.Name, "", res)
+			return attempt.Result{Outcome: attempt.Paused}
+		}
+		res.o = o
+		return attempt.Result{Outcome: attempt.Ran}
+	}
+	addr := t.v.quic[c.Peer]
+	o, done := n.forward(ctx, w, p, c.Name, addr, start, res)
+	return n.afterForward(ctx, p, c.Name, addr, o, done, res)
+}
+
+// afterForward is the result of a forward to owner at addr that answered the client (done, with
+// o) or not (res says why).
+func (n *Node) afterForward(ctx context.Context, p *prepared, owner, addr string, o outcome, done bool, res *dispatchResult) attempt.Result {
+	switch {
+	case done:
+		// An owner whose queue starved the request is no home.
+		res.o = o
+		return attempt.Result{Outcome: attempt.Ran, Late: o.code == openai.CodeEngineTimeout}
+	case n.agentRefused(p, owner, addr, res):
+		return attempt.Result{Outcome: attempt.Paused, Code: res.failCode}
+	case ctx.Err() != nil:
+		return attempt.Result{Outcome: attempt.ClientGone}
+	case res.failCode != "":
+		return attempt.Result{Outcome: attempt.Failed, Code: res.failCode, Reason: res.lastCode, Now: time.Now()}
+	}
+	return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
 }
 
 func (n *Node) stick(p *prepared, peer string) {

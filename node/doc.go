@@ -26,9 +26,18 @@
 // restart, and keeps the settings in force when the file is bad. Start watches the file and
 // the API key file for changes (Config.ConfigWatch).
 //
+// # The request's journey
+//
+// Which attempt comes next is decided by the pure planner of package node/attempt; the node is
+// its executor. dispatch (dispatch.go) performs attempt.Whole's steps for one decision (run on
+// this node, forward to a peer, run a pair), dispatchPair (pair.go) those of attempt.Prefill
+// and attempt.Decode for a split request, and migrate asks attempt.Move; each attempt's result
+// (answered, refused, failed with a code, paused, client gone, budget spent) goes back to the
+// planner. The first-token bound on a generation is package node/firsttoken's.
+//
 // # Migration
 //
-// The ingress relays an owner's stream to the client event by event (clientStream, forward.go)
+// The ingress relays an owner's stream to the client event by event (relay.Stream, forward.go)
 // and keeps what it sent; when the owner fails mid-response the request moves on as a
 // continuation of that text (migrate.go), through admission and routing again, up to
 // Config.Migrations times, spliced into the client's stream.

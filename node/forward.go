@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvmesh/kvmesh/admit"
-	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/relay"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -23,20 +25,20 @@ const CodeHopLimit = "hop_limit"
 // MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
 const MaxHops = 1
 
-// forward sends p to the candidate's owner. done reports that the client got an answer (relayed
+// forward sends p to owner, a candidate, at addr. done reports that the client got an answer (relayed
 // from the owner); otherwise the owner refused, or the attempt failed (res.failCode: the owner
 // could not be reached, or its engine failed, before any byte).
-func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, c *route.Candidate, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
-	resp, o, done := n.send(ctx, w, p, c.Name, addr, false, res)
+func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
+	resp, o, done := n.send(ctx, w, p, owner, addr, false, res)
 	if resp == nil {
 		return o, done
 	}
 	if n.g != nil && resp.Status == http.StatusOK {
 		// The owner now holds (or is computing) this prefix: the next turn of the session
 		// should follow before the owner's own summary arrives.
-		n.g.Index().AddSpeculative(c.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+		n.g.Index().AddSpeculative(owner, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
 	}
-	return n.relay(ctx, w, resp, p, c.Name, start), true
+	return n.relay(ctx, w, resp, p, owner, start), true
 }
 
 // forwardHeader is the header of p's forward: prefill marks the prefill half of a split
@@ -88,51 +90,11 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		return nil, outcome{}, false
 	}
 	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
-	var ref *transport.Refusal
-	switch {
-	case err == nil:
-		n.peerReached(owner)
-	case errors.As(err, &ref) && ref.Code == CodeIngressMismatch:
-		// The owner does not take this node's certificate for its name (issued for another
-		// node, or before names were bound to certificates): no forward there can succeed, so
-		// it fails as a handshake would, and the peer leaves routing for a while.
-		n.m.forwards.WithLabelValues("refused").Inc()
-		forwardResult(span, "refused", ref.Code)
-		res.lastCode, res.failCode = ref.Code, ref.Code
-		if d := n.eject.Failure(time.Now(), owner); d > 0 {
-			n.m.ejections.WithLabelValues(transport.FailTLS).Inc()
-			n.log.Error("peer ejected from routing: it refuses this node's certificate for its name", "peer", owner, "addr", addr,
-				"for", d, "id", p.req.ID, "reason", ref.Message)
-		}
-		return nil, outcome{}, false
-	case errors.As(err, &ref):
-		n.peerReached(owner)
-		n.m.forwards.WithLabelValues("refused").Inc()
-		forwardResult(span, "refused", ref.Code)
-		n.log.Debug("owner refused", "id", p.req.ID, "owner", owner, "code", ref.Code)
-		res.lastCode, res.retry = ref.Code, ref.RetryAfter
-		if ref.Status == http.StatusBadRequest {
-			// The owner found the request itself invalid: no other node will think otherwise.
-			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
-			return nil, outcome{code: ref.Code, refused: true}, true
-		}
-		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
-			// The owner's engine is busier than its last record: not there again until a
-			// newer record says otherwise (an agent's pause and a dirty grid are not load).
-			n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
-		}
-		return nil, outcome{}, false
-	default:
-		n.m.forwards.WithLabelValues("unreachable").Inc()
-		forwardResult(span, "unreachable", "")
-		res.failCode = CodeOwnerUnreachable
-		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
-			n.peerFailed(p.req.ID, owner, addr, err)
-		} else {
-			n.log.Debug("forward failed", "id", p.req.ID, "owner", owner, "err", err)
-		}
-		return nil, outcome{}, false
+	if err != nil {
+		o, done := n.notForwarded(ctx, w, p, owner, addr, err, span, res)
+		return nil, o, done
 	}
+	n.peerReached(owner)
 	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout && !p.due.IsZero() && !time.Now().Before(p.due) {
 		// The owner's engine gave no first token within the request's queue TTL: its
 		// deadline has passed everywhere, so the owner's answer is the client's. (An
@@ -168,6 +130,55 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 	return resp, outcome{}, false
 }
 
+// notForwarded sorts err, the failure of a forward of p to owner at addr: the owner refused
+// (res.lastCode), or the attempt failed (res.failCode); done reports that the client was
+// answered (the owner found the request itself invalid, o says how).
+func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, err error, span trace.Span, res *dispatchResult) (o outcome, done bool) {
+	var ref *transport.Refusal
+	switch {
+	case errors.As(err, &ref) && ref.Code == CodeIngressMismatch:
+		// The owner does not take this node's certificate for its name (issued for another
+		// node, or before names were bound to certificates): no forward there can succeed, so
+		// it fails as a handshake would, and the peer leaves routing for a while.
+		n.m.forwards.WithLabelValues("refused").Inc()
+		forwardResult(span, "refused", ref.Code)
+		res.lastCode, res.failCode = ref.Code, ref.Code
+		if d := n.eject.Failure(time.Now(), owner); d > 0 {
+			n.m.ejections.WithLabelValues(transport.FailTLS).Inc()
+			n.log.Error("peer ejected from routing: it refuses this node's certificate for its name", "peer", owner, "addr", addr,
+				"for", d, "id", p.req.ID, "reason", ref.Message)
+		}
+		return outcome{}, false
+	case errors.As(err, &ref):
+		n.peerReached(owner)
+		n.m.forwards.WithLabelValues("refused").Inc()
+		forwardResult(span, "refused", ref.Code)
+		n.log.Debug("owner refused", "id", p.req.ID, "owner", owner, "code", ref.Code)
+		res.lastCode, res.retry = ref.Code, ref.RetryAfter
+		if ref.Status == http.StatusBadRequest {
+			// The owner found the request itself invalid: no other node will think otherwise.
+			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
+			return outcome{code: ref.Code, refused: true}, true
+		}
+		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
+			// The owner's engine is busier than its last record: not there again until a
+			// newer record says otherwise (an agent's pause and a dirty grid are not load).
+			n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
+		}
+		return outcome{}, false
+	default:
+		n.m.forwards.WithLabelValues("unreachable").Inc()
+		forwardResult(span, "unreachable", "")
+		res.failCode = CodeOwnerUnreachable
+		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
+			n.peerFailed(p.req.ID, owner, addr, err)
+		} else {
+			n.log.Debug("forward failed", "id", p.req.ID, "owner", owner, "err", err)
+		}
+		return outcome{}, false
+	}
+}
+
 // peerFailed records a forward to peer that failed at the transport. The failure that ejects
 // the peer from routing (route.Ejector) is logged as an error and counted by reason, once per
 // ejection; the others only at debug level.
@@ -197,7 +208,7 @@ func endpointOf(ep engine.Endpoint) transport.Endpoint {
 }
 
 // relay answers the client with the owner's response: a stream event by event as it arrives
-// (clientStream), anything else once it has all arrived. If the owner fails before its
+// (relay.Stream), anything else once it has all arrived. If the owner fails before its
 // response ended (its transport breaks, or it closes a stream between two events), the
 // request migrates: it continues on another node, or the client's response ends with an
 // explicit error, never silently short.
@@ -206,9 +217,9 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 	if !p.stream || resp.Status != http.StatusOK {
 		return n.relayWhole(ctx, w, resp, p, owner, start)
 	}
-	cs, ok := w.(*clientStream) // a continuation's stream goes on in the client's
+	cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
 	if !ok {
-		cs = newClientStream(w, p.endpoint, n.cfg.Migrations >= 0)
+		cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
 	}
 	for k, v := range resp.Headers {
 		if !ingressHeader(k) {
@@ -216,30 +227,19 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 		}
 	}
 	cs.WriteHeader(resp.Status)
-	buf := make([]byte, 32<<10)
-	first := p.origin == nil
-	for {
-		nr, err := resp.Body.Read(buf)
-		if nr > 0 {
-			if first {
-				n.m.ttft.Observe(time.Since(start).Seconds())
-				first = false
-			}
-			if _, werr := cs.Write(buf[:nr]); werr != nil {
-				return outcome{code: openai.CodeClientClosed}
-			}
-		}
-		if err == io.EOF {
-			if o, ended := cs.outcome(); ended {
-				return o
-			}
-			// The owner's side closed without [DONE] or an error event (its transport went
-			// away between two events): the output is cut short.
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return n.migrate(ctx, cs, p, owner, err)
-		}
+	var first func() // a continuation's first bytes are not the request's first token
+	if p.origin == nil {
+		first = func() { n.m.ttft.Observe(time.Since(start).Seconds()) }
+	}
+	switch err := cs.Pipe(resp.Body, first); {
+	case err == nil && cs.Done():
+		return outcome{completed: true}
+	case err == nil:
+		return outcome{code: openai.CodeEngineError}
+	case err == relay.ErrClientGone:
+		return outcome{code: openai.CodeClientClosed}
+	default:
+		return n.migrate(ctx, cs, p, owner, err)
 	}
 }
 
@@ -324,42 +324,15 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(http.StatusServiceUnavailable, CodeWrongRole, why, 0)
 		return
 	}
-	p.req.PrefillOnly = h.Prefill
-	if h.Handover != nil {
-		p.req.Handover = handoverOf(h.Handover, p.req.Blocks)
-	}
-	if h.QueueTTLLeft > 0 {
-		p.due, p.ttl = received.Add(h.QueueTTLLeft), h.QueueTTL
-	}
 	now := time.Now()
 	start := now.Add(-h.Waited)
+	fromHeader(p, h, received, start)
 	a := &p.adm
-	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
-	switch {
-	case h.Prefill:
-		a.Role = admit.RolePrefill // checked on the prompt's KV only
-	case h.Handover != nil:
-		a.Role = admit.RoleDecode // checked at the decode pool's mark
-	}
-	p.req.Priority = a.Priority
-	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
-	p.agentFinal = a.Agent != "" && h.AgentFinal
 	if _, ok := n.localModel(a.Model); !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
 		return
 	}
-	known := false // the steps of an agent this node's window knows are admitted by the window
-	if g := n.agents; g != nil && a.Agent != "" {
-		_, known = g.reg.Get(a.Agent)
-	}
-	self := n.selfPeer(p.req.Blocks)
-	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived}, h.Ingress)
-	if p.req.Handover != nil {
-		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
-		// count against the KV, as admission counts a whole prompt, cached or not).
-		self.PrefixBlocks = len(p.req.Blocks)
-	}
-	d := n.planner.Owner(now, *a, self, n.blockTokens(), known)
+	d := n.ownerDecision(now, p, h.Ingress)
 	n.m.decisionOf(d)
 	traceOwnerDecision(span, p, d)
 	if d.Refused() {
@@ -377,4 +350,45 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	endOutcome(span, o)
+}
+
+// fromHeader fills p, a request a peer forwarded here, from the forward's header h, received
+// at received; start is its arrival at the ingress, on this node's clock.
+func fromHeader(p *prepared, h transport.Header, received, start time.Time) {
+	p.req.PrefillOnly = h.Prefill
+	if h.Handover != nil {
+		p.req.Handover = handoverOf(h.Handover, p.req.Blocks)
+	}
+	if h.QueueTTLLeft > 0 {
+		p.due, p.ttl = received.Add(h.QueueTTLLeft), h.QueueTTL
+	}
+	a := &p.adm
+	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
+	switch {
+	case h.Prefill:
+		a.Role = admit.RolePrefill // checked on the prompt's KV only
+	case h.Handover != nil:
+		a.Role = admit.RoleDecode // checked at the decode pool's mark
+	}
+	p.req.Priority = a.Priority
+	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
+	p.agentFinal = a.Agent != "" && h.AgentFinal
+}
+
+// ownerDecision is this node's authoritative decision, with its exact state, on p, forwarded
+// by ingress.
+func (n *Node) ownerDecision(now time.Time, p *prepared, ingress string) admit.Decision {
+	a := &p.adm
+	known := false // the steps of an agent this node's window knows are admitted by the window
+	if g := n.agents; g != nil && a.Agent != "" {
+		_, known = g.reg.Get(a.Agent)
+	}
+	self := n.selfPeer(p.req.Blocks)
+	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived}, ingress)
+	if p.req.Handover != nil {
+		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
+		// count against the KV, as admission counts a whole prompt, cached or not).
+		self.PrefixBlocks = len(p.req.Blocks)
+	}
+	return n.planner.Owner(now, *a, self, n.blockTokens(), known)
 }

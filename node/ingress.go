@@ -18,6 +18,7 @@ import (
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -113,65 +114,17 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	var (
 		seed   *int64
 		prompt []byte
+		oerr   *openai.Error
 		a      = &p.adm
 		r      = &p.req // what the engine needs beyond the prompt; the literal below keeps it
 	)
-	switch ep {
-	case engine.Chat:
-		cr, oerr := openai.DecodeChat(bytes.NewReader(body), n.cfg.MaxBodyBytes)
-		if oerr != nil {
-			return nil, oerr
-		}
-		a.Model, a.N, a.Temperature, a.TopP, a.StopCount = cr.Model, cr.N, cr.Temperature, cr.TopP, len(cr.Stop)
-		a.MaxTokens = cr.MaxCompletionTokens
-		if a.MaxTokens == nil {
-			a.MaxTokens = cr.MaxTokens
-		} else {
-			p.capField = "max_completion_tokens"
-		}
-		if cr.Logprobs != nil && *cr.Logprobs {
-			lp := 0
-			if cr.TopLogprobs != nil {
-				lp = *cr.TopLogprobs
-			}
-			a.Logprobs = &lp
-		}
-		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
-		p.stream = cr.Stream
-		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
-		r.Logprobs = a.Logprobs != nil
-		if r.Logprobs {
-			r.TopLogprobs = *a.Logprobs
-		}
-		r.Extra = extraFields(cr.Extra, cr.StreamOptions)
-		msgs := make([]kvindex.Message, len(cr.Messages))
-		r.Roles = make([]string, len(cr.Messages))
-		for i, m := range cr.Messages {
-			msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
-			r.Roles[i] = m.Role
-			// Parts other than text are the engine's, neither counted nor hashed: an external
-			// engine reads them in Body, the embedded one refuses them by this name.
-			for _, part := range m.Content.Parts {
-				r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
-			}
-		}
-		prompt = kvindex.RenderChat(nil, msgs)
-	case engine.Completion:
-		cr, oerr := openai.DecodeCompletion(bytes.NewReader(body), n.cfg.MaxBodyBytes)
-		if oerr != nil {
-			return nil, oerr
-		}
-		a.Model, a.N, a.Temperature, a.TopP, a.StopCount = cr.Model, cr.N, cr.Temperature, cr.TopP, len(cr.Stop)
-		a.MaxTokens, a.Logprobs = cr.MaxTokens, cr.Logprobs
-		p.req.Stop, seed, p.user = cr.Stop, cr.Seed, cr.User
-		p.stream = cr.Stream
-		p.includeUsage = cr.Stream && cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage
-		if cr.Logprobs != nil {
-			r.Logprobs, r.TopLogprobs = true, *cr.Logprobs
-		}
-		r.Echo = cr.Echo != nil && *cr.Echo
-		r.Extra = extraFields(cr.Extra, cr.StreamOptions)
-		prompt = []byte(cr.PromptText())
+	if ep == engine.Chat {
+		prompt, seed, oerr = n.decodeChat(p, body)
+	} else {
+		prompt, seed, oerr = n.decodeCompletion(p, body)
+	}
+	if oerr != nil {
+		return nil, oerr
 	}
 	ctxTokens, _ := n.meshModelInfo(a.Model)
 	p.model = engine.Model{Name: a.Model, ContextTokens: ctxTokens}
@@ -203,6 +156,74 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		Extra:        r.Extra,
 	}
 	return p, nil
+}
+
+// generation fills p's fields from the members chat and completion requests share.
+func generation(p *prepared, g *openai.Generation) {
+	a := &p.adm
+	a.Model, a.N, a.Temperature, a.TopP, a.StopCount = g.Model, g.N, g.Temperature, g.TopP, len(g.Stop)
+	p.req.Stop, p.user = g.Stop, g.User
+	p.stream = g.Stream
+	p.includeUsage = g.Stream && g.StreamOptions != nil && g.StreamOptions.IncludeUsage
+}
+
+// decodeChat fills p's fields from a chat request's body and returns its rendered prompt and
+// seed.
+func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Error) {
+	a, r := &p.adm, &p.req
+	cr, oerr := openai.DecodeChat(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+	if oerr != nil {
+		return nil, nil, oerr
+	}
+	generation(p, &cr.Generation)
+	a.MaxTokens = cr.MaxCompletionTokens
+	if a.MaxTokens == nil {
+		a.MaxTokens = cr.MaxTokens
+	} else {
+		p.capField = "max_completion_tokens"
+	}
+	if cr.Logprobs != nil && *cr.Logprobs {
+		lp := 0
+		if cr.TopLogprobs != nil {
+			lp = *cr.TopLogprobs
+		}
+		a.Logprobs = &lp
+	}
+	r.Logprobs = a.Logprobs != nil
+	if r.Logprobs {
+		r.TopLogprobs = *a.Logprobs
+	}
+	r.Extra = extraFields(cr.Extra, cr.StreamOptions)
+	msgs := make([]kvindex.Message, len(cr.Messages))
+	r.Roles = make([]string, len(cr.Messages))
+	for i, m := range cr.Messages {
+		msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
+		r.Roles[i] = m.Role
+		// Parts other than text are the engine's, neither counted nor hashed: an external
+		// engine reads them in Body, the embedded one refuses them by this name.
+		for _, part := range m.Content.Parts {
+			r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
+		}
+	}
+	return kvindex.RenderChat(nil, msgs), cr.Seed, nil
+}
+
+// decodeCompletion fills p's fields from a completions request's body and returns its prompt
+// and seed.
+func (n *Node) decodeCompletion(p *prepared, body []byte) ([]byte, *int64, *openai.Error) {
+	a, r := &p.adm, &p.req
+	cr, oerr := openai.DecodeCompletion(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+	if oerr != nil {
+		return nil, nil, oerr
+	}
+	generation(p, &cr.Generation)
+	a.MaxTokens, a.Logprobs = cr.MaxTokens, cr.Logprobs
+	if cr.Logprobs != nil {
+		r.Logprobs, r.TopLogprobs = true, *cr.Logprobs
+	}
+	r.Echo = cr.Echo != nil && *cr.Echo
+	r.Extra = extraFields(cr.Extra, cr.StreamOptions)
+	return []byte(cr.PromptText()), cr.Seed, nil
 }
 
 // clientKVTransfer refuses a client's kv_transfer_params (null is absent): the KV connector's
@@ -330,7 +351,7 @@ func engineError(err error) *openai.Error {
 			fmt.Sprintf("invalid parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
 	case errors.As(err, &ae):
 		return ae.APIError()
-	case errors.As(err, new(*firstTokenLate)):
+	case errors.As(err, new(*firsttoken.Late)):
 		return openai.ErrEngineTimeout(err.Error())
 	case errors.Is(err, engine.ErrRejected):
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())

@@ -1,18 +1,18 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/relay"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -44,24 +44,25 @@ const (
 
 // migrate answers for p, whose owner failed (cause) before its response to the client ended:
 // it moves the rest of the request to another node when it may, or ends the client's
-// response with an error. w is the client's writer: a *clientStream for a stream.
+// response with an error. w is the client's writer: a *relay.Stream for a stream.
 func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, owner string, cause error) outcome {
-	cs, _ := w.(*clientStream)
+	cs, _ := w.(*relay.Stream)
 	if e := n.drainCut(ctx); e != nil {
 		// This node's drain timeout, not the owner, ended the relay.
 		if cs != nil {
-			cs.end(e)
+			cs.End(e)
 		} else {
 			writeRefusal(w, e, 0)
 		}
 		return outcome{code: e.Code}
 	}
-	if ctx.Err() != nil {
-		return outcome{code: openai.CodeClientClosed} // the client left: no one to answer
-	}
 	o := p
 	if p.origin != nil {
 		o = p.origin
+	}
+	step := attempt.Move(ctx.Err() != nil, o.migrations, n.cfg.Migrations)
+	if step.Kind == attempt.Gone {
+		return outcome{code: openai.CodeClientClosed} // the client left: no one to answer
 	}
 	fail := func(code string) outcome {
 		if cs == nil {
@@ -73,12 +74,12 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		if code != "" {
 			msg += "; its continuation on another node ended with " + code
 		}
-		cs.end(openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg))
+		cs.End(openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg))
 		return outcome{code: openai.CodeEngineError}
 	}
 	var next *prepared
 	why := "the request moved as often as --migrations allows"
-	if o.migrations < n.cfg.Migrations {
+	if step.Kind == attempt.Migrate {
 		next, why = n.continuation(o, cs)
 	}
 	if why != "" {
@@ -91,8 +92,8 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	next.exclude = append(slices.Clone(p.exclude), owner)
 	sent := 0
 	if cs != nil {
-		sent = cs.tokens
-		cs.resume()
+		sent = cs.Tokens()
+		cs.Resume()
 	} else {
 		// Nothing was sent: the request runs again from the start, and names a prefill node
 		// only if it is split again.
@@ -114,7 +115,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		return res // a whole response's refusal or failure went to the client as it is
 	case res.code == openai.CodeClientClosed:
 		return outcome{code: res.code}
-	case cs.ended():
+	case cs.Ended():
 		return outcome{code: openai.CodeEngineError}
 	}
 	return fail(res.code)
@@ -123,11 +124,11 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 // continuation builds the request that continues o, the client's, after what cs has sent
 // (cs nil: a whole response, of which nothing was sent: o again). why, when not "", says why
 // o cannot continue.
-func (n *Node) continuation(o *prepared, cs *clientStream) (next *prepared, why string) {
+func (n *Node) continuation(o *prepared, cs *relay.Stream) (next *prepared, why string) {
 	body := o.req.Body
 	var resume *engine.Resume
 	if cs != nil {
-		left := o.req.MaxTokens - cs.tokens
+		left := o.req.MaxTokens - cs.Tokens()
 		switch {
 		case o.req.Echo:
 			return nil, "the prompt is echoed"
@@ -137,11 +138,11 @@ func (n *Node) continuation(o *prepared, cs *clientStream) (next *prepared, why 
 			return nil, "no tokens left"
 		}
 		var err error
-		if body, err = continuationBody(o, cs.text.String(), left); err != nil {
+		if body, err = continuationBody(o, cs.Text(), left); err != nil {
 			return nil, err.Error()
 		}
-		resume = &engine.Resume{Seed: o.req.Seed, PromptHash: xxhash.Sum64(o.req.Prompt), Tokens: cs.tokens,
-			Bytes: cs.text.Len(), PromptTokens: o.req.PromptTokens}
+		resume = &engine.Resume{Seed: o.req.Seed, PromptHash: xxhash.Sum64(o.req.Prompt), Tokens: cs.Tokens(),
+			Bytes: len(cs.Text()), PromptTokens: o.req.PromptTokens}
 	}
 	next, oerr := n.prepare(o.endpoint, o.req.ID, body)
 	if oerr != nil {
@@ -199,161 +200,4 @@ func resumeOf(r *transport.Resume) *engine.Resume {
 		return nil
 	}
 	return &engine.Resume{Seed: r.Seed, PromptHash: r.PromptHash, Tokens: r.Tokens, Bytes: r.Bytes, PromptTokens: r.PromptTokens}
-}
-
-// clientStream is the client's side of a relayed stream. It passes the owner's events on
-// whole, as each completes, and keeps what the client was sent: the text, how many chunks
-// carried it, and whether the stream ended ([DONE] or an error event). After resume the
-// events of a continuation pass through it too, into the same response, its opening role
-// chunk dropped and its status and headers kept from the client, so the client reads one
-// stream. It implements http.ResponseWriter and http.Flusher for the code that writes a
-// continuation (relay, or this node's own serveLocal). One goroutine uses it at a time.
-type clientStream struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	chat  bool
-	track bool // parse events for their text (migration is on)
-
-	cont    bool        // the events come from a continuation
-	status  int         // the current source's status; 0 until it writes
-	scratch http.Header // a continuation's headers, which the client never sees
-	pending []byte      // the current source's event in progress
-
-	text   strings.Builder // the text sent
-	tokens int             // the chunks that carried it
-	done   bool            // [DONE] sent
-	failed bool            // an error event sent
-}
-
-var (
-	_ http.ResponseWriter = (*clientStream)(nil)
-	_ http.Flusher        = (*clientStream)(nil)
-)
-
-func newClientStream(w http.ResponseWriter, ep engine.Endpoint, track bool) *clientStream {
-	return &clientStream{w: w, rc: http.NewResponseController(w), chat: ep == engine.Chat, track: track}
-}
-
-// resume makes the next events a continuation's.
-func (s *clientStream) resume() {
-	s.cont, s.status, s.scratch, s.pending = true, 0, http.Header{}, nil
-}
-
-func (s *clientStream) ended() bool { return s.done || s.failed }
-
-// outcome is the request's outcome once the client's stream ended: completed at [DONE], failed
-// after an error event.
-func (s *clientStream) outcome() (outcome, bool) {
-	switch {
-	case s.done:
-		return outcome{completed: true}, true
-	case s.failed:
-		return outcome{code: openai.CodeEngineError}, true
-	}
-	return outcome{}, false
-}
-
-// end ends the client's stream with e.
-func (s *clientStream) end(e *openai.Error) {
-	s.failed = true
-	_ = openai.NewSSEWriter(s.w).WriteError(e)
-}
-
-func (s *clientStream) Header() http.Header {
-	if s.cont {
-		return s.scratch
-	}
-	return s.w.Header()
-}
-
-func (s *clientStream) WriteHeader(status int) {
-	if s.status != 0 {
-		return
-	}
-	s.status = status
-	if !s.cont {
-		s.w.WriteHeader(status)
-	}
-}
-
-// Write takes the source's bytes: its events go to the client as each completes. A
-// continuation that answers other than 200 (it failed before its first token) sends the
-// client nothing.
-func (s *clientStream) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.WriteHeader(http.StatusOK)
-	}
-	if s.status != http.StatusOK {
-		if s.cont {
-			return len(b), nil
-		}
-		return s.w.Write(b)
-	}
-	s.pending = append(s.pending, b...)
-	rest, wrote := s.pending, false
-	for {
-		i := bytes.Index(rest, []byte("\n\n"))
-		if i < 0 {
-			break
-		}
-		if s.keep(rest[:i]) {
-			if _, err := s.w.Write(rest[:i+2]); err != nil {
-				return 0, err
-			}
-			wrote = true
-		}
-		rest = rest[i+2:]
-	}
-	s.pending = append(s.pending[:0], rest...) // the event in progress, at the front
-	if wrote {
-		s.Flush()
-	}
-	return len(b), nil
-}
-
-// Flush sends what was written to the client.
-func (s *clientStream) Flush() { _ = s.rc.Flush() }
-
-// keep records the event ev (without its blank line) as sent and reports whether it goes to
-// the client: all do but a continuation's opening role chunk.
-func (s *clientStream) keep(ev []byte) bool {
-	data, ok := bytes.CutPrefix(ev, []byte("data: "))
-	switch {
-	case !ok:
-		return true
-	case bytes.Equal(data, []byte("[DONE]")):
-		s.done = true
-		return true
-	case bytes.HasPrefix(data, []byte(`{"error"`)):
-		s.failed = true
-		return true
-	case !s.track:
-		return true
-	}
-	var c struct {
-		Choices []struct {
-			Delta struct {
-				Role    string  `json:"role"`
-				Content *string `json:"content"`
-			} `json:"delta"`
-			Text         *string `json:"text"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-	}
-	if json.Unmarshal(data, &c) != nil || len(c.Choices) == 0 {
-		return true // the usage chunk
-	}
-	ch := c.Choices[0]
-	text := ch.Text
-	if s.chat {
-		text = ch.Delta.Content
-	}
-	if s.cont && s.chat && ch.Delta.Role != "" && (text == nil || *text == "") && ch.FinishReason == nil {
-		return false // the client's stream opened with its own
-	}
-	if text != nil && *text != "" {
-		s.text.WriteString(*text)
-		s.tokens++
-	}
-	return true
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -33,20 +35,20 @@ import (
 // (handoverDeadline), else the request ends with an explicit error (CodeDecodeUnavailable,
 // CodeDecodeFailed). Either half may run on this node itself.
 
-// Refusal and failure codes of the pair's flow.
+// Refusal and failure codes of the pair's flow (attempt's).
 const (
 	// CodeWrongRole is an owner's refusal (503) of a request its role does not run: a whole
 	// request or a decode half on a prefill node, a prefill half on a decode node, or a whole
 	// request there with its route.decode_local_prefill off, either half on a node whose
 	// engine cannot split (an external engine without a role), a handover from the other
 	// kind of engine.
-	CodeWrongRole = "wrong_role"
+	CodeWrongRole = attempt.CodeWrongRole
 	// CodeDecodeUnavailable (503) ends a split request whose prompt was prefilled but whose
 	// handover every decode node tried refused (no room).
-	CodeDecodeUnavailable = "decode_unavailable"
+	CodeDecodeUnavailable = attempt.CodeDecodeUnavailable
 	// CodeDecodeFailed (502) ends a split request whose handover no decode node tried could
 	// take: an attempt failed (unreachable, or its engine failed before the first token).
-	CodeDecodeFailed = "decode_failed"
+	CodeDecodeFailed = attempt.CodeDecodeFailed
 )
 
 // Outcomes of kvmesh_route_disaggregated_total: the dispatch's choice in a mesh with prefill
@@ -204,21 +206,22 @@ func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepa
 	return outcome{completed: true}
 }
 
-// decodePeers adds to list every other peer of v that can decode model: a waiting handover is
-// offered to any decode node that has room by now, the ones the search left out as busy, or
-// as having refused lately, included.
-func decodePeers(v *view, model, from string, list []*route.Candidate) []*route.Candidate {
+// decodePeers is every other peer of v that can decode model and is not in have: a waiting
+// handover is offered to any decode node that has room by now, the ones the search left out
+// as busy, or as having refused lately, included.
+func decodePeers(v *view, model, from string, have []attempt.Cand) []attempt.Cand {
+	var more []attempt.Cand
 	for i := range v.Peers {
 		q := &v.Peers[i]
 		switch {
 		case q.Name == from, q.WholeOnly, !q.Healthy, q.Ejected, q.Role != route.RoleDecode && !route.IsMixed(q.Role),
 			!slices.Contains(q.Models, model),
-			slices.ContainsFunc(list, func(c *route.Candidate) bool { return c.Name == q.Name }):
+			slices.ContainsFunc(have, func(c attempt.Cand) bool { return c.Name == q.Name }):
 			continue
 		}
-		list = append(list, &route.Candidate{Peer: i, Name: q.Name})
+		more = append(more, attempt.Cand{Peer: i, Name: q.Name, Self: q.Self})
 	}
-	return list
+	return more
 }
 
 // handoverRetry is how often a handover every decode node refused is offered to them again:
@@ -246,9 +249,9 @@ const maxHandoverAnswer = transport.MaxHandoverParams + 64
 // prefillOn runs p's prefill half on candidate q (this node or a peer) and returns its
 // handover; nil when q refused or the attempt failed (res.failCode), done when the client was
 // answered (the owner found the request itself invalid).
-func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared, q *route.Candidate, v *view, res *dispatchResult) (*engine.Handover, outcome, bool) {
+func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared, q attempt.Cand, v *view, res *dispatchResult) (*engine.Handover, outcome, bool) {
 	res.failCode = ""
-	if v.Peers[q.Peer].Self {
+	if q.Self {
 		n.m.forwards.WithLabelValues("local").Inc()
 		n.m.served.WithLabelValues("local").Inc()
 		h, err := n.prefill(ctx, p)
@@ -256,7 +259,7 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 			return h, outcome{}, false
 		}
 		e := engineError(err)
-		if e.Status == http.StatusBadRequest || errors.As(err, new(*firstTokenLate)) {
+		if e.Status == http.StatusBadRequest || errors.As(err, new(*firsttoken.Late)) {
 			// The request itself is at fault, or its deadline passed: no other node would do
 			// better.
 			writeRefusal(w, e, 0)
@@ -296,147 +299,162 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 }
 
 // dispatchPair runs p on the pair candidate c: the prefill on c's prefill peer (or the next
-// prefill candidates), then the decode on its decode peer (or the next decode candidates),
-// whose answer goes to the client. done reports that the client got an answer; otherwise no
-// prefill node handed over, and res says whether they refused (res.failCode "") or failed.
-func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, c *route.Candidate, start time.Time, res *dispatchResult) (outcome, bool) {
+// prefill candidates, as attempt.Prefill plans), then the decode (decodeHandover), whose
+// answer goes to the client. The result is Ran when the client got an answer (o); otherwise no
+// prefill node handed over, and it says whether they refused or one failed.
+func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, c *route.Candidate, start time.Time, res *dispatchResult) (outcome, attempt.Result) {
 	defer func() { p.req.Handover = nil }() // a fallback runs whole
 	pr := c.Pair
-	var (
-		h        *engine.Handover
-		from     string
-		failCode string
-		tries    int
-	)
-	try := func(q *route.Candidate) (outcome, bool) {
-		tries++
-		if tries > 1 {
+	cands := make([]attempt.Cand, 0, 1+len(t.Search.Prefill))
+	cands = append(cands, candOf(&t.v, &pr.Prefill))
+	for i := range t.Search.Prefill {
+		cands = append(cands, candOf(&t.v, &t.Search.Prefill[i]))
+	}
+	pf := attempt.Prefill{Cands: cands, Attempts: n.cfg.ForwardAttempts}
+	var h *engine.Handover
+	var o outcome
+	s := pf.Start()
+	for s.Kind == attempt.RunPrefill {
+		var r attempt.Result
+		h, o, r = n.prefillStep(ctx, w, p, t, cands[s.Cand], s, res)
+		s = pf.Next(r)
+	}
+	ran := attempt.Result{Outcome: attempt.Ran}
+	switch s.Kind {
+	case attempt.Answered:
+		return o, ran
+	case attempt.Gone:
+		return outcome{code: openai.CodeClientClosed, refused: true}, ran
+	case attempt.Handed:
+		return n.decodeHandover(ctx, w, p, t, pr, cands[s.Cand].Name, h, start, res), ran
+	}
+	n.m.disagg.WithLabelValues(disaggPrefillFailed).Inc()
+	n.log.Debug("no prefill node handed over", "id", p.req.ID, "tries", pf.Tries(), "code", s.Code)
+	if s.Kind == attempt.Fail {
+		return outcome{}, attempt.Result{Outcome: attempt.Failed, Code: s.Code}
+	}
+	return outcome{}, attempt.Result{Outcome: attempt.Refused} // every prefill node refused: the request waits for room
+}
+
+// prefillStep performs s, a prefill attempt on q, and reports how it ended: with the handover
+// h, or the client's answer o.
+func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, q attempt.Cand, s attempt.Step, res *dispatchResult) (h *engine.Handover, o outcome, r attempt.Result) {
+	switch {
+	case s.Budget && !n.allowRetry(p, q.Name):
+		r.Outcome = attempt.BudgetSpent
+	default:
+		if s.Rerun {
 			n.m.disagg.WithLabelValues(disaggPrefillRetried).Inc()
 			n.renewDue(p)
 		}
-		got, o, done := n.prefillOn(ctx, w, p, q, &t.v, res)
-		if got != nil {
-			h, from = got, q.Name
-		}
-		if res.failCode != "" {
-			failCode = res.failCode
-		}
-		return o, done
-	}
-	if o, done := try(&pr.Prefill); done {
-		return o, true
-	}
-	for i := range t.Search.Prefill {
-		q := &t.Search.Prefill[i]
-		if h != nil || tries >= n.cfg.ForwardAttempts || ctx.Err() != nil {
-			break
-		}
-		if q.Name == pr.Prefill.Name || (failCode != "" && !t.v.Peers[q.Peer].Self && !n.allowRetry(p, q.Name)) {
-			continue
-		}
-		if o, done := try(q); done {
-			return o, true
+		var done bool
+		h, o, done = n.prefillOn(ctx, w, p, q, &t.v, res)
+		switch {
+		case done:
+			return nil, o, attempt.Result{Outcome: attempt.Ran}
+		case h != nil:
+			r.Outcome = attempt.HandedOver
+		case res.failCode != "":
+			r = attempt.Result{Outcome: attempt.Failed, Code: res.failCode}
+		default:
+			r.Outcome = attempt.Refused
 		}
 	}
 	if ctx.Err() != nil {
-		return outcome{code: openai.CodeClientClosed, refused: true}, true
+		r.Outcome = attempt.ClientGone
 	}
-	if h == nil {
-		n.m.disagg.WithLabelValues(disaggPrefillFailed).Inc()
-		res.failCode = failCode // "": every prefill node refused, the request waits for room
-		n.log.Debug("no prefill node handed over", "id", p.req.ID, "tries", tries, "code", failCode)
-		return outcome{}, false
-	}
+	return h, o, r
+}
+
+// decodeHandover runs the decode half of p, whose prompt from prefilled into h, on pr's decode
+// peer or the next decode candidates, as attempt.Decode plans: when they all refuse, the
+// handover waits for decode room until the request's deadline (handoverDeadline), else the
+// request ends with an explicit error. The client is answered.
+func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, pr *route.Pair, from string, h *engine.Handover, start time.Time, res *dispatchResult) outcome {
 	n.m.disagg.WithLabelValues(disaggHandover).Inc()
 	p.req.Handover = h
 	// The client's response names the prefill node from here on, whichever decode node
 	// answers (an owner's answer does not override it: ingressHeader). A request that falls
 	// back to a whole run never gets here.
 	w.Header().Set(HeaderPrefillNode, from)
-
-	failCode, lastCode := "", ""
-	tries = 0
-	wrongRole := map[string]bool{} // decode nodes that can never take this handover
-	decode := func(d *route.Candidate) (outcome, bool) {
-		tries++
-		if tries > 1 {
-			n.m.disagg.WithLabelValues(disaggDecodeRetried).Inc()
-			n.renewDue(p)
-		}
-		n.planner.Handover(time.Now(), &t.Plan, d.Name)
-		if t.v.Peers[d.Peer].Self {
-			n.m.forwards.WithLabelValues("local").Inc()
-			return n.serveLocal(ctx, w, p, start, "local"), true
-		}
-		o, done := n.forward(ctx, w, p, d, t.v.quic[d.Peer], start, res)
-		if res.failCode != "" {
-			failCode = res.failCode
-		}
-		lastCode = res.lastCode
-		if lastCode == CodeWrongRole {
-			wrongRole[d.Name] = true // a role or engine mismatch: waiting for room will not help
-		}
-		return o, done
-	}
-	// The decode candidates: the pair's, then the search's next ones, at most ForwardAttempts.
-	var decoders []*route.Candidate
-	if pr.Decode.Name != from {
-		decoders = append(decoders, &pr.Decode)
-	}
+	search := make([]attempt.Cand, len(t.Search.Decode))
 	for i := range t.Search.Decode {
-		if d := &t.Search.Decode[i]; len(decoders) < n.cfg.ForwardAttempts && d.Name != pr.Decode.Name && d.Name != from {
-			decoders = append(decoders, d)
+		search[i] = candOf(&t.v, &t.Search.Decode[i])
+	}
+	dec := attempt.NewDecode(candOf(&t.v, &pr.Decode), search, from, n.cfg.ForwardAttempts, n.handoverDeadline(p), handoverRetry)
+	for s := dec.Start(time.Now()); ; {
+		switch s.Kind {
+		case attempt.RunDecode:
+			s = dec.Next(n.decodeStep(ctx, w, p, t, dec.Cands[s.Cand], s, start, res))
+		case attempt.Widen:
+			n.m.disagg.WithLabelValues(disaggHandoverQueued).Inc()
+			dec.Widen(decodePeers(&t.v, p.adm.Model, from, dec.Cands))
+			s = dec.Next(attempt.Result{Outcome: attempt.Widened})
+		case attempt.WaitDecodeRoom:
+			s = dec.Next(waitRoom(ctx, s.Wait))
+		case attempt.Answered:
+			if s.Stick {
+				n.stick(p, dec.Cands[s.Cand].Name)
+			}
+			return res.o
+		case attempt.Gone:
+			return outcome{code: openai.CodeClientClosed, refused: true}
+		default:
+			return n.decodeFailed(w, p, dec, from, start)
 		}
 	}
-	// Every decode node refusing is a room that changed while the prompt prefilled: the
-	// prefill is done, so the handover waits for decode room and is offered again each
-	// handoverRetry, until the request's TTFT deadline or queue TTL, before it is given up.
-	deadline := n.handoverDeadline(p)
-	for pass := 0; ; pass++ {
-		for _, d := range decoders {
-			if ctx.Err() != nil || failCode != "" && pass > 0 {
-				break
-			}
-			if o, done := decode(d); done {
-				if o.code != openai.CodeEngineTimeout {
-					n.stick(p, d.Name)
-				}
-				return o, true
-			}
-		}
-		if failCode != "" || ctx.Err() != nil || !time.Now().Add(handoverRetry).Before(deadline) {
-			break
-		}
-		if pass == 0 {
-			n.m.disagg.WithLabelValues(disaggHandoverQueued).Inc()
-			decoders = decodePeers(&t.v, p.adm.Model, from, decoders)
-		}
-		decoders = slices.DeleteFunc(decoders, func(d *route.Candidate) bool { return wrongRole[d.Name] })
-		if len(decoders) == 0 {
-			if len(wrongRole) > 0 {
-				failCode = CodeWrongRole // every node that could decode runs another role or engine
-			}
-			break
-		}
-		timer := time.NewTimer(handoverRetry)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		}
-		timer.Stop()
+}
+
+// waitRoom waits d, or until the client leaves.
+func waitRoom(ctx context.Context, d time.Duration) attempt.Result {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return attempt.Result{Outcome: attempt.ClientGone}
+	case <-timer.C:
+		return attempt.Result{Outcome: attempt.Waited, Now: time.Now()}
+	}
+}
+
+// decodeStep performs s, the offer of p's handover to d, and reports how it ended; an answer's
+// outcome is left in res.o.
+func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, d attempt.Cand, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
+	if s.Rerun {
+		n.m.disagg.WithLabelValues(disaggDecodeRetried).Inc()
+		n.renewDue(p)
+	}
+	n.planner.Handover(time.Now(), &t.Plan, d.Name)
+	if d.Self {
+		n.m.forwards.WithLabelValues("local").Inc()
+		res.o = n.serveLocal(ctx, w, p, start, "local")
+		return attempt.Result{Outcome: attempt.Ran, Late: res.o.code == openai.CodeEngineTimeout}
+	}
+	o, done := n.forward(ctx, w, p, d.Name, t.v.quic[d.Peer], start, res)
+	if done {
+		res.o = o
+		return attempt.Result{Outcome: attempt.Ran, Late: o.code == openai.CodeEngineTimeout}
 	}
 	if ctx.Err() != nil {
-		return outcome{code: openai.CodeClientClosed, refused: true}, true
+		return attempt.Result{Outcome: attempt.ClientGone}
 	}
+	if res.failCode != "" {
+		return attempt.Result{Outcome: attempt.Failed, Code: res.failCode, Reason: res.lastCode, Now: time.Now()}
+	}
+	return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
+}
+
+// decodeFailed ends p, whose handover from no decode node took, with the planner's code.
+func (n *Node) decodeFailed(w http.ResponseWriter, p *prepared, dec *attempt.Decode, from string, start time.Time) outcome {
 	n.m.disagg.WithLabelValues(disaggDecodeFailed).Inc()
 	e := openai.NewError(http.StatusServiceUnavailable, CodeDecodeUnavailable,
 		fmt.Sprintf("the prompt was prefilled on node %s, but no decode node took its KV until the request's deadline (%d tries over %v; the last said %s)",
-			from, tries, time.Since(start).Round(time.Millisecond), lastCode))
-	if failCode != "" {
+			from, dec.Tries(), time.Since(start).Round(time.Millisecond), dec.Reason()))
+	if dec.FailCode() != "" {
 		e = openai.NewError(http.StatusBadGateway, CodeDecodeFailed,
-			fmt.Sprintf("the prompt was prefilled on node %s, but no decode node could run it (%d tried; a failure: %s)", from, tries, failCode))
+			fmt.Sprintf("the prompt was prefilled on node %s, but no decode node could run it (%d tried; a failure: %s)", from, dec.Tries(), dec.FailCode()))
 	}
-	n.log.Warn("a split request's handover found no decode node", "id", p.req.ID, "prefill", from, "tries", tries, "code", e.Code)
+	n.log.Warn("a split request's handover found no decode node", "id", p.req.ID, "prefill", from, "tries", dec.Tries(), "code", e.Code)
 	writeRefusal(w, e, n.cfg.RetryAfter)
-	return outcome{code: e.Code, refused: failCode == ""}, true
+	return outcome{code: e.Code, refused: dec.FailCode() == ""}
 }

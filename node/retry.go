@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -18,24 +19,6 @@ const (
 	retryAllowed   = "allowed"
 	retryExhausted = "budget_exhausted"
 )
-
-// failures are the attempts of one request that failed (its owner unreachable, or the owner's
-// engine failing before the first token) as opposed to refused, over all its dispatches. A
-// refusal sends a request back to the waiting room; failures end it (endFailed): when a whole
-// dispatch failed, after ForwardAttempts failed attempts in all, or when the retry budget has
-// no room for another attempt.
-type failures struct {
-	n        int    // failed attempts so far
-	code     string // the last one's: CodeOwnerUnreachable or the owner's engine's code
-	owner    string // the node it failed on
-	retrying bool   // the last attempt failed: the next forward is a retry, which the budget must allow
-}
-
-// add records a failed attempt on owner.
-func (f *failures) add(code, owner string) {
-	f.n++
-	f.code, f.owner, f.retrying = code, owner, true
-}
 
 // allowRetry asks the retry budget whether p may be forwarded to owner after a failed
 // attempt, and counts the answer.
@@ -51,13 +34,13 @@ func (n *Node) allowRetry(p *prepared, owner string) bool {
 
 // endFailed answers a request whose attempts failed with a 502 carrying the last failure's
 // code.
-func (n *Node) endFailed(w http.ResponseWriter, f *failures) dispatchResult {
+func (n *Node) endFailed(w http.ResponseWriter, f *attempt.Failures) dispatchResult {
 	what := "could not be reached"
-	if f.code != CodeOwnerUnreachable {
-		what = "failed before the first token (" + f.code + ")"
+	if f.Code != CodeOwnerUnreachable {
+		what = "failed before the first token (" + f.Code + ")"
 	}
-	msg := fmt.Sprintf("no node could run the request: %d attempt(s) failed; the last, node %s, %s", f.n, f.owner, what)
-	e := openai.NewError(http.StatusBadGateway, f.code, msg)
+	msg := fmt.Sprintf("no node could run the request: %d attempt(s) failed; the last, node %s, %s", f.N, f.Owner, what)
+	e := openai.NewError(http.StatusBadGateway, f.Code, msg)
 	writeRefusal(w, e, 0)
 	return dispatchResult{o: outcome{code: e.Code}}
 }
