@@ -120,47 +120,14 @@ func (r *WaitingRoom) Push(now time.Time, it *Item) ([]*Item, error) {
 	if len(r.byID) >= r.cfg.MaxTotal {
 		return nil, fmt.Errorf("%w: %d requests waiting in all", ErrQueueFull, len(r.byID))
 	}
-	k := poolKey{it.Model, it.Role}
-	p := r.pools[k]
-	n, tokens := 0, 0
-	if p != nil {
-		n, tokens = p.n, p.tokens
+	p := r.pools[poolKey{it.Model, it.Role}]
+	c := r.spaceLocked(p, max(it.Tokens, 0))
+	if it.Priority < 0 && c.shed(r.cfg.ShedFraction) {
+		return nil, fmt.Errorf("%w: %s", ErrQueueFull, shedMessage)
 	}
-	maxReq, maxTok := r.cfg.MaxRequests, r.tokenCapLocked(p)
-	cost := max(it.Tokens, 0)
-	over := func(n, tokens int) bool {
-		return n+1 > maxReq || (n > 0 && tokens+cost > maxTok)
-	}
-	if it.Priority < 0 {
-		f := r.cfg.ShedFraction
-		if float64(n+1) > f*float64(maxReq) || (n > 0 && float64(tokens+cost) > f*float64(maxTok)) {
-			return nil, fmt.Errorf("%w: %s", ErrQueueFull, shedMessage)
-		}
-	}
-	var evicted []*Item
-	if over(n, tokens) {
-		// Can evicting every lower-priority waiter, then the latest work of the tenant holding
-		// more of the band than this item's tenant, make room? Decide before touching anything.
-		ln, lt := lowerLocked(p, it.Priority)
-		var fair []*Item
-		if over(n-ln, tokens-lt) {
-			if fair = r.fairVictimsLocked(p, it.Priority, it.Tenant, cost, n-ln, tokens-lt, over); fair == nil {
-				return nil, fmt.Errorf("%w: %d requests and %d prefill tokens waiting for %s (caps %d and %d)",
-					ErrQueueFull, n, tokens, clip(it.Model), maxReq, maxTok)
-			}
-		}
-		for over(p.n, p.tokens) && p.bands[len(p.bands)-1].prio < it.Priority {
-			v := r.victimLocked(p)
-			r.removeLocked(v)
-			evicted = append(evicted, v)
-		}
-		for _, v := range fair {
-			if !over(p.n, p.tokens) {
-				break
-			}
-			r.removeLocked(v)
-			evicted = append(evicted, v)
-		}
+	evicted, err := r.makeRoomLocked(p, it, c)
+	if err != nil {
+		return nil, err
 	}
 	if it.Expires.IsZero() {
 		it.Expires = it.Arrived.Add(time.Duration(r.cfg.TTL))
