@@ -78,3 +78,33 @@ func TestOutputEstimate(t *testing.T) {
 		t.Errorf("expected %d above max_tokens 50", d.ExpectedTokens)
 	}
 }
+
+// TestLimits pins where a request's default and maximum max_tokens come from: the tenant's,
+// else the model's, else Budget's, the default never above the maximum.
+func TestLimits(t *testing.T) {
+	a := newAdmitter(t, nil)
+	capped := newAdmitter(t, func(c *Config) { c.Budget.MaxMaxTokens = 500 })
+	tests := []struct {
+		name             string
+		a                *Admitter
+		model, tenant    string
+		wantDef, wantMax int
+	}{
+		{"global", a, "m", "t", 1024, 0},
+		{"model", a, "small", "t", 256, 512},
+		{"tenant over global", a, "m", "tight", 64, 128},
+		{"tenant over model", a, "small", "tight", 64, 128},
+		{"default cut to the maximum", capped, "m", "t", 500, 500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, ok := tt.a.model(tt.model)
+			if !ok {
+				t.Fatalf("model %q unknown", tt.model)
+			}
+			if def, maxMT := tt.a.limits(m, tt.tenant); def != tt.wantDef || maxMT != tt.wantMax {
+				t.Fatalf("limits = %d %d, want %d %d", def, maxMT, tt.wantDef, tt.wantMax)
+			}
+		})
+	}
+}

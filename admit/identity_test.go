@@ -94,3 +94,24 @@ func TestRateLimitPerKey(t *testing.T) {
 		t.Fatalf("Check ignored the bucket: %+v", d)
 	}
 }
+
+// TestGranted pins the priority a request runs at under its key's cap: what it asked for, or
+// the cap when it asked for more, and then says so.
+func TestGranted(t *testing.T) {
+	for _, tt := range []struct {
+		asked, limit, want int
+		clamped            bool
+	}{
+		{0, 0, 0, false},
+		{5, 0, 0, true},
+		{-3, 0, -3, false},
+		{maxPriorityValue, maxPriorityValue, maxPriorityValue, false},
+		{2, 1, 1, true},
+	} {
+		d := granted(Decision{Action: Accept, Tenant: "t"}, tt.asked, tt.limit)
+		if d.Priority != tt.want || d.PriorityClamped != tt.clamped || d.Tenant != "t" {
+			t.Errorf("granted(asked %d, cap %d) = %d clamped %v, want %d clamped %v",
+				tt.asked, tt.limit, d.Priority, d.PriorityClamped, tt.want, tt.clamped)
+		}
+	}
+}

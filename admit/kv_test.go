@@ -90,3 +90,75 @@ func TestSheddableKVRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestKVRoom pins layer 4's rule on one option of 1000 blocks (unknown total: only the free
+// blocks count): use after the request at or under the stage's mark, the sheddable mark 0.75
+// for batch, and a request larger than its share on its own only where under a tenth is used.
+func TestKVRoom(t *testing.T) {
+	a := newAdmitter(t, nil)
+	opt := func(free, total int) Option { return Option{FreeKVBlocks: free, TotalKVBlocks: total} }
+	tests := []struct {
+		name     string
+		priority int
+		o        Option
+		need     int
+		mark     float64
+		want     bool
+	}{
+		{"under queue_on", 0, opt(100, 1000), 13, 0.95, true},
+		{"exactly at queue_on", 0, opt(63, 1000), 13, 0.95, true},
+		{"over queue_on", 0, opt(60, 1000), 13, 0.95, false},
+		{"over the dispatch mark", 0, opt(100, 1000), 13, 0.85, false},
+		{"more than is free", 0, opt(10, 1000), 13, 0.95, false},
+		{"unknown total, fits", 0, opt(13, 0), 13, 0.95, true},
+		{"unknown total, does not fit", 0, opt(12, 0), 13, 0.95, false},
+		{"batch under sheddable", -1, opt(300, 1000), 13, 0.95, true},
+		{"batch over sheddable", -1, opt(100, 1000), 13, 0.95, false},
+		{"large batch on an idle pool", -1, opt(1000, 1000), 757, 0.95, true},
+		{"large batch under a tenth in use", -1, opt(950, 1000), 757, 0.95, true},
+		{"large batch over a tenth in use", -1, opt(850, 1000), 757, 0.95, false},
+		{"past the mark alone, idle pool", 0, opt(1000, 1000), 980, 0.95, true},
+		{"past the mark alone, a little in use", 0, opt(990, 1000), 980, 0.95, true},
+		{"past the mark alone, not enough free", 0, opt(970, 1000), 980, 0.95, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := a.kvRoom(tt.priority, tt.o, tt.need, tt.mark); got != tt.want {
+				t.Fatalf("kvRoom(prio %d, free %d of %d, need %d, mark %v) = %v, want %v",
+					tt.priority, tt.o.FreeKVBlocks, tt.o.TotalKVBlocks, tt.need, tt.mark, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBlocks pins the KV a request holds on an option: its whole prompt plus expected output,
+// cached prefix included, in the option's block size (else the model's, else 16); the prefill
+// half an owner checks holds its prompt only.
+func TestBlocks(t *testing.T) {
+	a := newAdmitter(t, func(c *Config) { c.Models["wide"] = ModelConfig{ContextTokens: 8192, BlockTokens: 32} })
+	tests := []struct {
+		name     string
+		model    string
+		role     string
+		expected int
+		o        Option
+		want     int
+	}{
+		{"prompt and output", "m", "", 100, Option{BlockTokens: 16}, 13},
+		{"cached prefix still held", "m", "", 100, Option{BlockTokens: 16, CachedTokens: 96}, 13},
+		{"option's block size", "m", "", 100, Option{BlockTokens: 64}, 4},
+		{"model's block size", "wide", "", 100, Option{}, 7},
+		{"default block size", "m", "", 100, Option{}, 13},
+		{"prefill half: prompt only", "m", RolePrefill, 100, Option{BlockTokens: 16}, 7},
+		{"prefill role on a pair: output too", "m", RolePrefill, 100, Option{BlockTokens: 16, Split: true}, 13},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := baseReq() // 100 prompt tokens
+			r.Model, r.Role = tt.model, tt.role
+			if got := a.blocks(r, tt.expected, tt.o); got != tt.want {
+				t.Fatalf("blocks = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

@@ -54,3 +54,31 @@ func TestQueueStage(t *testing.T) {
 		})
 	}
 }
+
+// TestRoomSpace pins the room's caps for one more item of 100 prefill tokens, in a pool capped
+// at 4 requests and 1000 tokens: a cap is passed when the item would exceed it (the token cap
+// not for an item joining an empty pool), and a sheddable item is turned away past half of
+// either cap.
+func TestRoomSpace(t *testing.T) {
+	c := func(n, tokens, cost int) space {
+		return space{n: n, tokens: tokens, maxReq: 4, maxTok: 1000, cost: cost}
+	}
+	for _, tt := range []struct {
+		name       string
+		s          space
+		over, shed bool
+	}{
+		{"empty", c(0, 0, 100), false, false},
+		{"empty, a prompt over the token cap", c(0, 0, 5000), false, false},
+		{"at the request cap", c(4, 400, 100), true, true},
+		{"under the request cap", c(3, 300, 100), false, true},
+		{"past the token cap", c(1, 950, 100), true, true},
+		{"at the token cap", c(1, 900, 100), false, true},
+		{"under half of both", c(1, 300, 100), false, false},
+		{"past half the tokens", c(1, 450, 100), false, true},
+	} {
+		if over, shed := tt.s.over(tt.s.n, tt.s.tokens), tt.s.shed(0.5); over != tt.over || shed != tt.shed {
+			t.Errorf("%s: over %v shed %v, want %v %v", tt.name, over, shed, tt.over, tt.shed)
+		}
+	}
+}

@@ -146,3 +146,113 @@ func TestRecheck(t *testing.T) {
 		})
 	}
 }
+
+// TestFeasible pins layer 7's prediction on one option: its TTFT estimate plus the time waited
+// (never negative) plus the queue ahead against the TTFT target, its TPOT against the TPOT
+// target; a zero target is not checked.
+func TestFeasible(t *testing.T) {
+	o := Option{PredictedTTFT: time.Second, PredictedTPOT: 300 * time.Millisecond}
+	ms := time.Millisecond
+	tests := []struct {
+		name             string
+		ahead, waited    time.Duration
+		ttftSLO, tpotSLO time.Duration
+		wantTTFT         time.Duration
+		wantOK           bool
+	}{
+		{"meets", 500 * ms, 400 * ms, 2 * time.Second, 0, 1900 * ms, true},
+		{"waited too long", 500 * ms, 600 * ms, 2 * time.Second, 0, 2100 * ms, false},
+		{"negative wait counts as none", 500 * ms, -time.Second, 1500 * ms, 0, 1500 * ms, true},
+		{"no TTFT target", 9 * time.Second, 0, 0, 0, 10 * time.Second, true},
+		{"TPOT over", 0, 0, 2 * time.Second, 200 * ms, time.Second, false},
+		{"TPOT within", 0, 0, 2 * time.Second, 300 * ms, time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ttft, ok := feasible(o, tt.ahead, tt.waited, tt.ttftSLO, tt.tpotSLO)
+			if ttft != tt.wantTTFT || ok != tt.wantOK {
+				t.Fatalf("feasible = %v %v, want %v %v", ttft, ok, tt.wantTTFT, tt.wantOK)
+			}
+		})
+	}
+}
+
+// TestSpare pins where sheddable work may start: where its predicted TTFT is within half the
+// normal class's 2 s, or, for a prompt whose own prefill is longer, where under a tenth of it
+// (0.2 s) is queued ahead of it. Other priorities always may.
+func TestSpare(t *testing.T) {
+	a := newAdmitter(t, nil)
+	opt := func(ttft time.Duration, rate float64, cached int) Option {
+		return Option{PredictedTTFT: ttft, PrefillTokensPerSecond: rate, CachedTokens: cached}
+	}
+	tests := []struct {
+		name     string
+		priority int
+		prompt   int
+		o        Option
+		want     bool
+	}{
+		{"normal always", 0, 100, opt(20*time.Second, 0, 0), true},
+		{"batch within half the normal TTFT", -1, 100, opt(time.Second, 0, 0), true},
+		{"batch past it", -1, 100, opt(1500*time.Millisecond, 0, 0), false},
+		// 8000 tokens at 3400/s are 2.35 s of the 2.5 s predicted: 0.15 s ahead.
+		{"batch's own long prefill, little ahead", -1, 8000, opt(2500*time.Millisecond, 3400, 0), true},
+		// 6800 tokens are 2 s of the 2.3 s predicted: 0.3 s ahead, past a tenth.
+		{"batch's own long prefill, 0.3 s ahead", -1, 6800, opt(2300*time.Millisecond, 3400, 0), false},
+		// 2000 of them cached: 1.76 s its own, 0.74 s ahead.
+		{"batch's long prefill, cached part not its own", -1, 8000, opt(2500*time.Millisecond, 3400, 2000), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := a.spare(tt.priority, tt.prompt, tt.o); got != tt.want {
+				t.Fatalf("spare = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestQueuePricing pins the figures layer 7 and the default TTFT target are built from: the
+// prefill a request brings (its prompt less the longest cached prefix), its own prefill time at
+// the options' mean rate, and the room's queue ahead at their combined rate.
+func TestQueuePricing(t *testing.T) {
+	rates := func(rs ...float64) []Option {
+		out := make([]Option, len(rs))
+		for i, r := range rs {
+			out[i].PrefillTokensPerSecond = r
+		}
+		return out
+	}
+	cached := []Option{{CachedTokens: 30}, {CachedTokens: 80}}
+	for _, tt := range []struct {
+		name      string
+		got, want any
+	}{
+		{"prefill less the longest prefix", prefillTokens(100, cached), 20},
+		{"prefill of a prompt wholly cached", prefillTokens(50, cached), 0},
+		{"own prefill at the mean rate", ownTTFT(10000, rates(10000, 0, 30000)), 500 * time.Millisecond},
+		{"own prefill, no rate known", ownTTFT(10000, rates(0)), time.Duration(0)},
+		{"own prefill of nothing", ownTTFT(0, rates(10000)), time.Duration(0)},
+		{"queue ahead at the combined rate", aheadWait(15000, rates(10000, 10000)), 750 * time.Millisecond},
+		{"a negative rate is left out", aheadWait(15000, rates(10000, -5)), 1500 * time.Millisecond},
+		{"no queue ahead", aheadWait(0, rates(10000)), time.Duration(0)},
+		{"queue ahead, no rate known", aheadWait(15000, rates(0)), time.Duration(0)},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+// TestTTL pins that X-Kvmesh-Queue-TTL may only shorten the queue TTL.
+func TestTTL(t *testing.T) {
+	a := newAdmitter(t, nil) // Queue.TTL 60 s
+	for _, tt := range []struct{ header, want time.Duration }{
+		{0, time.Minute},
+		{10 * time.Second, 10 * time.Second},
+		{2 * time.Minute, time.Minute},
+	} {
+		if got := a.TTL(Request{QueueTTL: tt.header}); got != tt.want {
+			t.Errorf("TTL with header %v = %v, want %v", tt.header, got, tt.want)
+		}
+	}
+}
