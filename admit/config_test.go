@@ -33,7 +33,7 @@ func TestLoadConfig(t *testing.T) {
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":-1}}`, "queue"},
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"ttl":"soon"}}`, `duration "soon"`},
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"dispatch_slack":1}}`, "dispatch_slack"},
-		// Zero once turned these off; now it is the default, so a file that says 0 is stopped.
+		// A file's 0 for these is refused, saying what to write instead.
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"backfill":0}}`, "queue.backfill: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (8)"},
 		{`{"models":{"m":{"context_tokens":4096}},"queue":{"max_requests":0}}`, "queue.max_requests: 0 is refused, as it once turned the setting off: write -1"},
 		{`{"models":{"m":{"context_tokens":4096}},"slo":{"normal":{"tpot":"0"}}}`, `slo.normal.tpot: 0 is refused, as it once turned the setting off, which nothing does now: write the value you want, or leave the key out for the default ("200ms")`},

@@ -6,8 +6,14 @@ import (
 	"time"
 )
 
+// The room's fair queue: a pool per (model, role), independent of the others; in a pool a
+// band per priority; in a band a flow per tenant, ordered between tenants by start-time fair
+// queueing in prefill tokens (virtual tags, per band) and inside a tenant by earliest deadline.
+// Every count (n, tokens) is kept equal to the sum of what it holds.
+
 type poolKey struct{ model, role string }
 
+// pool is one (model, role)'s waiters. It lives while it has a waiter or a measured rate.
 type pool struct {
 	key     poolKey
 	bands   []*band // by priority, highest first
@@ -16,6 +22,7 @@ type pool struct {
 	rateTPS float64 // measured prefill rate of the pool (SetPrefillRate)
 }
 
+// band is one priority's waiters in a pool; it is dropped with its last waiter.
 type band struct {
 	prio   int
 	flows  map[string]*flow
@@ -25,6 +32,8 @@ type band struct {
 	tokens int
 }
 
+// flow is one tenant's waiters in a band. An idle flow (aidx -1) keeps its finish tag while
+// the band's virtual time has not passed it, so a tenant cannot reset its debt by pausing.
 type flow struct {
 	tenant string
 	band   *band
@@ -34,6 +43,7 @@ type flow struct {
 	tokens int
 }
 
+// poolLocked returns k's pool, made (and put last in the round-robin order) if new.
 func (r *WaitingRoom) poolLocked(k poolKey) *pool {
 	p := r.pools[k]
 	if p == nil {
@@ -44,6 +54,7 @@ func (r *WaitingRoom) poolLocked(k poolKey) *pool {
 	return p
 }
 
+// insertLocked files it in its pool, band and tenant's flow, and in the expiry order.
 func (r *WaitingRoom) insertLocked(it *Item) {
 	p := r.poolLocked(poolKey{it.Model, it.Role})
 	i, found := slices.BinarySearchFunc(p.bands, it.Priority, func(b *band, prio int) int { return prio - b.prio })
@@ -85,6 +96,8 @@ func (r *WaitingRoom) insertLocked(it *Item) {
 	p.tokens += it.Tokens
 }
 
+// removeLocked takes a queued it out of everything insertLocked put it in, dropping an empty
+// band, and an empty pool with no measured rate.
 func (r *WaitingRoom) removeLocked(it *Item) {
 	f := it.flow
 	b := f.band

@@ -146,7 +146,7 @@ func (r *WaitingRoom) Push(now time.Time, it *Item) ([]*Item, error) {
 // fairness between tenants, then EDF. canRun (nil: always) is asked about the pool's head with
 // head nil. When it says no, the head waits for room, and up to QueueConfig.Backfill items
 // behind it (by priority, then deadline) are offered with head set: canRun must then say yes
-// only if the item runs without taking the room the head waits for (Admitter.HoldFor). When
+// only if the item runs without taking the room the head waits for (Admitter.ClaimFor). When
 // none may run, that pool is blocked for this call and the next pool is tried. canRun runs
 // with the room locked and must not call the room; Admitter.Ready is safe to call from it.
 func (r *WaitingRoom) Next(now time.Time, canRun func(it, head *Item) bool) (*Item, bool) {
