@@ -145,7 +145,8 @@ func (a *Admitter) admit(now time.Time, req Request, options []Option, useRoom b
 	if len(options) == 0 {
 		return noCapacity(req, b)
 	}
-	p := a.newPass(now, req, options, useRoom, b)
+	p := pass{a: a, now: now, req: req, options: options, useRoom: useRoom, maxTokens: b.MaxTokens, expected: b.ExpectedTokens}
+	p.start()
 	if d, done := p.kvLayer(); done {
 		return p.finish(d)
 	}

@@ -29,25 +29,27 @@ func (a *Admitter) Expired(now time.Time) Decision {
 
 // pass is one run of layers 4 to 7 over a request's options (Admitter.admit): the request as
 // the layers see it (OwnTTFT filled), what layer 3 admitted, and what each layer found for the
-// next. A pass is used once, by one goroutine.
+// next. A pass is used once, by one goroutine; it is a value on admit's stack, so one decision
+// allocates only its per-option table.
 type pass struct {
 	a       *Admitter
 	now     time.Time
 	req     Request
 	options []Option
-	useRoom bool     // false: the owner's re-check, which leaves the waiting room out
-	budget  Decision // layer 3's accept: MaxTokens and ExpectedTokens
-	prefill int      // the prompt less the longest prefix any option holds
-	pool    string   // the room pool the request counts in (splitPool)
+	useRoom bool // false: the owner's re-check, which leaves the waiting room out
+	// maxTokens and expected are layer 3's MaxTokens and ExpectedTokens.
+	maxTokens, expected int
+
+	prefill int    // the prompt less the longest prefix any option holds
+	pool    string // the room pool the request counts in (splitPool)
 
 	ttftSLO, tpotSLO time.Duration // SLOFor(req)
 	waited           time.Duration // since req's SLO clock started
 
-	// Layer 4: per option, the KV blocks the request needs and the view its room is judged on
-	// (decodeView); fit is the first option with room at the admission mark, or -1.
-	needs []int
-	views []Option
-	fit   int
+	// Layer 4: per option, the free KV blocks its room is judged on and the blocks the request
+	// needs there; fit is the first option with room at the admission mark, or -1.
+	kv  []optionKV
+	fit int
 	// Layers 5 and 6: the prefill tokens the room would serve before the request, and why it
 	// must wait ("": it need not).
 	aheadTokens int
@@ -56,16 +58,18 @@ type pass struct {
 	chosen int
 }
 
-func (a *Admitter) newPass(now time.Time, req Request, options []Option, useRoom bool, b Decision) *pass {
-	p := &pass{a: a, now: now, req: req, options: options, useRoom: useRoom, budget: b,
-		prefill: prefillTokens(req.PromptTokens, options), fit: -1, chosen: -1}
+// start fills in what a pass built with a, now, req, options, useRoom, maxTokens and expected
+// derives from them before layer 4: the prefill, OwnTTFT when req has none, the pool, the
+// SLOs and the time waited; nothing is found or chosen yet.
+func (p *pass) start() {
+	p.fit, p.chosen = -1, -1
+	p.prefill = prefillTokens(p.req.PromptTokens, p.options)
 	if p.req.OwnTTFT == 0 {
-		p.req.OwnTTFT = ownTTFT(p.prefill, options)
+		p.req.OwnTTFT = ownTTFT(p.prefill, p.options)
 	}
-	p.pool = splitPool(p.req, options)
-	p.ttftSLO, p.tpotSLO = a.SLOFor(p.req)
-	p.waited = now.Sub(p.req.SLOClock())
-	return p
+	p.pool = splitPool(p.req, p.options)
+	p.ttftSLO, p.tpotSLO = p.a.SLOFor(p.req)
+	p.waited = p.now.Sub(p.req.SLOClock())
 }
 
 // noCapacity is the refusal of a request with no candidate to run it (503 no_capacity).
@@ -80,7 +84,7 @@ func noCapacity(req Request, b Decision) Decision {
 // already waiting).
 func (p *pass) decide() Decision {
 	if p.chosen >= 0 {
-		return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Option: p.chosen, KVBlocks: p.needs[p.chosen]}
+		return Decision{Action: Accept, Layer: LayerSLO, Code: CodeAccepted, Option: p.chosen, KVBlocks: p.kv[p.chosen].need}
 	}
 	code := p.wait
 	if code == "" {
@@ -98,7 +102,7 @@ func (p *pass) decide() Decision {
 // role when accepted on a whole option), whether the chosen option is a pair, and for a 429
 // without one the room's Retry-After.
 func (p *pass) finish(r Decision) Decision {
-	r.Tenant, r.MaxTokens, r.ExpectedTokens, r.PrefillTokens = p.req.Tenant, p.budget.MaxTokens, p.budget.ExpectedTokens, p.prefill
+	r.Tenant, r.MaxTokens, r.ExpectedTokens, r.PrefillTokens = p.req.Tenant, p.maxTokens, p.expected, p.prefill
 	r.OwnTTFT, r.Role = p.req.OwnTTFT, p.pool
 	if r.Option >= 0 {
 		r.Split = p.options[r.Option].Split

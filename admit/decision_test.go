@@ -20,7 +20,7 @@ func TestDecide(t *testing.T) {
 		{"decode room", -1, CodeWaitDecode, Decision{Action: Queue, Layer: LayerKV, Code: CodeWaitDecode, Option: -1}},
 		{"behind equal rank", -1, CodeWaitBehind, Decision{Action: Queue, Layer: LayerPriority, Code: CodeWaitBehind, Option: -1}},
 	} {
-		p := &pass{chosen: tt.chosen, wait: tt.wait, needs: []int{5, 7}}
+		p := &pass{chosen: tt.chosen, wait: tt.wait, kv: []optionKV{{need: 5}, {need: 7}}}
 		if got := p.decide(); got != tt.want {
 			t.Errorf("%s: decide = %+v, want %+v", tt.name, got, tt.want)
 		}
@@ -36,7 +36,8 @@ func TestFinish(t *testing.T) {
 	r := baseReq() // 100 prompt tokens, tenant "t"
 	pair, whole := idle(), idle()
 	pair.Split, pair.CachedTokens, whole.CachedTokens = true, 40, 60
-	p := a.newPass(t0, r, []Option{pair, whole}, true, Decision{MaxTokens: 100, ExpectedTokens: 80})
+	p := pass{a: a, now: t0, req: r, options: []Option{pair, whole}, useRoom: true, maxTokens: 100, expected: 80}
+	p.start()
 	own := 4 * time.Millisecond // 40 uncached tokens at 10000/s
 	for _, tt := range []struct {
 		name       string

@@ -74,13 +74,12 @@ func onlyPairs(options []Option) bool {
 // a request that fits on no option even when empty; otherwise it records each option's need
 // and the first option with room at the admission mark (fit, -1 for none) and hands on.
 func (p *pass) kvLayer() (Decision, bool) {
-	n, expected := len(p.options), p.budget.ExpectedTokens
-	p.needs, p.views = make([]int, n), make([]Option, n)
+	n, expected := len(p.options), p.expected
+	p.kv = make([]optionKV, n)
 	neverFit := true
 	for i, o := range p.options {
-		p.views[i] = decodeView(o, expected)
-		p.needs[i] = p.a.blocks(p.req, expected, o)
-		if o.TotalKVBlocks <= 0 || p.needs[i] <= o.TotalKVBlocks {
+		p.kv[i] = optionKV{free: decodeView(o, expected).FreeKVBlocks, need: p.a.blocks(p.req, expected, o)}
+		if o.TotalKVBlocks <= 0 || p.kv[i].need <= o.TotalKVBlocks {
 			neverFit = false
 		}
 		if p.fit < 0 && p.roomOn(i) {
@@ -89,12 +88,21 @@ func (p *pass) kvLayer() (Decision, bool) {
 	}
 	if neverFit {
 		return refuse(statusBadRequest, LayerKV, CodeKVBudget, "max_tokens",
-			"the request needs %d KV blocks, more than any candidate holds; lower max_tokens", p.needs[0]), true
+			"the request needs %d KV blocks, more than any candidate holds; lower max_tokens", p.kv[0].need), true
 	}
 	return Decision{}, false
 }
 
 // roomOn reports whether option i has KV room for the request at the admission mark.
 func (p *pass) roomOn(i int) bool {
-	return p.a.kvRoom(p.req.Priority, p.views[i], p.needs[i], p.a.mark(p.req, p.options[i], false))
+	o := p.options[i]
+	view := o
+	view.FreeKVBlocks = p.kv[i].free
+	return p.a.kvRoom(p.req.Priority, view, p.kv[i].need, p.a.mark(p.req, o, false))
+}
+
+// optionKV is layer 4's finding on one option: the free blocks its KV room is judged on (a
+// pair's the decode node's forecast, decodeView) and the request's blocks there.
+type optionKV struct {
+	free, need int
 }

@@ -15,7 +15,7 @@ func (p *pass) queueLayer() (Decision, bool) {
 	}
 	switch {
 	case p.fit < 0 && onlyPairs(p.options):
-		if r, full := p.a.decodeFull(p.options[0], p.needs[0], p.budget.ExpectedTokens, p.waited, p.ttftSLO); full {
+		if r, full := p.a.decodeFull(p.options[0], p.kv[0].need, p.expected, p.waited, p.ttftSLO); full {
 			return r, true
 		}
 		p.wait = CodeWaitDecode
