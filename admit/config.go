@@ -137,9 +137,9 @@ type KVConfig struct {
 	DecodeQueueOff float64 `json:"decode_queue_off"`
 }
 
-// QueueConfig is layers 5 and 6 and the waiting room. Zero fields take the defaults (a file's
-// 0 for the settings it once turned off is refused: DecodeConfig); the settings that can be
-// turned off say which negative value does it.
+// QueueConfig is layers 5 and 6 and the waiting room. Zero fields take the defaults (in a
+// file, a 0 for a setting DecodeConfig names is refused); the settings that can be turned off
+// say which negative value does it.
 type QueueConfig struct {
 	// MaxRequests waiting per (model, role). Default 1024: a few seconds of a busy pool's
 	// arrivals, bounded memory. Negative (-1) disables queueing: everything that cannot run at
@@ -218,7 +218,7 @@ type SLOConfig struct {
 // The zero rule, as in every kvmesh config: a zero field means its default (DefaultConfig's
 // value), which New fills in; a setting that can be turned off is turned off by an explicit
 // value, the negative one its documentation names, never by zero. In a file, DecodeConfig
-// refuses a 0 for a setting that 0 once turned off, rather than read it as the default.
+// refuses a 0 for the settings it names, rather than read it as the default.
 type Config struct {
 	// Models the mesh serves, by name. ModelInfo, if set, takes precedence: the node wires it
 	// to the gossiped set. At least one of them is required.
@@ -281,9 +281,9 @@ func LoadConfig(data []byte) (Config, error) {
 }
 
 // DecodeConfig reads a JSON config over base (zero fields of base filled first) without
-// validating it. Unknown keys are an error naming the key. So that a file written when zero
-// turned a setting off cannot silently get its default, a 0 for one of those settings is an
-// error that says what to write instead.
+// validating it. Unknown keys are an error naming the key. A 0 for one of the settings its
+// table names is an error that says what to write instead (-1 where a negative value turns
+// the setting off, else the value wanted), so such a file never silently gets the default.
 func DecodeConfig(data []byte, base Config) (Config, error) {
 	cfg := base.WithDefaults()
 	f := configFile{Config: cfg, Keys: keysFile{KeyConfig: cfg.Keys, MaxPriority: (*Priority)(cfg.Keys.MaxPriority)}}

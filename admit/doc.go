@@ -24,7 +24,7 @@
 // Item; the node calls WaitingRoom.Next with a canRun func built on Admitter.Ready, which
 // re-checks KV and SLO with fresh state each time, so a queued request is never pinned to a node.
 // When a pool's head must wait for KV room, it holds its need on the candidate where it fits
-// first (Admitter.HoldFor), and up to QueueConfig.Backfill requests behind it are re-checked on
+// first (Admitter.ClaimFor), and up to QueueConfig.Backfill requests behind it are re-checked on
 // options with that claim taken off (Claim.Take): they run beside the head without delaying it.
 //
 // # Hysteresis
@@ -47,6 +47,19 @@
 //
 // docs/design/admission.md gives the reasoning behind each layer and default; the config
 // file's keys are listed in docs/operating.md.
+//
+// # Layout
+//
+// A file per layer: validate.go (1), identity.go (2, with keys.go for the key set and its
+// token buckets and usage.go for a key's use across the mesh), budget.go (3, with estimate.go
+// for the learned output lengths), kv.go (4, with role.go for a split request's decode room),
+// queue.go (5 and 6), slo.go (7). admit.go holds the Admitter and runs the layers; layers 4 to
+// 7 run as one pass over the candidates (decision.go), each layer a method that refuses, makes
+// the request wait, or hands on what it found. dispatch.go holds what the waiting room's loop
+// calls for a queued request (Item, Ready, ClaimFor). The waiting room: room.go (its API),
+// fairqueue.go (pools, priority bands and tenants' fair queues), order.go (deadline and
+// expiry order, backfill), roomcaps.go (caps, shedding and eviction) and retrymeter.go (the
+// dispatch rate behind Retry-After).
 //
 // # Concurrency
 //

@@ -23,7 +23,7 @@ func TestAheadFollowsFairQueueing(t *testing.T) {
 	if n, tokens := r.ahead("m", "", "polite", 0, t0.Add(late)); n != 2 || tokens != 5700 {
 		t.Errorf("polite tenant: %d requests and %d tokens ahead, want 2 and 5700", n, tokens)
 	}
-	// With one tenant the order is earliest deadline first, as before.
+	// With one tenant the order is earliest deadline first.
 	if n, tokens := r.ahead("m", "", "flood", 0, t0.Add(4500*time.Microsecond)); n != 6 || tokens != 25700 {
 		t.Errorf("flooding tenant, early deadline: %d requests and %d tokens ahead, want 6 and 25700", n, tokens)
 	}
