@@ -62,9 +62,8 @@
 // evicted blocks and the anchors among them, ResidentBlocks its full contents and
 // ResidentAnchors its anchors, as the embedded engine reports its exact cache. A restart of
 // the server (its process_start_time_seconds changed, its prompt token counter went back, or
-// its health failed and returned to a process whose start time does not say it is the same)
-// empties the model, once: the new instance's figures are judged against its own, not the
-// old one's.
+// its health failed and returned) empties the model, once: the new instance's figures are
+// judged against its own, not the old one's.
 //
 // With Config.KVEvents the Engine also reads the server's KV cache events (package kvevents)
 // on its loop's lifetime: a clear empties the model, removals evict its least recently used

@@ -260,24 +260,23 @@ func (r *shadow) resident(anchors bool) []uint64 {
 // capacity and block size, and whether it restarted, which empties the model.
 //
 // One restart is one reset. Three signs show a restart: the process start time changed, the
-// prompt token counter went back, or health returned after it failed (for a server whose
-// start time does not say it is the same process). Each compares with what the instance
-// before showed, so a reset drops what earlier scrapes showed and keeps only this scrape's,
-// the new instance's: a counter a server exports only after its first request, reappearing
-// below the old instance's figure, is no second restart, nor is health returning after a
-// restart already seen.
+// prompt token counter went back, or health returned after it failed. Each compares with
+// what the instance before showed, so a reset drops what earlier scrapes showed and keeps
+// only this scrape's, the new instance's: a counter a server exports only after its first
+// request, reappearing below the old instance's figure, is no second restart, nor is health
+// returning after a restart already seen. Health returning to an unchanged start time is
+// still taken for a restart: the process exporting it may not be the one holding the cache
+// (a front process, a proxy), and forgetting costs a preference, never a wrong route.
 func (r *shadow) scraped(m map[string][]sample, st engine.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var restart string
-	sameProcess := false // the scrape's start time is the last one's
 	sawStart, sawPrompts := false, false
 	if m != nil {
 		if v, ok := sum(m, processStart); ok {
 			if r.haveStart && v != r.start {
 				restart = "process start time changed"
 			}
-			sameProcess = r.haveStart && v == r.start
 			r.start, r.haveStart, sawStart = v, true, true
 		}
 		// A prompt token counter going back means the server restarted.
@@ -291,7 +290,7 @@ func (r *shadow) scraped(m map[string][]sample, st engine.State) {
 		}
 		r.engineBlock = engineBlockTokens(m, r.kind)
 	}
-	if st.Healthy && !r.healthy && r.everHealthy && !sameProcess && restart == "" {
+	if st.Healthy && !r.healthy && r.everHealthy && restart == "" {
 		restart = "healthy again"
 	}
 	r.healthy = st.Healthy
