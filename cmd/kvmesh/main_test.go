@@ -114,9 +114,9 @@ func TestEnginePriorityIsOffUnlessAsked(t *testing.T) {
 }
 
 // TestEngineKVEventsIsOffUnlessAsked pins that a node reads no KV events by default and that
-// --engine-kv-events names the publisher.
+// --engine-kv-events names the publisher, to dial or to bind for.
 func TestEngineKVEventsIsOffUnlessAsked(t *testing.T) {
-	for _, ep := range []string{"", "tcp://127.0.0.1:5557"} {
+	for _, ep := range []string{"", "tcp://127.0.0.1:5557", "bind:tcp://*:5557"} {
 		args := []string{"--insecure-dev", "--engine", "http://127.0.0.1:8000"}
 		if ep != "" {
 			args = append(args, "--engine-kv-events", ep)

@@ -45,7 +45,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default: " + node.DefaultModel + " for the sim, every model an external engine lists; an external engine must list each one given)", EnvVars: env("model")},
 		&cli.DurationFlag{Name: "models-interval", Value: d.ModelsInterval, Usage: "how often an external engine's /v1/models is read again", EnvVars: env("models-interval")},
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
-		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher (vLLM/SGLang --kv-events-config endpoint), e.g. tcp://127.0.0.1:5557; off by default", EnvVars: env("engine-kv-events")},
+		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher: tcp://HOST:PORT dials one that binds (vLLM/SGLang --kv-events-config endpoint, e.g. tcp://127.0.0.1:5557), bind:tcp://*:PORT listens for one that dials; off by default", EnvVars: env("engine-kv-events")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.DurationFlag{Name: "drain-delay", Value: d.DrainDelay, Usage: "how long SIGINT/SIGTERM keeps serving with /readyz at 503 before it stops accepting (negative: none)", EnvVars: env("drain-delay")},

@@ -17,15 +17,19 @@
 //
 // # Subscriber
 //
-// A Subscriber dials one publisher (tcp://host:port), subscribes to a topic prefix, and hands
-// each decoded Batch to its OnBatch, in order. It follows the sequence numbers: a batch after
-// a gap, after a message it could not decode, or the first one read mid-stream says Missed; a
-// number that goes back, or a first one read numbered 0, says Restarted (a publisher read from
-// its start, whose engine's cache was empty then). A lost
-// connection is dialled again after RetryInterval. Frames longer than MaxFrameBytes end the
-// connection (zmq4 would allocate them whole), and the handshake is bounded in time. It exports
+// A Subscriber dials one publisher (tcp://host:port), or binds for publishers that dial it
+// (bind:tcp://host:port, BindPrefix), subscribes to a topic prefix, and hands each decoded
+// Batch to its OnBatch, in order. It follows the sequence numbers: a batch after a gap, after
+// a message it could not decode, or the first one of a connection past 0 and past the last one
+// read says Missed; a number that goes back, or a connection's first one numbered 0, says
+// Restarted (a publisher read from its start, whose engine's cache was empty then). A lost
+// connection is dialled again after RetryInterval; a bound subscriber listens on. Frames
+// longer than MaxFrameBytes end the connection (zmq4 would allocate them whole), and the
+// handshake is bounded in time, dialled or accepted. Each SilentAfter without a message is
+// counted and logged at a rate that falls as the silence lasts (silentLogged). It exports
 // kvmesh_engine_kv_events_total{type}, kvmesh_engine_kv_event_gaps_total,
-// kvmesh_engine_kv_event_decode_errors_total and kvmesh_engine_kv_events_connected.
+// kvmesh_engine_kv_event_decode_errors_total, kvmesh_engine_kv_event_silences_total and
+// kvmesh_engine_kv_events_connected.
 //
 // # Publisher
 //
@@ -35,7 +39,7 @@
 //
 // # Concurrency
 //
-// Run blocks until its context ends, and must not be called twice at once. A Publisher is safe
-// for concurrent use. The zero values are not usable: build them with NewSubscriber and
+// Run blocks until its context ends, and must not be called twice at once; Addr is safe
+// beside it. A Publisher is safe for concurrent use. The zero values are not usable: build them with NewSubscriber and
 // NewPublisher, which do no I/O.
 package kvevents

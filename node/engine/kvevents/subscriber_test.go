@@ -5,10 +5,19 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zeromq/zmq4"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -36,13 +45,16 @@ type sub struct {
 	batches chan Batch
 }
 
-// startSubscriber runs a Subscriber of endpoint until the test ends, and waits for its Run to
-// return then.
-func startSubscriber(t *testing.T, endpoint string) *sub {
+// startSubscriber runs a Subscriber of endpoint, its config changed by mods, until the test
+// ends, and waits for its Run to return then.
+func startSubscriber(t *testing.T, endpoint string, mods ...func(*Config)) *sub {
 	t.Helper()
 	ch := make(chan Batch, 100)
-	s, err := NewSubscriber(Config{Endpoint: endpoint, RetryInterval: 10 * time.Millisecond,
-		OnBatch: func(b Batch) { ch <- b }})
+	cfg := Config{Endpoint: endpoint, RetryInterval: 10 * time.Millisecond, OnBatch: func(b Batch) { ch <- b }}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	s, err := NewSubscriber(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +72,7 @@ func startSubscriber(t *testing.T, endpoint string) *sub {
 
 // await publishes e until a batch arrives (a PUB socket drops what it sends before the
 // subscription reaches it), and returns that batch.
-func (s *sub) await(t *testing.T, p *Publisher, e Event) Batch {
+func (s *sub) await(t *testing.T, p interface{ Publish(...Event) }, e Event) Batch {
 	t.Helper()
 	var got Batch
 	poll.Until(t, 10*time.Second, "a batch to arrive", func() bool {
@@ -290,6 +302,11 @@ func TestEndpoints(t *testing.T) {
 		{"tcp://127.0.0.1:0", false, true},
 		{"tcp://127.0.0.1", false, false},
 		{"tcp://127.0.0.1:99999", false, false},
+		{"bind:tcp://*:5557", true, false},
+		{"bind:tcp://127.0.0.1:0", true, false},
+		{"bind:tcp://127.0.0.1", false, false},
+		{"bind:ipc:///tmp/kv", false, false},
+		{"bind:", false, false},
 		{"ipc:///tmp/kv", false, false},
 		{"127.0.0.1:5557", false, false},
 		{"", false, false},
@@ -306,7 +323,11 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
-// TestSequenceNumbers: how each number read is judged, after those before it.
+// fresh, among TestSequenceNumbers' numbers, marks a new connection.
+const fresh = ^uint64(0)
+
+// TestSequenceNumbers: how each number read is judged, after those before it and the
+// connection it came on.
 func TestSequenceNumbers(t *testing.T) {
 	tests := []struct {
 		name              string
@@ -320,6 +341,11 @@ func TestSequenceNumbers(t *testing.T) {
 		{"back to 0: a new publisher read from its start", []uint64{5, 0}, false, true},
 		{"back, past 0: a new publisher, its first batches lost", []uint64{5, 3}, true, true},
 		{"the same again: a new publisher", []uint64{5, 5}, true, true},
+		{"a new connection, the next number: maybe lost between", []uint64{5, fresh, 6}, true, false},
+		{"a new connection, from 0: a publisher read from its start", []uint64{5, fresh, 0}, false, true},
+		{"a new connection, back: a new publisher", []uint64{5, fresh, 2}, true, true},
+		{"a new connection, past the next: lost between", []uint64{5, fresh, 9}, true, false},
+		{"after a new connection's first, the next", []uint64{5, fresh, 9, 10}, false, false},
 	}
 	for _, tt := range tests {
 		s, err := NewSubscriber(Config{Endpoint: "tcp://127.0.0.1:1", OnBatch: func(Batch) {}})
@@ -328,10 +354,124 @@ func TestSequenceNumbers(t *testing.T) {
 		}
 		var missed, restarted bool
 		for _, seq := range tt.seqs {
+			if seq == fresh {
+				s.fresh.Store(true)
+				continue
+			}
 			missed, restarted = s.sequence(seq)
 		}
 		if missed != tt.missed || restarted != tt.restarted {
 			t.Errorf("%s: missed %v restarted %v, want %v %v", tt.name, missed, restarted, tt.missed, tt.restarted)
 		}
+	}
+}
+
+// dialling is a publisher of another make that dials its subscriber: zmq4's own PUB socket
+// over its own TCP transport, numbering its batches from 0.
+type dialling struct {
+	sock zmq4.Socket
+	seq  uint64
+}
+
+// dialPublisher dials a PUB socket to endpoint, closed at the test's end.
+func dialPublisher(t *testing.T, endpoint string) *dialling {
+	t.Helper()
+	sock := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	if err := sock.Dial(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	p := &dialling{sock: sock}
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *dialling) Publish(events ...Event) {
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], p.seq)
+	p.seq++
+	_ = p.sock.SendMulti(zmq4.NewMsgFrom([]byte("kv-events"), seq[:], EncodeBatch(time.Now(), events)))
+}
+
+func (p *dialling) close() { _ = p.sock.Close() }
+
+// bound starts a subscriber that binds a free loopback port and returns it once bound.
+func bound(t *testing.T, mods ...func(*Config)) *sub {
+	t.Helper()
+	s := startSubscriber(t, BindPrefix+"tcp://127.0.0.1:0", mods...)
+	poll.Until(t, 10*time.Second, "the subscriber to bind", func() bool { return s.s.Addr() != "" })
+	return s
+}
+
+// TestBoundSubscriberReadsDiallingPublishers: with bind:, the subscriber listens and a
+// publisher that dials it delivers its batches whole; it counts as connected from its
+// handshake to its hang-up, and a publisher dialling in after it (a restarted engine) is read
+// as a restart.
+func TestBoundSubscriberReadsDiallingPublishers(t *testing.T) {
+	s := bound(t)
+	if v := testutil.ToFloat64(s.s.connected); v != 0 {
+		t.Errorf("connected %v before any publisher dialled", v)
+	}
+	p := dialPublisher(t, s.s.Addr())
+	want := []Event{{Kind: BlockStored, Hashes: []uint64{1, 2}, BlockSize: 16, Medium: MediumGPU}}
+	b := s.await(t, p, want[0])
+	if !reflect.DeepEqual(b.Events, want) {
+		t.Errorf("events %+v, want %+v", b.Events, want)
+	}
+	if v := testutil.ToFloat64(s.s.connected); v != 1 {
+		t.Errorf("connected %v with a publisher dialled in", v)
+	}
+	// An engine that ran a while: the next one's first numbers are below its last.
+	p.seq = 1000
+	p.Publish(Event{Kind: Unknown})
+	for s.next(t).Seq != 1000 { // past those await sent after the first
+	}
+	p.close()
+	poll.Until(t, 10*time.Second, "the publisher's hang-up to be seen", func() bool {
+		return testutil.ToFloat64(s.s.connected) == 0
+	})
+	b = s.await(t, dialPublisher(t, s.s.Addr()), Event{Kind: AllBlocksCleared})
+	if !b.Restarted {
+		t.Errorf("the second publisher's batch %d is not a restart", b.Seq)
+	}
+}
+
+// TestSilentPublisherIsCountedAndLogged: each window without a message is counted; the log
+// says so at a bounded rate, with what the silence likely means.
+func TestSilentPublisherIsCountedAndLogged(t *testing.T) {
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log")) // a file takes concurrent writes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logs.Close() })
+	s := bound(t, func(c *Config) {
+		c.SilentAfter = time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	poll.Until(t, 10*time.Second, "three silent windows", func() bool {
+		return testutil.ToFloat64(s.s.silences) >= 3
+	})
+	b, err := os.ReadFile(logs.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	for _, want := range []string{"the publisher is silent", "no publisher has dialled in", "connected=false"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestSilenceLogRate: the silent windows in a row that are logged.
+func TestSilenceLogRate(t *testing.T) {
+	var logged []int
+	for n := range 200 {
+		if silentLogged(n) {
+			logged = append(logged, n)
+		}
+	}
+	want := []int{1, 2, 4, 8, 16, 32, 64, 128, 192}
+	if !slices.Equal(logged, want) {
+		t.Errorf("logged windows %v, want %v", logged, want)
 	}
 }

@@ -34,8 +34,13 @@ func registerGuarded() {
 	})
 }
 
-// ErrEndpoint is returned for an endpoint that is not tcp://host:port.
+// ErrEndpoint is returned for an endpoint that is not tcp://host:port (or, for a subscriber,
+// bind:tcp://host:port).
 var ErrEndpoint = errors.New("kvevents: endpoint must be tcp://host:port")
+
+// BindPrefix marks a subscriber's endpoint that it binds, for a publisher that dials it:
+// bind:tcp://*:5557.
+const BindPrefix = "bind:"
 
 // parseEndpoint checks a tcp://host:port endpoint and returns host:port. A subscriber dials
 // it, so its host must be an address (not vLLM's bind-all "*") and its port not 0.
@@ -53,12 +58,27 @@ func parseEndpoint(ep string, dial bool) (string, error) {
 		return "", fmt.Errorf("%w: %q: bad port", ErrEndpoint, ep)
 	}
 	if dial && (host == "" || host == "*") {
-		return "", fmt.Errorf("%w: %q: name the engine's host, e.g. tcp://127.0.0.1:%s", ErrEndpoint, ep, port)
+		return "", fmt.Errorf("%w: %q: name the engine's host, e.g. tcp://127.0.0.1:%s (or bind:tcp://*:%s for a publisher that dials)",
+			ErrEndpoint, ep, port, port)
 	}
 	return net.JoinHostPort(host, port), nil
 }
 
-// guardedTCP is zmq4's TCP transport with each dialled connection wrapped in a frameGuard.
+// connHooks are told of each publisher's connection a bound subscriber accepts: ready once
+// its ZMTP handshake is through, gone when it ends (only after ready). zmq4 hands the
+// transport only its socket's context, so the hooks travel in it (withHooks).
+type connHooks struct {
+	ready, gone func(remote net.Addr)
+}
+
+type hooksKey struct{}
+
+func withHooks(ctx context.Context, h *connHooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, h)
+}
+
+// guardedTCP is zmq4's TCP transport with each connection, dialled or accepted, wrapped in a
+// frameGuard.
 type guardedTCP struct{ inner transport.Transport }
 
 func (g guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
@@ -66,33 +86,79 @@ func (g guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (
 	if err != nil {
 		return nil, err
 	}
-	_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	fg := &frameGuard{Conn: c, skip: 64} // the ZMTP 3 greeting is 64 bytes
-	// zmq4 reads the handshake without a context: closing the socket's context closes the
-	// connection, so neither a silent peer nor Close leaves a read blocked.
-	fg.stop = context.AfterFunc(ctx, func() { c.Close() })
-	return fg, nil
+	return guard(ctx, c, nil), nil
 }
 
 func (g guardedTCP) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	return g.inner.Listen(ctx, addr)
+	l, err := g.inner.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	h, _ := ctx.Value(hooksKey{}).(*connHooks)
+	return guardedListener{Listener: l, ctx: ctx, hooks: h}, nil
 }
 
 func (g guardedTCP) Addr(ep string) (string, error) { return g.inner.Addr(ep) }
+
+// guardedListener wraps each accepted connection in a frameGuard. zmq4 runs the handshake of
+// each accepted connection in its accept loop, one at a time, so the guard's handshake
+// deadline also keeps a peer that connects and says nothing from holding the port.
+type guardedListener struct {
+	net.Listener
+	ctx   context.Context
+	hooks *connHooks
+}
+
+func (l guardedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return guard(l.ctx, c, l.hooks), nil
+}
+
+// guard wraps c in a frameGuard whose handshake is bounded in time, and closes c when ctx
+// ends.
+func guard(ctx context.Context, c net.Conn, h *connHooks) *frameGuard {
+	_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	fg := &frameGuard{Conn: c, skip: 64, hooks: h} // the ZMTP 3 greeting is 64 bytes
+	// zmq4 reads the handshake without a context: closing the socket's context closes the
+	// connection, so neither a silent peer nor Close leaves a read blocked.
+	stopCtx := context.AfterFunc(ctx, func() { c.Close() })
+	// Nor does zmq4 close a connection whose handshake failed: one not through it in time is
+	// closed here.
+	timer := time.AfterFunc(handshakeTimeout, func() {
+		fg.hookMu.Lock()
+		defer fg.hookMu.Unlock()
+		if !fg.handshook {
+			c.Close()
+		}
+	})
+	fg.stop = func() {
+		stopCtx()
+		timer.Stop()
+	}
+	return fg
+}
 
 var errFrameTooLarge = fmt.Errorf("kvevents: a publisher's frame is larger than %d bytes", MaxFrameBytes)
 
 // frameGuard follows the ZMTP framing of what it reads (after the greeting: a flags byte, a
 // 1- or 8-byte length, the body) and fails the read that would hand zmq4 a length above
 // MaxFrameBytes. The read deadline of the handshake is lifted after the first frame (the
-// publisher's READY).
+// peer's READY).
 type frameGuard struct {
 	net.Conn
-	stop   func() bool
-	skip   int     // bytes of greeting or frame body still to pass
-	hdr    [9]byte // the frame header being read
-	hdrLen int
-	frames int
+	stop  func()
+	hooks *connHooks // nil: none
+	// hookMu guards handshook and closed, and orders the hooks: gone follows ready, once,
+	// and nothing follows Close.
+	hookMu            sync.Mutex
+	handshook, closed bool
+	skip              int     // bytes of greeting or frame body still to pass
+	hdr               [9]byte // the frame header being read
+	hdrLen            int
+	frames            int
 }
 
 func (g *frameGuard) Read(p []byte) (int, error) {
@@ -146,10 +212,24 @@ func (g *frameGuard) frameDone() {
 	g.frames++
 	if g.frames == 1 {
 		_ = g.Conn.SetReadDeadline(time.Time{})
+		g.hookMu.Lock()
+		if !g.closed {
+			g.handshook = true
+			if g.hooks != nil {
+				g.hooks.ready(g.RemoteAddr())
+			}
+		}
+		g.hookMu.Unlock()
 	}
 }
 
 func (g *frameGuard) Close() error {
 	g.stop()
+	g.hookMu.Lock()
+	if !g.closed && g.handshook && g.hooks != nil {
+		g.hooks.gone(g.RemoteAddr())
+	}
+	g.closed = true
+	g.hookMu.Unlock()
 	return g.Conn.Close()
 }

@@ -60,8 +60,10 @@
 // least recently used first at the server's KV size (KVBlocksTotal), corrected by each
 // response's usage.prompt_tokens_details.cached_tokens. Config.OnPrefix receives its stored and
 // evicted blocks and the anchors among them, ResidentBlocks its full contents and
-// ResidentAnchors its anchors, as the embedded engine reports its exact cache. A restart of the server (its process_start_time_seconds changed, its prompt token
-// counter went back, or its health failed and returned) empties the model.
+// ResidentAnchors its anchors, as the embedded engine reports its exact cache. A restart of
+// the server (its process_start_time_seconds changed, its prompt token counter went back, or
+// its health failed and returned) empties the model, once: the new instance's figures are
+// judged against its own, not the old one's.
 //
 // With Config.KVEvents the Engine also reads the server's KV cache events (package kvevents)
 // on its loop's lifetime: a clear empties the model, removals evict its least recently used

@@ -74,8 +74,9 @@ type Config struct {
 	// a non-zero priority. Off, a client's priority member is removed (dropPriority).
 	Priority bool
 	// KVEvents is the server's KV cache event publisher (vLLM's and SGLang's
-	// --kv-events-config endpoint), tcp://host:port; empty, the default, reads none. Its
-	// events drive the residency model's evictions (kvevents.go).
+	// --kv-events-config endpoint): tcp://host:port dials it, bind:tcp://host:port listens
+	// for a publisher that dials (kvevents.Config.Endpoint); empty, the default, reads none.
+	// Its events drive the residency model's evictions (kvevents.go).
 	KVEvents string
 	// Passed through to State; engines do not export them.
 	PrefillTokensPerSecond float64

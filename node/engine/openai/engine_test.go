@@ -240,13 +240,16 @@ func TestStateOpenAIKindCountsInflight(t *testing.T) {
 	}
 }
 
+// TestUnhealthyAfterFailedScrapes: MaxScrapeFailures failed scrapes in a row make the engine
+// unhealthy and its load unknown, reported as none (not the last scrape's); a good scrape
+// brings both back.
 func TestUnhealthyAfterFailedScrapes(t *testing.T) {
 	f := newFake(t)
-	f.set("vllm:num_requests_waiting 0\n")
+	f.set(vllmCache(100, "vllm:num_requests_running 3\nvllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc 0.5\n"))
 	reg := prometheus.NewRegistry()
 	e := newEngine(t, f, KindVLLM, func(c *Config) { c.MaxScrapeFailures = 2; c.Registerer = reg })
-	if !e.State().Healthy {
-		t.Fatal("not healthy after a good scrape")
+	if s := e.State(); !s.Healthy || s.Running != 3 || s.Waiting != 2 || s.KVBlocksUsed != 50 {
+		t.Fatalf("after a good scrape %+v", s)
 	}
 	f.mu.Lock()
 	f.status = 500
@@ -260,8 +263,8 @@ func TestUnhealthyAfterFailedScrapes(t *testing.T) {
 	f.status = 0
 	f.mu.Unlock()
 	e.scrape(context.Background())
-	if e.State().Healthy {
-		t.Error("healthy after two failures")
+	if s := e.State(); s.Healthy || s.Running != 0 || s.Waiting != 0 || s.KVBlocksUsed != 0 {
+		t.Errorf("after two failures %+v, want unhealthy and no load", s)
 	}
 	if got := counter(t, reg, "kvmesh_engine_scrape_errors_total"); got != 2 {
 		t.Errorf("scrape errors = %v, want 2", got)

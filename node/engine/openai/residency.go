@@ -45,7 +45,7 @@ type shadow struct {
 	prompts     float64 // the kind's prompt counter at the last scrape that had it
 	havePrompts bool
 	healthy     bool // at the last scrape
-	everHealthy bool
+	everHealthy bool // the server has been healthy since the last reset (or since the start)
 	// The prompt tokens the server reported and kvmesh counted, over the same requests.
 	enginePrompt, kvmeshPrompt float64
 	kv                         *kvState // the server's KV events (kvevents.go); nil without
@@ -258,16 +258,26 @@ func (r *shadow) resident(anchors bool) []uint64 {
 
 // scraped follows one scrape (m nil when it failed) and the state it left: the server's KV
 // capacity and block size, and whether it restarted, which empties the model.
+//
+// One restart is one reset. Three signs show a restart: the process start time changed, the
+// prompt token counter went back, or health returned after it failed. Each compares with
+// what the instance before showed, so a reset drops what earlier scrapes showed and keeps
+// only this scrape's, the new instance's: a counter a server exports only after its first
+// request, reappearing below the old instance's figure, is no second restart, nor is health
+// returning after a restart already seen. Health returning to an unchanged start time is
+// still taken for a restart: the process exporting it may not be the one holding the cache
+// (a front process, a proxy), and forgetting costs a preference, never a wrong route.
 func (r *shadow) scraped(m map[string][]sample, st engine.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var restart string
+	sawStart, sawPrompts := false, false
 	if m != nil {
 		if v, ok := sum(m, processStart); ok {
 			if r.haveStart && v != r.start {
 				restart = "process start time changed"
 			}
-			r.start, r.haveStart = v, true
+			r.start, r.haveStart, sawStart = v, true, true
 		}
 		// A prompt token counter going back means the server restarted.
 		if name := kinds[r.kind].prompt; name != "" {
@@ -275,22 +285,25 @@ func (r *shadow) scraped(m map[string][]sample, st engine.State) {
 				if r.havePrompts && v < r.prompts {
 					restart = "prompt token counter went back"
 				}
-				r.prompts, r.havePrompts = v, true
+				r.prompts, r.havePrompts, sawPrompts = v, true, true
 			}
 		}
 		r.engineBlock = engineBlockTokens(m, r.kind)
 	}
-	if st.Healthy && !r.healthy && r.everHealthy {
+	if st.Healthy && !r.healthy && r.everHealthy && restart == "" {
 		restart = "healthy again"
 	}
 	r.healthy = st.Healthy
-	r.everHealthy = r.everHealthy || st.Healthy
 	if restart != "" {
+		// The instance is new: its own figures are this scrape's, and it has yet to be healthy
+		// (being so now is not a return).
+		r.haveStart, r.havePrompts, r.everHealthy = sawStart, sawPrompts, false
 		n := r.model.Len()
 		r.model.Clear(&r.d)
 		r.resets.Inc()
 		r.log.Warn("engine restarted: its prefix cache is empty", "reason", restart, "blocks_forgotten", n)
 	}
+	r.everHealthy = r.everHealthy || st.Healthy
 	if st.KVBlocksTotal > 0 && st.KVBlocksTotal != r.model.Capacity() {
 		r.model.SetCapacity(st.KVBlocksTotal, &r.d)
 	}

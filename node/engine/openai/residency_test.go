@@ -333,6 +333,98 @@ func TestEngineRestartClearsResidency(t *testing.T) {
 	}
 }
 
+// TestOneRestartOneReset: a restart empties the model once. What the new instance then
+// shows against the old one's figures (a prompt counter it exports only after its first
+// request, below the old instance's; health returning after a restart already seen) is no
+// second restart: the blocks served since stay resident.
+func TestOneRestartOneReset(t *testing.T) {
+	ctx := context.Background()
+	metricsStatus := func(f *fake, status int) {
+		f.mu.Lock()
+		f.status = status
+		f.mu.Unlock()
+	}
+	modelsStatus := func(f *fake, status int) {
+		f.mu.Lock()
+		f.modelsStatus = status
+		f.mu.Unlock()
+	}
+	healthy := func(t *testing.T, e *Engine, want bool) {
+		t.Helper()
+		if got := e.State().Healthy; got != want {
+			t.Fatalf("healthy %v, want %v", got, want)
+		}
+	}
+	tests := []struct {
+		name   string
+		before string
+		// restart takes the engine through its restart.
+		restart func(t *testing.T, f *fake, e *Engine)
+		// after follows the new blocks being served.
+		after func(t *testing.T, f *fake, e *Engine)
+	}{
+		{name: "the prompt counter reappears below the old instance's after health returned",
+			before: "vllm:prompt_tokens_total 5000\n",
+			restart: func(t *testing.T, f *fake, e *Engine) {
+				metricsStatus(f, http.StatusInternalServerError)
+				for range e.cfg.MaxScrapeFailures {
+					e.scrape(ctx)
+				}
+				healthy(t, e, false)
+				f.set(vllmCache(100, "")) // the new instance, before its first request
+				metricsStatus(f, 0)
+				e.scrape(ctx)
+				healthy(t, e, true)
+			},
+			after: func(t *testing.T, f *fake, e *Engine) {
+				f.set(vllmCache(100, "vllm:prompt_tokens_total 50\n"))
+				e.scrape(ctx)
+			}},
+		{name: "the start time changes while unhealthy, then health returns",
+			before: "process_start_time_seconds 1700000000\n",
+			restart: func(t *testing.T, f *fake, e *Engine) {
+				modelsStatus(f, http.StatusInternalServerError)
+				for range e.cfg.MaxScrapeFailures {
+					_ = e.refreshModels(ctx, false)
+				}
+				healthy(t, e, false)
+				f.set(vllmCache(100, "process_start_time_seconds 1700000500\n"))
+				e.scrape(ctx)
+				modelsStatus(f, 0)
+				if err := e.refreshModels(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+				healthy(t, e, true)
+			},
+			after: func(t *testing.T, f *fake, e *Engine) { e.scrape(ctx) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			f.set(vllmCache(100, tt.before))
+			reg := prometheus.NewRegistry()
+			e := newEngine(t, f, KindVLLM, func(c *Config) { c.Registerer = reg })
+			f.setGen(reply(50, 0))
+			serve := func(blocks []uint64) {
+				st, err := e.Generate(ctx, request(blocks))
+				if err != nil {
+					t.Fatal(err)
+				}
+				drain(t, st)
+			}
+			serve(chain(1, 3))
+			tt.restart(t, f, e)
+			serve(chain(21, 3))
+			tt.after(t, f, e)
+			resident := e.ResidentBlocks()
+			slices.Sort(resident)
+			if resets := counter(t, reg, "kvmesh_residency_resets_total"); resets != 1 || !slices.Equal(resident, chain(21, 3)) {
+				t.Errorf("%v resets, resident %v; want 1, %v", resets, resident, chain(21, 3))
+			}
+		})
+	}
+}
+
 // TestResidencyCapacityFollowsTheServer: the model holds what the server's scraped KV size
 // holds, and a smaller size evicts.
 func TestResidencyCapacityFollowsTheServer(t *testing.T) {

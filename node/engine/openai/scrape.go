@@ -231,7 +231,8 @@ var kinds = map[string]kindNames{
 
 var errNoMetrics = errors.New("openai: engine exports none of the expected metrics")
 
-// scrape fetches /metrics once and updates the state; failures count toward unhealthy.
+// scrape fetches /metrics once and updates the state; failures count toward unhealthy, which
+// also zeroes the running and waiting requests and the KV blocks in use.
 func (e *Engine) scrape(ctx context.Context) {
 	m, err := e.fetchMetrics(ctx)
 	if err == nil {
@@ -245,7 +246,10 @@ func (e *Engine) scrape(ctx context.Context) {
 			if e.state.Healthy {
 				e.log.Warn("engine unhealthy", "url", e.base.String(), "failures", e.fails, "err", err)
 			}
+			// The last scrape's load no longer holds: an engine that does not answer runs
+			// none of this node's requests, and peers and kvmesh status must not show it busy.
 			e.state.Healthy = false
+			e.state.Running, e.state.Waiting, e.state.KVBlocksUsed = 0, 0, 0
 		}
 		e.mu.Unlock()
 		e.log.Debug("engine scrape failed", "url", e.base.String(), "err", err)
