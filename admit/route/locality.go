@@ -24,7 +24,11 @@ import "time"
 //     the spill goes first to the peer holding most of the prefix. Once it has run there that
 //     peer holds the whole prefix too and is a second home: a prefix whose demand exceeds one
 //     node gets a second one, and a third only when two are not enough.
-//   - No candidate meets it: the load gate, as without a target.
+//   - No candidate meets it with the margin, and a home, busy or not, meets the whole target
+//     while no other candidate does: the request stays home, as in the first case. The others
+//     would recompute the prefix past the target, and admission would refuse for a predicted
+//     TTFT what the home's cache serves in time.
+//   - Otherwise: the load gate, as without a target.
 //
 // Every candidate's Spill term is the prefix its home holds and it does not: what running
 // there recomputes, and the KV of other prompts that storing it evicts. The rule counts both
@@ -53,10 +57,10 @@ func localityApplies(cfg *Config, req Request, agentHome string) bool {
 	return req.TTFTTarget > 0 && agentHome == "" && !req.KeepBusy && cfg.PrefixHomeMinTokens > 0
 }
 
-// meetsTarget reports whether a peer predicting ttft and tpot meets req's targets under the
-// locality rule.
-func meetsTarget(cfg *Config, req Request, ttft, tpot time.Duration) bool {
-	limit := time.Duration(float64(req.TTFTTarget) * cfg.PrefixHomeShare)
+// meetsTarget reports whether a peer predicting ttft and tpot meets req's targets, its TTFT
+// within share of the TTFT target.
+func meetsTarget(req Request, share float64, ttft, tpot time.Duration) bool {
+	limit := time.Duration(float64(req.TTFTTarget) * share)
 	return ttft <= limit && (req.TPOTTarget <= 0 || tpot <= req.TPOTTarget)
 }
 
@@ -74,40 +78,59 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 	if longest < cfg.PrefixHomeMinTokens {
 		return dst, false
 	}
-	homeMeets := held.found && held.tokens == longest && meetsTarget(cfg, req, held.ttft, held.tpot)
-	otherMeets := false
 	for i := range dst {
-		c := &dst[i]
-		c.Terms.Spill = longest - c.Terms.PrefixTokens
-		c.Home = c.Terms.Spill == 0
-		meets := meetsTarget(cfg, req, c.PredictedTTFT, c.PredictedTPOT)
-		homeMeets = homeMeets || c.Home && meets
-		otherMeets = otherMeets || !c.Home && meets
+		dst[i].Terms.Spill = longest - dst[i].Terms.PrefixTokens
+		dst[i].Home = dst[i].Terms.Spill == 0
 	}
-	if homeMeets {
-		n, anyMeets := 0, false
+	// meet reports whether a home, and whether another candidate, meets the target at share.
+	meet := func(share float64) (home, other bool) {
+		home = held.found && held.tokens == longest && meetsTarget(req, share, held.ttft, held.tpot)
 		for i := range dst {
-			if !dst[i].Home {
-				counts[ReasonBusy]++
-				continue
-			}
-			dst[i].Gated = !meetsTarget(cfg, req, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
-			anyMeets = anyMeets || !dst[i].Gated
-			dst[n] = dst[i]
-			n++
+			m := meetsTarget(req, share, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
+			home = home || dst[i].Home && m
+			other = other || !dst[i].Home && m
 		}
-		if !anyMeets { // only a busy home meets it: the others, homes too, keep the score's order
-			for i := range n {
-				dst[i].Gated = false
-			}
-		}
-		return dst[:n], true
+		return home, other
 	}
-	if !otherMeets {
+	homeMeets, otherMeets := meet(cfg.PrefixHomeShare)
+	if !homeMeets && !otherMeets {
+		// Nobody meets it with the margin. A home that meets the whole target still keeps
+		// the request when nobody else does: the candidates left would recompute the prefix
+		// past the target, and admission would refuse for a predicted TTFT what the home's
+		// cache serves in time.
+		if h, o := meet(1); h && !o {
+			return onlyHomes(req, 1, dst, counts), true
+		}
 		return dst, false
 	}
+	if homeMeets {
+		return onlyHomes(req, cfg.PrefixHomeShare, dst, counts), true
+	}
 	for i := range dst {
-		dst[i].Gated = !meetsTarget(cfg, req, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
+		dst[i].Gated = !meetsTarget(req, cfg.PrefixHomeShare, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
 	}
 	return dst, true
+}
+
+// onlyHomes drops every candidate but the homes, counted busy, and gates the homes that miss
+// the target at share when another home meets it; when only a busy home meets it, the homes
+// left keep the score's order. The result may be empty: the request waits for a busy home.
+func onlyHomes(req Request, share float64, dst []Candidate, counts *FilterCounts) []Candidate {
+	n, anyMeets := 0, false
+	for i := range dst {
+		if !dst[i].Home {
+			counts[ReasonBusy]++
+			continue
+		}
+		dst[i].Gated = !meetsTarget(req, share, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
+		anyMeets = anyMeets || !dst[i].Gated
+		dst[n] = dst[i]
+		n++
+	}
+	if !anyMeets {
+		for i := range n {
+			dst[i].Gated = false
+		}
+	}
+	return dst[:n]
 }

@@ -73,6 +73,17 @@ func TestLocality(t *testing.T) {
 			wantFirst: "n0",
 		},
 		{
+			// Queues up to 37,000 tokens are not busy here. Nobody meets the target with the
+			// margin; the busy home meets the whole of it (1,926 ms), the other peer only
+			// without its recompute (2,025 ms): admission would refuse it for a predicted
+			// TTFT that the home's cache beats. The request waits for its home.
+			name:      "only a busy home meets the whole target: the request waits for it",
+			cfg:       func(c *Config) { c.BusyQueuedPrefillTokens = 37000 },
+			target:    2 * time.Second,
+			peers:     []peerSpec{{prefix, 38000, 0}, {0, 36900, 0}},
+			wantFirst: "", wantOut: []string{"n1"},
+		},
+		{
 			// The home misses the target; a peer holding half the prefix (1,536 tokens, 503
 			// ms) and an idle one holding none (180 ms) both meet it. The gate sent it to the
 			// faster; the rule sends it where the spill recomputes, and evicts, the least.
