@@ -362,9 +362,10 @@ func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request
 
 // targets are req's TTFT target from now and its TPOT target, for routing's locality rule:
 // its SLOs less the time it has waited and, for a request in the room, less the dispatch slack
-// admission keeps (Admitter.Ready). A sheddable request's TTFT target is at most half the
-// normal class's, the spare capacity it may run on (admission's spare rule). Zero TTFT: none
-// is left.
+// admission keeps (Admitter.Ready). A sheddable request's TTFT target is at most the normal
+// class's: routing's margin of it (route.Config.PrefixHomeShare, half by default) is then the
+// spare capacity it may run on (admission's spare rule), not its own loose SLO. Zero TTFT:
+// none is left.
 func (p *Planner) targets(now time.Time, req admit.Request, queued bool) (ttft, tpot time.Duration) {
 	ttft, tpot = p.adm.SLOFor(req)
 	cfg := p.adm.Config()
@@ -372,7 +373,7 @@ func (p *Planner) targets(now time.Time, req admit.Request, queued bool) (ttft, 
 		ttft -= time.Duration(float64(ttft) * max(cfg.Queue.DispatchSlack, 0))
 	}
 	if normal := time.Duration(cfg.SLO.Normal.TTFT); req.Priority < 0 && normal > 0 {
-		ttft = min(ttft, normal/2)
+		ttft = min(ttft, normal)
 	}
 	return max(ttft-now.Sub(req.SLOClock()), 0), tpot
 }
