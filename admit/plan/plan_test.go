@@ -371,7 +371,7 @@ func TestLocalityKeepsTheHome(t *testing.T) {
 		{"a busy home: the request waits for it", 17000, func(r *admit.Request) { r.TTFTSLO = 4 * time.Second }, 0, false, admit.Queue, ""},
 		{"at the ingress, 1.8 s keeps it home", 8000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, false, admit.Accept, "h"},
 		{"in the room, the dispatch slack counts", 8000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, true, admit.Accept, "o"},
-		{"a sheddable request: the normal target at most", 12000, func(r *admit.Request) { r.Priority, r.TTFTSLO = -1, 30 * time.Second }, 0, false, admit.Accept, "o"},
+		{"a sheddable request: the normal target at most", 12000, func(r *admit.Request) { r.Priority, r.TTFTSLO = -1, 30*time.Second }, 0, false, admit.Accept, "o"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
