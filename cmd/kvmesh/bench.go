@@ -25,7 +25,7 @@ func benchFlags() []cli.Flag {
 	for i, l := range d.Loads {
 		loads[i] = strconv.FormatFloat(l, 'g', -1, 64)
 	}
-	return []cli.Flag{
+	flags := []cli.Flag{
 		&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "nodes in every run's testnet", EnvVars: env("bench-nodes")},
 		&cli.StringFlag{Name: "engines", Value: d.Engines, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("bench-engines")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "run the simulated engines this many times faster than real time (SLOs scale with it)", EnvVars: env("bench-time-scale")},
@@ -37,6 +37,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "loads", Value: strings.Join(loads, ","), Usage: "offered loads, comma-separated multiples of the measured capacity", EnvVars: env("bench-loads")},
 		&cli.StringFlag{Name: "policies", Value: strings.Join(bench.PolicyNames(), ","), Usage: "policies to compare, comma-separated", EnvVars: env("bench-policies")},
 		&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "arrival window of each run (wall time)", EnvVars: env("bench-duration")},
+		&cli.DurationFlag{Name: "warmup", Value: d.Warmup, Usage: "arrival window (wall time) of an unmeasured run before each measured one, at its load, of other requests over the workload's shared texts (0: none; a trace is not warmed up)", EnvVars: env("bench-warmup")},
 		&cli.DurationFlag{Name: "probe-duration", Usage: "arrival window of each capacity probe step (wall time; default 20s, or --duration if shorter)", EnvVars: env("bench-probe-duration")},
 		&cli.Float64Flag{Name: "capacity", Usage: "skip the probe and take this capacity (requests per simulated second)", EnvVars: env("bench-capacity")},
 		&cli.Float64Flag{Name: "probe-attainment", Value: d.ProbeAttainment, Usage: "capacity is the highest rate at which cache-aware routing without admission meets this share of SLOs", EnvVars: env("bench-probe-attainment")},
@@ -55,6 +56,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the whole run to this file (the bench's own cost on a shared machine)", EnvVars: env("bench-cpu-profile")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines", EnvVars: env("bench-quiet")},
 	}
+	return append(flags, sharedPrefixFlags("bench")...)
 }
 
 func parseLoads(s string) ([]float64, error) {
@@ -105,6 +107,8 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.Scale = c.Float64("scale")
 	cfg.TraceBatchFraction = c.Float64("batch-fraction")
 	cfg.Duration = c.Duration("duration")
+	cfg.Warmup = c.Duration("warmup")
+	cfg.SharedPrefix = sharedPrefixConfig(c)
 	cfg.ProbeDuration = c.Duration("probe-duration")
 	cfg.ProbeAttainment = c.Float64("probe-attainment")
 	cfg.Capacity = c.Float64("capacity")

@@ -16,7 +16,7 @@ import (
 
 func loadFlags() []cli.Flag {
 	d := loadgen.DefaultConfig()
-	return []cli.Flag{
+	flags := []cli.Flag{
 		&cli.StringSliceFlag{Name: "target", Usage: "base URL of an ingress node (repeatable; requests are spread round-robin)", EnvVars: env("load-target")},
 		&cli.StringFlag{Name: "model", Value: node.DefaultModel, Usage: "model name sent in each request", EnvVars: env("load-model")},
 		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("load-workload")},
@@ -41,6 +41,28 @@ func loadFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress line (one line per update when stderr is not a terminal)", EnvVars: env("load-quiet")},
 		caCertFlag("load"),
 	}
+	return append(flags, sharedPrefixFlags("load")...)
+}
+
+// sharedPrefixFlags are the shared-prefix workload's flags of cmd (load or bench).
+func sharedPrefixFlags(cmd string) []cli.Flag {
+	d := loadgen.DefaultSharedPrefix()
+	return []cli.Flag{
+		&cli.IntFlag{Name: "tenants", Value: d.Tenants, Usage: "shared-prefix workload: tenants, each with its own system prompt", EnvVars: env(cmd + "-tenants")},
+		&cli.IntFlag{Name: "system-tokens", Value: d.SystemTokens, Usage: "shared-prefix workload: mean tokens of a tenant's system prompt (each tenant's fixed in 0.75-1.25× it)", EnvVars: env(cmd + "-system-tokens")},
+		&cli.IntFlag{Name: "question-tokens", Value: d.QuestionTokens, Usage: "shared-prefix workload: mean tokens of a request's question (0.5-1.5× it)", EnvVars: env(cmd + "-question-tokens")},
+		&cli.IntFlag{Name: "reply-tokens", Value: d.ReplyTokens, Usage: "shared-prefix workload: mean tokens of a reply (0.75-1.25× it)", EnvVars: env(cmd + "-reply-tokens")},
+		&cli.Float64Flag{Name: "tenant-zipf", Value: d.TenantZipf, Usage: "shared-prefix workload: tenant popularity ∝ (rank+1)^-S (0: uniform)", EnvVars: env(cmd + "-tenant-zipf")},
+		&cli.Float64Flag{Name: "follow-ups", Value: d.FollowUps, Usage: "shared-prefix workload: fraction of requests that continue their tenant's latest conversation (its prompt and reply, then a new question), in [0, 1)", EnvVars: env(cmd + "-follow-ups")},
+	}
+}
+
+// sharedPrefixConfig reads sharedPrefixFlags.
+func sharedPrefixConfig(c *cli.Context) loadgen.SharedPrefix {
+	return loadgen.SharedPrefix{
+		Tenants: c.Int("tenants"), SystemTokens: c.Int("system-tokens"), QuestionTokens: c.Int("question-tokens"),
+		ReplyTokens: c.Int("reply-tokens"), TenantZipf: c.Float64("tenant-zipf"), FollowUps: c.Float64("follow-ups"),
+	}
 }
 
 func loadConfig(c *cli.Context) loadgen.Config {
@@ -58,6 +80,7 @@ func loadConfig(c *cli.Context) loadgen.Config {
 	cfg.Concurrency = c.Int("concurrency")
 	cfg.Sessions = c.Int("sessions")
 	cfg.Retries = c.Int("retries")
+	cfg.SharedPrefix = sharedPrefixConfig(c)
 	cfg.Interactive.TTFT = c.Duration("ttft-slo")
 	cfg.Interactive.TPOT = c.Duration("tpot-slo")
 	cfg.FittedTTFT = c.Bool("fitted-ttft")

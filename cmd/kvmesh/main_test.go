@@ -402,6 +402,30 @@ func TestBenchDisaggregated(t *testing.T) {
 	}
 }
 
+// TestSharedPrefixFlags pins the shared-prefix workload's flags of load and bench, and bench's
+// --warmup: loadgen's and bench's defaults unless set.
+func TestSharedPrefixFlags(t *testing.T) {
+	cfg := parseBench(t)
+	if cfg.SharedPrefix != loadgen.DefaultSharedPrefix() || cfg.Warmup != bench.DefaultWarmup {
+		t.Errorf("default: %+v, warm-up %s", cfg.SharedPrefix, cfg.Warmup)
+	}
+	args := []string{"--tenants", "200", "--system-tokens", "4000", "--question-tokens", "150", "--reply-tokens", "500",
+		"--tenant-zipf", "1.1", "--follow-ups", "0.2"}
+	want := loadgen.SharedPrefix{Tenants: 200, SystemTokens: 4000, QuestionTokens: 150, ReplyTokens: 500, TenantZipf: 1.1, FollowUps: 0.2}
+	if cfg := parseBench(t, append(args, "--warmup", "3s")...); cfg.SharedPrefix != want || cfg.Warmup != 3*time.Second {
+		t.Errorf("bench: %+v, warm-up %s; want %+v, 3s", cfg.SharedPrefix, cfg.Warmup, want)
+	}
+	var lc loadgen.Config
+	cmd := loadCommand()
+	cmd.Action = func(c *cli.Context) error { lc = loadConfig(c); return nil }
+	if err := (&cli.App{Commands: []*cli.Command{cmd}}).Run(append([]string{"kvmesh", "load"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	if lc.SharedPrefix != want {
+		t.Errorf("load: %+v, want %+v", lc.SharedPrefix, want)
+	}
+}
+
 // TestCompletionScripts pins that kvmesh completion prints a script for each shell it names:
 // bash and zsh asking the binary for its words, fish listing them.
 func TestCompletionScripts(t *testing.T) {

@@ -124,12 +124,22 @@ type Config struct {
 	Scale    float64
 	// TraceBatchFraction of trace requests are sent as the sheddable batch class (0: none).
 	TraceBatchFraction float64
+	// SharedPrefix shapes the shared-prefix workload (loadgen.Config.SharedPrefix).
+	SharedPrefix loadgen.SharedPrefix
 	// Loads are offered loads as multiples of the measured capacity.
 	Loads []float64
 	// Policies are compared, each on its own fresh testnet.
 	Policies []Policy
 	// Duration is each run's arrival window, in wall time (requests in flight are waited for).
 	Duration time.Duration
+	// Warmup is the arrival window (wall time) of the unmeasured run before each measured one,
+	// at the same load on the same testnet: another stream of the workload's requests
+	// (loadgen.Config.Variant) over the same shared texts, so that the measured window opens
+	// on a mesh whose caches hold what the workload shares and whose admission has measured
+	// its drain rates, without having seen the measured requests. Its requests are waited for:
+	// the window opens with the queues empty. 0 runs none; a Trace is not warmed up (its
+	// requests are all it has to warm with, and the measured run would repeat them).
+	Warmup time.Duration
 	// Seed makes the workload deterministic; every run uses the same.
 	Seed int64
 	// KVBlocks is every engine's KV pool in blocks, kept small so that the prefix cache is
@@ -204,8 +214,10 @@ func DefaultConfig() Config {
 		// Past saturation a queue without admission grows for as long as the overload lasts: a
 		// window of a few seconds measures how much backlog fits under the SLO, not what the
 		// mesh sustains. A minute of bursty overload is what an operator has to ride out.
-		Duration: time.Minute,
-		Seed:     1,
+		Duration:     time.Minute,
+		Warmup:       DefaultWarmup,
+		SharedPrefix: loadgen.DefaultSharedPrefix(),
+		Seed:         1,
 		// 131,072 tokens: one repository prompt of the mixed workloads (about 100k tokens) fits,
 		// two do not; the simulated H100's derived pool is over three times larger.
 		KVBlocks:           8192,
@@ -217,6 +229,10 @@ func DefaultConfig() Config {
 		LinkGBps:           sim.DefaultConfig().LinkGBps,
 	}
 }
+
+// DefaultWarmup is DefaultConfig's Warmup: long enough for the admission's drain-rate window
+// and for the shared prefixes of a few hundred requests to be cached.
+const DefaultWarmup = 10 * time.Second
 
 // DefaultProbeDuration is the arrival window of a probe step when ProbeDuration is zero (or
 // Duration, if shorter): below the knee no backlog builds, so a step needs less than a run.
@@ -231,10 +247,10 @@ func (cfg Config) validate() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
 		return cfg, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 	}
-	if cfg.Nodes < 0 || cfg.TimeScale < 0 || cfg.Duration < 0 || cfg.KVBlocks < 0 || cfg.Speedup < 0 ||
+	if cfg.Nodes < 0 || cfg.TimeScale < 0 || cfg.Duration < 0 || cfg.Warmup < 0 || cfg.KVBlocks < 0 || cfg.Speedup < 0 ||
 		cfg.Scale < 0 || cfg.Scale > 1 || cfg.ProbeDuration < 0 || cfg.ProbeRate < 0 || cfg.Capacity < 0 || cfg.ProbeSteps < 0 ||
 		cfg.ProbeAttainment < 0 || cfg.ProbeAttainment >= 1 {
-		return bad("nodes, time scale, duration, kv blocks, speedup, probe settings must be ≥ 0, scale in (0, 1] and probe attainment below 1")
+		return bad("nodes, time scale, duration, warm-up, kv blocks, speedup, probe settings must be ≥ 0, scale in (0, 1] and probe attainment below 1")
 	}
 	if math.IsNaN(cfg.TimeScale) || math.IsInf(cfg.TimeScale, 0) {
 		return bad("time scale %v", cfg.TimeScale)
@@ -395,6 +411,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Trace != "" {
 		res.Workload = "trace"
+	} else {
+		res.Warmup = cfg.Warmup.Seconds()
+	}
+	if res.Workload == "shared-prefix" {
+		sp := cfg.SharedPrefix
+		res.SharedPrefix = &sp
 	}
 	b := &bencher{cfg: cfg}
 	if cfg.Trace != "" {
@@ -409,6 +431,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return res, err
 		}
 		res.Capacity = res.Probe.Capacity
+	}
+	if b.oracle, err = b.oracleHitRatios(res.Capacity * cfg.TimeScale); err != nil {
+		return res, err
 	}
 	for _, p := range cfg.Policies {
 		rows, err := b.policy(ctx, p, res.Capacity*cfg.TimeScale)
@@ -427,6 +452,8 @@ type bencher struct {
 	cfg Config
 	// traceRate is the trace's mean wall rate at Speedup and multiplier 1 (req/s).
 	traceRate float64
+	// oracle is the pooled-LRU oracle's hit ratio per load (nil: none).
+	oracle []float64
 }
 
 func (b *bencher) progressf(format string, a ...any) {
@@ -488,6 +515,7 @@ func (b *bencher) load(urls []string, wallRate float64, window time.Duration) lo
 	lc.Model = node.DefaultModel
 	lc.Workload, lc.Trace = b.cfg.Workload, b.cfg.Trace
 	lc.Speedup, lc.Scale, lc.TraceBatchFraction = b.cfg.Speedup, b.cfg.Scale, b.cfg.TraceBatchFraction
+	lc.SharedPrefix = b.cfg.SharedPrefix
 	lc.Seed = b.cfg.Seed
 	lc.Duration = window
 	lc.Rate = wallRate
@@ -635,7 +663,13 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, tn.Close()) }()
-	for _, l := range b.cfg.Loads {
+	for i, l := range b.cfg.Loads {
+		if wc, ok := b.warmupLoad(tn.URLs(), i, l*wallCapacity); ok {
+			b.progressf("policy %s: warm-up at %.2g× capacity for %s", p.Name, l, b.cfg.Warmup)
+			if _, err := loadgen.Run(ctx, wc); err != nil {
+				return rows, fmt.Errorf("bench: %s warm-up at %.2g×: %w", p.Name, l, err)
+			}
+		}
 		b.progressf("policy %s: load %.2g× capacity (%.2f req/s simulated)", p.Name, l, l*wallCapacity/b.cfg.TimeScale)
 		lc := b.load(tn.URLs(), l*wallCapacity, b.cfg.Duration)
 		lc.Requests, lc.RunLabel = b.cfg.Requests, fmt.Sprintf("%s@%g", p.Name, l)
@@ -655,6 +689,10 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		rep, err := loadgen.Run(ctx, lc)
 		if rep != nil {
 			row := newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name)
+			if b.oracle != nil {
+				hit := b.oracle[i]
+				row.OracleHitRatio = &hit
+			}
 			after, rerr := b.residency(ctx, tn, before)
 			if rerr != nil {
 				return rows, rerr
@@ -678,6 +716,18 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		}
 	}
 	return rows, nil
+}
+
+// warmupLoad returns the loadgen config of the warm-up before the measured run of load i at
+// wallRate (see Config.Warmup), and whether there is one.
+func (b *bencher) warmupLoad(urls []string, i int, wallRate float64) (loadgen.Config, bool) {
+	if b.cfg.Warmup <= 0 || b.cfg.Trace != "" {
+		return loadgen.Config{}, false
+	}
+	wc := b.load(urls, wallRate, b.cfg.Warmup)
+	wc.Variant = uint64(i + 1) // each load's warm-up its own requests, none of a measured run's
+	wc.Progress = nil
+	return wc, true
 }
 
 // disaggregated reads the testnet's dispatches by disaggregation outcome, as counted since

@@ -59,6 +59,8 @@ func TestValidate(t *testing.T) {
 			c.Engines, c.Disaggregated = testnet.EnginesExternal, []string{"prefill", "decode"}
 		}, false},
 		{"negative link", func(c *Config) { c.LinkGBps = -1 }, false},
+		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, false},
+		{"shared-prefix workload", func(c *Config) { c.Workload = "shared-prefix" }, true},
 		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name; c.Interactive.Name = "x"; c.Batch.Name = "x" }, false},
 	}
 	for _, tt := range tests {
@@ -229,7 +231,7 @@ func TestRunShort(t *testing.T) {
 	km, _ := PolicyByName("kvmesh")
 	cfg := Config{
 		Nodes: 2, TimeScale: 20, Workload: "chat", Loads: []float64{1}, Policies: []Policy{rr, km}, ProbeAttainment: 0.5,
-		Duration: 1500 * time.Millisecond, ProbeDuration: time.Second, ProbeSteps: 1, Seed: 3,
+		Duration: 1500 * time.Millisecond, ProbeDuration: time.Second, ProbeSteps: 1, Seed: 3, Warmup: 300 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	}
 	var progress, records bytes.Buffer
@@ -258,6 +260,12 @@ func TestRunShort(t *testing.T) {
 		if row.Report.Sent != row.Sent || row.P99TTFT <= 0 || row.OfferedRPS <= 0 {
 			t.Errorf("%s: row %+v does not summarise its report", row.Policy, row)
 		}
+		if len(row.Bounds) != 2 || row.Bounds[0].Class != "interactive" || row.OracleHitRatio == nil {
+			t.Errorf("%s: bounds %+v, oracle %v", row.Policy, row.Bounds, row.OracleHitRatio)
+		}
+	}
+	if n := strings.Count(progress.String(), "warm-up at 1×"); n != 2 {
+		t.Errorf("%d warm-ups in the progress, want one per policy:\n%s", n, progress.String())
 	}
 	if len(res.Ratios) != 1 || res.Ratios[0].Best != "round-robin" || res.Ratios[0].KvmeshGoodput != res.Rows[1].GoodputRPS {
 		t.Errorf("ratios %+v", res.Ratios)
@@ -279,7 +287,8 @@ func TestRunShort(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"capacity", "round-robin", "kvmesh", "best other", "engine scheduling (baseline priority): priority for round-robin, kvmesh"} {
+	for _, want := range []string{"capacity", "round-robin", "kvmesh", "best other", "engine scheduling (baseline priority): priority for round-robin, kvmesh",
+		"oracle hit", "its bound", "attainment/bound", "after a 0.3s warm-up"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -293,7 +302,7 @@ func TestRunShort(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatalf("JSON: %v", err)
 	}
-	for _, k := range []string{"nodes", "time_scale", "capacity_rps", "probe", "rows", "ratios", "baseline_scheduling"} {
+	for _, k := range []string{"nodes", "time_scale", "capacity_rps", "probe", "rows", "ratios", "baseline_scheduling", "warmup_s"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}

@@ -19,6 +19,11 @@
 // capacity, spread round-robin over every node's URL (every node is an ingress). Loads of one
 // policy run back to back on the same testnet, in the order given, with the same seed.
 //
+// Before each measured run a warm-up (Warmup, 10 s by default; none for a Trace) runs at the
+// same load on the same testnet, unmeasured: another stream of the workload's requests
+// (loadgen.Config.Variant) over the same shared texts, waited for, so that the measured window
+// opens with warm caches, measured drain rates and empty queues.
+//
 // Each run's arrival window (Duration, a minute by default) is long on purpose. Past
 // saturation the backlog of a policy without admission grows for as long as the overload
 // lasts, so a window of a few seconds mostly measures how much backlog fits under the SLOs.
@@ -35,6 +40,15 @@
 // then the engines of every policy but KvmeshPolicy, and the probe's, run first come first
 // served, as vLLM's and SGLang's default does, and kvmesh's keep priority scheduling (a Policy
 // may name its own, EngineScheduling). Result and its table record which ran.
+//
+// Each Row sets its classes' attainment beside their bound (ClassBound): what an ideal
+// admission could have given each class with the goodput the run served, spent on the classes
+// in priority order. Its cache hit ratio stands beside a pooled-LRU oracle's on the same
+// requests: one LRU cache of Nodes × KVBlocks blocks fed every planned prompt's chained block
+// hashes in arrival order, warm-ups and earlier loads included, computed offline from the plan
+// (none for the agents workload, whose later prompts carry the server's answers). It has no
+// node boundaries, no KV held by running requests and no prefill delay, so routing over that
+// much memory does not do much better under LRU; it is not an optimal (Belady) bound.
 //
 // Disaggregated runs DisaggPolicy, kvmesh on nodes of those roles (prefill, decode, mixed),
 // beside kvmesh on as many mixed nodes; each run then also reports its split and whole
@@ -71,6 +85,7 @@
 //
 // # Zero value
 //
-// Zero fields of a Config take DefaultConfig's values, except TraceBatchFraction, Progress and
-// Logger, whose zero values mean "none". A zero Result is an empty result.
+// Zero fields of a Config take DefaultConfig's values, except TraceBatchFraction, Warmup,
+// Progress and Logger, whose zero values mean "none", and SharedPrefix, whose zero fields take
+// loadgen's defaults but for its zero follow-ups and popularity skew. A zero Result is an empty result.
 package bench

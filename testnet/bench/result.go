@@ -60,6 +60,14 @@ type Row struct {
 	// RefusalRate is Refused/Sent; CacheHitRatio cached over prompt tokens of completed requests.
 	RefusalRate   float64 `json:"refusal_rate"`
 	CacheHitRatio float64 `json:"cache_hit_ratio"`
+	// OracleHitRatio is the pooled-LRU oracle's hit ratio on the same requests (see the package
+	// doc), the same for every policy at a load; absent for the agents workload.
+	OracleHitRatio *float64 `json:"oracle_cache_hit_ratio,omitempty"`
+	// Bounds holds each class's attainment against the bound (see ClassBound), classes in
+	// priority order; HighBound and HighBoundRatio are the interactive class's Bound and Ratio.
+	Bounds         []ClassBound `json:"bounds"`
+	HighBound      float64      `json:"high_bound"`
+	HighBoundRatio float64      `json:"high_bound_ratio"`
 	// RefusalsByReason and Failures are copied from the report, for the table.
 	RefusalsByReason map[string]int `json:"refusals_by_reason"`
 	Failures         map[string]int `json:"failures"`
@@ -100,7 +108,56 @@ func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64,
 	if c := rep.Classes[interactive]; c != nil {
 		r.HighSent, r.HighAttainment, r.HighP99TPOT = c.Sent, c.Attainment, c.TPOT.P99*timeScale
 	}
+	r.Bounds = Bounds(rep)
+	for _, b := range r.Bounds {
+		if b.Class == interactive {
+			r.HighBound, r.HighBoundRatio = b.Bound, b.Ratio
+		}
+	}
 	return r
+}
+
+// ClassBound is one class's SLO attainment in a run beside the bound: the attainment an ideal
+// admission could have given it with the goodput the mesh served. The ideal admission spends
+// the run's good requests (Report.Good, every class's) on the classes in priority order, each
+// taking as many as it sent: class c's bound is min(1, max(0, Good − sent by classes above c)
+// ÷ sent by c). It assumes a good request of one class costs what one of another does, so
+// that the mesh could have served any class's request in place of one it served well; where
+// classes differ in cost (the mixed workloads send the long repository prompts as batch) the
+// bound is approximate, and where a class's requests are cheaper than another's it can be
+// exceeded.
+type ClassBound struct {
+	Class      string  `json:"class"`
+	Sent       int     `json:"sent"`
+	Good       int     `json:"good"`
+	Attainment float64 `json:"slo_attainment"`
+	Bound      float64 `json:"bound"`
+	// Ratio is Attainment ÷ Bound, 0 when Bound is 0.
+	Ratio float64 `json:"ratio"`
+}
+
+// Bounds returns each class of rep's attainment against its bound (see ClassBound), in
+// priority order, highest first (ties by name).
+func Bounds(rep *loadgen.Report) []ClassBound {
+	classes := slices.Collect(maps.Values(rep.Classes))
+	slices.SortFunc(classes, func(a, b *loadgen.ClassReport) int {
+		if a.Priority != b.Priority {
+			return b.Priority - a.Priority
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	left := rep.Good
+	out := make([]ClassBound, 0, len(classes))
+	for _, c := range classes {
+		give := min(left, c.Sent)
+		left -= give
+		b := ClassBound{Class: c.Name, Sent: c.Sent, Good: c.Good, Attainment: c.Attainment, Bound: frac(give, c.Sent)}
+		if b.Bound > 0 {
+			b.Ratio = b.Attainment / b.Bound
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // Ratio compares kvmesh's goodput with the best other policy's at one load.
@@ -161,12 +218,16 @@ type Result struct {
 	Speedup  float64 `json:"speedup"`
 	Scale    float64 `json:"scale"`
 	Seed     int64   `json:"seed"`
-	// Duration is each run's arrival window in wall seconds.
-	Duration    float64   `json:"duration_s"`
-	KVBlocks    int       `json:"kv_blocks"`
-	Loads       []float64 `json:"loads"`
-	Policies    []Policy  `json:"policies"`
-	Interactive string    `json:"interactive_class"`
+	// Duration is each run's arrival window in wall seconds, Warmup the warm-up's before it
+	// (Config.Warmup; 0: none).
+	Duration float64 `json:"duration_s"`
+	Warmup   float64 `json:"warmup_s"`
+	// SharedPrefix is the shared-prefix workload's shape, for that workload.
+	SharedPrefix *loadgen.SharedPrefix `json:"shared_prefix,omitempty"`
+	KVBlocks     int                   `json:"kv_blocks"`
+	Loads        []float64             `json:"loads"`
+	Policies     []Policy              `json:"policies"`
+	Interactive  string                `json:"interactive_class"`
 	// Disaggregated is Config.Disaggregated, the roles of DisaggPolicy's nodes; LinkGBps the
 	// KV link's bandwidth in GB/s; DecodeBatchedTokens the decode nodes' step budget (0: the
 	// engine's).
@@ -270,8 +331,16 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if engines == "" {
 		engines = "embedded"
 	}
-	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run, %d KV blocks per engine\n",
-		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, r.KVBlocks)
+	if sp := r.SharedPrefix; sp != nil {
+		src += fmt.Sprintf(" (%d tenants, ~%d-token system prompts, ~%d-token questions, ~%d-token replies, tenant zipf %g, %s follow-ups)",
+			sp.Tenants, sp.SystemTokens, sp.QuestionTokens, sp.ReplyTokens, sp.TenantZipf, pct(sp.FollowUps))
+	}
+	warm := ""
+	if r.Warmup > 0 {
+		warm = fmt.Sprintf(" after a %gs warm-up", r.Warmup)
+	}
+	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run%s, %d KV blocks per engine\n",
+		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, warm, r.KVBlocks)
 	p("engine scheduling (baseline %s): %s\n", r.BaselineScheduling, schedulingByPolicy(r.Policies))
 	if r.BatchedTokens > 0 {
 		p("engines' step budget %d tokens\n", r.BatchedTokens)
@@ -294,13 +363,26 @@ func (r *Result) WriteTable(w io.Writer) error {
 		p("capacity %.2f req/s: the highest rate at which %s routing without admission, on %s engines, met %s of SLOs (probed %s)\n",
 			r.Capacity, r.Probe.Policy, r.Probe.EngineScheduling, pct(r.Probe.Attainment), strings.Join(steps, " "))
 	}
-	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tp50 TTFT\tp99 TTFT\t%s p99 TPOT\trefusals\tcache hit\trefusal reasons\tfailures\n", r.Interactive, r.Interactive)
-	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\ts\ts\tms\t\t\t\t\n")
+	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tits bound\tatt./bound\tp50 TTFT\tp99 TTFT\t%s p99 TPOT\trefusals\tcache hit\toracle hit\trefusal reasons\tfailures\n", r.Interactive, r.Interactive)
+	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\t\t\ts\ts\tms\t\t\t\t\t\n")
 	for _, row := range r.Rows {
-		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\n",
+		oracle := "-"
+		if row.OracleHitRatio != nil {
+			oracle = pct(*row.OracleHitRatio)
+		}
+		p("%s\t%.2g\t%.2f\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
 			row.Policy, row.Load, row.OfferedRPS, row.Sent, row.Completed, row.Refused, row.Failed,
-			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), row.P50TTFT, row.P99TTFT, 1000*row.HighP99TPOT,
-			pct(row.RefusalRate), pct(row.CacheHitRatio), counts(row.RefusalsByReason), counts(row.Failures))
+			row.GoodputRPS, pct(row.Attainment), pct(row.HighAttainment), pct(row.HighBound), row.HighBoundRatio,
+			row.P50TTFT, row.P99TTFT, 1000*row.HighP99TPOT,
+			pct(row.RefusalRate), pct(row.CacheHitRatio), oracle, counts(row.RefusalsByReason), counts(row.Failures))
+	}
+	if boundRows(r.Rows) {
+		p("\npolicy\tload\tclass\tsent\tgood\tattainment\tbound\tattainment/bound\n")
+		for _, row := range r.Rows {
+			for _, b := range row.Bounds {
+				p("%s\t%.2g\t%s\t%d\t%d\t%s\t%s\t%.2f\n", row.Policy, row.Load, b.Class, b.Sent, b.Good, pct(b.Attainment), pct(b.Bound), b.Ratio)
+			}
+		}
 	}
 	if len(r.Disaggregated) > 0 {
 		p("\npolicy\tload\tsplit\twhole\taccepted/refused by pool\taccepted/s CV by pool\tcorr(prefill, decode)\n")
@@ -355,6 +437,12 @@ func schedulingByPolicy(ps []Policy) string {
 		parts[i] = s + " for " + strings.Join(names[s], ", ")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// boundRows reports whether any row has more than one class: a single class's bound is the
+// main table's.
+func boundRows(rows []Row) bool {
+	return slices.ContainsFunc(rows, func(r Row) bool { return len(r.Bounds) > 1 })
 }
 
 // residencyRows are the rows that measured a residency model (external engines).

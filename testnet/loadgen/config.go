@@ -92,6 +92,16 @@ type Config struct {
 	// Agents that read files or logs get thousands of tokens back a step, so their context,
 	// and what losing it from the prefix cache costs, grows fast.
 	ToolScale float64
+	// SharedPrefix shapes the "shared-prefix" workload (see SharedPrefix; its zero fields take
+	// DefaultSharedPrefix's values, but FollowUps and TenantZipf, whose zero means none).
+	SharedPrefix SharedPrefix
+	// Variant selects another stream of requests over the same shared texts: a synthetic
+	// workload's requests (arrivals, classes, lengths, questions, tenants drawn) are drawn under
+	// (Seed, Variant), while what its requests share (documents, repositories, tenants' system
+	// prompts) is keyed by Seed alone. 0 is the stream every earlier release drew; a warm-up run
+	// takes another Variant, so it warms what the measured run shares without sending its
+	// requests. Ignored with a Trace.
+	Variant uint64
 	// Interactive and Batch are the two classes the workloads use.
 	Interactive, Batch Class
 	// HTTPClient sends the requests (nil = a client with a pooled transport, closed at the end).
@@ -124,6 +134,50 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// SharedPrefix shapes the "shared-prefix" workload: Tenants tenants, each with a system prompt
+// every one of its requests carries byte for byte, then a question of its own; a FollowUps
+// fraction of requests continue one of their tenant's conversations instead, their prompt the
+// conversation's last prompt, its planned reply and a new question. Lengths are in tokens:
+// tenant t's system prompt is SystemTokens × a factor in [0.75, 1.25] fixed by the seed and t,
+// a question QuestionTokens × [0.5, 1.5] and a reply ReplyTokens × [0.75, 1.25], drawn per
+// request. A request picks its tenant with probability ∝ (rank+1)^−TenantZipf (0: uniform).
+type SharedPrefix struct {
+	Tenants        int     `json:"tenants"`
+	SystemTokens   int     `json:"system_tokens"`
+	QuestionTokens int     `json:"question_tokens"`
+	ReplyTokens    int     `json:"reply_tokens"`
+	TenantZipf     float64 `json:"tenant_zipf"`
+	FollowUps      float64 `json:"follow_ups"`
+}
+
+// DefaultSharedPrefix returns 150 tenants of ~3,000-token system prompts, ~200-token questions
+// and ~400-token replies, uniform popularity, 30% follow-ups.
+func DefaultSharedPrefix() SharedPrefix {
+	return SharedPrefix{Tenants: 150, SystemTokens: 3000, QuestionTokens: 200, ReplyTokens: 400, FollowUps: 0.3}
+}
+
+// validate checks sp and fills its zero lengths and tenant count from DefaultSharedPrefix.
+func (sp SharedPrefix) validate() (SharedPrefix, error) {
+	if sp.Tenants < 0 || sp.SystemTokens < 0 || sp.QuestionTokens < 0 || sp.ReplyTokens < 0 {
+		return sp, fmt.Errorf("%w: tenants and token lengths must be ≥ 0", ErrConfig)
+	}
+	if !(sp.TenantZipf >= 0) || sp.TenantZipf > 10 {
+		return sp, fmt.Errorf("%w: tenant zipf %v must be in [0, 10]", ErrConfig, sp.TenantZipf)
+	}
+	if !(sp.FollowUps >= 0) || sp.FollowUps >= 1 {
+		return sp, fmt.Errorf("%w: follow-up fraction %v must be in [0, 1)", ErrConfig, sp.FollowUps)
+	}
+	d := DefaultSharedPrefix()
+	for _, f := range []struct{ v, def *int }{
+		{&sp.Tenants, &d.Tenants}, {&sp.SystemTokens, &d.SystemTokens}, {&sp.QuestionTokens, &d.QuestionTokens}, {&sp.ReplyTokens, &d.ReplyTokens},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	return sp, nil
+}
+
 // DefaultConfig returns a Config for a 30 s run of the mixed workload at 1 request/s; set
 // Targets.
 func DefaultConfig() Config {
@@ -138,6 +192,7 @@ func DefaultConfig() Config {
 		Timeout:          5 * time.Minute,
 		MaxRetryWait:     30 * time.Second,
 		ToolWait:         time.Second,
+		SharedPrefix:     DefaultSharedPrefix(),
 		Interactive:      DefaultInteractive,
 		Batch:            DefaultBatch,
 		ProgressInterval: time.Second,
@@ -200,6 +255,11 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.TraceBatchFraction < 0 || cfg.TraceBatchFraction > 1 {
 		return bad("trace batch fraction must be in [0, 1]")
 	}
+	sp, err := cfg.SharedPrefix.validate()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.SharedPrefix = sp
 	if cfg.Rate == 0 {
 		cfg.Rate = 1
 	}

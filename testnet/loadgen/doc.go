@@ -24,7 +24,11 @@
 // tokens is 4N bytes of content, and prefixes that a workload means to share (RAG documents,
 // repositories, agent system prompts, Mooncake hash-id blocks) are byte-identical. Everything is
 // a function of Config.Seed; only agent sessions depend on the server, because each step's
-// prompt carries the previous step's returned output.
+// prompt carries the previous step's returned output. The shared-prefix workload (SharedPrefix)
+// gives each of many tenants a long system prompt its requests share, with multi-turn
+// follow-ups whose prompt is an earlier request's prompt and planned reply. Config.Variant
+// draws another stream of requests over the same shared texts, to warm a mesh up without
+// sending the requests a measurement will.
 //
 // Arrivals are open-loop: a request is sent at its planned time whether or not earlier ones have
 // finished (Concurrency, if set, bounds requests in flight; latency is measured from the moment a

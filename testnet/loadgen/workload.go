@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -22,6 +23,10 @@ const (
 	KindRepo  = "repo"  // ~100k tokens: a shared repository then a question; rare
 	KindAgent = "agent" // one session of steps whose context grows
 	KindTrace = "trace" // a replayed trace record
+	// KindShared is a shared-prefix request opening a conversation: its tenant's system
+	// prompt, then a question; KindFollowUp continues one (see SharedPrefix).
+	KindShared   = "shared-prefix"
+	KindFollowUp = "follow-up"
 )
 
 // Item is one planned arrival: a single request, or an agent session whose first step is sent
@@ -35,6 +40,11 @@ type Item struct {
 	MaxTokens    int
 	// Agent is set for agent sessions.
 	Agent *AgentPlan
+	// Tenant is a shared-prefix request's tenant (its rank in popularity, from 0) and Turn its
+	// place in its conversation: 0 opens one, and a follow-up of Turn n > 0 continues the
+	// request of Turn n−1 at index Parent of the plan, its prompt that request's prompt, that
+	// request's planned reply (ReplyText) and a question of its own.
+	Tenant, Turn, Parent int
 
 	p promptSpec
 }
@@ -60,11 +70,28 @@ type promptSpec struct {
 	sysBytes  int
 	userKey   uint64
 	userBytes int
+	// turns are a follow-up's earlier turns: each a question and its planned reply.
+	turns []turn
 	// trace prompts: blocks of hash ids, cut to userBytes.
 	hashIDs     []int64
 	blockTokens int
 	trace       bool
 }
+
+// turn is one earlier turn of a conversation: a question and the reply planned for it.
+type turn struct {
+	userKey    uint64
+	userBytes  int
+	replyBytes int
+}
+
+// replyKey is the text key of the reply planned for the question of key userKey.
+func replyKey(userKey uint64) uint64 { return mix(userKey ^ 0x7265706c79) }
+
+// ReplyText is the reply a follow-up of it carries as the assistant's turn: MaxTokens tokens of
+// text fixed by the plan, whatever the server answered, so a conversation is a function of the
+// seed (an engine that caches only prompts' KV reuses the turns before it either way).
+func (it Item) ReplyText() string { return Text(replyKey(it.p.userKey), it.MaxTokens*bytesPerToken) }
 
 // Messages returns the (first) prompt of the item.
 func (it Item) Messages() []Message {
@@ -88,11 +115,17 @@ func (it Item) Messages() []Message {
 	if p.sysBytes > 0 {
 		msgs = append(msgs, Message{Role: "system", Content: Text(p.sysKey, p.sysBytes)})
 	}
+	for _, t := range p.turns {
+		msgs = append(msgs, Message{Role: "user", Content: Text(t.userKey, t.userBytes)},
+			Message{Role: "assistant", Content: Text(replyKey(t.userKey), t.replyBytes)})
+	}
 	return append(msgs, Message{Role: "user", Content: Text(p.userKey, p.userBytes)})
 }
 
 // Workloads lists the synthetic workload names.
-func Workloads() []string { return []string{"chat", "rag", "mixed", "bursty", "agents"} }
+func Workloads() []string {
+	return []string{"chat", "rag", "mixed", "bursty", "agents", "shared-prefix"}
+}
 
 // Burst shape of the "bursty" workload: the first BurstOnFraction of every Config.BurstPeriod at
 // BurstHigh×rate, the rest at BurstLow×rate, which averages to the configured rate.
@@ -110,6 +143,11 @@ const (
 	repos          = 2
 	repoTokens     = 98000
 	agentSysTokens = 1500
+	// A shared-prefix conversation has at most maxTurns requests; a follow-up drawn for a
+	// tenant whose latest conversation has them all opens a new one.
+	maxTurns = 4
+	// sharedInteractive is the interactive share of shared-prefix conversations.
+	sharedInteractive = 0.7
 )
 
 // Plan returns the arrivals cfg describes, sorted by At, without sending anything. It reads
@@ -156,6 +194,11 @@ type generator struct {
 	zipf     *rand.Zipf
 	seed     uint64
 	sessions int
+	items    []Item
+	// shared-prefix: the tenants' cumulative popularity (the last is 1), and the plan index of
+	// each tenant's latest request (-1: none yet).
+	tenantCDF []float64
+	latest    []int
 }
 
 func synthetic(cfg Config) ([]Item, error) {
@@ -163,14 +206,27 @@ func synthetic(cfg Config) ([]Item, error) {
 		return nil, fmt.Errorf("%w: %q (have %s)", ErrUnknownWorkload, cfg.Workload, strings.Join(Workloads(), ", "))
 	}
 	g := &generator{cfg: cfg, seed: uint64(cfg.Seed)}
-	g.r = rand.New(rand.NewPCG(g.seed, 0x6c6f616467656e))
+	stream := uint64(0x6c6f616467656e)
+	if cfg.Variant != 0 {
+		stream ^= mix(cfg.Variant)
+	}
+	g.r = rand.New(rand.NewPCG(g.seed, stream))
 	g.zipf = rand.NewZipf(g.r, 1.2, 1, ragDocs-1)
+	if cfg.Workload == "shared-prefix" {
+		g.tenantCDF = TenantShares(cfg.SharedPrefix.Tenants, cfg.SharedPrefix.TenantZipf)
+		for i := 1; i < len(g.tenantCDF); i++ {
+			g.tenantCDF[i] += g.tenantCDF[i-1]
+		}
+		g.latest = make([]int, cfg.SharedPrefix.Tenants)
+		for i := range g.latest {
+			g.latest[i] = -1
+		}
+	}
 
 	rate := cfg.Rate
 	if cfg.Workload == "agents" {
 		rate /= 5.5 // sessions/s: the mean session has 5.5 steps
 	}
-	var items []Item
 	planned := 0 // requests, counting every agent step
 	t := time.Duration(0)
 	for {
@@ -186,9 +242,9 @@ func synthetic(cfg Config) ([]Item, error) {
 		if it.Agent != nil {
 			planned += it.Agent.Steps - 1
 		}
-		items = append(items, it)
+		g.items = append(g.items, it)
 	}
-	return items, nil
+	return g.items, nil
 }
 
 // nextArrival draws the next arrival after t: Poisson at rate, or for "bursty" a Poisson process
@@ -228,6 +284,9 @@ func (g *generator) class(interactive float64) Class {
 }
 
 func (g *generator) item(at time.Duration) Item {
+	if g.cfg.Workload == "shared-prefix" {
+		return g.shared(at)
+	}
 	kind := KindChat
 	switch g.cfg.Workload {
 	case "rag":
@@ -268,7 +327,11 @@ func (g *generator) item(at time.Duration) Item {
 		it.MaxTokens = g.between(64, 192)
 		steps := g.between(3, 8)
 		g.sessions++
-		a := &AgentPlan{ID: fmt.Sprintf("agent-%d-%d", g.cfg.Seed, g.sessions), Steps: steps}
+		id := fmt.Sprintf("agent-%d-%d", g.cfg.Seed, g.sessions)
+		if g.cfg.Variant != 0 {
+			id = fmt.Sprintf("agent-%d.%d-%d", g.cfg.Seed, g.cfg.Variant, g.sessions)
+		}
+		a := &AgentPlan{ID: id, Steps: steps}
 		for range steps - 1 {
 			a.ToolWaits = append(a.ToolWaits, time.Duration(g.r.ExpFloat64()*float64(g.cfg.ToolWait)))
 			a.toolKeys = append(a.toolKeys, g.r.Uint64())
@@ -281,6 +344,58 @@ func (g *generator) item(at time.Duration) Item {
 	it.p.userBytes = userTokens * bytesPerToken
 	it.PromptTokens = sysTokens + userTokens
 	return it
+}
+
+// TenantShares returns the popularity of n tenants ranked from 0: tenant k's share is
+// ∝ (k+1)^−s, so s = 0 is uniform and a larger s more skewed. The shares sum to 1.
+func TenantShares(n int, s float64) []float64 {
+	w := make([]float64, n)
+	sum := 0.0
+	for k := range w {
+		w[k] = math.Pow(float64(k+1), -s)
+		sum += w[k]
+	}
+	for k := range w {
+		w[k] /= sum
+	}
+	return w
+}
+
+// shared plans a shared-prefix request at at: a tenant drawn by popularity, then either a
+// follow-up of the tenant's latest conversation (with probability FollowUps, while it has
+// fewer than maxTurns requests) or a new conversation. Every draw is made whichever it is,
+// so the stream of tenants and lengths does not depend on the follow-ups.
+func (g *generator) shared(at time.Duration) Item {
+	sp := g.cfg.SharedPrefix
+	u := g.r.Float64()
+	t := min(sort.Search(sp.Tenants, func(i int) bool { return g.tenantCDF[i] > u }), sp.Tenants-1)
+	follow := g.r.Float64() < sp.FollowUps
+	it := Item{At: at, Kind: KindShared, Tenant: t, Class: g.class(sharedInteractive)}
+	question := g.spread(sp.QuestionTokens, 0.5, 1.5)
+	it.MaxTokens = g.spread(sp.ReplyTokens, 0.75, 1.25)
+	sysTokens := g.systemTokens(t)
+	it.p = promptSpec{sysKey: g.key(4, uint64(t)), sysBytes: sysTokens * bytesPerToken, userKey: g.r.Uint64(), userBytes: question * bytesPerToken}
+	it.PromptTokens = sysTokens + question
+	if last := g.latest[t]; follow && last >= 0 && g.items[last].Turn < maxTurns-1 {
+		parent := &g.items[last]
+		it.Kind, it.Turn, it.Parent, it.Class = KindFollowUp, parent.Turn+1, last, parent.Class
+		it.p.turns = append(slices.Clip(parent.p.turns), turn{userKey: parent.p.userKey, userBytes: parent.p.userBytes, replyBytes: parent.MaxTokens * bytesPerToken})
+		it.PromptTokens = parent.PromptTokens + parent.MaxTokens + question
+	}
+	g.latest[t] = len(g.items)
+	return it
+}
+
+// spread draws n × a factor uniform in [lo, hi], rounded, at least 1.
+func (g *generator) spread(n int, lo, hi float64) int {
+	return max(1, int(math.Round(float64(n)*(lo+(hi-lo)*g.r.Float64()))))
+}
+
+// systemTokens is tenant t's system prompt length: SystemTokens × a factor in [0.75, 1.25]
+// fixed by the seed and t alone, as the text is.
+func (g *generator) systemTokens(t int) int {
+	f := 0.75 + 0.5*float64(g.key(5, uint64(t))>>11)/(1<<53)
+	return max(1, int(math.Round(float64(g.cfg.SharedPrefix.SystemTokens)*f)))
 }
 
 // TraceItems turns trace records into items under cfg's Speedup, Rate (a load multiplier),

@@ -303,6 +303,10 @@ func TestConfigValidation(t *testing.T) {
 		{"trace with infinite speedup", func(c *Config) { c.Trace, c.Speedup = mooncakeTrace, math.Inf(1) }, ErrConfig},
 		{"unknown workload", func(c *Config) { c.Workload = "nope" }, ErrUnknownWorkload},
 		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name }, ErrConfig},
+		{"negative tenants", func(c *Config) { c.SharedPrefix.Tenants = -1 }, ErrConfig},
+		{"negative system prompt", func(c *Config) { c.SharedPrefix.SystemTokens = -1 }, ErrConfig},
+		{"NaN tenant zipf", func(c *Config) { c.SharedPrefix.TenantZipf = math.NaN() }, ErrConfig},
+		{"every request a follow-up", func(c *Config) { c.SharedPrefix.FollowUps = 1 }, ErrConfig},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := ok
