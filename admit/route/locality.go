@@ -15,10 +15,11 @@ import "time"
 // of what it does not hold included, is within PrefixHomeShare of it and its predicted TPOT
 // within Request.TPOTTarget.
 //
-//   - A home meets it: the request stays home. Every other candidate is dropped, counted busy
-//     (busy for this request, which its home serves), so that while every home is busy the
-//     request waits in the room for one instead of recomputing its prefix elsewhere. Homes
-//     that miss it are gated.
+//   - A home meets it: the request stays home. Every other candidate is gated behind the homes,
+//     a fallback for a home that refuses or fails; when no home is a candidate (every one is
+//     busy), the others are dropped, counted busy (busy for this request, which its home
+//     serves), and the request waits in the room for a home instead of recomputing its prefix
+//     elsewhere. Homes that miss it are gated.
 //   - No home meets it and another candidate does: the candidates that miss it are gated,
 //     homes included, and the others keep the score's order, in which the prefix leads, so
 //     the spill goes first to the peer holding most of the prefix. Once it has run there that
@@ -112,25 +113,26 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 	return dst, true
 }
 
-// onlyHomes drops every candidate but the homes, counted busy, and gates the homes that miss
-// the target at share when another home meets it; when only a busy home meets it, the homes
-// left keep the score's order. The result may be empty: the request waits for a busy home.
+// onlyHomes keeps the request at its homes. When some home is a candidate, the others stay
+// behind it, gated, as fallbacks for a home that refuses or fails (dispatch's next candidates);
+// the homes that miss the target at share are gated too when another home meets it. When no
+// home is a candidate (every one busy), the others are dropped, counted busy: the result is
+// empty and the request waits in the room for a home.
 func onlyHomes(req Request, share float64, dst []Candidate, counts *FilterCounts) []Candidate {
-	n, anyMeets := 0, false
+	homes, anyMeets := 0, false
 	for i := range dst {
-		if !dst[i].Home {
-			counts[ReasonBusy]++
-			continue
-		}
-		dst[i].Gated = !meetsTarget(req, share, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
-		anyMeets = anyMeets || !dst[i].Gated
-		dst[n] = dst[i]
-		n++
-	}
-	if !anyMeets {
-		for i := range n {
-			dst[i].Gated = false
+		if dst[i].Home {
+			homes++
+			anyMeets = anyMeets || meetsTarget(req, share, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
 		}
 	}
-	return dst[:n]
+	if homes == 0 {
+		counts[ReasonBusy] += len(dst)
+		return dst[:0]
+	}
+	for i := range dst {
+		c := &dst[i]
+		c.Gated = !c.Home || anyMeets && !meetsTarget(req, share, c.PredictedTTFT, c.PredictedTPOT)
+	}
+	return dst
 }

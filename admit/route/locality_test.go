@@ -32,11 +32,12 @@ func TestLocality(t *testing.T) {
 		{
 			// The load gate sent this to an idle peer: the home's 12,000 queued tokens cost
 			// more than its cache saves. The home meets the target (626 ms), so it keeps the
-			// request, and the idle peers, which would recompute the prefix, are no candidates.
+			// request; the idle peers, which would recompute the prefix, are only fallbacks
+			// should it refuse or fail.
 			name:      "a loaded home keeps the request from idle peers without the prefix",
 			target:    2 * time.Second,
 			peers:     []peerSpec{{prefix, 12000, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
-			wantFirst: "n0", wantOut: []string{"n1", "n2", "n3"},
+			wantFirst: "n0", wantGated: []string{"n1", "n2", "n3"},
 		},
 		{
 			// Everyone is loaded and the home is busy (over 16,384 queued tokens): the busy
@@ -52,7 +53,7 @@ func TestLocality(t *testing.T) {
 			name:      "everyone loaded, the prefix term decides",
 			target:    2 * time.Second,
 			peers:     []peerSpec{{prefix, 14000, 0}, {0, 6000, 0}, {0, 8000, 0}, {0, 9000, 0}},
-			wantFirst: "n0", wantOut: []string{"n1", "n2", "n3"},
+			wantFirst: "n0", wantGated: []string{"n1", "n2", "n3"},
 		},
 		{
 			// The home predicts 1,526 ms, past the target's share; the idle peer meets it
@@ -98,7 +99,7 @@ func TestLocality(t *testing.T) {
 			name:      "a second home takes the spill before a peer without the prefix",
 			target:    2 * time.Second,
 			peers:     []peerSpec{{prefix, 30000, 0}, {prefix, 10000, 0}, {0, 0, 0}},
-			wantFirst: "n1", wantOut: []string{"n2"}, wantGated: []string{"n0"},
+			wantFirst: "n1", wantGated: []string{"n0", "n2"},
 		},
 		{
 			// A home busy by KV may hold the request for as long as its replies run, which no
@@ -161,8 +162,9 @@ func TestLocality(t *testing.T) {
 }
 
 // TestLocalitySpill: every candidate carries, as its Spill term, the prefix its home holds and
-// it does not (what running there recomputes and evicts), the homes none; dropped candidates
-// are counted busy.
+// it does not (what running there recomputes and evicts), the homes none. The others stay
+// behind a home that meets the target, gated; with the home busy they are dropped, counted
+// busy.
 func TestLocalitySpill(t *testing.T) {
 	r := newRouter(t, nil)
 	peers := idlePeers(3)
@@ -178,10 +180,14 @@ func TestLocalitySpill(t *testing.T) {
 		}
 	}
 	peers[0].QueuedPrefillTokens = 0
-	before := r.Counts()[ReasonBusy]
 	c = mustRoute(t, r, t0, rq, peers)
-	if len(c) != 1 || c[0].Name != "n0" || r.Counts()[ReasonBusy]-before != 2 {
-		t.Fatalf("home meets the target: want n0 alone and 2 counted busy, got %s and %d", Explain(c, 3), r.Counts()[ReasonBusy]-before)
+	if len(c) != 3 || c[0].Name != "n0" || c[0].Gated || !c[1].Gated || !c[2].Gated {
+		t.Fatalf("home meets the target: want n0 first, the others gated behind it: %s", Explain(c, 3))
+	}
+	peers[0].QueuedPrefillTokens = 17000 // busy, still within the target
+	before := r.Counts()[ReasonBusy]
+	if c, err := r.Route(t0, rq, peers, nil); err == nil || r.Counts()[ReasonBusy]-before != 3 {
+		t.Fatalf("busy home: want no candidate and 3 counted busy, got %s, %v and %d", Explain(c, 3), err, r.Counts()[ReasonBusy]-before)
 	}
 }
 
