@@ -75,8 +75,9 @@
 // the time it has waited) has prefix homes: the peers, busy or not, holding its longest
 // cached prefix, when that is at least PrefixHomeMinTokens. A peer meets the target when its
 // predicted TTFT is within PrefixHomeShare of it (and its TPOT within TPOTTarget). A home that
-// meets it keeps the request: the other candidates are dropped (counted busy), so while every
-// home is busy by its queue the request waits in the room for one. Otherwise the candidates
+// meets it keeps the request: the other candidates go behind it, gated (fallbacks for a home
+// that refuses or fails), and while every home is busy by its queue they are dropped (counted
+// busy), so the request waits in the room for one. Otherwise the candidates
 // that miss it are gated, homes included, and the spill goes by score (the prefix leads: the
 // peer holding most of the prefix, a second home, first). When nobody meets it with the
 // margin, a home meeting the whole target keeps a request no other candidate can serve in
