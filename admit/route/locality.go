@@ -1,6 +1,9 @@
 package route
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The locality rule keeps a request where its prefix is cached for as long as that place
 // serves it within its target, instead of letting load spread a tenant's requests over every
@@ -43,12 +46,13 @@ type heldPrefix struct {
 	found      bool
 	tokens     int
 	ttft, tpot time.Duration
+	saved      time.Duration
 }
 
 func (h *heldPrefix) see(c *Candidate) {
 	t := c.Terms.PrefixTokens
 	if !h.found || t > h.tokens || (t == h.tokens && c.PredictedTTFT < h.ttft) {
-		*h = heldPrefix{found: true, tokens: t, ttft: c.PredictedTTFT, tpot: c.PredictedTPOT}
+		*h = heldPrefix{found: true, tokens: t, ttft: c.PredictedTTFT, tpot: c.PredictedTPOT, saved: c.Terms.PrefixSaved}
 	}
 }
 
@@ -83,29 +87,43 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 		dst[i].Terms.Spill = longest - dst[i].Terms.PrefixTokens
 		dst[i].Home = dst[i].Terms.Spill == 0
 	}
-	// meet reports whether a home, and whether another candidate, meets the target at share.
-	meet := func(share float64) (home, other bool) {
-		home = held.found && held.tokens == longest && meetsTarget(req, share, held.ttft, held.tpot)
+	fastest := time.Duration(math.MaxInt64) // the fastest other candidate's TTFT
+	for i := range dst {
+		if !dst[i].Home {
+			fastest = min(fastest, dst[i].PredictedTTFT)
+		}
+	}
+	// meet reports whether a home, and whether another candidate, meets the target at share;
+	// with gate, a home counts only if the load gate would keep it against the others.
+	meet := func(share float64, gate bool) (home, other bool) {
+		ok := func(ttft, tpot, saved time.Duration) bool {
+			return meetsTarget(req, share, ttft, tpot) && (!gate || !gatedBy(cfg, ttft, saved, fastest))
+		}
+		home = held.found && held.tokens == longest && ok(held.ttft, held.tpot, held.saved)
 		for i := range dst {
-			m := meetsTarget(req, share, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
-			home = home || dst[i].Home && m
-			other = other || !dst[i].Home && m
+			c := &dst[i]
+			home = home || c.Home && ok(c.PredictedTTFT, c.PredictedTPOT, c.Terms.PrefixSaved)
+			other = other || !c.Home && meetsTarget(req, share, c.PredictedTTFT, c.PredictedTPOT)
 		}
 		return home, other
 	}
-	homeMeets, otherMeets := meet(cfg.PrefixHomeShare)
-	if !homeMeets && !otherMeets {
+	homeKeeps, _ := meet(cfg.PrefixHomeShare, true)
+	if homeKeeps {
+		return onlyHomes(req, cfg.PrefixHomeShare, dst, counts), true
+	}
+	homeMeets, otherMeets := meet(cfg.PrefixHomeShare, false)
+	if homeMeets {
+		return dst, false // a home meets it, but the others are idle enough for the gate to spread
+	}
+	if !otherMeets {
 		// Nobody meets it with the margin. A home that meets the whole target still keeps
 		// the request when nobody else does: the candidates left would recompute the prefix
 		// past the target, and admission would refuse for a predicted TTFT what the home's
 		// cache serves in time.
-		if h, o := meet(1); h && !o {
+		if h, o := meet(1, false); h && !o {
 			return onlyHomes(req, 1, dst, counts), true
 		}
 		return dst, false
-	}
-	if homeMeets {
-		return onlyHomes(req, cfg.PrefixHomeShare, dst, counts), true
 	}
 	for i := range dst {
 		dst[i].Gated = !meetsTarget(req, cfg.PrefixHomeShare, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
@@ -135,4 +153,11 @@ func onlyHomes(req Request, share float64, dst []Candidate, counts *FilterCounts
 		c.Gated = !c.Home || anyMeets && !meetsTarget(req, share, c.PredictedTTFT, c.PredictedTPOT)
 	}
 	return dst
+}
+
+// gatedBy reports whether the load gate moves a candidate predicting ttft, whose cached prefix
+// saves saved, behind another predicting fastest (applyGate's rule).
+func gatedBy(cfg *Config, ttft, saved, fastest time.Duration) bool {
+	slack := min(toDuration(cfg.GateSlackFactor*saved.Seconds()), cfg.GateMaxSlack) + onDur(cfg.GateTolerance)
+	return ttft-fastest > slack
 }

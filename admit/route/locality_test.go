@@ -30,29 +30,37 @@ func TestLocality(t *testing.T) {
 		wantGated []string
 	}{
 		{
-			// The load gate sent this to an idle peer: the home's 12,000 queued tokens cost
-			// more than its cache saves. The home meets the target (626 ms), so it keeps the
-			// request; the idle peers, which would recompute the prefix, are only fallbacks
-			// should it refuse or fail.
-			name:      "a loaded home keeps the request from idle peers without the prefix",
+			// The home meets the target (626 ms) and the others, loaded too, would take 730
+			// ms with their recompute: the home keeps the request, and the others, which would
+			// recompute the prefix, are only fallbacks should it refuse or fail.
+			name:      "a loaded home keeps the request from loaded peers without the prefix",
 			target:    2 * time.Second,
-			peers:     []peerSpec{{prefix, 12000, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
+			peers:     []peerSpec{{prefix, 12000, 0}, {0, 11000, 0}, {0, 11000, 0}, {0, 12000, 0}},
 			wantFirst: "n0", wantGated: []string{"n1", "n2", "n3"},
+		},
+		{
+			// Against idle peers (180 ms with the recompute) the home's queue costs more than
+			// twice what its cache saves: spreading onto idle capacity is cheap, and the load
+			// gate decides, as it did.
+			name:      "a loaded home against idle peers: the load gate spreads",
+			target:    2 * time.Second,
+			peers:     []peerSpec{{prefix, 12000, 0}, {0, 0, 0}},
+			wantFirst: "n1", wantGated: []string{"n0"},
 		},
 		{
 			// Everyone is loaded and the home is busy (over 16,384 queued tokens): the busy
 			// filter dropped it and the request recomputed its prefix on a peer that was
-			// merely less loaded. The home still meets the target (876 ms): the request waits
-			// for it.
+			// merely less loaded (780 ms with its recompute). The home still meets the target
+			// (876 ms) and is within the gate: the request waits for it.
 			name:      "everyone loaded, the home busy: the request waits for its home",
 			target:    2 * time.Second,
-			peers:     []peerSpec{{prefix, 17000, 0}, {0, 10000, 0}, {0, 12000, 0}, {0, 16000, 0}},
+			peers:     []peerSpec{{prefix, 17000, 0}, {0, 12000, 0}, {0, 13000, 0}, {0, 16000, 0}},
 			wantFirst: "", wantOut: []string{"n1", "n2", "n3"},
 		},
 		{
 			name:      "everyone loaded, the prefix term decides",
 			target:    2 * time.Second,
-			peers:     []peerSpec{{prefix, 14000, 0}, {0, 6000, 0}, {0, 8000, 0}, {0, 9000, 0}},
+			peers:     []peerSpec{{prefix, 14000, 0}, {0, 11000, 0}, {0, 12000, 0}, {0, 13000, 0}},
 			wantFirst: "n0", wantGated: []string{"n1", "n2", "n3"},
 		},
 		{
@@ -95,10 +103,10 @@ func TestLocality(t *testing.T) {
 		},
 		{
 			// A hot prefix's second home: n1 took the spill before and holds the prefix too.
-			// With n0 past the target, n1 (526 ms) keeps the request from the idle n2.
+			// With n0 past the target, n1 (526 ms) keeps the request from n2 (580 ms).
 			name:      "a second home takes the spill before a peer without the prefix",
 			target:    2 * time.Second,
-			peers:     []peerSpec{{prefix, 30000, 0}, {prefix, 10000, 0}, {0, 0, 0}},
+			peers:     []peerSpec{{prefix, 30000, 0}, {prefix, 10000, 0}, {0, 8000, 0}},
 			wantFirst: "n1", wantGated: []string{"n0", "n2"},
 		},
 		{
@@ -184,7 +192,8 @@ func TestLocalitySpill(t *testing.T) {
 	if len(c) != 3 || c[0].Name != "n0" || c[0].Gated || !c[1].Gated || !c[2].Gated {
 		t.Fatalf("home meets the target: want n0 first, the others gated behind it: %s", Explain(c, 3))
 	}
-	peers[0].QueuedPrefillTokens = 17000 // busy, still within the target
+	peers[0].QueuedPrefillTokens = 17000 // busy, still within the target and the gate
+	peers[1].QueuedPrefillTokens, peers[2].QueuedPrefillTokens = 13000, 13000
 	before := r.Counts()[ReasonBusy]
 	if c, err := r.Route(t0, rq, peers, nil); err == nil || r.Counts()[ReasonBusy]-before != 3 {
 		t.Fatalf("busy home: want no candidate and 3 counted busy, got %s, %v and %d", Explain(c, 3), err, r.Counts()[ReasonBusy]-before)
