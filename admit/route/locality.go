@@ -18,11 +18,14 @@ import (
 // of what it does not hold included, is within PrefixHomeShare of it and its predicted TPOT
 // within Request.TPOTTarget.
 //
-//   - A home meets it: the request stays home. Every other candidate is gated behind the homes,
+//   - A home meets it, and the load gate would keep it against the fastest other candidate
+//     (its queue costs no more than twice what its cache saves): the request stays home. Every other candidate is gated behind the homes,
 //     a fallback for a home that refuses or fails; when no home is a candidate (every one is
 //     busy), the others are dropped, counted busy (busy for this request, which its home
 //     serves), and the request waits in the room for a home instead of recomputing its prefix
 //     elsewhere. Homes that miss it are gated.
+//   - A home meets it but the gate would not keep it (the others are idle enough that
+//     spreading costs little): the load gate decides, as without a target.
 //   - No home meets it and another candidate does: the candidates that miss it are gated,
 //     homes included, and the others keep the score's order, in which the prefix leads, so
 //     the spill goes first to the peer holding most of the prefix. Once it has run there that
