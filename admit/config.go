@@ -284,10 +284,14 @@ func LoadConfig(data []byte) (Config, error) {
 // validating it. Unknown keys are an error naming the key. A 0 for one of the settings its
 // table names is an error that says what to write instead (-1 where a negative value turns
 // the setting off, else the value wanted), so such a file never silently gets the default.
-func DecodeConfig(data []byte, base Config) (Config, error) {
+func DecodeConfig(data []byte, base Config) (Config, error) { return DecodeConfigAt(data, base, "") }
+
+// DecodeConfigAt is DecodeConfig for a config that sits at path in a larger file (the node's
+// "admission" section): the keys its errors name start with path ("admission.queue.ttll").
+func DecodeConfigAt(data []byte, base Config, path string) (Config, error) {
 	cfg := base.WithDefaults()
 	f := configFile{Config: cfg, Keys: keysFile{KeyConfig: cfg.Keys, MaxPriority: (*Priority)(cfg.Keys.MaxPriority)}}
-	if err := jsonconf.Decode(data, &f); err != nil {
+	if err := jsonconf.DecodeAt(data, &f, path); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	cfg, cfg.Keys = f.Config, f.Keys.KeyConfig
@@ -319,6 +323,9 @@ func DecodeConfig(data []byte, base Config) (Config, error) {
 			continue
 		}
 		def, _ := json.Marshal(z.def)
+		if path != "" {
+			z.key = path + "." + z.key
+		}
 		if z.offWithNeg {
 			return Config{}, fmt.Errorf("%w: %s: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (%s)", ErrConfig, z.key, def)
 		}

@@ -212,8 +212,8 @@ func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy
 		cfg.Agents, cfg.AgentInterval, cfg.AgentLeaseIntervals = &ac, a.Interval, a.LeaseIntervals
 	}
 	if raw := l.Admission; raw != nil && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		if cfg.Admit, err = admit.DecodeConfig(raw, base.Admit); err != nil {
-			return base, false, fmt.Errorf("node: config file: admission: %w", err)
+		if cfg.Admit, err = admit.DecodeConfigAt(raw, base.Admit, "admission"); err != nil {
+			return base, false, fmt.Errorf("node: config file: %w", err)
 		}
 	}
 	return cfg, false, nil

@@ -31,7 +31,12 @@ var ErrUnknownKey = errors.New("unknown key")
 // time.ParseDuration reads, or a number of seconds. Maps merge, as with encoding/json, but
 // into a copy: Decode writes through no map, slice or pointer that *v shares with another
 // value, so decoding over a shallow copy of defaults leaves the defaults alone.
-func Decode(data []byte, v any) error {
+func Decode(data []byte, v any) error { return DecodeAt(data, v, "") }
+
+// DecodeAt is Decode for data that sits at path in a larger document (a section of it,
+// "admission"): every path its errors name starts with path, so they name the key as the whole
+// document spells it ("admission.queue.ttll").
+func DecodeAt(data []byte, v any, path string) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("jsonconf: decode into %T: want a non-nil pointer", v)
@@ -45,7 +50,7 @@ func Decode(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("jsonconf: data after the top-level value")
 	}
-	tree, err := rewrite(tree, rv.Type().Elem(), rv.Elem(), "")
+	tree, err := rewrite(tree, rv.Type().Elem(), rv.Elem(), path)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,21 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// TestDecodeAtNamesTheFullPath pins that a section read alone names its keys as the whole
+// document spells them, in errors of every kind.
+func TestDecodeAtNamesTheFullPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"inner": {"wiat": "1s"}}`:       `unknown key "sec.inner.wiat"`,
+		`{"by_name": {"x": {"rate": 1}}}`: `unknown key "sec.by_name.x.rate"`,
+		`{"timeout": "soon"}`:             `sec.timeout: duration "soon"`,
+	} {
+		o := base()
+		if err := DecodeAt([]byte(in), &o, "sec"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeAt(%s) = %v, want an error containing %s", in, err, want)
+		}
+	}
+}
+
 func TestMarshalRoundTrips(t *testing.T) {
 	o := base()
 	o.Opt = &inner{Wait: 1500 * time.Millisecond}
