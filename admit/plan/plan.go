@@ -203,6 +203,9 @@ func (p *Planner) Queued(now time.Time, it *admit.Item, claim *admit.Claim, v *V
 func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim *admit.Claim, v *View, pl *Plan) {
 	pl.CarbonRouted, pl.SplitWhy, pl.Search.Busy = false, "", false
 	rreq := p.routeRequest(req, v.BlockTokens)
+	if p.cfg.Mode == ModeKvmesh {
+		rreq.TTFTTarget, rreq.TPOTTarget = p.targets(now, req, it != nil)
+	}
 	var err error
 	pl.Cands, err = p.policy.Route(now, rreq, v.Peers, pl.Cands[:0])
 	if !rreq.StayHome && route.Disaggregated(v.Peers) {
@@ -355,6 +358,24 @@ func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request
 		Session: req.Agent, BlockTokens: blockTokens, TokenScale: req.TokenScale, StayHome: p.cfg.Agents && req.Agent != "",
 		KeepBusy: p.cfg.Mode != ModeKvmesh, // no waiting room: the engine queues
 	}
+}
+
+// targets are req's TTFT target from now and its TPOT target, for routing's locality rule:
+// its SLOs less the time it has waited and, for a request in the room, less the dispatch slack
+// admission keeps (Admitter.Ready). A sheddable request's TTFT target is at most the normal
+// class's: routing's margin of it (route.Config.PrefixHomeShare, half by default) is then the
+// spare capacity it may run on (admission's spare rule), not its own loose SLO. Zero TTFT:
+// none is left.
+func (p *Planner) targets(now time.Time, req admit.Request, queued bool) (ttft, tpot time.Duration) {
+	ttft, tpot = p.adm.SLOFor(req)
+	cfg := p.adm.Config()
+	if queued {
+		ttft -= time.Duration(float64(ttft) * max(cfg.Queue.DispatchSlack, 0))
+	}
+	if normal := time.Duration(cfg.SLO.Normal.TTFT); req.Priority < 0 && normal > 0 {
+		ttft = min(ttft, normal)
+	}
+	return max(ttft-now.Sub(req.SLOClock()), 0), tpot
 }
 
 // Reserve reserves req's prefill and pl.D.KVBlocks on candidate i, releasing the plan's

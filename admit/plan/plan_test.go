@@ -347,3 +347,59 @@ func TestOnlyTheWorkAheadOfTheBandCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalityKeepsTheHome: the planner gives routing the request's targets, so its prefix
+// home keeps it while the home predicts within half of what is left of them (route's locality
+// rule): a 3,200-token prompt whose 3,072-token prefix home h holds, with h's queue at 8,000
+// tokens (833 ms at 10k tokens/s) and a peer o with 4,000 (740 ms with its recompute).
+func TestLocalityKeepsTheHome(t *testing.T) {
+	home := func(queued int) func(*route.Peer) {
+		return func(p *route.Peer) { p.PrefixBlocks, p.QueuedPrefillTokens = 192, queued }
+	}
+	tests := []struct {
+		name     string
+		queued   int // on the home
+		other    int // queued on o
+		req      func(*admit.Request)
+		at       time.Duration // decided this long after arrival
+		inRoom   bool          // decided as a waiting-room item
+		want     admit.Action
+		wantPeer string
+	}{
+		{"a normal request stays home", 8000, 4000, nil, 0, false, admit.Accept, "h"},
+		{"the home past half the target: it leaves", 14000, 4000, nil, 0, false, admit.Accept, "o"},
+		{"a request that waited leaves once its home misses what is left", 8000, 4000, nil, 500 * time.Millisecond, false, admit.Accept, "o"},
+		{"a busy home: the request waits for it", 17000, 15000, func(r *admit.Request) { r.TTFTSLO = 4 * time.Second }, 0, false, admit.Queue, ""},
+		{"at the ingress, 1.8 s keeps it home", 8000, 4000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, false, admit.Accept, "h"},
+		{"in the room, the dispatch slack counts", 8000, 3000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, true, admit.Accept, "o"},
+		{"a sheddable request: the normal target at most", 12000, 4000, func(r *admit.Request) { r.Priority, r.TTFTSLO = -1, 30*time.Second }, 0, false, admit.Accept, "o"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(t, Config{}, nil)
+			v := &View{}
+			v.Reset(16)
+			v.Add(peer("h", home(tt.queued)), false)
+			v.Add(peer("o", func(p *route.Peer) { p.QueuedPrefillTokens = tt.other }), false)
+			rq := request(3200, func(r *admit.Request) {
+				r.TTFTSLO, r.TPOTSLO = 2*time.Second, 200*time.Millisecond
+				if tt.req != nil {
+					tt.req(r)
+				}
+			})
+			var pl Plan
+			now := t0.Add(tt.at)
+			if tt.inRoom {
+				p.Queued(now, &admit.Item{Req: rq, Priority: rq.Priority, Model: model}, nil, v, &pl)
+			} else {
+				p.Ingress(now, rq, v, &pl)
+			}
+			if pl.D.Action != tt.want {
+				t.Fatalf("action %v (%s), want %v: %s", pl.D.Action, pl.D.Code, tt.want, route.Explain(pl.Cands, 2))
+			}
+			if tt.want == admit.Accept && pl.Cands[pl.D.Option].Name != tt.wantPeer {
+				t.Fatalf("accepted on %s, want %s: %s", pl.Cands[pl.D.Option].Name, tt.wantPeer, route.Explain(pl.Cands, 2))
+			}
+		})
+	}
+}

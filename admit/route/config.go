@@ -160,6 +160,23 @@ type Config struct {
 	// faster candidate.
 	GateTolerance time.Duration `json:"gate_tolerance"`
 
+	// Prefix homes (locality.go): used only for a request that carries a TTFT target
+	// (Request.TTFTTarget).
+
+	// PrefixHomeMinTokens is the cached prefix, in the request's tokens, from which the peers
+	// holding the request's longest cached prefix are its prefix homes. Default 1024 (one
+	// anchor stride of 16-token blocks, about 50 ms of prefill): a shorter prefix saves less
+	// than a decode step's worth of queueing. Negative (-1): no prefix homes, the load gate
+	// alone orders the holders.
+	PrefixHomeMinTokens int `json:"prefix_home_min_tokens"`
+	// PrefixHomeShare is the share of the request's TTFT target within which a peer counts as
+	// meeting it, for the locality rule: a home keeps the request while it predicts within it,
+	// and the request leaves for another peer only when that peer predicts within it, its
+	// recompute included. Default 0.5: the prediction misses what other ingresses sent since
+	// the last record, and a request in the waiting room still needs its dispatch slack. In
+	// (0, 1].
+	PrefixHomeShare float64 `json:"prefix_home_share"`
+
 	// Tie-break and stickiness.
 
 	// Epsilon is the score distance within which candidates count as equal; among them the
@@ -251,6 +268,8 @@ func DefaultConfig() Config {
 		GateSlackFactor:                1,
 		GateMaxSlack:                   5 * time.Second,
 		GateTolerance:                  25 * time.Millisecond,
+		PrefixHomeMinTokens:            1024,
+		PrefixHomeShare:                0.5,
 		Epsilon:                        0.02,
 		MaxSessions:                    65536,
 		ReservationTTL:                 3 * time.Second,
@@ -303,6 +322,8 @@ func (c *Config) fill() error {
 	fillF(&c.GateSlackFactor, d.GateSlackFactor)
 	fillDur(&c.GateMaxSlack, d.GateMaxSlack)
 	fillDur(&c.GateTolerance, d.GateTolerance)
+	fillI(&c.PrefixHomeMinTokens, d.PrefixHomeMinTokens)
+	fillF(&c.PrefixHomeShare, d.PrefixHomeShare)
 	fillF(&c.Epsilon, d.Epsilon)
 	fillI(&c.MaxSessions, d.MaxSessions)
 	fillDur(&c.ReservationTTL, d.ReservationTTL)
@@ -371,6 +392,8 @@ func (c *Config) validate() error {
 		return bad("GateSlackFactor %v must be finite and non-negative", c.GateSlackFactor)
 	case c.GateMaxSlack < 0:
 		return bad("GateMaxSlack %v is negative", c.GateMaxSlack)
+	case !(c.PrefixHomeShare > 0 && c.PrefixHomeShare <= 1):
+		return bad("PrefixHomeShare %v not in (0,1]", c.PrefixHomeShare)
 	case !finite(c.Epsilon):
 		return bad("Epsilon %v must be finite", c.Epsilon)
 	case c.HomeBalance < 0 || math.IsNaN(c.HomeBalance):

@@ -59,7 +59,8 @@
 //
 // # Load gate
 //
-// After scoring, on predicted TTFT only, so no weight can switch it off: with saved(c) =
+// After scoring (and in place of the locality rule's gating when that decides nothing), on
+// predicted TTFT only, so no weight can switch it off: with saved(c) =
 // C(c)/PrefillTokensPerSecond(c), the time c's cached prefix saves,
 //
 //	c is gated  ⇔  TTFT(c) − min_{d≠c} TTFT(d) > min(GateSlackFactor·saved(c), GateMaxSlack) + GateTolerance
@@ -67,6 +68,24 @@
 // Gated candidates go behind every ungated one (Candidate.Gated), fastest first. The fastest candidate is
 // never gated, so the first candidate is always ungated: a prefix holder whose queue costs
 // more than its cache saves loses the request to the fastest other peer whatever the weights.
+//
+// # Locality
+//
+// A request with a TTFT target (Request.TTFTTarget, which the planner sets to its SLO less
+// the time it has waited) has prefix homes: the peers, busy or not, holding its longest
+// cached prefix, when that is at least PrefixHomeMinTokens. A peer meets the target when its
+// predicted TTFT is within PrefixHomeShare of it (and its TPOT within TPOTTarget). A home
+// that meets it and that the load gate would keep against the others keeps the request: the
+// other candidates go behind it, gated (fallbacks for a home that refuses or fails), and
+// while every home is busy by its queue they are dropped (counted busy), so the request
+// waits in the room for one. A home that meets it but that the gate would move leaves the
+// load gate to decide. When no home meets it, the candidates that miss it are gated, homes
+// included, and the spill goes by score (the prefix leads: the peer holding most of the
+// prefix, a second home, first). When nobody meets it with the margin, a home meeting the
+// whole target keeps a request no other candidate can serve in time; else the load gate
+// decides. Candidate.Terms.Spill is the prefix a candidate lacks against the home: its
+// recompute, and the KV of other prompts storing it evicts. A home busy by KV keeps nothing.
+// Without a target, for an agent's step and for KeepBusy, the rule is off.
 //
 // # Tie-break and sessions
 //

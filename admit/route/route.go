@@ -79,6 +79,8 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 	defer r.mu.Unlock()
 
 	home := r.homeLocked(now, req, peers)
+	local := localityApplies(cfg, req, home)
+	var held heldPrefix // the best prefix holder the busy filter drops, for the locality rule
 	var counts FilterCounts
 	for i := range peers {
 		p := &peers[i]
@@ -87,15 +89,32 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			continue
 		}
 		rv := r.reservedLocked(now, p.Name)
-		if p.Name != home && !req.KeepBusy && (busy(cfg, req, bt, p, rv) || r.refusedLocked(now, p.Name, req.Priority)) {
-			counts[ReasonBusy]++
-			continue
+		if p.Name != home && !req.KeepBusy {
+			if r.refusedLocked(now, p.Name, req.Priority) {
+				counts[ReasonBusy]++ // busier than its record says: it predicts nothing
+				continue
+			}
+			if busy(cfg, req, bt, p, rv) {
+				counts[ReasonBusy]++
+				// A home busy by its queue keeps the request if its queue allows (its
+				// prediction counts it); one busy by KV may hold it for as long as its
+				// replies run, which no prediction counts.
+				if local && p.PrefixBlocks > 0 && !busyKV(cfg, req, bt, p, rv) {
+					c := evaluate(cfg, req, bt, i, p, rv)
+					held.see(&c)
+				}
+				continue
+			}
 		}
 		c := evaluate(cfg, req, bt, i, p, rv)
 		limit(cfg, &c, p)
 		dst = append(dst, c)
 	}
 	dst = dropLimited(dst, &counts)
+	gated := false
+	if local {
+		dst, gated = keepLocal(cfg, req, dst, &held, &counts)
+	}
 	for i, v := range counts {
 		r.counts[i] += v
 	}
@@ -103,7 +122,9 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 		return dst, &NoCandidateError{Model: req.Model, Peers: len(peers), Counts: counts}
 	}
 
-	applyGate(cfg, dst)
+	if !gated {
+		applyGate(cfg, dst)
+	}
 	r.sortLocked(dst)
 	if i := slices.IndexFunc(dst, func(c Candidate) bool { return c.Name == home }); i >= 0 {
 		h := dst[i]
@@ -214,18 +235,26 @@ func busy(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
 
 // busyAt is busy with queued the threshold of queued prefill tokens.
 func busyAt(cfg *Config, req Request, bt int, p *Peer, rv reserved, queued int) bool {
-	if used := p.KVBlocksUsed + rv.blocks; p.KVBlocksTotal > 0 && used > 0 {
-		prompt := max(req.PromptTokens, 0)
-		cached := min(prefixTokens(p.PrefixBlocks, bt, req.TokenScale), prompt)
-		need := (prompt - cached + max(req.MaxTokens, 0) + bt - 1) / bt
-		if float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse {
-			return true
-		}
+	if busyKV(cfg, req, bt, p, rv) {
+		return true
 	}
 	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting {
 		return true
 	}
 	return QueuedAhead(p, req.Priority)+rv.prefill > queued
+}
+
+// busyKV is busy's KV test: the blocks the request would add (its uncached prompt and output)
+// take p's KV use, with this node's reservations, past BusyKVUse.
+func busyKV(cfg *Config, req Request, bt int, p *Peer, rv reserved) bool {
+	used := p.KVBlocksUsed + rv.blocks
+	if p.KVBlocksTotal <= 0 || used <= 0 {
+		return false
+	}
+	prompt := max(req.PromptTokens, 0)
+	cached := min(prefixTokens(p.PrefixBlocks, bt, req.TokenScale), prompt)
+	need := (prompt - cached + max(req.MaxTokens, 0) + bt - 1) / bt
+	return float64(used+need)/float64(p.KVBlocksTotal) > cfg.BusyKVUse
 }
 
 // prefixTokens is what blocks cached blocks of bt kvindex tokens hold in the request's own

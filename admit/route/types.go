@@ -35,6 +35,11 @@ type Request struct {
 	KeepBusy bool
 	// BlockTokens is the KV block size the prompt was hashed with (≤ 0: kvindex's default).
 	BlockTokens int
+	// TTFTTarget is the TTFT the request must still meet, counted from now (its SLO less the
+	// time it has waited), and TPOTTarget its TPOT SLO; zero: none known. With a TTFT target,
+	// the peers holding the request's longest cached prefix are its prefix homes and keep it
+	// (the locality rule, locality.go); without one, the load gate alone orders the holders.
+	TTFTTarget, TPOTTarget time.Duration
 	// TokenScale is PromptTokens over the prompt's length in kvindex's own tokens, in which
 	// blocks are cut: a cached block holds BlockTokens × TokenScale of the request's tokens
 	// (≤ 0: 1). It differs from 1 once the node has learned a model's bytes per token.
@@ -111,6 +116,10 @@ type Terms struct {
 	PrefillRate float64
 	Step        time.Duration
 	Batch       int
+	// Spill is, under the locality rule, the cached prefix tokens the request's home holds and
+	// this peer does not: the prefill it recomputes here, and the KV of other prompts its
+	// storing evicts (0 on a home, and without a home).
+	Spill int
 }
 
 // Candidate is one peer that survived the filters.
@@ -125,6 +134,8 @@ type Candidate struct {
 	Gated bool
 	// Sticky is set on the candidate chosen because it served the session last.
 	Sticky bool
+	// Home is set on a prefix home of the request under the locality rule (locality.go).
+	Home bool
 	// Pair, when set, makes the candidate a split request's pair (pair.go): Peer and Name are
 	// the prefill peer's, the terms its prefill's, and PredictedTTFT and PredictedTPOT the
 	// pair's (Pair.TTFT, the decode peer's TPOT). Nil for a whole request's candidate.
@@ -162,6 +173,13 @@ func (c Candidate) appendTo(b []byte) []byte {
 	b = append(b, c.PredictedTTFT.Round(time.Millisecond).String()...)
 	b = append(b, " tpot="...)
 	b = append(b, c.PredictedTPOT.Round(time.Millisecond).String()...)
+	if c.Terms.Spill > 0 {
+		b = append(b, " spill="...)
+		b = strconv.AppendInt(b, int64(c.Terms.Spill), 10)
+	}
+	if c.Home {
+		b = append(b, " home"...)
+	}
 	if c.Gated {
 		b = append(b, " gated"...)
 	}
