@@ -113,7 +113,9 @@ func (n *Node) engineKind() string {
 
 func (n *Node) isDraining() bool { return n.draining.Load() }
 
-// peerOf maps a member's record into routing's view of it.
+// peerOf maps a member's record into routing's view of it: the one place a field of
+// gossip.State becomes a signal routing reads. TestPeerOfMapsEveryField fails for a field of
+// the record that is neither mapped here nor named as read elsewhere (recordNotRouted).
 func peerOf(m *gossip.Member) route.Peer {
 	s := &m.State
 	p := route.Peer{

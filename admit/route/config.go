@@ -95,7 +95,8 @@ type Config struct {
 	ModelVendors map[string][]string `json:"model_vendors"`
 	// Roles lists the peer roles that can run a whole request (empty: any role). A prefill peer
 	// never does; a decode peer runs one (DecodeLocalPrefill) only when Roles is empty or
-	// lists "decode".
+	// lists "decode". A mixed peer runs either half of a split request only when Roles lets it
+	// run whole ones, so that a node routing excludes gets no half either.
 	Roles []string `json:"roles"`
 	// BusyKVUse is the KV use above which a peer is busy for a request: blocks used, plus
 	// blocks this node reserved, plus the blocks the request would add there (its uncached

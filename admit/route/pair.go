@@ -171,7 +171,9 @@ type PairSearch struct {
 // pairSearch runs the pair's two searches over peers with rv the reservations per peer and
 // refused whether the peer's owner refused a request of req's priority lately. It is pure.
 //
-// Prefill among prefill and mixed peers: routing's filters but the role's, busy counting the
+// Both searches run routing's filters for their half (filter), and the power cap and thermal
+// limit among their survivors (dropLimited), as Route does for a whole request.
+// Prefill among prefill and mixed peers: busy counting the
 // uncached prompt's blocks only (a prefill node holds no output) and the queued prefill,
 // scored 1.0·C/P − 0.5·L/(L+LoadHalfTokens) (the prefix and load weights), gated on the
 // predicted prefill time as whole candidates are. Decode among decode and mixed peers: busy
@@ -190,28 +192,21 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	vendors := cfg.ModelVendors[req.Model]
 	out.Prefill, out.Decode, out.Busy = out.Prefill[:0], out.Decode[:0], false
 	prompt := max(req.PromptTokens, 0)
-	eligible := func(p *Peer) (pre, dec bool) {
-		pre, dec = IsMixed(p.Role) || p.Role == RolePrefill, IsMixed(p.Role) || p.Role == RoleDecode
-		switch {
-		case !pre && !dec, p.WholeOnly, !slices.Contains(p.Models, req.Model):
-			return false, false
-		case !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed,
-			!p.Healthy, p.Ejected:
-			return false, false
-		case need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes,
-			len(vendors) > 0 && !slices.Contains(vendors, p.Vendor):
-			return false, false
-		case p.TempC >= cfg.ThermalHardC:
-			return false, false
-		case refused(p.Name):
-			out.Busy = true
-			return false, false
+	// A peer passes routing's filters for the half (filter), then the owner's refusals.
+	eligible := func(p *Peer, pt part) bool {
+		if _, ok := filter(cfg, pt, req.Model, p, need, vendors); !ok {
+			return false
 		}
-		return pre, dec
+		if refused(p.Name) {
+			out.Busy = true
+			return false
+		}
+		return true
 	}
+	var dropped FilterCounts // the power cap and the thermal limit (dropLimited), not counted: no whole candidate is dropped
 	for i := range peers {
 		p := &peers[i]
-		if pre, _ := eligible(p); !pre {
+		if !eligible(p, partPrefill) {
 			continue
 		}
 		r := rv(p.Name)
@@ -220,12 +215,14 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, r)
+		limit(cfg, &c, p)
 		t := &c.Terms
 		c.Score = on(cfg.Weights.Prefix)*t.Prefix - on(cfg.Weights.Load)*t.Load
 		// The prefill half's TTFT ends with the prompt's KV: no decode step.
 		c.PredictedTTFT = prefillTime(cfg, QueuedAhead(p, req.Priority)+r.prefill+prompt-t.PrefixTokens, t.PrefillRate)
 		out.Prefill = append(out.Prefill, c)
 	}
+	out.Prefill = dropLimited(out.Prefill, &dropped)
 	applyGate(cfg, out.Prefill)
 	slices.SortStableFunc(out.Prefill, func(a, b Candidate) int {
 		switch {
@@ -250,7 +247,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	local := cfg.LocalPrefill()
 	for i := range peers {
 		p := &peers[i]
-		if _, dec := eligible(p); !dec {
+		if !eligible(p, partDecode) {
 			continue
 		}
 		r := rv(p.Name)
@@ -262,11 +259,10 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 			continue
 		}
 		c := evaluate(cfg, req, bt, i, p, r)
+		limit(cfg, &c, p)
 		if local && p.Role == RoleDecode && !p.HalvesOnly && !busy(cfg, req, bt, p, r) {
-			if _, ok := filter(cfg, req.Model, p, need, vendors, true); ok {
-				l := c // evaluate's is the whole request's candidate
-				limit(cfg, &l, p)
-				out.Local = append(out.Local, l)
+			if _, ok := filter(cfg, partLocal, req.Model, p, need, vendors); ok {
+				out.Local = append(out.Local, c) // evaluate's is the whole request's candidate
 			}
 		}
 		c.Score = -c.PredictedTPOT.Seconds()
@@ -276,17 +272,17 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		}
 		out.Decode = append(out.Decode, c)
 	}
+	out.Decode = dropLimited(out.Decode, &dropped)
 	if len(out.Decode) == 0 {
 		// Every decode peer is short of KV: they stay candidates, so that admission judges
 		// their room at the half's arrival itself and refuses (decode_full) or queues
 		// (wait_decode) the request saying so, before its prefill.
-		out.Decode = append(out.Decode, out.full...)
+		out.Decode = append(out.Decode, dropLimited(out.full, &dropped)...)
 	}
 	slices.SortStableFunc(out.Decode, func(a, b Candidate) int {
 		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTPOT, b.PredictedTPOT), cmp.Compare(b.Terms.FreeKV, a.Terms.FreeKV),
 			cmp.Compare(a.Terms.Batch, b.Terms.Batch), mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
 	})
-	var dropped FilterCounts // a whole candidate's filters, not counted: the decode peer stays a decode candidate
 	out.Local = dropLimited(out.Local, &dropped)
 	slices.SortStableFunc(out.Local, func(a, b Candidate) int {
 		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))

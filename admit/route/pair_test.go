@@ -327,7 +327,8 @@ func TestFullDecodePeersStayCandidates(t *testing.T) {
 // TestLocalCandidatesFiltered pins that a decode peer runs a request whole (PairSearch.Local)
 // only through the filters a whole candidate passes: route.roles, the power cap (while another
 // decode peer is under its cap), health, staleness, ejection, the thermal limit, the vendor.
-// The whole request's own filters (roles, power) leave it a candidate for the decode half.
+// route.roles without decode leaves it a candidate for the decode half, which it names no
+// role for.
 func TestLocalCandidatesFiltered(t *testing.T) {
 	atCap := func(p *Peer) { p.PowerWatts = p.PowerCapWatts }
 	tests := []struct {
@@ -339,7 +340,7 @@ func TestLocalCandidatesFiltered(t *testing.T) {
 		decode bool // d1 among the decode candidates
 	}{
 		{"both pass", nil, nil, false, []string{"d1", "d2"}, true},
-		{"at its power cap, another under it", nil, atCap, false, []string{"d2"}, true},
+		{"at its power cap, another under it", nil, atCap, false, []string{"d2"}, false},
 		{"at its power cap, alone", nil, atCap, true, []string{"d1"}, true},
 		{"at its power cap, the filter off", func(c *Config) { c.DisablePowerCapFilter = true }, atCap, false, []string{"d1", "d2"}, true},
 		{"route.roles without decode", func(c *Config) { c.Roles = []string{RoleMixed} }, nil, false, nil, true},
@@ -369,6 +370,65 @@ func TestLocalCandidatesFiltered(t *testing.T) {
 			}
 			if got := slices.Contains(names(s.Decode), "d1"); got != tt.decode {
 				t.Errorf("decode candidates %v: d1 among them %v, want %v", names(s.Decode), got, tt.decode)
+			}
+		})
+	}
+}
+
+// TestPairSearchFilters pins that the pair's searches run routing's filters as Route does
+// (peerFilters, then the power cap and the thermal limit): a mixed peer is a half only when
+// route.roles lets it run whole requests, and a peer at its power cap is passed over for a
+// half while another of that half is under its cap, as for a whole request.
+func TestPairSearchFilters(t *testing.T) {
+	atCap := func(p *Peer) { p.PowerWatts = p.PowerCapWatts }
+	hot := func(p *Peer) { p.TempC = 95 }
+	tests := []struct {
+		name            string
+		conf            func(*Config)
+		peers           []Peer
+		mod             map[string]func(*Peer)
+		prefill, decode []string
+	}{
+		{"all pass", nil, []Peer{rolePeer("p1", RolePrefill), rolePeer("m", RoleMixed), rolePeer("d1", RoleDecode)}, nil,
+			[]string{"p1", "m"}, []string{"d1", "m"}},
+		{"route.roles without mixed", func(c *Config) { c.Roles = []string{"gpu"} },
+			[]Peer{rolePeer("p1", RolePrefill), rolePeer("m", RoleMixed), rolePeer("d1", RoleDecode)}, nil,
+			[]string{"p1"}, []string{"d1"}},
+		{"route.roles with mixed", func(c *Config) { c.Roles = []string{RoleMixed} },
+			[]Peer{rolePeer("p1", RolePrefill), rolePeer("m", ""), rolePeer("d1", RoleDecode)}, nil,
+			[]string{"p1", "m"}, []string{"d1", "m"}},
+		{"a prefill peer at its power cap, another under it", nil,
+			[]Peer{rolePeer("p1", RolePrefill), rolePeer("p2", RolePrefill), rolePeer("d1", RoleDecode)},
+			map[string]func(*Peer){"p1": atCap}, []string{"p2"}, []string{"d1"}},
+		{"a decode peer at its power cap, another under it", nil,
+			[]Peer{rolePeer("p1", RolePrefill), rolePeer("d1", RoleDecode), rolePeer("d2", RoleDecode)},
+			map[string]func(*Peer){"d1": atCap}, []string{"p1"}, []string{"d2"}},
+		{"every peer of a half at its power cap", nil,
+			[]Peer{rolePeer("p1", RolePrefill), rolePeer("d1", RoleDecode)},
+			map[string]func(*Peer){"p1": atCap, "d1": atCap}, []string{"p1"}, []string{"d1"}},
+		{"at its power cap, the filter off", func(c *Config) { c.DisablePowerCapFilter = true },
+			[]Peer{rolePeer("p1", RolePrefill), rolePeer("p2", RolePrefill), rolePeer("d1", RoleDecode), rolePeer("d2", RoleDecode)},
+			map[string]func(*Peer){"p1": atCap, "d1": atCap}, []string{"p1", "p2"}, []string{"d1", "d2"}},
+		{"too hot", nil, []Peer{rolePeer("p1", RolePrefill), rolePeer("d1", RoleDecode), rolePeer("d2", RoleDecode)},
+			map[string]func(*Peer){"p1": hot, "d1": hot}, nil, []string{"d2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, tt.conf)
+			peers := slices.Clone(tt.peers)
+			for i := range peers {
+				if f := tt.mod[peers[i].Name]; f != nil {
+					f(&peers[i])
+				}
+			}
+			var s PairSearch
+			r.Pair(t0, req(8000), peers, 0, &s)
+			pre, dec := names(s.Prefill), names(s.Decode)
+			slices.Sort(pre)
+			slices.Sort(dec)
+			want := func(w []string) []string { w = slices.Clone(w); slices.Sort(w); return w }
+			if !equalStrings(pre, want(tt.prefill)) || !equalStrings(dec, want(tt.decode)) {
+				t.Errorf("prefill %v decode %v, want %v and %v", pre, dec, tt.prefill, tt.decode)
 			}
 		})
 	}

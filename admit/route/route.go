@@ -84,7 +84,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 	var counts FilterCounts
 	for i := range peers {
 		p := &peers[i]
-		if why, ok := filter(cfg, req.Model, p, need, vendors, false); !ok {
+		if why, ok := filter(cfg, partWhole, req.Model, p, need, vendors); !ok {
 			counts[why]++
 			continue
 		}
@@ -142,85 +142,6 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 		}
 	}
 	return dst, nil
-}
-
-// filter is routing's filters of a peer to run a request for model whole, bar the ones that
-// weigh it against the other peers (busy, and the power and thermal limits: limit): the model,
-// staleness, health, ejection and capability. It returns whether p passes, and if not the
-// reason of the first filter that drops it. local asks for a decode peer, which runs a request
-// whole only when the split rule sends it one (PairSearch.Local); otherwise a prefill or
-// decode peer never passes. Route's candidates and the decode peers of PairSearch.Local are
-// both filtered by it.
-func filter(cfg *Config, model string, p *Peer, need uint64, vendors []string, local bool) (Reason, bool) {
-	switch {
-	case !slices.Contains(p.Models, model):
-		return ReasonModel, false
-	case !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed:
-		return ReasonStale, false
-	case !p.Healthy:
-		return ReasonUnhealthy, false
-	case p.Ejected:
-		return ReasonEjected, false
-	case !capable(cfg, p, need, vendors, local):
-		return ReasonCapability, false
-	}
-	return 0, true
-}
-
-func capable(cfg *Config, p *Peer, need uint64, vendors []string, local bool) bool {
-	if need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes {
-		return false
-	}
-	if len(vendors) > 0 && !slices.Contains(vendors, p.Vendor) {
-		return false
-	}
-	if !RolesAllow(cfg.Roles, p.Role) {
-		return false
-	}
-	if local {
-		return p.Role == RoleDecode
-	}
-	// A prefill or decode peer runs one half of a request only (pair.go): never a whole one.
-	return !IsHalf(p.Role)
-}
-
-// limit marks c, p's candidate, over its power cap (unless the power cap filter is off) and at
-// or above the thermal hard limit, for dropLimited.
-func limit(cfg *Config, c *Candidate, p *Peer) {
-	c.overCap = !cfg.DisablePowerCapFilter && p.PowerCapWatts > 0 && p.PowerWatts >= cfg.PowerCapFraction*p.PowerCapWatts
-	c.tooHot = p.TempC >= cfg.ThermalHardC
-}
-
-// dropLimited drops from dst the candidates limit marked, power before thermal: one over its
-// power cap only when a candidate under its cap and cool will remain, one too hot always. It
-// counts them in counts and returns dst shortened, in its order.
-func dropLimited(dst []Candidate, counts *FilterCounts) []Candidate {
-	anyCool, anyLimited := false, false
-	for i := range dst {
-		if dst[i].overCap || dst[i].tooHot {
-			anyLimited = true
-		} else {
-			anyCool = true
-		}
-	}
-	if !anyLimited {
-		return dst
-	}
-	n := 0
-	for i := range dst {
-		switch c := &dst[i]; {
-		case c.overCap && anyCool:
-			counts[ReasonPowerCap]++
-		case c.tooHot:
-			counts[ReasonThermal]++
-		default:
-			if n != i {
-				dst[n] = *c
-			}
-			n++
-		}
-	}
-	return dst[:n]
 }
 
 // busy counts this node's reservations on top of the peer's last record. The KV test counts

@@ -9,8 +9,8 @@
 // Every frame is a type byte, a uvarint length and a payload. The ingress writes a header
 // frame (Header), a body frame and ends its side. The header starts with the frame version
 // (Version) and a Kind: KindRequest carries an inference request, whose body is the client's
-// JSON and whose header has typed request fields (Endpoint, Waited, TTFTSLO, TPOTSLO,
-// AgentFinal); KindAgentRenew and KindAgentGiveUp are an ingress's agent-lease messages to the
+// JSON and whose header has typed request fields (Endpoint, Waited, TTFTSLO, TPOTSLO, and
+// optional ones such as AgentFinal); KindAgentRenew and KindAgentGiveUp are an ingress's agent-lease messages to the
 // agent's home, with an empty body (and RenewWait for a renewal). EncodeHeader documents the
 // layout. The owner answers with one accept frame (status, headers) or one refuse frame
 // (status, code, message, retry-after, opaque state), before any token. After an accept come
@@ -21,32 +21,33 @@
 //
 // # Versions
 //
-// Nodes on different frame versions refuse each other's forwards cleanly; nothing runs
+// A header's optional fields are tagged (headerFields: a tag, a length, a value), as gossip's
+// state records are: a new optional field is a new tag in that table, and needs no new
+// version. An odd tag is required: a reader that does not know it refuses the header as of an
+// unknown kind (StatusKind, CodeKind), as it does a request of an endpoint it does not know,
+// and the ingress tries another candidate; an even tag is optional: a reader that does not
+// know it skips it and runs the request without it (a trace context, a queue TTL).
+//
+// A node reads Version and PreviousVersion, the version before it, whose optional fields are
+// positional behind a flags byte; PreviousVersion is kept for one release after Version's
+// and dropped in the next. A node that speaks PreviousVersion only refuses a header of Version
+// as of another version; Forward sends it again in PreviousVersion, and sends that peer
+// PreviousVersion for a minute. In PreviousVersion, a peer built before the trace context or
+// the queue TTL resets a header carrying one as malformed, and Forward sends it once more
+// without them (not a continuation's or a half's trace context: such a peer cannot run them
+// either, and the caller tries another peer).
+//
+// Nodes on other frame versions refuse each other's forwards cleanly; nothing runs
 // half-understood. An owner refuses a header of another frame version (StatusVersion,
-// CodeVersion) or of an unknown kind or endpoint (StatusKind, CodeKind) before any handler
-// runs, and counts it in kvmesh_transport_rejected_total{reason="version"} or
-// {reason="unknown_kind"}. The refuse frame's layout is the same in every version so far, so
-// the ingress reads that refusal whatever its own version: a node on version 1 sees a 505
-// frame_version refusal; on this version the *Refusal is errors.Is ErrVersion (or ErrKind).
-// A node on frame version 1 predates these refusals: it resets the stream of a version-2
-// header as malformed, and Forward to it fails with an error wrapping both ErrUnreachable and
-// ErrRejected. Either way the caller moves on to another peer. The ALPN stays kvmesh/1: the
-// version lives in the header, so that a refusal can say what went wrong, which a failed
-// handshake could not.
-//
-// An endpoint added within a version (EndpointEmbeddings and EndpointResponses came after
-// chat and completions) needs no new version: a peer built before it refuses such a request
-// with StatusKind and CodeKind, and the ingress tries another candidate.
-//
-// The trace context (Header.TraceParent and TraceState, a request flag) also came within
-// version 2. A header without one is encoded as before; a peer built before it resets a header
-// with one as malformed, and Forward sends that header once more without it. So did a
-// continuation's Header.Resume (another request flag), but a header with one is not sent
-// again without it: the caller tries another peer, since a continuation run as a new request
-// would send the client its text twice. The queue TTL (Header.QueueTTL and QueueTTLLeft,
-// another request flag) came after them: a header with one that a peer resets as malformed is
-// sent once more without it, and without a trace context, whatever else it carries, and that
-// peer runs the request without the bound.
+// CodeVersion) or of an unknown kind, endpoint or required field (StatusKind, CodeKind)
+// before any handler runs, and counts it in kvmesh_transport_rejected_total{reason="version"}
+// or {reason="unknown_kind"}. The refuse frame's layout is the same in every version so far,
+// so the ingress reads that refusal whatever its own version; the *Refusal is errors.Is
+// ErrVersion (or ErrKind). A node on frame version 1 predates these refusals: it resets the
+// stream of a later header as malformed, and Forward to it fails with an error wrapping both
+// ErrUnreachable and ErrRejected. Either way the caller moves on to another peer. The ALPN
+// stays kvmesh/1: the version lives in the header, so that a refusal can say what went wrong,
+// which a failed handshake could not.
 //
 // # Trust
 //

@@ -13,11 +13,16 @@ import (
 	"unicode/utf8"
 )
 
-// Version is the frame format version this package writes and the only one it reads. A peer on
-// another version is refused at its first header, never half-understood: see ErrVersion.
-//
-// Version 2 replaced version 1's API path and string meta map with Kind and typed fields.
-const Version = 2
+// Version is the frame format version this package writes. It reads Version and
+// PreviousVersion, and writes PreviousVersion to a peer that refuses Version (Transport.Forward).
+// A peer on any other version is refused at its first header, never half-understood: see
+// ErrVersion.
+const Version = 3
+
+// PreviousVersion is the frame version before Version, read and, to a peer that speaks only it,
+// written for one release after Version's: the release after that drops it. Its optional
+// request fields are positional, each marked by a bit of a flags byte (headerFields' flag).
+const PreviousVersion = 2
 
 // Wire limits. They bound what a reader allocates before it has judged the peer, so they are
 // constants of the format rather than per-node settings that two peers could disagree on.
@@ -249,7 +254,7 @@ const HandoverContentType = "application/x-kvmesh-handover"
 
 // AppendHandover appends h's encoding: its prompt and cached tokens (uvarints), its KV bytes
 // and ready time (uvarints, the time in nanoseconds) and its params (a uvarint length and the
-// bytes). It is the same in a header (flag bit 4) and in a prefill owner's answer.
+// bytes). It is the same in a header (the handover field, headerFields) and in a prefill owner's answer.
 func AppendHandover(dst []byte, h *Handover) ([]byte, error) {
 	if err := checkHandover(h); err != nil {
 		return dst, err
@@ -504,128 +509,6 @@ func (d *decoder) end(what string) {
 
 func validStatus(s int) bool { return s >= 200 && s <= 599 }
 
-// EncodeHeader appends h's encoding to dst. It rejects what DecodeHeader would reject, so a
-// sender learns about an oversized header before the owner does.
-//
-// The encoding is the version byte, the kind byte, the common fields (request id, hops,
-// priority, tenant, deadline, agent id, blocks, ingress), then the kind's own fields: for
-// KindRequest the endpoint byte, a flags byte (bit 0: AgentFinal, bit 1: a trace context, bit
-// 2: a Resume, bit 3: Prefill, bit 4: a Handover, bit 5: a queue TTL), Waited, TTFTSLO,
-// TPOTSLO, with bit 1 TraceParent and TraceState, with bit 2 the Resume's seed and prompt hash
-// (little-endian uint64s) and its tokens, bytes and prompt tokens (uvarints), with bit 4 the
-// Handover (AppendHandover), and with bit 5 QueueTTL and QueueTTLLeft; for KindAgentRenew
-// RenewWait; nothing for KindAgentGiveUp. A header without a trace context, a Resume,
-// Prefill, a Handover or a queue TTL is encoded as before they existed, so a peer built
-// before them reads it. Strings are a uvarint length and UTF-8 bytes, blocks a uvarint count
-// and little-endian uint64s, durations uvarint nanoseconds, the deadline varint Unix
-// nanoseconds (0: none).
-func EncodeHeader(dst []byte, h Header) ([]byte, error) {
-	v := h.Version
-	if v == 0 {
-		v = Version
-	}
-	if err := checkHeader(v, h); err != nil {
-		return dst, err
-	}
-	start := len(dst)
-	e := encoder{b: dst}
-	e.b = append(e.b, byte(v), byte(h.Kind))
-	e.str(h.RequestID)
-	e.uvarint(uint64(h.Hops))
-	e.varint(int64(h.Priority))
-	e.str(h.Tenant)
-	var dl int64
-	if !h.Deadline.IsZero() {
-		dl = h.Deadline.UnixNano()
-	}
-	e.varint(dl)
-	e.str(h.AgentID)
-	e.uvarint(uint64(len(h.Blocks)))
-	for _, b := range h.Blocks {
-		e.b = binary.LittleEndian.AppendUint64(e.b, b)
-	}
-	e.str(h.Ingress)
-	switch h.Kind {
-	case KindRequest:
-		var flags byte
-		if h.AgentFinal {
-			flags |= flagAgentFinal
-		}
-		if h.TraceParent != "" {
-			flags |= flagTrace
-		}
-		if h.Resume != nil {
-			flags |= flagResume
-		}
-		if h.Prefill {
-			flags |= flagPrefill
-		}
-		if h.Handover != nil {
-			flags |= flagHandover
-		}
-		if h.QueueTTL != 0 {
-			flags |= flagQueueTTL
-		}
-		e.b = append(e.b, byte(h.Endpoint), flags)
-		e.uvarint(uint64(h.Waited))
-		e.uvarint(uint64(h.TTFTSLO))
-		e.uvarint(uint64(h.TPOTSLO))
-		if flags&flagTrace != 0 {
-			e.str(h.TraceParent)
-			e.str(h.TraceState)
-		}
-		if r := h.Resume; r != nil {
-			e.b = binary.LittleEndian.AppendUint64(e.b, r.Seed)
-			e.b = binary.LittleEndian.AppendUint64(e.b, r.PromptHash)
-			e.uvarint(uint64(r.Tokens))
-			e.uvarint(uint64(r.Bytes))
-			e.uvarint(uint64(r.PromptTokens))
-		}
-		if h.Handover != nil {
-			e.b, _ = AppendHandover(e.b, h.Handover) // checked by checkHeader
-		}
-		if flags&flagQueueTTL != 0 {
-			e.uvarint(uint64(h.QueueTTL))
-			e.uvarint(uint64(h.QueueTTLLeft))
-		}
-	case KindAgentRenew:
-		e.uvarint(uint64(h.RenewWait))
-	}
-	if len(e.b)-start > MaxHeaderBytes {
-		return dst, fmt.Errorf("%w: header of %d bytes (> %d)", ErrMalformed, len(e.b)-start, MaxHeaderBytes)
-	}
-	// Decoding our own output catches strings that are too long or not UTF-8 at the sender.
-	if _, err := DecodeHeader(e.b[start:]); err != nil {
-		return dst, err
-	}
-	return e.b, nil
-}
-
-// Request flags.
-const (
-	flagAgentFinal byte = 1 << iota
-	// flagTrace: TraceParent and TraceState follow the SLOs. A peer built before it resets
-	// such a header as malformed (see Transport.Forward).
-	flagTrace
-	// flagResume: a Resume follows. A peer built before it resets such a header as malformed
-	// too, and Forward does not send it again without it: a continuation that ran as a new
-	// request would repeat the text already sent, so the ingress tries another peer.
-	flagResume
-	// flagPrefill: the request is the prefill half of a split request (Header.Prefill); no
-	// field follows. flagHandover: a Handover follows the Resume's place. A peer built before
-	// them resets such a header as malformed too, and Forward does not send it again without
-	// them: run whole, a prefill would answer text where a handover is awaited, and a decode
-	// half would prefill the prompt again on a node that may not be able to.
-	flagPrefill
-	flagHandover
-	// flagQueueTTL: QueueTTL and QueueTTLLeft follow the Handover's place. A peer built before
-	// it resets such a header as malformed too, and Forward sends it again without them (and
-	// without a trace context): that peer runs the request unbounded, as it always has.
-	flagQueueTTL
-
-	knownFlags = flagAgentFinal | flagTrace | flagResume | flagPrefill | flagHandover | flagQueueTTL
-)
-
 // maxResumeCount bounds Resume's counts.
 const maxResumeCount = math.MaxInt32
 
@@ -633,8 +516,8 @@ const maxResumeCount = math.MaxInt32
 // another kind than h's, which its encoding would drop.
 func checkHeader(v int, h Header) error {
 	switch {
-	case v != Version:
-		return fmt.Errorf("%w %d (this node speaks %d)", ErrVersion, v, Version)
+	case v != Version && v != PreviousVersion:
+		return fmt.Errorf("%w %d (this node speaks %d and %d)", ErrVersion, v, Version, PreviousVersion)
 	case h.Kind >= numKinds:
 		return fmt.Errorf("%w %d", ErrKind, h.Kind)
 	case h.Kind == KindRequest && h.Endpoint >= numEndpoints:
@@ -673,107 +556,6 @@ func resumeCountsOK(r *Resume) bool {
 		}
 	}
 	return true
-}
-
-// DecodeHeader decodes a header strictly. Another version is ErrVersion and an unknown kind
-// ErrKind, both judged before anything else is read; a request of an unknown endpoint is
-// ErrKind too. Out-of-range numbers, oversized or non-UTF-8 strings, overlong varints, unknown
-// flags and trailing bytes are ErrMalformed.
-func DecodeHeader(p []byte) (Header, error) {
-	if len(p) > MaxHeaderBytes {
-		return Header{}, fmt.Errorf("%w: header of %d bytes (> %d)", ErrMalformed, len(p), MaxHeaderBytes)
-	}
-	if len(p) == 0 {
-		return Header{}, fmt.Errorf("%w: empty header", ErrMalformed)
-	}
-	if p[0] != Version {
-		return Header{}, fmt.Errorf("%w %d (this node speaks %d)", ErrVersion, p[0], Version)
-	}
-	if len(p) == 1 {
-		return Header{}, fmt.Errorf("%w: header without a kind", ErrMalformed)
-	}
-	h := Header{Version: int(p[0]), Kind: Kind(p[1])}
-	if h.Kind >= numKinds {
-		return Header{}, fmt.Errorf("%w %d", ErrKind, p[1])
-	}
-	d := decoder{b: p[2:]}
-	h.RequestID = d.str("request id", maxShortString)
-	hops := d.uvarint("hops")
-	if hops > maxHops {
-		d.fail("hops %d out of range", hops)
-	}
-	h.Hops = int(hops)
-	prio := d.varint("priority")
-	if prio < math.MinInt32 || prio > math.MaxInt32 {
-		d.fail("priority %d out of range", prio)
-	}
-	h.Priority = int(prio)
-	h.Tenant = d.str("tenant", maxShortString)
-	if dl := d.varint("deadline"); dl != 0 {
-		h.Deadline = time.Unix(0, dl)
-	}
-	h.AgentID = d.str("agent id", maxShortString)
-	nb := d.uvarint("blocks")
-	switch {
-	case d.err != nil:
-	case nb > MaxBlocks:
-		d.fail("%d blocks (> %d)", nb, MaxBlocks)
-	case nb*8 > uint64(len(d.b)):
-		d.fail("blocks truncated")
-	case nb > 0:
-		h.Blocks = make([]uint64, nb)
-		for i := range h.Blocks {
-			h.Blocks[i] = binary.LittleEndian.Uint64(d.b[i*8:])
-		}
-		d.b = d.b[nb*8:]
-	}
-	h.Ingress = d.str("ingress", maxShortString)
-	switch h.Kind {
-	case KindRequest:
-		h.Endpoint = Endpoint(d.u8("endpoint"))
-		if d.err == nil && h.Endpoint >= numEndpoints {
-			return Header{}, fmt.Errorf("%w: request endpoint %d", ErrKind, h.Endpoint)
-		}
-		flags := d.u8("flags")
-		if flags&^knownFlags != 0 {
-			d.fail("unknown request flags %#x", flags)
-		}
-		h.AgentFinal = flags&flagAgentFinal != 0
-		h.Waited = d.duration("waited")
-		h.TTFTSLO = d.duration("ttft slo")
-		h.TPOTSLO = d.duration("tpot slo")
-		if flags&flagTrace != 0 {
-			h.TraceParent = d.str("trace parent", maxShortString)
-			h.TraceState = d.str("trace state", maxShortString)
-			if d.err == nil && h.TraceParent == "" {
-				d.fail("empty trace parent") // the flag is set only with one
-			}
-		}
-		if flags&flagResume != 0 {
-			h.Resume = d.resume()
-		}
-		h.Prefill = flags&flagPrefill != 0
-		if flags&flagHandover != 0 {
-			if h.Prefill {
-				d.fail("a prefill with a handover")
-			}
-			h.Handover = d.handover()
-		}
-		if flags&flagQueueTTL != 0 {
-			h.QueueTTL = d.duration("queue ttl")
-			h.QueueTTLLeft = d.duration("queue ttl left")
-			if d.err == nil && !(h.QueueTTLLeft > 0 && h.QueueTTLLeft <= h.QueueTTL) {
-				d.fail("queue ttl %v with %v left", h.QueueTTL, h.QueueTTLLeft)
-			}
-		}
-	case KindAgentRenew:
-		h.RenewWait = d.duration("renew wait")
-	}
-	d.end("header")
-	if d.err != nil {
-		return Header{}, d.err
-	}
-	return h, nil
 }
 
 func encodeAccept(status int, headers map[string]string) ([]byte, error) {

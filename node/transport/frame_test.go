@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,24 +56,26 @@ func TestHeaderRoundTrip(t *testing.T) {
 			Handover: &Handover{PromptTokens: 9}, QueueTTL: 300 * time.Millisecond, QueueTTLLeft: 1}},
 		{"prefill half with all its queue ttl left", Header{Prefill: true, QueueTTL: math.MaxInt64, QueueTTLLeft: math.MaxInt64}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := EncodeHeader(nil, tt.h)
-			if err != nil {
-				t.Fatalf("encode: %v", err)
-			}
-			if p[0] != Version || Kind(p[1]) != tt.h.Kind {
-				t.Errorf("encoding starts %v, want version %d and kind %d", p[:2], Version, tt.h.Kind)
-			}
-			got, err := DecodeHeader(p)
-			if err != nil {
-				t.Fatalf("decode: %v", err)
-			}
-			tt.h.Version = Version
-			if !reflect.DeepEqual(got, tt.h) {
-				t.Errorf("round trip %+v, want %+v", got, tt.h)
-			}
-		})
+	for _, v := range []int{Version, PreviousVersion} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("v%d %s", v, tt.name), func(t *testing.T) {
+				tt.h.Version = v
+				p, err := EncodeHeader(nil, tt.h)
+				if err != nil {
+					t.Fatalf("encode: %v", err)
+				}
+				if int(p[0]) != v || Kind(p[1]) != tt.h.Kind {
+					t.Errorf("encoding starts %v, want version %d and kind %d", p[:2], v, tt.h.Kind)
+				}
+				got, err := DecodeHeader(p)
+				if err != nil {
+					t.Fatalf("decode: %v", err)
+				}
+				if !reflect.DeepEqual(got, tt.h) {
+					t.Errorf("round trip %+v, want %+v", got, tt.h)
+				}
+			})
+		}
 	}
 }
 
@@ -98,17 +101,25 @@ func TestHandoverBody(t *testing.T) {
 	}
 }
 
-// TestHeaderWithoutTraceIsUnchanged pins the bytes of a request header without a trace
-// context: they are those of a peer built before the trace context, which reads them.
-func TestHeaderWithoutTraceIsUnchanged(t *testing.T) {
+// TestHeaderLayout pins the bytes of a request header in both versions: PreviousVersion's are
+// those a peer of that version reads, flags and all; Version's carry the same field tagged.
+func TestHeaderLayout(t *testing.T) {
 	h := Header{RequestID: "r", Hops: 1, Endpoint: EndpointCompletions, AgentFinal: true, Waited: 1, TTFTSLO: 2, TPOTSLO: 3}
-	p, err := EncodeHeader(nil, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []byte{Version, byte(KindRequest), 1, 'r', 1, 0, 0, 0, 0, 0, 0, byte(EndpointCompletions), flagAgentFinal, 1, 2, 3}
-	if !bytes.Equal(p, want) {
-		t.Errorf("encoding %v, want %v", p, want)
+	for _, tt := range []struct {
+		v    int
+		want []byte
+	}{
+		{PreviousVersion, []byte{PreviousVersion, byte(KindRequest), 1, 'r', 1, 0, 0, 0, 0, 0, 0, byte(EndpointCompletions), 1, 1, 2, 3}},
+		{Version, []byte{Version, byte(KindRequest), 1, 'r', 1, 0, 0, 0, 0, 0, 0, byte(EndpointCompletions), 1, 2, 3, 1, 0}},
+	} {
+		h.Version = tt.v
+		p, err := EncodeHeader(nil, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(p, tt.want) {
+			t.Errorf("version %d: encoding %v, want %v", tt.v, p, tt.want)
+		}
 	}
 }
 
@@ -203,23 +214,32 @@ func TestHeaderRejects(t *testing.T) {
 		{"unknown kind", []byte{Version, byte(numKinds)}, ErrKind},
 		{"unknown kind with garbage", []byte{Version, 0xff, 0xff, 0xff}, ErrKind},
 		{"unknown endpoint", rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0), ErrKind},
-		{"unknown request flag", rawHeader(Version, KindRequest, 0, 64, 0, 0, 0), ErrMalformed},
-		{"queue ttl flag without a ttl", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0), ErrMalformed},
-		{"queue ttl with nothing left", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0, 5, 0), ErrMalformed},
-		{"queue ttl with more left than it", rawHeader(Version, KindRequest, 0, 32, 0, 0, 0, 5, 6), ErrMalformed},
-		{"handover flag without a handover", rawHeader(Version, KindRequest, 0, 16, 0, 0, 0), ErrMalformed},
-		{"prefill and handover flags", rawHeader(Version, KindRequest, 0, 8|16, 0, 0, 0, 1, 0, 0, 0, 0), ErrMalformed},
-		{"handover cut in its params", rawHeader(Version, KindRequest, 0, 16, 0, 0, 0, 1, 0, 0, 0, 5, 'x'), ErrMalformed},
-		{"resume flag without a resume", rawHeader(Version, KindRequest, 0, 4, 0, 0, 0), ErrMalformed},
-		{"resume cut in its counts", rawHeader(Version, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...)...), ErrMalformed},
-		{"resume prompt tokens past int32", rawHeader(Version, KindRequest, append(append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...),
+		{"unknown request flag", rawHeader(PreviousVersion, KindRequest, 0, 64, 0, 0, 0), ErrMalformed},
+		{"queue ttl flag without a ttl", rawHeader(PreviousVersion, KindRequest, 0, 32, 0, 0, 0), ErrMalformed},
+		{"queue ttl with nothing left", rawHeader(PreviousVersion, KindRequest, 0, 32, 0, 0, 0, 5, 0), ErrMalformed},
+		{"queue ttl with more left than it", rawHeader(PreviousVersion, KindRequest, 0, 32, 0, 0, 0, 5, 6), ErrMalformed},
+		{"handover flag without a handover", rawHeader(PreviousVersion, KindRequest, 0, 16, 0, 0, 0), ErrMalformed},
+		{"prefill and handover flags", rawHeader(PreviousVersion, KindRequest, 0, 8|16, 0, 0, 0, 1, 0, 0, 0, 0), ErrMalformed},
+		{"handover cut in its params", rawHeader(PreviousVersion, KindRequest, 0, 16, 0, 0, 0, 1, 0, 0, 0, 5, 'x'), ErrMalformed},
+		{"resume flag without a resume", rawHeader(PreviousVersion, KindRequest, 0, 4, 0, 0, 0), ErrMalformed},
+		{"resume cut in its counts", rawHeader(PreviousVersion, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...)...), ErrMalformed},
+		{"resume prompt tokens past int32", rawHeader(PreviousVersion, KindRequest, append(append([]byte{0, 4, 0, 0, 0}, make([]byte, 18)...),
 			0x80, 0x80, 0x80, 0x80, 0x08)...), ErrMalformed},
-		{"trace flag without a trace", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0), ErrMalformed},
-		{"trace flag with an empty trace", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0, 0, 0), ErrMalformed},
-		{"trace state cut short", rawHeader(Version, KindRequest, 0, 2, 0, 0, 0, 1, 'p', 3, 's'), ErrMalformed},
+		{"trace flag without a trace", rawHeader(PreviousVersion, KindRequest, 0, 2, 0, 0, 0), ErrMalformed},
+		{"trace flag with an empty trace", rawHeader(PreviousVersion, KindRequest, 0, 2, 0, 0, 0, 0, 0), ErrMalformed},
+		{"trace state cut short", rawHeader(PreviousVersion, KindRequest, 0, 2, 0, 0, 0, 1, 'p', 3, 's'), ErrMalformed},
+		{"fields out of tag order", rawHeader(Version, KindRequest, 0, 0, 0, 0, 5, 0, 1, 0), ErrMalformed},
+		{"a field twice", rawHeader(Version, KindRequest, 0, 0, 0, 0, 1, 0, 1, 0), ErrMalformed},
+		{"tag 0", rawHeader(Version, KindRequest, 0, 0, 0, 0, 0, 0), ErrMalformed},
+		{"a field's value cut short", rawHeader(Version, KindRequest, 0, 0, 0, 0, 8, 3, 5, 5), ErrMalformed},
+		{"a field's value with a byte over", rawHeader(Version, KindRequest, 0, 0, 0, 0, 1, 1, 0), ErrMalformed},
+		{"an empty trace field", rawHeader(Version, KindRequest, 0, 0, 0, 0, 2, 2, 0, 0), ErrMalformed},
+		{"a request field in a renew", rawHeader(Version, KindAgentRenew, 0, 1, 0), ErrMalformed},
+		{"a required field this build does not know", rawHeader(Version, KindRequest, 0, 0, 0, 0, 101, 1, 'x'), ErrKind},
+		{"a required field it does not know in a give-up", rawHeader(Version, KindAgentGiveUp, 9, 0), ErrKind},
 		{"request without its fields", rawHeader(Version, KindRequest), ErrMalformed},
-		{"request cut in its slos", rawHeader(Version, KindRequest, 0, 0, 0, 0), ErrMalformed},
-		{"waited past int64", rawHeader(Version, KindRequest, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0), ErrMalformed},
+		{"request cut in its slos", rawHeader(PreviousVersion, KindRequest, 0, 0, 0, 0), ErrMalformed},
+		{"waited past int64", rawHeader(PreviousVersion, KindRequest, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0), ErrMalformed},
 		{"renew without its wait", rawHeader(Version, KindAgentRenew), ErrMalformed},
 		{"give-up with a wait", rawHeader(Version, KindAgentGiveUp, 5), ErrMalformed},
 		{"renew with request fields", rawHeader(Version, KindAgentRenew, 0, 0, 0, 0, 0), ErrMalformed},
@@ -240,9 +260,12 @@ func TestHeaderRejects(t *testing.T) {
 		})
 	}
 	// The zero tails above are well-formed with the right kind: the rejections are theirs.
-	for _, p := range [][]byte{rawHeader(Version, KindRequest, 0, 1, 0, 0, 0), rawHeader(Version, KindRequest, 0, 3, 0, 0, 0, 1, 'p', 0),
-		rawHeader(Version, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 19)...)...),
-		rawHeader(Version, KindRequest, 0, 32, 0, 0, 0, 5, 5),
+	for _, p := range [][]byte{rawHeader(PreviousVersion, KindRequest, 0, 1, 0, 0, 0), rawHeader(PreviousVersion, KindRequest, 0, 3, 0, 0, 0, 1, 'p', 0),
+		rawHeader(PreviousVersion, KindRequest, append([]byte{0, 4, 0, 0, 0}, make([]byte, 19)...)...),
+		rawHeader(PreviousVersion, KindRequest, 0, 32, 0, 0, 0, 5, 5),
+		rawHeader(Version, KindRequest, 0, 0, 0, 0, 1, 0, 8, 2, 5, 5),
+		rawHeader(Version, KindRequest, 0, 0, 0, 0, 100, 1, 'x'), // an optional field this build does not know
+		rawHeader(PreviousVersion, KindAgentRenew, 0), rawHeader(PreviousVersion, KindAgentGiveUp),
 		rawHeader(Version, KindAgentRenew, 0), rawHeader(Version, KindAgentGiveUp)} {
 		if _, err := DecodeHeader(p); err != nil {
 			t.Errorf("DecodeHeader(%v) = %v", p, err)
@@ -380,8 +403,13 @@ func FuzzDecodeHeader(f *testing.F) {
 	} {
 		p, _ := EncodeHeader(nil, h)
 		f.Add(p)
+		h.Version = PreviousVersion
+		p, _ = EncodeHeader(nil, h)
+		f.Add(p)
 	}
-	f.Add([]byte{1, 1, 'r', 0, 0, 0, 0, 0, 0, 0, 0, 0}) // version 1
+	f.Add(rawHeader(Version, KindRequest, 0, 0, 0, 0, 1, 0, 100, 1, 'x')) // an optional field this build does not know
+	f.Add(rawHeader(Version, KindRequest, 0, 0, 0, 0, 101, 0))            // a required one
+	f.Add([]byte{1, 1, 'r', 0, 0, 0, 0, 0, 0, 0, 0, 0})                   // version 1
 	f.Add([]byte{Version, byte(numKinds)})
 	f.Add(rawHeader(Version, KindRequest, byte(numEndpoints), 0, 0, 0, 0))
 	f.Add([]byte{Version, 0, 0xff})
@@ -391,21 +419,22 @@ func FuzzDecodeHeader(f *testing.F) {
 			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrKind) {
 				t.Fatalf("decode error %v wraps none of ErrMalformed, ErrVersion, ErrKind", err)
 			}
-			if errors.Is(err, ErrVersion) != (len(p) > 0 && len(p) <= MaxHeaderBytes && p[0] != Version) {
+			if errors.Is(err, ErrVersion) != (len(p) > 0 && len(p) <= MaxHeaderBytes && p[0] != Version && p[0] != PreviousVersion) {
 				t.Fatalf("ErrVersion is %v for version byte %v", errors.Is(err, ErrVersion), p[:min(len(p), 1)])
 			}
 			return
 		}
-		if h.Version != Version || h.Kind >= numKinds || h.Endpoint >= numEndpoints || len(h.Blocks) > MaxBlocks {
+		if h.Version != int(p[0]) || h.Kind >= numKinds || h.Endpoint >= numEndpoints || len(h.Blocks) > MaxBlocks {
 			t.Fatalf("decoded an invalid header %+v", h)
 		}
-		// Whatever decodes must re-encode to the same bytes (the encoding is canonical) and
+		// Whatever decodes must re-encode in its version to the same bytes (the encoding is
+		// canonical), bar the optional fields this build does not know, which it skipped, and
 		// decode to the same header.
 		q, err := EncodeHeader(nil, h)
 		if err != nil {
 			t.Fatalf("re-encode of a decoded header: %v", err)
 		}
-		if !bytes.Equal(p, q) {
+		if !bytes.Equal(p, q) && (h.Version == PreviousVersion || len(q) >= len(p)) {
 			t.Fatalf("re-encoding %v gave %v", p, q)
 		}
 		h2, err := DecodeHeader(q)
@@ -475,6 +504,14 @@ func FuzzEncodeHeader(f *testing.F) {
 		if !reflect.DeepEqual(got, h) {
 			t.Fatalf("round trip %+v, want %+v", got, h)
 		}
+		// The previous version carries every field this one knows.
+		h.Version = PreviousVersion
+		if p, err = EncodeHeader(nil, h); err != nil {
+			t.Fatalf("encode in version %d: %v", PreviousVersion, err)
+		}
+		if got, err = DecodeHeader(p); err != nil || !reflect.DeepEqual(got, h) {
+			t.Fatalf("round trip in version %d: %+v, %v; want %+v", PreviousVersion, got, err, h)
+		}
 	})
 }
 
@@ -524,4 +561,73 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNewFieldAndAnOlderReader adds fields to headerFields, as a later build would, and
+// reads its headers with this build's: an optional field (even tag) is skipped and the rest of
+// the header read as sent; a required one (odd tag) is refused as of an unknown kind, which
+// the owner answers with StatusKind, so the ingress tries another peer. PreviousVersion cannot
+// carry either: the optional one is dropped, the required one refused at the sender.
+func TestNewFieldAndAnOlderReader(t *testing.T) {
+	var sent, read string
+	field := func(tag uint64) headerField {
+		return headerField{tag: tag, name: "test note", has: func(*Header) bool { return sent != "" },
+			put: func(e *encoder, _ *Header) { e.str(sent) },
+			get: func(d *decoder, _ *Header) { read = d.str("test note", maxShortString) }}
+	}
+	h := Header{RequestID: "r", Hops: 1, Ingress: "a", AgentFinal: true, Prefill: true, QueueTTL: time.Minute, QueueTTLLeft: time.Second}
+	want := h
+	want.Version = Version
+	for _, tt := range []struct {
+		name    string
+		tag     uint64
+		oldErr  error
+		prevErr error
+	}{
+		{"optional", 100, nil, nil},
+		{"required", 101, ErrKind, ErrKind},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			newer := append(slices.Clone(headerFields), field(tt.tag))
+			sent, read = "note", ""
+			p, err := encodeHeader(nil, h, newer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := decodeHeader(p, newer); err != nil || !reflect.DeepEqual(got, want) || read != sent {
+				t.Fatalf("the newer build reads %+v, %q, %v; want %+v and %q", got, read, err, want, sent)
+			}
+			got, err := DecodeHeader(p)
+			if !errors.Is(err, tt.oldErr) || err == nil && !reflect.DeepEqual(got, want) {
+				t.Errorf("this build reads %+v, %v; want %+v, %v", got, err, want, tt.oldErr)
+			}
+			prev := h
+			prev.Version = PreviousVersion
+			q, err := encodeHeader(nil, prev, newer)
+			if !errors.Is(err, tt.prevErr) {
+				t.Fatalf("encoding in version %d: %v, want %v", PreviousVersion, err, tt.prevErr)
+			}
+			if err == nil {
+				if got, err := DecodeHeader(q); err != nil || !reflect.DeepEqual(got, prev) {
+					t.Errorf("version %d without the field: %+v, %v; want %+v", PreviousVersion, got, err, prev)
+				}
+			}
+		})
+	}
+}
+
+// TestHeaderFieldsTable pins the table's own rules: tags ascending and never 0, and the
+// flag bits of PreviousVersion distinct.
+func TestHeaderFieldsTable(t *testing.T) {
+	var last uint64
+	var flags byte
+	for _, f := range headerFields {
+		if f.tag <= last {
+			t.Errorf("%s: tag %d after %d", f.name, f.tag, last)
+		}
+		if f.flag&flags != 0 {
+			t.Errorf("%s: flag %#x used twice", f.name, f.flag)
+		}
+		last, flags = f.tag, flags|f.flag
+	}
 }

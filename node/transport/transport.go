@@ -135,13 +135,16 @@ type Transport struct {
 	stopCtx  func() bool
 	wg       sync.WaitGroup
 	closeErr error
-	// older maps a peer address that rejected a header's optional fields (a trace context, a
-	// queue TTL) to when this stops assuming it cannot read them (Forward): during a rolling
-	// upgrade each forward to it then costs one send, not two.
-	older sync.Map
+	// previous maps a peer address that refused a header of Version to when this stops
+	// assuming it speaks PreviousVersion only, and older one that rejected a PreviousVersion
+	// header's optional fields (a trace context, a queue TTL) to when this stops assuming it
+	// cannot read them (Forward): during a rolling upgrade each forward to it then costs one
+	// send, not two.
+	previous, older sync.Map
 }
 
-// olderFor is how long a peer that rejected the optional fields is sent headers without them.
+// olderFor is how long a peer that refused Version is sent PreviousVersion, and one that
+// rejected the optional fields headers without them.
 const olderFor = time.Minute
 
 // peer is the pooled connection to one address; ready is closed once the dial finished.
@@ -530,15 +533,47 @@ type Response struct {
 // error when ctx ended). Cancelling ctx at any time, also while reading Body, cancels the
 // stream so the owner's request context is cancelled.
 //
-// A header with a trace context or a queue TTL that the owner resets as malformed
-// (ErrRejected) is sent once more without them: a peer of this frame version built before
-// Header.TraceParent or Header.QueueTTL cannot read them, and runs the request untraced and
-// unbounded. A header with a Resume, Prefill or a Handover is not sent again for its trace
-// context: no peer that rejects it can run the continuation or the half as one, so the error
-// is the caller's, to try another. It is sent again for its queue TTL, which came after them:
-// a peer built between the two runs the half. A peer that read the header sent again is sent
-// none of them for a minute.
+// A header of Version (h.Version zero) that the owner refuses as of another version
+// (ErrVersion: a peer that speaks PreviousVersion only) is sent once more in PreviousVersion,
+// and so is every forward to that peer for a minute after. In PreviousVersion, a header with a
+// trace context or a queue TTL that the owner resets as malformed (ErrRejected) is sent once
+// more without them: a peer of that version built before Header.TraceParent or
+// Header.QueueTTL cannot read them, and runs the request untraced and unbounded. A header with
+// a Resume, Prefill or a Handover is not sent again for its trace context: no peer that
+// rejects it can run the continuation or the half as one, so the error is the caller's, to try
+// another. It is sent again for its queue TTL, which came after them: a peer built between the
+// two runs the half. A peer that read the header sent again is sent none of them for a minute.
 func (t *Transport) Forward(ctx context.Context, addr string, h Header, body []byte) (*Response, error) {
+	if until, ok := t.previous.Load(addr); h.Version == 0 && ok {
+		if time.Now().Before(until.(time.Time)) {
+			h.Version = PreviousVersion
+		} else {
+			t.previous.Delete(addr)
+		}
+	}
+	resp, result, err := t.forwardPrevious(ctx, addr, h, body)
+	if h.Version == 0 && errors.Is(err, ErrVersion) && ctx.Err() == nil {
+		t.m.streams.WithLabelValues(dirOut, result).Inc()
+		t.log.Debug("transport: owner refused the frame version; forwarding in the previous one", "request_id", h.RequestID, "addr", addr)
+		h.Version = PreviousVersion
+		resp, result, err = t.forwardPrevious(ctx, addr, h, body)
+		if !errors.Is(err, ErrVersion) {
+			t.previous.Store(addr, time.Now().Add(olderFor)) // it reads the previous version
+		}
+	}
+	t.m.streams.WithLabelValues(dirOut, result).Inc()
+	if err != nil && result != resultRefused {
+		t.log.Debug("transport: forward failed", "request_id", h.RequestID, "addr", addr, "err", err)
+	}
+	return resp, err
+}
+
+// forwardPrevious is forward, and for a PreviousVersion header the second send without the
+// fields its peers built before them reset (Forward); it counts the first of two sends.
+func (t *Transport) forwardPrevious(ctx context.Context, addr string, h Header, body []byte) (*Response, string, error) {
+	if h.Version != PreviousVersion {
+		return t.forward(ctx, addr, h, body)
+	}
 	optional := h.QueueTTL != 0 || h.TraceParent != "" && h.Resume == nil && !h.Prefill && h.Handover == nil
 	strip := func() { h.TraceParent, h.TraceState, h.QueueTTL, h.QueueTTLLeft = "", "", 0, 0 }
 	if until, ok := t.older.Load(addr); optional && ok {
@@ -559,11 +594,7 @@ func (t *Transport) Forward(ctx context.Context, addr string, h Header, body []b
 			t.older.Store(addr, time.Now().Add(olderFor)) // it reads the header without them
 		}
 	}
-	t.m.streams.WithLabelValues(dirOut, result).Inc()
-	if err != nil && result != resultRefused {
-		t.log.Debug("transport: forward failed", "request_id", h.RequestID, "addr", addr, "err", err)
-	}
-	return resp, err
+	return resp, result, err
 }
 
 func (t *Transport) forward(ctx context.Context, addr string, h Header, body []byte) (*Response, string, error) {

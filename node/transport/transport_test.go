@@ -742,13 +742,63 @@ func TestForwardToVersion1Owner(t *testing.T) {
 	}
 }
 
-// forwardToOlderOwner forwards h to a peer that resets as malformed the stream of a header it
-// cannot read (unreadable says which) and refuses the others with code "read", and returns
-// the headers it read: h, then what Forward sent again.
+// refuseVersion answers str as a peer of PreviousVersion answers a header of Version.
+func refuseVersion(str *quic.Stream) {
+	r, _ := encodeRefuse(Refusal{Status: StatusVersion, Code: CodeVersion, Message: "m"})
+	_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
+	_ = str.Close()
+}
+
+// TestForwardToPreviousVersionOwner stands in for a peer that speaks PreviousVersion only: it
+// refuses a header of Version as of another version, Forward sends it again in
+// PreviousVersion, with every field, and sends the next forward to that peer in it at once.
+func TestForwardToPreviousVersionOwner(t *testing.T) {
+	seen := make(chan Header, 4)
+	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
+		if len(p) > 0 && p[0] != PreviousVersion {
+			seen <- Header{Version: int(p[0])}
+			refuseVersion(str)
+			return
+		}
+		h, _ := DecodeHeader(p)
+		seen <- h
+		r, _ := encodeRefuse(Refusal{Status: 429, Code: "read"})
+		_, _ = str.Write(append(appendFrameHead(nil, frameRefuse, len(r)), r...))
+		_ = str.Close()
+	})
+	h := Header{RequestID: "r", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Prefill: true,
+		QueueTTL: time.Minute, QueueTTLLeft: time.Second}
+	var ref *Refusal
+	for i := range 2 {
+		if _, err := client.tr.Forward(testCtx(t), addr, h, []byte("{}")); !errors.As(err, &ref) || ref.Code != "read" {
+			t.Fatalf("Forward %d = %v, want the owner's answer to the header in version %d", i, err, PreviousVersion)
+		}
+	}
+	want := h
+	want.Version = PreviousVersion
+	for i, v := range []int{Version, PreviousVersion, PreviousVersion} {
+		got := <-seen
+		if got.Version != v || v == PreviousVersion && !reflect.DeepEqual(got, want) {
+			t.Errorf("send %d: %+v, want version %d", i, got, v)
+		}
+	}
+	if len(seen) != 0 {
+		t.Errorf("%d more sends", len(seen))
+	}
+}
+
+// forwardToOlderOwner forwards h to a peer of PreviousVersion that refuses Version and resets
+// as malformed the stream of a header it cannot read (unreadable says which) and refuses the
+// others with code "read", and returns the headers of PreviousVersion it read: h, then what
+// Forward sent again.
 func forwardToOlderOwner(t *testing.T, h Header, unreadable func(Header) bool) (first, second Header) {
 	t.Helper()
 	seen := make(chan Header, 3)
 	client, addr := rawOwner(t, func(str *quic.Stream, p []byte) {
+		if len(p) > 0 && p[0] != PreviousVersion {
+			refuseVersion(str)
+			return
+		}
 		h, err := DecodeHeader(p)
 		if err != nil {
 			return
