@@ -63,8 +63,9 @@ type Config struct {
 	// packets (each costs about 60 bytes besides its hashes) and the later a peer sees a prefix.
 	PrefixInterval time.Duration `json:"prefix_interval"`
 	// StaleAfter is the record age beyond which a peer is stale (default 3s).
-	StaleAfter  time.Duration `json:"stale_after"`
-	StalePolicy StalePolicy   `json:"stale_policy"`
+	// A node gives both route's: the file has route.stale_after and route.stale_policy.
+	StaleAfter  time.Duration `json:"-"`
+	StalePolicy StalePolicy   `json:"-"`
 	// MaxBytesPerSecond bounds the bytes this node sends (state records, its own and relayed,
 	// and its prefix deltas and snapshots; default 64 KiB/s), over a bucket of one second's
 	// worth that a prefix round may overdraw by two. Past it, messages wait; a backlog beyond

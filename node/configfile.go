@@ -61,6 +61,17 @@ import (
 // Section names of the config file, in the order MarshalConfigFile writes them.
 var configSections = []string{"node", "gossip", "route", "admission", "agents", "carbon", "sim"}
 
+// formerKeys are the keys the file still reads by their former names, each at its key now,
+// with a WARN (see Keys in CHANGELOG.md): one key a concept, where two layers each had one.
+var formerKeys = []jsonconf.Rename{
+	{From: "route.max_age", To: "route.stale_after"},
+	{From: "gossip.stale_after", To: "route.stale_after"},
+	{From: "gossip.stale_policy", To: "route.stale_policy"},
+	{From: "sim.link_gbps", To: "route.link_gbps"},
+	{From: "sim.kv_bytes_per_token", To: "route.kv_bytes_per_token"},
+	{From: "sim.role", To: "node.role"},
+}
+
 // legacyKeys are the top-level keys of an admission-only file (admit.Config).
 var legacyKeys = []string{"models", "tenants", "validation", "budget", "keys", "kv", "queue", "slo"}
 
@@ -167,7 +178,9 @@ func contentSum(data []byte) string {
 }
 
 // LoadConfigFile reads a config file, JSON or YAML (told by its content), over base and
-// returns the result; base is not changed. Unknown keys, and admission settings whose zero
+// returns the result; base is not changed. A key under its former name (formerKeys) is read at
+// its name now, with a WARN on base.Logger (nil: none); given under both names with different
+// values, it is an error naming both. Unknown keys, and admission settings whose zero
 // meant "off" before zero meant "the default", are errors (see admit.DecodeConfig). The result
 // is not validated: New does that.
 func LoadConfigFile(data []byte, base Config) (Config, error) {
@@ -201,9 +214,15 @@ func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy
 		cc := DefaultCarbonConfig()
 		l.Carbon = &cc
 	}
-	if err := jsonconf.Decode(data, &l); err != nil {
+	moved := func(from, to string) {
+		if base.Logger != nil {
+			base.Logger.Warn("config file: a key under its former name: it is read this release, then refused; write the new one", "key", from, "now", to)
+		}
+	}
+	if err := jsonconf.DecodeWith(data, &l, jsonconf.Options{Renames: formerKeys, Moved: moved}); err != nil {
 		return base, false, fmt.Errorf("node: config file: %w", err)
 	}
+	sameConcepts(&l)
 	cfg = l.Node
 	cfg.Gossip, cfg.Route, cfg.Sim, cfg.Carbon = l.Gossip, l.Route, l.Sim, l.Carbon
 	cfg.Agents = nil
@@ -217,6 +236,13 @@ func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy
 		}
 	}
 	return cfg, false, nil
+}
+
+// sameConcepts gives each layer the file's one key for what both read: staleness (route's to
+// gossip) and the KV link and size (route's to the embedded engine).
+func sameConcepts[A any](l *fileLayout[A]) {
+	l.Gossip.StaleAfter, l.Gossip.StalePolicy = l.Route.MaxAge, gossip.StalePolicy(l.Route.StalePolicy.String())
+	l.Sim.LinkGBps, l.Sim.KVBytesPerToken = l.Route.LinkGBps, l.Route.KVBytesPerToken
 }
 
 func agentsOf(c Config) *agentsSection {

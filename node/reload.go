@@ -74,6 +74,7 @@ func (n *Node) reloadConfigLocked() error {
 	n.configSum = sum // read, whatever comes of it: the watch waits for the next change
 	base := DefaultConfig()
 	base.Name = n.cfg.Name // the node's identity: a file that names none keeps it
+	base.Logger = n.log    // a key under its former name is a WARN at every reload
 	next, _, err := decodeConfigFile(path, data, base)
 	if err != nil {
 		return err

@@ -81,11 +81,12 @@ type Weights struct {
 type Config struct {
 	// Filters.
 
-	// MaxAge is the age of a state record past which a peer is stale. Default 3 s: records are
+	// MaxAge is the age of a state record past which a peer is stale (the file's
+	// route.stale_after, which a node gives gossip too). Default 3 s: records are
 	// sent on change and at least every second, so three missed records. (llm-d uses 200 ms
 	// against a 50 ms scrape, the same ratio of a few missed updates.)
-	MaxAge time.Duration `json:"max_age"`
-	// StalePolicy is what happens to a stale peer. Default StaleClosed. A node's own state
+	MaxAge time.Duration `json:"stale_after"`
+	// StalePolicy is what happens to a stale peer (a node gives gossip the same). Default StaleClosed. A node's own state
 	// (Peer.Self) is never stale.
 	StalePolicy StalePolicy `json:"stale_policy"`
 	// ModelBytes is the VRAM each model needs; a model never lands on a card whose
@@ -211,11 +212,10 @@ type Config struct {
 	// one chunk lengthens a mixed node's decodes for a single step.
 	SplitMinTokens int `json:"split_min_tokens"`
 	// KVBytesPerToken is b, the model's KV bytes per prompt token. Default 131072 (128 KiB,
-	// Llama-3.1-8B in BF16); a node with the embedded engine defaults it to sim.kv_bytes_per_token.
+	// Llama-3.1-8B in BF16); a node gives its embedded engine the same.
 	KVBytesPerToken int64 `json:"kv_bytes_per_token"`
 	// LinkGBps is bw, the bandwidth of the link the KV crosses between a prefill and a decode
-	// node, in GB/s. Default 25 (RDMA class); a node with the embedded engine defaults it to
-	// sim.link_gbps.
+	// node, in GB/s. Default 25 (RDMA class); a node gives its embedded engine the same.
 	LinkGBps float64 `json:"link_gbps"`
 	// SplitHop is h, the ingress's forward round trip to the decode node added to a pair's
 	// predicted TTFT. Default 1 ms (a LAN). Negative ("-1ms"): none.

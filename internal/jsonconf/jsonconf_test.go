@@ -140,6 +140,55 @@ func TestDecodeAtNamesTheFullPath(t *testing.T) {
 	}
 }
 
+// TestDecodeWithReadsFormerNames pins that a key given by its former name is read at its name
+// now and reported, and that the two names given with different values are an error naming
+// both, while equal values (read as the field's type: "60s" is "1m") are not.
+func TestDecodeWithReadsFormerNames(t *testing.T) {
+	renames := []Rename{{"old_timeout", "timeout"}, {"inner.old_wait", "opt.wait"}, {"older_timeout", "timeout"}}
+	tests := []struct {
+		name, in string
+		want     func(*outer)
+		moved    []string
+		err      string
+	}{
+		{"a former name alone is read and reported", `{"old_timeout": "5s", "inner": {"old_wait": "2s"}}`, func(o *outer) {
+			o.Timeout, o.Opt = 5*time.Second, &inner{Wait: 2 * time.Second}
+		}, []string{"sec.old_timeout>sec.timeout", "sec.inner.old_wait>sec.opt.wait"}, ""},
+		{"both names, one value", `{"old_timeout": "60s", "timeout": "1m"}`, func(o *outer) { o.Timeout = time.Minute },
+			[]string{"sec.old_timeout>sec.timeout"}, ""},
+		{"both names, two values", `{"old_timeout": "5s", "timeout": "1m"}`, nil, nil,
+			`"sec.old_timeout" and "sec.timeout" name one setting, sec.timeout`},
+		{"two former names, two values", `{"old_timeout": "5s", "older_timeout": "6s"}`, nil, nil,
+			`"sec.older_timeout" and "sec.old_timeout" name one setting, sec.timeout`},
+		{"no former name", `{"timeout": "1m"}`, func(o *outer) { o.Timeout = time.Minute }, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, want := base(), base()
+			var moved []string
+			err := DecodeWith([]byte(tt.in), &got, Options{Path: "sec", Renames: renames, Moved: func(from, to string) {
+				moved = append(moved, from+">"+to)
+			}})
+			if tt.err != "" {
+				if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want an ErrConflict containing %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.want(&want)
+			if g, w := mustMarshal(t, got), mustMarshal(t, want); g != w {
+				t.Errorf("got\n%s\nwant\n%s", g, w)
+			}
+			if strings.Join(moved, " ") != strings.Join(tt.moved, " ") {
+				t.Errorf("moved %q, want %q", moved, tt.moved)
+			}
+		})
+	}
+}
+
 func TestMarshalRoundTrips(t *testing.T) {
 	o := base()
 	o.Opt = &inner{Wait: 1500 * time.Millisecond}

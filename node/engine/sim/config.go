@@ -30,7 +30,7 @@ type Config struct {
 	GPUMemoryBytes       int64   `json:"gpu_memory_bytes"`
 	GPUMemoryUtilization float64 `json:"gpu_memory_utilization"`
 	WeightBytes          int64   `json:"weight_bytes"`
-	KVBytesPerToken      int64   `json:"kv_bytes_per_token"`
+	KVBytesPerToken      int64   `json:"-"`
 	// MaxNumBatchedTokens is the per-step token budget (vLLM max_num_batched_tokens). The
 	// default, 2048, is sized to the TPOT SLO rather than to throughput: a step carrying a full
 	// prefill chunk takes 5 ms + 2048 × 30 µs ≈ 66 ms, so a sequence decoding beside it stays
@@ -55,12 +55,13 @@ type Config struct {
 	// Role is the engine's part in disaggregated prefill and decode: RoleMixed (the default)
 	// runs requests whole and decodes handovers, RolePrefill computes a request's prompt KV
 	// and ends it with a handover, RoleDecode decodes handovers and runs a request without
-	// one whole (see roles.go).
-	Role string `json:"role"`
+	// one whole (see roles.go). A node gives it its own role (the file's node.role).
+	Role string `json:"-"`
 	// LinkGBps is the bandwidth, in GB/s (1e9 bytes a second), of the link a handover's KV
 	// crosses to this engine: a handover waits KVBytes / LinkGBps before it may decode.
-	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE).
-	LinkGBps float64 `json:"link_gbps"`
+	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE). A node gives it, and
+	// KVBytesPerToken, route's (the file's route.link_gbps and route.kv_bytes_per_token).
+	LinkGBps float64 `json:"-"`
 	// SchedulingPolicy is vLLM's --scheduling-policy: SchedulingPriority (the default) orders
 	// the waiting queue, the running batch and preemption by Request.Priority, then arrival;
 	// SchedulingFCFS ignores Request.Priority, so every request is scheduled by arrival alone
