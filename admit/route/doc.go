@@ -21,8 +21,8 @@
 //  5. capability: ModelBytes[model] ≤ VRAMTotalBytes, vendor in ModelVendors[model], role in
 //     Roles (each check skipped when unconfigured or unknown).
 //
-// Filters 1–5 read a peer's record alone: they are one list (peerFilters), run in that order
-// by Route and by the pair's searches (PairSearch), the capability filter asking whether the
+// Filters 1–5 read a peer's record alone: they are one list (filter), run in that order by
+// Route and by the pair's searches (PairSearch), the capability filter asking whether the
 // peer's role runs the part asked of it (a whole request, or one half). The busy test is each
 // search's own, since each part costs a peer differently; the power cap and thermal limit
 // (7, 8) weigh a peer against the other survivors of the same search, in every search.

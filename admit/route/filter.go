@@ -12,48 +12,27 @@ const (
 	partDecode              // the decode half (PairSearch.Decode)
 )
 
-// ask is what a search asks of a peer: to run part of a request for model, which needs need
-// bytes of VRAM (0: unknown) on one of vendors (empty: any).
-type ask struct {
-	part    part
-	model   string
-	need    uint64
-	vendors []string
-}
-
-// peerFilter is one of routing's filters of a peer on its own record: drops reports whether
-// it drops p for a.
-type peerFilter struct {
-	reason Reason
-	drops  func(cfg *Config, a ask, p *Peer) bool
-}
-
-// peerFilters are routing's filters of a peer on its own record, in order: every search
-// (Route, and PairSearch's three) runs all of them, through filter. The filters that weigh a
-// peer against the others run after them, in every search too: the power cap and the thermal
-// limit (limit, dropLimited). Only the busy test, which asks what each part costs the peer,
-// is each search's own.
-var peerFilters = [...]peerFilter{
-	{ReasonModel, func(_ *Config, a ask, p *Peer) bool { return !slices.Contains(p.Models, a.model) }},
-	{ReasonStale, func(cfg *Config, _ ask, p *Peer) bool {
-		return !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed
-	}},
-	{ReasonUnhealthy, func(_ *Config, _ ask, p *Peer) bool { return !p.Healthy }},
-	{ReasonEjected, func(_ *Config, _ ask, p *Peer) bool { return p.Ejected }},
-	{ReasonCapability, func(cfg *Config, a ask, p *Peer) bool {
-		return a.need > 0 && p.VRAMTotalBytes > 0 && a.need > p.VRAMTotalBytes ||
-			len(a.vendors) > 0 && !slices.Contains(a.vendors, p.Vendor) || !runs(cfg, a.part, p)
-	}},
-}
-
-// filter runs peerFilters over p for part pt of a request for model (ask). It returns
-// whether p passes, and if not the reason of the first filter that drops it.
+// filter is routing's filters of a peer on its own record, in order, for part pt of a request
+// for model, which needs need bytes of VRAM (0: unknown) on one of vendors (empty: any): model,
+// staleness, health, ejection and capability (runs, for the role). It returns whether p
+// passes, and if not the reason of the first filter that drops it. Every search runs it: Route
+// for its candidates and PairSearch for each of its three. The filters that weigh a peer
+// against the others run after it, in every search too: the power cap and the thermal limit
+// (limit, dropLimited). Only the busy test, which asks what each part costs the peer, is each
+// search's own.
 func filter(cfg *Config, pt part, model string, p *Peer, need uint64, vendors []string) (Reason, bool) {
-	a := ask{part: pt, model: model, need: need, vendors: vendors}
-	for i := range peerFilters {
-		if f := &peerFilters[i]; f.drops(cfg, a, p) {
-			return f.reason, false
-		}
+	switch {
+	case !slices.Contains(p.Models, model):
+		return ReasonModel, false
+	case !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed:
+		return ReasonStale, false
+	case !p.Healthy:
+		return ReasonUnhealthy, false
+	case p.Ejected:
+		return ReasonEjected, false
+	case need > 0 && p.VRAMTotalBytes > 0 && need > p.VRAMTotalBytes,
+		len(vendors) > 0 && !slices.Contains(vendors, p.Vendor), !runs(cfg, pt, p):
+		return ReasonCapability, false
 	}
 	return 0, true
 }

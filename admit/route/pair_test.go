@@ -376,7 +376,7 @@ func TestLocalCandidatesFiltered(t *testing.T) {
 }
 
 // TestPairSearchFilters pins that the pair's searches run routing's filters as Route does
-// (peerFilters, then the power cap and the thermal limit): a mixed peer is a half only when
+// (filter, then the power cap and the thermal limit): a mixed peer is a half only when
 // route.roles lets it run whole requests, and a peer at its power cap is passed over for a
 // half while another of that half is under its cap, as for a whole request.
 func TestPairSearchFilters(t *testing.T) {
