@@ -83,7 +83,7 @@ func TestDecodeConfigAtNamesTheFullPath(t *testing.T) {
 		`{"models":{"m":{"context_tokenz":1}}}`: `unknown key "admission.models.m.context_tokenz"`,
 		`{"queue":{"backfill":0}}`:              `admission.queue.backfill: 0 is refused`,
 	} {
-		if _, err := DecodeConfigAt([]byte(in), DefaultConfig(), "admission"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+		if _, err := DecodeConfigAt([]byte(in), DefaultConfig(), "admission", nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
 			t.Errorf("DecodeConfigAt(%s) = %v, want an ErrConfig containing %q", in, err, want)
 		}
 	}

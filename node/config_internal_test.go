@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,7 +294,8 @@ func TestPrintedConfigHasEveryKey(t *testing.T) {
 
 // fileKeys lists the keys a value of type t accepts in a config file, as paths under prefix:
 // the JSON names of its fields, those of untagged embedded structs promoted as encoding/json
-// does, down to values that are not structs or decode themselves (durations, policies).
+// does, those tagged advanced in their struct's advanced object, down to values that are not
+// structs or decode themselves (durations, policies); a map is one key.
 func fileKeys(t reflect.Type, prefix string) []string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -306,7 +308,7 @@ func fileKeys(t reflect.Type, prefix string) []string {
 	var out []string
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		switch {
 		case name == "-" || (!f.IsExported() && !f.Anonymous):
 			continue
@@ -315,6 +317,9 @@ func fileKeys(t reflect.Type, prefix string) []string {
 			continue
 		case name == "":
 			name = f.Name
+		}
+		if slices.Contains(strings.Split(opts, ","), "advanced") {
+			name = jsonconf.AdvancedKey + "." + name
 		}
 		if prefix != "" {
 			name = prefix + "." + name

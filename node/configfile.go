@@ -79,7 +79,7 @@ var legacyKeys = []string{"models", "tenants", "validation", "budget", "keys", "
 type agentsSection struct {
 	agent.Config
 	Interval       time.Duration `json:"interval"`
-	LeaseIntervals int           `json:"lease_intervals"`
+	LeaseIntervals int           `json:"lease_intervals,advanced"`
 }
 
 // fileLayout is the config file; A is admit.Config to write and json.RawMessage to read, so
@@ -231,7 +231,7 @@ func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy
 		cfg.Agents, cfg.AgentInterval, cfg.AgentLeaseIntervals = &ac, a.Interval, a.LeaseIntervals
 	}
 	if raw := l.Admission; raw != nil && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		if cfg.Admit, err = admit.DecodeConfigAt(raw, base.Admit, "admission"); err != nil {
+		if cfg.Admit, err = admit.DecodeConfigAt(raw, base.Admit, "admission", moved); err != nil {
 			return base, false, fmt.Errorf("node: config file: %w", err)
 		}
 	}

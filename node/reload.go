@@ -154,7 +154,8 @@ func (n *Node) changesLocked(next Config, carbonLive bool) (restart, live []stri
 // budget, the peer ejector; a model's context_tokens sizes an external engine's model list).
 var (
 	liveSettings    = []string{"admission.", "route.", "carbon.tracker."}
-	restartSettings = []string{"admission.keys.", "admission.budget.estimate_", "admission.queue.drain_window", "route.seed", "route.max_sessions", "route.retry_budget.", "route.eject."}
+	restartSettings = []string{"admission.keys.", "admission.budget.advanced.estimate_", "admission.queue.advanced.drain_window", "route.advanced.seed",
+		"route.advanced.max_sessions", "route.advanced.retry_budget.", "route.advanced.eject."}
 )
 
 // liveSetting reports whether a reload applies the setting at key; carbonLive is whether the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -80,7 +81,8 @@ func DecodeWith(data []byte, v any, o Options) error {
 	if err := applyRenames(tree, rv.Type().Elem(), o); err != nil {
 		return err
 	}
-	tree, err := rewrite(tree, rv.Type().Elem(), rv.Elem(), o.Path)
+	w := walker{moved: o.Moved}
+	tree, err := w.rewrite(tree, rv.Type().Elem(), rv.Elem(), o.Path)
 	if err != nil {
 		return err
 	}
@@ -220,12 +222,58 @@ func sameValue(a, b any, t reflect.Type) (bool, error) {
 	return bytes.Equal(x, y), nil
 }
 
+// AdvancedKey is the object in which a struct's fields tagged "advanced" sit in the document
+// (`json:"epsilon,advanced"` is read at "advanced.epsilon"): the settings no operator should
+// need, kept out of the way of those one tunes. Such a field given beside the others, where it
+// sat before, is still read, and Options.Moved told of it.
+const AdvancedKey = "advanced"
+
+// walker carries what rewrite reports on the way.
+type walker struct{ moved func(from, to string) }
+
+// hoistAdvanced moves the members of obj's "advanced" object into obj, where encoding/json
+// reads them, and returns their keys. A member that is no advanced field is an unknown key;
+// one also given beside the others, with a different value, is a conflict.
+func hoistAdvanced(obj map[string]any, fields map[string]field, path string) (map[string]bool, error) {
+	adv, ok := obj[AdvancedKey]
+	if !ok || slices.IndexFunc(slices.Collect(maps.Values(fields)), func(f field) bool { return f.advanced }) < 0 {
+		return nil, nil
+	}
+	delete(obj, AdvancedKey)
+	if adv == nil {
+		return nil, nil
+	}
+	a, ok := adv.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("jsonconf: %s: want an object", join(path, AdvancedKey))
+	}
+	in := make(map[string]bool, len(a))
+	for _, k := range sortedKeys(a) {
+		f, ok := fields[k]
+		if !ok || !f.advanced {
+			return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, AdvancedKey+"."+k))
+		}
+		if cur, there := obj[k]; there {
+			same, err := sameValue(cur, a[k], f.typ)
+			if err != nil {
+				return nil, fmt.Errorf("jsonconf: %s: %w", join(path, k), err)
+			}
+			if !same {
+				return nil, fmt.Errorf("jsonconf: %w: %q and %q name one setting: give it once",
+					ErrConflict, join(path, k), join(path, AdvancedKey+"."+k))
+			}
+		}
+		obj[k], in[k] = a[k], true
+	}
+	return in, nil
+}
+
 // rewrite walks a decoded JSON value along the Go type it will decode into: it rejects keys
 // that name no field and turns durations into the nanoseconds encoding/json reads. Along the
 // way it gives v (the value decoded into, when known and settable) its own copy of every map,
 // slice and pointer target the JSON writes into, so decoding over a copy of a config does not
 // write through to the original.
-func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error) {
+func (w walker) rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error) {
 	if !v.CanSet() {
 		v = reflect.Value{}
 	}
@@ -254,23 +302,30 @@ func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error
 				v = ownPointer(v)
 			}
 		}
-		return rewrite(node, t.Elem(), v, path)
+		return w.rewrite(node, t.Elem(), v, path)
 	case reflect.Struct:
 		obj, ok := node.(map[string]any)
 		if !ok {
 			return node, nil // encoding/json reports the type mismatch
 		}
 		fields := fieldsOf(t)
+		inAdvanced, err := hoistAdvanced(obj, fields, path)
+		if err != nil {
+			return nil, err
+		}
 		for _, k := range sortedKeys(obj) {
 			f, ok := fields[k]
 			if !ok {
 				return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, k))
 			}
+			if f.advanced && !inAdvanced[k] && w.moved != nil {
+				w.moved(join(path, k), join(path, AdvancedKey+"."+k))
+			}
 			var fv reflect.Value
 			if v.IsValid() {
 				fv = ownField(v, f.index)
 			}
-			e, err := rewrite(obj[k], f.typ, fv, join(path, k))
+			e, err := w.rewrite(obj[k], f.typ, fv, join(path, k))
 			if err != nil {
 				return nil, err
 			}
@@ -291,7 +346,7 @@ func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error
 			v.Set(c)
 		}
 		for _, k := range sortedKeys(obj) {
-			e, err := rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
+			e, err := w.rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
 			if err != nil {
 				return nil, err
 			}
@@ -312,7 +367,7 @@ func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error
 			if v.IsValid() && i < v.Len() {
 				ev = v.Index(i)
 			}
-			e, err := rewrite(arr[i], t.Elem(), ev, fmt.Sprintf("%s[%d]", path, i))
+			e, err := w.rewrite(arr[i], t.Elem(), ev, fmt.Sprintf("%s[%d]", path, i))
 			if err != nil {
 				return nil, err
 			}
@@ -388,6 +443,7 @@ type field struct {
 	index     []int
 	typ       reflect.Type
 	omitEmpty bool
+	advanced  bool // sits in the struct's AdvancedKey object
 }
 
 // fields lists t's JSON fields in declaration order, the fields of untagged embedded structs
@@ -421,7 +477,8 @@ func fields(t reflect.Type) []field {
 		if name == "" {
 			name = sf.Name
 		}
-		out = append(out, field{name: name, index: []int{i}, typ: ft, omitEmpty: slices.Contains(strings.Split(opts, ","), "omitempty")})
+		o := strings.Split(opts, ",")
+		out = append(out, field{name: name, index: []int{i}, typ: ft, omitEmpty: slices.Contains(o, "omitempty"), advanced: slices.Contains(o, "advanced")})
 	}
 	return out
 }
@@ -457,8 +514,9 @@ func orTop(path string) string {
 	return path
 }
 
-// Marshal writes v as indented JSON: struct fields in declaration order, map keys sorted,
-// durations as strings (FormatDuration).
+// Marshal writes v as indented JSON: struct fields in declaration order, those tagged
+// "advanced" last, in an AdvancedKey object, map keys sorted, durations as strings
+// (FormatDuration).
 func Marshal(v any) ([]byte, error) {
 	rv := reflect.ValueOf(v)
 	if rv.IsValid() {
@@ -535,8 +593,10 @@ func encode(v reflect.Value) (any, error) {
 		}
 		return encode(v.Elem())
 	case reflect.Struct:
-		var o object
+		var o, adv object
+		hasAdv := false
 		for _, f := range fields(t) {
+			hasAdv = hasAdv || f.advanced
 			fv, ok := fieldByIndex(v, f.index)
 			if !ok || (f.omitEmpty && isEmpty(fv)) {
 				continue
@@ -545,7 +605,17 @@ func encode(v reflect.Value) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			o = append(o, member{f.name, e})
+			if f.advanced {
+				adv = append(adv, member{f.name, e})
+			} else {
+				o = append(o, member{f.name, e})
+			}
+		}
+		if hasAdv {
+			if adv == nil {
+				adv = object{}
+			}
+			o = append(o, member{AdvancedKey, adv})
 		}
 		if o == nil {
 			o = object{}

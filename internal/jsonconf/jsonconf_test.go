@@ -253,3 +253,55 @@ func mustMarshal(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+type tuned struct {
+	Rate   int           `json:"rate"`
+	Gain   float64       `json:"gain,advanced"`
+	Window time.Duration `json:"window,advanced"`
+}
+
+// TestAdvancedFields pins where a field tagged advanced sits: in the struct's "advanced"
+// object, which Marshal writes last and Decode reads; beside the others, its former place, it
+// is read and reported; given in both places with two values, or an "advanced" key that is
+// no advanced field, it is refused by full path.
+func TestAdvancedFields(t *testing.T) {
+	b, err := Marshal(tuned{Rate: 1, Gain: 0.5, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\n  \"rate\": 1,\n  \"advanced\": {\n    \"gain\": 0.5,\n    \"window\": \"1s\"\n  }\n}\n"; string(b) != want {
+		t.Errorf("Marshal = %s, want %s", b, want)
+	}
+	for _, tt := range []struct {
+		name, in string
+		want     tuned
+		moved    string
+		err      string
+	}{
+		{"in advanced", `{"advanced": {"gain": 2, "window": "2s"}}`, tuned{Gain: 2, Window: 2 * time.Second}, "", ""},
+		{"beside the others", `{"gain": 2}`, tuned{Gain: 2}, "s.gain>s.advanced.gain", ""},
+		{"both places, one value", `{"window": 1, "advanced": {"window": "1s"}}`, tuned{Window: time.Second}, "", ""},
+		{"both places, two values", `{"gain": 1, "advanced": {"gain": 2}}`, tuned{}, "", `"s.gain" and "s.advanced.gain" name one setting`},
+		{"not an advanced field", `{"advanced": {"rate": 2}}`, tuned{}, "", `unknown key "s.advanced.rate"`},
+		{"unknown in advanced", `{"advanced": {"gian": 2}}`, tuned{}, "", `unknown key "s.advanced.gian"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got tuned
+			var moved []string
+			err := DecodeWith([]byte(tt.in), &got, Options{Path: "s", Moved: func(from, to string) { moved = append(moved, from+">"+to) }})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want one containing %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want || strings.Join(moved, " ") != tt.moved {
+				t.Errorf("got %+v, %v, moved %q; want %+v, moved %q", got, err, moved, tt.want, tt.moved)
+			}
+		})
+	}
+	var back tuned
+	if err := Decode(b, &back); err != nil || back != (tuned{Rate: 1, Gain: 0.5, Window: time.Second}) {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+}
