@@ -30,8 +30,8 @@ import (
 //	  "node":      {"name": "gpu-7", "http_addr": ":8080", "tls_dir": "/etc/kvmesh/tls", "forward_attempts": 2},
 //	  "gossip":    {"bind_port": 7946, "join": ["10.0.0.1:7946"]},
 //	  "route":     {"busy_kv_use": 0.9, "weights": {"power": -1}},
-//	  "admission": {"queue": {"ttl": "30s", "dispatch_slack": 0.25}},
-//	  "agents":    {"interval": "250ms", "controller": {"max_window": 64}},
+//	  "admission": {"queue": {"ttl": "30s", "advanced": {"dispatch_slack": 0.25}}},
+//	  "agents":    {"interval": "250ms", "advanced": {"controller": {"max_window": 64}}},
 //	  "carbon":    {"provider": {"kind": "static", "static_intensity": 250}},
 //	  "sim":       {"kv_blocks": 8192}
 //	}
@@ -54,6 +54,10 @@ import (
 // ("500ms", "5m") or numbers of seconds. A key that names no setting is an error naming it.
 // Secrets have no key: the gossip key and the carbon provider's credentials come from the
 // environment or flags, so MarshalConfigFile never prints them.
+//
+// Settings no operator should need sit in their section's "advanced" object
+// (jsonconf.AdvancedKey). A key under its former name (formerKeys), or an advanced setting
+// given beside the others, is read where it is now, with a WARN on the base config's Logger.
 //
 // A file whose top level is an admit.Config (the admission-only file of earlier versions) is
 // still read, into Admit; ConfigFileIsLegacy tells it apart so the caller can say so.
