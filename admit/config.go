@@ -90,16 +90,16 @@ type BudgetConfig struct {
 	ClampMaxTokens bool `json:"clamp_max_tokens"`
 	// EstimateMinSamples finished requests of a (model, tenant), or of the model, are needed
 	// before the learned output length replaces max_tokens in the KV reservation. Default 20.
-	EstimateMinSamples int `json:"estimate_min_samples"`
+	EstimateMinSamples int `json:"estimate_min_samples,advanced"`
 	// EstimateAlpha is the EWMA weight of a new sample. Default 0.05 (about the last 20
 	// requests dominate, so a tenant's change of habit is learned in a minute of traffic).
-	EstimateAlpha float64 `json:"estimate_alpha"`
+	EstimateAlpha float64 `json:"estimate_alpha,advanced"`
 	// EstimateSigmas is how many standard deviations above the mean are reserved. Default 2
 	// (roughly the 95th percentile, so under-reservation, and preemption, stays rare). Must be
 	// positive.
-	EstimateSigmas float64 `json:"estimate_sigmas"`
+	EstimateSigmas float64 `json:"estimate_sigmas,advanced"`
 	// EstimateMaxSeries bounds the estimator's memory. Default 4096.
-	EstimateMaxSeries int `json:"estimate_max_series"`
+	EstimateMaxSeries int `json:"estimate_max_series,advanced"`
 }
 
 // KeyConfig is layer 2's default bucket for keys that name none.
@@ -126,7 +126,7 @@ type KVConfig struct {
 	// Sheddable: a sheddable request (priority < 0) starts only while KV use after it stays ≤
 	// Sheddable (or the mark above, if lower). Default 0.75: batch decodes hold their blocks for
 	// seconds, so a burst of interactive requests finds a quarter of the pool still free.
-	Sheddable float64 `json:"sheddable"`
+	Sheddable float64 `json:"sheddable,advanced"`
 	// DecodeQueueOn and DecodeQueueOff are the marks of the decode pool of a disaggregated
 	// mesh (docs/design/disaggregation.md): a split request is accepted while its decode
 	// node's KV use predicted for when the handover arrives, after the request, stays ≤
@@ -157,12 +157,12 @@ type QueueConfig struct {
 	// requests waiting for a prefill node: PrefillTargetTTFT × the prefill pool's measured
 	// rate. Default 4s, as TargetTTFT; a prefill pool runs nothing else, so its backlog is
 	// judged on its own. Negative ("-1s"): FallbackTokens always.
-	PrefillTargetTTFT Duration `json:"prefill_target_ttft"`
+	PrefillTargetTTFT Duration `json:"prefill_target_ttft,advanced"`
 	// FallbackTokens is the token cap before any prefill rate is measured. Default 65536
 	// (about 4 s of one mid-size GPU's prefill).
-	FallbackTokens int `json:"fallback_tokens"`
+	FallbackTokens int `json:"fallback_tokens,advanced"`
 	// MaxTotal bounds all pools together. Default 16384 (memory safety).
-	MaxTotal int `json:"max_total"`
+	MaxTotal int `json:"max_total,advanced"`
 	// TTL is how long a request may wait for its first token, here and (the node enforces it)
 	// in an engine's queue; X-Kvmesh-Queue-TTL may only shorten it. Default 60s, under common
 	// client timeouts.
@@ -173,7 +173,7 @@ type QueueConfig struct {
 	ShedFraction float64 `json:"shed_fraction"`
 	// MinChargeTokens is the least one dispatch is charged in the fairness accounting, so
 	// requests with tiny prompts still take turns. Default 16 (one KV block).
-	MinChargeTokens int `json:"min_charge_tokens"`
+	MinChargeTokens int `json:"min_charge_tokens,advanced"`
 	// Backfill is how many waiters behind a pool's head, when the head must wait for KV room,
 	// the room offers to run beside it on room the head does not wait for (WaitingRoom.Next).
 	// Default 8: enough to find the small requests behind a long prompt, few enough that a
@@ -185,13 +185,13 @@ type QueueConfig struct {
 	// overload every request it dispatches has nearly used its target up waiting, and the
 	// TTFT estimate's error would make most of them late. Default 0.2 (a fifth); below 1.
 	// Negative (-1): no slack, a request is dispatched while its predicted TTFT fits at all.
-	DispatchSlack float64 `json:"dispatch_slack"`
+	DispatchSlack float64 `json:"dispatch_slack,advanced"`
 	// DrainWindow is the window over which the dispatch rate is measured for Retry-After.
 	// Default 10s: long enough to average bursts, short enough to follow load changes.
-	DrainWindow Duration `json:"drain_window"`
+	DrainWindow Duration `json:"drain_window,advanced"`
 	// MinRetryAfter and MaxRetryAfter clamp Retry-After. Defaults 1s and 60s; both positive.
-	MinRetryAfter Duration `json:"min_retry_after"`
-	MaxRetryAfter Duration `json:"max_retry_after"`
+	MinRetryAfter Duration `json:"min_retry_after,advanced"`
+	MaxRetryAfter Duration `json:"max_retry_after,advanced"`
 }
 
 // ClassSLO is a priority class's default SLO. A zero field takes the class's default; a check
@@ -285,9 +285,17 @@ func LoadConfig(data []byte) (Config, error) {
 // table names is an error that says what to write instead (-1 where a negative value turns
 // the setting off, else the value wanted), so such a file never silently gets the default.
 func DecodeConfig(data []byte, base Config) (Config, error) {
+	return DecodeConfigAt(data, base, "", nil)
+}
+
+// DecodeConfigAt is DecodeConfig for a config that sits at path in a larger file (the node's
+// "admission" section): the keys its errors name start with path ("admission.queue.ttll").
+// moved, when set, is told of each advanced setting the file gives outside its "advanced"
+// object, where it sat before (see jsonconf.AdvancedKey), with both full paths.
+func DecodeConfigAt(data []byte, base Config, path string, moved func(from, to string)) (Config, error) {
 	cfg := base.WithDefaults()
 	f := configFile{Config: cfg, Keys: keysFile{KeyConfig: cfg.Keys, MaxPriority: (*Priority)(cfg.Keys.MaxPriority)}}
-	if err := jsonconf.Decode(data, &f); err != nil {
+	if err := jsonconf.DecodeWith(data, &f, jsonconf.Options{Path: path, Moved: moved}); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	cfg, cfg.Keys = f.Config, f.Keys.KeyConfig
@@ -302,13 +310,13 @@ func DecodeConfig(data []byte, base Config) (Config, error) {
 	}{
 		{"validation.max_stop", cfg.Validation.MaxStop == 0, d.Validation.MaxStop, false},
 		{"validation.max_logprobs", cfg.Validation.MaxLogprobs == 0, d.Validation.MaxLogprobs, false},
-		{"budget.estimate_sigmas", cfg.Budget.EstimateSigmas == 0, d.Budget.EstimateSigmas, false},
+		{"budget.advanced.estimate_sigmas", cfg.Budget.EstimateSigmas == 0, d.Budget.EstimateSigmas, false},
 		{"queue.max_requests", cfg.Queue.MaxRequests == 0, d.Queue.MaxRequests, true},
 		{"queue.target_ttft", cfg.Queue.TargetTTFT == 0, d.Queue.TargetTTFT, true},
-		{"queue.prefill_target_ttft", cfg.Queue.PrefillTargetTTFT == 0, d.Queue.PrefillTargetTTFT, true},
+		{"queue.advanced.prefill_target_ttft", cfg.Queue.PrefillTargetTTFT == 0, d.Queue.PrefillTargetTTFT, true},
 		{"queue.shed_fraction", cfg.Queue.ShedFraction == 0, d.Queue.ShedFraction, true},
 		{"queue.backfill", cfg.Queue.Backfill == 0, d.Queue.Backfill, true},
-		{"queue.min_retry_after", cfg.Queue.MinRetryAfter == 0, d.Queue.MinRetryAfter, false},
+		{"queue.advanced.min_retry_after", cfg.Queue.MinRetryAfter == 0, d.Queue.MinRetryAfter, false},
 		{"slo.high.ttft", cfg.SLO.High.TTFT == 0, d.SLO.High.TTFT, false},
 		{"slo.high.tpot", cfg.SLO.High.TPOT == 0, d.SLO.High.TPOT, false},
 		{"slo.normal.ttft", cfg.SLO.Normal.TTFT == 0, d.SLO.Normal.TTFT, false},
@@ -319,6 +327,9 @@ func DecodeConfig(data []byte, base Config) (Config, error) {
 			continue
 		}
 		def, _ := json.Marshal(z.def)
+		if path != "" {
+			z.key = path + "." + z.key
+		}
 		if z.offWithNeg {
 			return Config{}, fmt.Errorf("%w: %s: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (%s)", ErrConfig, z.key, def)
 		}

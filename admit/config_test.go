@@ -75,6 +75,20 @@ func TestConfigNamesMaxPriority(t *testing.T) {
 	}
 }
 
+// TestDecodeConfigAtNamesTheFullPath pins that the admission section of a larger file names
+// its keys with the section's path: unknown keys and refused zeros alike.
+func TestDecodeConfigAtNamesTheFullPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"queue":{"ttll":"1s"}}`:               `unknown key "admission.queue.ttll"`,
+		`{"models":{"m":{"context_tokenz":1}}}`: `unknown key "admission.models.m.context_tokenz"`,
+		`{"queue":{"backfill":0}}`:              `admission.queue.backfill: 0 is refused`,
+	} {
+		if _, err := DecodeConfigAt([]byte(in), DefaultConfig(), "admission", nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeConfigAt(%s) = %v, want an ErrConfig containing %q", in, err, want)
+		}
+	}
+}
+
 func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	a, err := New(Config{Models: map[string]ModelConfig{"m": {ContextTokens: 4096}}})
 	if err != nil {

@@ -60,11 +60,11 @@ type Config struct {
 	// Threshold: intensities strictly above it are dirty. In the provider's unit
 	// (gCO2eq/kWh, or a 0–100 percentile with WattTime); positive.
 	Threshold    float64       `json:"threshold"`
-	PollInterval time.Duration `json:"poll_interval"` // between good polls
-	MaxAge       time.Duration `json:"max_age"`       // a reading older than this (by its own At) is stale
-	FailMode     FailMode      `json:"fail_mode"`     // applies before the first reading and once stale
-	BackoffMin   time.Duration `json:"backoff_min"`   // delay after the first consecutive error
-	BackoffMax   time.Duration `json:"backoff_max"`   // cap of the doubling backoff (a 429's Retry-After may exceed it)
+	PollInterval time.Duration `json:"poll_interval,advanced"` // between good polls
+	MaxAge       time.Duration `json:"max_age"`                // a reading older than this (by its own At) is stale
+	FailMode     FailMode      `json:"fail_mode"`              // applies before the first reading and once stale
+	BackoffMin   time.Duration `json:"backoff_min,advanced"`   // delay after the first consecutive error
+	BackoffMax   time.Duration `json:"backoff_max,advanced"`   // cap of the doubling backoff (a 429's Retry-After may exceed it)
 }
 
 // DefaultConfig polls every 5 minutes, treats readings older than 2 hours as stale (Electricity

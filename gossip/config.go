@@ -48,23 +48,24 @@ type Config struct {
 	// PublishInterval is the longest time between two state records (default 1s); a changed
 	// state is published at the next flush, but not more often than MinPublishInterval
 	// (default 200ms).
-	PublishInterval    time.Duration `json:"publish_interval"`
-	MinPublishInterval time.Duration `json:"min_publish_interval"`
+	PublishInterval    time.Duration `json:"publish_interval,advanced"`
+	MinPublishInterval time.Duration `json:"min_publish_interval,advanced"`
 	// MeshPublishInterval is the longest time between two records sent through memberlist's
 	// gossip to the whole mesh; zero (the default) sizes it to what memberlist carries,
 	// MeshInterval(PublishInterval, members). Once it is longer than PublishInterval, records
 	// also go straight to the members of this node's prefix domains every PublishInterval, and
 	// a peer outside them is stale only after three mesh intervals.
-	MeshPublishInterval time.Duration `json:"mesh_publish_interval"`
+	MeshPublishInterval time.Duration `json:"mesh_publish_interval,advanced"`
 	// FlushInterval is how often the local state is checked for change (default 50ms).
-	FlushInterval time.Duration `json:"flush_interval"`
+	FlushInterval time.Duration `json:"flush_interval,advanced"`
 	// PrefixInterval is how often this node's prefix deltas, coalesced meanwhile, are sent
 	// straight to every member of its prefix domains (default 500ms): the longer, the fewer
 	// packets (each costs about 60 bytes besides its hashes) and the later a peer sees a prefix.
-	PrefixInterval time.Duration `json:"prefix_interval"`
+	PrefixInterval time.Duration `json:"prefix_interval,advanced"`
 	// StaleAfter is the record age beyond which a peer is stale (default 3s).
-	StaleAfter  time.Duration `json:"stale_after"`
-	StalePolicy StalePolicy   `json:"stale_policy"`
+	// A node gives both route's: the file has route.stale_after and route.stale_policy.
+	StaleAfter  time.Duration `json:"-"`
+	StalePolicy StalePolicy   `json:"-"`
 	// MaxBytesPerSecond bounds the bytes this node sends (state records, its own and relayed,
 	// and its prefix deltas and snapshots; default 64 KiB/s), over a bucket of one second's
 	// worth that a prefix round may overdraw by two. Past it, messages wait; a backlog beyond
@@ -73,28 +74,28 @@ type Config struct {
 	MaxBytesPerSecond int `json:"max_bytes_per_second"`
 	// PushPullInterval is the full state and snapshot exchange period (default 10s), and how
 	// often the member tries to join again one member it holds dead, which heals a partition.
-	PushPullInterval time.Duration `json:"push_pull_interval"`
+	PushPullInterval time.Duration `json:"push_pull_interval,advanced"`
 	// MaxBlocksPerPeer bounds every peer's residency in the index and this node's snapshot
 	// (default kvindex.DefaultMaxBlocksPerPeer).
-	MaxBlocksPerPeer int `json:"max_blocks_per_peer"`
+	MaxBlocksPerPeer int `json:"max_blocks_per_peer,advanced"`
 	// JoinRetryMax caps the backoff between join attempts (default 30s).
-	JoinRetryMax time.Duration `json:"join_retry_max"`
+	JoinRetryMax time.Duration `json:"join_retry_max,advanced"`
 	// DeadRetention is how long a dead or left member stays listed (default 5m).
-	DeadRetention time.Duration `json:"dead_retention"`
+	DeadRetention time.Duration `json:"dead_retention,advanced"`
 	// LeaveTimeout is how long Close waits for the departure broadcast to go out (default 1s).
 	// Negative: Close sends none, and peers find the node gone as after a crash (the failure
 	// detector's time; for tests and benchmarks of it).
-	LeaveTimeout time.Duration `json:"leave_timeout"`
+	LeaveTimeout time.Duration `json:"leave_timeout,advanced"`
 
 	// memberlist timing knobs; zero keeps memberlist.DefaultLANConfig's value.
-	ProbeInterval       time.Duration `json:"probe_interval"`
-	ProbeTimeout        time.Duration `json:"probe_timeout"`
-	GossipInterval      time.Duration `json:"gossip_interval"`
-	GossipNodes         int           `json:"gossip_nodes"`
-	SuspicionMult       int           `json:"suspicion_mult"`
-	RetransmitMult      int           `json:"retransmit_mult"`
-	TCPTimeout          time.Duration `json:"tcp_timeout"`
-	DeadNodeReclaimTime time.Duration `json:"dead_node_reclaim_time"`
+	ProbeInterval       time.Duration `json:"probe_interval,advanced"`
+	ProbeTimeout        time.Duration `json:"probe_timeout,advanced"`
+	GossipInterval      time.Duration `json:"gossip_interval,advanced"`
+	GossipNodes         int           `json:"gossip_nodes,advanced"`
+	SuspicionMult       int           `json:"suspicion_mult,advanced"`
+	RetransmitMult      int           `json:"retransmit_mult,advanced"`
+	TCPTimeout          time.Duration `json:"tcp_timeout,advanced"`
+	DeadNodeReclaimTime time.Duration `json:"dead_node_reclaim_time,advanced"`
 
 	// Drop, when set, is asked before every packet this member sends and every stream it
 	// opens, with the gossip address (host:port) it goes to: true drops the packet, or fails

@@ -57,7 +57,7 @@ type Config struct {
 	// EngineKVBlocks is an external engine's KV cache size in blocks of 16 tokens when its
 	// metrics do not say it (vLLM's and SGLang's do); it sizes the model of what the engine
 	// caches. Default 4096.
-	EngineKVBlocks int `json:"engine_kv_blocks"`
+	EngineKVBlocks int `json:"engine_kv_blocks,advanced"`
 	// EnginePriority sends an external vLLM each request's priority in its priority field
 	// (negated: vLLM runs a lower value first) and advertises that the engine schedules by it,
 	// so admission counts only the queued prefill ahead of a request's class. vLLM must run
@@ -83,7 +83,7 @@ type Config struct {
 	// 30s); a failed read is retried every second. Models that appear or disappear there are
 	// advertised or withdrawn, and the node is unready while the engine does not answer or
 	// serves none of its models.
-	ModelsInterval time.Duration `json:"models_interval"`
+	ModelsInterval time.Duration `json:"models_interval,advanced"`
 	// Sim configures the embedded engine (its Models and OnPrefix are set by the node). Its
 	// vLLM-named metrics go on the node's registry in Standalone (kvmesh engine), and otherwise
 	// on Sim.Registerer as the caller set it (nil: nowhere), never on the node's /metrics.
@@ -112,14 +112,14 @@ type Config struct {
 	// sized for a LAN, where a handshake takes a millisecond or two: a peer that died without
 	// a word (its UDP port silent) costs the request that meets it this long before the next
 	// candidate, where quic-go's own default would cost 5s.
-	HandshakeTimeout time.Duration `json:"handshake_timeout"`
+	HandshakeTimeout time.Duration `json:"handshake_timeout,advanced"`
 	// TLSDir is the directory holding ca.crt and NAME.crt/NAME.key (kvmesh ca) that LoadTLS
 	// reads TLS from. New does no I/O and reads only TLS.
 	TLSDir string `json:"tls_dir"`
 	// DevCADir is the directory of the development CA that LoadDevTLS reads TLS from, shared by
 	// the --insecure-dev nodes of one host (transport.DevTLS); empty, the default, is
 	// transport.DefaultDevCADir.
-	DevCADir string `json:"dev_ca_dir"`
+	DevCADir string `json:"dev_ca_dir,advanced"`
 	// TLSCert and TLSKey are PEM files of the certificate and key the client API (HTTPAddr)
 	// serves HTTPS with; empty, the default, serves plain HTTP. Both or neither. Start reads
 	// them; a change to either file is picked up at the next TLS handshake, and a new pair that
@@ -132,11 +132,11 @@ type Config struct {
 	// SpeculativeTTL is how long a forwarded prompt counts as cached on its owner before the
 	// owner's own summary confirms it. Default 5s: long enough to cover gossip's delivery of
 	// the owner's own summary (about a second).
-	SpeculativeTTL time.Duration `json:"speculative_ttl"`
+	SpeculativeTTL time.Duration `json:"speculative_ttl,advanced"`
 
 	// Policy names the routing policy (route.PolicyNames; default route.PolicyKvmesh); Route
 	// configures it (file section "route").
-	Policy string       `json:"policy"`
+	Policy string       `json:"policy,advanced"`
 	Route  route.Config `json:"-"`
 	// Admit configures admission; its ModelInfo is set by the node from the mesh. File section
 	// "admission".
@@ -146,13 +146,13 @@ type Config struct {
 	// engine, like a plain router) or "queue-cap" (as none, but 429 once the chosen engine has
 	// QueueCap requests waiting, like an engine's fixed queue limit; default 64). The last two
 	// exist for comparison.
-	Admission string `json:"admission_mode"`
-	QueueCap  int    `json:"queue_cap"`
+	Admission string `json:"admission_mode,advanced"`
+	QueueCap  int    `json:"queue_cap,advanced"`
 	// RoomTick is the waiting room's dispatch interval when nothing else wakes it. Default 5ms.
-	RoomTick time.Duration `json:"room_tick"`
+	RoomTick time.Duration `json:"room_tick,advanced"`
 	// RetryAfter is the Retry-After of a refusal that has no better estimate (no capacity,
 	// draining, a lost race for KV room). Default 1s.
-	RetryAfter time.Duration `json:"retry_after"`
+	RetryAfter time.Duration `json:"retry_after,advanced"`
 	// ForwardAttempts is how many candidates one dispatch tries before the request goes back
 	// to the waiting room, and how many failed attempts (an owner unreachable, or its engine
 	// failing before the first token) a request may meet in all before it ends with a 502.
@@ -162,14 +162,14 @@ type Config struct {
 	// mid-response (its QUIC stream breaks after the first token) while the client is still
 	// connected: the ingress sends the rest of the request, as a continuation of the text
 	// already streamed, to the next candidate. Default 1; negative (-1) turns migration off.
-	Migrations int `json:"migrations"`
+	Migrations int `json:"migrations,advanced"`
 	// APIKeysFile holds the API keys (admit.ParseKeys format), reloaded with the config file
 	// (Reload, ConfigWatch); empty, the default, means open.
 	APIKeysFile string `json:"api_keys_file"`
 	// AgentFromUser takes the agent id from the OpenAI "user" field when X-Kvmesh-Agent is absent.
 	AgentFromUser bool `json:"agent_from_user"`
 	// MaxAgentIDBytes is the longest agent id accepted (400 above it). Default 256.
-	MaxAgentIDBytes int `json:"max_agent_id_bytes"`
+	MaxAgentIDBytes int `json:"max_agent_id_bytes,advanced"`
 	// Agents turns on agent-level admission (a window of active agents per home node, see
 	// package admit/agent); nil, the default, leaves it off. AgentInterval is its control
 	// interval (default DefaultAgentInterval). AgentLeaseIntervals is how many intervals a step
@@ -187,20 +187,20 @@ type Config struct {
 	Carbon *CarbonConfig `json:"-"`
 	// MaxBodyBytes caps a request body (413 above it). Default 4 MiB: a full 128k-token
 	// context is 512 KiB of text, and JSON escaping can double it.
-	MaxBodyBytes int64 `json:"max_body_bytes"`
+	MaxBodyBytes int64 `json:"max_body_bytes,advanced"`
 	// DrainDelay is how long Shutdown keeps serving, new requests included, with /readyz at
 	// 503 and peers told the engine is unhealthy, before it stops accepting: the time a load
 	// balancer takes to see the node unready and stop sending it work. Default 5s; negative
 	// means none.
-	DrainDelay time.Duration `json:"drain_delay"`
+	DrainDelay time.Duration `json:"drain_delay,advanced"`
 	// DrainTimeout bounds how long Shutdown then waits for in-flight requests. Default 30s.
-	DrainTimeout time.Duration `json:"drain_timeout"`
+	DrainTimeout time.Duration `json:"drain_timeout,advanced"`
 	// BodyTimeout bounds reading one request, headers and body, from its first byte (408
 	// body_timeout past it), so a client that trickles its body cannot hold a connection and a
 	// handler indefinitely; it does not bound the response. Default 30s.
-	BodyTimeout time.Duration `json:"body_timeout"`
+	BodyTimeout time.Duration `json:"body_timeout,advanced"`
 	// IdleTimeout closes a client connection idle this long between requests. Default 120s.
-	IdleTimeout time.Duration `json:"idle_timeout"`
+	IdleTimeout time.Duration `json:"idle_timeout,advanced"`
 	// ConfigFile is the config file the settings were read from (ReadConfigFile sets it);
 	// Reload reads it again. Empty: there is none, and a reload reads the API key file alone.
 	ConfigFile string `json:"-"`
@@ -239,7 +239,7 @@ type CarbonConfig struct {
 	Provider provider.Config `json:"provider"`
 	Tracker  carbon.Config   `json:"tracker"`
 	// FetchTimeout bounds one provider call. Default 10s.
-	FetchTimeout time.Duration `json:"fetch_timeout"`
+	FetchTimeout time.Duration `json:"fetch_timeout,advanced"`
 	// TokenFile holds the provider's credential (WattTime: user:password), which kvmesh node
 	// reads into Provider when KVMESH_CARBON_TOKEN is unset. New does no I/O and reads only
 	// Provider.

@@ -1,13 +1,16 @@
 package node
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/internal/jsonconf"
 )
 
@@ -29,8 +33,8 @@ func TestLoadConfigFileReadsEverySection(t *testing.T) {
 	file := `{
 	  "node": {"name": "gpu-7", "http_addr": ":9090", "drain_timeout": "45s", "forward_attempts": 2, "retry_after": 2,
 	           "max_agent_id_bytes": 128, "tls_dir": "/etc/kvmesh/tls", "admission_mode": "none"},
-	  "gossip": {"bind_port": 7000, "join": ["10.0.0.1:7946"], "stale_after": "2s"},
-	  "route": {"busy_kv_use": 0.9, "gate_max_slack": 2, "weights": {"power": -1}, "stale_policy": "open"},
+	  "gossip": {"bind_port": 7000, "join": ["10.0.0.1:7946"]},
+	  "route": {"busy_kv_use": 0.9, "stale_after": "2s", "gate_max_slack": 2, "weights": {"power": -1}, "stale_policy": "open"},
 	  "admission": {"queue": {"ttl": "30s", "dispatch_slack": 0.25}},
 	  "agents": {"interval": "250ms", "lease_intervals": 7, "idle_timeout": "1m", "controller": {"max_window": 64}},
 	  "carbon": {"provider": {"kind": "static", "static_intensity": 250}, "tracker": {"fail_mode": "closed"}},
@@ -54,7 +58,7 @@ func TestLoadConfigFileReadsEverySection(t *testing.T) {
 		{"node tls dir", cfg.TLSDir == "/etc/kvmesh/tls"},
 		{"node admission mode", cfg.Admission == AdmissionNone},
 		{"node keeps what the file omits", cfg.QUICAddr == base.QUICAddr && cfg.Policy == base.Policy},
-		{"gossip", cfg.Gossip.BindPort == 7000 && len(cfg.Gossip.Join) == 1 && cfg.Gossip.StaleAfter == 2*time.Second},
+		{"gossip", cfg.Gossip.BindPort == 7000 && len(cfg.Gossip.Join) == 1 && cfg.Gossip.StaleAfter == 2*time.Second && cfg.Route.MaxAge == 2*time.Second},
 		{"gossip keeps what the file omits", cfg.Gossip.BindAddr == base.Gossip.BindAddr},
 		{"route", cfg.Route.BusyKVUse == 0.9 && cfg.Route.GateMaxSlack == 2*time.Second && cfg.Route.StalePolicy == route.StaleOpen},
 		{"route weights", cfg.Route.Weights.Power == -1 && cfg.Route.Weights.Prefix == base.Route.Weights.Prefix},
@@ -112,12 +116,13 @@ func TestLoadConfigFileRejects(t *testing.T) {
 		{"a section inside node", `{"node": {"gossip": {}}}`, `unknown key "node.gossip"`},
 		{"unknown nested route key", `{"route": {"weights": {"prefx": 1}}}`, `unknown key "route.weights.prefx"`},
 		{"unknown agent controller key", `{"agents": {"controller": {"window": 3}}}`, `unknown key "agents.controller.window"`},
-		{"unknown admission key", `{"admission": {"queue": {"ttll": "1s"}}}`, `unknown key "queue.ttll"`},
+		{"unknown admission key", `{"admission": {"queue": {"ttll": "1s"}}}`, `unknown key "admission.queue.ttll"`},
+		{"unknown admission key in a map's element", `{"admission": {"models": {"m": {"context_tokenz": 1}}}}`, `unknown key "admission.models.m.context_tokenz"`},
 		{"a secret has no key", `{"gossip": {"key": "AAAA"}}`, `unknown key "gossip.key"`},
-		{"a bad duration", `{"route": {"max_age": "3 seconds"}}`, `route.max_age: duration "3 seconds"`},
+		{"a bad duration", `{"route": {"stale_after": "3 seconds"}}`, `route.stale_after: duration "3 seconds"`},
 		{"a wrong type", `{"node": {"forward_attempts": "two"}}`, `forward_attempts`},
 		{"an admission setting at the top of a new file", `{"node": {}, "queue": {}}`, `"queue" is an admission setting: put it in the "admission" section`},
-		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `queue.backfill: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (8)`},
+		{"an admission zero that used to mean off", `{"admission": {"queue": {"backfill": 0}}}`, `admission.queue.backfill: 0 is refused, as it once turned the setting off: write -1 to turn it off, or leave the key out for the default (8)`},
 		{"a bad stale policy", `{"route": {"stale_policy": "sometimes"}}`, `stale policy "sometimes"`},
 		{"not an object", `[1]`, `config file`},
 	}
@@ -289,7 +294,8 @@ func TestPrintedConfigHasEveryKey(t *testing.T) {
 
 // fileKeys lists the keys a value of type t accepts in a config file, as paths under prefix:
 // the JSON names of its fields, those of untagged embedded structs promoted as encoding/json
-// does, down to values that are not structs or decode themselves (durations, policies).
+// does, those tagged advanced in their struct's advanced object, down to values that are not
+// structs or decode themselves (durations, policies); a map is one key.
 func fileKeys(t reflect.Type, prefix string) []string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -302,7 +308,7 @@ func fileKeys(t reflect.Type, prefix string) []string {
 	var out []string
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		switch {
 		case name == "-" || (!f.IsExported() && !f.Anonymous):
 			continue
@@ -311,6 +317,9 @@ func fileKeys(t reflect.Type, prefix string) []string {
 			continue
 		case name == "":
 			name = f.Name
+		}
+		if slices.Contains(strings.Split(opts, ","), "advanced") {
+			name = jsonconf.AdvancedKey + "." + name
 		}
 		if prefix != "" {
 			name = prefix + "." + name
@@ -522,5 +531,70 @@ func TestConfigRoles(t *testing.T) {
 	cfg.fill()
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "vllm") {
 		t.Errorf("a decode node in front of SGLang: %v, want an error naming vllm", err)
+	}
+}
+
+// TestConfigFileFormerKeys pins one key a concept: a key under its former name (staleness in
+// gossip, the KV link, KV size and role in sim) is read at its name now, for every layer, with
+// a WARN naming both; the two names given different values are an error naming both paths.
+func TestConfigFileFormerKeys(t *testing.T) {
+	for _, tt := range []struct {
+		name, file string
+		ok         func(Config) bool
+		warn, err  string
+	}{
+		{"route.max_age", `{"route": {"max_age": "5s"}}`, func(c Config) bool {
+			return c.Route.MaxAge == 5*time.Second && c.Gossip.StaleAfter == 5*time.Second
+		}, "key=route.max_age now=route.stale_after", ""},
+		{"gossip.stale_after", `{"gossip": {"stale_after": "4s"}}`, func(c Config) bool {
+			return c.Route.MaxAge == 4*time.Second && c.Gossip.StaleAfter == 4*time.Second
+		}, "key=gossip.stale_after now=route.stale_after", ""},
+		{"gossip.stale_policy", `{"gossip": {"stale_policy": "open"}}`, func(c Config) bool {
+			return c.Route.StalePolicy == route.StaleOpen && c.Gossip.StalePolicy == gossip.FailOpen
+		}, "key=gossip.stale_policy now=route.stale_policy", ""},
+		{"sim.link_gbps", `{"sim": {"link_gbps": 10}}`, func(c Config) bool { return c.Route.LinkGBps == 10 && c.Sim.LinkGBps == 10 },
+			"key=sim.link_gbps now=route.link_gbps", ""},
+		{"sim.kv_bytes_per_token", `{"sim": {"kv_bytes_per_token": 65536}}`, func(c Config) bool {
+			return c.Route.KVBytesPerToken == 65536 && c.Sim.KVBytesPerToken == 65536
+		}, "key=sim.kv_bytes_per_token now=route.kv_bytes_per_token", ""},
+		{"sim.role", `{"sim": {"role": "prefill"}}`, func(c Config) bool { return c.Role == "prefill" },
+			"key=sim.role now=node.role", ""},
+		{"both names, one value", `{"route": {"stale_after": "3s"}, "gossip": {"stale_after": 3}}`, func(c Config) bool {
+			return c.Route.MaxAge == 3*time.Second
+		}, "key=gossip.stale_after", ""},
+		{"staleness twice", `{"route": {"stale_after": "3s"}, "gossip": {"stale_after": "5s"}}`, nil, "",
+			`"gossip.stale_after" and "route.stale_after" name one setting`},
+		{"stale policy twice", `{"route": {"stale_policy": "closed"}, "gossip": {"stale_policy": "open"}}`, nil, "",
+			`"gossip.stale_policy" and "route.stale_policy" name one setting`},
+		{"link twice", `{"route": {"link_gbps": 25}, "sim": {"link_gbps": 10}}`, nil, "",
+			`"sim.link_gbps" and "route.link_gbps" name one setting`},
+		{"KV size twice", `{"route": {"kv_bytes_per_token": 1024}, "sim": {"kv_bytes_per_token": 2048}}`, nil, "",
+			`"sim.kv_bytes_per_token" and "route.kv_bytes_per_token" name one setting`},
+		{"role twice", `{"node": {"role": "decode"}, "sim": {"role": "prefill"}}`, nil, "",
+			`"sim.role" and "node.role" name one setting`},
+		{"two former names", `{"route": {"max_age": "3s"}, "gossip": {"stale_after": "5s"}}`, nil, "",
+			`"gossip.stale_after" and "route.max_age" name one setting`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var log bytes.Buffer
+			base := DefaultConfig()
+			base.Logger = slog.New(slog.NewTextHandler(&log, nil))
+			cfg, err := LoadConfigFile([]byte(tt.file), base)
+			if tt.err != "" {
+				if !errors.Is(err, jsonconf.ErrConflict) || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want a jsonconf.ErrConflict containing %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.ok(cfg) {
+				t.Errorf("not read at the key now: %+v", cfg)
+			}
+			if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), tt.warn) {
+				t.Errorf("log %q: want a WARN with %s", log.String(), tt.warn)
+			}
+		})
 	}
 }

@@ -30,8 +30,8 @@ import (
 //	  "node":      {"name": "gpu-7", "http_addr": ":8080", "tls_dir": "/etc/kvmesh/tls", "forward_attempts": 2},
 //	  "gossip":    {"bind_port": 7946, "join": ["10.0.0.1:7946"]},
 //	  "route":     {"busy_kv_use": 0.9, "weights": {"power": -1}},
-//	  "admission": {"queue": {"ttl": "30s", "dispatch_slack": 0.25}},
-//	  "agents":    {"interval": "250ms", "controller": {"max_window": 64}},
+//	  "admission": {"queue": {"ttl": "30s", "advanced": {"dispatch_slack": 0.25}}},
+//	  "agents":    {"interval": "250ms", "advanced": {"controller": {"max_window": 64}}},
 //	  "carbon":    {"provider": {"kind": "static", "static_intensity": 250}},
 //	  "sim":       {"kv_blocks": 8192}
 //	}
@@ -55,11 +55,26 @@ import (
 // Secrets have no key: the gossip key and the carbon provider's credentials come from the
 // environment or flags, so MarshalConfigFile never prints them.
 //
+// Settings no operator should need sit in their section's "advanced" object
+// (jsonconf.AdvancedKey). A key under its former name (formerKeys), or an advanced setting
+// given beside the others, is read where it is now, with a WARN on the base config's Logger.
+//
 // A file whose top level is an admit.Config (the admission-only file of earlier versions) is
 // still read, into Admit; ConfigFileIsLegacy tells it apart so the caller can say so.
 
 // Section names of the config file, in the order MarshalConfigFile writes them.
 var configSections = []string{"node", "gossip", "route", "admission", "agents", "carbon", "sim"}
+
+// formerKeys are the keys the file still reads by their former names, each at its key now,
+// with a WARN (see Keys in CHANGELOG.md): one key a concept, where two layers each had one.
+var formerKeys = []jsonconf.Rename{
+	{From: "route.max_age", To: "route.stale_after"},
+	{From: "gossip.stale_after", To: "route.stale_after"},
+	{From: "gossip.stale_policy", To: "route.stale_policy"},
+	{From: "sim.link_gbps", To: "route.link_gbps"},
+	{From: "sim.kv_bytes_per_token", To: "route.kv_bytes_per_token"},
+	{From: "sim.role", To: "node.role"},
+}
 
 // legacyKeys are the top-level keys of an admission-only file (admit.Config).
 var legacyKeys = []string{"models", "tenants", "validation", "budget", "keys", "kv", "queue", "slo"}
@@ -68,7 +83,7 @@ var legacyKeys = []string{"models", "tenants", "validation", "budget", "keys", "
 type agentsSection struct {
 	agent.Config
 	Interval       time.Duration `json:"interval"`
-	LeaseIntervals int           `json:"lease_intervals"`
+	LeaseIntervals int           `json:"lease_intervals,advanced"`
 }
 
 // fileLayout is the config file; A is admit.Config to write and json.RawMessage to read, so
@@ -167,7 +182,9 @@ func contentSum(data []byte) string {
 }
 
 // LoadConfigFile reads a config file, JSON or YAML (told by its content), over base and
-// returns the result; base is not changed. Unknown keys, and admission settings whose zero
+// returns the result; base is not changed. A key under its former name (formerKeys) is read at
+// its name now, with a WARN on base.Logger (nil: none); given under both names with different
+// values, it is an error naming both. Unknown keys, and admission settings whose zero
 // meant "off" before zero meant "the default", are errors (see admit.DecodeConfig). The result
 // is not validated: New does that.
 func LoadConfigFile(data []byte, base Config) (Config, error) {
@@ -201,9 +218,15 @@ func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy
 		cc := DefaultCarbonConfig()
 		l.Carbon = &cc
 	}
-	if err := jsonconf.Decode(data, &l); err != nil {
+	moved := func(from, to string) {
+		if base.Logger != nil {
+			base.Logger.Warn("config file: a key under its former name: it is read this release, then refused; write the new one", "key", from, "now", to)
+		}
+	}
+	if err := jsonconf.DecodeWith(data, &l, jsonconf.Options{Renames: formerKeys, Moved: moved}); err != nil {
 		return base, false, fmt.Errorf("node: config file: %w", err)
 	}
+	sameConcepts(&l)
 	cfg = l.Node
 	cfg.Gossip, cfg.Route, cfg.Sim, cfg.Carbon = l.Gossip, l.Route, l.Sim, l.Carbon
 	cfg.Agents = nil
@@ -212,11 +235,18 @@ func decodeConfigFile(name string, data []byte, base Config) (cfg Config, legacy
 		cfg.Agents, cfg.AgentInterval, cfg.AgentLeaseIntervals = &ac, a.Interval, a.LeaseIntervals
 	}
 	if raw := l.Admission; raw != nil && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		if cfg.Admit, err = admit.DecodeConfig(raw, base.Admit); err != nil {
-			return base, false, fmt.Errorf("node: config file: admission: %w", err)
+		if cfg.Admit, err = admit.DecodeConfigAt(raw, base.Admit, "admission", moved); err != nil {
+			return base, false, fmt.Errorf("node: config file: %w", err)
 		}
 	}
 	return cfg, false, nil
+}
+
+// sameConcepts gives each layer the file's one key for what both read: staleness (route's to
+// gossip) and the KV link and size (route's to the embedded engine).
+func sameConcepts[A any](l *fileLayout[A]) {
+	l.Gossip.StaleAfter, l.Gossip.StalePolicy = l.Route.MaxAge, gossip.StalePolicy(l.Route.StalePolicy.String())
+	l.Sim.LinkGBps, l.Sim.KVBytesPerToken = l.Route.LinkGBps, l.Route.KVBytesPerToken
 }
 
 func agentsOf(c Config) *agentsSection {

@@ -74,6 +74,7 @@ func (n *Node) reloadConfigLocked() error {
 	n.configSum = sum // read, whatever comes of it: the watch waits for the next change
 	base := DefaultConfig()
 	base.Name = n.cfg.Name // the node's identity: a file that names none keeps it
+	base.Logger = n.log    // a key under its former name is a WARN at every reload
 	next, _, err := decodeConfigFile(path, data, base)
 	if err != nil {
 		return err
@@ -153,7 +154,8 @@ func (n *Node) changesLocked(next Config, carbonLive bool) (restart, live []stri
 // budget, the peer ejector; a model's context_tokens sizes an external engine's model list).
 var (
 	liveSettings    = []string{"admission.", "route.", "carbon.tracker."}
-	restartSettings = []string{"admission.keys.", "admission.budget.estimate_", "admission.queue.drain_window", "route.seed", "route.max_sessions", "route.retry_budget.", "route.eject."}
+	restartSettings = []string{"admission.keys.", "admission.budget.advanced.estimate_", "admission.queue.advanced.drain_window", "route.advanced.seed",
+		"route.advanced.max_sessions", "route.advanced.retry_budget.", "route.advanced.eject."}
 )
 
 // liveSetting reports whether a reload applies the setting at key; carbonLive is whether the

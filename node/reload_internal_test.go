@@ -317,10 +317,10 @@ func TestReloadLeavesRestartSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kvmesh.json")
 	writeFile(t, path, `{"route": {"busy_kv_use": 0.9}}`)
 	n, log := reloadable(t, path, nil)
-	writeFile(t, path, `{"route": {"busy_kv_use": 0.8, "seed": 7, "eject": {"failures": 5}}, "node": {"forward_attempts": 5},
-		"gossip": {"bind_port": 7000, "stale_after": "5s"}, "admission": {"queue": {"drain_window": "30s"}}}`)
-	restart := []string{"route.seed", "route.eject.failures", "node.forward_attempts", "gossip.bind_port", "gossip.stale_after",
-		"admission.queue.drain_window"}
+	writeFile(t, path, `{"route": {"busy_kv_use": 0.8, "advanced": {"seed": 7, "eject": {"failures": 5}}}, "node": {"forward_attempts": 5},
+		"gossip": {"bind_port": 7000, "advertise_port": 7001}, "admission": {"queue": {"advanced": {"drain_window": "30s"}}}}`)
+	restart := []string{"route.advanced.seed", "route.advanced.eject.failures", "node.forward_attempts", "gossip.bind_port", "gossip.advertise_port",
+		"admission.queue.advanced.drain_window"}
 	for reload := 1; reload <= 2; reload++ {
 		log.reset()
 		if err := n.Reload(); err != nil {

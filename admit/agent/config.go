@@ -168,9 +168,9 @@ type Config struct {
 	// StepTimeout: an agent mid-step for this long is presumed lost (its StepDone never came)
 	// and leaves at the next Sweep, so a dropped boundary cannot hold a slot forever.
 	// Default 15m, above any single generation.
-	StepTimeout time.Duration `json:"step_timeout"`
+	StepTimeout time.Duration `json:"step_timeout,advanced"`
 	// Controller is the window rule applied to every home.
-	Controller ControllerConfig `json:"controller"`
+	Controller ControllerConfig `json:"controller,advanced"`
 }
 
 // DefaultConfig returns the documented defaults.

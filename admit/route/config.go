@@ -81,11 +81,12 @@ type Weights struct {
 type Config struct {
 	// Filters.
 
-	// MaxAge is the age of a state record past which a peer is stale. Default 3 s: records are
+	// MaxAge is the age of a state record past which a peer is stale (the file's
+	// route.stale_after, which a node gives gossip too). Default 3 s: records are
 	// sent on change and at least every second, so three missed records. (llm-d uses 200 ms
 	// against a 50 ms scrape, the same ratio of a few missed updates.)
-	MaxAge time.Duration `json:"max_age"`
-	// StalePolicy is what happens to a stale peer. Default StaleClosed. A node's own state
+	MaxAge time.Duration `json:"stale_after"`
+	// StalePolicy is what happens to a stale peer (a node gives gossip the same). Default StaleClosed. A node's own state
 	// (Peer.Self) is never stale.
 	StalePolicy StalePolicy `json:"stale_policy"`
 	// ModelBytes is the VRAM each model needs; a model never lands on a card whose
@@ -116,20 +117,20 @@ type Config struct {
 	// is busy. Default 5, llm-d's queueDepthThreshold: an engine's own queue is first come first
 	// served, so past a few waiting requests new work is better held in kvmesh's waiting room,
 	// where priority and deadlines order it. Negative (-1) turns the check off.
-	BusyWaiting int `json:"busy_waiting"`
+	BusyWaiting int `json:"busy_waiting,advanced"`
 	// DisablePowerCapFilter turns off the soft power cap, on by default: peers drawing at
 	// least PowerCapFraction of their cap are dropped, but only if some remaining peer is
 	// under its cap.
 	DisablePowerCapFilter bool `json:"disable_power_cap_filter"`
 	// PowerCapFraction of PowerCapWatts counts as at the cap. Default 1.0 (drawing the
 	// enforced limit means the GPU is already clocking down).
-	PowerCapFraction float64 `json:"power_cap_fraction"`
+	PowerCapFraction float64 `json:"power_cap_fraction,advanced"`
 	// ThermalSoftC starts a score penalty growing linearly to ThermalHardC, which it must stay
 	// below. Default 80 °C.
-	ThermalSoftC float64 `json:"thermal_soft_c"`
+	ThermalSoftC float64 `json:"thermal_soft_c,advanced"`
 	// ThermalHardC and above: not a candidate. Default 90 °C (data-centre GPUs slow down
 	// near here). A TempC of 0 means unknown and passes.
-	ThermalHardC float64 `json:"thermal_hard_c"`
+	ThermalHardC float64 `json:"thermal_hard_c,advanced"`
 
 	// Score.
 
@@ -139,27 +140,27 @@ type Config struct {
 	Weights Weights `json:"weights"`
 	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
 	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
-	LoadHalfTokens int `json:"load_half_tokens"`
+	LoadHalfTokens int `json:"load_half_tokens,advanced"`
 	// DefaultPrefillTokensPerSecond is used for peers that report no prefill rate. Default
 	// 20000 (below the 25k–37k an H100 manages on an 8B model: conservative).
-	DefaultPrefillTokensPerSecond float64 `json:"default_prefill_tokens_per_second"`
+	DefaultPrefillTokensPerSecond float64 `json:"default_prefill_tokens_per_second,advanced"`
 	// DefaultDecodeStepSeconds is used for peers that report no decode step. Default 0.02.
-	DefaultDecodeStepSeconds float64 `json:"default_decode_step_seconds"`
+	DefaultDecodeStepSeconds float64 `json:"default_decode_step_seconds,advanced"`
 	// DecodeBatchShare is the share of a decode step that grows with the batch size, for the
 	// predicted TPOT. Default 0.5. At most 1; negative (-1): none, the step does not grow.
-	DecodeBatchShare float64 `json:"decode_batch_share"`
+	DecodeBatchShare float64 `json:"decode_batch_share,advanced"`
 
 	// Load gate (on predicted TTFT, after scoring).
 
 	// GateSlackFactor scales the time a candidate's cached prefix saves into the TTFT it may
 	// lose against the fastest other candidate. Default 1 (the rule as stated); positive.
-	GateSlackFactor float64 `json:"gate_slack_factor"`
+	GateSlackFactor float64 `json:"gate_slack_factor,advanced"`
 	// GateMaxSlack caps that slack. Default 5 s (llm-d's max TTFT penalty is 5–18 s).
-	GateMaxSlack time.Duration `json:"gate_max_slack"`
+	GateMaxSlack time.Duration `json:"gate_max_slack,advanced"`
 	// GateTolerance is added to every slack so that tiny TTFT differences do not override the
 	// score. Default 25 ms (about one decode step). Negative ("-1ms"): none, strictly the
 	// faster candidate.
-	GateTolerance time.Duration `json:"gate_tolerance"`
+	GateTolerance time.Duration `json:"gate_tolerance,advanced"`
 
 	// Prefix homes (locality.go): used only for a request that carries a TTFT target
 	// (Request.TTFTTarget).
@@ -169,24 +170,24 @@ type Config struct {
 	// anchor stride of 16-token blocks, about 50 ms of prefill): a shorter prefix saves less
 	// than a decode step's worth of queueing. Negative (-1): no prefix homes, the load gate
 	// alone orders the holders.
-	PrefixHomeMinTokens int `json:"prefix_home_min_tokens"`
+	PrefixHomeMinTokens int `json:"prefix_home_min_tokens,advanced"`
 	// PrefixHomeShare is the share of the request's TTFT target within which a peer counts as
 	// meeting it, for the locality rule: a home keeps the request while it predicts within it,
 	// and the request leaves for another peer only when that peer predicts within it, its
 	// recompute included. Default 0.5: the prediction misses what other ingresses sent since
 	// the last record, and a request in the waiting room still needs its dispatch slack. In
 	// (0, 1].
-	PrefixHomeShare float64 `json:"prefix_home_share"`
+	PrefixHomeShare float64 `json:"prefix_home_share,advanced"`
 
 	// Tie-break and stickiness.
 
 	// Epsilon is the score distance within which candidates count as equal; among them the
 	// pick is power of two choices. Default 0.02. Negative (-1): only exact ties.
-	Epsilon float64 `json:"epsilon"`
+	Epsilon float64 `json:"epsilon,advanced"`
 	// MaxSessions bounds the session→peer LRU. Default 65536.
-	MaxSessions int `json:"max_sessions"`
+	MaxSessions int `json:"max_sessions,advanced"`
 	// Seed seeds the tie-break's random source: equal seeds and inputs, equal picks. Default 0.
-	Seed uint64 `json:"seed"`
+	Seed uint64 `json:"seed,advanced"`
 
 	// HomeBalance is ε of the bounded-load choice of a new agent's home (Request.StayHome):
 	// a peer takes a new agent only while its agent load is under ceil((1+ε)·(total+1)/peers).
@@ -196,7 +197,7 @@ type Config struct {
 	// while its home is healthy, and a new one has no prefix anywhere) and costs balance: at
 	// 0.25, two peers may hold 99 and 58 of 157 agents, a wider split than the plain hash's
 	// 85 and 72 on the agent benchmark. Must not be negative.
-	HomeBalance float64 `json:"home_balance"`
+	HomeBalance float64 `json:"home_balance,advanced"`
 
 	// Disaggregated prefill and decode (pair.go, docs/design/disaggregation.md): the split
 	// rule's constants. Used only in a mesh with prefill or decode peers.
@@ -205,21 +206,20 @@ type Config struct {
 	// prefill half's search. Default 32768, twice a mixed node's: a prefill node runs no decode
 	// whose TPOT its queue would stretch, so its queue is bounded by the TTFT alone (about 1 s
 	// of prefill at 31k tokens/s, half the interactive TTFT target).
-	PrefillBusyQueuedPrefillTokens int `json:"prefill_busy_queued_prefill_tokens"`
+	PrefillBusyQueuedPrefillTokens int `json:"prefill_busy_queued_prefill_tokens,advanced"`
 	// SplitMinTokens is P_min: a request whose uncached prompt on the best mixed candidate is
 	// shorter runs whole. Default 2048, the embedded engine's step budget: a prompt that fits
 	// one chunk lengthens a mixed node's decodes for a single step.
 	SplitMinTokens int `json:"split_min_tokens"`
 	// KVBytesPerToken is b, the model's KV bytes per prompt token. Default 131072 (128 KiB,
-	// Llama-3.1-8B in BF16); a node with the embedded engine defaults it to sim.kv_bytes_per_token.
+	// Llama-3.1-8B in BF16); a node gives its embedded engine the same.
 	KVBytesPerToken int64 `json:"kv_bytes_per_token"`
 	// LinkGBps is bw, the bandwidth of the link the KV crosses between a prefill and a decode
-	// node, in GB/s. Default 25 (RDMA class); a node with the embedded engine defaults it to
-	// sim.link_gbps.
+	// node, in GB/s. Default 25 (RDMA class); a node gives its embedded engine the same.
 	LinkGBps float64 `json:"link_gbps"`
 	// SplitHop is h, the ingress's forward round trip to the decode node added to a pair's
 	// predicted TTFT. Default 1 ms (a LAN). Negative ("-1ms"): none.
-	SplitHop time.Duration `json:"split_hop"`
+	SplitHop time.Duration `json:"split_hop,advanced"`
 	// DecodeLocalPrefill lets a decode peer run a whole request, prefill included, when the
 	// split rule finds the prefill pool of no use to it: its uncached prompt there is under
 	// SplitMinTokens, or the best pair misses the request's TTFT target (no pair at all
@@ -234,20 +234,20 @@ type Config struct {
 
 	// ReservationTTL drops a reservation no record or Release has cleared. Default 3 s (MaxAge:
 	// a peer silent for longer is stale anyway).
-	ReservationTTL time.Duration `json:"reservation_ttl"`
+	ReservationTTL time.Duration `json:"reservation_ttl,advanced"`
 	// ObserveMargin: a record received at least this long after a dispatch is taken to include
 	// it (forwarding plus gossip latency). Default 200 ms. Negative ("-1ms"): none, the
 	// first record after a dispatch is taken to include it.
-	ObserveMargin time.Duration `json:"observe_margin"`
+	ObserveMargin time.Duration `json:"observe_margin,advanced"`
 	// MaxReservationsPerPeer bounds memory; the oldest is dropped past it. Default 4096.
-	MaxReservationsPerPeer int `json:"max_reservations_per_peer"`
+	MaxReservationsPerPeer int `json:"max_reservations_per_peer,advanced"`
 
 	// Eject configures the node's Ejector (NewEjector), which marks peers that cannot be
 	// reached Peer.Ejected for every policy; the Router itself does not read it.
-	Eject EjectConfig `json:"eject"`
+	Eject EjectConfig `json:"eject,advanced"`
 	// RetryBudget configures the node's RetryBudget (NewRetryBudget), which bounds the
 	// forwards it retries after a failed one; the Router itself does not read it.
-	RetryBudget RetryBudgetConfig `json:"retry_budget"`
+	RetryBudget RetryBudgetConfig `json:"retry_budget,advanced"`
 }
 
 // DefaultConfig returns the documented defaults.

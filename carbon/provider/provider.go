@@ -29,7 +29,7 @@ type Config struct {
 	Username string `json:"-"` // watttime
 	Password string `json:"-"` // watttime
 
-	BaseURL    string       `json:"base_url"` // empty: the provider's public API
+	BaseURL    string       `json:"base_url,advanced"` // empty: the provider's public API
 	HTTPClient *http.Client `json:"-"`
 }
 

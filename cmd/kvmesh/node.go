@@ -149,6 +149,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	cfg.Logger = log // a key under its former name is a WARN
 	if f := c.String("config"); f != "" {
 		var legacy bool
 		if cfg, legacy, err = node.ReadConfigFile(f, cfg); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -31,7 +32,39 @@ var ErrUnknownKey = errors.New("unknown key")
 // time.ParseDuration reads, or a number of seconds. Maps merge, as with encoding/json, but
 // into a copy: Decode writes through no map, slice or pointer that *v shares with another
 // value, so decoding over a shallow copy of defaults leaves the defaults alone.
-func Decode(data []byte, v any) error {
+func Decode(data []byte, v any) error { return DecodeWith(data, v, Options{}) }
+
+// DecodeAt is Decode for data that sits at path in a larger document (a section of it,
+// "admission"): every path its errors name starts with path, so they name the key as the whole
+// document spells it ("admission.queue.ttll").
+func DecodeAt(data []byte, v any, path string) error {
+	return DecodeWith(data, v, Options{Path: path})
+}
+
+// ErrConflict is wrapped by the error DecodeWith returns when a key and its former name are
+// both given, with different values.
+var ErrConflict = errors.New("a key and its former name disagree")
+
+// A Rename is a key's former path and its path now, both from data's top (Options.Path not
+// included).
+type Rename struct{ From, To string }
+
+// Options are DecodeWith's: where data sits, and the keys it may still give by former names.
+type Options struct {
+	// Path is where data sits in a larger document (see DecodeAt).
+	Path string
+	// Renames are read before anything else, in order: a key found at From is read at To,
+	// and Moved is told of it. From and To both given, with values that differ once read as
+	// To's type, are an error wrapping ErrConflict that names both; with equal values, To's
+	// stands.
+	Renames []Rename
+	// Moved, when set, is called once for each key data gives at a former path, with both full
+	// paths, so that the caller can warn.
+	Moved func(from, to string)
+}
+
+// DecodeWith is Decode with Options.
+func DecodeWith(data []byte, v any, o Options) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("jsonconf: decode into %T: want a non-nil pointer", v)
@@ -45,7 +78,11 @@ func Decode(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("jsonconf: data after the top-level value")
 	}
-	tree, err := rewrite(tree, rv.Type().Elem(), rv.Elem(), "")
+	if err := applyRenames(tree, rv.Type().Elem(), o); err != nil {
+		return err
+	}
+	w := walker{moved: o.Moved}
+	tree, err := w.rewrite(tree, rv.Type().Elem(), rv.Elem(), o.Path)
 	if err != nil {
 		return err
 	}
@@ -61,12 +98,182 @@ func Decode(data []byte, v any) error {
 	return nil
 }
 
+// applyRenames moves every key tree gives at a former path to its path now (Options.Renames).
+func applyRenames(tree any, t reflect.Type, o Options) error {
+	origin := map[string]string{} // a moved key's path now → the path the data gave it at
+	for _, r := range o.Renames {
+		from, to := strings.Split(r.From, "."), strings.Split(r.To, ".")
+		parent, ok := lookup(tree, from[:len(from)-1])
+		if !ok {
+			continue
+		}
+		val, ok := parent[from[len(from)-1]]
+		if !ok {
+			continue
+		}
+		delete(parent, from[len(from)-1])
+		src := join(o.Path, r.From)
+		dst, ok := makeParents(tree, to[:len(to)-1])
+		if !ok {
+			return fmt.Errorf("jsonconf: %s: %q is not an object", src, join(o.Path, strings.Join(to[:len(to)-1], ".")))
+		}
+		if cur, there := dst[to[len(to)-1]]; there {
+			same, err := sameValue(cur, val, typeAt(t, to))
+			if err != nil {
+				return fmt.Errorf("jsonconf: %s: %w", src, err)
+			}
+			if !same {
+				now := join(o.Path, r.To)
+				given := now
+				if g, moved := origin[now]; moved {
+					given = g
+				}
+				return fmt.Errorf("jsonconf: %w: %q and %q name one setting, %s: give it once",
+					ErrConflict, src, given, now)
+			}
+		} else {
+			dst[to[len(to)-1]] = val
+			origin[join(o.Path, r.To)] = src
+		}
+		if o.Moved != nil {
+			o.Moved(src, join(o.Path, r.To))
+		}
+	}
+	return nil
+}
+
+// lookup returns the object at path in tree.
+func lookup(tree any, path []string) (map[string]any, bool) {
+	obj, ok := tree.(map[string]any)
+	for _, k := range path {
+		if !ok {
+			return nil, false
+		}
+		obj, ok = obj[k].(map[string]any)
+	}
+	return obj, ok
+}
+
+// makeParents returns the object at path in tree, making the missing ones (null counts as
+// missing); false if a value on the way is not an object.
+func makeParents(tree any, path []string) (map[string]any, bool) {
+	obj, ok := tree.(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	for _, k := range path {
+		if obj[k] == nil {
+			obj[k] = map[string]any{}
+		}
+		if obj, ok = obj[k].(map[string]any); !ok {
+			return nil, false
+		}
+	}
+	return obj, true
+}
+
+// typeAt is the Go type at path in t (nil when path leads nowhere).
+func typeAt(t reflect.Type, path []string) reflect.Type {
+	for _, k := range path {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			f, ok := fieldsOf(t)[k]
+			if !ok {
+				return nil
+			}
+			t = f.typ
+		case reflect.Map:
+			t = t.Elem()
+		default:
+			return nil
+		}
+	}
+	return t
+}
+
+// sameValue reports whether a and b read as the same value of type t (durations by their
+// length: "1s" is 1); without a type, whether their JSON is the same.
+func sameValue(a, b any, t reflect.Type) (bool, error) {
+	read := func(n any) ([]byte, error) {
+		if t != nil {
+			b, err := json.Marshal(n)
+			if err != nil {
+				return nil, err
+			}
+			p := reflect.New(t)
+			if err := Decode(b, p.Interface()); err != nil {
+				return nil, err
+			}
+			return json.Marshal(p.Interface())
+		}
+		return json.Marshal(n)
+	}
+	x, err := read(a)
+	if err != nil {
+		return false, err
+	}
+	y, err := read(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(x, y), nil
+}
+
+// AdvancedKey is the object in which a struct's fields tagged "advanced" sit in the document
+// (`json:"epsilon,advanced"` is read at "advanced.epsilon"): the settings no operator should
+// need, kept out of the way of those one tunes. Such a field given beside the others, where it
+// sat before, is still read, and Options.Moved told of it.
+const AdvancedKey = "advanced"
+
+// walker carries what rewrite reports on the way.
+type walker struct{ moved func(from, to string) }
+
+// hoistAdvanced moves the members of obj's "advanced" object into obj, where encoding/json
+// reads them, and returns their keys. A member that is no advanced field is an unknown key;
+// one also given beside the others, with a different value, is a conflict.
+func hoistAdvanced(obj map[string]any, fields map[string]field, path string) (map[string]bool, error) {
+	adv, ok := obj[AdvancedKey]
+	if !ok || slices.IndexFunc(slices.Collect(maps.Values(fields)), func(f field) bool { return f.advanced }) < 0 {
+		return nil, nil
+	}
+	delete(obj, AdvancedKey)
+	if adv == nil {
+		return nil, nil
+	}
+	a, ok := adv.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("jsonconf: %s: want an object", join(path, AdvancedKey))
+	}
+	in := make(map[string]bool, len(a))
+	for _, k := range sortedKeys(a) {
+		f, ok := fields[k]
+		if !ok || !f.advanced {
+			return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, AdvancedKey+"."+k))
+		}
+		if cur, there := obj[k]; there {
+			same, err := sameValue(cur, a[k], f.typ)
+			if err != nil {
+				return nil, fmt.Errorf("jsonconf: %s: %w", join(path, k), err)
+			}
+			if !same {
+				return nil, fmt.Errorf("jsonconf: %w: %q and %q name one setting: give it once",
+					ErrConflict, join(path, k), join(path, AdvancedKey+"."+k))
+			}
+		}
+		obj[k], in[k] = a[k], true
+	}
+	return in, nil
+}
+
 // rewrite walks a decoded JSON value along the Go type it will decode into: it rejects keys
 // that name no field and turns durations into the nanoseconds encoding/json reads. Along the
 // way it gives v (the value decoded into, when known and settable) its own copy of every map,
 // slice and pointer target the JSON writes into, so decoding over a copy of a config does not
 // write through to the original.
-func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error) {
+func (w walker) rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error) {
 	if !v.CanSet() {
 		v = reflect.Value{}
 	}
@@ -95,23 +302,30 @@ func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error
 				v = ownPointer(v)
 			}
 		}
-		return rewrite(node, t.Elem(), v, path)
+		return w.rewrite(node, t.Elem(), v, path)
 	case reflect.Struct:
 		obj, ok := node.(map[string]any)
 		if !ok {
 			return node, nil // encoding/json reports the type mismatch
 		}
 		fields := fieldsOf(t)
+		inAdvanced, err := hoistAdvanced(obj, fields, path)
+		if err != nil {
+			return nil, err
+		}
 		for _, k := range sortedKeys(obj) {
 			f, ok := fields[k]
 			if !ok {
 				return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, k))
 			}
+			if f.advanced && !inAdvanced[k] && w.moved != nil {
+				w.moved(join(path, k), join(path, AdvancedKey+"."+k))
+			}
 			var fv reflect.Value
 			if v.IsValid() {
 				fv = ownField(v, f.index)
 			}
-			e, err := rewrite(obj[k], f.typ, fv, join(path, k))
+			e, err := w.rewrite(obj[k], f.typ, fv, join(path, k))
 			if err != nil {
 				return nil, err
 			}
@@ -132,7 +346,7 @@ func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error
 			v.Set(c)
 		}
 		for _, k := range sortedKeys(obj) {
-			e, err := rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
+			e, err := w.rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
 			if err != nil {
 				return nil, err
 			}
@@ -153,7 +367,7 @@ func rewrite(node any, t reflect.Type, v reflect.Value, path string) (any, error
 			if v.IsValid() && i < v.Len() {
 				ev = v.Index(i)
 			}
-			e, err := rewrite(arr[i], t.Elem(), ev, fmt.Sprintf("%s[%d]", path, i))
+			e, err := w.rewrite(arr[i], t.Elem(), ev, fmt.Sprintf("%s[%d]", path, i))
 			if err != nil {
 				return nil, err
 			}
@@ -229,6 +443,7 @@ type field struct {
 	index     []int
 	typ       reflect.Type
 	omitEmpty bool
+	advanced  bool // sits in the struct's AdvancedKey object
 }
 
 // fields lists t's JSON fields in declaration order, the fields of untagged embedded structs
@@ -262,7 +477,8 @@ func fields(t reflect.Type) []field {
 		if name == "" {
 			name = sf.Name
 		}
-		out = append(out, field{name: name, index: []int{i}, typ: ft, omitEmpty: slices.Contains(strings.Split(opts, ","), "omitempty")})
+		o := strings.Split(opts, ",")
+		out = append(out, field{name: name, index: []int{i}, typ: ft, omitEmpty: slices.Contains(o, "omitempty"), advanced: slices.Contains(o, "advanced")})
 	}
 	return out
 }
@@ -298,8 +514,9 @@ func orTop(path string) string {
 	return path
 }
 
-// Marshal writes v as indented JSON: struct fields in declaration order, map keys sorted,
-// durations as strings (FormatDuration).
+// Marshal writes v as indented JSON: struct fields in declaration order, those tagged
+// "advanced" last, in an AdvancedKey object, map keys sorted, durations as strings
+// (FormatDuration).
 func Marshal(v any) ([]byte, error) {
 	rv := reflect.ValueOf(v)
 	if rv.IsValid() {
@@ -376,8 +593,10 @@ func encode(v reflect.Value) (any, error) {
 		}
 		return encode(v.Elem())
 	case reflect.Struct:
-		var o object
+		var o, adv object
+		hasAdv := false
 		for _, f := range fields(t) {
+			hasAdv = hasAdv || f.advanced
 			fv, ok := fieldByIndex(v, f.index)
 			if !ok || (f.omitEmpty && isEmpty(fv)) {
 				continue
@@ -386,7 +605,17 @@ func encode(v reflect.Value) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			o = append(o, member{f.name, e})
+			if f.advanced {
+				adv = append(adv, member{f.name, e})
+			} else {
+				o = append(o, member{f.name, e})
+			}
+		}
+		if hasAdv {
+			if adv == nil {
+				adv = object{}
+			}
+			o = append(o, member{AdvancedKey, adv})
 		}
 		if o == nil {
 			o = object{}

@@ -125,6 +125,70 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// TestDecodeAtNamesTheFullPath pins that a section read alone names its keys as the whole
+// document spells them, in errors of every kind.
+func TestDecodeAtNamesTheFullPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"inner": {"wiat": "1s"}}`:       `unknown key "sec.inner.wiat"`,
+		`{"by_name": {"x": {"rate": 1}}}`: `unknown key "sec.by_name.x.rate"`,
+		`{"timeout": "soon"}`:             `sec.timeout: duration "soon"`,
+	} {
+		o := base()
+		if err := DecodeAt([]byte(in), &o, "sec"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeAt(%s) = %v, want an error containing %s", in, err, want)
+		}
+	}
+}
+
+// TestDecodeWithReadsFormerNames pins that a key given by its former name is read at its name
+// now and reported, and that the two names given with different values are an error naming
+// both, while equal values (read as the field's type: "60s" is "1m") are not.
+func TestDecodeWithReadsFormerNames(t *testing.T) {
+	renames := []Rename{{"old_timeout", "timeout"}, {"inner.old_wait", "opt.wait"}, {"older_timeout", "timeout"}}
+	tests := []struct {
+		name, in string
+		want     func(*outer)
+		moved    []string
+		err      string
+	}{
+		{"a former name alone is read and reported", `{"old_timeout": "5s", "inner": {"old_wait": "2s"}}`, func(o *outer) {
+			o.Timeout, o.Opt = 5*time.Second, &inner{Wait: 2 * time.Second}
+		}, []string{"sec.old_timeout>sec.timeout", "sec.inner.old_wait>sec.opt.wait"}, ""},
+		{"both names, one value", `{"old_timeout": "60s", "timeout": "1m"}`, func(o *outer) { o.Timeout = time.Minute },
+			[]string{"sec.old_timeout>sec.timeout"}, ""},
+		{"both names, two values", `{"old_timeout": "5s", "timeout": "1m"}`, nil, nil,
+			`"sec.old_timeout" and "sec.timeout" name one setting, sec.timeout`},
+		{"two former names, two values", `{"old_timeout": "5s", "older_timeout": "6s"}`, nil, nil,
+			`"sec.older_timeout" and "sec.old_timeout" name one setting, sec.timeout`},
+		{"no former name", `{"timeout": "1m"}`, func(o *outer) { o.Timeout = time.Minute }, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, want := base(), base()
+			var moved []string
+			err := DecodeWith([]byte(tt.in), &got, Options{Path: "sec", Renames: renames, Moved: func(from, to string) {
+				moved = append(moved, from+">"+to)
+			}})
+			if tt.err != "" {
+				if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want an ErrConflict containing %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.want(&want)
+			if g, w := mustMarshal(t, got), mustMarshal(t, want); g != w {
+				t.Errorf("got\n%s\nwant\n%s", g, w)
+			}
+			if strings.Join(moved, " ") != strings.Join(tt.moved, " ") {
+				t.Errorf("moved %q, want %q", moved, tt.moved)
+			}
+		})
+	}
+}
+
 func TestMarshalRoundTrips(t *testing.T) {
 	o := base()
 	o.Opt = &inner{Wait: 1500 * time.Millisecond}
@@ -188,4 +252,56 @@ func mustMarshal(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+type tuned struct {
+	Rate   int           `json:"rate"`
+	Gain   float64       `json:"gain,advanced"`
+	Window time.Duration `json:"window,advanced"`
+}
+
+// TestAdvancedFields pins where a field tagged advanced sits: in the struct's "advanced"
+// object, which Marshal writes last and Decode reads; beside the others, its former place, it
+// is read and reported; given in both places with two values, or an "advanced" key that is
+// no advanced field, it is refused by full path.
+func TestAdvancedFields(t *testing.T) {
+	b, err := Marshal(tuned{Rate: 1, Gain: 0.5, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\n  \"rate\": 1,\n  \"advanced\": {\n    \"gain\": 0.5,\n    \"window\": \"1s\"\n  }\n}\n"; string(b) != want {
+		t.Errorf("Marshal = %s, want %s", b, want)
+	}
+	for _, tt := range []struct {
+		name, in string
+		want     tuned
+		moved    string
+		err      string
+	}{
+		{"in advanced", `{"advanced": {"gain": 2, "window": "2s"}}`, tuned{Gain: 2, Window: 2 * time.Second}, "", ""},
+		{"beside the others", `{"gain": 2}`, tuned{Gain: 2}, "s.gain>s.advanced.gain", ""},
+		{"both places, one value", `{"window": 1, "advanced": {"window": "1s"}}`, tuned{Window: time.Second}, "", ""},
+		{"both places, two values", `{"gain": 1, "advanced": {"gain": 2}}`, tuned{}, "", `"s.gain" and "s.advanced.gain" name one setting`},
+		{"not an advanced field", `{"advanced": {"rate": 2}}`, tuned{}, "", `unknown key "s.advanced.rate"`},
+		{"unknown in advanced", `{"advanced": {"gian": 2}}`, tuned{}, "", `unknown key "s.advanced.gian"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got tuned
+			var moved []string
+			err := DecodeWith([]byte(tt.in), &got, Options{Path: "s", Moved: func(from, to string) { moved = append(moved, from+">"+to) }})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want one containing %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want || strings.Join(moved, " ") != tt.moved {
+				t.Errorf("got %+v, %v, moved %q; want %+v, moved %q", got, err, moved, tt.want, tt.moved)
+			}
+		})
+	}
+	var back tuned
+	if err := Decode(b, &back); err != nil || back != (tuned{Rate: 1, Gain: 0.5, Window: time.Second}) {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
 }

@@ -22,15 +22,15 @@ type Config struct {
 	// Models served. Default: one model "llama-3.1-8b" with a 131072-token context.
 	Models []engine.Model `json:"-"`
 	// BlockTokens is the KV block size in tokens. Default kvindex.DefaultBlockTokens.
-	BlockTokens int `json:"block_tokens"`
+	BlockTokens int `json:"block_tokens,advanced"`
 	// KVBlocks is the size of the KV pool in blocks. 0 derives it from the GPU memory inputs
 	// below: (GPUMemoryBytes × GPUMemoryUtilization − WeightBytes) / (KVBytesPerToken × BlockTokens).
 	KVBlocks int `json:"kv_blocks"`
 	// Inputs of the derived pool size.
-	GPUMemoryBytes       int64   `json:"gpu_memory_bytes"`
-	GPUMemoryUtilization float64 `json:"gpu_memory_utilization"`
-	WeightBytes          int64   `json:"weight_bytes"`
-	KVBytesPerToken      int64   `json:"kv_bytes_per_token"`
+	GPUMemoryBytes       int64   `json:"gpu_memory_bytes,advanced"`
+	GPUMemoryUtilization float64 `json:"gpu_memory_utilization,advanced"`
+	WeightBytes          int64   `json:"weight_bytes,advanced"`
+	KVBytesPerToken      int64   `json:"-"`
 	// MaxNumBatchedTokens is the per-step token budget (vLLM max_num_batched_tokens). The
 	// default, 2048, is sized to the TPOT SLO rather than to throughput: a step carrying a full
 	// prefill chunk takes 5 ms + 2048 × 30 µs ≈ 66 ms, so a sequence decoding beside it stays
@@ -40,27 +40,28 @@ type Config struct {
 	// a long prefill; prefill throughput is 31k tokens/s instead of 33k.
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens"`
 	// MaxNumSeqs caps running sequences (vLLM max_num_seqs).
-	MaxNumSeqs int `json:"max_num_seqs"`
+	MaxNumSeqs int `json:"max_num_seqs,advanced"`
 	// Step time = StepFixed + StepPerToken·(tokens computed in the step) +
 	// StepPerContextToken·(context tokens of every sequence in the batch). Each is positive
 	// once filled: 0 takes the default, so no term can be switched off (1ns is as good as none).
-	StepFixed           time.Duration `json:"step_fixed"`
-	StepPerToken        time.Duration `json:"step_per_token"`
-	StepPerContextToken time.Duration `json:"step_per_context_token"`
+	StepFixed           time.Duration `json:"step_fixed,advanced"`
+	StepPerToken        time.Duration `json:"step_per_token,advanced"`
+	StepPerContextToken time.Duration `json:"step_per_context_token,advanced"`
 	// TimeScale runs the simulator this many times faster than real time: a step sleeps
 	// stepTime/TimeScale. Default 1.
-	TimeScale float64 `json:"time_scale"`
+	TimeScale float64 `json:"time_scale,advanced"`
 	// HitRateWindow is how many recent prompt tokens State's HitRate covers. Default 65536.
-	HitRateWindow int `json:"hit_rate_window"`
+	HitRateWindow int `json:"hit_rate_window,advanced"`
 	// Role is the engine's part in disaggregated prefill and decode: RoleMixed (the default)
 	// runs requests whole and decodes handovers, RolePrefill computes a request's prompt KV
 	// and ends it with a handover, RoleDecode decodes handovers and runs a request without
-	// one whole (see roles.go).
-	Role string `json:"role"`
+	// one whole (see roles.go). A node gives it its own role (the file's node.role).
+	Role string `json:"-"`
 	// LinkGBps is the bandwidth, in GB/s (1e9 bytes a second), of the link a handover's KV
 	// crosses to this engine: a handover waits KVBytes / LinkGBps before it may decode.
-	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE).
-	LinkGBps float64 `json:"link_gbps"`
+	// Default 25, an RDMA-class link (200 Gb/s InfiniBand or RoCE). A node gives it, and
+	// KVBytesPerToken, route's (the file's route.link_gbps and route.kv_bytes_per_token).
+	LinkGBps float64 `json:"-"`
 	// SchedulingPolicy is vLLM's --scheduling-policy: SchedulingPriority (the default) orders
 	// the waiting queue, the running batch and preemption by Request.Priority, then arrival;
 	// SchedulingFCFS ignores Request.Priority, so every request is scheduled by arrival alone
