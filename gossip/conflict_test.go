@@ -77,6 +77,9 @@ func TestNameConflictRules(t *testing.T) {
 	if _, reason := g.applyState(State{Name: "self", BootID: g.bootID + 2, Seq: 1, GossipAddr: b}, now); reason != dropNameConflict {
 		t.Fatalf("a record in this node's name: %q", reason)
 	}
+	if _, reason := g.applyState(State{Name: "self", BootID: g.bootID + 4, Seq: 1, GossipAddr: g.selfAddr}, now); reason != "" {
+		t.Fatalf("a late record of this node's previous process, at its address: %q", reason)
+	}
 	g.handleMsg(appendConflict([]byte{wireVersion, msgConflict}, "self", g.bootID+2, b))
 	g.handleMsg(appendConflict([]byte{wireVersion, msgConflict}, "self", g.bootID, b)) // its own: ignored
 	if got := conflictCount(g, conflictSelf); got != 2 {

@@ -249,9 +249,10 @@ func (g *Gossip) Start(ctx context.Context) error {
 		return fmt.Errorf("gossip: start memberlist: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
+	self := ml.LocalNode().Address() // before g.mu: memberlist calls in with its own lock held
 	g.mu.Lock()
 	g.ml = ml
-	g.selfAddr = ml.LocalNode().Address()
+	g.selfAddr = self
 	if g.direct == nil {
 		g.direct = ml
 	}

@@ -75,8 +75,9 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if st.Name == g.cfg.Name {
-		if st.BootID != g.bootID && st.BootID != 0 {
-			// Another process publishes in this node's name.
+		if st.BootID != g.bootID && st.BootID != 0 && st.GossipAddr != "" && st.GossipAddr != g.selfAddr {
+			// Another process publishes in this node's name from another address. (One from
+			// this address is this node's previous process: its late records are ignored.)
 			g.conflictLocked(conflictSelf, st.Name, g.selfAddr, st.GossipAddr, now)
 			return false, dropNameConflict
 		}
