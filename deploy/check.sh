@@ -2,7 +2,8 @@
 # make deploy-check: validates what kvmesh ships besides its Go code.
 #   1. the release build (make build-release, as the Dockerfile runs it): stripped, -trimpath,
 #      the version, only glibc linked, and a node that starts, answers kvmesh health and
-#      drains on SIGTERM on a host without the NVIDIA driver;
+#      drains on SIGTERM on a host without the NVIDIA driver; a second node started with a
+#      running node's name (a cloned host) refuses to start and the first keeps its traffic;
 #   2. the systemd unit: systemd-analyze verify and its security exposure, the env file's and
 #      the chart's KVMESH_* names against kvmesh's own;
 #   3. deploy/check (a Go module of its own): the Dockerfile and .dockerignore, helm lint and
@@ -53,11 +54,14 @@ go_tool nfpm github.com/goreleaser/nfpm/v2/cmd/nfpm "$NFPM_VERSION"
 deb_tool systemd-analyze systemd
 deb_tool dpkg-deb dpkg
 deb_tool readelf binutils
+deb_tool curl curl
 
 work=$(mktemp -d)
 node_pid=""
+pids=()
 cleanup() {
   if [ -n "$node_pid" ]; then kill "$node_pid" 2>/dev/null || true; fi
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -96,6 +100,65 @@ wait "$node_pid" || { cat "$work/node.log"; fail "the node did not exit 0 after 
 node_pid=""
 if "$bin" health --http "$addr" --timeout 1s 2>/dev/null; then fail "kvmesh health passed with no node"; fi
 echo "started without libnvidia-ml, ready, healthy, drained and exited 0 on SIGTERM"
+
+step "a second node with a running node's name (a cloned host or a restored backup)"
+# start_node NAME ARGS...: a node on loopback ports under the shared dev CA; its log is
+# $work/NAME.log (NAME.2.log for a second one), its pid in $pid.
+start_node() {
+  local name=$1 log=$work/$1.log; shift
+  [ -e "$log" ] && log=$work/$name.2.log
+  "$bin" --log-format text node --insecure-dev --dev-ca-dir "$work/dev-ca" --name "$name" \
+    --http 127.0.0.1:0 --gossip 127.0.0.1:0 --quic 127.0.0.1:0 --drain-delay -1s "$@" >"$log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+}
+# serving LOG PID FIELD: the node's FIELD (http, gossip) from its serving line, once ready.
+serving() {
+  local log=$1 pid=$2 field=$3 deadline=$((SECONDS + 20)) v=""
+  until [ -n "$v" ]; do
+    kill -0 "$pid" 2>/dev/null || { cat "$log"; fail "$log: the node exited at start"; }
+    [ $SECONDS -lt $deadline ] || { cat "$log"; fail "$log: not serving in 20s"; }
+    sleep 0.2
+    v=$(sed -n "s/.* msg=serving .* $field=\([^ ]*\) .*/\1/p" "$log")
+  done
+  echo "$v"
+}
+
+start_node n1 --model model-a; p1=$pid
+gossip1=$(serving "$work/n1.log" "$p1" gossip)
+start_node n2 --model model-b --join "$gossip1"; p2=$pid
+http2=$(serving "$work/n2.log" "$p2" http)
+# ask: n2 asked for model-a, which n1 alone serves; prints the node that ran it.
+ask() {
+  curl -sS -m 10 -o /dev/null -D - "http://$http2/v1/chat/completions" \
+    -H 'Content-Type: application/json' \
+    -d '{"model":"model-a","messages":[{"role":"user","content":"hi"}],"max_tokens":2}' |
+    tr -d '\r' | sed -n 's/^[Xx]-[Kk]vmesh-[Nn]ode: //p'
+}
+deadline=$((SECONDS + 20))
+until [ "$(ask 2>/dev/null)" = n1 ]; do
+  [ $SECONDS -lt $deadline ] || { cat "$work/n1.log" "$work/n2.log"; fail "n2 did not forward model-a to n1 in 20s"; }
+  sleep 0.2
+done
+start_node n1 --model model-a --join "$(serving "$work/n2.log" "$p2" gossip)"; dup=$pid
+deadline=$((SECONDS + 20))
+while kill -0 "$dup" 2>/dev/null; do
+  [ $SECONDS -lt $deadline ] || { cat "$work/n1.2.log"; fail "a second n1 still runs after 20s"; }
+  sleep 0.2
+done
+if wait "$dup"; then cat "$work/n1.2.log"; fail "a second n1 exited 0"; fi
+grep -q 'name conflict' "$work/n1.2.log" || { cat "$work/n1.2.log"; fail "the second n1 does not say why it refused to start"; }
+deadline=$((SECONDS + 10))
+until grep -q 'level=ERROR .*name conflict' "$work/n1.log"; do
+  [ $SECONDS -lt $deadline ] || { cat "$work/n1.log"; fail "n1 logged no ERROR about the second n1"; }
+  sleep 0.2
+done
+for i in 1 2 3 4 5; do
+  ran=$(ask) || fail "n2 failed model-a after the second n1"
+  [ "$ran" = n1 ] || { cat "$work/n1.log" "$work/n2.log"; fail "model-a ran on '$ran' after the second n1, want n1"; }
+done
+kill "$p1" "$p2"; pids=()
+echo "a second n1 refused to start, n1 logged the conflict and kept model-a's traffic"
 
 step "systemd unit"
 unit="$work/kvmesh.service"

@@ -25,7 +25,12 @@
 //
 // Every process has a random boot id in its record. A dead or left member's prefixes are
 // dropped from the index; a new boot id drops the old residency and retires the old id, so a
-// late message of the previous process cannot resurrect it. Member.Incarnation counts boots.
+// late message of the previous process cannot resurrect it; a retired id whose successor has
+// been silent for the stale age is taken back, so no boot id locks a live process out.
+// Member.Incarnation counts boots. A record names its origin's gossip address: one from
+// another address than memberlist holds for the member is a second process with its name
+// (a cloned host) and is refused, and a process whose join finds its name held by a live
+// member refuses to start (ErrNameConflict); both sides log and count it (conflict.go).
 // Every PushPullInterval a member joins again one member it holds dead, so that the two sides
 // of a healed network partition, each holding the other dead, merge again. Config.Drop drops
 // packets and streams to chosen addresses, for tests that partition a mesh.

@@ -83,6 +83,12 @@ type Gossip struct {
 	claims      []heldClaim
 	claimsDirty bool
 	claimsBuilt time.Time
+	// Name conflicts (conflict.go): this node's gossip address as memberlist advertises it (set
+	// by Start), the first member memberlist refused for claiming this node's name, and when
+	// each conflict was last logged.
+	selfAddr     string
+	selfConflict *memberlist.Node
+	conflictLog  map[string]time.Time
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -94,14 +100,19 @@ type Gossip struct {
 }
 
 type peerInfo struct {
-	addr        string
-	liveness    Liveness
-	changed     time.Time
-	state       State
-	hasState    bool
-	updated     time.Time
-	bootID      uint64
-	retired     []uint64 // superseded boot ids: their late messages are dropped
+	addr     string
+	liveness Liveness
+	changed  time.Time
+	state    State
+	hasState bool
+	updated  time.Time
+	bootID   uint64
+	retired  []uint64 // superseded boot ids: their late messages are dropped
+	// refused are the processes whose records came from another address than the member's
+	// (a name conflict): their messages are dropped (refusedLocked). heard is when a message
+	// of the current boot id was last applied.
+	refused     []refusal
+	heard       time.Time
 	incarnation uint32
 	// Delta dedup: the highest delta seq applied and a bitmap of the 64 below it, so deltas
 	// that arrive out of order are still applied once.
@@ -113,6 +124,13 @@ type peerInfo struct {
 	synced uint64
 	// recAt is when this node last sent the peer its record straight (records by domain).
 	recAt time.Time
+}
+
+// refusal is a process refused for a member's name: its boot id and the address its records
+// came from.
+type refusal struct {
+	boot uint64
+	addr string
 }
 
 // New validates cfg and returns a Gossip that has not touched the network.
@@ -138,16 +156,17 @@ func newGossip(cfg Config, direct directSender) (*Gossip, error) {
 	var boot [16]byte
 	_, _ = crand.Read(boot[:])
 	g := &Gossip{
-		cfg:     cfg,
-		log:     log.With("component", "gossip"),
-		idx:     kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
-		met:     met,
-		bootID:  binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
-		pend:    make(map[uint64]bool),
-		peers:   make(map[string]*peerInfo),
-		byModel: make(map[string][]string),
-		domains: make(map[string]*domain),
-		staleIn: cfg.StaleAfter, staleOut: cfg.StaleAfter,
+		cfg:         cfg,
+		log:         log.With("component", "gossip"),
+		idx:         kvindex.NewIndex(kvindex.IndexConfig{MaxBlocksPerPeer: cfg.MaxBlocksPerPeer}),
+		met:         met,
+		bootID:      binary.LittleEndian.Uint64(boot[:]) | 1, // never 0: 0 means "no boot id"
+		pend:        make(map[uint64]bool),
+		peers:       make(map[string]*peerInfo),
+		byModel:     make(map[string][]string),
+		conflictLog: make(map[string]time.Time),
+		domains:     make(map[string]*domain),
+		staleIn:     cfg.StaleAfter, staleOut: cfg.StaleAfter,
 		budget: round.Bucket{Rate: float64(cfg.MaxBytesPerSecond)},
 		direct: direct,
 	}
@@ -199,7 +218,8 @@ func (g *Gossip) SetSnapshot(fn func() []uint64) {
 }
 
 // Start creates the memberlist (binding its sockets), publishes the local state, joins the
-// seeds and starts the publish loop. A failed join is retried in the background with backoff,
+// seeds and starts the publish loop. It shuts down and returns ErrNameConflict when the join
+// finds a live member at another address with this node's name. A failed join is retried in the background with backoff,
 // so a node started before its seeds still converges. A ctx already done refuses to start.
 func (g *Gossip) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -229,8 +249,10 @@ func (g *Gossip) Start(ctx context.Context) error {
 		return fmt.Errorf("gossip: start memberlist: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
+	self := ml.LocalNode().Address() // before g.mu: memberlist calls in with its own lock held
 	g.mu.Lock()
 	g.ml = ml
+	g.selfAddr = self
 	if g.direct == nil {
 		g.direct = ml
 	}
@@ -245,6 +267,10 @@ func (g *Gossip) Start(ctx context.Context) error {
 		// memberlist's Join takes no context; each seed attempt is bounded by TCPTimeout.
 		if _, err := ml.Join(g.cfg.Join); err != nil {
 			g.log.Warn("join failed, retrying in background", "seeds", g.cfg.Join, "err", err)
+		}
+		if err := g.refuseIfTaken(ml); err != nil {
+			_ = g.shutdown(false, 0)
+			return err
 		}
 		g.wg.Add(1)
 		go g.joinLoop(lctx)

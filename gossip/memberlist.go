@@ -54,6 +54,7 @@ func (g *Gossip) memberlistConfig() (*memberlist.Config, error) {
 	}
 	mlc.Delegate = &delegate{g}
 	mlc.Events = &events{g}
+	mlc.Conflict = conflicts{g}
 	mlc.LogOutput = io.Discard
 	if g.cfg.Logger != nil {
 		mlc.LogOutput = newLogWriter(g.log.With("component", "memberlist"))

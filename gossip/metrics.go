@@ -12,8 +12,10 @@ type metrics struct {
 	sent     prometheus.Counter
 	received prometheus.Counter
 	dropped  *prometheus.CounterVec
-	stale    prometheus.Gauge
-	policy   *prometheus.GaugeVec
+	// conflicts counts name conflicts by side (conflict.go).
+	conflicts *prometheus.CounterVec
+	stale     prometheus.Gauge
+	policy    *prometheus.GaugeVec
 	// The prefix index and the domains it covers.
 	indexBytes  prometheus.Gauge
 	indexBlocks prometheus.Gauge
@@ -34,6 +36,10 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_gossip_dropped_messages_total", Help: "Gossip messages dropped, by reason.",
 		}, []string{"reason"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_gossip_name_conflicts_total",
+			Help: "Name conflicts seen: another process claiming this node's name (self) or a member's (member).",
+		}, []string{"side"}),
 		stale: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvmesh_gossip_stale_peers", Help: "Live peers whose last state record is older than StaleAfter.",
 		}),
@@ -53,6 +59,9 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)
 	}
+	for _, side := range []string{conflictSelf, conflictMember} {
+		m.conflicts.WithLabelValues(side)
+	}
 	for _, p := range []StalePolicy{FailClosed, FailOpen} {
 		v := 0.0
 		if p == policy {
@@ -63,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.stale, m.policy, m.indexBytes, m.indexBlocks, m.domainPeers} {
+	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.conflicts, m.stale, m.policy, m.indexBytes, m.indexBlocks, m.domainPeers} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gossip: register metrics: %w", errors.Join(ErrConfig, err))
 		}

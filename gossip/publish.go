@@ -22,7 +22,7 @@ func (g *Gossip) flush(now time.Time) {
 	if fn == nil {
 		st = g.local
 	}
-	st.Name, st.BootID, st.Seq = g.cfg.Name, g.bootID, 0
+	st.Name, st.BootID, st.Seq, st.GossipAddr = g.cfg.Name, g.bootID, 0, g.selfAddr
 	var out []memberlist.Broadcast
 	body, err := EncodeState(st)
 	for err == nil && 2+len(body) > maxMessage && len(st.Claims) > 0 {

@@ -61,6 +61,8 @@ func (g *Gossip) handleMsg(b []byte) {
 		if _, reason := g.applyDelta(origin, boot, s); reason != "" {
 			g.drop(reason)
 		}
+	case msgConflict:
+		g.handleConflict(b[2:])
 	default:
 		g.drop(dropType)
 	}
@@ -73,9 +75,15 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if st.Name == g.cfg.Name {
+		if st.BootID != g.bootID && st.BootID != 0 && st.GossipAddr != "" && st.GossipAddr != g.selfAddr {
+			// Another process publishes in this node's name from another address. (One from
+			// this address is this node's previous process: its late records are ignored.)
+			g.conflictLocked(conflictSelf, st.Name, g.selfAddr, st.GossipAddr, now)
+			return false, dropNameConflict
+		}
 		return false, ""
 	}
-	p, reason := g.originLocked(st.Name, st.BootID)
+	p, reason := g.originLocked(st.Name, st.BootID, st.GossipAddr, now)
 	if reason != "" {
 		return false, reason
 	}
@@ -100,7 +108,7 @@ func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (appl
 	if origin == g.cfg.Name {
 		return false, ""
 	}
-	p, reason := g.originLocked(origin, boot)
+	p, reason := g.originLocked(origin, boot, "", time.Now())
 	if reason != "" {
 		return false, reason
 	}
@@ -116,20 +124,37 @@ func (g *Gossip) applyDelta(origin string, boot uint64, s kvindex.Summary) (appl
 	return true, ""
 }
 
-// originLocked checks a message's origin and boot id. A new boot id means the member
-// restarted: its old residency is dropped and the old id retired, so late messages of the
-// previous process cannot bring it back.
-func (g *Gossip) originLocked(name string, boot uint64) (*peerInfo, string) {
+// originLocked checks a message's origin, boot id and, for a record, the origin's gossip
+// address (addr; "" for a delta or a record of a version without it). A new boot id means the
+// member restarted: its old residency is dropped and the old id retired, so late messages of
+// the previous process cannot bring it back. A record from another address than memberlist
+// holds for the member is another process with its name: its boot id is refused while
+// memberlist holds the member at another address than that process's (and, if its deltas got
+// in first, the member's previous boot id is restored). A retired boot id is
+// taken back once the current one has been silent for the member's stale age: that process is
+// the live one, and a boot id never locks a live process out.
+func (g *Gossip) originLocked(name string, boot uint64, addr string, now time.Time) (*peerInfo, string) {
 	p := g.peers[name]
 	switch {
 	case name == "" || boot == 0:
 		return nil, dropMalformed
 	case p == nil:
 		return nil, dropUnknownMember
-	case slices.Contains(p.retired, boot):
-		return nil, dropStaleBoot
 	case p.liveness == LivenessDead || p.liveness == LivenessLeft:
+		// Also a restart on another address that memberlist has not taken yet.
 		return nil, dropDeadMember
+	case p.refusedLocked(boot):
+		return nil, dropNameConflict
+	case addr != "" && p.addr != "" && addr != p.addr:
+		g.refuseLocked(name, p, boot, addr, now)
+		return nil, dropNameConflict
+	}
+	if i := slices.Index(p.retired, boot); i >= 0 {
+		if now.Sub(p.heard) <= g.staleAfterLocked(p) {
+			return nil, dropStaleBoot
+		}
+		p.retired = slices.Delete(p.retired, i, i+1)
+		g.log.Info("member's earlier process is back: its later one went silent", "member", name)
 	}
 	if p.bootID != boot {
 		if p.bootID != 0 {
@@ -137,15 +162,54 @@ func (g *Gossip) originLocked(name string, boot uint64) (*peerInfo, string) {
 			if len(p.retired) > 8 {
 				p.retired = p.retired[1:]
 			}
-			g.idx.DropPeer(name)
-			p.hasState, p.maxDelta, p.seen = false, 0, 0
-			g.domainsDirty = true
+			g.resetBootLocked(name, p)
 			g.log.Info("member restarted", "member", name)
 		}
 		p.bootID = boot
 		p.incarnation++
 	}
+	p.heard = now
 	return p, ""
+}
+
+// refuseLocked refuses boot, a process claiming name from addr, not the member's address.
+func (g *Gossip) refuseLocked(name string, p *peerInfo, boot uint64, addr string, now time.Time) {
+	p.refused = append(p.refused, refusal{boot: boot, addr: addr})
+	if len(p.refused) > 8 {
+		p.refused = p.refused[1:]
+	}
+	if p.bootID == boot {
+		// Its deltas came before its record: back to the member's own process.
+		p.bootID = 0
+		if n := len(p.retired); n > 0 {
+			p.bootID, p.retired = p.retired[n-1], p.retired[:n-1]
+		}
+		g.resetBootLocked(name, p)
+		p.heard = time.Time{}
+	}
+	g.conflictLocked(conflictMember, name, p.addr, addr, now)
+}
+
+// refusedLocked says whether boot is refused: a process refused for its address that
+// memberlist does not hold the member at now. One it does (it gave the name over to that
+// address: the member restarted there) is taken off the list.
+func (p *peerInfo) refusedLocked(boot uint64) bool {
+	i := slices.IndexFunc(p.refused, func(r refusal) bool { return r.boot == boot })
+	if i < 0 {
+		return false
+	}
+	if p.refused[i].addr != p.addr {
+		return true
+	}
+	p.refused = slices.Delete(p.refused, i, i+1)
+	return false
+}
+
+// resetBootLocked forgets what p's previous process said: its residency and record.
+func (g *Gossip) resetBootLocked(name string, p *peerInfo) {
+	g.idx.DropPeer(name)
+	p.hasState, p.maxDelta, p.seen = false, 0, 0
+	g.domainsDirty = true
 }
 
 func (p *peerInfo) markSeen(seq uint64) bool {

@@ -154,6 +154,11 @@ type State struct {
 
 	// BootID is random per process, so a restart is told apart from a late message.
 	BootID uint64
+	// GossipAddr is the origin's gossip address (host:port) as memberlist advertises it; a
+	// member's records whose GossipAddr is not the address memberlist holds for the member
+	// come from another process with its name and are refused. Gossip sets it on publish;
+	// empty in a record of a version before it, which is not checked.
+	GossipAddr string
 	// Seq increases with every record a process publishes.
 	Seq uint64
 }

@@ -24,6 +24,7 @@ func fullState() State {
 		TempC: 71, VRAMTotalBytes: 80 << 30, VRAMUsedBytes: 70 << 30, Vendor: "nvidia",
 		GPUName: "H100 SXM", CarbonIntensity: 231, CarbonZone: "DE", CarbonAgeSeconds: 120,
 		CarbonStale: true, SoftwareVersion: "v0.3.0", BootID: 0xdeadbeefcafe, Seq: 77,
+		GossipAddr: "10.0.0.7:7946",
 	}
 }
 

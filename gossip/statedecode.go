@@ -77,6 +77,8 @@ func (s *State) decodeField(tag uint64, v []byte) (err error) {
 		s.EngineKind, err = str(v)
 	case tagHalvesOnly:
 		s.HalvesOnly, err = boolean(v)
+	case tagGossipAddr:
+		s.GossipAddr, err = str(v)
 	case tagSoftwareVersion:
 		s.SoftwareVersion, err = str(v)
 	case tagBootID:

@@ -49,7 +49,8 @@ const (
 	tagKeyUsage
 	tagClaim
 	tagHalvesOnly
-	tagLast = tagHalvesOnly
+	tagGossipAddr
+	tagLast = tagGossipAddr
 )
 
 const (
@@ -110,6 +111,7 @@ func (e *enc) identity(s State) {
 	e.str(tagRole, s.Role)
 	e.str(tagEngineKind, s.EngineKind)
 	e.bool(tagHalvesOnly, s.HalvesOnly)
+	e.str(tagGossipAddr, s.GossipAddr)
 }
 
 // load appends the engine's load, the keys' usage and the claims.

@@ -305,7 +305,7 @@ func TestMetricsRegistered(t *testing.T) {
 		"kvmesh_gossip_sent_bytes_total": true, "kvmesh_gossip_received_bytes_total": true,
 		"kvmesh_gossip_dropped_messages_total": true, "kvmesh_gossip_stale_peers": true,
 		"kvmesh_gossip_stale_policy": true, "kvmesh_gossip_index_bytes": true, "kvmesh_gossip_index_blocks": true,
-		"kvmesh_gossip_domain_peers": true,
+		"kvmesh_gossip_domain_peers": true, "kvmesh_gossip_name_conflicts_total": true,
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

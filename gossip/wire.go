@@ -15,6 +15,7 @@ const (
 	msgDelta    = 2
 	msgPushPull = 3
 	msgRecord   = 4 // a state record sent straight to a domain member, not relayed
+	msgConflict = 5 // a process that found its name taken, to the member that has it
 
 	// maxMessage keeps every broadcast well inside one memberlist UDP packet (1400 bytes less
 	// compound, label and encryption overhead); a larger broadcast would never be sent.
@@ -32,9 +33,10 @@ const (
 	dropStaleBoot     = "stale_boot"
 	dropBandwidth     = "bandwidth"
 	dropOtherModel    = "other_model"
+	dropNameConflict  = "name_conflict"
 )
 
-var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth, dropOtherModel}
+var dropReasons = []string{dropVersion, dropMalformed, dropType, dropUnknownMember, dropDeadMember, dropStaleBoot, dropBandwidth, dropOtherModel, dropNameConflict}
 
 // packetOverhead is what a message sent on its own (each direct message goes in a packet of
 // its own) costs besides its bytes: memberlist's message type and AES-GCM's version, nonce and

@@ -295,7 +295,11 @@ func (n *Node) Start(ctx context.Context) error {
 		n.serve(n.admSrv.Serve, n.admLn, "admin")
 		admin = n.admLn.Addr().String()
 	}
-	n.log.Info("serving", "http", ln.Addr().String(), "https", n.cfg.TLSCert != "", "admin", admin, "quic", n.advertiseQUIC, "engine", n.cfg.Engine, "version", Version)
+	gossipAddr := ""
+	if n.g != nil {
+		gossipAddr = n.g.LocalAddr()
+	}
+	n.log.Info("serving", "http", ln.Addr().String(), "https", n.cfg.TLSCert != "", "admin", admin, "quic", n.advertiseQUIC, "gossip", gossipAddr, "engine", n.cfg.Engine, "version", Version)
 	return nil
 }
 
