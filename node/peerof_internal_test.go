@@ -36,6 +36,7 @@ var recordNotRouted = map[string]string{
 	"State.SoftwareVersion":        "GET /v1/mesh/peers",
 	"State.BootID":                 "gossip: a restart told apart from a late record",
 	"State.Seq":                    "gossip: record order",
+	"State.GossipAddr":             "gossip: a record from another address than the member's is a name conflict",
 }
 
 // peerNotFromRecord are the fields of route.Peer that no field of the record sets, each with
