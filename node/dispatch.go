@@ -134,8 +134,9 @@ func promptField(ep engine.Endpoint) string {
 	return "messages"
 }
 
-// ingest runs one client request through the pipeline of DESIGN.md: authenticate, decode,
-// validate, identity (the key's bucket), budget, route, admit, wait, dispatch.
+// ingest runs one client request through the pipeline of docs/design/admission.md:
+// authenticate, decode, validate, identity (the key's bucket), budget, route, admit, wait,
+// dispatch.
 func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
 	refuse := func(e *openai.Error, retry time.Duration) outcome {
 		writeRefusal(w, e, retry)
