@@ -28,6 +28,7 @@ import (
 type dyingEngines struct {
 	t       *testing.T
 	die     atomic.Int64 // k+1: the next generation dies after k tokens; 0: none
+	fail    atomic.Int64 // k+1: the next generation sends an error event after k tokens; 0: none
 	engines []*dyingEngine
 }
 
@@ -60,6 +61,9 @@ func startDyingEngines(t *testing.T, n int) *dyingEngines {
 
 // arm makes the next generation die after k tokens.
 func (d *dyingEngines) arm(k int) { d.die.Store(int64(k) + 1) }
+
+// armError makes the next generation end with an error event after k tokens, its engine alive.
+func (d *dyingEngines) armError(k int) { d.fail.Store(int64(k) + 1) }
 
 // died is the index of the engine that died, or -1.
 func (d *dyingEngines) died() int {
@@ -113,9 +117,12 @@ func (d *dyingEngines) generate(e *dyingEngine, w http.ResponseWriter, r *http.R
 	} else {
 		from, prompt = strings.Count(*g.Prompt, "tok"), promptTokens(*g.Prompt)
 	}
-	dieAfter := -1
+	dieAfter, failAfter := -1, -1
 	if k := d.die.Swap(0); k > 0 {
 		dieAfter = int(k - 1)
+	}
+	if k := d.fail.Swap(0); k > 0 {
+		failAfter = int(k - 1)
 	}
 	if dieAfter == 0 {
 		e.kill(w)
@@ -142,6 +149,11 @@ func (d *dyingEngines) generate(e *dyingEngine, w http.ResponseWriter, r *http.R
 		}
 		if i+1 == dieAfter {
 			e.kill(w)
+			return
+		}
+		if i+1 == failAfter {
+			send(`{"error":{"message":"the engine gave up on this request","type":"internal_server_error","code":500}}`)
+			send("[DONE]")
 			return
 		}
 	}
@@ -303,4 +315,34 @@ func TestEngineDeathRunsAWholeResponseAgain(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestEngineErrorEventMidStreamIsAnswered pins the other side of migration: an engine that
+// answers a stream with its own error event mid-stream is alive and has answered, under the
+// ingress or under the owner it forwarded to; the client reads that error, and nothing moves.
+func TestEngineErrorEventMidStreamIsAnswered(t *testing.T) {
+	d := startDyingEngines(t, 2)
+	tn := startDyingNet(t, d)
+	urls := tn.URLs()
+	const path = "/v1/chat/completions"
+	prompt := longPrompt("error event", 2000)
+	home, other := placeDeath(t, tn, path, prompt, false)
+	for _, ingress := range []int{home, other} {
+		d.armError(10)
+		resp := post(t, urls[ingress], path, dyingBody(path, prompt, 60, true), nil)
+		body := readAll(t, resp)
+		var got stream
+		got.readRest(&sseReader{t: t, br: bufio.NewReader(bytes.NewReader(body))})
+		if resp.StatusCode != http.StatusOK || got.text != unbroken(10) || !strings.Contains(got.last, "the engine gave up") {
+			t.Errorf("via n%d: status %d, text %q, last event %q; want the engine's 10 tokens and its error", ingress+1,
+				resp.StatusCode, got.text, got.last)
+		}
+		if n := metric(t, urls[ingress], "kvmesh_migrations_total", ""); n != 0 {
+			t.Errorf("via n%d: %v migrations, want none", ingress+1, n)
+		}
+	}
+	if d.died() >= 0 {
+		t.Errorf("engine %d died", d.died())
+	}
+	reconciles(t, urls)
 }

@@ -149,7 +149,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
 		migrated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvmesh_migrations_total", Help: "Requests whose owner failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it); and by cause: the owner node (its stream broke) or an engine under a live node (this node's, or one its owner reported).",
+			Name: "kvmesh_migrations_total", Help: "Requests whose owner or its engine failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it); and by cause: owner (the node failed) or engine (an engine under a live node: this node's, or one its owner reported).",
 		}, []string{"outcome", "cause"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair; on a decode node whole_decode_short, whole_prefill_behind), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, handover_queued, decode_failed).",

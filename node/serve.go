@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
+	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -145,7 +147,9 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 				err = io.ErrUnexpectedEOF
 			}
 			e := openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error())
-			if o, ok := brokenRun(ctx, enc.p, e, true); ok {
+			// An engine's own error event is its answer, passed on; its stream breaking is
+			// its failure, which the caller may move on.
+			if o, ok := brokenRun(ctx, enc.p, e, true); ok && !errors.Is(err, extengine.ErrStream) {
 				return o, nil
 			}
 			_ = sse.WriteError(e)
