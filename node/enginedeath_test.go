@@ -235,47 +235,61 @@ func placeDeath(t *testing.T, tn *testnet.Net, path, prompt string, local bool) 
 // engine of the prompt's home sends 20 tokens and dies, and the client still reads one
 // unbroken stream, the very text of a run that did not break, with one role chunk, one
 // finish_reason, the whole request's usage and [DONE]; the ingress counts one engine
-// migration completed, and both nodes' requests reconcile.
+// migration completed, and both nodes' requests reconcile. An engine that dies before its
+// first token is an attempt that failed: the other node runs the stream, and nothing migrates.
 func TestEngineDeathMidStreamMigrates(t *testing.T) {
 	for _, where := range []string{"local", "forwarded"} {
 		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
-			t.Run(where+" "+strings.TrimPrefix(path, "/v1/"), func(t *testing.T) {
-				d := startDyingEngines(t, 2)
-				tn := startDyingNet(t, d)
-				urls := tn.URLs()
-				prompt := longPrompt("dying "+where+" "+path, 2000)
-				home, ingress := placeDeath(t, tn, path, prompt, where == "local")
-				const maxTokens, dieAfter = 60, 20
-				d.arm(dieAfter)
-				resp := post(t, urls[ingress], path, dyingBody(path, prompt, maxTokens, true), nil)
-				body := readAll(t, resp)
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("status %d: %s", resp.StatusCode, body)
-				}
-				if d.died() != home {
-					t.Fatalf("engine %d died, want the home's, %d", d.died(), home)
-				}
-				var got stream
-				got.readRest(&sseReader{t: t, br: bufio.NewReader(bytes.NewReader(body))})
-				if want := unbroken(maxTokens); got.text != want {
-					t.Errorf("client read\n%q\nwant\n%q", got.text, want)
-				}
-				if got.last != "[DONE]" || len(got.finishes) != 1 || got.finishes[0] != "length" {
-					t.Errorf("stream ended with %q, finish reasons %q; want [DONE] and one length", got.last, got.finishes)
-				}
-				if path == "/v1/chat/completions" && got.roles != 1 {
-					t.Errorf("%d role chunks, want 1", got.roles)
-				}
-				if want := promptTokens(prompt); got.usage == nil || got.usage.PromptTokens != want || got.usage.CompletionTokens != maxTokens {
-					t.Errorf("usage %+v, want %d prompt and %d completion tokens", got.usage, want, maxTokens)
-				}
-				if n := metric(t, urls[ingress], "kvmesh_migrations_total", `cause="engine",outcome="completed"`); n != 1 {
-					t.Errorf("engine migrations completed = %v, want 1", n)
-				}
-				reconciles(t, urls)
-			})
+			for _, dieAfter := range []int{20, 0} {
+				t.Run(fmt.Sprintf("%s %s after %d tokens", where, strings.TrimPrefix(path, "/v1/"), dieAfter), func(t *testing.T) {
+					engineDeathMidStream(t, where == "local", path, dieAfter)
+				})
+			}
 		}
 	}
+}
+
+func engineDeathMidStream(t *testing.T, local bool, path string, dieAfter int) {
+	d := startDyingEngines(t, 2)
+	tn := startDyingNet(t, d)
+	urls := tn.URLs()
+	prompt := longPrompt(fmt.Sprintf("dying %v %s %d", local, path, dieAfter), 2000)
+	home, ingress := placeDeath(t, tn, path, prompt, local)
+	const maxTokens = 60
+	d.arm(dieAfter)
+	resp := post(t, urls[ingress], path, dyingBody(path, prompt, maxTokens, true), nil)
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if d.died() != home {
+		t.Fatalf("engine %d died, want the home's, %d", d.died(), home)
+	}
+	var got stream
+	got.readRest(&sseReader{t: t, br: bufio.NewReader(bytes.NewReader(body))})
+	if want := unbroken(maxTokens); got.text != want {
+		t.Errorf("client read\n%q\nwant\n%q", got.text, want)
+	}
+	if got.last != "[DONE]" || len(got.finishes) != 1 || got.finishes[0] != "length" {
+		t.Errorf("stream ended with %q, finish reasons %q; want [DONE] and one length", got.last, got.finishes)
+	}
+	if path == "/v1/chat/completions" && got.roles != 1 {
+		t.Errorf("%d role chunks, want 1", got.roles)
+	}
+	if want := promptTokens(prompt); got.usage == nil || got.usage.PromptTokens != want || got.usage.CompletionTokens != maxTokens {
+		t.Errorf("usage %+v, want %d prompt and %d completion tokens", got.usage, want, maxTokens)
+	}
+	want := 0.0
+	if dieAfter > 0 {
+		want = 1
+	}
+	if n := metric(t, urls[ingress], "kvmesh_migrations_total", `cause="engine",outcome="completed"`); n != want {
+		t.Errorf("engine migrations completed = %v, want %v", n, want)
+	}
+	if n := metric(t, urls[ingress], "kvmesh_migrations_total", ""); n != want {
+		t.Errorf("migrations = %v, want %v", n, want)
+	}
+	reconciles(t, urls)
 }
 
 // TestEngineDeathRunsAWholeResponseAgain is the unstreamed counterpart: the engine dies mid-
