@@ -159,9 +159,10 @@ type Config struct {
 	// Default 3.
 	ForwardAttempts int `json:"forward_attempts"`
 	// Migrations is how many times one request may move to another node when its owner fails
-	// mid-response (its QUIC stream breaks after the first token) while the client is still
-	// connected: the ingress sends the rest of the request, as a continuation of the text
-	// already streamed, to the next candidate. Default 1; negative (-1) turns migration off.
+	// mid-response (its QUIC stream breaks after the first token), or its owner's engine does
+	// (the ingress's own included), while the client is still connected: the ingress sends the
+	// rest of the request, as a continuation of the text already streamed, to the next
+	// candidate. Default 1; negative (-1) turns migration off.
 	Migrations int `json:"migrations,advanced"`
 	// APIKeysFile holds the API keys (admit.ParseKeys format), reloaded with the config file
 	// (Reload, ConfigWatch); empty, the default, means open.

@@ -16,6 +16,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/relay"
 )
 
 // Request headers.
@@ -296,6 +297,10 @@ type dispatchResult struct {
 	// failCode is set by forward when its attempt failed rather than was refused: the owner
 	// unreachable (CodeOwnerUnreachable) or its engine's failure code.
 	failCode string
+	// broke is the failure of this node's engine mid-response (attempt.Broke), and cs the
+	// client's stream it broke.
+	broke *openai.Error
+	cs    *relay.Stream
 }
 
 // dispatch runs p on the candidates of t from the decision's choice on, as the attempt
@@ -328,6 +333,9 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 			return n.endFailed(w, f)
 		case attempt.Gone:
 			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
+		case attempt.Migrate:
+			cause := fmt.Errorf("%w: %s", errEngineFailed, res.broke.Message)
+			return dispatchResult{o: n.migrate(ctx, res.cs, p, n.cfg.Name, cause)}
 		}
 	}
 }
@@ -362,18 +370,44 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 		return r
 	case attempt.RunLocal:
 		n.m.forwards.WithLabelValues("local").Inc()
-		o, ran := n.agentStep(ctx, w, p, start, "local")
-		if !ran {
-			res.lastCode = CodeAgentPaused
-			n.agentRefused(p, c.Name, "", res)
-			return attempt.Result{Outcome: attempt.Paused}
-		}
-		res.o = o
-		return attempt.Result{Outcome: attempt.Ran}
+		return n.runLocal(ctx, w, p, c.Name, start, res)
 	}
 	addr := t.v.quic[c.Peer]
 	o, done := n.forward(ctx, w, p, c.Name, addr, start, res)
 	return n.afterForward(ctx, p, c.Name, addr, o, done, res)
+}
+
+// runLocal performs a RunLocal attempt: p on this node's engine, named name. The engine's
+// failure is the planner's to hear, not the client's: before anything reached the client, the
+// attempt failed (the next candidate runs the request); after a stream began, it broke, the
+// client's stream kept in res.cs for the migration.
+func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared, name string, start time.Time, res *dispatchResult) attempt.Result {
+	if p.stream {
+		cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
+		if !ok {
+			cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
+		}
+		w, res.cs = cs, cs
+	}
+	p.moveBreak = true
+	o, ran := n.agentStep(ctx, w, p, start, "local")
+	p.moveBreak = false
+	switch {
+	case !ran:
+		res.lastCode = CodeAgentPaused
+		n.agentRefused(p, name, "", res)
+		return attempt.Result{Outcome: attempt.Paused}
+	case o.broke == nil:
+		res.o = o
+		return attempt.Result{Outcome: attempt.Ran}
+	case o.begun:
+		res.broke = o.broke
+		return attempt.Result{Outcome: attempt.Broke}
+	}
+	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.req.ID,
+		"code", o.code, "err", o.broke.Message)
+	res.lastCode, res.failCode = o.code, o.code
+	return attempt.Result{Outcome: attempt.Failed, Code: o.code, Reason: o.code, Now: time.Now()}
 }
 
 // afterForward is the result of a forward to owner at addr that answered the client (done, with

@@ -65,6 +65,9 @@ type prepared struct {
 	origin     *prepared
 	migrations int
 	exclude    []string
+	// moveBreak: the caller of a local run moves the request elsewhere when this node's
+	// engine fails (outcome.broke), so serveLocal leaves that failure unwritten.
+	moveBreak bool
 }
 
 func endpointName(ep engine.Endpoint) string {
@@ -266,6 +269,10 @@ type outcome struct {
 	completed bool
 	code      string // error code when not completed
 	refused   bool   // refused before the first byte (else failed)
+	// broke is the failure of this node's engine that serveLocal left unwritten (p.moveBreak):
+	// before anything reached w (begun false), or after the response began (a stream).
+	broke *openai.Error
+	begun bool
 }
 
 func (n *Node) account(ep engine.Endpoint, o outcome) {

@@ -26,7 +26,7 @@ type metrics struct {
 	ejections *prometheus.CounterVec // reason: transport.FailureReason's
 	retries   *prometheus.CounterVec // result: allowed or budget_exhausted
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
-	migrated  *prometheus.CounterVec // outcome: migrationOutcomes
+	migrated  *prometheus.CounterVec // outcome: migrationOutcomes; cause: migrationCauses
 	disagg    *prometheus.CounterVec // outcome: disaggOutcomes
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
@@ -77,6 +77,7 @@ var (
 	forwardResults    = []string{"local", "accepted", "refused", "unreachable", "owner_failed", "no_address"}
 	origins           = []string{"local", "peer"}
 	migrationOutcomes = []string{migrationCompleted, migrationFailed, migrationRefused}
+	migrationCauses   = []string{causeOwner, causeEngine}
 	classes           = []string{admit.Class(admit.PriorityHigh), admit.Class(admit.PriorityNormal), admit.Class(admit.PriorityLow)}
 )
 
@@ -148,8 +149,8 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
 		migrated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvmesh_migrations_total", Help: "Requests whose owner failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it).",
-		}, []string{"outcome"}),
+			Name: "kvmesh_migrations_total", Help: "Requests whose owner or its engine failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it); and by cause: owner (the node failed) or engine (an engine under a live node: this node's, or one its owner reported).",
+		}, []string{"outcome", "cause"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair; on a decode node whole_decode_short, whole_prefill_behind), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, handover_queued, decode_failed).",
 		}, []string{"outcome"}),
@@ -199,7 +200,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		m.disagg.WithLabelValues(o)
 	}
 	for _, o := range migrationOutcomes {
-		m.migrated.WithLabelValues(o)
+		for _, c := range migrationCauses {
+			m.migrated.WithLabelValues(o, c)
+		}
 	}
 	for _, r := range []string{retryAllowed, retryExhausted} {
 		m.retries.WithLabelValues(r)

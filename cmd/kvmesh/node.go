@@ -69,7 +69,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "max-priority", Usage: "highest X-Kvmesh-Priority a request may ask for when its key names none or no key file is loaded (high, normal, low or an integer); unset: normal for keys, unlimited without a key file", EnvVars: env("max-priority")},
 		&cli.Float64Flag{Name: "dispatch-slack", Value: d.Admit.Queue.DispatchSlack, Usage: "share of a queued request's TTFT target left to spare when it is dispatched (-1: none)", EnvVars: env("dispatch-slack")},
 		&cli.IntFlag{Name: "forward-attempts", Value: d.ForwardAttempts, Usage: "candidates one dispatch tries before the request goes back to the waiting room", EnvVars: env("forward-attempts")},
-		&cli.IntFlag{Name: "migrations", Value: d.Migrations, Usage: "times one request may move to another node when its owner fails mid-response (-1: never)", EnvVars: env("migrations")},
+		&cli.IntFlag{Name: "migrations", Value: d.Migrations, Usage: "times one request may move to another node when its owner, or its engine, fails mid-response (-1: never)", EnvVars: env("migrations")},
 		&cli.DurationFlag{Name: "retry-after", Value: d.RetryAfter, Usage: "Retry-After of a refusal with no better estimate", EnvVars: env("retry-after")},
 		&cli.BoolFlag{Name: "agent-from-user", Usage: "take the agent id from the OpenAI user field when X-Kvmesh-Agent is absent", EnvVars: env("agent-from-user")},
 		&cli.IntFlag{Name: "max-agent-id-bytes", Value: d.MaxAgentIDBytes, Usage: "longest agent id accepted", EnvVars: env("max-agent-id-bytes")},
