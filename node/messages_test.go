@@ -122,17 +122,24 @@ func TestMessagesRunThroughAForwardOnTheChatPrefix(t *testing.T) {
 			stop, ran, a.StopReason, a.StopSeq, a.Content[0].Text, owner, want)
 	}
 
-	resp := post(t, urls[ingress], "/v1/messages", messagesConversation(system, true, stops), nil)
+	resp := post(t, urls[ingress], "/v1/messages", messagesConversation(system, true, nil), nil)
+	text, reason, _ := checkMessagesStream(t, readAll(t, resp))
+	if text != plain.Content[0].Text || reason != plain.StopReason {
+		t.Errorf("stream without stop sequences: %q, %s; the same request unstreamed: %q, %s", text, reason, plain.Content[0].Text, plain.StopReason)
+	}
+
+	resp = post(t, urls[ingress], "/v1/messages", messagesConversation(system, true, stops), nil)
 	b := readAll(t, resp)
 	if resp.StatusCode != 200 || resp.Header.Get(node.HeaderNode) != owner || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("stream: %d on %s, %s", resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
 	}
-	text, reason, seq := checkMessagesStream(t, b)
+	var seq string
+	text, reason, seq = checkMessagesStream(t, b)
 	if text != want || reason != "stop_sequence" || seq != stop {
 		t.Errorf("stream: text %q, stop_reason %q, stop_sequence %q; want %q, stop_sequence, %q", text, reason, seq, want, stop)
 	}
-	if got := metric(t, urls[ingress], "kvmesh_requests_completed_total", `endpoint="messages"`); got != 3 {
-		t.Errorf("kvmesh_requests_completed_total{endpoint=\"messages\"} = %v, want 3", got)
+	if got := metric(t, urls[ingress], "kvmesh_requests_completed_total", `endpoint="messages"`); got != 4 {
+		t.Errorf("kvmesh_requests_completed_total{endpoint=\"messages\"} = %v, want 4", got)
 	}
 }
 

@@ -70,7 +70,7 @@ type chunkWire struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *openai.Usage        `json:"usage"`
+	Usage *openai.Usage       `json:"usage"`
 	Error *openai.ErrorDetail `json:"error"`
 }
 
@@ -170,7 +170,7 @@ func (s *streamer) closeBlock() error {
 func (s *streamer) text(t string) error {
 	s.held += t
 	cut := len(s.held) - s.holdMax
-	for cut > 0 && !utf8.RuneStart(s.held[cut]) {
+	for cut > 0 && cut < len(s.held) && !utf8.RuneStart(s.held[cut]) {
 		cut--
 	}
 	if cut <= 0 {
