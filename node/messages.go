@@ -32,13 +32,23 @@ const (
 // ingestMessages is POST /v1/messages at the ingress.
 func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
 	aw := anthropic.NewResponseWriter(w)
-	defer aw.Finish()
+	defer n.finishMessages(aw, r)
 	req, body, o := n.decodeMessages(aw, r, false)
 	if req == nil {
 		return o
 	}
 	aw.SetStopSequences(req.StopSequences)
 	return n.ingestBody(ctx, aw, r, engine.Chat, id, start, body)
+}
+
+// finishMessages sends aw's answer. A request the drain ended before anything was written is
+// answered 503 draining here, in the Messages shape, rather than by the server's handler in
+// OpenAI's.
+func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
+	if e := n.drainCut(r.Context()); e != nil && !aw.Wrote() {
+		writeRefusal(aw, e, 0)
+	}
+	aw.Finish()
 }
 
 // decodeMessages authenticates r, reads its body and translates it into a chat body. On a
@@ -70,7 +80,7 @@ type countTokens struct {
 // renders). It needs a key, as generation does, and charges it nothing.
 func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
 	aw := anthropic.NewResponseWriter(w)
-	defer aw.Finish()
+	defer n.finishMessages(aw, r)
 	req, body, o := n.decodeMessages(aw, r, true)
 	if req == nil {
 		return o

@@ -109,6 +109,9 @@ func (rw *ResponseWriter) FlushError() error {
 // Unwrap is the client's writer, for http.ResponseController's deadlines.
 func (rw *ResponseWriter) Unwrap() http.ResponseWriter { return rw.w }
 
+// Wrote reports whether the handler wrote anything.
+func (rw *ResponseWriter) Wrote() bool { return rw.status != 0 }
+
 // Finish sends a JSON answer: the Messages answer of a chat completion, or the Messages error
 // of an error (ErrorOf). A stream was sent as it came, and needs nothing more.
 func (rw *ResponseWriter) Finish() {
