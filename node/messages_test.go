@@ -287,3 +287,53 @@ func TestMessagesCountTokens(t *testing.T) {
 		t.Errorf("count_tokens %d, the chat request's prompt_tokens %d", long, u.Usage.PromptTokens)
 	}
 }
+
+// TestMessagesReachAnExternalEngineAsChat pins a Messages request in front of an external
+// engine, sent to its node and through a forward: the engine gets the translated chat request
+// (image as a data URL, the tool call and its result, the stop sequence kept in the output) and
+// the client the Messages answer of the engine's.
+func TestMessagesReachAnExternalEngineAsChat(t *testing.T) {
+	f := startRecordingEngine(t)
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		if i == 0 {
+			cfg.Engine, cfg.EngineKind = f.url, "openai"
+			return
+		}
+		cfg.Models = []string{"another-model"} // the ingress that must forward
+	})
+	var m map[string]any
+	_ = json.Unmarshal([]byte(messagesConversation("be brief", false, []string{"END"})), &m)
+	msgs := m["messages"].([]any)
+	msgs[0] = map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "image", "source": map[string]string{"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+		map[string]any{"type": "text", "text": "What is the weather here?"},
+	}}
+	body, _ := json.Marshal(m)
+	for i, url := range tn.URLs() {
+		a, ran := messagesJSON(t, url, string(body), nil)
+		if ran != "n1" || a.StopReason != "end_turn" || len(a.Content) != 1 || a.Content[0].Text != "ok" ||
+			a.Usage.InputTokens != 9 || a.Usage.OutputTokens != 1 {
+			t.Fatalf("via n%d: ran on %s, answer %+v", i+1, ran, a)
+		}
+		var chat struct {
+			Messages []struct {
+				Role       string          `json:"role"`
+				Content    json.RawMessage `json:"content"`
+				ToolCalls  json.RawMessage `json:"tool_calls"`
+				ToolCallID string          `json:"tool_call_id"`
+			} `json:"messages"`
+			Stop           []string `json:"stop"`
+			IncludeStopStr bool     `json:"include_stop_str_in_output"`
+			Tools          []any    `json:"tools"`
+			ToolChoice     string   `json:"tool_choice"`
+		}
+		got := <-f.bodies
+		if err := json.Unmarshal(got, &chat); err != nil || len(chat.Messages) != 5 || chat.Messages[0].Role != "system" ||
+			!strings.Contains(string(chat.Messages[1].Content), `"url":"data:image/png;base64,iVBORw0KGgo="`) ||
+			!strings.Contains(string(chat.Messages[2].ToolCalls), `"arguments":"{\"city\":\"Paris\"}"`) ||
+			chat.Messages[3].Role != "tool" || chat.Messages[3].ToolCallID != "toolu_1" ||
+			!slices.Equal(chat.Stop, []string{"END"}) || !chat.IncludeStopStr || len(chat.Tools) != 1 || chat.ToolChoice != "auto" {
+			t.Fatalf("via n%d the engine got %s", i+1, got)
+		}
+	}
+}
