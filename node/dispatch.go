@@ -82,10 +82,16 @@ func flagHeader(v string) (on, ok bool) {
 	return false, false
 }
 
+// bearer is the API key a request presents: its Authorization bearer token, else its
+// X-Api-Key (the Messages API's header), so a client of either API authenticates as it does
+// with its provider.
 func bearer(h http.Header) string {
 	v := h.Get("Authorization")
 	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 		return strings.TrimSpace(v[7:])
+	}
+	if v == "" {
+		return strings.TrimSpace(h.Get(HeaderAPIKey))
 	}
 	return ""
 }
@@ -139,19 +145,25 @@ func promptField(ep engine.Endpoint) string {
 // authenticate, decode, validate, identity (the key's bucket), budget, route, admit, wait,
 // dispatch.
 func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
-	refuse := func(e *openai.Error, retry time.Duration) outcome {
-		writeRefusal(w, e, retry)
-		return outcome{code: e.Code, refused: true}
-	}
 	if o, ok := n.authenticate(w, r); !ok {
 		return o
 	}
 	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
 	body, oerr := n.readBody(r)
-	var p *prepared
-	if oerr == nil {
-		p, oerr = n.prepare(ep, id, body)
+	if oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return refuseSimple(w, oerr, 0)
 	}
+	return n.ingestBody(ctx, w, r, ep, id, start, body)
+}
+
+// ingestBody is ingest once the request's body is read (for the Messages API, translated).
+func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time, body []byte) outcome {
+	refuse := func(e *openai.Error, retry time.Duration) outcome {
+		writeRefusal(w, e, retry)
+		return outcome{code: e.Code, refused: true}
+	}
+	p, oerr := n.prepare(ep, id, body)
 	if oerr == nil {
 		oerr = n.clientKVTransfer(p.req.Extra)
 	}
