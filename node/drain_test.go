@@ -71,8 +71,8 @@ type signalLog struct {
 }
 
 func (h *signalLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *signalLog) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *signalLog) WithGroup(string) slog.Handler             { return h }
+func (h *signalLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *signalLog) WithGroup(string) slog.Handler            { return h }
 
 func (h *signalLog) Handle(_ context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, h.prefix) {
