@@ -265,8 +265,10 @@ func (g *Gossip) Start(ctx context.Context) error {
 	go g.reconnectLoop(lctx)
 	if len(g.cfg.Join) > 0 {
 		// memberlist's Join takes no context; each seed attempt is bounded by TCPTimeout.
-		if _, err := ml.Join(g.cfg.Join); err != nil {
+		if n, err := ml.Join(g.cfg.Join); err != nil {
 			g.log.Warn("join failed, retrying in background", "seeds", g.cfg.Join, "err", err)
+		} else {
+			g.logJoin(ml, n, nil)
 		}
 		if err := g.refuseIfTaken(ml); err != nil {
 			_ = g.shutdown(false, 0)
@@ -311,14 +313,24 @@ func (g *Gossip) joinLoop(ctx context.Context) {
 			continue
 		}
 		n, err := ml.Join(g.cfg.Join)
-		if err == nil && ml.NumMembers() > 1 {
-			g.log.Info("joined", "contacted", n)
+		if g.logJoin(ml, n, err) {
 			backoff = g.cfg.JoinRetryMax
 			continue
 		}
-		g.log.Debug("join retry: still alone", "contacted", n, "err", err)
 		backoff = min(2*backoff, g.cfg.JoinRetryMax)
 	}
+}
+
+// logJoin logs a join of the seeds that reached n of them: one INFO line when this node now
+// has peers, a DEBUG line when it is still alone (joinLoop tries again). It reports whether
+// the node has peers.
+func (g *Gossip) logJoin(ml *memberlist.Memberlist, n int, err error) bool {
+	if err == nil && ml.NumMembers() > 1 {
+		g.log.Info("joined", "seeds", g.cfg.Join, "contacted", n, "members", ml.NumMembers())
+		return true
+	}
+	g.log.Debug("join: still alone", "seeds", g.cfg.Join, "contacted", n, "err", err)
+	return false
 }
 
 func (g *Gossip) publishLoop(ctx context.Context) {
