@@ -205,6 +205,9 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		p.req.MaxTokens = d.MaxTokens
 		return n.serveEngine(ctx, w, r, p, start)
 	}
+	if o, done := n.delegate(ctx, w, p, start, explain); done {
+		return o
+	}
 	return n.admitAndDispatch(ctx, w, p, start, explain)
 }
 
