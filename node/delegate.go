@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -41,7 +42,7 @@ var delegateOutcomes = []string{delegateAnswered, delegateFallback, delegateNone
 func newDelegatedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_route_delegated_total",
-		Help: "Requests for a model the ingress does not serve, handed to a member of the model's domain to route, by outcome: at the ingress delegated (the delegate answered), fallback (it refused the hop or was unreachable, so the ingress routed the request itself) or no_delegate (no live member to hand it to); at the delegate served.",
+		Help: "Requests for a model the ingress does not serve, handed to a member of the model's domain to route, by outcome: at the ingress delegated (the delegate answered), fallback (it refused the hop, was unreachable or failed before its first byte, so the ingress routed the request itself) or no_delegate (no live member to hand it to); at the delegate served.",
 	}, []string{"outcome"})
 	for _, o := range delegateOutcomes {
 		c.WithLabelValues(o)
@@ -97,6 +98,13 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 	if !n.delegates(p) {
 		return outcome{}, false
 	}
+	// The output cap as admission's budget sets it, which a migration of the delegate's
+	// stream counts what is left from; a request over budget is refused here, precisely.
+	b := n.adm.Budget(p.adm)
+	if b.Refused() {
+		return outcome{}, false
+	}
+	p.req.MaxTokens = b.MaxTokens
 	name, addr := n.pickDelegate(p)
 	if name == "" {
 		n.m.delegated.WithLabelValues(delegateNone).Inc()
@@ -110,13 +118,24 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 	h.TTFTSLO, h.TPOTSLO = p.adm.TTFTSLO, p.adm.TPOTSLO
 	h.Delegate = &transport.Delegation{Explain: explain}
 	fctx, span := n.startForward(ctx, name, &h)
+	defer span.End()
 	resp, err := n.tr.Forward(fctx, addr, h, p.req.Body)
 	if err != nil {
-		defer span.End()
 		return n.notDelegated(ctx, p, name, addr, err, span)
 	}
-	span.End()
 	n.peerReached(name)
+	if failed(resp, p) {
+		// What ran the request failed before its first byte, as an owner's engine may: this
+		// node runs it again, as it would after a failed forward.
+		_ = resp.Body.Close()
+		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		forwardResult(span, "owner_failed", resp.Headers[HeaderReason])
+		n.log.Debug("delegated request failed; routing it here", "id", p.req.ID, "delegate", name, "code", resp.Headers[HeaderReason])
+		n.fallBack(p, true)
+		return outcome{}, false
+	}
+	n.m.forwards.WithLabelValues("accepted").Inc()
+	forwardResult(span, "accepted", "")
 	n.m.delegated.WithLabelValues(delegateAnswered).Inc()
 	if explain {
 		e := "delegate=" + name
@@ -138,16 +157,18 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 		forwardResult(span, "unreachable", openai.CodeClientClosed)
 		return outcome{code: openai.CodeClientClosed, refused: true}, true
 	}
-	n.m.delegated.WithLabelValues(delegateFallback).Inc()
-	p.ttl, p.due = 0, time.Time{} // admitAndDispatch sets them again
 	var ref *transport.Refusal
 	if errors.As(err, &ref) {
+		n.m.forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
 		n.peerReached(name)
 		n.log.Debug("delegate refused; routing the request here", "id", p.req.ID, "delegate", name, "code", ref.Code)
+		n.fallBack(p, false)
 		return outcome{}, false
 	}
+	n.m.forwards.WithLabelValues("unreachable").Inc()
 	forwardResult(span, "unreachable", "")
+	n.fallBack(p, true)
 	// Not excluded from this node's routing: when it is the model's only member, a forward
 	// to it fails the request with owner_unreachable at once, where excluding it would have
 	// the request wait out its queue TTL. The ejector takes it out after a second failure.
@@ -156,6 +177,32 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 	}
 	n.log.Warn("delegate unreachable; routing the request here", "id", p.req.ID, "delegate", name, "err", err)
 	return outcome{}, false
+}
+
+// failed reports whether resp, a delegate's answer to p, is a failure before the first byte
+// that another node may not meet (as send sorts an owner's): a 5xx, except an engine_timeout
+// past p's deadline, which has passed everywhere and so is the client's answer. Any other
+// answer, a refusal by the delegate's admission included, is the client's: the delegate
+// judged the request with the domain's knowledge.
+func failed(resp *transport.Response, p *prepared) bool {
+	code := resp.Headers[HeaderReason]
+	if code == openai.CodeEngineTimeout && !time.Now().Before(p.due) {
+		return false
+	}
+	return resp.Status >= 500 || code == openai.CodeClientClosed
+}
+
+// fallBack readies p, whose delegation did not answer, for this node's own routing. After a
+// failure (rather than a refusal) the request may have run on the delegate's side until
+// then: like a rerun after a failed forward, it gets its first-token deadline afresh, once,
+// when that has passed.
+func (n *Node) fallBack(p *prepared, failure bool) {
+	n.m.delegated.WithLabelValues(delegateFallback).Inc()
+	if failure {
+		p.due, p.renewed = attempt.Renew(time.Now(), p.due, p.ttl, p.renewed)
+		return
+	}
+	p.ttl, p.due = 0, time.Time{} // admitAndDispatch sets them
 }
 
 // serveDelegated routes p, a request an ingress outside its model's domain handed here (h),

@@ -222,8 +222,10 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	n.retries.Request(start)
 	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
 	// migration), wherever it waits.
-	p.ttl = n.adm.TTL(p.adm)
-	p.due = start.Add(p.ttl)
+	if p.due.IsZero() { // set: a rerun after its delegate failed (delegate.go), renewed
+		p.ttl = n.adm.TTL(p.adm)
+		p.due = start.Add(p.ttl)
+	}
 	t := &ticket{}
 	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)

@@ -28,7 +28,7 @@ func TestDelegateFilters(t *testing.T) {
 		{"stale", func(p *Peer) { p.Stale = true }, false},
 		{"ejected", func(p *Peer) { p.Ejected = true }, false},
 		{"another model", func(p *Peer) { p.Models = []string{"a"} }, false},
-		{"loaded", func(p *Peer) { p.QueuedPrefillTokens, p.InFlightTokens = 1 << 20, 1 << 20 }, true},
+		{"loaded", func(p *Peer) { p.QueuedPrefillTokens, p.InFlightTokens = 1<<20, 1<<20 }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
