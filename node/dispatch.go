@@ -218,6 +218,9 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		p.req.MaxTokens = d.MaxTokens
 		return n.serveEngine(ctx, w, r, p, start)
 	}
+	if o, done := n.delegate(ctx, w, p, start, explain); done {
+		return o
+	}
 	return n.admitAndDispatch(ctx, w, p, start, explain)
 }
 
@@ -232,8 +235,10 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	n.retries.Request(start)
 	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
 	// migration), wherever it waits.
-	p.ttl = n.adm.TTL(p.adm)
-	p.due = start.Add(p.ttl)
+	if p.due.IsZero() { // set: a rerun after its delegate failed (delegate.go), renewed
+		p.ttl = n.adm.TTL(p.adm)
+		p.due = start.Add(p.ttl)
+	}
 	t := &ticket{}
 	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)

@@ -320,6 +320,10 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	p.req.Resume = resumeOf(h.Resume)
+	if h.Delegate != nil {
+		n.serveDelegated(ctx, h, p, received, fw, refuse, span)
+		return
+	}
 	if why := n.takesHalf(h); why != "" {
 		refuse(http.StatusServiceUnavailable, CodeWrongRole, why, 0)
 		return

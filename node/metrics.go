@@ -44,6 +44,7 @@ type metrics struct {
 	// Registered only when the carbon signal is configured.
 	carbonMode      *prometheus.GaugeVec
 	carbonIntensity prometheus.Gauge
+	delegated       *prometheus.CounterVec // outcome: delegateOutcomes
 }
 
 // decision counts one admission verdict; label values are admit's bounded constants.
@@ -225,7 +226,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	m.reloaded = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
 	})
+	m.delegated = newDelegatedCounter()
 	if reg != nil {
+		reg.MustRegister(m.delegated)
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg,
 			m.decisions, m.poolDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, buildInfo)
