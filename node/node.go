@@ -206,6 +206,7 @@ func (n *Node) buildEngine() error {
 	ec.Registerer = n.reg
 	ec.Logger = n.log
 	ec.NominalKVBlocks = n.cfg.EngineKVBlocks
+	ec.MaxRunning = n.cfg.EngineMaxRunning
 	ec.Priority = n.cfg.EnginePriority
 	ec.KVEvents = n.cfg.EngineKVEvents
 	// The engine's residency model says what the server caches; gossip spreads it as the
