@@ -41,6 +41,7 @@ type metrics struct {
 	carbonDeferred prometheus.Counter
 	reloads        *prometheus.CounterVec // result: ok or error
 	reloaded       prometheus.Gauge
+	filesMissing   *prometheus.CounterVec // file: config or api_keys
 	// Registered only when the carbon signal is configured.
 	carbonMode      *prometheus.GaugeVec
 	carbonIntensity prometheus.Gauge
@@ -223,6 +224,12 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	for _, r := range []string{reloadOK, reloadError} {
 		m.reloads.WithLabelValues(r) // both series from the start, for rate() alerts
 	}
+	m.filesMissing = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvmesh_config_files_missing_total", Help: "Times the config file or the API key file (file: config, api_keys) was found gone by the watch; its settings in force stay.",
+	}, []string{"file"})
+	for _, f := range []string{fileConfig, fileAPIKeys} {
+		m.filesMissing.WithLabelValues(f)
+	}
 	m.reloaded = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
 	})
@@ -231,7 +238,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		reg.MustRegister(m.delegated)
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg,
 			m.decisions, m.poolDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
-			m.reloads, m.reloaded, buildInfo)
+			m.reloads, m.reloaded, m.filesMissing, buildInfo)
 	}
 	return m
 }

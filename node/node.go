@@ -88,6 +88,7 @@ type Node struct {
 	applied   Config                 // the settings last loaded: the file's, flags over it
 	configSum string                 // hash of the config file's content as last read
 	keysSum   string                 // the same of the API key file
+	missing   map[string]bool        // the watched files found gone, by path, until they are back
 	inForce   atomic.Pointer[string] // hash of the config file in force (kvmesh_config_hash_info)
 
 	mu       sync.Mutex
@@ -206,6 +207,7 @@ func (n *Node) buildEngine() error {
 	ec.Registerer = n.reg
 	ec.Logger = n.log
 	ec.NominalKVBlocks = n.cfg.EngineKVBlocks
+	ec.MaxRunning = n.cfg.EngineMaxRunning
 	ec.Priority = n.cfg.EnginePriority
 	ec.KVEvents = n.cfg.EngineKVEvents
 	// The engine's residency model says what the server caches; gossip spreads it as the

@@ -47,6 +47,7 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
 		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher: tcp://HOST:PORT dials one that binds (vLLM/SGLang --kv-events-config endpoint, e.g. tcp://127.0.0.1:5557), bind:tcp://*:PORT listens for one that dials; off by default", EnvVars: env("engine-kv-events")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
+		&cli.IntFlag{Name: "engine-max-running", Value: d.EngineMaxRunning, Usage: "the most requests an external engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel), advertised to peers; no engine's metrics say it", EnvVars: env("engine-max-running")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.DurationFlag{Name: "drain-delay", Value: d.DrainDelay, Usage: "how long SIGINT/SIGTERM keeps serving with /readyz at 503 before it stops accepting (negative: none)", EnvVars: env("drain-delay")},
 		&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long SIGINT/SIGTERM then waits for in-flight requests", EnvVars: env("drain-timeout")},
@@ -181,6 +182,7 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	setString(c, "engine", &cfg.Engine)
 	setString(c, "engine-kind", &cfg.EngineKind)
 	setInt(c, "engine-kv-blocks", &cfg.EngineKVBlocks)
+	setInt(c, "engine-max-running", &cfg.EngineMaxRunning)
 	setBool(c, "engine-priority", &cfg.EnginePriority)
 	setString(c, "engine-kv-events", &cfg.EngineKVEvents)
 	setStrings(c, "model", &cfg.Models)
