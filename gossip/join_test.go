@@ -68,9 +68,9 @@ func deadSeed(t *testing.T) string {
 // TestJoinFailureLogIsBounded: failed joins log a WARN at the first failure and then at most
 // one a joinWarnEvery, however often the node retries; a failure after a success warns again.
 func TestJoinFailureLogIsBounded(t *testing.T) {
-	var levels []slog.Level
+	rec := newLogRecorder()
 	c := testConfig("n")
-	c.Logger = slog.New(levelRecorder{&levels})
+	c.Logger = slog.New(rec)
 	g, err := New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -90,9 +90,10 @@ func TestJoinFailureLogIsBounded(t *testing.T) {
 		{joinWarnEvery + 2*time.Second, nil, false},
 		{joinWarnEvery + 3*time.Second, fail, true},
 	} {
-		before := len(levels)
+		before := len(rec.all())
 		g.noteJoin(t0.Add(step.at), step.err)
-		warned := len(levels) > before && levels[len(levels)-1] == slog.LevelWarn
+		after := rec.all()
+		warned := len(after) > before && after[len(after)-1].level == slog.LevelWarn
 		if warned != step.warn {
 			t.Errorf("at +%v (err %v): warned %v, want %v", step.at, step.err, warned, step.warn)
 		}
