@@ -169,9 +169,10 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 	n.m.forwards.WithLabelValues("unreachable").Inc()
 	forwardResult(span, "unreachable", "")
 	n.fallBack(p, true)
-	// Not excluded from this node's routing: when it is the model's only member, a forward
-	// to it fails the request with owner_unreachable at once, where excluding it would have
-	// the request wait out its queue TTL. The ejector takes it out after a second failure.
+	// Excluded from this node's routing of p, as a failed owner is from a migration's: a
+	// second forward to it would cost another handshake timeout. When it was the model's
+	// only member, the request waits in the room for it, as for an ejected owner.
+	p.exclude = append(p.exclude, name)
 	if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) {
 		n.peerFailed(p.req.ID, name, addr, err)
 	}

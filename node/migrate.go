@@ -133,6 +133,11 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	n.log.Warn("owner failed mid-response; the request moves", "id", p.req.ID, "owner", owner, "cause", why, "err", cause,
 		"migration", k, "sent_chunks", sent)
 	res := n.admitAndDispatch(ctx, w, next, next.adm.Arrived, false)
+	if res.code == openai.CodeClientClosed && !res.completed {
+		// The client left while the request moved (a departure this node learns only at its
+		// next write): uncounted, as a move never begun for a departed client.
+		return outcome{code: res.code}
+	}
 	label := migrationFailed
 	switch {
 	case res.completed && o.migrations == k:
@@ -144,8 +149,6 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	switch {
 	case res.completed || cs == nil:
 		return res // a whole response's refusal or failure went to the client as it is
-	case res.code == openai.CodeClientClosed:
-		return outcome{code: res.code}
 	case cs.Ended():
 		return outcome{code: openai.CodeEngineError}
 	}
