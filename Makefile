@@ -16,8 +16,14 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 GO ?= go
 NODES ?= 3
 FUZZTIME ?= 10s
+# The Mooncake conversation trace (kvcache-ai/Mooncake, FAST25-release/traces, Apache-2.0) the
+# README's trace bench replays: pinned to a commit and checked against its SHA-256. TRACE_URL
+# may name a mirror or a local copy (file:///path).
+TRACE ?= traces/mooncake_conversation_trace.jsonl
+TRACE_URL ?= https://raw.githubusercontent.com/kvcache-ai/Mooncake/a2a4b18ac537fd798d50e6e9f57031ce86419a37/FAST25-release/traces/conversation_trace.jsonl
+TRACE_SHA256 := b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df
 
-.PHONY: build build-release image test bench fuzz lint testnet tidy-check deploy-check release-check clean
+.PHONY: build build-release image test bench fuzz lint testnet trace tidy-check deploy-check release-check clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kvmesh ./cmd/kvmesh
@@ -53,6 +59,17 @@ lint:
 
 testnet: build
 	bin/kvmesh testnet --nodes $(NODES)
+
+# Downloads TRACE once (a present file whose checksum matches is kept), for bench --trace.
+# Not part of test or CI: it needs the network.
+trace:
+	sum() { if command -v sha256sum >/dev/null; then sha256sum "$$1"; else shasum -a 256 "$$1"; fi | cut -d' ' -f1; }; \
+	if [ -f '$(TRACE)' ] && [ "$$(sum '$(TRACE)')" = '$(TRACE_SHA256)' ]; then echo '$(TRACE): present, checksum ok'; exit 0; fi; \
+	mkdir -p "$$(dirname '$(TRACE)')"; \
+	curl -fL --retry 3 -o '$(TRACE).part' '$(TRACE_URL)'; \
+	got="$$(sum '$(TRACE).part')"; \
+	if [ "$$got" != '$(TRACE_SHA256)' ]; then rm -f '$(TRACE).part'; echo "$(TRACE_URL): sha256 $$got, want $(TRACE_SHA256)" >&2; exit 1; fi; \
+	mv '$(TRACE).part' '$(TRACE)'; echo '$(TRACE): downloaded, checksum ok'
 
 tidy-check:
 	cp go.mod /tmp/kvmesh-go.mod.bak; cp go.sum /tmp/kvmesh-go.sum.bak

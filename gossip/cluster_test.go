@@ -156,6 +156,17 @@ func allAlive(gs []*Gossip, names ...string) bool {
 	return true
 }
 
+// count is the number of members g lists with liveness l.
+func count(g *Gossip, l Liveness) int {
+	n := 0
+	for _, m := range g.Members() {
+		if m.Liveness == l {
+			n++
+		}
+	}
+	return n
+}
+
 func names(gs []*Gossip) []string {
 	var out []string
 	for _, g := range gs {
@@ -262,9 +273,10 @@ func TestMeshLifecycle(t *testing.T) {
 		}
 		poll.Until(t, 10*time.Second, "n3 left in every view", func() bool {
 			for _, g := range gs[:3] {
-				// n4 left too: the reborn one, as its subtest ended.
+				// The reborn n4 left as its subtest ended, or is dead where its departure was
+				// lost on a loaded machine: the gauge counts whichever each view holds.
 				if m, _ := member(g, "n3"); m.Liveness != LivenessLeft || m.Candidate ||
-					testutil.ToFloat64(g.met.members.WithLabelValues("left")) != 2 {
+					testutil.ToFloat64(g.met.members.WithLabelValues("left")) != float64(count(g, LivenessLeft)) {
 					return false
 				}
 			}

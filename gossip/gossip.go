@@ -35,6 +35,7 @@ type Gossip struct {
 	// alive counts alive members including this one: the queue's NumNodes, kept here so the
 	// queue never calls into memberlist's locks.
 	alive atomic.Int32
+	join  joinState // the last join of the seeds (join.go)
 
 	// mu guards every field from here to cancel, grouped by the file that owns them; methods
 	// ending in Locked need it held.
@@ -264,10 +265,7 @@ func (g *Gossip) Start(ctx context.Context) error {
 	go g.publishLoop(lctx)
 	go g.reconnectLoop(lctx)
 	if len(g.cfg.Join) > 0 {
-		// memberlist's Join takes no context; each seed attempt is bounded by TCPTimeout.
-		if _, err := ml.Join(g.cfg.Join); err != nil {
-			g.log.Warn("join failed, retrying in background", "seeds", g.cfg.Join, "err", err)
-		}
+		g.joinSeeds(time.Now(), ml)
 		if err := g.refuseIfTaken(ml); err != nil {
 			_ = g.shutdown(false, 0)
 			return err
@@ -287,38 +285,6 @@ func (g *Gossip) LocalAddr() string {
 		return ""
 	}
 	return ml.LocalNode().Address()
-}
-
-// joinLoop joins the seeds again whenever this node is alone: after a first join that failed,
-// and after one that reached only this node itself (two nodes started together whose seed name
-// resolved to themselves would otherwise stay two meshes for good), or once every peer left.
-func (g *Gossip) joinLoop(ctx context.Context) {
-	defer g.wg.Done()
-	backoff := 100 * time.Millisecond
-	for {
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		g.mu.Lock()
-		ml := g.ml
-		g.mu.Unlock()
-		if ml.NumMembers() > 1 {
-			backoff = g.cfg.JoinRetryMax // not alone: look again later
-			continue
-		}
-		n, err := ml.Join(g.cfg.Join)
-		if err == nil && ml.NumMembers() > 1 {
-			g.log.Info("joined", "contacted", n)
-			backoff = g.cfg.JoinRetryMax
-			continue
-		}
-		g.log.Debug("join retry: still alone", "contacted", n, "err", err)
-		backoff = min(2*backoff, g.cfg.JoinRetryMax)
-	}
 }
 
 func (g *Gossip) publishLoop(ctx context.Context) {

@@ -1,16 +1,11 @@
 package gossip
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"golang.org/x/time/rate"
 )
 
 // memberlistConfig is memberlist's configuration for g: its addresses, timers and key, g's
@@ -57,7 +52,7 @@ func (g *Gossip) memberlistConfig() (*memberlist.Config, error) {
 	mlc.Conflict = conflicts{g}
 	mlc.LogOutput = io.Discard
 	if g.cfg.Logger != nil {
-		mlc.LogOutput = newLogWriter(g.log.With("component", "memberlist"))
+		mlc.LogOutput = newLogWriter(g.cfg.Logger)
 	}
 	if g.cfg.Drop != nil {
 		dt, err := newDropTransport(mlc, g.cfg.Drop)
@@ -144,47 +139,3 @@ func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
 }
 func (b *namedBroadcast) Message() []byte { return b.msg }
 func (b *namedBroadcast) Finished()       {}
-
-// logWriter routes memberlist's log lines ("[LEVEL] memberlist: ...") into slog. Its warnings
-// and errors pass at most logBurst at once, then one a second: anyone who can reach the gossip
-// port makes one with each packet the key does not open, and must not flood the node's log.
-// The next line let through counts the ones held back.
-type logWriter struct {
-	l       *slog.Logger
-	limit   *rate.Limiter
-	now     func() time.Time
-	dropped atomic.Int64
-}
-
-const logBurst = 10
-
-func newLogWriter(l *slog.Logger) *logWriter {
-	return &logWriter{l: l, limit: rate.NewLimiter(1, logBurst), now: time.Now}
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	msg := strings.TrimSpace(string(p))
-	level := slog.LevelDebug
-	switch {
-	case strings.Contains(msg, "use of closed network connection"):
-		// memberlist's probes racing its own shutdown: the node is stopping, nothing failed.
-	case strings.Contains(msg, "[ERR]"):
-		level = slog.LevelError
-	case strings.Contains(msg, "[WARN]"):
-		level = slog.LevelWarn
-	case strings.Contains(msg, "[INFO]"):
-		level = slog.LevelInfo
-	}
-	if level >= slog.LevelWarn {
-		if !w.limit.AllowN(w.now(), 1) {
-			w.dropped.Add(1)
-			return len(p), nil
-		}
-		if n := w.dropped.Swap(0); n > 0 {
-			w.l.Log(context.Background(), level, msg, "held_back", n)
-			return len(p), nil
-		}
-	}
-	w.l.Log(context.Background(), level, msg)
-	return len(p), nil
-}

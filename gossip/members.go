@@ -170,6 +170,7 @@ func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 		counts[q.liveness]++
 	}
 	g.alive.Store(int32(counts[LivenessAlive]))
+	g.setJoinGauge() // a peer that joined this node ends a failing join
 	for _, l := range []Liveness{LivenessAlive, LivenessSuspect, LivenessDead, LivenessLeft} {
 		g.met.members.WithLabelValues(string(l)).Set(float64(counts[l]))
 	}

@@ -20,6 +20,8 @@ type metrics struct {
 	indexBytes  prometheus.Gauge
 	indexBlocks prometheus.Gauge
 	domainPeers prometheus.Gauge
+	// joinFailing is 1 while the node is alone with seeds it cannot join (join.go).
+	joinFailing prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error) {
@@ -52,6 +54,10 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 		indexBlocks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvmesh_gossip_index_blocks", Help: "Confirmed (peer, block) entries in the prefix index.",
 		}),
+		joinFailing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_gossip_join_failing",
+			Help: "1 while this node is alone and its last join of its seeds reached no other member (a wrong gossip key, the seeds down): it serves alone.",
+		}),
 		domainPeers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvmesh_gossip_domain_peers", Help: "Alive peers sharing a model with this node: those its prefix summaries go to.",
 		}),
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, policy StalePolicy) (*metrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.conflicts, m.stale, m.policy, m.indexBytes, m.indexBlocks, m.domainPeers} {
+	for _, c := range []prometheus.Collector{m.members, m.sent, m.received, m.dropped, m.conflicts, m.stale, m.policy, m.indexBytes, m.indexBlocks, m.domainPeers, m.joinFailing} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gossip: register metrics: %w", errors.Join(ErrConfig, err))
 		}

@@ -90,7 +90,7 @@ type ModelInfo struct {
 	BytesPerToken float64 `json:"bytes_per_token"`
 }
 
-// State is the record a node publishes about itself (DESIGN.md, Gossip): identity and
+// State is the record a node publishes about itself (docs/design/gossip.md): identity and
 // addresses, the models it serves, its engine's load in the units that run out, its GPU and
 // its grid's carbon intensity. Gossip sets BootID and Seq on publish.
 type State struct {

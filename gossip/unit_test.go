@@ -329,36 +329,6 @@ func TestMetricsRegistered(t *testing.T) {
 	}
 }
 
-// levelRecorder keeps the level of every record logged through it.
-type levelRecorder struct{ levels *[]slog.Level }
-
-func (r levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r levelRecorder) Handle(_ context.Context, rec slog.Record) error {
-	*r.levels = append(*r.levels, rec.Level)
-	return nil
-}
-func (r levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r levelRecorder) WithGroup(string) slog.Handler      { return r }
-
-// TestMemberlistLogLevels: memberlist's lines keep their level, except its errors about its own
-// sockets closing under it at shutdown, which say nothing failed.
-func TestMemberlistLogLevels(t *testing.T) {
-	var got []slog.Level
-	w := newLogWriter(slog.New(levelRecorder{&got}))
-	for _, line := range []string{
-		"2026/12/04 16:11:36 [ERR] memberlist: Failed to send gossip to 127.0.0.1:1: write udp: i/o timeout",
-		"2026/12/04 16:11:36 [ERR] memberlist: Failed to send indirect UDP ping: write udp 127.0.0.1:2->127.0.0.1:3: use of closed network connection",
-		"2026/12/04 16:11:36 [WARN] memberlist: Was able to connect to n2 over TCP but UDP probes failed",
-		"2026/12/04 16:11:36 [DEBUG] memberlist: Stream connection from=127.0.0.1:4",
-	} {
-		_, _ = w.Write([]byte(line + "\n"))
-	}
-	want := []slog.Level{slog.LevelError, slog.LevelDebug, slog.LevelWarn, slog.LevelDebug}
-	if !slices.Equal(got, want) {
-		t.Errorf("levels %v, want %v", got, want)
-	}
-}
-
 // TestMemberlistWarningsAreLimited: a flood of bad packets (one error line each) logs the
 // limiter's burst, then one a second, that one counting the lines held back; debug lines pass.
 func TestMemberlistWarningsAreLimited(t *testing.T) {

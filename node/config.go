@@ -58,6 +58,12 @@ type Config struct {
 	// metrics do not say it (vLLM's and SGLang's do); it sizes the model of what the engine
 	// caches. Default 4096.
 	EngineKVBlocks int `json:"engine_kv_blocks,advanced"`
+	// EngineMaxRunning is the most requests an external engine runs at once (vLLM's
+	// --max-num-seqs, SGLang's --max-running-requests, llama.cpp's --parallel); no engine's
+	// metrics say it. The node advertises it as its engine's max_running, which routing uses
+	// to judge how busy the engine is and how large its decode batch can grow. Default 256.
+	// The embedded engine reports its own sim.max_num_seqs.
+	EngineMaxRunning int `json:"engine_max_running"`
 	// EnginePriority sends an external vLLM each request's priority in its priority field
 	// (negated: vLLM runs a lower value first) and advertises that the engine schedules by it,
 	// so admission counts only the queued prefill ahead of a request's class. vLLM must run
@@ -159,9 +165,10 @@ type Config struct {
 	// Default 3.
 	ForwardAttempts int `json:"forward_attempts"`
 	// Migrations is how many times one request may move to another node when its owner fails
-	// mid-response (its QUIC stream breaks after the first token) while the client is still
-	// connected: the ingress sends the rest of the request, as a continuation of the text
-	// already streamed, to the next candidate. Default 1; negative (-1) turns migration off.
+	// mid-response (its QUIC stream breaks after the first token), or its owner's engine does
+	// (the ingress's own included), while the client is still connected: the ingress sends the
+	// rest of the request, as a continuation of the text already streamed, to the next
+	// candidate. Default 1; negative (-1) turns migration off.
 	Migrations int `json:"migrations,advanced"`
 	// APIKeysFile holds the API keys (admit.ParseKeys format), reloaded with the config file
 	// (Reload, ConfigWatch); empty, the default, means open.
@@ -266,6 +273,7 @@ func DefaultConfig() Config {
 		EngineKind:          "vllm",
 		ModelsInterval:      30 * time.Second,
 		EngineKVBlocks:      extengine.DefaultConfig().NominalKVBlocks,
+		EngineMaxRunning:    extengine.DefaultConfig().MaxRunning,
 		Sim:                 sim.DefaultConfig(),
 		MaxBodyBytes:        4 << 20,
 		DrainDelay:          5 * time.Second,
@@ -345,6 +353,7 @@ func (c *Config) fill() {
 	for _, f := range []struct{ v, def *int }{
 		{&c.QueueCap, &d.QueueCap}, {&c.ForwardAttempts, &d.ForwardAttempts}, {&c.MaxAgentIDBytes, &d.MaxAgentIDBytes},
 		{&c.AgentLeaseIntervals, &d.AgentLeaseIntervals}, {&c.EngineKVBlocks, &d.EngineKVBlocks}, {&c.Migrations, &d.Migrations},
+		{&c.EngineMaxRunning, &d.EngineMaxRunning},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -408,7 +417,7 @@ func (c *Config) validate() error {
 	}{
 		{"QueueCap", int64(c.QueueCap)}, {"ForwardAttempts", int64(c.ForwardAttempts)}, {"MaxAgentIDBytes", int64(c.MaxAgentIDBytes)},
 		{"AgentLeaseIntervals", int64(c.AgentLeaseIntervals)}, {"MaxBodyBytes", c.MaxBodyBytes},
-		{"EngineKVBlocks", int64(c.EngineKVBlocks)},
+		{"EngineKVBlocks", int64(c.EngineKVBlocks)}, {"EngineMaxRunning", int64(c.EngineMaxRunning)},
 	} {
 		if n.v < 0 {
 			return fmt.Errorf("node: %s %d is negative", n.name, n.v)

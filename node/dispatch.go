@@ -16,6 +16,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/relay"
 )
 
 // Request headers.
@@ -81,10 +82,16 @@ func flagHeader(v string) (on, ok bool) {
 	return false, false
 }
 
+// bearer is the API key a request presents: its Authorization bearer token, else its
+// X-Api-Key (the Messages API's header), so a client of either API authenticates as it does
+// with its provider.
 func bearer(h http.Header) string {
 	v := h.Get("Authorization")
 	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 		return strings.TrimSpace(v[7:])
+	}
+	if v == "" {
+		return strings.TrimSpace(h.Get(HeaderAPIKey))
 	}
 	return ""
 }
@@ -134,22 +141,29 @@ func promptField(ep engine.Endpoint) string {
 	return "messages"
 }
 
-// ingest runs one client request through the pipeline of DESIGN.md: authenticate, decode,
-// validate, identity (the key's bucket), budget, route, admit, wait, dispatch.
+// ingest runs one client request through the pipeline of docs/design/admission.md:
+// authenticate, decode, validate, identity (the key's bucket), budget, route, admit, wait,
+// dispatch.
 func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
-	refuse := func(e *openai.Error, retry time.Duration) outcome {
-		writeRefusal(w, e, retry)
-		return outcome{code: e.Code, refused: true}
-	}
 	if o, ok := n.authenticate(w, r); !ok {
 		return o
 	}
 	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
 	body, oerr := n.readBody(r)
-	var p *prepared
-	if oerr == nil {
-		p, oerr = n.prepare(ep, id, body)
+	if oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return refuseSimple(w, oerr, 0)
 	}
+	return n.ingestBody(ctx, w, r, ep, id, start, body)
+}
+
+// ingestBody is ingest once the request's body is read (for the Messages API, translated).
+func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time, body []byte) outcome {
+	refuse := func(e *openai.Error, retry time.Duration) outcome {
+		writeRefusal(w, e, retry)
+		return outcome{code: e.Code, refused: true}
+	}
+	p, oerr := n.prepare(ep, id, body)
 	if oerr == nil {
 		oerr = n.clientKVTransfer(p.req.Extra)
 	}
@@ -204,6 +218,9 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		p.req.MaxTokens = d.MaxTokens
 		return n.serveEngine(ctx, w, r, p, start)
 	}
+	if o, done := n.delegate(ctx, w, p, start, explain); done {
+		return o
+	}
 	return n.admitAndDispatch(ctx, w, p, start, explain)
 }
 
@@ -218,8 +235,10 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	n.retries.Request(start)
 	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
 	// migration), wherever it waits.
-	p.ttl = n.adm.TTL(p.adm)
-	p.due = start.Add(p.ttl)
+	if p.due.IsZero() { // set: a rerun after its delegate failed (delegate.go), renewed
+		p.ttl = n.adm.TTL(p.adm)
+		p.due = start.Add(p.ttl)
+	}
 	t := &ticket{}
 	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)
@@ -295,6 +314,10 @@ type dispatchResult struct {
 	// failCode is set by forward when its attempt failed rather than was refused: the owner
 	// unreachable (CodeOwnerUnreachable) or its engine's failure code.
 	failCode string
+	// broke is the failure of this node's engine mid-response (attempt.Broke), and cs the
+	// client's stream it broke.
+	broke *openai.Error
+	cs    *relay.Stream
 }
 
 // dispatch runs p on the candidates of t from the decision's choice on, as the attempt
@@ -327,6 +350,9 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 			return n.endFailed(w, f)
 		case attempt.Gone:
 			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
+		case attempt.Migrate:
+			cause := fmt.Errorf("%w: %s", errEngineFailed, res.broke.Message)
+			return dispatchResult{o: n.migrate(ctx, res.cs, p, n.cfg.Name, cause)}
 		}
 	}
 }
@@ -361,18 +387,44 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 		return r
 	case attempt.RunLocal:
 		n.m.forwards.WithLabelValues("local").Inc()
-		o, ran := n.agentStep(ctx, w, p, start, "local")
-		if !ran {
-			res.lastCode = CodeAgentPaused
-			n.agentRefused(p, c.Name, "", res)
-			return attempt.Result{Outcome: attempt.Paused}
-		}
-		res.o = o
-		return attempt.Result{Outcome: attempt.Ran}
+		return n.runLocal(ctx, w, p, c.Name, start, res)
 	}
 	addr := t.v.quic[c.Peer]
 	o, done := n.forward(ctx, w, p, c.Name, addr, start, res)
 	return n.afterForward(ctx, p, c.Name, addr, o, done, res)
+}
+
+// runLocal performs a RunLocal attempt: p on this node's engine, named name. The engine's
+// failure is the planner's to hear, not the client's: before anything reached the client, the
+// attempt failed (the next candidate runs the request); after a stream began, it broke, the
+// client's stream kept in res.cs for the migration.
+func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared, name string, start time.Time, res *dispatchResult) attempt.Result {
+	if p.stream {
+		cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
+		if !ok {
+			cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
+		}
+		w, res.cs = cs, cs
+	}
+	p.moveBreak = true
+	o, ran := n.agentStep(ctx, w, p, start, "local")
+	p.moveBreak = false
+	switch {
+	case !ran:
+		res.lastCode = CodeAgentPaused
+		n.agentRefused(p, name, "", res)
+		return attempt.Result{Outcome: attempt.Paused}
+	case o.broke == nil:
+		res.o = o
+		return attempt.Result{Outcome: attempt.Ran}
+	case o.begun:
+		res.broke = o.broke
+		return attempt.Result{Outcome: attempt.Broke}
+	}
+	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.req.ID,
+		"code", o.code, "err", o.broke.Message)
+	res.lastCode, res.failCode = o.code, o.code
+	return attempt.Result{Outcome: attempt.Failed, Code: o.code, Reason: o.code, Now: time.Now()}
 }
 
 // afterForward is the result of a forward to owner at addr that answered the client (done, with

@@ -32,15 +32,18 @@
 // its executor. dispatch (dispatch.go) performs attempt.Whole's steps for one decision (run on
 // this node, forward to a peer, run a pair), dispatchPair (pair.go) those of attempt.Prefill
 // and attempt.Decode for a split request, and migrate asks attempt.Move; each attempt's result
-// (answered, refused, failed with a code, paused, client gone, budget spent) goes back to the
-// planner. The first-token bound on a generation is package node/firsttoken's.
+// (answered, refused, failed with a code, broke mid-response, paused, client gone, budget
+// spent) goes back to the planner. The first-token bound on a generation is package node/firsttoken's.
 //
 // # Migration
 //
 // The ingress relays an owner's stream to the client event by event (relay.Stream, forward.go)
 // and keeps what it sent; when the owner fails mid-response the request moves on as a
 // continuation of that text (migrate.go), through admission and routing again, up to
-// Config.Migrations times, spliced into the client's stream.
+// Config.Migrations times, spliced into the client's stream. An engine that fails mid-stream
+// under a live node moves the request the same way: this node's engine through the planner
+// (runLocal, attempt.Broke), an owner's by the owner ending its stream with the failure
+// (reportBroken), which the ingress's relay takes as the owner's.
 //
 // # Tracing
 //

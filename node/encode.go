@@ -134,8 +134,24 @@ func (n *Node) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusServiceUnavailable, body)
 	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		body := map[string]string{"status": "ready"}
+		if msg := n.joinFailing(); msg != "" {
+			// Ready all the same: a fleet restarting at once must serve before its seeds are back.
+			body["warning"] = msg
+		}
+		writeJSON(w, http.StatusOK, body)
 	}
+}
+
+// joinFailing says why this node serves alone while it cannot join its seeds, or "".
+func (n *Node) joinFailing() string {
+	if n.g == nil {
+		return ""
+	}
+	if err := n.g.JoinFailing(); err != nil {
+		return "serving alone: cannot join the seeds: " + err.Error()
+	}
+	return ""
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

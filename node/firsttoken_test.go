@@ -146,6 +146,7 @@ func TestEngineQueueBoundedByQueueTTL(t *testing.T) {
 	tn := startNet(t, 3, func(i int, cfg *node.Config) {
 		if i == 0 {
 			cfg.Models = []string{"another-model"} // an ingress only: forwards every request
+			cfg.Route.Delegate = new(bool)         // itself: its forwards are counted here
 			return
 		}
 		s.external(cfg)

@@ -320,6 +320,10 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	p.req.Resume = resumeOf(h.Resume)
+	if h.Delegate != nil {
+		n.serveDelegated(ctx, h, p, received, fw, refuse, span)
+		return
+	}
 	if why := n.takesHalf(h); why != "" {
 		refuse(http.StatusServiceUnavailable, CodeWrongRole, why, 0)
 		return
@@ -344,12 +348,31 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		endOutcome(span, n.servePrefill(ctx, transport.HTTPResponseWriter(fw), p))
 		return
 	}
-	o, ran := n.agentStep(ctx, transport.HTTPResponseWriter(fw), p, start, "peer")
+	hw := transport.HTTPResponseWriter(fw)
+	p.moveBreak = true
+	o, ran := n.agentStep(ctx, hw, p, start, "peer")
 	if !ran {
 		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)
 		return
 	}
+	if o.broke != nil {
+		n.reportBroken(fw, hw, p, h.Ingress, o)
+	}
 	endOutcome(span, o)
+}
+
+// reportBroken tells ingress that this node's engine failed on p, a request it forwarded
+// (o.broke): before the answer began, with a 502 like any engine failure before the first
+// token (the ingress runs the request on its next candidate); after, by ending the stream
+// with the failure instead of an error event, so that the ingress, which holds what the client
+// was sent and the request's count of moves, migrates it as for an owner that died.
+func (n *Node) reportBroken(fw transport.ResponseWriter, w http.ResponseWriter, p *prepared, ingress string, o outcome) {
+	if !o.begun {
+		writeRefusal(w, o.broke, 0)
+		return
+	}
+	n.log.Warn("engine failed mid-response; the ingress moves the request", "id", p.req.ID, "ingress", ingress, "err", o.broke.Message)
+	_ = fw.Fail(errors.New(o.broke.Message))
 }
 
 // fromHeader fills p, a request a peer forwarded here, from the forward's header h, received

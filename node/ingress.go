@@ -65,6 +65,9 @@ type prepared struct {
 	origin     *prepared
 	migrations int
 	exclude    []string
+	// moveBreak: the caller of a local run moves the request elsewhere when this node's
+	// engine fails (outcome.broke), so serveLocal leaves that failure unwritten.
+	moveBreak bool
 }
 
 func endpointName(ep engine.Endpoint) string {
@@ -266,12 +269,17 @@ type outcome struct {
 	completed bool
 	code      string // error code when not completed
 	refused   bool   // refused before the first byte (else failed)
+	// broke is the failure of this node's engine that serveLocal left unwritten (p.moveBreak):
+	// before anything reached w (begun false), or after the response began (a stream).
+	broke *openai.Error
+	begun bool
 }
 
-func (n *Node) account(ep engine.Endpoint, o outcome) {
+// account counts o under the endpoint label (endpointName, or the Messages API's).
+func (n *Node) account(label string, o outcome) {
 	switch {
 	case o.completed:
-		n.m.completed.WithLabelValues(endpointName(ep)).Inc()
+		n.m.completed.WithLabelValues(label).Inc()
 	case o.refused:
 		n.m.refused.WithLabelValues(metricCode(o.code)).Inc()
 	default:
@@ -304,21 +312,29 @@ func metricCode(code string) string {
 }
 
 func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
+	return n.handleCounted(endpointName(ep), func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+		return n.ingest(ctx, w, r, ep, id, start)
+	})
+}
+
+// handleCounted runs one request of a generation endpoint (chat, completions, the Messages API)
+// under its trace span, counted under label in the request counters.
+func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		n.m.received.WithLabelValues(endpointName(ep)).Inc()
+		n.m.received.WithLabelValues(label).Inc()
 		n.m.inFlight.Inc()
 		defer n.m.inFlight.Dec()
 		id := newRequestID()
 		w.Header().Set(HeaderRequestID, id)
-		ctx, span := n.startRequest(r, ep, id)
+		ctx, span := n.startRequest(r, label, id)
 		defer span.End()
-		o := n.ingest(ctx, w, r, ep, id, start)
+		o := ingest(ctx, w, r, id, start)
 		endOutcome(span, o)
-		n.account(ep, o)
+		n.account(label, o)
 		n.m.e2e.Observe(time.Since(start).Seconds())
 		if !o.completed {
-			n.log.Info("request ended", "id", id, "code", o.code, "refused", o.refused)
+			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.code, "refused", o.refused)
 		}
 	}
 }

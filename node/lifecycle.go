@@ -205,3 +205,67 @@ func (n *Node) stopMesh() error {
 	errs = append(errs, n.gpu.Close())
 	return errors.Join(errs...)
 }
+
+// drain closes the listener and waits up to the drain timeout (or ctx) until no request,
+// local or forwarded here, is in flight; past it, the stragglers' connections are closed.
+func (n *Node) drain(ctx context.Context) error {
+	n.log.Info("draining", "timeout", n.cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
+	defer cancel()
+	// httpSrv.Shutdown closes the listener and the idle connections and waits for the rest,
+	// but it counts a connection that never sent a request as busy for 5 s (HTTP clients dial
+	// spares), so the drain ends when no request, local or forwarded, is in flight, whatever
+	// such connections do.
+	quiet, stop := context.WithCancel(dctx)
+	go func() {
+		if n.waitIdle(quiet) == nil {
+			stop()
+		}
+	}()
+	_ = n.httpSrv.Shutdown(quiet)
+	stop()
+	err := n.waitIdle(dctx)
+	if err != nil && n.serving.Load() == 0 && n.forwarded.Load() == 0 {
+		err = nil // the last request ended as the deadline passed
+	}
+	if err != nil {
+		err = n.endStragglers(err)
+	}
+	// Unused connections close now, and so do those of stragglers that did not end.
+	_ = n.httpSrv.Close()
+	if n.admSrv != nil {
+		// Metrics and the mesh view stayed readable through the drain.
+		_ = n.admSrv.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("node: drain: %w", err)
+	}
+	return nil
+}
+
+// endStragglers ends what is still in flight when the drain's deadline (cause) passed. The
+// client requests end with an explicit error (a stream's error event, a 503), given drainGrace
+// to write it before their connections close. Forwarded requests run on until the transport
+// closes, when their ingresses move what is left of them to other nodes; one that ends within
+// drainGrace has completed. The drain failed (cause) if it cut a client request or a forwarded
+// one is still running after the grace; it succeeded if only forwarded requests were left
+// and each completed within the grace.
+func (n *Node) endStragglers(cause error) error {
+	cut, fwd := n.serving.Load(), n.forwarded.Load()
+	n.log.Warn("drain timeout passed: ending the requests still in flight", "timeout", n.cfg.DrainTimeout,
+		"requests", cut, "forwarded", fwd)
+	n.endRequests(errDrainTimeout)
+	grace, cancel := context.WithTimeout(context.Background(), drainGrace)
+	defer cancel()
+	if n.waitIdle(grace) == nil && cut == 0 {
+		return nil
+	}
+	return fmt.Errorf("in flight when the drain timeout (%v) passed: %d client requests, %d forwarded (%d still running after %v): %w",
+		n.cfg.DrainTimeout, cut, fwd, n.forwarded.Load(), drainGrace, cause)
+}
+
+// errDrainTimeout is the cause with which the drain timeout ends the requests still running.
+var errDrainTimeout = errors.New("the node's drain timeout passed")
+
+// drainGrace is how long requests cut by the drain timeout have to tell their clients so.
+const drainGrace = time.Second

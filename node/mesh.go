@@ -370,6 +370,9 @@ type PeerInfo struct {
 type PeersResponse struct {
 	Node  string     `json:"node"`
 	Peers []PeerInfo `json:"peers"`
+	// JoinFailing says why the node serves alone, while it cannot join its seeds (a wrong
+	// gossip key, the seeds down); absent otherwise.
+	JoinFailing string `json:"join_failing,omitempty"`
 }
 
 func peerInfo(m *gossip.Member) PeerInfo {
@@ -399,7 +402,7 @@ func peerInfo(m *gossip.Member) PeerInfo {
 }
 
 func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
-	resp := PeersResponse{Node: n.cfg.Name, Peers: []PeerInfo{}}
+	resp := PeersResponse{Node: n.cfg.Name, Peers: []PeerInfo{}, JoinFailing: n.joinFailing()}
 	if n.g == nil {
 		self := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: n.localState(), Self: true, Candidate: true, Updated: time.Now()}
 		resp.Peers = append(resp.Peers, peerInfo(&self))

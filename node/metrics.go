@@ -26,7 +26,7 @@ type metrics struct {
 	ejections *prometheus.CounterVec // reason: transport.FailureReason's
 	retries   *prometheus.CounterVec // result: allowed or budget_exhausted
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
-	migrated  *prometheus.CounterVec // outcome: migrationOutcomes
+	migrated  *prometheus.CounterVec // outcome: migrationOutcomes; cause: migrationCauses
 	disagg    *prometheus.CounterVec // outcome: disaggOutcomes
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
@@ -41,9 +41,11 @@ type metrics struct {
 	carbonDeferred prometheus.Counter
 	reloads        *prometheus.CounterVec // result: ok or error
 	reloaded       prometheus.Gauge
+	filesMissing   *prometheus.CounterVec // file: config or api_keys
 	// Registered only when the carbon signal is configured.
 	carbonMode      *prometheus.GaugeVec
 	carbonIntensity prometheus.Gauge
+	delegated       *prometheus.CounterVec // outcome: delegateOutcomes
 }
 
 // decision counts one admission verdict; label values are admit's bounded constants.
@@ -77,6 +79,7 @@ var (
 	forwardResults    = []string{"local", "accepted", "refused", "unreachable", "owner_failed", "no_address"}
 	origins           = []string{"local", "peer"}
 	migrationOutcomes = []string{migrationCompleted, migrationFailed, migrationRefused}
+	migrationCauses   = []string{causeOwner, causeEngine}
 	classes           = []string{admit.Class(admit.PriorityHigh), admit.Class(admit.PriorityNormal), admit.Class(admit.PriorityLow)}
 )
 
@@ -148,8 +151,8 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 			Name: "kvmesh_engine_requests_total", Help: "Requests run on this node's engine, by origin (local or peer).",
 		}, []string{"origin"}),
 		migrated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvmesh_migrations_total", Help: "Requests whose owner failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it).",
-		}, []string{"outcome"}),
+			Name: "kvmesh_migrations_total", Help: "Requests whose owner or its engine failed mid-response, by what became of the move to another node: completed, failed (the continuation did not finish) or refused (not moved: the limit, or no node took it); and by cause: owner (the node failed) or engine (an engine under a live node: this node's, or one its owner reported).",
+		}, []string{"outcome", "cause"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair; on a decode node whole_decode_short, whole_prefill_behind), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, handover_queued, decode_failed).",
 		}, []string{"outcome"}),
@@ -199,7 +202,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		m.disagg.WithLabelValues(o)
 	}
 	for _, o := range migrationOutcomes {
-		m.migrated.WithLabelValues(o)
+		for _, c := range migrationCauses {
+			m.migrated.WithLabelValues(o, c)
+		}
 	}
 	for _, r := range []string{retryAllowed, retryExhausted} {
 		m.retries.WithLabelValues(r)
@@ -219,13 +224,21 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	for _, r := range []string{reloadOK, reloadError} {
 		m.reloads.WithLabelValues(r) // both series from the start, for rate() alerts
 	}
+	m.filesMissing = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvmesh_config_files_missing_total", Help: "Times the config file or the API key file (file: config, api_keys) was found gone by the watch; its settings in force stay.",
+	}, []string{"file"})
+	for _, f := range []string{fileConfig, fileAPIKeys} {
+		m.filesMissing.WithLabelValues(f)
+	}
 	m.reloaded = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvmesh_config_last_reload_success_timestamp_seconds", Help: "Unix time the settings in force were loaded: the node's start, or its last reload that succeeded.",
 	})
+	m.delegated = newDelegatedCounter()
 	if reg != nil {
+		reg.MustRegister(m.delegated)
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg,
 			m.decisions, m.poolDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
-			m.reloads, m.reloaded, buildInfo)
+			m.reloads, m.reloaded, m.filesMissing, buildInfo)
 	}
 	return m
 }

@@ -107,7 +107,9 @@ func TestIdleNodeExportsZeroSeries(t *testing.T) {
 		want = append(want, `kvmesh_forward_attempts_total{result="`+r+`"} 0`)
 	}
 	for _, o := range []string{"completed", "failed", "refused"} {
-		want = append(want, `kvmesh_migrations_total{outcome="`+o+`"} 0`)
+		for _, c := range []string{"engine", "owner"} {
+			want = append(want, `kvmesh_migrations_total{cause="`+c+`",outcome="`+o+`"} 0`)
+		}
 	}
 	want = append(want, `kvmesh_engine_requests_total{origin="local"} 0`, `kvmesh_engine_requests_total{origin="peer"} 0`,
 		`kvmesh_transport_connections{direction="in"} 0`, `kvmesh_transport_connections{direction="out"} 0`,

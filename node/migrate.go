@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -32,8 +34,17 @@ import (
 // on its next candidate as after any failed attempt (dispatch and the retry budget); migrate
 // sees one only when the owner fails between the first and the last byte of its answer.
 // Config.Migrations bounds the moves of one request; past it, or when no node takes the
-// continuation, the response ends with an explicit error as before. kvmesh_migrations_total
-// counts each move by outcome.
+// continuation, the response ends with an explicit error. kvmesh_migrations_total counts each
+// move by outcome and cause.
+//
+// An engine that fails mid-response under a live node moves the request the same way, by the
+// same rules, from the ingress, which alone holds what the client was sent and the request's
+// count of moves (a forward is one hop: an owner forwards nothing on). When the engine is this
+// node's, the attempt reports the break (attempt.Broke) and the planner's Migrate step lands
+// here; when it is an owner's, the owner ends its stream with the engine's failure
+// (transport.ResponseWriter.Fail) instead of an error event, and the relay of its answer
+// migrates as for an owner that died. Before the client's response began, an engine's failure
+// is a failed attempt (the next candidate runs the request), wherever the engine is.
 
 // The outcomes of a migration, the values of kvmesh_migrations_total's label.
 const (
@@ -41,6 +52,24 @@ const (
 	migrationFailed    = "failed"    // the continuation began but did not end: an error, or its owner failed too
 	migrationRefused   = "refused"   // not moved: past the limit, not continuable, or no node took it
 )
+
+// The causes of a migration, the values of kvmesh_migrations_total's cause label.
+const (
+	causeOwner  = "owner"  // the owner node failed: its stream broke, or it closed it between two events
+	causeEngine = "engine" // an engine under a live node failed: this node's, or an owner's, which it reported
+)
+
+// errEngineFailed wraps the failure of this node's engine mid-response, a migration's cause.
+var errEngineFailed = errors.New("its engine failed")
+
+// causeOf is the cause label of err, what ended an owner's response: an owner reports its
+// engine's failure in its stream's end (transport.ErrRemote).
+func causeOf(err error) string {
+	if errors.Is(err, errEngineFailed) || errors.Is(err, transport.ErrRemote) {
+		return causeEngine
+	}
+	return causeOwner
+}
 
 // migrate answers for p, whose owner failed (cause) before its response to the client ended:
 // it moves the rest of the request to another node when it may, or ends the client's
@@ -64,13 +93,14 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	if step.Kind == attempt.Gone {
 		return outcome{code: openai.CodeClientClosed} // the client left: no one to answer
 	}
+	why := causeOf(cause)
 	fail := func(code string) outcome {
+		msg := fmt.Sprintf("node %s failed mid-response: %v", owner, cause)
 		if cs == nil {
-			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+cause.Error())
+			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg)
 			writeRefusal(w, e, 0)
 			return outcome{code: e.Code}
 		}
-		msg := "the owner node failed mid-response: " + cause.Error()
 		if code != "" {
 			msg += "; its continuation on another node ended with " + code
 		}
@@ -78,13 +108,14 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		return outcome{code: openai.CodeEngineError}
 	}
 	var next *prepared
-	why := "the request moved as often as --migrations allows"
+	stuck := "the request moved as often as --migrations allows"
 	if step.Kind == attempt.Migrate {
-		next, why = n.continuation(o, cs)
+		next, stuck = n.continuation(o, cs)
 	}
-	if why != "" {
-		n.m.migrated.WithLabelValues(migrationRefused).Inc()
-		n.log.Warn("owner failed mid-response; the request cannot move", "id", p.req.ID, "owner", owner, "err", cause, "why", why)
+	if stuck != "" {
+		n.m.migrated.WithLabelValues(migrationRefused, why).Inc()
+		n.log.Warn("owner failed mid-response; the request cannot move", "id", p.req.ID, "owner", owner, "cause", why,
+			"err", cause, "why", stuck)
 		return fail("")
 	}
 	o.migrations++
@@ -99,7 +130,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		// only if it is split again.
 		w.Header().Del(HeaderPrefillNode)
 	}
-	n.log.Warn("owner failed mid-response; the request moves", "id", p.req.ID, "owner", owner, "err", cause,
+	n.log.Warn("owner failed mid-response; the request moves", "id", p.req.ID, "owner", owner, "cause", why, "err", cause,
 		"migration", k, "sent_chunks", sent)
 	res := n.admitAndDispatch(ctx, w, next, next.adm.Arrived, false)
 	label := migrationFailed
@@ -109,7 +140,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	case res.refused && o.migrations == k:
 		label = migrationRefused
 	}
-	n.m.migrated.WithLabelValues(label).Inc()
+	n.m.migrated.WithLabelValues(label, why).Inc()
 	switch {
 	case res.completed || cs == nil:
 		return res // a whole response's refusal or failure went to the client as it is

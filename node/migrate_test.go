@@ -239,8 +239,8 @@ func TestOwnerDeathMidStreamMigrates(t *testing.T) {
 			if got.usage == nil || got.usage.PromptTokens != wantUsage.PromptTokens || got.usage.CompletionTokens != wantUsage.CompletionTokens {
 				t.Errorf("usage %+v, want %+v", got.usage, wantUsage)
 			}
-			if n := metric(t, urls[0], "kvmesh_migrations_total", `outcome="completed"`); n != 1 {
-				t.Errorf("migrations completed = %v, want 1", n)
+			if n := metric(t, urls[0], "kvmesh_migrations_total", `cause="owner",outcome="completed"`); n != 1 {
+				t.Errorf("owner migrations completed = %v, want 1", n)
 			}
 			reconciles(t, urls)
 		})
@@ -297,8 +297,10 @@ func TestNoMigrationForAClientThatLeft(t *testing.T) {
 	})
 	text := string(adminGet(t, urls[0]+"/metrics"))
 	for _, outcome := range []string{"completed", "failed", "refused"} {
-		if s := `kvmesh_migrations_total{outcome="` + outcome + `"} 0`; !strings.Contains(text, "\n"+s+"\n") {
-			t.Errorf("the ingress's /metrics lacks %s", s)
+		for _, cause := range []string{"engine", "owner"} {
+			if s := `kvmesh_migrations_total{cause="` + cause + `",outcome="` + outcome + `"} 0`; !strings.Contains(text, "\n"+s+"\n") {
+				t.Errorf("the ingress's /metrics lacks %s", s)
+			}
 		}
 	}
 	if n := metric(t, urls[3-owner], "kvmesh_engine_requests_total", `origin="peer"`); n != 0 {

@@ -88,6 +88,7 @@ type Node struct {
 	applied   Config                 // the settings last loaded: the file's, flags over it
 	configSum string                 // hash of the config file's content as last read
 	keysSum   string                 // the same of the API key file
+	missing   map[string]bool        // the watched files found gone, by path, until they are back
 	inForce   atomic.Pointer[string] // hash of the config file in force (kvmesh_config_hash_info)
 
 	mu       sync.Mutex
@@ -206,6 +207,7 @@ func (n *Node) buildEngine() error {
 	ec.Registerer = n.reg
 	ec.Logger = n.log
 	ec.NominalKVBlocks = n.cfg.EngineKVBlocks
+	ec.MaxRunning = n.cfg.EngineMaxRunning
 	ec.Priority = n.cfg.EnginePriority
 	ec.KVEvents = n.cfg.EngineKVEvents
 	// The engine's residency model says what the server caches; gossip spreads it as the
@@ -394,54 +396,6 @@ func (n *Node) deregister(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
-
-// drain closes the listener and waits up to the drain timeout (or ctx) until no request,
-// local or forwarded here, is in flight; past it, the stragglers' connections are closed.
-func (n *Node) drain(ctx context.Context) error {
-	n.log.Info("draining", "timeout", n.cfg.DrainTimeout)
-	dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
-	defer cancel()
-	// httpSrv.Shutdown closes the listener and the idle connections and waits for the rest,
-	// but it counts a connection that never sent a request as busy for 5 s (HTTP clients dial
-	// spares), so the drain ends when no request, local or forwarded, is in flight, whatever
-	// such connections do.
-	quiet, stop := context.WithCancel(dctx)
-	go func() {
-		if n.waitIdle(quiet) == nil {
-			stop()
-		}
-	}()
-	_ = n.httpSrv.Shutdown(quiet)
-	stop()
-	err := n.waitIdle(dctx)
-	if err != nil && n.serving.Load() == 0 && n.forwarded.Load() == 0 {
-		err = nil // the last request ended as the deadline passed
-	}
-	if err != nil {
-		// Past the deadline the stragglers end with an explicit error (a stream's error event,
-		// a 503), given drainGrace to write it before their connections close.
-		n.endRequests(errDrainTimeout)
-		grace, cancel := context.WithTimeout(context.Background(), drainGrace)
-		_ = n.waitIdle(grace)
-		cancel()
-	}
-	// Unused connections close now, and so do those of stragglers that did not end.
-	_ = n.httpSrv.Close()
-	if n.admSrv != nil {
-		// Metrics and the mesh view stayed readable through the drain.
-		_ = n.admSrv.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("node: drain: %w", err)
-	}
-	return nil
-}
-
-// errDrainTimeout is the cause with which the drain timeout ends the requests still running.
-var errDrainTimeout = errors.New("the node's drain timeout passed")
-
-// drainGrace is how long requests cut by the drain timeout have to tell their clients so.
-const drainGrace = time.Second
 
 // drainCut is the error of a request the drain timeout ended, when ctx (its context) says it
 // did; nil otherwise (the client left, or nothing ended it).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -247,20 +248,49 @@ func (n *Node) watchFiles(ctx context.Context, every time.Duration) {
 	})
 }
 
+// Label values of kvmesh_config_files_missing_total.
+const (
+	fileConfig  = "config"
+	fileAPIKeys = "api_keys"
+)
+
 // filesChanged reports whether the config file or the API key file holds other content than
-// the last reload read. A file that cannot be read (one being replaced) counts as unchanged.
+// the last reload read. A file that cannot be read (one being replaced) counts as unchanged; one
+// that is gone is logged and counted once (missingLocked), and its settings stay in force.
 func (n *Node) filesChanged() bool {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
-	for _, f := range []struct{ path, sum string }{{n.cfg.ConfigFile, n.configSum}, {n.cfg.APIKeysFile, n.keysSum}} {
+	changed := false
+	for _, f := range []struct{ path, sum, label string }{{n.cfg.ConfigFile, n.configSum, fileConfig}, {n.cfg.APIKeysFile, n.keysSum, fileAPIKeys}} {
 		if f.path == "" {
 			continue
 		}
-		if data, err := os.ReadFile(f.path); err == nil && contentSum(data) != f.sum {
-			return true
+		data, err := os.ReadFile(f.path)
+		n.missingLocked(f.path, f.label, errors.Is(err, fs.ErrNotExist))
+		if err == nil && contentSum(data) != f.sum {
+			changed = true
 		}
 	}
-	return false
+	return changed
+}
+
+// missingLocked logs and counts a watched file found gone, once until it is back: deleting the
+// API key file must not pass unnoticed, though the keys read last stay in force (an empty key
+// set would open the API) until the file is back or the node restarts, which then fails.
+func (n *Node) missingLocked(path, label string, gone bool) {
+	was := n.missing[path]
+	switch {
+	case gone && !was:
+		if n.missing == nil {
+			n.missing = make(map[string]bool)
+		}
+		n.missing[path] = true
+		n.m.filesMissing.WithLabelValues(label).Inc()
+		n.log.Warn("a watched file is gone: the settings read from it last stay in force; a restart without it fails", "file", path, "kind", label)
+	case !gone && was:
+		delete(n.missing, path)
+		n.log.Info("a watched file is back", "file", path, "kind", label)
+	}
 }
 
 // configHash is the hex SHA-256 of the config file in force, noConfigFile without one.

@@ -436,3 +436,43 @@ func TestReloadIsRaceFree(t *testing.T) {
 	close(done)
 	wg.Wait()
 }
+
+// TestDeletedKeyFileIsLoudAndKeepsTheKeys pins that the watch does not pass over a deleted API
+// key file in silence: one WARN and one count of kvmesh_config_files_missing_total while it
+// stays gone, the keys read last still in force (no key at all would open the API), and the
+// file's return read as a change.
+func TestDeletedKeyFileIsLoudAndKeepsTheKeys(t *testing.T) {
+	dir := t.TempDir()
+	path, keys := filepath.Join(dir, "kvmesh.json"), filepath.Join(dir, "keys")
+	writeFile(t, path, `{}`)
+	writeFile(t, keys, admit.HashKey("sk-old")+" acme\n")
+	n, log := reloadable(t, path, func(c *Config) { c.APIKeysFile, c.ConfigWatch = keys, 10*time.Millisecond })
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	missing := func() float64 { return testutil.ToFloat64(n.m.filesMissing.WithLabelValues(fileAPIKeys)) }
+	if err := os.Remove(keys); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Second, "the deleted key file counted", func() bool { return missing() == 1 })
+	// More rounds of the watch: still one line and one count, and no reload.
+	for range 3 {
+		if n.filesChanged() {
+			t.Error("a deleted file read as changed")
+		}
+	}
+	if w := log.lines("a watched file is gone"); len(w) != 1 || !strings.Contains(w[0], "level=WARN") {
+		t.Errorf("log lines on the deletion: %q, want one WARN", w)
+	}
+	if got := missing(); got != 1 {
+		t.Errorf("kvmesh_config_files_missing_total{file=\"api_keys\"} = %v, want 1", got)
+	}
+	if !n.adm.Keys().Valid("sk-old") {
+		t.Error("the deleted file's keys are no longer in force")
+	}
+	writeFile(t, keys, admit.HashKey("sk-new")+" acme\n")
+	poll.Until(t, 5*time.Second, "the returned file's key in force", func() bool { return n.adm.Keys().Valid("sk-new") })
+	if w := log.lines("a watched file is back"); len(w) != 1 {
+		t.Errorf("log lines on the return: %q, want one", w)
+	}
+}

@@ -49,6 +49,8 @@ func (n *Node) routes() http.Handler {
 	rs := []endpoint{
 		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
 		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
+		{"/v1/messages", post(n.handleCounted(endpointMessages, n.ingestMessages))},
+		{"/v1/messages/count_tokens", post(n.handleCounted(endpointCountTokens, n.ingestCountTokens))},
 		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.keyFirst(n.ingestEmbeddings)))},
 		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.keyFirst(n.ingestResponses)))},
 		// While keys are on, the model list asks one as the other /v1 paths do (vLLM with

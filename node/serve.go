@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -11,12 +12,15 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
+	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
 // serveLocal runs p on this node's engine and writes the OpenAI response to w. Nothing is
 // written until the first token exists, so an engine failure before it is still a clean 502
-// (and, for a forwarded request, lets the ingress try another peer).
+// (and, for a forwarded request, lets the ingress try another peer). When p.moveBreak, an
+// engine failure, before the first token or mid-response, is left unwritten (outcome.broke)
+// for the caller to move the request elsewhere.
 func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) outcome {
 	n.m.served.WithLabelValues(origin).Inc()
 	st, err := n.generate(ctx, p)
@@ -24,6 +28,9 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
 		// rest a failure (the engine's).
 		e := cmp.Or(n.drainCut(ctx), engineError(err))
+		if o, ok := brokenRun(ctx, p, e, false); ok {
+			return o
+		}
 		writeRefusal(w, e, 0)
 		return outcome{code: e.Code, refused: e.Status < 500}
 	}
@@ -33,6 +40,9 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 		e := engineError(err)
 		if ctx.Err() != nil {
 			e = cmp.Or(n.drainCut(ctx), openai.NewError(499, openai.CodeClientClosed, "client closed the request"))
+		}
+		if o, ok := brokenRun(ctx, p, e, false); ok {
+			return o
 		}
 		writeRefusal(w, e, 0)
 		return outcome{code: e.Code}
@@ -56,6 +66,18 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 		n.finished(p, firstAt, time.Now(), u)
 	}
 	return o
+}
+
+// brokenRun is the outcome of a run of p whose engine failed with e, before the client's
+// response began or after (begun), when its caller moves such a request elsewhere
+// (p.moveBreak): ok false when it does not, or when e is not the engine's failure but the
+// client's leaving, this node's drain, the request itself (4xx) or a first token later than
+// its deadline, which no other engine would beat.
+func brokenRun(ctx context.Context, p *prepared, e *openai.Error, begun bool) (o outcome, ok bool) {
+	if !p.moveBreak || ctx.Err() != nil || e.Status < 500 || e.Code == openai.CodeEngineTimeout {
+		return outcome{}, false
+	}
+	return outcome{code: e.Code, broke: e, begun: begun}, true
 }
 
 // finished learns the request's output length and its model's bytes per token, and counts whether it met its SLOs (goodput).
@@ -83,7 +105,8 @@ func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 }
 
 // stream relays chunks as server-sent events. An engine failure after the 200 ends the stream
-// with an error event instead of [DONE], so the client knows the output is incomplete.
+// with an error event instead of [DONE], so the client knows the output is incomplete, unless
+// the caller moves the request on (brokenRun).
 func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
 	sse := openai.NewSSEWriter(w)
 	lp := newLogprobEncoder(enc.p.endpoint)
@@ -123,7 +146,13 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			_ = sse.WriteError(openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error()))
+			e := openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error())
+			// An engine's own error event is its answer, passed on; its stream breaking is
+			// its failure, which the caller may move on.
+			if o, ok := brokenRun(ctx, enc.p, e, true); ok && !errors.Is(err, extengine.ErrStream) {
+				return o, nil
+			}
+			_ = sse.WriteError(e)
 			return outcome{code: code}, nil
 		}
 	}
@@ -150,6 +179,9 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, st engine.Str
 				err = io.ErrUnexpectedEOF
 			}
 			e := cmp.Or(n.drainCut(ctx), openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error()))
+			if o, ok := brokenRun(ctx, enc.p, e, false); ok {
+				return o, nil // nothing was written: the whole response can run again
+			}
 			writeRefusal(w, e, 0)
 			return outcome{code: e.Code}, nil
 		}

@@ -110,11 +110,11 @@ func (n *Node) stopTracing(ctx context.Context) error {
 
 // startRequest starts the ingress's server span of a client request, continuing the client's
 // trace when it sent a traceparent.
-func (n *Node) startRequest(r *http.Request, ep engine.Endpoint, id string) (context.Context, trace.Span) {
+func (n *Node) startRequest(r *http.Request, endpoint, id string) (context.Context, trace.Span) {
 	ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := n.tracer.Start(ctx, spanRequest, trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() { // attributes cost nothing with tracing off
-		span.SetAttributes(attrRequestID.String(id), attrEndpoint.String(endpointName(ep)),
+		span.SetAttributes(attrRequestID.String(id), attrEndpoint.String(endpoint),
 			attrHTTPMethod.String(r.Method), attrHTTPRoute.String(r.URL.Path))
 	}
 	return ctx, span

@@ -26,6 +26,8 @@ type Config struct {
 	Host string
 	// HTTPBase gives node i the HTTP port HTTPBase+i; 0 picks free ports.
 	HTTPBase int
+	// GossipBase gives node i the gossip port GossipBase+i, UDP and TCP; 0 picks free ports.
+	GossipBase int
 	// Dir holds the throwaway CA and certificates; empty means a temporary directory that
 	// Close removes.
 	Dir string
@@ -125,6 +127,14 @@ func Start(ctx context.Context, cfg Config) (*Net, error) {
 	default:
 		return nil, fmt.Errorf("testnet: engines %q is neither %s nor %s", cfg.Engines, EnginesEmbedded, EnginesExternal)
 	}
+	for _, b := range []struct {
+		name string
+		base int
+	}{{"HTTP", cfg.HTTPBase}, {"gossip", cfg.GossipBase}} {
+		if b.base < 0 || b.base > 0 && b.base+cfg.Nodes-1 > 65535 {
+			return nil, fmt.Errorf("testnet: %s base port %d: want 0 (free ports) or a port from which %d nodes' ports fit below 65536", b.name, b.base, cfg.Nodes)
+		}
+	}
 	t := &Net{}
 	dir := cfg.Dir
 	if dir == "" {
@@ -178,6 +188,9 @@ func (t *Net) start(ctx context.Context, i int, certs string) (*node.Node, error
 	nc.QUICAddr = net.JoinHostPort(cfg.Host, "0")
 	nc.AdvertiseHost = cfg.Host
 	nc.Gossip.BindAddr, nc.Gossip.BindPort, nc.Gossip.Key = cfg.Host, gossip.AnyPort, t.key
+	if cfg.GossipBase > 0 {
+		nc.Gossip.BindPort = cfg.GossipBase + i
+	}
 	if t.seed != "" {
 		nc.Gossip.Join = []string{t.seed}
 	}
@@ -290,6 +303,15 @@ func (t *Net) converged() bool {
 		}
 	}
 	return true
+}
+
+// GossipAddrs are the nodes' bound gossip addresses (host:port, UDP and TCP).
+func (t *Net) GossipAddrs() []string {
+	out := make([]string, len(t.Nodes))
+	for i, n := range t.Nodes {
+		out[i] = n.GossipAddr()
+	}
+	return out
 }
 
 // EngineURLs are the standalone engines' base URLs (none with EnginesEmbedded).

@@ -229,6 +229,10 @@ type Config struct {
 	// a whole request, and refuses one (wrong_role) all the same. An ingress with it off
 	// offers decode peers none.
 	DecodeLocalPrefill *bool `json:"decode_local_prefill"`
+	// Delegate: a node that serves none of a request's model hands the routing decision to a
+	// member of the model's domain (Delegate), which knows its prefixes and fresh load. Nil,
+	// the default, is on; false routes such requests here, on this node's view of the domain.
+	Delegate *bool `json:"delegate"`
 
 	// Reservations.
 
@@ -341,6 +345,10 @@ func (c *Config) fill() error {
 		on := *c.DecodeLocalPrefill
 		c.DecodeLocalPrefill = &on
 	}
+	if c.Delegate != nil {
+		on := *c.Delegate
+		c.Delegate = &on
+	}
 	if err := c.Eject.fill(); err != nil {
 		return err
 	}
@@ -352,6 +360,9 @@ func (c *Config) fill() error {
 
 // LocalPrefill reports whether DecodeLocalPrefill is on (nil: on).
 func (c *Config) LocalPrefill() bool { return c.DecodeLocalPrefill == nil || *c.DecodeLocalPrefill }
+
+// Delegates reports whether Delegate is on (nil: on).
+func (c *Config) Delegates() bool { return c.Delegate == nil || *c.Delegate }
 
 // on is a weight or share in use: a negative one (turned off) counts as 0.
 func on(v float64) float64 { return max(v, 0) }

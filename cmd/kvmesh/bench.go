@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -30,7 +31,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "engines", Value: d.Engines, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("bench-engines")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "run the simulated engines this many times faster than real time (SLOs scale with it)", EnvVars: env("bench-time-scale")},
 		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("bench-workload")},
-		&cli.StringFlag{Name: "trace", Usage: "replay a trace instead of a workload: Mooncake JSONL, Azure LLM inference CSV or BurstGPT CSV", EnvVars: env("bench-trace")},
+		&cli.StringFlag{Name: "trace", Usage: "replay a trace instead of a workload: Mooncake JSONL, Azure LLM inference CSV or BurstGPT CSV (make trace downloads the Mooncake conversation trace to " + defaultTrace + ")", EnvVars: env("bench-trace")},
 		&cli.Float64Flag{Name: "speedup", Value: d.Speedup, Usage: "trace time compression (the bench re-paces the trace to each load)", EnvVars: env("bench-speedup")},
 		&cli.Float64Flag{Name: "scale", Value: d.Scale, Usage: "trace token-length scale, in (0, 1]", EnvVars: env("bench-scale")},
 		&cli.Float64Flag{Name: "batch-fraction", Value: d.TraceBatchFraction, Usage: "fraction of trace requests sent as the sheddable batch class", EnvVars: env("bench-batch-fraction")},
@@ -89,8 +90,27 @@ func parsePolicies(s string) ([]bench.Policy, error) {
 	return out, nil
 }
 
+// defaultTrace is where `make trace` puts the Mooncake conversation trace (the Makefile's TRACE).
+const defaultTrace = "traces/mooncake_conversation_trace.jsonl"
+
+// checkTrace refuses a --trace file that does not exist with what to do instead: a clone has
+// no trace until `make trace` downloads one, and without --trace a synthetic workload runs.
+func checkTrace(cmd, path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: --trace %s: no such file; `make trace` downloads the Mooncake conversation trace to %s, "+
+			"or leave --trace out to run the synthetic --workload", cmd, path, defaultTrace)
+	}
+	return nil
+}
+
 func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg := bench.DefaultConfig()
+	if err := checkTrace("bench", c.String("trace")); err != nil {
+		return cfg, err
+	}
 	var err error
 	if cfg.Loads, err = parseLoads(c.String("loads")); err != nil {
 		return cfg, err

@@ -102,6 +102,9 @@ func loadCommand() *cli.Command {
 			if len(cfg.Targets) == 0 {
 				return fmt.Errorf("load: at least one --target is required")
 			}
+			if err := checkTrace("load", cfg.Trace); err != nil {
+				return err
+			}
 			var err error
 			if cfg.TLS, err = clientTLS(c.String("ca-cert")); err != nil {
 				return fmt.Errorf("load: %w", err)

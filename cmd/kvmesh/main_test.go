@@ -294,6 +294,22 @@ func TestStatusTableHasARowPerNode(t *testing.T) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "WARNING") {
+		t.Errorf("status warns of nothing wrong:\n%s", out)
+	}
+}
+
+// TestStatusWarnsOfAFailingJoin: a node alone with seeds it cannot join says so above its table.
+func TestStatusWarnsOfAFailingJoin(t *testing.T) {
+	var buf bytes.Buffer
+	pr := node.PeersResponse{Node: "n1", JoinFailing: "serving alone: cannot join the seeds: no installed keys could decrypt the message",
+		Peers: []node.PeerInfo{{Name: "n1", Self: true, Liveness: "alive"}}}
+	if err := writeStatus(&buf, pr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "WARNING: serving alone: cannot join the seeds: no installed keys"; !strings.Contains(buf.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, buf.String())
+	}
 }
 
 // TestStatusTakesAHostPortAndShowsReadiness pins that --node without a scheme is reached over

@@ -47,6 +47,7 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
 		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher: tcp://HOST:PORT dials one that binds (vLLM/SGLang --kv-events-config endpoint, e.g. tcp://127.0.0.1:5557), bind:tcp://*:PORT listens for one that dials; off by default", EnvVars: env("engine-kv-events")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
+		&cli.IntFlag{Name: "engine-max-running", Value: d.EngineMaxRunning, Usage: "the most requests an external engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel), advertised to peers; no engine's metrics say it", EnvVars: env("engine-max-running")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
 		&cli.DurationFlag{Name: "drain-delay", Value: d.DrainDelay, Usage: "how long SIGINT/SIGTERM keeps serving with /readyz at 503 before it stops accepting (negative: none)", EnvVars: env("drain-delay")},
 		&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long SIGINT/SIGTERM then waits for in-flight requests", EnvVars: env("drain-timeout")},
@@ -69,7 +70,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "max-priority", Usage: "highest X-Kvmesh-Priority a request may ask for when its key names none or no key file is loaded (high, normal, low or an integer); unset: normal for keys, unlimited without a key file", EnvVars: env("max-priority")},
 		&cli.Float64Flag{Name: "dispatch-slack", Value: d.Admit.Queue.DispatchSlack, Usage: "share of a queued request's TTFT target left to spare when it is dispatched (-1: none)", EnvVars: env("dispatch-slack")},
 		&cli.IntFlag{Name: "forward-attempts", Value: d.ForwardAttempts, Usage: "candidates one dispatch tries before the request goes back to the waiting room", EnvVars: env("forward-attempts")},
-		&cli.IntFlag{Name: "migrations", Value: d.Migrations, Usage: "times one request may move to another node when its owner fails mid-response (-1: never)", EnvVars: env("migrations")},
+		&cli.IntFlag{Name: "migrations", Value: d.Migrations, Usage: "times one request may move to another node when its owner, or its engine, fails mid-response (-1: never)", EnvVars: env("migrations")},
 		&cli.DurationFlag{Name: "retry-after", Value: d.RetryAfter, Usage: "Retry-After of a refusal with no better estimate", EnvVars: env("retry-after")},
 		&cli.BoolFlag{Name: "agent-from-user", Usage: "take the agent id from the OpenAI user field when X-Kvmesh-Agent is absent", EnvVars: env("agent-from-user")},
 		&cli.IntFlag{Name: "max-agent-id-bytes", Value: d.MaxAgentIDBytes, Usage: "longest agent id accepted", EnvVars: env("max-agent-id-bytes")},
@@ -181,6 +182,7 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	setString(c, "engine", &cfg.Engine)
 	setString(c, "engine-kind", &cfg.EngineKind)
 	setInt(c, "engine-kv-blocks", &cfg.EngineKVBlocks)
+	setInt(c, "engine-max-running", &cfg.EngineMaxRunning)
 	setBool(c, "engine-priority", &cfg.EnginePriority)
 	setString(c, "engine-kv-events", &cfg.EngineKVEvents)
 	setStrings(c, "model", &cfg.Models)

@@ -150,6 +150,9 @@ func readiness(ctx context.Context, pr node.PeersResponse, base string, tr http.
 // answer.
 func writeStatus(w io.Writer, pr node.PeersResponse, ready map[string]string) error {
 	fmt.Fprintf(w, "view of %s\n", pr.Node)
+	if pr.JoinFailing != "" {
+		fmt.Fprintf(w, "WARNING: %s\n", pr.JoinFailing)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLIVENESS\tMODEL\tKV USE\tHIT RATE\tRUNNING\tWAITING\tQUEUED PREFILL\tPOWER\tTEMP\tCARBON\tAGE\tREADY")
 	for _, p := range pr.Peers {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -21,6 +22,7 @@ func testnetCommand() *cli.Command {
 			&cli.BoolFlag{Name: "light", Usage: "light nodes, so that dozens share two cores: state records every 5 s, no GPU telemetry, a small KV pool",
 				DefaultText: fmt.Sprintf("on above %d nodes", testnet.LightAbove), EnvVars: env("testnet-light")},
 			&cli.IntFlag{Name: "http-base", Value: 18080, Usage: "node i serves HTTP on port http-base+i", EnvVars: env("testnet-http-base")},
+			&cli.IntFlag{Name: "gossip-base", Usage: "node i gossips (UDP and TCP) on port gossip-base+i; 0 picks free ports", EnvVars: env("testnet-gossip-base")},
 			&cli.StringFlag{Name: "engines", Value: testnet.EnginesEmbedded, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("testnet-engines")},
 			&cli.StringFlag{Name: "policy", Value: node.DefaultConfig().Policy, Usage: "routing policy of every node", EnvVars: env("testnet-policy")},
 			&cli.StringSliceFlag{Name: "roles", Usage: "node i's role, comma-separated in node order (mixed, prefill or decode; nodes past the list are mixed), e.g. prefill,prefill,decode,decode: a disaggregated mesh", EnvVars: env("testnet-roles")},
@@ -36,12 +38,13 @@ func testnetCommand() *cli.Command {
 				light = c.Bool("light")
 			}
 			tc := testnet.Config{
-				Nodes:    c.Int("nodes"),
-				Light:    light,
-				HTTPBase: c.Int("http-base"),
-				Engines:  c.String("engines"),
-				Roles:    c.StringSlice("roles"),
-				Logger:   log,
+				Nodes:      c.Int("nodes"),
+				Light:      light,
+				HTTPBase:   c.Int("http-base"),
+				GossipBase: c.Int("gossip-base"),
+				Engines:    c.String("engines"),
+				Roles:      c.StringSlice("roles"),
+				Logger:     log,
 				Configure: func(i int, cfg *node.Config) {
 					simConfig(c, cfg)
 					cfg.Policy = c.String("policy")
@@ -58,18 +61,7 @@ func testnetCommand() *cli.Command {
 			if err != nil {
 				log.Warn("mesh not converged yet", "err", err)
 			}
-			engines := tn.EngineURLs()
-			for i, u := range tn.URLs() {
-				role := ""
-				if rs := c.StringSlice("roles"); i < len(rs) && rs[i] != "" {
-					role = "  " + rs[i]
-				}
-				if i < len(engines) {
-					fmt.Printf("%s  %s%s  (engine %s)\n", testnet.Name(i), u, role, engines[i])
-				} else {
-					fmt.Printf("%s  %s%s\n", testnet.Name(i), u, role)
-				}
-			}
+			printNodes(os.Stdout, tn, c.StringSlice("roles"))
 			fmt.Printf("\ntry:\n  curl -s %s/v1/chat/completions -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"stream\":true}'\n", tn.URLs()[0], node.DefaultModel)
 			fmt.Printf("  bin/kvmesh status --node %s\n", tn.URLs()[0])
 			fmt.Fprintln(os.Stderr, "\nCtrl-C stops the mesh")
@@ -77,5 +69,22 @@ func testnetCommand() *cli.Command {
 			fmt.Fprintln(os.Stderr, "stopping")
 			return tn.Close()
 		},
+	}
+}
+
+// printNodes writes a testnet's table: each node's name, API URL, role (if any), gossip
+// address and, with external engines, its engine's URL.
+func printNodes(w io.Writer, tn *testnet.Net, roles []string) {
+	engines, gossip := tn.EngineURLs(), tn.GossipAddrs()
+	for i, u := range tn.URLs() {
+		line := fmt.Sprintf("%s  %s", testnet.Name(i), u)
+		if i < len(roles) && roles[i] != "" {
+			line += "  " + roles[i]
+		}
+		line += "  gossip " + gossip[i]
+		if i < len(engines) {
+			line += "  engine " + engines[i]
+		}
+		fmt.Fprintln(w, line)
 	}
 }

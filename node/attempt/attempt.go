@@ -97,6 +97,9 @@ const (
 	HandedOver          // (Prefill) the candidate handed the prompt's KV over
 	Widened             // (Widen) the decode nodes were added
 	Waited              // (WaitDecodeRoom) the wait ended
+	// Broke: (RunLocal) this node's engine failed after the client's response began: what
+	// was sent stands, and the rest must run elsewhere.
+	Broke
 )
 
 // Result is what became of a step.
@@ -142,7 +145,7 @@ func Renew(now, due time.Time, ttl time.Duration, renewed bool) (time.Time, bool
 	return due, renewed
 }
 
-// Move is the step for a request whose owner failed mid-response, the client's answer begun:
+// Move is the step for a request whose owner (or its engine) failed mid-response, the client's answer begun:
 // Gone when the client left, Migrate while it has moved fewer than limit times, else Fail
 // (the client's response ends with an error).
 func Move(clientGone bool, moves, limit int) Step {

@@ -45,10 +45,11 @@ var (
 	spent       = Result{Outcome: BudgetSpent}
 	paused      = Result{Outcome: Paused}
 	handed      = Result{Outcome: HandedOver}
+	broke       = Result{Outcome: Broke}
 )
 
 func isEnd(k Kind) bool {
-	return k == Answered || k == Handed || k == Requeue || k == Fail || k == Gone
+	return k == Answered || k == Handed || k == Requeue || k == Fail || k == Gone || k == Migrate
 }
 
 // drive feeds results to a planner from its first step and returns the steps it took; it fails
@@ -136,6 +137,11 @@ func TestWhole(t *testing.T) {
 			[]string{"run_pair p+d", "forward a rerun budget reserve", "answered a stick"},
 			Failures{N: 1, Code: "engine_error", Owner: "p+d", Retrying: true}},
 		{"no candidate left", peers, 3, 3, Failures{}, nil, []string{"requeue"}, Failures{}},
+		{"this node's engine died mid-response: the request migrates, and the node is no home", withSelf, 1, 3,
+			Failures{}, []Result{broke}, []string{"run_local self", "migrate"}, Failures{}},
+		{"this node's engine died before the first token: a retry on the next candidate", withSelf, 1, 3,
+			Failures{}, []Result{engine5xx, ran}, []string{"run_local self", "forward c rerun budget reserve", "answered c stick"},
+			Failures{N: 1, Code: "engine_error", Owner: "self", Retrying: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,10 @@
 //     offered to every decode node (Widen) again each Retry until the request's deadline; a
 //     failure stops the waiting. It ends with CodeDecodeUnavailable (all refused) or
 //     CodeDecodeFailed (an attempt failed), or CodeWrongRole when no node left can take it.
-//   - Move decides what becomes of a request whose owner failed mid-response.
+//   - Whole ends a dispatch with Migrate when this node's engine failed after the client's
+//     response began (Broke): the request moves on as a continuation, and the node is no
+//     home for its agent. A peer that fails mid-response is moved by the relay of its answer.
+//   - Move decides what becomes of a request whose owner, or its engine, failed mid-response.
 //
 // # Concurrency
 //

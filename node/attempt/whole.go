@@ -45,6 +45,10 @@ func (d *Whole) Next(r Result) Step {
 		// An owner whose engine gave no first token in time is no home for the agent; a pair's
 		// decode node was stuck to by its own plan.
 		return Step{Kind: Answered, Cand: d.i, Stick: !c.Pair && (c.Self || !r.Late)}
+	case Broke:
+		// The candidate's engine died mid-response: the request moves on as a continuation
+		// (Move decides whether it may), and a node whose engine died is no home.
+		return Step{Kind: Migrate, Cand: d.i}
 	case BudgetSpent:
 		return Step{Kind: Fail, Cand: d.i, Code: d.F.Code}
 	case ClientGone:

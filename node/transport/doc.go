@@ -2,7 +2,9 @@
 //
 // One node runs one Transport: a single UDP socket that serves inbound forwards and dials
 // peers. Each peer address gets one QUIC connection, opened on first use, kept alive by pings
-// and redialed when it has died; each forwarded request is one bidirectional stream.
+// and redialed when it has died; each forwarded request is one bidirectional stream. A forward
+// that finds its pooled connection dead only once sent on it (the peer restarted, or this host
+// was frozen past the idle timeout) is sent once more on a new connection before it fails.
 //
 // # Wire format
 //

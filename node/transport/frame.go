@@ -217,10 +217,22 @@ type Header struct {
 	// own, counted from the migration.
 	QueueTTL     time.Duration
 	QueueTTLLeft time.Duration
+	// Delegate asks the receiver to route the request rather than run it: the ingress serves
+	// none of the request's model, so it hands the decision to a member of the model's domain,
+	// which admits, routes and forwards it (or runs it) as its own ingress would, and never
+	// delegates it again. Nil for every other request (KindRequest). Optional: a receiver
+	// that does not know it runs the request, which it can, serving the model.
+	Delegate *Delegation
 
 	// RenewWait is how long the home may wait for the agent to be let into its window before
 	// it answers (KindAgentRenew).
 	RenewWait time.Duration
+}
+
+// Delegation is what a delegated request's receiver needs besides the request: whether the
+// client asked for the routing decision's explanation (X-Kvmesh-Explain).
+type Delegation struct {
+	Explain bool
 }
 
 // Resume is what the owner's engine needs to continue another owner's generation where the
@@ -531,7 +543,8 @@ func checkHeader(v int, h Header) error {
 	case h.Waited < 0 || h.TTFTSLO < 0 || h.TPOTSLO < 0 || h.RenewWait < 0:
 		return fmt.Errorf("%w: negative duration", ErrMalformed)
 	case h.Kind != KindRequest && (h.Endpoint != 0 || h.Waited != 0 || h.TTFTSLO != 0 || h.TPOTSLO != 0 || h.AgentFinal ||
-		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil || h.Prefill || h.Handover != nil || h.QueueTTL != 0 || h.QueueTTLLeft != 0):
+		h.TraceParent != "" || h.TraceState != "" || h.Resume != nil || h.Prefill || h.Handover != nil || h.QueueTTL != 0 || h.QueueTTLLeft != 0 ||
+		h.Delegate != nil):
 		return fmt.Errorf("%w: request fields in a %v header", ErrMalformed, h.Kind)
 	case h.TraceState != "" && h.TraceParent == "":
 		return fmt.Errorf("%w: a trace state without a trace parent", ErrMalformed)

@@ -71,6 +71,21 @@ var headerFields = []headerField{
 				d.fail("queue ttl %v with %v left", h.QueueTTL, h.QueueTTLLeft)
 			}
 		}},
+	{tag: 10, name: "delegate", has: func(h *Header) bool { return h.Delegate != nil },
+		put: func(e *encoder, h *Header) {
+			var flags byte
+			if h.Delegate.Explain {
+				flags |= 1
+			}
+			e.b = append(e.b, flags)
+		},
+		get: func(d *decoder, h *Header) {
+			if flags := d.u8("delegate flags"); d.err == nil && flags&^1 != 0 {
+				d.fail("delegate flags %#x", flags)
+			} else {
+				h.Delegate = &Delegation{Explain: flags&1 != 0}
+			}
+		}},
 }
 
 // required reports whether a field of tag must be understood by its reader.

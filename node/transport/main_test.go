@@ -61,8 +61,13 @@ func testConfig(t testing.TB, tlsConf *tls.Config, addr string, h Handler) Confi
 
 func startNode(t testing.TB, tlsConf *tls.Config, addr string, h Handler) *node {
 	t.Helper()
+	return startNodeConfig(t, testConfig(t, tlsConf, addr, h))
+}
+
+// startNodeConfig starts a transport of cfg, with its own registry and the test's log.
+func startNodeConfig(t testing.TB, cfg Config) *node {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg := testConfig(t, tlsConf, addr, h)
 	cfg.Registerer = reg
 	if tt, ok := t.(*testing.T); ok {
 		cfg.Logger = testLogger(tt)

@@ -30,6 +30,7 @@ type metrics struct {
 	streams    *prometheus.CounterVec
 	conns      *prometheus.GaugeVec
 	dialErrors prometheus.Counter
+	redials    prometheus.Counter
 	rejected   *prometheus.CounterVec
 }
 
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kvmesh_transport_dial_errors_total",
 			Help: "Failed dials to peers (unreachable, handshake refused or timed out).",
 		}),
+		redials: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvmesh_transport_redials_total",
+			Help: "Forwards sent once more on a new connection because theirs proved dead before the owner answered (a peer that restarted or forgot it, this host resumed after a freeze).",
+		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_transport_rejected_total",
 			Help: "Inbound packets, connections and streams dropped, by reason.",
@@ -62,6 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.streams = register(reg, m.streams, &err)
 	m.conns = register(reg, m.conns, &err)
 	m.dialErrors = register(reg, m.dialErrors, &err)
+	m.redials = register(reg, m.redials, &err)
 	m.rejected = register(reg, m.rejected, &err)
 	return m, err
 }

@@ -73,7 +73,9 @@ type Config struct {
 	// detected while a forward to it waits for its answer or reads its response. The two ends
 	// use the shorter of their two values. A forward caught on such a connection ends at most
 	// KeepAlive + IdleTimeout after the peer's last packet: the silence starts counting from
-	// this side's last packet to the peer, its ping at the latest. Default 3s.
+	// this side's last packet to the peer, its ping at the latest. One still waiting for its
+	// answer then redials once (a dead connection is not yet a dead peer), which adds up to
+	// HandshakeTimeout. Default 3s.
 	IdleTimeout time.Duration
 	// HandshakeTimeout bounds a dial including its TLS handshake (and an inbound handshake's
 	// idle time). Default 500ms, sized for a LAN: a dial to a peer that died silently fails after
@@ -92,7 +94,7 @@ type Config struct {
 // DefaultConfig returns the production defaults; TLS and Handler are left to the caller.
 //
 // KeepAlive and IdleTimeout bound how long a forward waits on a peer that vanished: at most
-// 4 s, against gossip's 3 s to call a silent peer stale (gossip.Config.StaleAfter) and the
+// 4 s (4.5 s with the one redial of a forward still waiting for its answer), against gossip's 3 s to call a silent peer stale (gossip.Config.StaleAfter) and the
 // seconds memberlist's suspicion takes to declare it dead. The transport's own silence is the
 // faster and the more direct evidence (gossip can be cut off while QUIC still flows), so
 // in-flight forwards end by it, not by gossip. A live peer answers the pings within a
@@ -531,7 +533,10 @@ type Response struct {
 // Forward sends h and body to the owner at addr and waits for its answer. A refusal is
 // returned as a *Refusal error; failure before any answer wraps ErrUnreachable (or is ctx's
 // error when ctx ended). Cancelling ctx at any time, also while reading Body, cancels the
-// stream so the owner's request context is cancelled.
+// stream so the owner's request context is cancelled. A forward whose pooled connection
+// proves dead before the answer (the owner restarted or forgot it, or this host was frozen
+// past the idle timeout) is sent once more on a new connection, and counted in
+// kvmesh_transport_redials_total; only the second send's failure is the caller's.
 //
 // A header of Version (h.Version zero) that the owner refuses as of another version
 // (ErrVersion: a peer that speaks PreviousVersion only) is sent once more in PreviousVersion,
@@ -595,115 +600,6 @@ func (t *Transport) forwardPrevious(ctx context.Context, addr string, h Header, 
 		}
 	}
 	return resp, result, err
-}
-
-func (t *Transport) forward(ctx context.Context, addr string, h Header, body []byte) (*Response, string, error) {
-	if len(body) > t.cfg.MaxBodyBytes {
-		return nil, resultError, fmt.Errorf("%w: %d bytes (> %d)", ErrTooLarge, len(body), t.cfg.MaxBodyBytes)
-	}
-	hdr, err := EncodeHeader(nil, h)
-	if err != nil {
-		return nil, resultError, err
-	}
-	msg := appendFrameHead(make([]byte, 0, len(hdr)+2*maxFrameHead+min(len(body), 64<<10)), frameHeader, len(hdr))
-	msg = append(msg, hdr...)
-	msg = appendFrameHead(msg, frameBody, len(body))
-
-	str, err := t.openStream(ctx, addr)
-	if err != nil {
-		return nil, failResult(ctx), err
-	}
-	stop := context.AfterFunc(ctx, func() {
-		str.CancelRead(codeCancel)
-		str.CancelWrite(codeCancel)
-	})
-	abort := func(err error) (*Response, string, error) {
-		stop()
-		str.CancelRead(codeCancel)
-		str.CancelWrite(codeCancel)
-		if ctx.Err() != nil {
-			return nil, resultCancelled, fmt.Errorf("transport: forward to %s: %w", addr, ctx.Err())
-		}
-		if se := (*quic.StreamError)(nil); errors.As(err, &se) && se.Remote && se.ErrorCode == codeProtocol {
-			err = fmt.Errorf("%w: %w", ErrRejected, err)
-		}
-		return nil, resultUnreachable, fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
-	}
-	// Small bodies go out with the header in one write; a large one is not copied.
-	if len(body) <= 64<<10 {
-		msg = append(msg, body...)
-		body = nil
-	}
-	if _, err := str.Write(msg); err != nil {
-		return abort(peerReason(str, err))
-	}
-	if len(body) > 0 {
-		if _, err := str.Write(body); err != nil {
-			return abort(peerReason(str, err))
-		}
-	}
-	if err := str.Close(); err != nil {
-		return abort(peerReason(str, err))
-	}
-	br := bufio.NewReaderSize(str, 32<<10)
-	typ, p, err := readFrame(br, MaxAnswerBytes)
-	if err != nil {
-		return abort(err)
-	}
-	switch typ {
-	case frameRefuse:
-		r, err := decodeRefuse(p)
-		if err != nil {
-			return abort(err)
-		}
-		stop()
-		str.CancelRead(codeCancel)
-		return nil, resultRefused, r
-	case frameAccept:
-		status, headers, err := decodeAccept(p)
-		if err != nil {
-			return abort(err)
-		}
-		b := &respBody{str: str, br: br, stop: stop, ctxErr: ctx.Err}
-		return &Response{Status: status, Headers: headers, Body: b}, resultAccepted, nil
-	default:
-		return abort(fmt.Errorf("%w: frame type %d before the answer", ErrMalformed, typ))
-	}
-}
-
-func failResult(ctx context.Context) string {
-	if ctx.Err() != nil {
-		return resultCancelled
-	}
-	return resultUnreachable
-}
-
-// openStream opens a stream on the pooled connection, redialing once if the pooled one turns
-// out to be dead.
-func (t *Transport) openStream(ctx context.Context, addr string) (*quic.Stream, error) {
-	for attempt := 0; ; attempt++ {
-		c, err := t.conn(ctx, addr)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("transport: forward to %s: %w", addr, ctx.Err())
-			}
-			if errors.Is(err, ErrClosed) || errors.Is(err, ErrNotStarted) || errors.Is(err, ErrUnreachable) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
-		}
-		str, err := c.OpenStreamSync(ctx)
-		if err == nil {
-			return str, nil
-		}
-		t.forget(addr, c)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("transport: forward to %s: %w", addr, ctx.Err())
-		}
-		if attempt > 0 {
-			return nil, fmt.Errorf("%w: %s: open stream: %w", ErrUnreachable, addr, err)
-		}
-	}
 }
 
 // canceler is the part of a stream respBody needs besides reading (a seam for the fuzz test).

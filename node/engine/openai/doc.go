@@ -29,7 +29,8 @@
 //   - PrefillTokensPerSecond: learned from the prompt-token and cache-hit counters over
 //     intervals in which requests waited (measurePrefillLocked), unless Config sets it. TGI
 //     has no such counter.
-//   - DecodeStepSeconds, MaxRunning: passed through from Config.
+//   - DecodeStepSeconds, MaxRunning: passed through from Config; no engine's metrics export
+//     them (vLLM's max_num_seqs is in none of its families), so the operator gives MaxRunning.
 //   - Healthy: false until the first good scrape and after Config.MaxScrapeFailures failures in
 //     a row. A scrape that finds none of the kind's request gauges counts as a failure, since it
 //     means the kind is misconfigured. Also false while the model list is (below).

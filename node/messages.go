@@ -1,0 +1,100 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node/anthropic"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/openai"
+)
+
+// The Messages API (POST /v1/messages) is translated at the ingress: its body becomes the
+// equivalent chat completions body (anthropic.ToChat), which takes the chat path from
+// decoding on (validation, identity, budget, routing on the chat messages' prefix, admission,
+// the waiting room, forwarding, migration), and the chat answer the path writes becomes the
+// Messages answer on its way to the client (anthropic.ResponseWriter). A forwarded Messages
+// request is a chat request to its owner, whatever engine the owner runs.
+
+// HeaderAPIKey is the Messages API's key header, taken where Authorization is absent (bearer).
+// The anthropic-version and anthropic-beta headers are accepted with any value and change
+// nothing.
+const HeaderAPIKey = "X-Api-Key"
+
+// Endpoint labels of the Messages API in the request counters.
+const (
+	endpointMessages    = "messages"
+	endpointCountTokens = "count_tokens"
+)
+
+// ingestMessages is POST /v1/messages at the ingress.
+func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+	aw := anthropic.NewResponseWriter(w)
+	defer n.finishMessages(aw, r)
+	req, body, o := n.decodeMessages(aw, r, false)
+	if req == nil {
+		return o
+	}
+	aw.SetStopSequences(req.StopSequences)
+	return n.ingestBody(ctx, aw, r, engine.Chat, id, start, body)
+}
+
+// finishMessages sends aw's answer. A request the drain ended before anything was written is
+// answered 503 draining here, in the Messages shape, rather than by the server's handler in
+// OpenAI's.
+func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
+	if e := n.drainCut(r.Context()); e != nil && !aw.Wrote() {
+		writeRefusal(aw, e, 0)
+	}
+	aw.Finish()
+}
+
+// decodeMessages authenticates r, reads its body and translates it into a chat body. On a
+// refusal (written to w) the request is nil and the outcome says why.
+func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool) (*anthropic.Request, []byte, outcome) {
+	if o, ok := n.authenticate(w, r); !ok {
+		return nil, nil, o
+	}
+	body, oerr := n.readBody(r)
+	var req *anthropic.Request
+	if oerr == nil {
+		req, oerr = anthropic.Decode(body, count)
+	}
+	if oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return nil, nil, refuseSimple(w, oerr, 0)
+	}
+	return req, anthropic.ToChat(req), outcome{}
+}
+
+// countTokens is the body of a count_tokens answer.
+type countTokens struct {
+	InputTokens int `json:"input_tokens"`
+}
+
+// ingestCountTokens is POST /v1/messages/count_tokens: the prompt tokens admission would
+// count for the request (the rendered system prompt and messages, in the model's tokens as
+// far as the mesh has learned them; tool definitions are not part of the prompt kvmesh
+// renders). It needs a key, as generation does, and charges it nothing.
+func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+	aw := anthropic.NewResponseWriter(w)
+	defer n.finishMessages(aw, r)
+	req, body, o := n.decodeMessages(aw, r, true)
+	if req == nil {
+		return o
+	}
+	p, oerr := n.prepare(engine.Chat, id, body)
+	if oerr == nil {
+		if _, ok := n.meshModelInfo(req.Model); !ok {
+			oerr = openai.ErrModelNotFound(req.Model)
+		}
+	}
+	if oerr != nil {
+		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return refuseSimple(aw, oerr, 0)
+	}
+	writeJSON(w, http.StatusOK, countTokens{InputTokens: p.adm.PromptTokens})
+	return outcome{completed: true}
+}
