@@ -90,6 +90,16 @@ func (n *Node) pickDelegate(p *prepared) (name, addr string) {
 	return "", ""
 }
 
+// servedBesides reports whether a candidate member other than name serves model.
+func (n *Node) servedBesides(model, name string) bool {
+	for _, m := range n.g.MembersServing(nil, model) {
+		if m.Candidate && m.Name != name {
+			return true
+		}
+	}
+	return false
+}
+
 // delegate hands p to a delegate when this node should not route it (delegates) and relays
 // the delegate's answer, whatever it is: the delegate judged the request with the domain's
 // knowledge. done reports that the client was answered (or left); otherwise this node routes
@@ -169,10 +179,13 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 	n.m.forwards.WithLabelValues("unreachable").Inc()
 	forwardResult(span, "unreachable", "")
 	n.fallBack(p, true)
-	// Excluded from this node's routing of p, as a failed owner is from a migration's: a
-	// second forward to it would cost another handshake timeout. When it was the model's
-	// only member, the request waits in the room for it, as for an ejected owner.
-	p.exclude = append(p.exclude, name)
+	// Excluded from this node's routing of p when another member serves the model, as a
+	// failed owner is from a migration's: a second forward to it would cost another handshake
+	// timeout. The model's only member stays a candidate, so the request meets its failure
+	// (502 owner_unreachable) at once rather than waiting out its TTL for no candidate.
+	if n.servedBesides(p.adm.Model, name) {
+		p.exclude = append(p.exclude, name)
+	}
 	if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) {
 		n.peerFailed(p.req.ID, name, addr, err)
 	}
