@@ -239,8 +239,10 @@ func TestSplitRequestHalvesBoundedByQueueTTL(t *testing.T) {
 func TestRerunPastTheDeadlineGetsItsTTLAfresh(t *testing.T) {
 	tn := startMigrateNet(t, nil)
 	urls := tn.URLs()
-	const ttl = 300 * time.Millisecond
-	body := genBody("/v1/chat/completions", 300, false) // about 1.5 s at the engine's real speed
+	// A TTL a loaded machine's rerun still meets, inside a generation long enough to be
+	// killed past it.
+	const ttl = time.Second
+	body := genBody("/v1/chat/completions", 600, false) // about 3 s at the engine's real speed
 	sent := time.Now()
 	done := sendAsync(urls[0], "/v1/chat/completions", body, map[string]string{node.HeaderQueueTTL: ttl.String()})
 	owner := 0
