@@ -709,6 +709,10 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		if err != nil {
 			return rows, err
 		}
+		del, err := b.delegated(ctx, tn, nil)
+		if err != nil {
+			return rows, err
+		}
 		var pools *poolCounter
 		if dis != nil {
 			pools = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale)
@@ -728,6 +732,9 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 			if after != nil {
 				re := after.summary()
 				row.Residency = &re
+			}
+			if row.Delegated, rerr = b.delegated(ctx, tn, del); rerr != nil {
+				return rows, rerr
 			}
 			if dis != nil {
 				if row.Disaggregated, rerr = b.disaggregated(ctx, tn, dis); rerr != nil {
@@ -764,14 +771,7 @@ func (b *bencher) disaggregated(ctx context.Context, tn *testnet.Net, before map
 	if len(b.cfg.Disaggregated) == 0 {
 		return nil, nil
 	}
-	now, err := scrapeDisaggregated(ctx, tn.URLs())
-	if err != nil || before == nil {
-		return now, err
-	}
-	for k := range now {
-		now[k] -= before[k]
-	}
-	return now, nil
+	return scrapeOutcomes(ctx, tn.URLs(), disaggMetric, before)
 }
 
 // residency reads the residency model's error histograms of a testnet of external engines

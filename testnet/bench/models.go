@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/loadgen"
 )
 
@@ -99,17 +101,17 @@ func entryRows(rep *loadgen.Report, timeScale float64) (map[string]*EntryRow, *E
 
 // writeEntries writes the table of the rows' entries, with p a tabwriter's printf.
 func writeEntries(rows []Row, p func(format string, a ...any)) {
-	p("\npolicy\tload\tentry\tsent\tgoodput\tSLO att.\tcache hit\tp50 TTFT\tp99 TTFT\tother/own: hit\tatt.\tgoodput\tp50 TTFT added\n")
-	p("\t×cap\t\t\treq/s\t\t\ts\ts\t\t\t\tms\n")
+	p("\npolicy\tload\tentry\tsent\tgoodput\tSLO att.\tcache hit\tp50 TTFT\tp99 TTFT\tother/own: hit\tatt.\tgoodput\tp50 TTFT added\tdelegations\n")
+	p("\t×cap\t\t\treq/s\t\t\ts\ts\t\t\t\tms\t\n")
 	for _, row := range rows {
 		for _, name := range []string{loadgen.EntryOwn, loadgen.EntryOther} {
 			e := row.Entries[name]
 			if e == nil {
 				continue
 			}
-			cmp := "\t\t\t"
+			cmp := "\t\t\t\t"
 			if c := row.OtherOverOwn; c != nil && name == loadgen.EntryOther {
-				cmp = fmt.Sprintf("%.3f\t%.3f\t%.3f\t%.0f", c.HitRatio, c.Attainment, c.Goodput, 1000*c.AddedP50TTFT)
+				cmp = fmt.Sprintf("%.3f\t%.3f\t%.3f\t%.0f\t%s", c.HitRatio, c.Attainment, c.Goodput, 1000*c.AddedP50TTFT, counts(row.Delegated))
 			}
 			p("%s\t%.2g\t%s\t%d\t%.2f\t%s\t%s\t%.3f\t%.3f\t%s\n", row.Policy, row.Load, name, e.Sent, e.GoodputRPS, pct(e.Attainment),
 				pct(e.CacheHitRatio), e.P50TTFT, e.P99TTFT, cmp)
@@ -124,4 +126,16 @@ func modelsLine(models, nodes int, p func(format string, a ...any)) {
 		p("%d models over %d nodes: node i serves %s to %s by i mod %d; a request asks for its conversation's model and enters round-robin through every node, its model's (own) or another's (other)\n",
 			models, nodes, ModelName(0), ModelName(models-1), models)
 	}
+}
+
+// delegatedMetric counts requests for a model their ingress does not serve, by outcome.
+const delegatedMetric = "kvmesh_route_delegated_total"
+
+// delegated reads the testnet's delegations by outcome (delegatedMetric), as counted since
+// before when before is not nil; nil, with nothing read, for one model.
+func (b *bencher) delegated(ctx context.Context, tn *testnet.Net, before map[string]int) (map[string]int, error) {
+	if b.cfg.Models <= 1 {
+		return nil, nil
+	}
+	return scrapeOutcomes(ctx, tn.URLs(), delegatedMetric, before)
 }

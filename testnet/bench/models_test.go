@@ -87,6 +87,17 @@ func TestRunModels(t *testing.T) {
 			t.Errorf("%s: %d completed, oracle %v (none for several models)", row.Policy, row.Completed, row.OracleHitRatio)
 		}
 	}
+	// The requests entering through another model's node are handed to a delegate under
+	// kvmesh (a delegate that did not answer leaves one to the ingress: fallback), but for
+	// those the ingress ends first (a budget refusal, a client gone); none without delegation.
+	km, nd := res.Rows[0], res.Rows[1]
+	d := km.Delegated
+	if other := km.Entries[loadgen.EntryOther]; other == nil || d["delegated"] == 0 || d["delegated"]+d["fallback"]+d["no_delegate"] > other.Sent || d["served"] < d["delegated"] {
+		t.Errorf("kvmesh: delegations %v, want each of the %+v requests entering through another model's node", km.Delegated, km.Entries[loadgen.EntryOther])
+	}
+	if nd.Delegated["delegated"] != 0 || nd.Delegated["served"] != 0 {
+		t.Errorf("%s: delegations %v, want none", NoDelegatePolicy, nd.Delegated)
+	}
 	models := map[string]int{}
 	for dec := json.NewDecoder(&records); dec.More(); {
 		var r loadgen.RequestRecord

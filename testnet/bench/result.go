@@ -85,9 +85,11 @@ type Row struct {
 	PoolCorrelation *float64                 `json:"pool_correlation,omitempty"`
 	// With Config.Models: Entries holds the requests that entered through a node of their
 	// own model (loadgen.EntryOwn) and through another model's (loadgen.EntryOther), and
-	// OtherOverOwn compares them.
+	// OtherOverOwn compares them; Delegated counts the run's kvmesh_route_delegated_total by
+	// outcome (delegated, fallback and no_delegate at the ingress, served at the delegate).
 	Entries      map[string]*EntryRow `json:"entries,omitempty"`
 	OtherOverOwn *EntryComparison     `json:"other_over_own,omitempty"`
+	Delegated    map[string]int       `json:"delegated,omitempty"`
 	// Report is loadgen's report of the run, in wall time.
 	Report *loadgen.Report `json:"report"`
 }
