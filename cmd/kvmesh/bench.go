@@ -28,6 +28,7 @@ func benchFlags() []cli.Flag {
 	}
 	flags := []cli.Flag{
 		&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "nodes in every run's testnet", EnvVars: env("bench-nodes")},
+		&cli.IntFlag{Name: "models", Usage: "serve this many models, node i model i mod N, and send each conversation's requests for one of them through every node: each row then compares requests entering through their model's nodes and through other models' (delegated routing); --policies defaults to kvmesh,kvmesh-no-delegate", EnvVars: env("bench-models")},
 		&cli.StringFlag{Name: "engines", Value: d.Engines, Usage: "embedded (the simulated engine in each node) or external (each node in front of its own kvmesh engine over HTTP)", EnvVars: env("bench-engines")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "run the simulated engines this many times faster than real time (SLOs scale with it)", EnvVars: env("bench-time-scale")},
 		&cli.StringFlag{Name: "workload", Value: d.Workload, Usage: fmt.Sprintf("synthetic workload: %v", loadgen.Workloads()), EnvVars: env("bench-workload")},
@@ -83,7 +84,7 @@ func parsePolicies(s string) ([]bench.Policy, error) {
 		}
 		p, ok := bench.PolicyByName(name)
 		if !ok {
-			return nil, fmt.Errorf("bench: --policies: unknown policy %q (have %s)", name, strings.Join(bench.PolicyNames(), ", "))
+			return nil, fmt.Errorf("bench: --policies: unknown policy %q (have %s, %s)", name, strings.Join(bench.PolicyNames(), ", "), bench.NoDelegatePolicy)
 		}
 		out = append(out, p)
 	}
@@ -119,6 +120,10 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 		return cfg, err
 	}
 	cfg.Nodes = c.Int("nodes")
+	cfg.Models = c.Int("models")
+	if cfg.Models > 1 && !c.IsSet("policies") {
+		cfg.Policies = nil // the multi-model policies
+	}
 	cfg.Engines = c.String("engines")
 	cfg.TimeScale = c.Float64("time-scale")
 	cfg.Workload = c.String("workload")

@@ -189,7 +189,7 @@ func isSelector(e ast.Expr, pkg, name string) bool {
 }
 
 // TestOperatingDocListsEveryTestnetFlag fails for a flag of `kvmesh testnet`, and for the
-// bench's testnet flags (--engines, --baseline-scheduling, the disaggregated mode's), that
+// bench's testnet flags (--engines, --baseline-scheduling, the disaggregated mode's, --models), that
 // docs/operating.md does not list with its environment variable.
 func TestOperatingDocListsEveryTestnetFlag(t *testing.T) {
 	doc := readOperatingDoc(t)
@@ -198,7 +198,7 @@ func TestOperatingDocListsEveryTestnetFlag(t *testing.T) {
 	}
 	for _, f := range benchCommand().Flags {
 		if slices.ContainsFunc(f.Names(), func(n string) bool {
-			return slices.Contains([]string{"engines", "baseline-scheduling", "disaggregated", "disagg-link-gbps", "pool-plot"}, n)
+			return slices.Contains([]string{"engines", "baseline-scheduling", "disaggregated", "disagg-link-gbps", "pool-plot", "models"}, n)
 		}) {
 			checkFlagDocumented(t, doc, "kvmesh bench", f)
 		}

@@ -418,6 +418,21 @@ func TestBenchDisaggregated(t *testing.T) {
 	}
 }
 
+// TestBenchModels pins --models: the multi-model policies (kvmesh beside kvmesh-no-delegate)
+// unless --policies names others, and kvmesh-no-delegate is a policy --policies takes.
+func TestBenchModels(t *testing.T) {
+	if cfg := parseBench(t); cfg.Models != 0 || len(cfg.Policies) != 5 {
+		t.Errorf("default: %d models, %d policies", cfg.Models, len(cfg.Policies))
+	}
+	if cfg := parseBench(t, "--models", "2"); cfg.Models != 2 || cfg.Policies != nil {
+		t.Errorf("--models 2: %d models, policies %v; want the bench's multi-model policies", cfg.Models, cfg.Policies)
+	}
+	cfg := parseBench(t, "--models", "2", "--policies", "kvmesh-no-delegate")
+	if len(cfg.Policies) != 1 || !cfg.Policies[0].NoDelegate {
+		t.Errorf("--policies kvmesh-no-delegate: %+v", cfg.Policies)
+	}
+}
+
 // TestSharedPrefixFlags pins the shared-prefix workload's flags of load and bench, and bench's
 // --warmup: loadgen's and bench's defaults unless set.
 func TestSharedPrefixFlags(t *testing.T) {

@@ -45,6 +45,8 @@ type Policy struct {
 	// Roles gives node i of the policy's testnet the role Roles[i] (testnet.Config.Roles:
 	// mixed, prefill or decode); empty is a mesh of mixed nodes.
 	Roles []string `json:"roles,omitempty"`
+	// NoDelegate turns delegated routing off on every node (route.delegate: false).
+	NoDelegate bool `json:"no_delegate,omitempty"`
 }
 
 // ClientTimeout is how long, in simulated time, the load generator's clients wait for a whole
@@ -86,13 +88,17 @@ func DefaultPolicies() []Policy {
 	}
 }
 
-// PolicyByName returns the DefaultPolicies entry called name.
+// PolicyByName returns the DefaultPolicies or MultiModelPolicies entry called name.
 func PolicyByName(name string) (Policy, bool) {
-	i := slices.IndexFunc(DefaultPolicies(), func(p Policy) bool { return p.Name == name })
-	if i < 0 {
-		return Policy{}, false
+	for _, p := range DefaultPolicies() {
+		if p.Name == name {
+			return p, true
+		}
 	}
-	return DefaultPolicies()[i], true
+	if name == NoDelegatePolicy {
+		return MultiModelPolicies()[1], true
+	}
+	return Policy{}, false
 }
 
 // PolicyNames lists the names of DefaultPolicies.
@@ -108,6 +114,12 @@ func PolicyNames() []string {
 type Config struct {
 	// Nodes is the testnet size of every run.
 	Nodes int
+	// Models, if above 1, makes every testnet a multi-model mesh: node i serves ModelName(i mod
+	// Models) alone, each request asks for its conversation's model (loadgen.Config.Models)
+	// and enters round-robin through every node, its own model's or another's, and each Row
+	// breaks its requests down by entry (Row.Entries). Policies then defaults to
+	// MultiModelPolicies. 0 is one model.
+	Models int
 	// Engines is where each node's simulated engine runs: testnet.EnginesEmbedded (the
 	// default, in the node) or testnet.EnginesExternal (a standalone engine per node, reached
 	// over HTTP as vLLM is, with the same Sim settings: TimeScale, KVBlocks, the policy's
@@ -294,6 +306,15 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = def.TimeScale
 	}
+	if cfg.Models < 0 || cfg.Models > cfg.Nodes {
+		return bad("models %d must be in [0, nodes %d]", cfg.Models, cfg.Nodes)
+	}
+	if cfg.Models > 1 && len(cfg.Disaggregated) > 0 {
+		return bad("models and disaggregated roles do not combine")
+	}
+	if cfg.Models > 1 && len(cfg.Policies) == 0 {
+		cfg.Policies = MultiModelPolicies()
+	}
 	if cfg.Workload == "" && cfg.Trace == "" {
 		cfg.Workload = def.Workload
 	}
@@ -402,7 +423,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{
-		Nodes: cfg.Nodes, Engines: cfg.Engines, TimeScale: cfg.TimeScale, Workload: cfg.Workload, Trace: cfg.Trace,
+		Nodes: cfg.Nodes, Models: cfg.Models, Engines: cfg.Engines, TimeScale: cfg.TimeScale, Workload: cfg.Workload, Trace: cfg.Trace,
 		Speedup: cfg.Speedup, Scale: cfg.Scale, Seed: cfg.Seed, Duration: cfg.Duration.Seconds(),
 		KVBlocks: cfg.KVBlocks, Loads: slices.Clone(cfg.Loads), Policies: slices.Clone(cfg.Policies),
 		Interactive: cfg.Interactive.Name, BaselineScheduling: cfg.BaselineScheduling,
@@ -475,6 +496,12 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			if p.QueueCap > 0 {
 				nc.QueueCap = p.QueueCap
 			}
+			if p.NoDelegate {
+				nc.Route.Delegate = new(bool)
+			}
+			if b.cfg.Models > 1 {
+				nc.Models = []string{ModelName(i % b.cfg.Models)}
+			}
 			// The failure detector keeps LAN-like patience: a process saturated by a burst
 			// answers a probe late, and a peer wrongly suspected loses its prefixes for every
 			// policy alike. State and prefixes still spread at the fast timers.
@@ -513,6 +540,7 @@ func (b *bencher) load(urls []string, wallRate float64, window time.Duration) lo
 	lc := loadgen.DefaultConfig()
 	lc.Targets = urls
 	lc.Model = node.DefaultModel
+	lc.Models = modelTargets(urls, b.cfg.Models)
 	lc.Workload, lc.Trace = b.cfg.Workload, b.cfg.Trace
 	lc.Speedup, lc.Scale, lc.TraceBatchFraction = b.cfg.Speedup, b.cfg.Scale, b.cfg.TraceBatchFraction
 	lc.SharedPrefix = b.cfg.SharedPrefix
@@ -681,6 +709,10 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		if err != nil {
 			return rows, err
 		}
+		del, err := b.delegated(ctx, tn, nil)
+		if err != nil {
+			return rows, err
+		}
 		var pools *poolCounter
 		if dis != nil {
 			pools = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale)
@@ -700,6 +732,9 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 			if after != nil {
 				re := after.summary()
 				row.Residency = &re
+			}
+			if row.Delegated, rerr = b.delegated(ctx, tn, del); rerr != nil {
+				return rows, rerr
 			}
 			if dis != nil {
 				if row.Disaggregated, rerr = b.disaggregated(ctx, tn, dis); rerr != nil {
@@ -736,14 +771,7 @@ func (b *bencher) disaggregated(ctx context.Context, tn *testnet.Net, before map
 	if len(b.cfg.Disaggregated) == 0 {
 		return nil, nil
 	}
-	now, err := scrapeDisaggregated(ctx, tn.URLs())
-	if err != nil || before == nil {
-		return now, err
-	}
-	for k := range now {
-		now[k] -= before[k]
-	}
-	return now, nil
+	return scrapeOutcomes(ctx, tn.URLs(), disaggMetric, before)
 }
 
 // residency reads the residency model's error histograms of a testnet of external engines

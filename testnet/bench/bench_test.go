@@ -61,6 +61,10 @@ func TestValidate(t *testing.T) {
 		{"negative link", func(c *Config) { c.LinkGBps = -1 }, false},
 		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, false},
 		{"shared-prefix workload", func(c *Config) { c.Workload = "shared-prefix" }, true},
+		{"two models", func(c *Config) { c.Models = 2 }, true},
+		{"negative models", func(c *Config) { c.Models = -1 }, false},
+		{"more models than nodes", func(c *Config) { c.Nodes, c.Models = 2, 3 }, false},
+		{"models on disaggregated roles", func(c *Config) { c.Models, c.Disaggregated = 2, []string{"prefill", "decode"} }, false},
 		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name; c.Interactive.Name = "x"; c.Batch.Name = "x" }, false},
 	}
 	for _, tt := range tests {
@@ -86,6 +90,9 @@ func TestValidate(t *testing.T) {
 					!slices.Equal(got.Policies[1].Roles, cfg.Disaggregated) || got.Policies[0].Roles != nil {
 					t.Errorf("disaggregated: %d nodes, policies %+v", got.Nodes, got.Policies)
 				}
+			}
+			if cfg.Models > 1 && (len(got.Policies) != 2 || got.Policies[1].Name != NoDelegatePolicy || !got.Policies[1].NoDelegate || got.Policies[0].NoDelegate) {
+				t.Errorf("models: policies %+v, want kvmesh and %s", got.Policies, NoDelegatePolicy)
 			}
 			if got.Engines == "" || got.LinkGBps != 25 || got.Nodes <= 0 || got.TimeScale <= 0 || len(got.Loads) == 0 || len(got.Policies) == 0 ||
 				got.Duration <= 0 || got.KVBlocks <= 0 || got.ProbeDuration <= 0 || got.ProbeRate <= 0 || got.ProbeAttainment <= 0 || got.ProbeSteps <= 0 {

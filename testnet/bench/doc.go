@@ -50,6 +50,16 @@
 // node boundaries, no KV held by running requests and no prefill delay, so routing over that
 // much memory does not do much better under LRU; it is not an optimal (Belady) bound.
 //
+// Models above 1 runs every testnet as a multi-model mesh: node i serves ModelName(i mod
+// Models) alone, each request asks for the model of its conversation (loadgen.Config.Models:
+// requests that could reuse one another's prefix ask for one model) and enters round-robin
+// through every node, so a model's traffic enters through its own nodes and through other
+// models' alike. Each Row then sets the requests entering through other models' nodes, which
+// kvmesh delegates to a member of their model's domain, against those entering through their
+// own model's (Row.Entries, Row.OtherOverOwn: cache hit ratio, attainment, goodput, and the
+// median TTFT the hop adds). Its default policies are kvmesh and NoDelegatePolicy, kvmesh
+// with delegation off; the oracle is not computed (each model's caches are its own).
+//
 // Disaggregated runs DisaggPolicy, kvmesh on nodes of those roles (prefill, decode, mixed),
 // beside kvmesh on as many mixed nodes; each run then also reports its split and whole
 // dispatches and a per-pool timeline of accepted and refused requests (see poolCounter).

@@ -67,9 +67,10 @@ func (o *lruOracle) serve(items []loadgen.Item, blockTokens int) (cached, prompt
 // oracle (see the package doc): one LRU cache of Nodes × KVBlocks blocks, fed every planned
 // request's prompt, warm-up runs' included, in the order a policy's testnet receives them, the
 // ratio counted over each measured run's requests. Nil for the agents workload, whose later
-// prompts carry what the server answered.
+// prompts carry what the server answered, and for a multi-model mesh, whose caches are each
+// model's own.
 func (b *bencher) oracleHitRatios(wallCapacity float64) ([]float64, error) {
-	if b.cfg.Trace == "" && b.cfg.Workload == "agents" {
+	if (b.cfg.Trace == "" && b.cfg.Workload == "agents") || b.cfg.Models > 1 {
 		return nil, nil
 	}
 	const nowhere = "http://127.0.0.1" // Plan validates a target it never contacts

@@ -195,11 +195,17 @@ func correlation(a, b []int) (float64, bool) {
 // whole_* (why the request ran whole), then what became of split requests' halves.
 const disaggMetric = "kvmesh_route_disaggregated_total"
 
-// scrapeDisaggregated sums disaggMetric by outcome over the nodes at urls. A mesh of mixed
-// nodes never counts it: an empty map.
-func scrapeDisaggregated(ctx context.Context, urls []string) (map[string]int, error) {
+// scrapeOutcomes sums metric by outcome over the nodes at urls, less before's counts when
+// before is not nil. A mesh that never counts it gives an empty map.
+func scrapeOutcomes(ctx context.Context, urls []string, metric string, before map[string]int) (map[string]int, error) {
 	sum := map[string]int{}
-	return sum, scrapeEach(ctx, urls, func(r io.Reader) error { return parseOutcomes(r, disaggMetric, sum) })
+	if err := scrapeEach(ctx, urls, func(r io.Reader) error { return parseOutcomes(r, metric, sum) }); err != nil {
+		return nil, err
+	}
+	for k := range sum {
+		sum[k] -= before[k]
+	}
+	return sum, nil
 }
 
 // parseOutcomes adds the samples of metric, by their outcome label, of a text exposition to sum.

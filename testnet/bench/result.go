@@ -83,6 +83,13 @@ type Row struct {
 	Whole           int                      `json:"whole"`
 	Pools           map[string]*PoolTimeline `json:"pools,omitempty"`
 	PoolCorrelation *float64                 `json:"pool_correlation,omitempty"`
+	// With Config.Models: Entries holds the requests that entered through a node of their
+	// own model (loadgen.EntryOwn) and through another model's (loadgen.EntryOther), and
+	// OtherOverOwn compares them; Delegated counts the run's kvmesh_route_delegated_total by
+	// outcome (delegated, fallback and no_delegate at the ingress, served at the delegate).
+	Entries      map[string]*EntryRow `json:"entries,omitempty"`
+	OtherOverOwn *EntryComparison     `json:"other_over_own,omitempty"`
+	Delegated    map[string]int       `json:"delegated,omitempty"`
 	// Report is loadgen's report of the run, in wall time.
 	Report *loadgen.Report `json:"report"`
 }
@@ -109,6 +116,7 @@ func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64,
 		r.HighSent, r.HighAttainment, r.HighP99TPOT = c.Sent, c.Attainment, c.TPOT.P99*timeScale
 	}
 	r.Bounds = Bounds(rep)
+	r.Entries, r.OtherOverOwn = entryRows(rep, timeScale)
 	for _, b := range r.Bounds {
 		if b.Class == interactive {
 			r.HighBound, r.HighBoundRatio = b.Bound, b.Ratio
@@ -209,6 +217,8 @@ func Ratios(rows []Row) []Ratio {
 // Result is a benchmark's outcome. Its JSON field names are stable.
 type Result struct {
 	Nodes int `json:"nodes"`
+	// Models is Config.Models (0: one model).
+	Models int `json:"models,omitempty"`
 	// Engines is where the simulated engines ran: embedded in the nodes or external.
 	Engines   string  `json:"engines"`
 	TimeScale float64 `json:"time_scale"`
@@ -342,6 +352,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	p("kvmesh bench: %d nodes, %s engines, %s, seed %d, time scale %g, %gs per run%s, %d KV blocks per engine\n",
 		r.Nodes, engines, src, r.Seed, r.TimeScale, r.Duration, warm, r.KVBlocks)
 	p("engine scheduling (baseline %s): %s\n", r.BaselineScheduling, schedulingByPolicy(r.Policies))
+	modelsLine(r.Models, r.Nodes, p)
 	if r.BatchedTokens > 0 {
 		p("engines' step budget %d tokens\n", r.BatchedTokens)
 	}
@@ -383,6 +394,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 				p("%s\t%.2g\t%s\t%d\t%d\t%s\t%s\t%s\n", row.Policy, row.Load, b.Class, b.Sent, b.Good, pct(b.Attainment), pct(b.Bound), boundRatio(b.Bound, b.Ratio))
 			}
 		}
+	}
+	if slices.ContainsFunc(r.Rows, func(row Row) bool { return len(row.Entries) > 0 }) {
+		writeEntries(r.Rows, p)
 	}
 	if len(r.Disaggregated) > 0 {
 		p("\npolicy\tload\tsplit\twhole\taccepted/refused by pool\taccepted/s CV by pool\tcorr(prefill, decode)\n")

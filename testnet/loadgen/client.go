@@ -50,6 +50,9 @@ type Result struct {
 	Kind    string
 	Class   Class
 	Outcome Outcome
+	// Model is the model asked for; Entry, with Config.Models, is EntryOwn or EntryOther: how
+	// the request entered the mesh.
+	Model, Entry string
 	// Status and Reason are set for refusals (Reason from X-Kvmesh-Reason, else the error
 	// body's code, else its type).
 	Status int
@@ -288,23 +291,22 @@ func parseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 // client sends requests.
 type client struct {
 	http       *http.Client
-	model      string
 	apiKey     string
 	fittedTTFT bool
 	// naturalLengths lets the engine end a reply before max_tokens (Config.NaturalLengths).
 	naturalLengths bool
 }
 
-// attempt sends one request to target and measures it from start. A context error ends it as
-// a failure.
-func (c *client) attempt(ctx context.Context, target string, it *Item, msgs []Message, start time.Time, final bool) Result {
+// attempt sends one request for model to target and measures it from start. A context error
+// ends it as a failure.
+func (c *client) attempt(ctx context.Context, target, model string, it *Item, msgs []Message, start time.Time, final bool) Result {
 	res := Result{Kind: it.Kind, Class: it.Class}
 	fail := func(kind string) Result {
 		res.Outcome, res.Failure = Failed, kind
 		res.E2E = time.Since(start)
 		return res
 	}
-	req := chatRequest{Model: c.model, Messages: msgs, MaxTokens: it.MaxTokens, IgnoreEOS: !c.naturalLengths, Stream: true}
+	req := chatRequest{Model: model, Messages: msgs, MaxTokens: it.MaxTokens, IgnoreEOS: !c.naturalLengths, Stream: true}
 	req.StreamOptions.IncludeUsage = true
 	body, err := json.Marshal(req)
 	if err != nil {

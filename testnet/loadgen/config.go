@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -43,8 +44,15 @@ var (
 type Config struct {
 	// Targets are base URLs (http://host:port); requests are spread over them round-robin.
 	Targets []string
-	// Model is the "model" field of every request.
+	// Model is the "model" field of every request, unless Models is set.
 	Model string
+	// Models, if set, spreads the requests over several models, each served by some of the
+	// Targets: a request asks for Models[Item.Conversation() mod len(Models)], so requests
+	// that could reuse one another's prefix ask for one model, and is sent round-robin over all
+	// Targets as without it. A request sent to one of its model's own Targets enters through
+	// its own model's node (EntryOwn), any other through another model's (EntryOther); the
+	// Report breaks the run down by entry (Report.Entries).
+	Models []ModelTargets
 	// Workload names a synthetic workload (see Workloads); ignored when Trace is set.
 	Workload string
 	// Trace is a Mooncake JSONL, Azure LLM inference CSV or BurstGPT CSV file to replay (the
@@ -134,6 +142,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// ModelTargets is one model of Config.Models and the targets that serve it.
+type ModelTargets struct {
+	Name string `json:"name"`
+	// Targets are the base URLs of the nodes serving the model, each one of Config.Targets.
+	Targets []string `json:"targets"`
+}
+
+// Entries of a request with Config.Models: sent to a node serving its model, or to one that
+// does not.
+const (
+	EntryOwn   = "own"
+	EntryOther = "other"
+)
+
 // SharedPrefix shapes the "shared-prefix" workload: Tenants tenants, each with a system prompt
 // every one of its requests carries byte for byte, then a question of its own; a FollowUps
 // fraction of requests continue one of their tenant's conversations instead, their prompt the
@@ -213,8 +235,11 @@ func (cfg Config) validate() (Config, error) {
 			return bad("target %q is not an http(s) base URL", t)
 		}
 	}
-	if cfg.Model == "" {
+	if cfg.Model == "" && len(cfg.Models) == 0 {
 		return bad("no model")
+	}
+	if err := validModels(cfg.Models, cfg.Targets); err != nil {
+		return cfg, err
 	}
 	if cfg.Trace == "" && cfg.Workload == "" {
 		return bad("neither workload nor trace")
@@ -297,4 +322,25 @@ func (cfg Config) validate() (Config, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return cfg, nil
+}
+
+// validModels checks Config.Models: names given and distinct, each model served by at least
+// one of targets.
+func validModels(models []ModelTargets, targets []string) error {
+	seen := map[string]bool{}
+	for _, m := range models {
+		if m.Name == "" || seen[m.Name] {
+			return fmt.Errorf("%w: model name %q empty or repeated", ErrConfig, m.Name)
+		}
+		seen[m.Name] = true
+		if len(m.Targets) == 0 {
+			return fmt.Errorf("%w: model %s has no targets", ErrConfig, m.Name)
+		}
+		for _, t := range m.Targets {
+			if !slices.Contains(targets, t) {
+				return fmt.Errorf("%w: model %s's target %q is not one of the targets", ErrConfig, m.Name, t)
+			}
+		}
+	}
+	return nil
 }

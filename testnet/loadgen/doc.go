@@ -28,7 +28,10 @@
 // gives each of many tenants a long system prompt its requests share, with multi-turn
 // follow-ups whose prompt is an earlier request's prompt and planned reply. Config.Variant
 // draws another stream of requests over the same shared texts, to warm a mesh up without
-// sending the requests a measurement will.
+// sending the requests a measurement will. Config.Models spreads a run over several models by
+// conversation (Item.Conversation), each served by some of the targets, and reports the
+// requests that entered through a node serving their model apart from the others
+// (Report.Entries).
 //
 // Arrivals are open-loop: a request is sent at its planned time whether or not earlier ones have
 // finished (Concurrency, if set, bounds requests in flight; latency is measured from the moment a

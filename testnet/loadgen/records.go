@@ -15,7 +15,9 @@ type RequestRecord struct {
 	EndS    float64 `json:"end_s"`         // when it ended, since the run started
 	Kind    string  `json:"kind"`
 	Class   string  `json:"class"`
-	Outcome string  `json:"outcome"` // completed, refused or failed
+	Model   string  `json:"model,omitempty"`
+	Entry   string  `json:"entry,omitempty"` // Result.Entry
+	Outcome string  `json:"outcome"`         // completed, refused or failed
 	Status  int     `json:"status,omitempty"`
 	Reason  string  `json:"reason,omitempty"`
 	Failure string  `json:"failure,omitempty"`
@@ -74,7 +76,7 @@ func (rc *recorder) write(it *Item, r *Result) {
 	for _, g := range r.ITL {
 		maxITL = max(maxITL, g)
 	}
-	rec := RequestRecord{Run: rc.run, EndS: time.Since(rc.start).Seconds(), Kind: r.Kind, Class: r.Class.Name,
+	rec := RequestRecord{Run: rc.run, EndS: time.Since(rc.start).Seconds(), Kind: r.Kind, Class: r.Class.Name, Model: r.Model, Entry: r.Entry,
 		Outcome: r.Outcome.String(), Status: r.Status, Reason: r.Reason, Failure: r.Failure, Node: r.Node, PrefillNode: r.PrefillNode,
 		PlannedPromptTokens: planned, MaxTokens: it.MaxTokens,
 		PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,

@@ -49,6 +49,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("%s\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t%.1fms\t%.1fms\n", name, k.Sent, k.Completed, k.Refused, k.Failed, k.Good,
 			100*k.Attainment, 1000*k.TTFT.P99, 1000*k.E2E.P99)
 	}
+	if len(r.Entries) > 0 {
+		p("\nentry\tsent\tcompleted\trefused\tfailed\tgood\tattainment\tcache hit\tp50 TTFT\tp99 TTFT\n")
+		for _, name := range slices.Sorted(maps.Keys(r.Entries)) {
+			e := r.Entries[name]
+			p("%s\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t%.1f%%\t%.1fms\t%.1fms\n", name, e.Sent, e.Completed, e.Refused, e.Failed, e.Good,
+				100*e.Attainment, 100*e.CachedRatio, 1000*e.TTFT.P50, 1000*e.TTFT.P99)
+		}
+	}
 	p("\n")
 	for _, m := range []struct {
 		name string

@@ -15,6 +15,7 @@ import (
 type runner struct {
 	cfg    Config
 	c      client
+	models []modelRoute // Config.Models
 	col    *collector
 	rec    *recorder
 	rr     atomic.Uint64 // round-robin over targets
@@ -45,7 +46,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer tr.CloseIdleConnections()
 		hc = &http.Client{Transport: tr}
 	}
-	r := &runner{cfg: cfg, c: client{http: hc, model: cfg.Model, apiKey: cfg.APIKey, fittedTTFT: cfg.FittedTTFT, naturalLengths: cfg.NaturalLengths}, col: newCollector()}
+	r := &runner{cfg: cfg, c: client{http: hc, apiKey: cfg.APIKey, fittedTTFT: cfg.FittedTTFT, naturalLengths: cfg.NaturalLengths}, col: newCollector()}
+	for _, m := range cfg.Models {
+		mr := modelRoute{name: m.Name, own: map[string]bool{}}
+		for _, t := range m.Targets {
+			mr.own[t] = true
+		}
+		r.models = append(r.models, mr)
+	}
 	if cfg.Concurrency > 0 {
 		r.sem = make(chan struct{}, cfg.Concurrency)
 	}
@@ -185,12 +193,19 @@ func (r *runner) request(ctx context.Context, it *Item, msgs []Message, final bo
 	r.issued.Add(1)
 	start := time.Now()
 	retried := false
+	model, own := r.modelOf(it)
 	for attempt := 0; ; attempt++ {
 		target := r.cfg.Targets[int(r.rr.Add(1)-1)%len(r.cfg.Targets)]
 		actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		res := r.c.attempt(actx, target, it, msgs, start, final)
+		res := r.c.attempt(actx, target, model, it, msgs, start, final)
 		cancel()
-		res.Retried = retried
+		res.Model, res.Retried = model, retried
+		if own != nil {
+			res.Entry = EntryOther
+			if own[target] {
+				res.Entry = EntryOwn
+			}
+		}
 		if res.Outcome == Failed && res.Failure == FailTimeout && ctx.Err() != nil {
 			res.Failure = FailCanceled // the run ended, not this request's Timeout
 		}
@@ -212,6 +227,22 @@ func (r *runner) request(ctx context.Context, it *Item, msgs []Message, final bo
 		}
 		retried = true
 	}
+}
+
+// modelRoute is one model of Config.Models and the set of its own targets.
+type modelRoute struct {
+	name string
+	own  map[string]bool
+}
+
+// modelOf is the model it asks for (see Config.Models) and the set of that model's own
+// targets, nil without Config.Models.
+func (r *runner) modelOf(it *Item) (string, map[string]bool) {
+	if len(r.models) == 0 {
+		return r.cfg.Model, nil
+	}
+	m := r.models[it.Conversation()%uint64(len(r.models))]
+	return m.name, m.own
 }
 
 // progress writes a progress line to cfg.Progress every ProgressInterval until the returned

@@ -699,3 +699,101 @@ func TestRunTraceRunsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestRunModels pins Config.Models: every turn of a conversation asks for one model, both
+// models are asked for, a request counts as entering through its own model's node exactly
+// when the target it was sent to serves its model, and the report breaks the run down by
+// entry (the fakes cache half of a prompt of their own model and a tenth of another's).
+func TestRunModels(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	var trace strings.Builder
+	const conversations, turns = 10, 4
+	for i := range conversations * turns {
+		fmt.Fprintf(&trace, `{"timestamp": %d, "input_length": 1100, "output_length": 2, "hash_ids": [0, %d, %d]}`+"\n", i, 100+i%conversations, 1000+i)
+	}
+	if err := os.WriteFile(path, []byte(trace.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	models := []string{"model-a", "model-b"}
+	var fakes []*fake
+	var targets []string
+	mt := []ModelTargets{{Name: models[0]}, {Name: models[1]}}
+	for i := range 4 {
+		serves := models[i%2]
+		f := newFake(t, func(_ int, req chatRequest) step {
+			pct := 10
+			if req.Model == serves {
+				pct = 50
+			}
+			return step{tokens: req.MaxTokens, cachedPct: pct}
+		}, nil)
+		fakes = append(fakes, f)
+		targets = append(targets, f.srv.URL)
+		mt[i%2].Targets = append(mt[i%2].Targets, f.srv.URL)
+	}
+	cfg := runCfg("", targets...)
+	cfg.Trace, cfg.Rate, cfg.Speedup, cfg.Models = path, 0, 1000, mt
+	var records bytes.Buffer
+	cfg.Requests = &records
+	rep := mustRun(t, cfg)
+
+	byConversation := map[string]string{} // hash id 1's text → model
+	ownSent := 0
+	for i, f := range fakes {
+		for _, c := range f.requests() {
+			conv := c.req.Messages[0].Content[:2*MooncakeBlockTokens*bytesPerToken]
+			if m, ok := byConversation[conv]; ok && m != c.req.Model {
+				t.Fatalf("a conversation asked for %s and %s", m, c.req.Model)
+			}
+			byConversation[conv] = c.req.Model
+			if c.req.Model == models[i%2] {
+				ownSent++
+			}
+		}
+	}
+	asked := map[string]int{}
+	for _, m := range byConversation {
+		asked[m]++
+	}
+	if len(byConversation) != conversations || len(asked) != 2 {
+		t.Fatalf("%d conversations asked for models %v, want %d over both", len(byConversation), asked, conversations)
+	}
+	own, other := rep.Entries[EntryOwn], rep.Entries[EntryOther]
+	if own == nil || other == nil || own.Sent != ownSent || own.Sent+other.Sent != rep.Sent || rep.Sent != conversations*turns {
+		t.Fatalf("entries %+v / %+v of %d sent, want %d own", own, other, rep.Sent, ownSent)
+	}
+	if own.CachedRatio < 0.49 || own.CachedRatio > 0.51 || other.CachedRatio < 0.09 || other.CachedRatio > 0.11 {
+		t.Errorf("cached ratios own %.3f other %.3f, want 0.5 and 0.1", own.CachedRatio, other.CachedRatio)
+	}
+	entries := map[string]int{}
+	for dec := json.NewDecoder(&records); dec.More(); {
+		var r RequestRecord
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Model == "" {
+			t.Fatalf("record %+v names no model", r)
+		}
+		entries[r.Entry]++
+	}
+	if entries[EntryOwn] != own.Sent || entries[EntryOther] != other.Sent {
+		t.Errorf("records by entry %v, report own %d other %d", entries, own.Sent, other.Sent)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "entry") {
+		t.Errorf("table lacks the entries (%v):\n%s", err, table.String())
+	}
+
+	for name, bad := range map[string][]ModelTargets{
+		"repeated name":    {{Name: "a", Targets: targets[:1]}, {Name: "a", Targets: targets[1:2]}},
+		"no targets":       {{Name: "a"}},
+		"unknown target":   {{Name: "a", Targets: []string{"http://127.0.0.1:1"}}},
+		"empty model name": {{Targets: targets[:1]}},
+	} {
+		c := cfg
+		c.Models = bad
+		if _, err := Run(context.Background(), c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: Run = %v, want ErrConfig", name, err)
+		}
+	}
+}

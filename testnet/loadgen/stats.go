@@ -72,6 +72,7 @@ func (s *samples) summary() Percentiles {
 type group struct {
 	class                                  Class
 	sent, completed, refused, failed, good int
+	promptTokens, cachedTokens             int
 	ttft, tpot, e2e                        samples
 }
 
@@ -98,6 +99,8 @@ func (g *group) add(r *Result) {
 			g.tpot.add(r.TPOT())
 		}
 		g.e2e.add(r.E2E)
+		g.promptTokens += r.PromptTokens
+		g.cachedTokens += r.CachedTokens
 	case Refused:
 		g.refused++
 	default:
@@ -109,6 +112,7 @@ func (g *group) report(window float64) GroupReport {
 	return GroupReport{
 		Sent: g.sent, Completed: g.completed, Refused: g.refused, Failed: g.failed, Good: g.good,
 		Goodput: ratio(float64(g.good), window), Attainment: ratio(float64(g.good), float64(g.sent)),
+		PromptTokens: g.promptTokens, CachedTokens: g.cachedTokens, CachedRatio: ratio(float64(g.cachedTokens), float64(g.promptTokens)),
 		TTFT: g.ttft.summary(), TPOT: g.tpot.summary(), E2E: g.e2e.summary(),
 	}
 }
@@ -122,7 +126,7 @@ type collector struct {
 	recomputedTokens                      int
 	completedInWindow, outTokensInWindow  int
 	ttft, tpot, itl, e2e                  samples
-	classes, kinds                        map[string]*group
+	classes, kinds, entries               map[string]*group
 	byStatus, byReason, failures, nodes   map[string]int
 	retryAfterN                           int
 	retryAfterSum                         time.Duration
@@ -130,7 +134,7 @@ type collector struct {
 
 func newCollector() *collector {
 	return &collector{
-		classes: map[string]*group{}, kinds: map[string]*group{}, byStatus: map[string]int{}, byReason: map[string]int{},
+		classes: map[string]*group{}, kinds: map[string]*group{}, entries: map[string]*group{}, byStatus: map[string]int{}, byReason: map[string]int{},
 		failures: map[string]int{}, nodes: map[string]int{},
 	}
 }
@@ -142,6 +146,9 @@ func (c *collector) add(r *Result, inWindow bool) {
 	defer c.mu.Unlock()
 	groupOf(c.classes, r.Class.Name, r.Class).add(r)
 	groupOf(c.kinds, r.Kind, r.Class).add(r)
+	if r.Entry != "" {
+		groupOf(c.entries, r.Entry, r.Class).add(r)
+	}
 	c.sent++
 	if r.Retried {
 		c.retried++
@@ -203,11 +210,15 @@ type GroupReport struct {
 	Failed    int `json:"failed"`
 	Good      int `json:"good"`
 	// Goodput is Good per second of Report.Window; Attainment is Good/Sent.
-	Goodput    float64     `json:"goodput_rps"`
-	Attainment float64     `json:"slo_attainment"`
-	TTFT       Percentiles `json:"ttft"`
-	TPOT       Percentiles `json:"tpot"`
-	E2E        Percentiles `json:"e2e"`
+	Goodput    float64 `json:"goodput_rps"`
+	Attainment float64 `json:"slo_attainment"`
+	// Tokens of the completed requests; CachedRatio is CachedTokens/PromptTokens.
+	PromptTokens int         `json:"prompt_tokens"`
+	CachedTokens int         `json:"cached_tokens"`
+	CachedRatio  float64     `json:"cached_ratio"`
+	TTFT         Percentiles `json:"ttft"`
+	TPOT         Percentiles `json:"tpot"`
+	E2E          Percentiles `json:"e2e"`
 }
 
 // ClassReport is one priority class's part of a Report.
@@ -269,6 +280,9 @@ type Report struct {
 	// differ by orders of magnitude.
 	Classes map[string]*ClassReport `json:"classes"`
 	Kinds   map[string]*GroupReport `json:"kinds"`
+	// Entries, with Config.Models, by how requests entered the mesh: EntryOwn through a node
+	// serving their model, EntryOther through one that does not.
+	Entries map[string]*GroupReport `json:"entries,omitempty"`
 	// RefusalsByStatus is keyed by HTTP status, RefusalsByReason by reason; Failures by kind;
 	// Nodes counts completed requests by X-Kvmesh-Node.
 	RefusalsByStatus map[string]int `json:"refusals_by_status"`
@@ -323,6 +337,13 @@ func (c *collector) report(window, elapsed time.Duration) *Report {
 	for name, g := range c.kinds {
 		gr := g.report(per)
 		r.Kinds[name] = &gr
+	}
+	for name, g := range c.entries {
+		if r.Entries == nil {
+			r.Entries = map[string]*GroupReport{}
+		}
+		gr := g.report(per)
+		r.Entries[name] = &gr
 	}
 	return r
 }

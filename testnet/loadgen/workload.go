@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -92,6 +93,29 @@ func replyKey(userKey uint64) uint64 { return mix(userKey ^ 0x7265706c79) }
 // text fixed by the plan, whatever the server answered, so a conversation is a function of the
 // seed (an engine that caches only prompts' KV reuses the turns before it either way).
 func (it Item) ReplyText() string { return Text(replyKey(it.p.userKey), it.MaxTokens*bytesPerToken) }
+
+// Conversation is a key shared by requests that can reuse one another's prefix: a trace
+// request's first two blocks (the first is often a system prompt every request carries, and
+// conversations part at the second), an agent's session, a synthetic request's system text
+// (its tenant's, document's or repository's), else its own question.
+func (it Item) Conversation() uint64 {
+	p := it.p
+	switch {
+	case p.trace && len(p.hashIDs) > 0:
+		k := mix(uint64(p.hashIDs[0]))
+		if len(p.hashIDs) > 1 {
+			k = mix(k ^ uint64(p.hashIDs[1]))
+		}
+		return k
+	case it.Agent != nil:
+		h := fnv.New64a()
+		h.Write([]byte(it.Agent.ID))
+		return h.Sum64()
+	case p.sysBytes > 0:
+		return p.sysKey
+	}
+	return p.userKey
+}
 
 // Messages returns the (first) prompt of the item.
 func (it Item) Messages() []Message {

@@ -320,3 +320,40 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("valid config: %v", err)
 	}
 }
+
+// TestConversationKeys pins Item.Conversation on the synthetic workloads: a shared-prefix
+// tenant's requests, follow-ups included, share one key; requests on one RAG document share
+// one; agents' sessions, which all carry one system prompt, each have their own.
+func TestConversationKeys(t *testing.T) {
+	tenants := map[int]uint64{}
+	for _, it := range mustPlan(t, sharedCfg(0, 0.3, 3)) {
+		if k, ok := tenants[it.Tenant]; ok && k != it.Conversation() {
+			t.Fatalf("tenant %d's requests have two conversation keys", it.Tenant)
+		}
+		tenants[it.Tenant] = it.Conversation()
+	}
+	if len(tenants) < 2 {
+		t.Fatal("fewer than two tenants")
+	}
+	docs := map[string]uint64{}
+	agents := map[uint64]bool{}
+	items := append(mustPlan(t, planCfg("mixed", 20, 20*time.Second, 7)), mustPlan(t, planCfg("agents", 20, 20*time.Second, 7))...)
+	for _, it := range items {
+		switch it.Kind {
+		case KindRAG:
+			doc := it.Messages()[0].Content
+			if k, ok := docs[doc]; ok && k != it.Conversation() {
+				t.Fatal("two requests on one document have two conversation keys")
+			}
+			docs[doc] = it.Conversation()
+		case KindAgent:
+			if agents[it.Conversation()] {
+				t.Fatal("two agent sessions share a conversation key")
+			}
+			agents[it.Conversation()] = true
+		}
+	}
+	if len(docs) < 2 || len(agents) < 2 {
+		t.Fatalf("%d documents, %d agents in the plan", len(docs), len(agents))
+	}
+}
