@@ -72,3 +72,32 @@ func TestEngineServesLoRAAdaptersAsVLLM(t *testing.T) {
 		t.Errorf("vllm:lora_requests_info = %v, want the time of the reading", v)
 	}
 }
+
+// A node in front of kvmesh engine learns its adapters from the model list, lists them with
+// their parent, and runs a request for one on the engine.
+func TestNodeDiscoversAnExternalEnginesAdapters(t *testing.T) {
+	const base = "base-model"
+	eng := startEngineNode(t, base, 256, func(c *node.Config) {
+		c.Sim.LoRAModules = map[string]string{"a": "/lora/a"}
+	})
+	tn := startNet(t, 1, func(i int, cfg *node.Config) {
+		cfg.Engine, cfg.Models = "http://"+eng.HTTPAddr(), nil
+	})
+	url := tn.URLs()[0]
+	_, body := get(t, url+"/v1/models")
+	var list openai.ModelList
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatalf("models %s: %v", body, err)
+	}
+	found := false
+	for _, m := range list.Data {
+		found = found || m.ID == "a" && m.Parent == base && m.Root == "/lora/a"
+	}
+	if !found {
+		t.Fatalf("the node's /v1/models %s lists no adapter a of %s", body, base)
+	}
+	resp := post(t, url, "/v1/chat/completions", chatFor("a", "hello"), nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("request for adapter a through the node: status %d: %s", resp.StatusCode, b)
+	}
+}
