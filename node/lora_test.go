@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
@@ -99,5 +101,37 @@ func TestNodeDiscoversAnExternalEnginesAdapters(t *testing.T) {
 	resp := post(t, url, "/v1/chat/completions", chatFor("a", "hello"), nil)
 	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
 		t.Fatalf("request for adapter a through the node: status %d: %s", resp.StatusCode, b)
+	}
+}
+
+// A request for an adapter that one node's engine serves is valid at every ingress of the
+// mesh, runs on that node, and every node's /v1/models lists the adapter with its parent.
+func TestAdapterIsServedMeshWide(t *testing.T) {
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		if i == 0 {
+			cfg.Sim.LoRAModules = map[string]string{"tenant-sql": "/lora/sql"}
+		}
+	})
+	ingress := tn.URLs()[1]
+	poll.Until(t, 10*time.Second, "node 1 to list node 0's adapter", func() bool {
+		_, body := get(t, ingress+"/v1/models")
+		var list openai.ModelList
+		_ = json.Unmarshal(body, &list)
+		for _, m := range list.Data {
+			if m.ID == "tenant-sql" && m.Parent == node.DefaultModel {
+				return true
+			}
+		}
+		return false
+	})
+	for range 3 {
+		resp := post(t, ingress, "/v1/chat/completions", chatFor("tenant-sql", "hello"), nil)
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("adapter request at node 1: status %d: %s", resp.StatusCode, body)
+		}
+		if got := resp.Header.Get(node.HeaderNode); got != tn.Nodes[0].Name() {
+			t.Fatalf("adapter request ran on %q, want %q, the node serving it", got, tn.Nodes[0].Name())
+		}
 	}
 }
