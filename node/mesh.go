@@ -40,7 +40,8 @@ func (n *Node) localState() gossip.State {
 		MaxRunning:             st.MaxRunning,
 		SoftwareVersion:        Version,
 	}
-	for _, m := range n.eng.Models() {
+	models := n.eng.Models()
+	for _, m := range models {
 		if m.Parent != "" {
 			continue // fillAdapters
 		}
@@ -50,7 +51,7 @@ func (n *Node) localState() gossip.State {
 		}
 		s.Models = append(s.Models, mi)
 	}
-	fillAdapters(&s, n.eng.Models(), st.LoRA)
+	fillAdapters(&s, models, st.LoRA)
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)
 	return s
