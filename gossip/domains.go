@@ -29,6 +29,11 @@ func (g *Gossip) rebuildDomainsLocked() {
 				g.byModel[mi.Name] = append(names, name)
 			}
 		}
+		for _, a := range p.state.Adapters { // a node serving an adapter serves its requests
+			if names := g.byModel[a.Name]; !slices.Contains(names, name) {
+				g.byModel[a.Name] = append(names, name)
+			}
+		}
 	}
 	for m, names := range g.byModel {
 		if len(names) == 0 {

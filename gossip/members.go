@@ -131,9 +131,9 @@ func (g *Gossip) memberLocked(name string, p *peerInfo, now time.Time) Member {
 }
 
 // MembersServing appends to dst the alive members other than this node whose last record
-// lists model, sorted by name, as Members would describe them. It reads an index by model kept
-// as liveness and records' model lists change, so its cost is the model's members, not the
-// mesh's: what a routing decision needs.
+// lists model among its models or its adapters, sorted by name, as Members would describe
+// them. It reads an index by model kept as liveness and records' model lists change, so its
+// cost is the model's members, not the mesh's: what a routing decision needs.
 func (g *Gossip) MembersServing(dst []Member, model string) []Member {
 	now := time.Now()
 	g.mu.Lock()

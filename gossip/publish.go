@@ -31,6 +31,12 @@ func (g *Gossip) flush(now time.Time) {
 		st.Claims = st.Claims[:len(st.Claims)-1]
 		body, err = EncodeState(st)
 	}
+	for err == nil && 2+len(body) > maxMessage && len(st.Adapters) > 0 {
+		// Then adapters, the last (idle, not resident) first: the node still serves them,
+		// ingresses that do not see them refuse their requests.
+		st.Adapters = st.Adapters[:len(st.Adapters)-1]
+		body, err = EncodeState(st)
+	}
 	if err != nil {
 		g.log.Error("local state not encodable", "err", err)
 	} else if due := now.Sub(g.pubAt) >= g.cfg.PublishInterval; due ||
@@ -101,4 +107,9 @@ func (g *Gossip) directEveryLocked() time.Duration {
 
 func sameModels(a, b []ModelInfo) bool {
 	return slices.EqualFunc(a, b, func(x, y ModelInfo) bool { return x.Name == y.Name })
+}
+
+// sameAdapters reports whether two records list the same adapters (MembersServing's index).
+func sameAdapters(a, b []Adapter) bool {
+	return slices.EqualFunc(a, b, func(x, y Adapter) bool { return x.Name == y.Name })
 }

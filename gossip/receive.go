@@ -90,7 +90,7 @@ func (g *Gossip) applyState(st State, now time.Time) (relay bool, reason string)
 	if p.hasState && st.Seq <= p.state.Seq {
 		return false, ""
 	}
-	if !p.hasState || !sameModels(st.Models, p.state.Models) {
+	if !p.hasState || !sameModels(st.Models, p.state.Models) || !sameAdapters(st.Adapters, p.state.Adapters) {
 		g.domainsDirty = true
 	}
 	if !slices.Equal(st.Claims, p.state.Claims) || len(st.Claims) > 0 && now.Sub(p.updated) > g.cfg.StaleAfter {

@@ -28,7 +28,19 @@ const (
 	// a few pools (a model and role each); four claims on 32-byte names keep the fullest
 	// record, agent keys included, inside one broadcast.
 	MaxClaims = 4
+	// MaxAdapters bounds State.Adapters: a node publishes its resident adapters first, then
+	// the others its engine serves, by name. A record too large for one broadcast drops
+	// adapters from the end (publish), as it drops claims.
+	MaxAdapters = 16
 )
+
+// Adapter is a LoRA adapter a node's engine serves: Parent is its base model (one of the
+// record's Models), Resident whether it holds one of the engine's GPU adapter slots.
+type Adapter struct {
+	Name     string `json:"name"`
+	Parent   string `json:"parent"`
+	Resident bool   `json:"resident"`
+}
 
 // Claim is the KV room a request waiting at a node's ingress holds on a peer (Peer, by name)
 // until it fits there: Blocks, its whole need. Every other node counts it as used on Peer for
@@ -96,11 +108,16 @@ type ModelInfo struct {
 type State struct {
 	Name string
 	// HTTPAddr and QUICAddr are where peers reach this node's API and forward port.
-	HTTPAddr   string
-	QUICAddr   string
-	Models     []ModelInfo
-	Role       string
-	EngineKind string
+	HTTPAddr string
+	QUICAddr string
+	Models   []ModelInfo
+	// Adapters are the LoRA adapters the engine serves, at most MaxAdapters, resident first.
+	// LoRASlots is the engine's adapter slots (0: unknown or none), LoRAFree those no adapter
+	// holds.
+	Adapters            []Adapter
+	LoRASlots, LoRAFree int
+	Role                string
+	EngineKind          string
 	// HalvesOnly: a node in the decode role that runs decode halves only, never a request
 	// whole (its route.decode_local_prefill off), so that no ingress offers it one. Records
 	// without it (older nodes') say a decode node runs whole requests, as they did by default.

@@ -15,8 +15,10 @@ import (
 func fullState() State {
 	return State{
 		Name: "gpu-07", HTTPAddr: "10.0.0.7:8080", QUICAddr: "10.0.0.7:7443",
-		Models: []ModelInfo{{Name: "llama-3.1-8b", ContextTokens: 131072, BytesPerToken: 3.5}, {Name: "qwen2.5-7b", ContextTokens: 32768}},
-		Role:   "mixed", EngineKind: "sim", HalvesOnly: true, EngineHealthy: true, BlockTokens: 16,
+		Models:    []ModelInfo{{Name: "llama-3.1-8b", ContextTokens: 131072, BytesPerToken: 3.5}, {Name: "qwen2.5-7b", ContextTokens: 32768}},
+		Adapters:  []Adapter{{Name: "sql", Parent: "llama-3.1-8b", Resident: true}, {Name: "chat", Parent: "llama-3.1-8b"}},
+		LoRASlots: 4, LoRAFree: 3,
+		Role: "mixed", EngineKind: "sim", HalvesOnly: true, EngineHealthy: true, BlockTokens: 16,
 		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
 		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedBeforeHigh: 1000, QueuedLowWaiting: 5000,
 		InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5, KeyUsage: []KeyUsage{{ID: 7, TokensPerSecond: 1500.5}, {ID: 3, TokensPerSecond: 2}},
@@ -362,5 +364,33 @@ func TestClaimOutranks(t *testing.T) {
 		if got := tt.claim.Outranks(tt.prio, tt.deadline); got != tt.want {
 			t.Errorf("%+v.Outranks(%d, %v) = %v, want %v", tt.claim, tt.prio, tt.deadline, got, tt.want)
 		}
+	}
+}
+
+// A record carries at most MaxAdapters adapters: more is refused on both sides.
+func TestStateAdaptersBounded(t *testing.T) {
+	s := State{Name: "a", Models: []ModelInfo{{Name: "m"}}}
+	for i := range MaxAdapters + 1 {
+		s.Adapters = append(s.Adapters, Adapter{Name: fmt.Sprint("lora-", i), Parent: "m"})
+	}
+	if _, err := EncodeState(s); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("EncodeState of %d adapters = %v, want ErrMalformed", len(s.Adapters), err)
+	}
+	ok := s
+	ok.Adapters = s.Adapters[:MaxAdapters]
+	b, err := EncodeState(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeState(b); err != nil || !reflect.DeepEqual(got, ok) {
+		t.Fatalf("round trip of %d adapters: %v", MaxAdapters, err)
+	}
+	var extra enc
+	extra.str(adapterTagName, "one-more")
+	b = binary.AppendUvarint(b, tagAdapter)
+	b = binary.AppendUvarint(b, uint64(len(extra.b)))
+	b = append(b, extra.b...)
+	if _, err := DecodeState(b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("DecodeState of %d adapters = %v, want ErrMalformed", MaxAdapters+1, err)
 	}
 }

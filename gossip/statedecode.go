@@ -8,7 +8,7 @@ import (
 )
 
 // DecodeState decodes a record that fills b exactly. Unknown tags are skipped; a known tag
-// twice (other than Model and Claim), a wrong-sized value or a different major version is an
+// twice (other than Model, Claim and Adapter), a wrong-sized value or a different major version is an
 // error. It never panics.
 func DecodeState(b []byte) (State, error) {
 	var s State
@@ -41,7 +41,7 @@ func DecodeState(b []byte) (State, error) {
 // past the bounds and a boot id not of 8 bytes.
 func (s *State) checkField(tag uint64, v []byte, seen *[tagLast + 1]bool) error {
 	if tag <= tagLast {
-		if seen[tag] && tag != tagModel && tag != tagClaim {
+		if seen[tag] && tag != tagModel && tag != tagClaim && tag != tagAdapter {
 			return fmt.Errorf("%w: duplicate field %d", ErrMalformed, tag)
 		}
 		seen[tag] = true
@@ -51,6 +51,8 @@ func (s *State) checkField(tag uint64, v []byte, seen *[tagLast + 1]bool) error 
 		return fmt.Errorf("%w: more than %d models", ErrMalformed, maxModels)
 	case tag == tagClaim && len(s.Claims) == MaxClaims:
 		return fmt.Errorf("%w: more than %d claims", ErrMalformed, MaxClaims)
+	case tag == tagAdapter && len(s.Adapters) == MaxAdapters:
+		return fmt.Errorf("%w: more than %d adapters", ErrMalformed, MaxAdapters)
 	case tag == tagBootID && len(v) != 8:
 		return fmt.Errorf("%w: boot id of %d bytes", ErrMalformed, len(v))
 	}
@@ -71,6 +73,14 @@ func (s *State) decodeField(tag uint64, v []byte) (err error) {
 		var m ModelInfo
 		err = decodeModel(v, &m)
 		s.Models = append(s.Models, m)
+	case tagAdapter:
+		var a Adapter
+		err = decodeAdapter(v, &a)
+		s.Adapters = append(s.Adapters, a)
+	case tagLoRASlots:
+		s.LoRASlots, err = integer(v)
+	case tagLoRAFree:
+		s.LoRAFree, err = integer(v)
 	case tagRole:
 		s.Role, err = str(v)
 	case tagEngineKind:
@@ -328,4 +338,26 @@ func boolean(v []byte) (bool, error) {
 		return false, fmt.Errorf("%w: bool", ErrMalformed)
 	}
 	return v[0] == 1, nil
+}
+
+// decodeAdapter decodes one adapter's nested fields; unknown ones are skipped.
+func decodeAdapter(b []byte, a *Adapter) error {
+	var seen [adapterTagResident + 1]bool
+	return fields(b, func(tag uint64, v []byte) (err error) {
+		if tag <= adapterTagResident {
+			if seen[tag] {
+				return fmt.Errorf("%w: duplicate adapter field %d", ErrMalformed, tag)
+			}
+			seen[tag] = true
+		}
+		switch tag {
+		case adapterTagName:
+			a.Name, err = str(v)
+		case adapterTagParent:
+			a.Parent, err = str(v)
+		case adapterTagResident:
+			a.Resident, err = boolean(v)
+		}
+		return err
+	})
 }

@@ -50,7 +50,16 @@ const (
 	tagClaim
 	tagHalvesOnly
 	tagGossipAddr
-	tagLast = tagGossipAddr
+	tagAdapter
+	tagLoRASlots
+	tagLoRAFree
+	tagLast = tagLoRAFree
+)
+
+const (
+	adapterTagName     = 1
+	adapterTagParent   = 2
+	adapterTagResident = 3
 )
 
 const (
@@ -75,6 +84,9 @@ func EncodeState(s State) ([]byte, error) { return AppendState(make([]byte, 0, 2
 func AppendState(b []byte, s State) ([]byte, error) {
 	if len(s.Models) > maxModels {
 		return b, fmt.Errorf("%w: %d models", ErrMalformed, len(s.Models))
+	}
+	if len(s.Adapters) > MaxAdapters {
+		return b, fmt.Errorf("%w: %d adapters", ErrMalformed, len(s.Adapters))
 	}
 	start := len(b)
 	e := enc{b: append(b, StateVersion)}
@@ -108,6 +120,16 @@ func (e *enc) identity(s State) {
 		e.field(tagModel, me.b)
 		e.err = errors.Join(e.err, me.err)
 	}
+	for _, a := range s.Adapters {
+		var ae enc
+		ae.str(adapterTagName, a.Name)
+		ae.str(adapterTagParent, a.Parent)
+		ae.bool(adapterTagResident, a.Resident)
+		e.field(tagAdapter, ae.b)
+		e.err = errors.Join(e.err, ae.err)
+	}
+	e.int(tagLoRASlots, s.LoRASlots)
+	e.int(tagLoRAFree, s.LoRAFree)
 	e.str(tagRole, s.Role)
 	e.str(tagEngineKind, s.EngineKind)
 	e.bool(tagHalvesOnly, s.HalvesOnly)

@@ -102,7 +102,8 @@ func (e *encoder) complete(text string, last engine.Chunk) any {
 
 // modelObject is OpenAI's model object for m, with vLLM's max_model_len.
 func modelObject(m engine.Model) openai.Model {
-	return openai.Model{ID: m.Name, Object: openai.ObjectModel, Created: 0, OwnedBy: "kvmesh", MaxModelLen: m.ContextTokens}
+	return openai.Model{ID: m.Name, Object: openai.ObjectModel, Created: 0, OwnedBy: "kvmesh", MaxModelLen: m.ContextTokens,
+		Root: m.Root, Parent: m.Parent}
 }
 
 // handleModels is GET /v1/models: every model served in the mesh this node sees.

@@ -40,13 +40,18 @@ func (n *Node) localState() gossip.State {
 		MaxRunning:             st.MaxRunning,
 		SoftwareVersion:        Version,
 	}
-	for _, m := range n.eng.Models() {
+	models := n.eng.Models()
+	for _, m := range models {
+		if m.Parent != "" {
+			continue // fillAdapters
+		}
 		mi := gossip.ModelInfo{Name: m.Name, ContextTokens: m.ContextTokens}
 		if f, learned := n.tok.BytesPerToken(m.Name); learned {
 			mi.BytesPerToken = f
 		}
 		s.Models = append(s.Models, mi)
 	}
+	fillAdapters(&s, models, st.LoRA)
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)
 	return s
@@ -155,6 +160,9 @@ func peerOf(m *gossip.Member) route.Peer {
 	}
 	for _, mi := range s.Models {
 		p.Models = append(p.Models, mi.Name)
+	}
+	for _, a := range s.Adapters {
+		p.Models = append(p.Models, a.Name) // the node runs an adapter's requests
 	}
 	return p
 }
@@ -287,6 +295,9 @@ func (n *Node) meshModelInfo(model string) (int, bool) {
 				return mi.ContextTokens, true
 			}
 		}
+		if a, ok := adapterOf(&m.State, model); ok {
+			return a.ContextTokens, true
+		}
 	}
 	return 0, false
 }
@@ -308,6 +319,12 @@ func (n *Node) meshModels() []engine.Model {
 				if !seen[mi.Name] {
 					seen[mi.Name] = true
 					out = append(out, engine.Model{Name: mi.Name, ContextTokens: mi.ContextTokens})
+				}
+			}
+			for _, a := range m.State.Adapters {
+				if am, ok := adapterOf(&m.State, a.Name); ok && !seen[a.Name] {
+					seen[a.Name] = true
+					out = append(out, am)
 				}
 			}
 		}

@@ -128,7 +128,10 @@ func exportedFamilies(t *testing.T) []metricFamily {
 		}
 	})
 	ext := build("golden-ext", func(cfg *Config) { cfg.Engine, cfg.EngineKVEvents = "http://127.0.0.1:1", "tcp://127.0.0.1:1" })
-	engine := build("golden-engine", func(cfg *Config) { cfg.Standalone = true })
+	engine := build("golden-engine", func(cfg *Config) {
+		cfg.Standalone = true
+		cfg.Sim.LoRAModules = map[string]string{"golden-adapter": "/lora"} // vllm:lora_requests_info
+	})
 
 	for _, n := range []*Node{sim, ext, engine} {
 		n.adm.Room().SetPrefillRate("m", "", 1000) // a pool, as the room loop sets once a second

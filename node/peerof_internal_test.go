@@ -26,6 +26,10 @@ var recordNotRouted = map[string]string{
 	"State.QUICAddr":               "buildView: where to forward (view.quic)",
 	"State.Models[].ContextTokens": "admission's context check (meshModelInfo)",
 	"State.Models[].BytesPerToken": "the token estimate of a request for the model (kvindex calibration)",
+	"State.Adapters[].Parent":      "admission's context check (meshModelInfo) and GET /v1/models",
+	"State.Adapters[].Resident":    "nothing yet: routing does not weigh adapter residency",
+	"State.LoRASlots":              "nothing yet: routing does not weigh free adapter slots",
+	"State.LoRAFree":               "nothing yet: routing does not weigh free adapter slots",
 	"State.BlockTokens":            "the node's own block size; the mesh shares one (kvindex)",
 	"State.KeyUsage":               "admission's key rates across the mesh",
 	"State.Claims":                 "gossip.ClaimedAhead: KV room counted as used in buildView",
@@ -50,7 +54,7 @@ var peerNotFromRecord = map[string]string{
 // embedded engine (EngineKind decides WholeOnly), VRAM to spare, one model.
 func baseMember() gossip.Member {
 	return gossip.Member{Name: "n", State: gossip.State{EngineKind: "sim", VRAMTotalBytes: 80 << 30,
-		Models: []gossip.ModelInfo{{Name: "m"}}}}
+		Models: []gossip.ModelInfo{{Name: "m"}}, Adapters: []gossip.Adapter{{Name: "a", Parent: "m"}}}}
 }
 
 // TestPeerOfMapsEveryField pins peerOf as the one mapping from a member's record to what

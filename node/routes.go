@@ -94,6 +94,8 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 	if n.cfg.Standalone && n.sim != nil {
 		mux.Handle("/reset_prefix_cache", byMethod(post(n.handleResetPrefixCache)))
 		mux.Handle(kvPath, byMethod(get(n.handleKV)))
+		mux.Handle("/v1/load_lora_adapter", byMethod(post(n.handleLoadLoRA)))
+		mux.Handle("/v1/unload_lora_adapter", byMethod(post(n.handleUnloadLoRA)))
 	}
 	mux.HandleFunc("/", n.handleNotFound)
 	return mux

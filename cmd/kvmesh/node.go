@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -137,6 +138,25 @@ func simConfig(c *cli.Context, cfg *node.Config) {
 	setInt(c, "sim-max-num-seqs", &cfg.Sim.MaxNumSeqs)
 	setInt(c, "sim-max-batched-tokens", &cfg.Sim.MaxNumBatchedTokens)
 	setString(c, "sim-scheduling-policy", &cfg.Sim.SchedulingPolicy)
+}
+
+// loraConfig sets the engine command's LoRA flags on cfg.
+func loraConfig(c *cli.Context, cfg *sim.Config) error {
+	setInt(c, "max-loras", &cfg.MaxLoRAs)
+	if c.IsSet("lora-load-time") {
+		cfg.LoRALoadTime = c.Duration("lora-load-time")
+	}
+	for _, m := range c.StringSlice("lora-modules") {
+		name, path, ok := strings.Cut(m, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("--lora-modules %q: want NAME=PATH", m)
+		}
+		if cfg.LoRAModules == nil {
+			cfg.LoRAModules = map[string]string{}
+		}
+		cfg.LoRAModules[name] = path
+	}
+	return nil
 }
 
 // nodeConfig builds the node's configuration: DefaultConfig, then the --config file, then the
@@ -299,6 +319,9 @@ func engineCommand() *cli.Command {
 			&cli.StringFlag{Name: "name", Value: engineName, Usage: "name reported in X-Kvmesh-Node", EnvVars: env("engine-name")},
 			&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default " + node.DefaultModel + ")", EnvVars: env("engine-model")},
 			&cli.StringFlag{Name: "kv-events", Usage: "publish KV cache events as vLLM's --kv-events-config does, on this endpoint (tcp://127.0.0.1:5557, tcp://*:5557); off by default", EnvVars: env("engine-publish-kv-events")},
+			&cli.StringSliceFlag{Name: "lora-modules", Usage: "a LoRA adapter served from the start, as NAME=PATH, an adapter of the first model (repeatable; vLLM's --lora-modules); POST /v1/load_lora_adapter adds more", EnvVars: env("engine-lora-modules")},
+			&cli.IntFlag{Name: "max-loras", Value: sim.DefaultConfig().MaxLoRAs, Usage: "GPU adapter slots: the most distinct LoRA adapters one batch holds (vLLM's --max-loras)", EnvVars: env("engine-max-loras")},
+			&cli.DurationFlag{Name: "lora-load-time", Value: sim.DefaultConfig().LoRALoadTime, Usage: "simulated time to bring a LoRA adapter into a GPU slot", EnvVars: env("engine-lora-load-time")},
 			&cli.StringFlag{Name: "role", Value: sim.RoleMixed, Usage: "mixed, prefill or decode: a prefill engine answers only requests whose kv_transfer_params ask for a remote decode, as a vLLM prefill server with a KV connector; a decode engine only those that name a prefill engine's handover", EnvVars: env("engine-role")},
 		}, simFlags()...),
 		Action: func(c *cli.Context) error {
@@ -317,6 +340,9 @@ func engineCommand() *cli.Command {
 			setString(c, "kv-events", &cfg.PublishKVEvents)
 			setString(c, "role", &cfg.Sim.Role)
 			simConfig(c, &cfg)
+			if err := loraConfig(c, &cfg.Sim); err != nil {
+				return err
+			}
 			return runNode(c.Context, cfg)
 		},
 	}

@@ -197,6 +197,11 @@ type Model struct {
 	Name string
 	// ContextTokens is the model's context window (prompt + output), in tokens.
 	ContextTokens int
+	// Parent, for a LoRA adapter, is the base model it runs on (vLLM's /v1/models "parent");
+	// "" for a base model. A request naming an adapter runs on its parent with the adapter.
+	Parent string
+	// Root is where the engine loaded the model or adapter from (vLLM's "root"); "" unknown.
+	Root string
 }
 
 // State is a snapshot of an engine's load and capacity, in the units that run out.
@@ -229,6 +234,19 @@ type State struct {
 	DecodeStepSeconds      float64
 	// MaxRunning is the cap on running sequences (max_num_seqs).
 	MaxRunning int
+	// LoRA is the engine's adapter state; zero when it serves no adapter or does not say.
+	LoRA LoRAState
+}
+
+// LoRAState is an engine's LoRA adapter state: its GPU slots and which adapters hold them.
+type LoRAState struct {
+	// MaxLoRAs is the number of adapters one batch may hold (vLLM --max-loras); 0 unknown.
+	MaxLoRAs int
+	// Resident are the adapters in GPU slots (at most MaxLoRAs), Running those of requests in
+	// the batch and Waiting those of requests waiting to start; each sorted, no duplicates.
+	// An engine that reports only running and waiting adapters (vLLM's
+	// vllm:lora_requests_info) leaves Resident nil.
+	Resident, Running, Waiting []string
 }
 
 // Engine is what a node runs requests on: the embedded simulator or an external server.

@@ -209,14 +209,18 @@ type ModelList struct {
 	Data   []Model `json:"data"`
 }
 
-// Model is one entry of a ModelList. MaxModelLen is an extension some engines (vLLM) send: the
-// context window in tokens; 0 means unknown and is left out.
+// Model is one entry of a ModelList. MaxModelLen, Root and Parent are extensions some engines
+// (vLLM) send: the context window in tokens (0 unknown), where the model or adapter was
+// loaded from, and for a LoRA adapter the base model it runs on; each left out when unknown
+// or empty.
 type Model struct {
 	ID          string `json:"id"`
 	Object      string `json:"object"`
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int    `json:"max_model_len,omitempty"`
+	Root        string `json:"root,omitempty"`
+	Parent      string `json:"parent,omitempty"`
 }
 
 // StringPtr returns &s, for Delta.Content, ResponseMessage.Content and finish reasons.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,7 +204,7 @@ sglang:cache_config_info{page_size="1",num_pages="16000"} 1
 			got := e.State()
 			want := tt.want
 			want.Healthy, want.BlockTokens, want.MaxRunning, want.HitRate = true, 16, 256, tt.wantHits
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("state\n got %+v\nwant %+v", got, want)
 			}
 		})

@@ -3,6 +3,7 @@ package openai
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -93,7 +94,7 @@ func TestRecordedMetrics(t *testing.T) {
 			got := newEngine(t, f, tt.kind, nil).State()
 			want := tt.want
 			want.Healthy, want.BlockTokens, want.MaxRunning = true, 16, 256
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("state\n got %+v\nwant %+v", got, want)
 			}
 		})

@@ -39,7 +39,8 @@ const modelsFetchTimeout = 10 * time.Second
 var errModelsNotFetched = errors.New("the engine's model list has not been fetched yet")
 
 // fetchModels reads the server's model list. An entry's ContextTokens is its max_model_len,
-// 0 when the server does not send one.
+// 0 when the server does not send one; Parent and Root are vLLM's parent (set for a LoRA
+// adapter: its base model) and root.
 func (e *Engine) fetchModels(ctx context.Context) ([]engine.Model, error) {
 	ctx, cancel := context.WithTimeout(ctx, modelsFetchTimeout)
 	defer cancel()
@@ -64,15 +65,43 @@ func (e *Engine) fetchModels(ctx context.Context) ([]engine.Model, error) {
 		if m.ID == "" || slices.ContainsFunc(ms, func(x engine.Model) bool { return x.Name == m.ID }) {
 			continue
 		}
-		ms = append(ms, engine.Model{Name: m.ID, ContextTokens: max(m.MaxModelLen, 0)})
+		ms = append(ms, engine.Model{Name: m.ID, ContextTokens: max(m.MaxModelLen, 0), Parent: m.Parent, Root: m.Root})
 	}
 	return ms, nil
 }
 
 // served picks the models this Engine serves from the server's list: all of them, or the
-// configured ones it lists (missing names the others). A model's context is the server's
-// max_model_len, else the configured context, else DefaultContextTokens.
+// configured ones it lists (missing names the others) and the adapters of those (listed with
+// a Parent among them). A model's context is the server's max_model_len, else the configured
+// context, else DefaultContextTokens; an adapter's is its parent's (vLLM sends none).
 func (e *Engine) served(listed []engine.Model) (out []engine.Model, missing []string) {
+	out, missing = e.servedBase(listed)
+	return withAdapters(out, listed), missing
+}
+
+// withAdapters appends to served the adapters in listed whose parent is a served base model,
+// and gives every served adapter of such a parent the parent's context.
+func withAdapters(served, listed []engine.Model) []engine.Model {
+	ctx := make(map[string]int, len(served))
+	for _, m := range served {
+		if m.Parent == "" {
+			ctx[m.Name] = m.ContextTokens
+		}
+	}
+	for _, m := range listed {
+		if _, ok := ctx[m.Parent]; ok && !slices.ContainsFunc(served, func(x engine.Model) bool { return x.Name == m.Name }) {
+			served = append(served, m)
+		}
+	}
+	for i, m := range served {
+		if c, ok := ctx[m.Parent]; ok && m.Parent != "" {
+			served[i].ContextTokens = c
+		}
+	}
+	return served
+}
+
+func (e *Engine) servedBase(listed []engine.Model) (out []engine.Model, missing []string) {
 	ctxOf := func(m engine.Model, configured int) engine.Model {
 		if m.ContextTokens <= 0 {
 			m.ContextTokens = configured
@@ -84,7 +113,9 @@ func (e *Engine) served(listed []engine.Model) (out []engine.Model, missing []st
 	}
 	if len(e.cfg.Models) == 0 {
 		for _, m := range listed {
-			out = append(out, ctxOf(m, 0))
+			if m.Parent == "" { // adapters follow their parents (withAdapters)
+				out = append(out, ctxOf(m, 0))
+			}
 		}
 		return out, nil
 	}

@@ -193,6 +193,8 @@ type kindNames struct {
 	// prompt counts the prompt tokens the server took in (a restart sets it back); cached
 	// counts those of them its prefix cache served.
 	prompt, cached string
+	// loraInfo is the LoRA adapter info gauge (lora.go).
+	loraInfo string
 }
 
 // kinds maps each engine kind to its names. Sources, and the recorded expositions the tests
@@ -209,7 +211,8 @@ var kinds = map[string]kindNames{
 		tokensLabel: "kv_cache_size_tokens",
 		hits:        []string{"vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"},
 		queries:     []string{"vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"},
-		prompt:      "vllm:prompt_tokens_total", cached: "vllm:prefix_cache_hits_total"},
+		prompt:      "vllm:prompt_tokens_total", cached: "vllm:prefix_cache_hits_total",
+		loraInfo: "vllm:lora_requests_info"},
 	// SGLang with --enable-metrics. cache_config_info (page_size, num_pages) is in older
 	// releases; newer ones export page_size as a gauge; max_total_num_tokens is in both. It has
 	// no prefix cache counters, only a hit rate gauge.
@@ -250,6 +253,7 @@ func (e *Engine) scrape(ctx context.Context) {
 			// none of this node's requests, and peers and kvmesh status must not show it busy.
 			e.state.Healthy = false
 			e.state.Running, e.state.Waiting, e.state.KVBlocksUsed = 0, 0, 0
+			e.state.LoRA.Running, e.state.LoRA.Waiting, e.state.LoRA.Resident = nil, nil, nil
 		}
 		e.mu.Unlock()
 		e.log.Debug("engine scrape failed", "url", e.base.String(), "err", err)
@@ -299,6 +303,7 @@ func (e *Engine) apply(now time.Time, m map[string][]sample) error {
 	s.KVBlocksUsed = int(math.Round(use * float64(s.KVBlocksTotal)))
 	e.hitRateLocked(m, names)
 	e.measurePrefillLocked(now, m, s.Waiting)
+	s.LoRA = loraState(m, names.loraInfo)
 	s.Healthy = true
 	e.fails = 0
 	return nil

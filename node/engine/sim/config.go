@@ -67,6 +67,21 @@ type Config struct {
 	// SchedulingFCFS ignores Request.Priority, so every request is scheduled by arrival alone
 	// and a preemption takes the latest arrival, as vLLM's and SGLang's default policy does.
 	SchedulingPolicy string `json:"scheduling_policy"`
+	// LoRAModules are the LoRA adapters the engine knows from its start, name → path (vLLM
+	// --lora-modules), each an adapter of the first model. POST /v1/load_lora_adapter (the
+	// node's standalone engine) or LoadAdapter adds more at run time; the sim reads no file,
+	// so any path loads.
+	LoRAModules map[string]string `json:"lora_modules,advanced"`
+	// MaxLoRAs is the number of GPU adapter slots, the most distinct adapters one batch holds
+	// (vLLM --max-loras). Default 4.
+	MaxLoRAs int `json:"max_loras,advanced"`
+	// LoRALoadTime is the simulated time to bring an adapter into a GPU slot: a runtime load
+	// takes it before it answers, and the step that first batches an adapter not resident adds
+	// it. Default 200ms.
+	LoRALoadTime time.Duration `json:"lora_load_time,advanced"`
+	// StepPerLoRA is added to a step for each distinct adapter in its batch: the LoRA kernels
+	// gather each adapter's weights apart. Default 1ms.
+	StepPerLoRA time.Duration `json:"step_per_lora,advanced"`
 	// OnPrefix, if set, is called from the step loop with the block hashes newly stored in and
 	// evicted from the prefix cache, and the anchors among them (each block's position is that
 	// of the chain it was stored from). It must not block and must not keep the slices.
@@ -105,6 +120,9 @@ func DefaultConfig() Config {
 		Role:                 RoleMixed,
 		LinkGBps:             25,
 		SchedulingPolicy:     SchedulingPriority,
+		MaxLoRAs:             4,
+		LoRALoadTime:         200 * time.Millisecond,
+		StepPerLoRA:          time.Millisecond,
 	}
 }
 
@@ -154,6 +172,9 @@ func (c *Config) fill() {
 	if c.SchedulingPolicy == "" {
 		c.SchedulingPolicy = d.SchedulingPolicy
 	}
+	setI(&c.MaxLoRAs, d.MaxLoRAs)
+	setD(&c.LoRALoadTime, d.LoRALoadTime)
+	setD(&c.StepPerLoRA, d.StepPerLoRA)
 }
 
 // ErrConfig wraps every configuration error New returns.
@@ -210,6 +231,15 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: LinkGBps %v must be > 0", ErrConfig, c.LinkGBps)
 	case !slices.Contains(SchedulingPolicies, c.SchedulingPolicy):
 		return fmt.Errorf("%w: SchedulingPolicy %q is not %s or %s", ErrConfig, c.SchedulingPolicy, SchedulingPriority, SchedulingFCFS)
+	case c.MaxLoRAs < 1:
+		return fmt.Errorf("%w: MaxLoRAs %d < 1", ErrConfig, c.MaxLoRAs)
+	case c.LoRALoadTime < 0 || c.StepPerLoRA < 0:
+		return fmt.Errorf("%w: negative LoRA time", ErrConfig)
+	}
+	for name, path := range c.LoRAModules {
+		if name == "" || path == "" || seen[name] {
+			return fmt.Errorf("%w: LoRA module %q: empty name or path, or a base model's name", ErrConfig, name)
+		}
 	}
 	return nil
 }

@@ -59,6 +59,15 @@
 // does, the same text. The default, mixed, runs requests whole as before and also decodes
 // handovers. docs/design/engine.md#roles has the model.
 //
+// # LoRA adapters
+//
+// The engine serves LoRA adapters of its first model (lora.go): those of Config.LoRAModules and
+// those LoadAdapter adds. A request naming one runs on the base model; a batch holds at most
+// MaxLoRAs distinct adapters, a waiting request whose adapter cannot join is skipped, bringing
+// an adapter into a slot (evicting the least recently batched idle one) adds LoRALoadTime to
+// the step, and each distinct adapter in a step adds StepPerLoRA. Block hashes are seeded by
+// the adapter's name, so its prefix cache is its own.
+//
 // # Text
 //
 // Tokenisation is kvindex's: 4 bytes per token. Output is deterministic per request: token i

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,7 +16,7 @@ type metrics struct {
 	running, waiting, kvUsage *prometheus.Desc
 	queries, hits             *prometheus.Desc
 	prompt, gen, preempt      *prometheus.Desc
-	cacheInfo                 *prometheus.Desc
+	cacheInfo, loraInfo       *prometheus.Desc
 	ttft, e2e, queue          prometheus.Histogram
 }
 
@@ -39,6 +41,8 @@ func newMetrics(s *Sim) *metrics {
 		gen:       d("vllm:generation_tokens_total", "Generated tokens."),
 		preempt:   d("vllm:num_preemptions_total", "Sequences preempted (recompute)."),
 		cacheInfo: d("vllm:cache_config_info", "KV cache configuration.", "block_size", "num_gpu_blocks"),
+		loraInfo: d("vllm:lora_requests_info", "Running stats on LoRA requests: the adapters of running and waiting requests, comma-separated; the value is the time of the reading.",
+			"max_lora", "running_lora_adapters", "waiting_lora_adapters"),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "vllm:time_to_first_token_seconds", Help: "Time to first token (wall clock).", Buckets: ttftBuckets,
 		}),
@@ -52,7 +56,7 @@ func newMetrics(s *Sim) *metrics {
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.kvUsage, m.queries, m.hits, m.prompt, m.gen, m.preempt, m.cacheInfo} {
+	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.kvUsage, m.queries, m.hits, m.prompt, m.gen, m.preempt, m.cacheInfo, m.loraInfo} {
 		ch <- d
 	}
 	m.ttft.Describe(ch)
@@ -66,6 +70,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	running, waiting := float64(len(s.running)), float64(len(s.waiting))
 	usage := float64(s.cache.used()) / float64(s.kvBlocks)
 	q, h, p, g, pre := s.nQueries, s.nHits, s.nPrompt, s.nGen, s.nPreempt
+	lora, loraOn := s.loraStateLocked(), len(s.lora.known) > 0 || len(s.lora.slots) > 0
 	s.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
@@ -82,6 +87,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.gen, g)
 	counter(m.preempt, pre)
 	gauge(m.cacheInfo, 1, strconv.Itoa(s.cfg.BlockTokens), strconv.Itoa(s.kvBlocks))
+	if loraOn { // vLLM reports it when serving adapters (--enable-lora)
+		gauge(m.loraInfo, float64(time.Now().UnixNano())/1e9, strconv.Itoa(lora.MaxLoRAs),
+			strings.Join(lora.Running, ","), strings.Join(lora.Waiting, ","))
+	}
 	m.ttft.Collect(ch)
 	m.e2e.Collect(ch)
 	m.queue.Collect(ch)

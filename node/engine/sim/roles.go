@@ -65,10 +65,10 @@ func (s *Sim) transferTime(h *engine.Handover) time.Duration {
 	return time.Duration(float64(b) / s.cfg.LinkGBps) // bytes / (GB/s) = ns
 }
 
-// receiveLocked admits the waiting head q, a handover whose KV has not arrived: it takes the
+// receiveLocked admits the waiting q at index i, a handover whose KV has not arrived: it takes the
 // blocks of q's whole prompt and starts the transfer. It reports false, changing nothing,
 // when the blocks cannot be had: q waits at the head, as a request does.
-func (s *Sim) receiveLocked(q *seq) bool {
+func (s *Sim) receiveLocked(q *seq, i int) bool {
 	bt := s.cfg.BlockTokens
 	need := (q.promptTokens + bt - 1) / bt
 	if !s.cache.allocate(need, &s.delta) {
@@ -76,8 +76,7 @@ func (s *Sim) receiveLocked(q *seq) bool {
 	}
 	q.shared, q.own, q.computed = 0, need, q.promptTokens-1
 	q.transferring, q.xferEnd = true, s.simNow+q.xfer
-	s.waiting[0] = nil
-	s.waiting = s.waiting[1:]
+	s.takeWaitingLocked(i)
 	q.state = running
 	s.insertRunningLocked(q)
 	if !q.scheduled {

@@ -61,13 +61,19 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 	}
 
 	// vLLM admits nothing new in a step that had to preempt for a running sequence: the pool
-	// is already short.
-	for !preempted && budget > 0 && len(s.waiting) > 0 && len(s.running) < c.MaxNumSeqs {
-		q := s.waiting[0]
+	// is already short. A waiting sequence whose adapter cannot join the batch is skipped.
+	s.beginLoRAStepLocked()
+	for i := 0; !preempted && budget > 0 && i < len(s.waiting) && len(s.running) < c.MaxNumSeqs; {
+		q := s.waiting[i]
+		if !s.loraFitsLocked(q) {
+			i++
+			continue
+		}
 		if q.kvIn {
-			if !s.receiveLocked(q) {
+			if !s.receiveLocked(q, i) {
 				break // head of line waits for blocks
 			}
+			s.activateLoRALocked(q)
 			continue
 		}
 		total := q.promptTokens + q.gen
@@ -86,10 +92,10 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		s.cache.acquire(q.blocks[:hits])
 		s.cache.allocate(need, &s.delta)
 		q.shared, q.own, q.computed = hits, need, hitTok
-		s.waiting[0] = nil
-		s.waiting = s.waiting[1:]
+		s.takeWaitingLocked(i)
 		q.state = running
 		s.insertRunningLocked(q)
+		s.activateLoRALocked(q)
 		s.recordLookupLocked(total, hitTok)
 		if !q.scheduled {
 			q.cached = hitTok
@@ -110,7 +116,17 @@ func (s *Sim) scheduleLocked() (time.Duration, bool) {
 		tokens += it.n
 		ctx += it.q.computed + it.n
 	}
-	return c.StepFixed + time.Duration(tokens)*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken, true
+	return c.StepFixed + time.Duration(tokens)*c.StepPerToken + time.Duration(ctx)*c.StepPerContextToken + s.loraStepCostLocked(), true
+}
+
+// takeWaitingLocked removes the waiting sequence at index i.
+func (s *Sim) takeWaitingLocked(i int) {
+	if i == 0 {
+		s.waiting[0] = nil
+		s.waiting = s.waiting[1:]
+		return
+	}
+	s.waiting = slices.Delete(s.waiting, i, i+1)
 }
 
 // firstScheduledLocked records q's first admission to the running batch: its time in the

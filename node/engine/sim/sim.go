@@ -37,6 +37,7 @@ type seq struct {
 	id           uint64 // arrival order: within a priority, preemption picks the highest running id
 	priority     int    // engine.Request.Priority (0 under fcfs): higher is scheduled first, preempted last
 	model        string
+	adapter      string   // the LoRA adapter model names, "" for a base model's request
 	blocks       []uint64 // full prompt blocks' chained hashes
 	promptTokens int
 	maxTokens    int // the cap on the whole generation: a resumed one's base tokens count
@@ -104,6 +105,7 @@ type Sim struct {
 	hitWin        []hitSample
 	hitTok, hitOK int
 	delta         kvindex.CacheDelta // the step's changes to the prefix cache, for OnPrefix
+	lora          loraState
 	// Counters exported as vLLM metrics.
 	nPreempt, nQueries, nHits, nPrompt, nGen uint64
 }
@@ -131,6 +133,7 @@ func New(cfg Config) (*Sim, error) {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		cache:    newBlockCache(n),
+		lora:     newLoRAState(&cfg),
 	}
 	s.cfg.Models = slices.Clone(cfg.Models)
 	for _, m := range cfg.Models {
@@ -198,10 +201,8 @@ func (s *Sim) Close() error {
 	return nil
 }
 
-// Models lists the models served.
-func (s *Sim) Models() []engine.Model { return slices.Clone(s.cfg.Models) }
-
-// Generate queues req and returns its stream. It refuses, wrapping engine.ErrRejected, an
+// Generate queues req and returns its stream. A request for a LoRA adapter runs on the
+// adapter's base model (lora.go). It refuses, wrapping engine.ErrRejected, an
 // unknown model, max_tokens < 1, a request over the model's context, one whose prompt plus
 // max_tokens needs more blocks than the whole pool (it could never run), a Resume whose
 // tokens and max_tokens are over the model's context, and (an
@@ -220,7 +221,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	m, ok := s.models[req.Model]
+	m, adapter, ok := s.resolve(req.Model)
 	if !ok {
 		return nil, fmt.Errorf("sim: unknown model %q: %w", req.Model, engine.ErrRejected)
 	}
@@ -257,7 +258,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		return nil, fmt.Errorf("sim: request needs %d KV blocks, pool has %d: %w", need, s.kvBlocks, engine.ErrRejected)
 	}
 	blocks := req.Blocks
-	if blocks == nil {
+	if blocks == nil { // seeded by the model the request names: an adapter's are its own
 		blocks = kvindex.AppendBlocks(nil, req.Model, req.Prompt, bt)
 	}
 	// Never more full blocks than the token count allows (PromptTokens may be given).
@@ -276,6 +277,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 	natural = max(natural, opts.minTokens)
 	q := &seq{
 		model:        req.Model,
+		adapter:      adapter,
 		blocks:       blocks,
 		promptTokens: p,
 		maxTokens:    total,
@@ -505,6 +507,7 @@ func (s *Sim) State() engine.State {
 		PrefillTokensPerSecond: float64(c.MaxNumBatchedTokens) / full.Seconds() * c.TimeScale,
 		DecodeStepSeconds:      decode.Seconds() / c.TimeScale,
 		MaxRunning:             c.MaxNumSeqs,
+		LoRA:                   s.loraStateLocked(),
 	}
 }
 
