@@ -15,9 +15,9 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 )
 
-// The first question of every image conversation: the same text in each, so that only the
-// images tell the conversations apart.
-const imageQuestion = "What differs between these two pictures?"
+// imageQuestion is an image conversation's first question, too short to fill a KV block by
+// itself: only the images give the first turn's prompt blocks of its own.
+func imageQuestion(conv int) string { return fmt.Sprintf("Pictures %d: what differs?", conv) }
 
 // pictures is a conversation's two images: 48 KiB of bytes each, distinct per conversation.
 func pictures(conv int) [2]string {
@@ -33,9 +33,10 @@ func pictures(conv int) [2]string {
 	return out
 }
 
-// imageTurn is a chat conversation's user turn: the question, then the images as data URIs.
-func imageTurn(imgs [2]string) map[string]any {
-	parts := []any{map[string]any{"type": "text", "text": imageQuestion}}
+// imageTurn is a chat conversation's first user turn: the question, then the images as data
+// URIs.
+func imageTurn(conv int, imgs [2]string) map[string]any {
+	parts := []any{map[string]any{"type": "text", "text": imageQuestion(conv)}}
 	for _, img := range imgs {
 		parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]string{"url": "data:image/png;base64," + img}})
 	}
@@ -43,10 +44,10 @@ func imageTurn(imgs [2]string) map[string]any {
 }
 
 // imageChain is the block chain of an image conversation's first turn.
-func imageChain(imgs [2]string) []uint64 {
-	m := kvindex.Message{Role: "user", Content: imageQuestion}
+func imageChain(conv int, imgs [2]string) []uint64 {
+	m := kvindex.Message{Role: "user", Content: imageQuestion(conv)}
 	for _, img := range imgs {
-		m.Parts = append(m.Parts, kvindex.Part{At: len(imageQuestion), ID: kvindex.PartID("data:image/png;base64," + img),
+		m.Parts = append(m.Parts, kvindex.Part{At: len(m.Content), ID: kvindex.PartID("data:image/png;base64," + img),
 			Tokens: kvindex.ImageTokensDefault})
 	}
 	return kvindex.AppendBlocks(nil, model, kvindex.RenderChat(nil, []kvindex.Message{m}), kvindex.DefaultBlockTokens)
@@ -54,8 +55,8 @@ func imageChain(imgs [2]string) []uint64 {
 
 // secondTurnMessages is a conversation's second turn as the Messages API sends it: the images
 // as base64 blocks, the reply, a new question.
-func secondTurnMessages(imgs [2]string, reply string) string {
-	blocks := []any{map[string]any{"type": "text", "text": imageQuestion}}
+func secondTurnMessages(conv int, imgs [2]string, reply string) string {
+	blocks := []any{map[string]any{"type": "text", "text": imageQuestion(conv)}}
 	for _, img := range imgs {
 		blocks = append(blocks, map[string]any{"type": "image",
 			"source": map[string]string{"type": "base64", "media_type": "image/png", "data": img}})
@@ -69,12 +70,12 @@ func secondTurnMessages(imgs [2]string, reply string) string {
 }
 
 // TestImageConversationSecondTurnFollowsItsOwner pins images in the prefix: six conversations
-// about two large images each (the text the same in all, and short), the first turn sent to
-// node 0, the second (first turn, reply, new question) through a node that is not the first
-// turn's owner: every second turn runs on its owner and finds the images' tokens cached. The
-// odd conversations send the second turn through the Messages API, whose image blocks route
-// as the chat image parts they translate to. With images outside the prefix chain, a second
-// turn found its owner one time in three, with nothing cached past the text.
+// about two large images each, with a short question, the first turn sent to one node, the
+// second (first turn, reply, new question) through another that is not the first turn's
+// owner: every second turn runs on its owner and finds the images' tokens cached. The odd
+// conversations send the second turn through the Messages API, whose image blocks route as
+// the chat image parts they translate to. With images outside the prefix chain, second turns
+// ran where load sent them, with nothing cached past the text.
 func TestImageConversationSecondTurnFollowsItsOwner(t *testing.T) {
 	tn := startNet(t, 3, nil)
 	urls := tn.URLs()
@@ -82,9 +83,9 @@ func TestImageConversationSecondTurnFollowsItsOwner(t *testing.T) {
 	const imageTokens = 2 * kvindex.ImageTokensDefault
 	for c := range conversations {
 		imgs := pictures(c)
-		first := map[string]any{"model": model, "max_tokens": 8, "messages": []any{imageTurn(imgs)}}
+		first := map[string]any{"model": model, "max_tokens": 8, "messages": []any{imageTurn(c, imgs)}}
 		body, _ := json.Marshal(first)
-		resp := post(t, urls[0], "/v1/chat/completions", string(body), nil)
+		resp := post(t, urls[c%3], "/v1/chat/completions", string(body), nil)
 		b := readAll(t, resp)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("conversation %d, first turn: %d %s", c, resp.StatusCode, b)
@@ -102,17 +103,19 @@ func TestImageConversationSecondTurnFollowsItsOwner(t *testing.T) {
 		if ans.Usage.PromptTokens < imageTokens {
 			t.Errorf("conversation %d: %d prompt tokens, want its images' %d and its text", c, ans.Usage.PromptTokens, imageTokens)
 		}
+		// The second turn enters at a node that is neither the owner nor the first ingress
+		// when they differ: only gossip can have told it where the images are.
 		o := indexOf(t, tn, owner)
 		ingress := (o + 1) % 3
-		if ingress == 0 {
+		if ingress == c%3 {
 			ingress = (o + 2) % 3
 		}
-		chain := imageChain(imgs)
+		chain := imageChain(c, imgs)
 		poll.Until(t, 5*time.Second, "the images' prefix to reach the ingress", func() bool {
 			return tn.Nodes[ingress].PrefixOf(owner, chain) >= 64
 		})
 		reply := ans.Choices[0].Message.Content
-		ran, cached := secondImageTurn(t, urls[ingress], c%2 == 1, imgs, reply)
+		ran, cached := secondImageTurn(t, urls[ingress], c, imgs, reply)
 		if ran != owner || cached < imageTokens {
 			t.Errorf("conversation %d: the second turn ran on %s with %d tokens cached, want the owner %s and its images' %d",
 				c, ran, cached, owner, imageTokens)
@@ -120,19 +123,19 @@ func TestImageConversationSecondTurnFollowsItsOwner(t *testing.T) {
 	}
 }
 
-// secondImageTurn sends a conversation's second turn to url, through the Messages API when
-// messages is set, and returns the node that ran it and its cached tokens.
-func secondImageTurn(t *testing.T, url string, messages bool, imgs [2]string, reply string) (string, int) {
+// secondImageTurn sends conversation conv's second turn to url, through the Messages API for
+// odd conversations, and returns the node that ran it and its cached tokens.
+func secondImageTurn(t *testing.T, url string, conv int, imgs [2]string, reply string) (string, int) {
 	t.Helper()
-	if messages {
-		a, ran := messagesJSON(t, url, secondTurnMessages(imgs, reply), nil)
+	if conv%2 == 1 {
+		a, ran := messagesJSON(t, url, secondTurnMessages(conv, imgs, reply), nil)
 		if a.Usage.CacheRead == nil {
 			return ran, 0
 		}
 		return ran, *a.Usage.CacheRead
 	}
 	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 4, "messages": []any{
-		imageTurn(imgs),
+		imageTurn(conv, imgs),
 		map[string]any{"role": "assistant", "content": reply},
 		map[string]any{"role": "user", "content": "And which is brighter?"},
 	}})
@@ -147,7 +150,7 @@ func secondImageTurn(t *testing.T, url string, messages bool, imgs [2]string, re
 // imagesByURL is a chat body asking about n images named by URL: a small body whose prompt
 // is n image estimates long.
 func imagesByURL(n int) string {
-	parts := []any{map[string]any{"type": "text", "text": imageQuestion}}
+	parts := []any{map[string]any{"type": "text", "text": imageQuestion(0)}}
 	for i := range n {
 		parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]string{"url": fmt.Sprintf("https://example.com/%d.png", i)}})
 	}
@@ -185,7 +188,7 @@ func TestImagesCountInTheBudget(t *testing.T) {
 		}
 		return c.InputTokens
 	}
-	text := map[string]any{"type": "text", "text": imageQuestion}
+	text := map[string]any{"type": "text", "text": imageQuestion(0)}
 	image := map[string]any{"type": "image", "source": map[string]string{"type": "url", "url": "https://example.com/a.png"}}
 	if without, with := count([]any{text}), count([]any{text, image}); with != without+kvindex.ImageTokensDefault {
 		t.Errorf("count_tokens: %d with an image, %d without, want %d more", with, without, kvindex.ImageTokensDefault)
