@@ -142,3 +142,21 @@ func TestPartTokenEstimates(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAudioTokens: any data and format give an estimate of at least MinPartTokens, without a
+// panic, and a placeholder of exactly its bytes.
+func FuzzAudioTokens(f *testing.F) {
+	f.Add("wav", wav(176400, 100))
+	f.Add("mp3", "AAAA")
+	f.Add("", "UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQAAAAA=")
+	f.Fuzz(func(t *testing.T, format, data string) {
+		n := AudioTokens(format, data)
+		if n < MinPartTokens {
+			t.Fatalf("%d tokens", n)
+		}
+		p := Part{ID: PartID(data), Tokens: min(n, 1<<16)}
+		if got := len(appendPlaceholder(nil, p)); got != PartBytes(p) {
+			t.Fatalf("placeholder of %d bytes, want %d", got, PartBytes(p))
+		}
+	})
+}
