@@ -3,7 +3,6 @@ package kvindex
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"math"
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
@@ -23,7 +22,7 @@ type Part struct {
 	// ID identifies the part's content (PartID).
 	ID uint64
 	// Tokens is what the part costs an engine's prompt (ImageTokens, AudioTokens); fewer than
-	// MinPartTokens counts as MinPartTokens.
+	// MinPartTokens counts as MinPartTokens, more than MaxPartTokens as MaxPartTokens.
 	Tokens int
 }
 
@@ -54,8 +53,13 @@ const (
 	AudioBytesPerSecond    = 32000
 	AudioMP3BytesPerSecond = 16000
 	// MinPartTokens is the fewest tokens a part stands for: its placeholder holds the whole
-	// 16-hex-digit ID.
+	// 16-hex-digit ID. MaxPartTokens is the most, past any model's context: a placeholder is
+	// at most 4 MiB.
 	MinPartTokens = 4
+	MaxPartTokens = 1 << 20
+	// wavMinByteRate is the lowest byte rate taken from a WAV header (8 kHz 8-bit mono), so
+	// that a header cannot make a small clip count as hours.
+	wavMinByteRate = 8000
 )
 
 // ImageTokens is an image part's token estimate under its detail field.
@@ -80,7 +84,7 @@ func AudioTokens(format, data string) int {
 		}
 	}
 	t := (int64(max(n, 0))*AudioTokensPerSecond + int64(rate) - 1) / int64(rate)
-	return max(int(min(t, math.MaxInt32)), MinPartTokens)
+	return int(min(max(t, MinPartTokens), MaxPartTokens))
 }
 
 // wavByteRate reads the byte rate of a canonical WAV header ("RIFF", "WAVE", "fmt ") at the
@@ -95,14 +99,14 @@ func wavByteRate(data string) (int, bool) {
 		return 0, false
 	}
 	r := binary.LittleEndian.Uint32(h[28:32])
-	if r == 0 || r > 1<<24 {
+	if r < wavMinByteRate || r > 1<<24 {
 		return 0, false
 	}
 	return int(r), true
 }
 
-// partTokens is p's tokens, at least MinPartTokens.
-func partTokens(p Part) int { return max(p.Tokens, MinPartTokens) }
+// partTokens is p's tokens, within MinPartTokens and MaxPartTokens.
+func partTokens(p Part) int { return min(max(p.Tokens, MinPartTokens), MaxPartTokens) }
 
 // PartBytes is the length of p's placeholder in a rendered prompt.
 func PartBytes(p Part) int { return partTokens(p) * BytesPerToken }

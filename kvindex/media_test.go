@@ -104,6 +104,9 @@ func TestPartsAtTheirPlaces(t *testing.T) {
 	if n := len(appendPlaceholder(nil, Part{ID: 1, Tokens: 0})); n != MinPartTokens*BytesPerToken {
 		t.Errorf("a zero-token part's placeholder is %d bytes, want %d", n, MinPartTokens*BytesPerToken)
 	}
+	if n := len(appendPlaceholder(nil, Part{ID: 1, Tokens: 1 << 30})); n != MaxPartTokens*BytesPerToken {
+		t.Errorf("a 2^30-token part's placeholder is %d bytes, want %d", n, MaxPartTokens*BytesPerToken)
+	}
 }
 
 // wav is base64 WAV data: a canonical 44-byte header with byteRate, then n bytes of sound.
@@ -130,6 +133,7 @@ func TestPartTokenEstimates(t *testing.T) {
 		{"wav 10 s at 44.1 kHz stereo", "wav", wav(176400, 1764000), 250},
 		{"wav 2 s at 16 kHz mono", "wav", wav(32000, 64000), 50},
 		{"wav without a header", "wav", raw(320000), 250},
+		{"wav header of 1 B/s, not taken", "wav", wav(1, 32000-44), 25},
 		{"mp3 4 s", "mp3", raw(64000), 100},
 		{"no format", "", raw(32000), 25},
 		{"tiny", "wav", raw(10), MinPartTokens},
@@ -143,7 +147,7 @@ func TestPartTokenEstimates(t *testing.T) {
 	}
 }
 
-// FuzzAudioTokens: any data and format give an estimate of at least MinPartTokens, without a
+// FuzzAudioTokens: any data and format give an estimate within MinPartTokens and MaxPartTokens, without a
 // panic, and a placeholder of exactly its bytes.
 func FuzzAudioTokens(f *testing.F) {
 	f.Add("wav", wav(176400, 100))
@@ -153,6 +157,9 @@ func FuzzAudioTokens(f *testing.F) {
 		n := AudioTokens(format, data)
 		if n < MinPartTokens {
 			t.Fatalf("%d tokens", n)
+		}
+		if n > MaxPartTokens {
+			t.Fatalf("%d tokens, over MaxPartTokens", n)
 		}
 		p := Part{ID: PartID(data), Tokens: min(n, 1<<16)}
 		if got := len(appendPlaceholder(nil, p)); got != PartBytes(p) {

@@ -215,7 +215,26 @@ func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Err
 			r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
 		}
 	}
+	if oerr := n.checkPartTokens(a.Model, p.partTokens); oerr != nil {
+		return nil, nil, oerr
+	}
 	return kvindex.RenderChat(nil, msgs), cr.Seed, nil
+}
+
+// checkPartTokens refuses, before their placeholders are rendered, images and audio whose
+// estimates alone pass the model's context (kvindex.MaxPartTokens for a model the node does not
+// know, which admission then refuses): a body of small parts would otherwise render into a
+// prompt a thousand times its size.
+func (n *Node) checkPartTokens(model string, tokens int) *openai.Error {
+	limit, _ := n.meshModelInfo(model)
+	if limit <= 0 {
+		limit = kvindex.MaxPartTokens
+	}
+	if tokens <= limit {
+		return nil
+	}
+	return openai.ErrContextLengthExceeded(fmt.Sprintf(
+		"the messages' images and audio alone count %d tokens at kvmesh's estimates; the context is %d tokens", tokens, limit))
 }
 
 // mediaParts is the prefix rule's view of a message's images and audio clips, and the

@@ -161,7 +161,8 @@ func imagesByURL(n int) string {
 // TestImagesCountInTheBudget pins that an image counts at its estimate, whatever its bytes: a
 // question about three images named by URL (a body of a few hundred bytes) reports their
 // tokens, one about as many images as the model's context holds is refused as too long for
-// it, and the Messages API's count_tokens counts an image block's estimate.
+// it (one about twice as many before its prompt is rendered), and the Messages API's
+// count_tokens counts an image block's estimate.
 func TestImagesCountInTheBudget(t *testing.T) {
 	ctx := sim.DefaultConfig().Models[0].ContextTokens
 	url := startNet(t, 1, nil).URLs()[0]
@@ -175,6 +176,9 @@ func TestImagesCountInTheBudget(t *testing.T) {
 	}
 	checkRefusal(t, post(t, url, "/v1/chat/completions", imagesByURL(ctx/kvindex.ImageTokensDefault), nil), http.StatusBadRequest,
 		"context_length_exceeded", "messages", []string{fmt.Sprintf("context is %d tokens", ctx)})
+	// Images past the context by themselves are refused before the prompt is rendered.
+	checkRefusal(t, post(t, url, "/v1/chat/completions", imagesByURL(2*ctx/kvindex.ImageTokensDefault), nil), http.StatusBadRequest,
+		"context_length_exceeded", "messages", []string{"images and audio alone count", fmt.Sprintf("context is %d tokens", ctx)})
 
 	count := func(blocks []any) int {
 		b, _ := json.Marshal(map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": blocks}}})
