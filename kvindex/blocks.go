@@ -18,22 +18,25 @@ const DefaultBlockTokens = 16
 // Tokens returns the number of tokens in n bytes of text.
 func Tokens(n int) int { return (n + BytesPerToken - 1) / BytesPerToken }
 
-// Message is one chat message as the prefix rule sees it.
+// Message is one chat message as the prefix rule sees it: its text, and its images and audio
+// clips with their places in it.
 type Message struct {
 	Role    string
 	Content string
+	Parts   []Part
 }
 
 // RenderChat appends the fixed rendering of a chat to dst: each message as
-// "<|role|>\n" + content + "\n", then "<|assistant|>\n" to open the reply. A conversation's
-// next turn (the reply and a new user message appended) renders to a text that starts with
-// this one, so consecutive turns share their prefix blocks.
+// "<|role|>\n" + content + "\n", then "<|assistant|>\n" to open the reply, a message's
+// parts rendered in its content at their places (Part). A conversation's next turn (the reply
+// and a new user message appended) renders to a text that starts with this one, so
+// consecutive turns share their prefix blocks.
 func RenderChat(dst []byte, msgs []Message) []byte {
 	for _, m := range msgs {
 		dst = append(dst, "<|"...)
 		dst = append(dst, m.Role...)
 		dst = append(dst, "|>\n"...)
-		dst = append(dst, m.Content...)
+		dst = appendContent(dst, m)
 		dst = append(dst, '\n')
 	}
 	return append(dst, "<|assistant|>\n"...)

@@ -9,7 +9,9 @@
 // A prompt is text (chat messages are rendered by RenderChat). Tokens are BytesPerToken bytes.
 // The text is cut into blocks of blockTokens tokens; block i's hash covers the whole prefix
 // before it, so a peer can reuse block i only if it holds blocks 0..i. The model name seeds the
-// chain. The embedded engine (node/engine/sim) uses these same functions, so a request's blocks
+// chain. A chat message's images and audio clips (Part) are rendered at their places as
+// placeholders, text derived from the part's identity (PartID) alone and as long as its token
+// estimate (ImageTokens, AudioTokens), so they chain and count as that many tokens of text. The embedded engine (node/engine/sim) uses these same functions, so a request's blocks
 // and an engine's residency match exactly.
 //
 // # Calibration

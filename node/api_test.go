@@ -386,12 +386,13 @@ func TestNodeInFrontOfKvmeshEngineAsExternalEngine(t *testing.T) {
 		e.Error.Param == nil || *e.Error.Param != "guided_json" {
 		t.Errorf("guided_json: status %d, error %+v", resp.StatusCode, e.Error)
 	}
-	// An image part passes the node and is refused by kvmesh engine, which reads text only.
+	// A file part passes the node and is refused by kvmesh engine, which reads text, images
+	// and audio only.
 	resp = post(t, url, "/v1/chat/completions", `{"model":"`+model+`","messages":[{"role":"user","content":[`+
-		`{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}`, nil)
+		`{"type":"file","file":{"file_id":"f"}}]}]}`, nil)
 	if e := decodeError(t, readAll(t, resp)); resp.StatusCode != 400 || e.Error.Code != "unsupported_parameter" ||
-		e.Error.Param == nil || *e.Error.Param != "messages[0].content" || !strings.Contains(e.Error.Message, `"image_url"`) {
-		t.Errorf("image part: status %d, error %+v", resp.StatusCode, e.Error)
+		e.Error.Param == nil || *e.Error.Param != "messages[0].content" || !strings.Contains(e.Error.Message, `"file"`) {
+		t.Errorf("file part: status %d, error %+v", resp.StatusCode, e.Error)
 	}
 	// The node scrapes the engine's vLLM metrics into its state record.
 	poll.Until(t, 5*time.Second, "the scraped KV size", func() bool {

@@ -65,6 +65,9 @@ type prepared struct {
 	origin     *prepared
 	migrations int
 	exclude    []string
+	// partTokens are the tokens the prompt's images and audio stand for (their placeholders'
+	// share of the rendered prompt).
+	partTokens int
 	// moveBreak: the caller of a local run moves the request elsewhere when this node's
 	// engine fails (outcome.broke), so serveLocal leaves that failure unwritten.
 	moveBreak bool
@@ -131,10 +134,11 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	}
 	ctxTokens, _ := n.meshModelInfo(a.Model)
 	p.model = engine.Model{Name: a.Model, ContextTokens: ctxTokens}
-	// Admission counts the prompt in the model's own tokens, as far as this node or the mesh
-	// has learned them (promptTokens); the engine's request keeps kvindex's count, the blocks'
-	// unit.
-	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.promptTokens(a.Model, len(prompt))
+	// Admission counts the prompt's text in the model's own tokens, as far as this node or
+	// the mesh has learned them (promptTokens), and its images and audio at their estimates;
+	// the engine's request keeps kvindex's count, the blocks' unit.
+	textBytes := len(prompt) - p.partTokens*kvindex.BytesPerToken
+	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.promptTokens(a.Model, textBytes)+p.partTokens
 	if own := kvindex.Tokens(len(prompt)); own > 0 {
 		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
 	}
@@ -200,15 +204,56 @@ func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Err
 	msgs := make([]kvindex.Message, len(cr.Messages))
 	r.Roles = make([]string, len(cr.Messages))
 	for i, m := range cr.Messages {
-		msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text()}
+		parts, tokens := mediaParts(m.Content.Media)
+		msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text(), Parts: parts}
+		p.partTokens += tokens
 		r.Roles[i] = m.Role
-		// Parts other than text are the engine's, neither counted nor hashed: an external
-		// engine reads them in Body, the embedded one refuses them by this name.
+		// Parts other than text are the engine's to run (images and audio are also in the
+		// prompt, as their placeholders): an external engine reads them in Body, the embedded
+		// one checks them by this name.
 		for _, part := range m.Content.Parts {
 			r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
 		}
 	}
+	if oerr := n.checkPartTokens(a.Model, p.partTokens); oerr != nil {
+		return nil, nil, oerr
+	}
 	return kvindex.RenderChat(nil, msgs), cr.Seed, nil
+}
+
+// checkPartTokens refuses, before their placeholders are rendered, images and audio whose
+// estimates alone pass the model's context (kvindex.MaxPartTokens for a model the node does not
+// know, which admission then refuses): a body of small parts would otherwise render into a
+// prompt a thousand times its size.
+func (n *Node) checkPartTokens(model string, tokens int) *openai.Error {
+	limit, _ := n.meshModelInfo(model)
+	if limit <= 0 {
+		limit = kvindex.MaxPartTokens
+	}
+	if tokens <= limit {
+		return nil
+	}
+	return openai.ErrContextLengthExceeded(fmt.Sprintf(
+		"the messages' images and audio alone count %d tokens at kvmesh's estimates; the context is %d tokens", tokens, limit))
+}
+
+// mediaParts is the prefix rule's view of a message's images and audio clips, and the
+// tokens they stand for.
+func mediaParts(media []openai.Media) ([]kvindex.Part, int) {
+	if len(media) == 0 {
+		return nil, 0
+	}
+	parts := make([]kvindex.Part, len(media))
+	sum := 0
+	for i, m := range media {
+		t := kvindex.ImageTokens(m.Detail)
+		if m.Type == openai.PartAudio {
+			t = kvindex.AudioTokens(m.Format, m.Source)
+		}
+		parts[i] = kvindex.Part{At: m.At, ID: kvindex.PartID(m.Source), Tokens: t}
+		sum += kvindex.PartBytes(parts[i]) / kvindex.BytesPerToken
+	}
+	return parts, sum
 }
 
 // decodeCompletion fills p's fields from a completions request's body and returns its prompt

@@ -177,8 +177,8 @@ func TestEmbeddedEngineRefusesWhatItCannotHonour(t *testing.T) {
 		{"wrong type of a no-op", base + `,"top_k":"many"}`, openai.CodeInvalidParameter, "top_k"},
 		{"malformed tool_choice", base + `,"tool_choice":"bogus"}`, openai.CodeInvalidParameter, "tool_choice"},
 		{"malformed response_format", base + `,"response_format":{}}`, openai.CodeInvalidParameter, "response_format"},
-		{"image part", `{"model":"` + model + `","messages":[{"role":"user","content":"x"},{"role":"user","content":[` +
-			`{"type":"text","text":"y"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}`,
+		{"video part", `{"model":"` + model + `","messages":[{"role":"user","content":"x"},{"role":"user","content":[` +
+			`{"type":"text","text":"y"},{"type":"video_url","video_url":{"url":"http://x/y.mp4"}}]}]}`,
 			openai.CodeUnsupportedParameter, "messages[1].content"},
 	}
 	for _, tt := range tests {
@@ -193,7 +193,7 @@ func TestEmbeddedEngineRefusesWhatItCannotHonour(t *testing.T) {
 				if e.Error.Code != tt.code || e.Error.Param == nil || *e.Error.Param != tt.param || !strings.Contains(e.Error.Message, tt.param) {
 					t.Errorf("error %+v, want code %s naming %s", e.Error, tt.code, tt.param)
 				}
-				if strings.Contains(tt.body, "image_url") && !strings.Contains(e.Error.Message, `"image_url"`) {
+				if strings.Contains(tt.body, "video_url") && !strings.Contains(e.Error.Message, `"video_url"`) {
 					t.Errorf("message %q does not name the part's type", e.Error.Message)
 				}
 			})

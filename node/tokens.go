@@ -60,9 +60,11 @@ func newTokenCalibration() *kvindex.Calibration {
 // rendered prompt's bytes against the engine's usage.prompt_tokens. Only an external engine
 // teaches it: the embedded one counts prompts with kvmesh's own 4-byte rule. A request relayed
 // from a peer teaches the ingress nothing (the relay copies bytes and reads no usage); the
-// owner that ran it learns, and its own re-check counts the prompt with what it learned.
+// owner that ran it learns, and its own re-check counts the prompt with what it learned. A
+// prompt with images or audio teaches nothing: the engine's count holds what its encoders
+// spent on them, which kvmesh only estimates, and would skew the text's figure.
 func (n *Node) learnTokens(p *prepared, u *engine.Usage) {
-	if n.ext == nil || u.PromptTokens <= 0 {
+	if n.ext == nil || u.PromptTokens <= 0 || p.partTokens > 0 {
 		return
 	}
 	if f, ok := n.tok.Observe(p.adm.Model, len(p.req.Prompt), u.PromptTokens); ok {

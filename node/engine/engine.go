@@ -27,8 +27,9 @@ type Request struct {
 	// Body is the client's JSON request. External engines forward it (with streaming forced
 	// on); the embedded engine ignores it.
 	Body []byte
-	// Prompt is the rendered prompt text (kvindex.RenderChat for chat); PromptTokens counts it
-	// under kvindex's tokenisation and Blocks holds its chained block hashes.
+	// Prompt is the rendered prompt text (kvindex.RenderChat for chat, a message's images and
+	// audio as their placeholders); PromptTokens counts it under kvindex's tokenisation and
+	// Blocks holds its chained block hashes.
 	Prompt       []byte
 	PromptTokens int
 	Blocks       []uint64

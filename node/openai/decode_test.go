@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -115,6 +116,27 @@ func TestDecodeChat(t *testing.T) {
 					t.Errorf("content %+v", c)
 				}
 			}},
+		{name: "images and audio with their places", body: `{"model":"m","messages":[{"role":"user","content":[` +
+			`{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}},{"type":"text","text":"abc"},` +
+			`{"type":"file","file":{"file_id":"f"}},{"type":"input_audio","input_audio":{"data":"UklG","format":"wav"}},{"type":"text","text":"de"}]}]}`,
+			check: func(t *testing.T, r *ChatRequest) {
+				c := r.Messages[0].Content
+				want := []Media{
+					{At: 0, Type: PartImage, Source: "data:image/png;base64,AAAA", Detail: "low"},
+					{At: 3, Type: PartAudio, Source: "UklG", Format: "wav"},
+				}
+				if c.Text != "abcde" || len(c.Parts) != 3 || !slices.Equal(c.Media, want) {
+					t.Errorf("content %+v, want media %+v", c, want)
+				}
+			}},
+		{name: "image without a url", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"detail":"low"}}]}]}`,
+			status: 400, code: CodeInvalidParameter, param: "messages[0].content[1].image_url"},
+		{name: "image url not a string", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":5}}]}]}`,
+			status: 400, code: CodeInvalidParameter, param: "messages[0].content[0].image_url"},
+		{name: "image_url a string", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":"https://x"}]}]}`,
+			status: 400, code: CodeInvalidParameter, param: "messages[0].content[0].image_url"},
+		{name: "audio without data", body: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"user","content":[{"type":"input_audio","input_audio":{"format":"wav"}}]}]}`,
+			status: 400, code: CodeInvalidParameter, param: "messages[1].content[0].input_audio"},
 		{name: "part without a type", body: `{"model":"m","messages":[{"role":"user","content":[{"image_url":{"url":"x"}}]}]}`,
 			status: 400, code: CodeInvalidParameter, param: "messages[0].content"},
 		{name: "bad stop", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"stop":5}`,

@@ -12,8 +12,9 @@
 // engine's own such as vLLM's top_k or guided_json) is kept with its value as sent in the
 // request's Extra (stream_options' in its own), for the engine to honour or refuse: kvmesh
 // neither refuses nor silently drops it. Messages keep their role, their text and, as sent,
-// their content parts of other types (images, audio); their other members, like any role
-// name, are the engine's business. Trailing data, empty bodies and
+// their content parts of other types (images, audio, files); the images and audio also as
+// Media, with their sources and places in the text, which must be strings. Messages' other
+// members, like any role name, are the engine's business. Trailing data, empty bodies and
 // non-objects are refused. Every error they return is an *Error that WriteError can send as is.
 //
 // # Concurrency

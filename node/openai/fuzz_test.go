@@ -13,6 +13,8 @@ func FuzzDecodeChat(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"tools":[{"type":"function"}],"logit_bias":{"1":2}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":null}],"stream":true,"stream_options":{"include_usage":true}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"a"}]}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA==","detail":"low"}},` +
+		`{"type":"input_audio","input_audio":{"data":"UklGRg==","format":"wav"}},{"type":"input_audio","input_audio":{"format":"mp3"}}]}]}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"r"},{"role":"critic","content":"c"}],"top_k":40,"min_p":0.1,` +
 		`"repetition_penalty":1.1,"min_tokens":2,"ignore_eos":true,"chat_template_kwargs":{"enable_thinking":false},"guided_json":{"type":"object"},` +
 		`"skip_special_tokens":false,"logprobs":true,"top_logprobs":3,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`))

@@ -558,9 +558,10 @@ func (e *Engine) body(req *engine.Request) ([]byte, error) {
 	// The streaming, the priority and the output cap, in one pass over the client's body.
 	edits := []wire.Edit{priority(e.cfg.Priority, req.Priority)}
 	if req.MaxTokens > 0 {
-		// Images and audio are not in the prompt the node counted, so a default it fills in
-		// could pass the context with them; without a cap of the client's, such a request
-		// keeps the engine's default, the rest of its context.
+		// Images and audio are in the prompt the node counted at an estimate only (other
+		// parts not at all), so a default it fills in, cut to the context it thinks is left,
+		// could pass the context; without a cap of the client's, such a request keeps the
+		// engine's default, the rest of its context.
 		parts := slices.ContainsFunc(req.Extra, func(f wire.Field) bool { return strings.HasPrefix(f.Name, "messages[") })
 		edits = append(edits, outputCap(req.MaxTokens, !parts)...)
 	}

@@ -217,7 +217,8 @@ var params = map[string]param{
 }
 
 // checkRequest applies the rule above to req's extra fields, its messages' content parts
-// other than text and its messages' roles (a role outside OpenAI's chat API is refused: the
+// other than text (images and audio run as the placeholders the prompt holds for them, the
+// others are refused) and its messages' roles (a role outside OpenAI's chat API is refused: the
 // simulator has no chat template to give it a meaning). It returns what the engine honours, or a *engine.ParamError.
 func checkRequest(req *engine.Request) (options, error) {
 	var o options
@@ -227,8 +228,11 @@ func checkRequest(req *engine.Request) (options, error) {
 			continue
 		}
 		if strings.HasPrefix(f.Name, "messages[") { // a content part other than text (ingress.go)
-			return o, &engine.ParamError{Param: f.Name, Unsupported: true,
-				Reason: fmt.Sprintf("a content part of type %q: the simulated engine reads text parts only", openai.PartType(v))}
+			if typ := openai.PartType(v); typ != openai.PartImage && typ != openai.PartAudio {
+				return o, &engine.ParamError{Param: f.Name, Unsupported: true,
+					Reason: fmt.Sprintf("a content part of type %q: the simulated engine reads text, image_url and input_audio parts only", typ)}
+			}
+			continue // in the prompt as its placeholder (kvindex.Part), cached as any prompt text is
 		}
 		p, ok := params[f.Name]
 		if !ok {

@@ -34,6 +34,8 @@ func TestAcceptsNoOpFields(t *testing.T) {
 		"reasoning_effort", `"low"`, "guided_decoding_backend", `"xgrammar"`, "best_of", "1", "priority", "0", "echo", "false",
 		"stream_options.include_obfuscation", "false", "guided_json", "null", "min_tokens", "0", "ignore_eos", "false",
 		"include_stop_str_in_output", "false", "modalities", `["text"]`,
+		"messages[0].content", `{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}`,
+		"messages[1].content", `{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}`,
 	) {
 		t.Run(f.Name+"="+string(f.Value), func(t *testing.T) {
 			r := gen(t, s, &engine.Request{Model: testModel, Prompt: p, MaxTokens: 8, Seed: seed, Extra: []openai.Field{f}})
@@ -69,7 +71,8 @@ func TestRefusesWhatItCannotHonour(t *testing.T) {
 		{"continuous usage", engine.Request{Extra: extra("stream_options.continuous_usage_stats", "true")}, "stream_options.continuous_usage_stats", true},
 		{"unknown field", engine.Request{Extra: extra("frobnicate", "1")}, "frobnicate", true},
 		{"unknown role", engine.Request{Roles: []string{"system", "user", "critic"}}, "messages[2].role", true},
-		{"image part", engine.Request{Extra: extra("messages[1].content", `{"type":"image_url","image_url":{"url":"x"}}`)}, "messages[1].content", true},
+		{"file part", engine.Request{Extra: extra("messages[1].content", `{"type":"file","file":{"file_id":"f"}}`)}, "messages[1].content", true},
+		{"video part", engine.Request{Extra: extra("messages[0].content", `{"type":"video_url","video_url":{"url":"x"}}`)}, "messages[0].content", true},
 		{"top_k not an integer", engine.Request{Extra: extra("top_k", "4.5")}, "top_k", false},
 		{"min_p a string", engine.Request{Extra: extra("min_p", `"0.1"`)}, "min_p", false},
 		{"ignore_eos a number", engine.Request{Extra: extra("ignore_eos", "1")}, "ignore_eos", false},
