@@ -16,7 +16,7 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
-	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -272,8 +272,8 @@ func DefaultConfig() Config {
 		Engine:              "sim",
 		EngineKind:          "vllm",
 		ModelsInterval:      30 * time.Second,
-		EngineKVBlocks:      extengine.DefaultConfig().NominalKVBlocks,
-		EngineMaxRunning:    extengine.DefaultConfig().MaxRunning,
+		EngineKVBlocks:      external.DefaultConfig().NominalKVBlocks,
+		EngineMaxRunning:    external.DefaultConfig().MaxRunning,
 		Sim:                 sim.DefaultConfig(),
 		MaxBodyBytes:        4 << 20,
 		DrainDelay:          5 * time.Second,
@@ -390,10 +390,10 @@ func (c *Config) validate() error {
 	switch {
 	case c.Engine == "sim" && (route.IsHalf(c.Role) || route.IsHalf(c.Sim.Role)) && c.Role != c.Sim.Role:
 		return fmt.Errorf("node: role %q and sim.role %q differ: the node gives its engine its own role", c.Role, c.Sim.Role)
-	case c.Engine != "sim" && route.IsHalf(c.Role) && c.EngineKind != extengine.KindVLLM:
+	case c.Engine != "sim" && route.IsHalf(c.Role) && c.EngineKind != external.KindVLLM:
 		// SGLang's handover (a bootstrap room, both halves sent at once) is not passed yet.
 		return fmt.Errorf("node: role %q in front of an external engine needs engine_kind %s (a server with a KV connector), not %s",
-			c.Role, extengine.KindVLLM, c.EngineKind)
+			c.Role, external.KindVLLM, c.EngineKind)
 	}
 	if !c.Standalone && c.TLS == nil {
 		return errors.New("node: a TLS configuration (cluster CA and node certificate) is required for forwarding")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
-	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -353,7 +353,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 	var code string
 	if resp.StatusCode >= 300 {
 		eb, _ := io.ReadAll(io.LimitReader(resp.Body, maxEngineError))
-		ae := extengine.ErrorOf(resp.StatusCode, eb).APIError()
+		ae := external.ErrorOf(resp.StatusCode, eb).APIError()
 		if ae.Status >= 500 {
 			writeRefusal(w, ae, 0)
 			return outcome{code: ae.Code}

@@ -17,7 +17,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
-	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -339,7 +339,7 @@ var knownCodes = []string{
 	openai.CodeModelNotFound, openai.CodeContextLengthExceeded, openai.CodeInvalidAPIKey, openai.CodeRateLimited,
 	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
 	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
-	CodeDraining, CodeNotFound, CodeMethodNotAllowed, extengine.CodeEngineOverloaded, CodeHopLimit,
+	CodeDraining, CodeNotFound, CodeMethodNotAllowed, external.CodeEngineOverloaded, CodeHopLimit,
 	transport.CodeVersion, transport.CodeKind, CodeUnsupportedEndpoint, CodePreviousResponseNotFound,
 	CodeOwnerUnreachable, CodeWrongRole, CodeDecodeUnavailable, CodeDecodeFailed, CodeIngressMismatch,
 }
@@ -398,7 +398,7 @@ func writeRefusal(w http.ResponseWriter, e *openai.Error, retryAfter time.Durati
 
 // engineError maps an error from Engine.Generate (before any output) to the client's answer.
 // A field the engine refused is a 400 naming it. An external engine's HTTP error says itself
-// what the client gets (extengine.StatusError's APIError): a 4xx keeps its status, message,
+// what the client gets (external.StatusError's APIError): a 4xx keeps its status, message,
 // param and code; a 5xx is a 502 engine_error.
 func engineError(err error) *openai.Error {
 	var pe *engine.ParamError

@@ -26,8 +26,8 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
-	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -42,7 +42,7 @@ type Node struct {
 	m     *metrics
 	eng   engine.Engine
 	sim   *sim.Sim            // the embedded engine, when it is the engine
-	ext   *extengine.Engine   // the external engine, when it is the engine
+	ext   *external.Engine    // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
 	kv    *kvStore            // kvmesh engine's handovers and pulls (kvtransfer.go)
 	// kvBlockTokens is the embedded engine's block size, for its published events.
@@ -195,7 +195,7 @@ func (n *Node) buildEngine() error {
 	if n.cfg.PublishKVEvents != "" {
 		return errors.New("node: only the embedded engine publishes KV events (an external engine publishes its own)")
 	}
-	ec := extengine.DefaultConfig()
+	ec := external.DefaultConfig()
 	ec.BaseURL = n.cfg.Engine
 	ec.Kind = n.cfg.EngineKind
 	ec.ModelsInterval = n.cfg.ModelsInterval
@@ -213,7 +213,7 @@ func (n *Node) buildEngine() error {
 	// The engine's residency model says what the server caches; gossip spreads it as the
 	// embedded engine's exact report.
 	ec.OnPrefix = n.onPrefix
-	e, err := extengine.New(ec)
+	e, err := external.New(ec)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

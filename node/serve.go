@@ -12,7 +12,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
-	extengine "github.com/kvmesh/kvmesh/node/engine/openai"
+	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -149,7 +149,7 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 			e := openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error())
 			// An engine's own error event is its answer, passed on; its stream breaking is
 			// its failure, which the caller may move on.
-			if o, ok := brokenRun(ctx, enc.p, e, true); ok && !errors.Is(err, extengine.ErrStream) {
+			if o, ok := brokenRun(ctx, enc.p, e, true); ok && !errors.Is(err, external.ErrStream) {
 				return o, nil
 			}
 			_ = sse.WriteError(e)

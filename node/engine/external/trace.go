@@ -1,4 +1,4 @@
-package openai
+package external
 
 import (
 	"net/http"
@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-const tracerName = "github.com/kvmesh/kvmesh/node/engine/openai"
+const tracerName = "github.com/kvmesh/kvmesh/node/engine/external"
 
 // startCall starts the client span of an HTTP call to the server, on the pipeline of the
 // span in hreq's context (a no-op one when the node traces nothing), and writes the call's

@@ -1,4 +1,4 @@
-// Package openai drives an external OpenAI-compatible inference server (vLLM, SGLang,
+// Package external drives an external OpenAI-compatible inference server (vLLM, SGLang,
 // llama.cpp's server, TGI, or any plain OpenAI-compatible endpoint) as an engine.Engine.
 //
 // Generate forwards the client's JSON body byte for byte but for the members the node owns:
@@ -97,4 +97,4 @@
 // # Zero value
 //
 // The zero Engine is not usable; build one with New.
-package openai
+package external

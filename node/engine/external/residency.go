@@ -1,4 +1,4 @@
-package openai
+package external
 
 import (
 	"container/list"

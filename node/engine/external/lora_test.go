@@ -1,4 +1,4 @@
-package openai
+package external
 
 import (
 	"reflect"

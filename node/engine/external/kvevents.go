@@ -1,4 +1,4 @@
-package openai
+package external
 
 import (
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
