@@ -268,10 +268,12 @@ func TestMeshLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("a node that leaves is left, not dead, everywhere", func(t *testing.T) {
-		if err := gs[3].Leave(time.Second); err != nil {
+		// Leave returns once its departure is out; the long timeout is for a loaded machine,
+		// where a departure cut short is a death to the peers, not a departure.
+		if err := gs[3].Leave(5 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		poll.Until(t, 10*time.Second, "n3 left in every view", func() bool {
+		poll.Until(t, 20*time.Second, "n3 left in every view", func() bool {
 			for _, g := range gs[:3] {
 				// The reborn n4 left as its subtest ended, or is dead where its departure was
 				// lost on a loaded machine: the gauge counts whichever each view holds.
