@@ -106,7 +106,7 @@ func outputCap(n int, add bool) []wire.Edit {
 func edit(body []byte, edits ...wire.Edit) ([]byte, error) {
 	out, err := wire.EditObject(bytes.TrimSpace(body), edits...)
 	if err != nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+		return nil, fmt.Errorf("external: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	return out, nil
 }
@@ -129,7 +129,7 @@ func synthesise(req *engine.Request) ([]byte, error) {
 	}
 	out, err := json.Marshal(obj)
 	if err != nil {
-		return nil, fmt.Errorf("openai: encoding body: %w", err)
+		return nil, fmt.Errorf("external: encoding body: %w", err)
 	}
 	return out, nil
 }

@@ -29,7 +29,7 @@ const maxPrefillAnswer = 1 << 20
 func prefillBody(body []byte) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil || m == nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+		return nil, fmt.Errorf("external: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	for _, k := range []string{"stream_options", "min_tokens", "min_completion_tokens"} {
 		delete(m, k)
@@ -42,7 +42,7 @@ func prefillBody(body []byte) ([]byte, error) {
 	}
 	out, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("openai: encoding the prefill body: %w", err)
+		return nil, fmt.Errorf("external: encoding the prefill body: %w", err)
 	}
 	return out, nil
 }
@@ -50,12 +50,12 @@ func prefillBody(body []byte) ([]byte, error) {
 // decodeBody is body with kv_transfer_params set to the prefill server's, h.Params.
 func decodeBody(body []byte, h *engine.Handover) ([]byte, error) {
 	if len(h.Params) == 0 {
-		return nil, fmt.Errorf("openai: %w: the handover carries no kv_transfer_params (another kind of engine prefilled it)",
+		return nil, fmt.Errorf("external: %w: the handover carries no kv_transfer_params (another kind of engine prefilled it)",
 			engine.ErrUnavailable)
 	}
 	out, err := wire.SetMember(body, "kv_transfer_params", func([]byte) []byte { return h.Params })
 	if err != nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+		return nil, fmt.Errorf("external: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	return out, nil
 }
@@ -69,26 +69,26 @@ func readPrefill(r io.Reader, req *engine.Request) (engine.Stream, error) {
 	b, err := io.ReadAll(io.LimitReader(r, maxPrefillAnswer+1))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("openai: %w: reading the prefill answer: %w", engine.ErrUnavailable, err)
+		return nil, fmt.Errorf("external: %w: reading the prefill answer: %w", engine.ErrUnavailable, err)
 	case len(b) > maxPrefillAnswer:
-		return nil, fmt.Errorf("openai: %w: the prefill answer is over %d bytes", engine.ErrUnavailable, maxPrefillAnswer)
+		return nil, fmt.Errorf("external: %w: the prefill answer is over %d bytes", engine.ErrUnavailable, maxPrefillAnswer)
 	}
 	var ans struct {
 		Params json.RawMessage `json:"kv_transfer_params"`
 		Usage  *wire.Usage     `json:"usage"`
 	}
 	if err := json.Unmarshal(b, &ans); err != nil {
-		return nil, fmt.Errorf("openai: %w: the prefill answer is not a JSON object: %w", engine.ErrUnavailable, err)
+		return nil, fmt.Errorf("external: %w: the prefill answer is not a JSON object: %w", engine.ErrUnavailable, err)
 	}
 	params := bytes.TrimSpace(ans.Params)
 	switch {
 	case len(params) == 0 || string(params) == "null":
-		return nil, fmt.Errorf("openai: %w: the prefill answer has no kv_transfer_params (is the server started with --kv-transfer-config?)",
+		return nil, fmt.Errorf("external: %w: the prefill answer has no kv_transfer_params (is the server started with --kv-transfer-config?)",
 			engine.ErrUnavailable)
 	case params[0] != '{':
-		return nil, fmt.Errorf("openai: %w: the prefill answer's kv_transfer_params is not an object", engine.ErrUnavailable)
+		return nil, fmt.Errorf("external: %w: the prefill answer's kv_transfer_params is not an object", engine.ErrUnavailable)
 	case len(params) > engine.MaxHandoverParams:
-		return nil, fmt.Errorf("openai: %w: the prefill answer's kv_transfer_params is over %d bytes",
+		return nil, fmt.Errorf("external: %w: the prefill answer's kv_transfer_params is over %d bytes",
 			engine.ErrUnavailable, engine.MaxHandoverParams)
 	}
 	h := &engine.Handover{Blocks: req.Blocks, PromptTokens: req.PromptTokens, Params: slices.Clone(params)}

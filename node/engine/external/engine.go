@@ -147,11 +147,11 @@ var _ engine.Engine = (*Engine)(nil)
 // Errors of this package.
 var (
 	// ErrTruncated: the stream ended before a chunk with a finish reason.
-	ErrTruncated = errors.New("openai: engine stream ended without a finish reason")
+	ErrTruncated = errors.New("external: engine stream ended without a finish reason")
 	// ErrStream: the engine sent an error event in the middle of a stream.
-	ErrStream = errors.New("openai: engine stream error")
+	ErrStream = errors.New("external: engine stream error")
 	// ErrStarted: Start was called twice.
-	ErrStarted = errors.New("openai: engine already started")
+	ErrStarted = errors.New("external: engine already started")
 )
 
 // New validates cfg, filling zero fields from DefaultConfig. It does no I/O.
@@ -163,11 +163,11 @@ func New(cfg Config) (*Engine, error) {
 	switch cfg.Kind {
 	case KindVLLM, KindSGLang, KindLlamaCpp, KindTGI, KindOpenAI:
 	default:
-		return nil, fmt.Errorf("openai: unknown engine kind %q", cfg.Kind)
+		return nil, fmt.Errorf("external: unknown engine kind %q", cfg.Kind)
 	}
 	u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("openai: base url %q must be http(s)://host[:port]", cfg.BaseURL)
+		return nil, fmt.Errorf("external: base url %q must be http(s)://host[:port]", cfg.BaseURL)
 	}
 	fill := func(v *int, d int) {
 		if *v == 0 {
@@ -190,15 +190,15 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.ScrapeInterval < 0 || cfg.ScrapeTimeout < 0 || cfg.ModelsInterval < 0 || cfg.DefaultContextTokens < 0 ||
 		cfg.MaxScrapeFailures < 0 || cfg.BlockTokens < 0 || cfg.NominalKVBlocks < 0 {
-		return nil, errors.New("openai: negative config value")
+		return nil, errors.New("external: negative config value")
 	}
 	if cfg.Priority && cfg.Kind != KindVLLM {
-		return nil, fmt.Errorf("openai: request priority is sent only to a %s engine, not %s", KindVLLM, cfg.Kind)
+		return nil, fmt.Errorf("external: request priority is sent only to a %s engine, not %s", KindVLLM, cfg.Kind)
 	}
 	models := make([]engine.Model, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
 		if m.Name == "" || m.ContextTokens < 0 {
-			return nil, fmt.Errorf("openai: model %q needs a name and a context of 0 (the engine's) or more", m.Name)
+			return nil, fmt.Errorf("external: model %q needs a name and a context of 0 (the engine's) or more", m.Name)
 		}
 		if m.ContextTokens == 0 {
 			m.ContextTokens = cfg.DefaultContextTokens
@@ -219,7 +219,7 @@ func New(cfg Config) (*Engine, error) {
 	})
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(e.scrapeErrors); err != nil {
-			return nil, fmt.Errorf("openai: registering metrics: %w", err)
+			return nil, fmt.Errorf("external: registering metrics: %w", err)
 		}
 	}
 	if e.res, err = newShadow(cfg, e.log); err != nil {
@@ -229,7 +229,7 @@ func New(cfg Config) (*Engine, error) {
 		e.sub, err = kvevents.NewSubscriber(kvevents.Config{Endpoint: cfg.KVEvents, OnBatch: e.res.onKVBatch,
 			RetryInterval: cfg.ScrapeInterval, Logger: e.log, Registerer: cfg.Registerer})
 		if err != nil {
-			return nil, fmt.Errorf("openai: %w", err)
+			return nil, fmt.Errorf("external: %w", err)
 		}
 	}
 	e.state = engine.State{BlockTokens: cfg.BlockTokens, KVBlocksTotal: cfg.NominalKVBlocks,
@@ -375,7 +375,7 @@ const PriorityHeader = "X-Kvmesh-Priority"
 const CodeEngineOverloaded = "engine_overloaded"
 
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("openai: engine answered %d: %s", e.Status, e.Message)
+	return fmt.Sprintf("external: engine answered %d: %s", e.Status, e.Message)
 }
 
 // HTTPStatus is the engine's status code.
@@ -497,7 +497,7 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, e.url(path), bytes.NewReader(body))
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("openai: building request: %w", err)
+		return nil, fmt.Errorf("external: building request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if !req.PrefillOnly {
@@ -517,9 +517,9 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		cancel()
 		callFailed(span, err)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("openai: request cancelled: %w", ctx.Err())
+			return nil, fmt.Errorf("external: request cancelled: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("openai: %w: %w", engine.ErrUnavailable, err)
+		return nil, fmt.Errorf("external: %w: %w", engine.ErrUnavailable, err)
 	}
 	callAnswered(span, resp.StatusCode)
 	if resp.StatusCode != http.StatusOK {
@@ -530,7 +530,7 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 		e.log.Debug("engine refused request", "id", req.ID, "status", se.Status, "message", se.Message)
 		if req.Handover != nil && se.Param == "kv_transfer_params" {
 			// The handover is the prefill's, not the client's: another decode node may take it.
-			return nil, fmt.Errorf("openai: %w: the engine refused the handover: %s", engine.ErrUnavailable, se.Message)
+			return nil, fmt.Errorf("external: %w: the engine refused the handover: %s", engine.ErrUnavailable, se.Message)
 		}
 		return nil, se
 	}
@@ -552,7 +552,7 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 // admitted max_tokens, a continuation's text or a handover's transfer parameters.
 func (e *Engine) body(req *engine.Request) ([]byte, error) {
 	if (req.PrefillOnly || req.Handover != nil) && e.cfg.Kind != KindVLLM {
-		return nil, fmt.Errorf("openai: %w: a %s engine is given no half of a split request (only %s)",
+		return nil, fmt.Errorf("external: %w: a %s engine is given no half of a split request (only %s)",
 			engine.ErrUnavailable, e.cfg.Kind, KindVLLM)
 	}
 	// The streaming, the priority and the output cap, in one pass over the client's body.

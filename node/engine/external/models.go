@@ -30,7 +30,7 @@ import (
 // fail, Models keeps the last list (the configured one before any fetch succeeded).
 
 // ErrModelNotServed: a configured model is not in the server's /v1/models list at Start.
-var ErrModelNotServed = errors.New("openai: configured model not served by the engine")
+var ErrModelNotServed = errors.New("external: configured model not served by the engine")
 
 // modelsFetchTimeout bounds one GET /v1/models.
 const modelsFetchTimeout = 10 * time.Second
@@ -46,19 +46,19 @@ func (e *Engine) fetchModels(ctx context.Context) ([]engine.Model, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url("/v1/models"), nil)
 	if err != nil {
-		return nil, fmt.Errorf("openai: models request: %w", err)
+		return nil, fmt.Errorf("external: models request: %w", err)
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("openai: fetching models: %w: %w", engine.ErrUnavailable, err)
+		return nil, fmt.Errorf("external: fetching models: %w: %w", engine.ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("openai: fetching models: status %d: %w", resp.StatusCode, engine.ErrUnavailable)
+		return nil, fmt.Errorf("external: fetching models: status %d: %w", resp.StatusCode, engine.ErrUnavailable)
 	}
 	var list wire.ModelList
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("openai: decoding models: %w", err)
+		return nil, fmt.Errorf("external: decoding models: %w", err)
 	}
 	ms := make([]engine.Model, 0, len(list.Data))
 	for _, m := range list.Data {
@@ -220,10 +220,10 @@ func (e *Engine) Health() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.modelsErr != nil {
-		return fmt.Errorf("openai: %w", e.modelsErr)
+		return fmt.Errorf("external: %w", e.modelsErr)
 	}
 	if !e.state.Healthy {
-		return fmt.Errorf("openai: no good scrape of %s/metrics lately", e.base.String())
+		return fmt.Errorf("external: no good scrape of %s/metrics lately", e.base.String())
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func (e *Engine) Post(ctx context.Context, path, id string, body []byte) (*http.
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url(path), bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("openai: building request: %w", err)
+		return nil, fmt.Errorf("external: building request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if id != "" {
@@ -36,9 +36,9 @@ func (e *Engine) Post(ctx context.Context, path, id string, body []byte) (*http.
 	if err != nil {
 		callFailed(span, err)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("openai: request cancelled: %w", ctx.Err())
+			return nil, fmt.Errorf("external: request cancelled: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("openai: %w: %w", engine.ErrUnavailable, err)
+		return nil, fmt.Errorf("external: %w: %w", engine.ErrUnavailable, err)
 	}
 	callAnswered(span, resp.StatusCode)
 	e.inflight.Add(1)

@@ -60,7 +60,7 @@ type shadow struct {
 func newShadow(cfg Config, log *slog.Logger) (*shadow, error) {
 	m, err := residency.New(cfg.NominalKVBlocks, cfg.BlockTokens)
 	if err != nil {
-		return nil, fmt.Errorf("openai: %w", err)
+		return nil, fmt.Errorf("external: %w", err)
 	}
 	r := &shadow{onPrefix: cfg.OnPrefix, kind: cfg.Kind, log: log, model: m}
 	if cfg.KVEvents != "" {
@@ -94,7 +94,7 @@ func newShadow(cfg Config, log *slog.Logger) (*shadow, error) {
 	if reg := cfg.Registerer; reg != nil {
 		for _, c := range []prometheus.Collector{r.errRatio, r.predicted, r.reported, r.resets, r.blocks} {
 			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("openai: registering metrics: %w", err)
+				return nil, fmt.Errorf("external: registering metrics: %w", err)
 			}
 		}
 	}

@@ -45,7 +45,7 @@ func continueBody(kind string, ep engine.Endpoint, body []byte, r *engine.Resume
 		set("min_tokens", strconv.Itoa(max(*m.MinTokens-r.Tokens, 0)))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("openai: request body is not a JSON object: %w", engine.ErrRejected)
+		return nil, fmt.Errorf("external: request body is not a JSON object: %w", engine.ErrRejected)
 	}
 	return body, nil
 }

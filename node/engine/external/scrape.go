@@ -47,7 +47,7 @@ func parseMetrics(r io.Reader) (map[string][]sample, error) {
 		out[name] = append(out[name], sample{labels: labels, value: v})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("openai: reading metrics: %w", err)
+		return nil, fmt.Errorf("external: reading metrics: %w", err)
 	}
 	dropBreakdowns(out)
 	return out, nil
@@ -232,7 +232,7 @@ var kinds = map[string]kindNames{
 	KindTGI: {waiting: []string{"tgi_queue_size"}, running: []string{"tgi_batch_current_size"}},
 }
 
-var errNoMetrics = errors.New("openai: engine exports none of the expected metrics")
+var errNoMetrics = errors.New("external: engine exports none of the expected metrics")
 
 // scrape fetches /metrics once and updates the state; failures count toward unhealthy, which
 // also zeroes the running and waiting requests and the KV blocks in use.
@@ -266,16 +266,16 @@ func (e *Engine) fetchMetrics(ctx context.Context) (map[string][]sample, error) 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url("/metrics"), nil)
 	if err != nil {
-		return nil, fmt.Errorf("openai: metrics request: %w", err)
+		return nil, fmt.Errorf("external: metrics request: %w", err)
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("openai: scraping metrics: %w", err)
+		return nil, fmt.Errorf("external: scraping metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("openai: scraping metrics: status %d", resp.StatusCode)
+		return nil, fmt.Errorf("external: scraping metrics: status %d", resp.StatusCode)
 	}
 	return parseMetrics(io.LimitReader(resp.Body, 16<<20))
 }

@@ -57,7 +57,7 @@ func (s *stream) Recv() (engine.Chunk, error) {
 		var c sseChunk
 		if err := json.Unmarshal(data, &c); err != nil {
 			s.finish()
-			return engine.Chunk{}, fmt.Errorf("openai: bad chunk from engine: %w", err)
+			return engine.Chunk{}, fmt.Errorf("external: bad chunk from engine: %w", err)
 		}
 		if len(c.Error) > 0 && string(c.Error) != "null" {
 			s.finish()
@@ -123,7 +123,7 @@ func (s *stream) emitPending() engine.Chunk {
 func (s *stream) endOfInput(err error) (engine.Chunk, error) {
 	if s.ctx.Err() != nil {
 		s.finish()
-		return engine.Chunk{}, fmt.Errorf("openai: stream cancelled: %w", context.Cause(s.ctx))
+		return engine.Chunk{}, fmt.Errorf("external: stream cancelled: %w", context.Cause(s.ctx))
 	}
 	if s.pending != nil && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
 		return s.emitPending(), nil
@@ -132,7 +132,7 @@ func (s *stream) endOfInput(err error) (engine.Chunk, error) {
 	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
 		return engine.Chunk{}, ErrTruncated
 	}
-	return engine.Chunk{}, fmt.Errorf("openai: reading engine stream: %w", err)
+	return engine.Chunk{}, fmt.Errorf("external: reading engine stream: %w", err)
 }
 
 func (s *stream) finish() {
