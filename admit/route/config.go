@@ -71,6 +71,8 @@ type Weights struct {
 	FreeKV  float64 `json:"free_kv"` // × free KV fraction
 	Power   float64 `json:"power"`   // × power headroom fraction
 	Thermal float64 `json:"thermal"` // × thermal penalty in [0,1], subtracted
+	// × adapter residency of an adapter's request: 1 resident, 0.5 a free slot, 0 a swap
+	Adapter float64 `json:"adapter,advanced"`
 }
 
 // Config configures a Router. The zero rule, as in every kvmesh config: a zero field means its
@@ -135,9 +137,15 @@ type Config struct {
 	// Score.
 
 	// Weights of the score terms. Default prefix 1.0, load 0.5, free KV 0.25, power 0.1,
-	// thermal 0.5: the prefix leads (a hit saves real prefill), load is next; the gate, not
+	// thermal 0.5, adapter 1.0: the prefix leads (a hit saves real prefill), load is next; the gate, not
 	// the weights, keeps the prefix from herding.
 	Weights Weights `json:"weights"`
+	// AdapterLoadTime is the time an engine takes to bring a LoRA adapter into a GPU slot,
+	// added to the predicted TTFT of a peer the request's adapter is not resident on (the
+	// engines do not report it). Default 200 ms, the embedded engine's lora_load_time; an
+	// adapter read from a local disk into vLLM takes from tens of milliseconds to about a
+	// second by its rank and size.
+	AdapterLoadTime time.Duration `json:"adapter_load_time,advanced"`
 	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
 	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
 	LoadHalfTokens int `json:"load_half_tokens,advanced"`
@@ -265,7 +273,8 @@ func DefaultConfig() Config {
 		PowerCapFraction:               1.0,
 		ThermalSoftC:                   80,
 		ThermalHardC:                   90,
-		Weights:                        Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5},
+		Weights:                        Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5, Adapter: 1.0},
+		AdapterLoadTime:                200 * time.Millisecond,
 		LoadHalfTokens:                 16384,
 		DefaultPrefillTokensPerSecond:  20000,
 		DefaultDecodeStepSeconds:       0.02,
@@ -320,6 +329,8 @@ func (c *Config) fill() error {
 	fillF(&c.Weights.FreeKV, d.Weights.FreeKV)
 	fillF(&c.Weights.Power, d.Weights.Power)
 	fillF(&c.Weights.Thermal, d.Weights.Thermal)
+	fillF(&c.Weights.Adapter, d.Weights.Adapter)
+	fillDur(&c.AdapterLoadTime, d.AdapterLoadTime)
 	fillI(&c.LoadHalfTokens, d.LoadHalfTokens)
 	fillF(&c.DefaultPrefillTokensPerSecond, d.DefaultPrefillTokensPerSecond)
 	fillF(&c.DefaultDecodeStepSeconds, d.DefaultDecodeStepSeconds)
@@ -390,8 +401,10 @@ func (c *Config) validate() error {
 	case !(c.ThermalSoftC < c.ThermalHardC) || !(c.ThermalHardC > 0) || math.IsInf(c.ThermalHardC, 0):
 		return bad("ThermalSoftC %v must be below ThermalHardC %v, which must be positive", c.ThermalSoftC, c.ThermalHardC)
 	case !finite(c.Weights.Prefix) || !finite(c.Weights.Load) || !finite(c.Weights.FreeKV) ||
-		!finite(c.Weights.Power) || !finite(c.Weights.Thermal):
+		!finite(c.Weights.Power) || !finite(c.Weights.Thermal) || !finite(c.Weights.Adapter):
 		return bad("weights must be finite: %+v", c.Weights)
+	case c.AdapterLoadTime < 0:
+		return bad("AdapterLoadTime %v is negative", c.AdapterLoadTime)
 	case c.LoadHalfTokens < 0:
 		return bad("LoadHalfTokens %d is negative", c.LoadHalfTokens)
 	case !(c.DefaultPrefillTokensPerSecond > 0) || math.IsInf(c.DefaultPrefillTokensPerSecond, 0):

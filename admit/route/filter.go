@@ -12,17 +12,16 @@ const (
 	partDecode              // the decode half (PairSearch.Decode)
 )
 
-// filter is routing's filters of a peer on its own record, in order, for part pt of a request
-// for model, which needs need bytes of VRAM (0: unknown) on one of vendors (empty: any): model,
+// filter is routing's filters of a peer on its own record, in order, for part pt of req, which needs need bytes of VRAM (0: unknown) on one of vendors (empty: any): model,
 // staleness, health, ejection and capability (runs, for the role). It returns whether p
 // passes, and if not the reason of the first filter that drops it. Every search runs it: Route
 // for its candidates and PairSearch for each of its three. The filters that weigh a peer
 // against the others run after it, in every search too: the power cap and the thermal limit
 // (limit, dropLimited). Only the busy test, which asks what each part costs the peer, is each
 // search's own.
-func filter(cfg *Config, pt part, model string, p *Peer, need uint64, vendors []string) (Reason, bool) {
+func filter(cfg *Config, pt part, req *Request, p *Peer, need uint64, vendors []string) (Reason, bool) {
 	switch {
-	case !slices.Contains(p.Models, model):
+	case !req.Serves(p):
 		return ReasonModel, false
 	case !p.Self && (p.Stale || p.Age > max(cfg.MaxAge, p.MaxAge)) && cfg.StalePolicy == StaleClosed:
 		return ReasonStale, false

@@ -40,7 +40,7 @@ func (r *Router) homeLocked(now time.Time, req Request, peers []Peer) string {
 		return ""
 	}
 	key := AgentKey(req.Session)
-	eligible := func(p *Peer) bool { return p.Healthy && !p.Ejected && slices.Contains(p.Models, req.Model) }
+	eligible := func(p *Peer) bool { return p.Healthy && !p.Ejected && req.Serves(p) }
 
 	// 1. Advertised.
 	home, top, n := "", uint64(0), 0

@@ -194,7 +194,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	prompt := max(req.PromptTokens, 0)
 	// A peer passes routing's filters for the half (filter), then the owner's refusals.
 	eligible := func(p *Peer, pt part) bool {
-		if _, ok := filter(cfg, pt, req.Model, p, need, vendors); !ok {
+		if _, ok := filter(cfg, pt, &req, p, need, vendors); !ok {
 			return false
 		}
 		if refused(p.Name) {
@@ -261,7 +261,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		c := evaluate(cfg, req, bt, i, p, r)
 		limit(cfg, &c, p)
 		if local && p.Role == RoleDecode && !p.HalvesOnly && !busy(cfg, req, bt, p, r) {
-			if _, ok := filter(cfg, partLocal, req.Model, p, need, vendors); ok {
+			if _, ok := filter(cfg, partLocal, &req, p, need, vendors); ok {
 				out.Local = append(out.Local, c) // evaluate's is the whole request's candidate
 			}
 		}

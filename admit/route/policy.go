@@ -17,10 +17,15 @@ const (
 	PolicyLeastLoad  = "least-load"
 	PolicyCacheAware = "cache-aware"
 	PolicyRandom     = "random"
+	// PolicyLoRAAffinity routes an adapter's request as LoRA-affinity schedulers do: to a peer
+	// with the adapter resident, else one with a free adapter slot, else any, the least loaded
+	// within each tier; prefixes and SLOs play no part. A base model's request goes to the
+	// least loaded peer.
+	PolicyLoRAAffinity = "lora-affinity"
 )
 
 // PolicyNames lists the policies NewPolicy knows, kvmesh first.
-var PolicyNames = []string{PolicyKvmesh, PolicyRoundRobin, PolicyLeastLoad, PolicyCacheAware, PolicyRandom}
+var PolicyNames = []string{PolicyKvmesh, PolicyRoundRobin, PolicyLeastLoad, PolicyCacheAware, PolicyRandom, PolicyLoRAAffinity}
 
 // Policy picks where a request runs. Every policy filters on the model and drops ejected
 // peers (Peer.Ejected); only kvmesh applies the other filters, the gate, reservations, refusal marks and session stickiness (the
@@ -90,7 +95,8 @@ func NewPolicy(name string, cfg Config) (Policy, error) {
 
 // baseline is a comparison policy: model and ejection filters only, then one ordering rule. Each
 // candidate's Score is that rule's key (higher first): round-robin and random 0, least-load
-// −(running+waiting), cache-aware the prefix fraction when it leads, else −(running+waiting).
+// −(running+waiting), cache-aware the prefix fraction when it leads, else −(running+waiting),
+// lora-affinity the adapter's tier (loraTier) less 1e-9×(running+waiting).
 type baseline struct {
 	liveConfig
 	name string
@@ -143,7 +149,7 @@ func (b *baseline) Route(now time.Time, req Request, peers []Peer, dst []Candida
 	cfg := b.conf()
 	for i := range peers {
 		switch {
-		case !slices.Contains(peers[i].Models, req.Model):
+		case !req.Serves(&peers[i]):
 			counts[ReasonModel]++
 		case peers[i].Ejected:
 			counts[ReasonEjected]++
@@ -192,8 +198,25 @@ func (b *baseline) Route(now time.Time, req Request, peers []Peer, dst []Candida
 			}
 		}
 		slices.SortStableFunc(dst, byScore)
+	case PolicyLoRAAffinity:
+		for i := range dst {
+			dst[i].Score = loraTier(dst[i].Terms.Residency) - 1e-9*float64(requests(&peers[dst[i].Peer]))
+		}
+		slices.SortStableFunc(dst, byScore)
 	}
 	return dst, nil
+}
+
+// loraTier is the lora-affinity policy's rank of a residency: resident 2, a free slot 1, a
+// swap (or a base model's request) 0.
+func loraTier(r Residency) float64 {
+	switch r {
+	case ResidencyResident:
+		return 2
+	case ResidencyFreeSlot:
+		return 1
+	}
+	return 0
 }
 
 func byScore(a, b Candidate) int {

@@ -84,7 +84,7 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 	var counts FilterCounts
 	for i := range peers {
 		p := &peers[i]
-		if why, ok := filter(cfg, partWhole, req.Model, p, need, vendors); !ok {
+		if why, ok := filter(cfg, partWhole, &req, p, need, vendors); !ok {
 			counts[why]++
 			continue
 		}
@@ -248,10 +248,13 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	if p.TempC > cfg.ThermalSoftC {
 		t.Thermal = clamp01((p.TempC - cfg.ThermalSoftC) / (cfg.ThermalHardC - cfg.ThermalSoftC))
 	}
+	t.Residency = residency(&req, p)
+	t.Adapter = adapterTerm(t.Residency)
 	w := &cfg.Weights
-	c.Score = on(w.Prefix)*t.Prefix - on(w.Load)*t.Load + on(w.FreeKV)*t.FreeKV + on(w.Power)*t.Power - on(w.Thermal)*t.Thermal
+	c.Score = on(w.Prefix)*t.Prefix - on(w.Load)*t.Load + on(w.FreeKV)*t.FreeKV + on(w.Power)*t.Power - on(w.Thermal)*t.Thermal +
+		on(w.Adapter)*t.Adapter
 
-	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step)
+	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step + adapterLoad(cfg, t.Residency))
 	base := max(p.Running, 1)
 	batch := max(p.Running, 0) + rv.requests + 1
 	if p.MaxRunning > 0 && batch > p.MaxRunning {
@@ -292,10 +295,11 @@ func applyGate(cfg *Config, dst []Candidate) {
 
 // sortKey orders candidates without copying them in every comparison: ungated by score
 // (higher first), then gated by predicted TTFT (lower first: they are fallbacks), ties by peer
-// index, so the order is total and deterministic.
+// index, so the order is total and deterministic. Gated candidates of equal TTFT go by score.
 type sortKey struct {
 	gated bool
 	v     float64 // −score when ungated, TTFT when gated
+	s     float64 // −score
 	peer  int
 	pos   int // index into the unsorted candidates
 }
@@ -311,6 +315,10 @@ func compareKeys(a, b sortKey) int {
 		return -1
 	case a.v > b.v:
 		return 1
+	case a.s < b.s:
+		return -1
+	case a.s > b.s:
+		return 1
 	}
 	return a.peer - b.peer
 }
@@ -319,7 +327,7 @@ func compareKeys(a, b sortKey) int {
 func (r *Router) sortLocked(dst []Candidate) {
 	keys := r.keys[:0]
 	for i := range dst {
-		k := sortKey{gated: dst[i].Gated, v: -dst[i].Score, peer: dst[i].Peer, pos: i}
+		k := sortKey{gated: dst[i].Gated, v: -dst[i].Score, s: -dst[i].Score, peer: dst[i].Peer, pos: i}
 		if k.gated {
 			k.v = float64(dst[i].PredictedTTFT)
 		}

@@ -12,7 +12,7 @@ import (
 
 // only turns off the terms w leaves zero (a zero weight would take its default).
 func only(w Weights) Weights {
-	for _, v := range []*float64{&w.Prefix, &w.Load, &w.FreeKV, &w.Power, &w.Thermal} {
+	for _, v := range []*float64{&w.Prefix, &w.Load, &w.FreeKV, &w.Power, &w.Thermal, &w.Adapter} {
 		if *v == 0 {
 			*v = -1
 		}

@@ -10,7 +10,11 @@ import (
 
 // Request is what routing needs to know about one request.
 type Request struct {
-	Model        string
+	Model string
+	// Parent is the base model of the LoRA adapter Model names; "" for a base model's request.
+	// A peer serving Parent with adapter slots runs the request, and where the adapter stands
+	// on a peer scores (adapter.go).
+	Parent       string
 	PromptTokens int
 	MaxTokens    int
 	Priority     int
@@ -94,6 +98,11 @@ type Peer struct {
 	Agents    int
 	AgentKeys []uint64
 
+	// ResidentAdapters are the LoRA adapters holding a GPU slot on the peer's engine, LoRASlots
+	// its adapter slots (0: none or unknown) and LoRAFree those no adapter holds.
+	ResidentAdapters    []string
+	LoRASlots, LoRAFree int
+
 	// PrefixBlocks is the longest contiguous run of this request's blocks, from block 0, that
 	// the peer holds (kvindex lookup).
 	PrefixBlocks int
@@ -116,6 +125,10 @@ type Terms struct {
 	PrefillRate float64
 	Step        time.Duration
 	Batch       int
+	// Residency is where the request's adapter stands on the peer (ResidencyNone for a base
+	// model's request), and Adapter its score term: 1 resident, 0.5 a free slot, 0 a swap.
+	Residency Residency
+	Adapter   float64
 	// Spill is, under the locality rule, the cached prefix tokens the request's home holds and
 	// this peer does not: the prefill it recomputes here, and the KV of other prompts its
 	// storing evicts (0 on a home, and without a home).
@@ -145,7 +158,8 @@ type Candidate struct {
 }
 
 // String is a compact one-line form for logs and the explain header, e.g.
-// "n2 score=0.820 prefix=1536 load=0.10 kv=0.55 ttft=120ms tpot=20ms".
+// "n2 score=0.820 prefix=1536 load=0.10 kv=0.55 ttft=120ms tpot=20ms", with "lora=resident",
+// "lora=free_slot" or "lora=swap" before ttft for an adapter's request.
 func (c Candidate) String() string {
 	var b []byte
 	return string(c.appendTo(b))
@@ -168,6 +182,10 @@ func (c Candidate) appendTo(b []byte) []byte {
 	if c.Terms.Thermal > 0 {
 		b = append(b, " hot="...)
 		b = strconv.AppendFloat(b, c.Terms.Thermal, 'f', 2, 64)
+	}
+	if c.Terms.Residency != ResidencyNone {
+		b = append(b, " lora="...)
+		b = append(b, c.Terms.Residency.String()...)
 	}
 	b = append(b, " ttft="...)
 	b = append(b, c.PredictedTTFT.Round(time.Millisecond).String()...)

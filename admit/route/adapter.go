@@ -1,0 +1,82 @@
+package route
+
+import "slices"
+
+// LoRA adapters. A request whose Model names an adapter carries its base model in
+// Request.Parent. A peer runs it when it lists the adapter among its models, or when it serves
+// the base model and has adapter slots (Peer.LoRASlots): its engine can bring the adapter into
+// a slot (the adapter is among those past the gossiped bound, or loadable from the node's
+// adapter source). Where the adapter stands on a peer is its Residency: resident (in a GPU
+// slot, it runs at once), a free slot (the engine loads it, evicting nothing) or a swap (the
+// engine loads it in place of another adapter, which the next request for that one loads
+// again). The score's adapter term is 1, 0.5 or 0 for the three, blended with the load terms;
+// the predicted TTFT of a peer the adapter is not resident on carries Config.AdapterLoadTime,
+// so the load gate moves a popular adapter's requests to a second holder, or a free slot,
+// once its holder's queue costs more than a load.
+//
+// The prefix term needs nothing of its own: a request's blocks are hashed from its model
+// name (kvindex), so an adapter's requests match only blocks cached by the same adapter's
+// requests, never the base model's or another adapter's, as engines key their prefix caches
+// by adapter.
+
+// Residency is where a request's adapter stands on a candidate (Terms.Residency).
+type Residency uint8
+
+// Residencies, in order of preference.
+const (
+	ResidencyNone     Residency = iota // not an adapter request
+	ResidencyResident                  // the adapter holds a GPU slot on the peer
+	ResidencyFreeSlot                  // it does not, and a slot is free
+	ResidencySwap                      // every slot is taken: it replaces another adapter
+	NumResidencies
+)
+
+var residencyNames = [NumResidencies]string{"", "resident", "free_slot", "swap"}
+
+// String is the residency's metric label value ("" for ResidencyNone).
+func (r Residency) String() string {
+	if r < NumResidencies {
+		return residencyNames[r]
+	}
+	return "unknown"
+}
+
+// Serves reports whether p runs req's model: it lists it, or req names an adapter whose base
+// model p serves with adapter slots.
+func (req *Request) Serves(p *Peer) bool {
+	return slices.Contains(p.Models, req.Model) ||
+		req.Parent != "" && p.LoRASlots > 0 && slices.Contains(p.Models, req.Parent)
+}
+
+// residency is where req's adapter stands on p.
+func residency(req *Request, p *Peer) Residency {
+	switch {
+	case req.Parent == "":
+		return ResidencyNone
+	case slices.Contains(p.ResidentAdapters, req.Model):
+		return ResidencyResident
+	case p.LoRAFree > 0:
+		return ResidencyFreeSlot
+	}
+	return ResidencySwap
+}
+
+// adapterTerm is the score's adapter term of a residency, in [0,1].
+func adapterTerm(r Residency) float64 {
+	switch r {
+	case ResidencyResident:
+		return 1
+	case ResidencyFreeSlot:
+		return 0.5
+	}
+	return 0
+}
+
+// adapterLoad is the time the engine spends bringing req's adapter into a slot on a peer
+// where it stands at r.
+func adapterLoad(cfg *Config, r Residency) float64 {
+	if r == ResidencyFreeSlot || r == ResidencySwap {
+		return cfg.AdapterLoadTime.Seconds()
+	}
+	return 0
+}

@@ -1,0 +1,138 @@
+package route
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// loraPeer is an idle peer serving base model "m" with slots adapter slots, the adapters
+// resident in a slot, and known adapters it lists (as peerOf maps a record: every adapter
+// among the models).
+func loraPeer(name string, slots int, resident []string, known ...string) Peer {
+	p := idle(name)
+	p.LoRASlots = slots
+	p.LoRAFree = max(slots-len(resident), 0)
+	p.ResidentAdapters = resident
+	p.Models = append(append(p.Models, resident...), known...)
+	return p
+}
+
+func adapterReq(adapter string, prompt int) Request {
+	r := req(prompt)
+	r.Model, r.Parent = adapter, "m"
+	return r
+}
+
+// TestAdapterRouting pins the adapter term: a request for an adapter prefers a peer with it
+// resident, then one with a free slot, then a swap; a popular adapter's holder whose queue
+// costs more than a load gives the request to a free slot; a base model's request has no
+// adapter term.
+func TestAdapterRouting(t *testing.T) {
+	queued := func(p Peer, tokens int) Peer { p.QueuedPrefillTokens = tokens; return p }
+	tests := []struct {
+		name      string
+		req       Request
+		peers     []Peer
+		want      []string // candidates, best first
+		residency []Residency
+	}{
+		{"resident, then free slot, then swap",
+			adapterReq("a1", 512),
+			[]Peer{loraPeer("swap", 2, []string{"x", "y"}), loraPeer("free", 2, []string{"x"}), loraPeer("res", 2, []string{"a1", "x"})},
+			[]string{"res", "free", "swap"},
+			[]Residency{ResidencyResident, ResidencyFreeSlot, ResidencySwap}},
+		{"a holder a load's worth busier than a free slot gives way",
+			adapterReq("a1", 512),
+			[]Peer{queued(loraPeer("res", 2, []string{"a1"}), 8000), loraPeer("free", 2, nil)},
+			[]string{"free", "res"},
+			[]Residency{ResidencyFreeSlot, ResidencyResident}},
+		{"a holder with a short queue keeps it",
+			adapterReq("a1", 512),
+			[]Peer{queued(loraPeer("res", 2, []string{"a1"}), 1000), loraPeer("free", 2, nil)},
+			[]string{"res", "free"},
+			[]Residency{ResidencyResident, ResidencyFreeSlot}},
+		{"no slot anywhere: the least loaded swaps",
+			adapterReq("a1", 512),
+			[]Peer{queued(loraPeer("busy", 1, []string{"x"}), 6000), loraPeer("idle", 1, []string{"y"})},
+			[]string{"idle", "busy"},
+			[]Residency{ResidencySwap, ResidencySwap}},
+		{"a peer of the base model without adapter slots does not run it",
+			adapterReq("a1", 512),
+			[]Peer{idle("noslots"), loraPeer("free", 1, nil)},
+			[]string{"free"},
+			[]Residency{ResidencyFreeSlot}},
+		{"a base model's request has no adapter term",
+			req(512),
+			[]Peer{loraPeer("res", 2, []string{"a1"}), loraPeer("free", 2, nil)},
+			nil, // either: they tie
+			[]Residency{ResidencyNone, ResidencyNone}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, nil)
+			got := mustRoute(t, r, t0, tt.req, tt.peers)
+			if tt.want != nil && !slices.Equal(names(got), tt.want) {
+				t.Fatalf("order %v, want %v (%s)", names(got), tt.want, Explain(got, len(got)))
+			}
+			for i, c := range got {
+				if tt.want != nil && c.Terms.Residency != tt.residency[i] {
+					t.Errorf("%s: residency %v, want %v", c.Name, c.Terms.Residency, tt.residency[i])
+				}
+				if tt.want == nil && c.Terms.Residency != ResidencyNone {
+					t.Errorf("%s: residency %v for a base model's request", c.Name, c.Terms.Residency)
+				}
+			}
+		})
+	}
+}
+
+// TestAdapterLoadPriced pins the predicted TTFT of a peer the adapter is not resident on: it
+// carries Config.AdapterLoadTime, and the explain header names the residency.
+func TestAdapterLoadPriced(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.AdapterLoadTime = 300 * time.Millisecond })
+	res, free := loraPeer("res", 2, []string{"a1"}), loraPeer("free", 2, nil)
+	cr, cf := r.Predict(adapterReq("a1", 512), &res), r.Predict(adapterReq("a1", 512), &free)
+	if d := cf.PredictedTTFT - cr.PredictedTTFT; d != 300*time.Millisecond {
+		t.Errorf("free slot predicts %v more than resident, want the 300ms load", d)
+	}
+	if !strings.Contains(cr.String(), " lora=resident ") || !strings.Contains(cf.String(), " lora=free_slot ") {
+		t.Errorf("explain %q, %q: want lora=resident and lora=free_slot", cr, cf)
+	}
+	if base := r.Predict(req(512), &res); strings.Contains(base.String(), "lora=") {
+		t.Errorf("a base model's explain %q names a residency", base)
+	}
+}
+
+// TestAdapterNoHost pins that an adapter's request with no peer serving its base model with
+// slots is a model miss (503 no_capacity), not a busy mesh.
+func TestAdapterNoHost(t *testing.T) {
+	r := newRouter(t, nil)
+	_, err := r.Route(t0, adapterReq("a1", 100), []Peer{idle("n1")}, nil)
+	var nc *NoCandidateError
+	if !errors.As(err, &nc) || !nc.NoHost() {
+		t.Fatalf("err %v: want a NoCandidateError with no host", err)
+	}
+}
+
+// TestLoRAAffinityPolicy pins the baseline: resident first however loaded and whatever
+// prefix another peer holds, then a free slot, then the least loaded.
+func TestLoRAAffinityPolicy(t *testing.T) {
+	p, err := NewPolicy(PolicyLoRAAffinity, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := loraPeer("res", 2, []string{"a1"})
+	res.Waiting, res.Running = 40, 200
+	free := loraPeer("free", 2, []string{"x"})
+	free.PrefixBlocks = 30
+	swapBusy := loraPeer("swapbusy", 1, []string{"y"})
+	swapBusy.Running = 5
+	swapIdle := loraPeer("swapidle", 1, []string{"z"})
+	got := mustRoute(t, p, t0, adapterReq("a1", 512), []Peer{swapBusy, free, swapIdle, res})
+	if want := []string{"res", "free", "swapidle", "swapbusy"}; !slices.Equal(names(got), want) {
+		t.Errorf("order %v, want %v", names(got), want)
+	}
+}
