@@ -20,8 +20,12 @@ var (
 // Request is what admission needs to know about one request. The node fills it from the
 // decoded body and the X-Kvmesh-* headers.
 type Request struct {
-	ID       string
-	Model    string
+	ID    string
+	Model string
+	// Parent is the base model of the LoRA adapter Model names ("" for a base model's
+	// request): routing runs it on the base model's nodes with adapter slots and weighs where
+	// the adapter is resident (route.Request.Parent).
+	Parent   string
 	Role     string // pool role from routing ("prefill", "decode", "" = both)
 	Endpoint string // "chat", "completions", "embeddings" or "responses"
 

@@ -132,8 +132,9 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	if oerr != nil {
 		return nil, oerr
 	}
-	ctxTokens, _ := n.meshModelInfo(a.Model)
-	p.model = engine.Model{Name: a.Model, ContextTokens: ctxTokens}
+	mm, _ := n.meshModel(a.Model)
+	p.model = engine.Model{Name: a.Model, ContextTokens: mm.ContextTokens}
+	a.Parent = mm.Parent // an adapter's request runs on its base model's nodes (route.Request.Parent)
 	// Admission counts the prompt's text in the model's own tokens, as far as this node or
 	// the mesh has learned them (promptTokens), and its images and audio at their estimates;
 	// the engine's request keeps kvindex's count, the blocks' unit.

@@ -154,6 +154,9 @@ func peerOf(m *gossip.Member) route.Peer {
 		CarbonIntensity:        s.CarbonIntensity,
 		Agents:                 s.Agents,
 		AgentKeys:              s.AgentKeys,
+		LoRASlots:              s.LoRASlots,
+		LoRAFree:               s.LoRAFree,
+		AdaptersCut:            len(s.Adapters) >= gossip.MaxAdapters, // the engine may serve more
 	}
 	if s.VRAMTotalBytes >= s.VRAMUsedBytes {
 		p.VRAMFreeBytes = s.VRAMTotalBytes - s.VRAMUsedBytes
@@ -163,6 +166,9 @@ func peerOf(m *gossip.Member) route.Peer {
 	}
 	for _, a := range s.Adapters {
 		p.Models = append(p.Models, a.Name) // the node runs an adapter's requests
+		if a.Resident {
+			p.ResidentAdapters = append(p.ResidentAdapters, a.Name)
+		}
 	}
 	return p
 }
@@ -186,7 +192,9 @@ type ticket struct {
 // buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
 // is the request's agent; r is its rank against the other ingresses' KV claims (claims.go).
 // The view holds this node and the peers serving model only (gossip's index by model), so a
-// decision costs the model's peers, not the mesh's.
+// decision costs the model's peers, not the mesh's. For an adapter's request model is its
+// base model (servedModel): every node listing the adapter serves it, and any with adapter
+// slots can load it.
 func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r rank) {
 	v.Reset(n.blockTokens())
 	v.quic = v.quic[:0]
@@ -280,11 +288,18 @@ func (n *Node) localModel(model string) (engine.Model, bool) {
 
 // meshModelInfo reports whether some node in the mesh serves model, and its context size.
 func (n *Node) meshModelInfo(model string) (int, bool) {
+	m, ok := n.meshModel(model)
+	return m.ContextTokens, ok
+}
+
+// meshModel returns model as this node's engine or, failing that, some node's record lists
+// it: its context size and, for an adapter, its parent.
+func (n *Node) meshModel(model string) (engine.Model, bool) {
 	if m, ok := n.localModel(model); ok {
-		return m.ContextTokens, true
+		return m, true
 	}
 	if n.g == nil {
-		return 0, false
+		return engine.Model{}, false
 	}
 	for _, m := range n.g.Members() {
 		if m.Liveness != gossip.LivenessAlive {
@@ -292,14 +307,14 @@ func (n *Node) meshModelInfo(model string) (int, bool) {
 		}
 		for _, mi := range m.State.Models {
 			if mi.Name == model {
-				return mi.ContextTokens, true
+				return engine.Model{Name: model, ContextTokens: mi.ContextTokens}, true
 			}
 		}
 		if a, ok := adapterOf(&m.State, model); ok {
-			return a.ContextTokens, true
+			return a, true
 		}
 	}
-	return 0, false
+	return engine.Model{}, false
 }
 
 // meshModels lists the models served anywhere in the mesh this node sees.

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/route"
 )
 
 // metrics are the node's own families. Every request that reaches a handler is counted once in
@@ -28,6 +29,8 @@ type metrics struct {
 	served    *prometheus.CounterVec // origin: local (ingested here) or forwarded (run for a peer)
 	migrated  *prometheus.CounterVec // outcome: migrationOutcomes; cause: migrationCauses
 	disagg    *prometheus.CounterVec // outcome: disaggOutcomes
+	// adapterRouted: outcome route.Residency's values
+	adapterRouted *prometheus.CounterVec
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
 	poolDecisions  *prometheus.CounterVec // pool (admit.Pool*), decision
@@ -156,6 +159,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair; on a decode node whole_decode_short, whole_prefill_behind), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, handover_queued, decode_failed).",
 		}, []string{"outcome"}),
+		adapterRouted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_route_adapter_requests_total", Help: "Requests for a LoRA adapter accepted for a node, by where the adapter stood there at the routing decision: resident (in a GPU slot), free_slot (loaded into a free slot) or swap (loaded in place of another adapter).",
+		}, []string{"outcome"}),
 	}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvmesh_admission_decisions_total", Help: "Admission verdicts, by layer, decision (accept, queue, refuse) and reason.",
@@ -198,6 +204,9 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	for _, o := range origins {
 		m.served.WithLabelValues(o)
 	}
+	for r := route.ResidencyResident; r < route.NumResidencies; r++ {
+		m.adapterRouted.WithLabelValues(r.String())
+	}
 	for _, o := range disaggOutcomes {
 		m.disagg.WithLabelValues(o)
 	}
@@ -236,7 +245,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	m.delegated = newDelegatedCounter()
 	if reg != nil {
 		reg.MustRegister(m.delegated)
-		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg,
+		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg, m.adapterRouted,
 			m.decisions, m.poolDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, m.filesMissing, buildInfo)
 	}

@@ -27,9 +27,6 @@ var recordNotRouted = map[string]string{
 	"State.Models[].ContextTokens": "admission's context check (meshModelInfo)",
 	"State.Models[].BytesPerToken": "the token estimate of a request for the model (kvindex calibration)",
 	"State.Adapters[].Parent":      "admission's context check (meshModelInfo) and GET /v1/models",
-	"State.Adapters[].Resident":    "nothing yet: routing does not weigh adapter residency",
-	"State.LoRASlots":              "nothing yet: routing does not weigh free adapter slots",
-	"State.LoRAFree":               "nothing yet: routing does not weigh free adapter slots",
 	"State.BlockTokens":            "the node's own block size; the mesh shares one (kvindex)",
 	"State.KeyUsage":               "admission's key rates across the mesh",
 	"State.Claims":                 "gossip.ClaimedAhead: KV room counted as used in buildView",
@@ -48,6 +45,7 @@ var recordNotRouted = map[string]string{
 var peerNotFromRecord = map[string]string{
 	"Ejected":      "the node's ejector (view.add)",
 	"PrefixBlocks": "the request's own prefix match (buildView, selfPeer)",
+	"AdaptersCut":  "the length of State.Adapters, at gossip.MaxAdapters (peerOf)",
 }
 
 // baseMember is a member whose every field changes what peerOf returns when it changes: an

@@ -354,7 +354,7 @@ func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request
 		maxTokens = *req.MaxTokens
 	}
 	return route.Request{
-		Model: req.Model, PromptTokens: req.PromptTokens, MaxTokens: maxTokens, Priority: req.Priority,
+		Model: req.Model, Parent: req.Parent, PromptTokens: req.PromptTokens, MaxTokens: maxTokens, Priority: req.Priority,
 		Session: req.Agent, BlockTokens: blockTokens, TokenScale: req.TokenScale, StayHome: p.cfg.Agents && req.Agent != "",
 		KeepBusy: p.cfg.Mode != ModeKvmesh, // no waiting room: the engine queues
 	}

@@ -4,9 +4,9 @@ import "slices"
 
 // LoRA adapters. A request whose Model names an adapter carries its base model in
 // Request.Parent. A peer runs it when it lists the adapter among its models, or when it serves
-// the base model and has adapter slots (Peer.LoRASlots): its engine can bring the adapter into
-// a slot (the adapter is among those past the gossiped bound, or loadable from the node's
-// adapter source). Where the adapter stands on a peer is its Residency: resident (in a GPU
+// the base model with adapter slots (Peer.LoRASlots) and more adapters than its record lists
+// (Peer.AdaptersCut): the adapter may be among those past the record's bound, and the
+// engine then answers for it as for any other. Where the adapter stands on a peer is its Residency: resident (in a GPU
 // slot, it runs at once), a free slot (the engine loads it, evicting nothing) or a swap (the
 // engine loads it in place of another adapter, which the next request for that one loads
 // again). The score's adapter term is 1, 0.5 or 0 for the three, blended with the load terms;
@@ -42,10 +42,10 @@ func (r Residency) String() string {
 }
 
 // Serves reports whether p runs req's model: it lists it, or req names an adapter whose base
-// model p serves with adapter slots.
+// model p serves with adapter slots and more adapters than it lists.
 func (req *Request) Serves(p *Peer) bool {
 	return slices.Contains(p.Models, req.Model) ||
-		req.Parent != "" && p.LoRASlots > 0 && slices.Contains(p.Models, req.Parent)
+		req.Parent != "" && p.AdaptersCut && p.LoRASlots > 0 && slices.Contains(p.Models, req.Parent)
 }
 
 // residency is where req's adapter stands on p.

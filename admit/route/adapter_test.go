@@ -17,6 +17,7 @@ func loraPeer(name string, slots int, resident []string, known ...string) Peer {
 	p.LoRAFree = max(slots-len(resident), 0)
 	p.ResidentAdapters = resident
 	p.Models = append(append(p.Models, resident...), known...)
+	p.AdaptersCut = true // it serves more adapters than it lists
 	return p
 }
 
@@ -63,6 +64,16 @@ func TestAdapterRouting(t *testing.T) {
 			adapterReq("a1", 512),
 			[]Peer{idle("noslots"), loraPeer("free", 1, nil)},
 			[]string{"free"},
+			[]Residency{ResidencyFreeSlot}},
+		{"nor does one that lists all its adapters, and not this one",
+			adapterReq("a1", 512),
+			[]Peer{func() Peer { p := loraPeer("all", 2, nil, "b1"); p.AdaptersCut = false; return p }(), loraPeer("cut", 2, nil)},
+			[]string{"cut"},
+			[]Residency{ResidencyFreeSlot}},
+		{"one that lists it runs it, its list whole",
+			adapterReq("a1", 512),
+			[]Peer{func() Peer { p := loraPeer("lists", 2, nil, "a1"); p.AdaptersCut = false; return p }()},
+			[]string{"lists"},
 			[]Residency{ResidencyFreeSlot}},
 		{"a base model's request has no adapter term",
 			req(512),

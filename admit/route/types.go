@@ -102,6 +102,9 @@ type Peer struct {
 	// its adapter slots (0: none or unknown) and LoRAFree those no adapter holds.
 	ResidentAdapters    []string
 	LoRASlots, LoRAFree int
+	// AdaptersCut: the peer's engine serves more adapters than its record can list, so it may
+	// serve an adapter of its base model that Models does not name (Request.Serves).
+	AdaptersCut bool
 
 	// PrefixBlocks is the longest contiguous run of this request's blocks, from block 0, that
 	// the peer holds (kvindex lookup).
