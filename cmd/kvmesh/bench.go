@@ -58,6 +58,7 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the whole run to this file (the bench's own cost on a shared machine)", EnvVars: env("bench-cpu-profile")},
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines", EnvVars: env("bench-quiet")},
 	}
+	flags = append(flags, &cli.IntFlag{Name: "max-loras", Usage: "adapters workload: every engine's GPU adapter slots (0: the engine's default, 4)", EnvVars: env("bench-max-loras")})
 	return append(flags, sharedPrefixFlags("bench")...)
 }
 
@@ -84,7 +85,7 @@ func parsePolicies(s string) ([]bench.Policy, error) {
 		}
 		p, ok := bench.PolicyByName(name)
 		if !ok {
-			return nil, fmt.Errorf("bench: --policies: unknown policy %q (have %s, %s)", name, strings.Join(bench.PolicyNames(), ", "), bench.NoDelegatePolicy)
+			return nil, fmt.Errorf("bench: --policies: unknown policy %q (have %s, %s, %s)", name, strings.Join(bench.PolicyNames(), ", "), bench.NoDelegatePolicy, bench.LoRAAffinityPolicy.Name)
 		}
 		out = append(out, p)
 	}
@@ -127,6 +128,10 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.Engines = c.String("engines")
 	cfg.TimeScale = c.Float64("time-scale")
 	cfg.Workload = c.String("workload")
+	if cfg.Workload == loadgen.WorkloadAdapters && !c.IsSet("policies") {
+		cfg.Policies = nil // lora-affinity and kvmesh
+	}
+	cfg.MaxLoRAs = c.Int("max-loras")
 	cfg.Trace = c.String("trace")
 	cfg.Speedup = c.Float64("speedup")
 	cfg.Scale = c.Float64("scale")

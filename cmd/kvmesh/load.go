@@ -48,12 +48,12 @@ func loadFlags() []cli.Flag {
 func sharedPrefixFlags(cmd string) []cli.Flag {
 	d := loadgen.DefaultSharedPrefix()
 	return []cli.Flag{
-		&cli.IntFlag{Name: "tenants", Value: d.Tenants, Usage: "shared-prefix workload: tenants, each with its own system prompt", EnvVars: env(cmd + "-tenants")},
-		&cli.IntFlag{Name: "system-tokens", Value: d.SystemTokens, Usage: "shared-prefix workload: mean tokens of a tenant's system prompt (each tenant's fixed in 0.75-1.25× it)", EnvVars: env(cmd + "-system-tokens")},
-		&cli.IntFlag{Name: "question-tokens", Value: d.QuestionTokens, Usage: "shared-prefix workload: mean tokens of a request's question (0.5-1.5× it)", EnvVars: env(cmd + "-question-tokens")},
-		&cli.IntFlag{Name: "reply-tokens", Value: d.ReplyTokens, Usage: "shared-prefix workload: mean tokens of a reply (0.75-1.25× it)", EnvVars: env(cmd + "-reply-tokens")},
-		&cli.Float64Flag{Name: "tenant-zipf", Value: d.TenantZipf, Usage: "shared-prefix workload: tenant popularity ∝ (rank+1)^-S (0: uniform)", EnvVars: env(cmd + "-tenant-zipf")},
-		&cli.Float64Flag{Name: "follow-ups", Value: d.FollowUps, Usage: "shared-prefix workload: fraction of requests that continue their tenant's latest conversation (its prompt and reply, then a new question), in [0, 1)", EnvVars: env(cmd + "-follow-ups")},
+		&cli.IntFlag{Name: "tenants", Value: d.Tenants, Usage: "shared-prefix and adapters workloads: tenants, each with its own system prompt (adapters: each an adapter, lora-000 on)", EnvVars: env(cmd + "-tenants")},
+		&cli.IntFlag{Name: "system-tokens", Value: d.SystemTokens, Usage: "shared-prefix and adapters workloads: mean tokens of a tenant's system prompt (each tenant's fixed in 0.75-1.25× it)", EnvVars: env(cmd + "-system-tokens")},
+		&cli.IntFlag{Name: "question-tokens", Value: d.QuestionTokens, Usage: "shared-prefix and adapters workloads: mean tokens of a request's question (0.5-1.5× it)", EnvVars: env(cmd + "-question-tokens")},
+		&cli.IntFlag{Name: "reply-tokens", Value: d.ReplyTokens, Usage: "shared-prefix and adapters workloads: mean tokens of a reply (0.75-1.25× it)", EnvVars: env(cmd + "-reply-tokens")},
+		&cli.Float64Flag{Name: "tenant-zipf", Value: d.TenantZipf, Usage: "shared-prefix and adapters workloads: tenant popularity ∝ (rank+1)^-S (0: uniform)", EnvVars: env(cmd + "-tenant-zipf")},
+		&cli.Float64Flag{Name: "follow-ups", Value: d.FollowUps, Usage: "shared-prefix and adapters workloads: fraction of requests that continue their tenant's latest conversation (its prompt and reply, then a new question), in [0, 1)", EnvVars: env(cmd + "-follow-ups")},
 	}
 }
 

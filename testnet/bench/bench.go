@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node"
@@ -98,6 +100,9 @@ func PolicyByName(name string) (Policy, bool) {
 	if name == NoDelegatePolicy {
 		return MultiModelPolicies()[1], true
 	}
+	if name == LoRAAffinityPolicy.Name {
+		return LoRAAffinityPolicy, true
+	}
 	return Policy{}, false
 }
 
@@ -136,8 +141,11 @@ type Config struct {
 	Scale    float64
 	// TraceBatchFraction of trace requests are sent as the sheddable batch class (0: none).
 	TraceBatchFraction float64
-	// SharedPrefix shapes the shared-prefix workload (loadgen.Config.SharedPrefix).
+	// SharedPrefix shapes the shared-prefix and adapters workloads (loadgen.Config.SharedPrefix).
 	SharedPrefix loadgen.SharedPrefix
+	// MaxLoRAs is every engine's GPU adapter slots in the adapters workload (0: the engine's
+	// default, 4).
+	MaxLoRAs int
 	// Loads are offered loads as multiples of the measured capacity.
 	Loads []float64
 	// Policies are compared, each on its own fresh testnet.
@@ -315,6 +323,12 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.Models > 1 && len(cfg.Policies) == 0 {
 		cfg.Policies = MultiModelPolicies()
 	}
+	if cfg.Workload == loadgen.WorkloadAdapters && cfg.Trace == "" && len(cfg.Policies) == 0 {
+		cfg.Policies = AdapterPolicies()
+	}
+	if cfg.MaxLoRAs < 0 {
+		return bad("max loras %d < 0", cfg.MaxLoRAs)
+	}
 	if cfg.Workload == "" && cfg.Trace == "" {
 		cfg.Workload = def.Workload
 	}
@@ -435,7 +449,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	} else {
 		res.Warmup = cfg.Warmup.Seconds()
 	}
-	if res.Workload == "shared-prefix" {
+	if res.Workload == "shared-prefix" || res.Workload == loadgen.WorkloadAdapters {
 		sp := cfg.SharedPrefix
 		res.SharedPrefix = &sp
 	}
@@ -475,6 +489,9 @@ type bencher struct {
 	traceRate float64
 	// oracle is the pooled-LRU oracle's hit ratio per load (nil: none).
 	oracle []float64
+	// engineRegs hold the running testnet's engines' metrics, node by node, in the adapters
+	// workload (nil otherwise).
+	engineRegs []*prometheus.Registry
 }
 
 func (b *bencher) progressf(format string, a ...any) {
@@ -485,6 +502,12 @@ func (b *bencher) progressf(format string, a ...any) {
 
 // start starts a fresh testnet with p on every node and waits for it to converge.
 func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
+	b.engineRegs = nil
+	if b.adapters() {
+		for range b.cfg.Nodes {
+			b.engineRegs = append(b.engineRegs, prometheus.NewRegistry())
+		}
+	}
 	tc := testnet.Config{
 		Nodes:   b.cfg.Nodes,
 		Engines: b.cfg.Engines,
@@ -517,6 +540,9 @@ func (b *bencher) start(ctx context.Context, p Policy) (*testnet.Net, error) {
 			}
 			nc.Sim.SchedulingPolicy = p.EngineScheduling // an external engine takes it too
 			scaleAdmission(&nc.Admit, b.cfg.TimeScale)
+			if b.adapters() {
+				b.configureAdapters(nc, b.engineRegs[i])
+			}
 			if b.cfg.Configure != nil {
 				b.cfg.Configure(i, nc)
 			}
@@ -606,6 +632,9 @@ var ProbePolicy = Policy{Name: "probe", Route: route.PolicyCacheAware, Admission
 // probePolicy is ProbePolicy on engines scheduled as the baselines' are.
 func (b *bencher) probePolicy() Policy {
 	p := ProbePolicy
+	if b.adapters() {
+		p.Route = route.PolicyLoRAAffinity // cache-aware routing knows no adapters
+	}
 	p.EngineScheduling = b.cfg.BaselineScheduling
 	return p
 }
@@ -718,9 +747,17 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 			pools = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale)
 			lc.Observe = pools.observe
 		}
+		loadsBefore, err := adapterLoads(b.engineRegs)
+		if err != nil {
+			return rows, err
+		}
 		rep, err := loadgen.Run(ctx, lc)
 		if rep != nil {
 			row := newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name)
+			if loads, lerr := adapterLoads(b.engineRegs); lerr == nil && b.adapters() && rep.Sent > 0 {
+				per := 1000 * (loads - loadsBefore) / float64(rep.Sent)
+				row.AdapterLoadsPer1k = &per
+			}
 			if b.oracle != nil {
 				hit := b.oracle[i]
 				row.OracleHitRatio = &hit

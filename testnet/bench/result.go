@@ -73,6 +73,9 @@ type Row struct {
 	Failures         map[string]int `json:"failures"`
 	// Residency is the residency model's error over the run, for external engines.
 	Residency *ResidencyError `json:"residency_error,omitempty"`
+	// AdapterLoadsPer1k is the adapters workload's adapter loads into GPU slots, over every
+	// engine, per 1,000 requests sent.
+	AdapterLoadsPer1k *float64 `json:"adapter_loads_per_1k,omitempty"`
 	// With Config.Disaggregated: Disaggregated counts the run's dispatches by
 	// kvmesh_route_disaggregated_total's outcome (none on mixed nodes), Split and Whole sum
 	// its split and whole_* ones; Pools is the per-pool timeline, and PoolCorrelation the
@@ -342,7 +345,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		engines = "embedded"
 	}
 	if sp := r.SharedPrefix; sp != nil {
-		src += fmt.Sprintf(" (%d tenants, ~%d-token system prompts, ~%d-token questions, ~%d-token replies, tenant zipf %g, %s follow-ups)",
+		src += fmt.Sprintf(" (%d tenants or adapters, ~%d-token system prompts, ~%d-token questions, ~%d-token replies, tenant zipf %g, %s follow-ups)",
 			sp.Tenants, sp.SystemTokens, sp.QuestionTokens, sp.ReplyTokens, sp.TenantZipf, pct(sp.FollowUps))
 	}
 	warm := ""
@@ -422,6 +425,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			p("%s\t%.2g\t%s\t%s\t%d\t%.0f\t%.0f\n", row.Policy, row.Load, pct(r.P50), pct(r.P90), r.Judged, r.Predicted, r.Reported)
 		}
 	}
+	writeAdapterLoads(r.Rows, p)
 	if len(r.Ratios) > 0 {
 		p("\nload\tkvmesh goodput\tbest other\tits goodput\tkvmesh / best other\n")
 		for _, q := range r.Ratios {

@@ -100,7 +100,8 @@ type Config struct {
 	// Agents that read files or logs get thousands of tokens back a step, so their context,
 	// and what losing it from the prefix cache costs, grows fast.
 	ToolScale float64
-	// SharedPrefix shapes the "shared-prefix" workload (see SharedPrefix; its zero fields take
+	// SharedPrefix shapes the "shared-prefix" and "adapters" workloads (see SharedPrefix and
+	// WorkloadAdapters; its zero fields take
 	// DefaultSharedPrefix's values, but FollowUps and TenantZipf, whose zero means none).
 	SharedPrefix SharedPrefix
 	// Variant selects another stream of requests over the same shared texts: a synthetic

@@ -238,6 +238,9 @@ type modelRoute struct {
 // modelOf is the model it asks for (see Config.Models) and the set of that model's own
 // targets, nil without Config.Models.
 func (r *runner) modelOf(it *Item) (string, map[string]bool) {
+	if it.Adapter != "" {
+		return it.Adapter, nil
+	}
 	if len(r.models) == 0 {
 		return r.cfg.Model, nil
 	}

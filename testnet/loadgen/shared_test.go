@@ -190,3 +190,24 @@ func TestVariantKeepsSharedTexts(t *testing.T) {
 		t.Fatal("variant 1 never drew variant 0's first tenant")
 	}
 }
+
+// TestAdaptersWorkload pins the adapters workload: the shared-prefix plan, each request asking
+// for its tenant's adapter, and sent with that adapter as its model.
+func TestAdaptersWorkload(t *testing.T) {
+	cfg := sharedCfg(1.1, 0.3, 5)
+	shared := mustPlan(t, cfg)
+	cfg.Workload = WorkloadAdapters
+	items := mustPlan(t, cfg)
+	if len(items) != len(shared) || len(items) == 0 {
+		t.Fatalf("%d adapter items, %d shared-prefix ones: want the same plan", len(items), len(shared))
+	}
+	r := &runner{cfg: cfg}
+	for i, it := range items {
+		if it.Tenant != shared[i].Tenant || it.PromptTokens != shared[i].PromptTokens || it.Adapter != AdapterName(it.Tenant) {
+			t.Fatalf("item %d: tenant %d adapter %q, want shared-prefix's tenant %d and its adapter", i, it.Tenant, it.Adapter, shared[i].Tenant)
+		}
+		if m, _ := r.modelOf(&items[i]); m != it.Adapter {
+			t.Fatalf("item %d asks for model %q, want its adapter %q", i, m, it.Adapter)
+		}
+	}
+}

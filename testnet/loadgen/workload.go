@@ -46,6 +46,9 @@ type Item struct {
 	// request of Turn n−1 at index Parent of the plan, its prompt that request's prompt, that
 	// request's planned reply (ReplyText) and a question of its own.
 	Tenant, Turn, Parent int
+	// Adapter is the LoRA adapter an "adapters" workload's request asks for (AdapterName of its
+	// tenant), in place of Config.Model; "" for every other workload.
+	Adapter string
 
 	p promptSpec
 }
@@ -148,8 +151,17 @@ func (it Item) Messages() []Message {
 
 // Workloads lists the synthetic workload names.
 func Workloads() []string {
-	return []string{"chat", "rag", "mixed", "bursty", "agents", "shared-prefix"}
+	return []string{"chat", "rag", "mixed", "bursty", "agents", "shared-prefix", "adapters"}
 }
+
+// The "adapters" workload is the shared-prefix workload (SharedPrefix) over LoRA adapters of
+// one base model: each tenant is an adapter, its requests ask for AdapterName(tenant), and
+// its system prompt is the adapter's. Tenants is the adapter count (50 to 500 is the shape of
+// a multi-tenant fine-tuning fleet) and TenantZipf their popularity.
+const WorkloadAdapters = "adapters"
+
+// AdapterName is the name of the adapters workload's adapter of rank t.
+func AdapterName(t int) string { return fmt.Sprintf("lora-%03d", t) }
 
 // Burst shape of the "bursty" workload: the first BurstOnFraction of every Config.BurstPeriod at
 // BurstHigh×rate, the rest at BurstLow×rate, which averages to the configured rate.
@@ -236,7 +248,7 @@ func synthetic(cfg Config) ([]Item, error) {
 	}
 	g.r = rand.New(rand.NewPCG(g.seed, stream))
 	g.zipf = rand.NewZipf(g.r, 1.2, 1, ragDocs-1)
-	if cfg.Workload == "shared-prefix" {
+	if cfg.Workload == "shared-prefix" || cfg.Workload == WorkloadAdapters {
 		g.tenantCDF = TenantShares(cfg.SharedPrefix.Tenants, cfg.SharedPrefix.TenantZipf)
 		for i := 1; i < len(g.tenantCDF); i++ {
 			g.tenantCDF[i] += g.tenantCDF[i-1]
@@ -308,8 +320,13 @@ func (g *generator) class(interactive float64) Class {
 }
 
 func (g *generator) item(at time.Duration) Item {
-	if g.cfg.Workload == "shared-prefix" {
+	switch g.cfg.Workload {
+	case "shared-prefix":
 		return g.shared(at)
+	case WorkloadAdapters:
+		it := g.shared(at)
+		it.Adapter = AdapterName(it.Tenant)
+		return it
 	}
 	kind := KindChat
 	switch g.cfg.Workload {

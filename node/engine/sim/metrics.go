@@ -17,6 +17,7 @@ type metrics struct {
 	queries, hits             *prometheus.Desc
 	prompt, gen, preempt      *prometheus.Desc
 	cacheInfo, loraInfo       *prometheus.Desc
+	loraLoads                 *prometheus.Desc
 	ttft, e2e, queue          prometheus.Histogram
 }
 
@@ -43,6 +44,7 @@ func newMetrics(s *Sim) *metrics {
 		cacheInfo: d("vllm:cache_config_info", "KV cache configuration.", "block_size", "num_gpu_blocks"),
 		loraInfo: d("vllm:lora_requests_info", "Running stats on LoRA requests: the adapters of running and waiting requests, comma-separated; the value is the time of the reading.",
 			"max_lora", "running_lora_adapters", "waiting_lora_adapters"),
+		loraLoads: d("kvmesh_sim_lora_loads_total", "LoRA adapters brought into a GPU slot (a free one, or in place of another adapter): what vLLM does not count, for comparing routing policies."),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "vllm:time_to_first_token_seconds", Help: "Time to first token (wall clock).", Buckets: ttftBuckets,
 		}),
@@ -56,7 +58,7 @@ func newMetrics(s *Sim) *metrics {
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.kvUsage, m.queries, m.hits, m.prompt, m.gen, m.preempt, m.cacheInfo, m.loraInfo} {
+	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.kvUsage, m.queries, m.hits, m.prompt, m.gen, m.preempt, m.cacheInfo, m.loraInfo, m.loraLoads} {
 		ch <- d
 	}
 	m.ttft.Describe(ch)
@@ -70,6 +72,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	running, waiting := float64(len(s.running)), float64(len(s.waiting))
 	usage := float64(s.cache.used()) / float64(s.kvBlocks)
 	q, h, p, g, pre := s.nQueries, s.nHits, s.nPrompt, s.nGen, s.nPreempt
+	loads := s.lora.loads
 	lora, loraOn := s.loraStateLocked(), len(s.lora.known) > 0 || len(s.lora.slots) > 0
 	s.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
@@ -86,6 +89,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.prompt, p)
 	counter(m.gen, g)
 	counter(m.preempt, pre)
+	counter(m.loraLoads, loads)
 	gauge(m.cacheInfo, 1, strconv.Itoa(s.cfg.BlockTokens), strconv.Itoa(s.kvBlocks))
 	if loraOn { // vLLM reports it when serving adapters (--enable-lora)
 		gauge(m.loraInfo, float64(time.Now().UnixNano())/1e9, strconv.Itoa(lora.MaxLoRAs),
