@@ -19,6 +19,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/render"
 )
 
 // kvmesh engine speaks vLLM's KV connector flow (docs/design/disaggregation.md#external-engines),
@@ -204,7 +205,7 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 		kt.RemoteBlockIDs[i] = i
 	}
 	u := &engine.Usage{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens}
-	body, err := json.Marshal(newEncoder(p, time.Now()).complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}))
+	body, err := json.Marshal(render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, time.Now()).Complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}))
 	if err == nil {
 		ktb, _ := json.Marshal(kt)
 		body, err = openai.SetMember(body, "kv_transfer_params", func([]byte) []byte { return ktb })
