@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
@@ -31,6 +30,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -49,7 +49,7 @@ type Node struct {
 	kvBlockTokens int
 	httpSrv       *http.Server
 	admSrv        *http.Server             // the admin listener's, when Config.AdminAddr is set
-	tracer        trace.Tracer             // a no-op one with tracing off (trace.go)
+	spans         tracing.Spans            // on a no-op tracer with tracing off (trace.go)
 	tp            *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
 	g       *gossip.Gossip
