@@ -24,6 +24,7 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
@@ -61,7 +62,7 @@ type Node struct {
 	// ratedPools are the waiting room pools given a prefill rate at the last update
 	// (updatePrefillRates; the room loop's alone).
 	ratedPools map[poolKey]float64
-	agents     *agentGate // nil: agent admission off
+	agents     *agentgate.Gate // nil: agent admission off
 	roomKick   chan struct{}
 	gpu        *gpu.Sampler
 	carbon     *carbon.Tracker
