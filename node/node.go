@@ -30,6 +30,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
+	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -45,7 +46,7 @@ type Node struct {
 	sim   *sim.Sim            // the embedded engine, when it is the engine
 	ext   *external.Engine    // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
-	kv    *kvStore            // kvmesh engine's handovers and pulls (kvtransfer.go)
+	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (kvtransfer.go)
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
@@ -189,7 +190,7 @@ func (n *Node) buildEngine() error {
 		}
 		n.sim, n.eng = s, s
 		if n.cfg.Standalone {
-			n.kv = newKVStore(n.cfg.Name)
+			n.kv = kvconnector.New(n.cfg.Name)
 		}
 		return n.buildKVPublisher(sc.BlockTokens)
 	}
