@@ -25,6 +25,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/apicert"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
@@ -250,11 +251,11 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	serve := n.httpSrv.Serve
 	if n.cfg.TLSCert != "" {
-		r, err := loadCertReloader(n.cfg.TLSCert, n.cfg.TLSKey, n.log)
+		r, err := apicert.Load(n.cfg.TLSCert, n.cfg.TLSKey, n.log)
 		if err != nil {
-			return err
+			return fmt.Errorf("node: %w", err)
 		}
-		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.getCertificate}
+		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
 		serve = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
 	}
 	if err := n.startTracing(); err != nil {
