@@ -31,6 +31,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
+	"github.com/kvmesh/kvmesh/node/grid"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/tracing"
@@ -67,9 +68,9 @@ type Node struct {
 	agents     *agentgate.Gate // nil: agent admission off
 	roomKick   chan struct{}
 	gpu        *gpu.Sampler
-	carbon     *carbon.Tracker
+	carbon     *carbon.Tracker // grid's tracker; nil: the carbon signal is off
+	grid       *grid.Grid
 
-	carbonProvider carbon.Provider
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
 	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
 	inFlightTokens atomic.Int64
