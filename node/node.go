@@ -387,7 +387,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // deregister waits out the drain delay: /readyz answers 503 and the next state record tells
 // peers the engine is unhealthy, so load balancers and peers stop sending work, while requests
-// that still arrive are served as before.
+// that still arrive are served.
 func (n *Node) deregister(ctx context.Context) {
 	if n.cfg.DrainDelay <= 0 {
 		return
