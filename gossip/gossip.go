@@ -76,7 +76,7 @@ type Gossip struct {
 	inDomain     int // alive peers sharing a model with this node, as of the last rebuild
 	// staleIn and staleOut are the record ages past which a peer inside and outside this
 	// node's domains is stale (staleAfterLocked), refreshed with each flush and rebuild so
-	// that listing members, once a request, costs no more than it did.
+	// that listing members, once a request, reads them without recomputing them.
 	staleIn, staleOut time.Duration
 	// Claims (claims.go): the other members' claims (State.Claims), rebuilt when a record's
 	// claims or a liveness changed, and at least every PublishInterval so that a claim in a

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit/agent"
+	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -33,23 +34,13 @@ func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration)
 		return agent.Absent, err
 	}
 	_ = resp.Body.Close()
-	return agentStateOf(resp.Headers[headerAgentState]), nil
+	return agentgate.ParseState(resp.Headers[headerAgentState]), nil
 }
 
 // leaseHeader is the forward header of an agent-lease message about p's step.
 func (n *Node) leaseHeader(p *prepared, kind transport.Kind, wait time.Duration) transport.Header {
 	return transport.Header{Kind: kind, RequestID: p.req.ID, Hops: 1, Priority: p.adm.Priority, Tenant: p.adm.Tenant,
 		AgentID: p.adm.Agent, Ingress: n.cfg.Name, RenewWait: wait}
-}
-
-// agentStateOf parses agent.State's String; anything else is Absent.
-func agentStateOf(s string) agent.State {
-	for _, st := range []agent.State{agent.Waiting, agent.Active, agent.Paused} {
-		if s == st.String() {
-			return st
-		}
-	}
-	return agent.Absent
 }
 
 // renewLease renews the home's lease on the agent of p's step while the step waits in this
@@ -60,9 +51,7 @@ func (n *Node) renewLease(ctx context.Context, p *prepared) {
 	switch {
 	case g == nil || p.parked.home == "":
 	case p.parked.home == n.cfg.Name:
-		g.mu.Lock()
-		g.home.Renew(time.Now(), p.adm.Agent)
-		g.mu.Unlock()
+		g.Renew(time.Now(), p.adm.Agent)
 	default:
 		if _, err := n.renewAtHome(ctx, p, 0); err != nil {
 			n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
@@ -79,11 +68,7 @@ func (n *Node) giveUpAgent(p *prepared) {
 	switch {
 	case g == nil || at.home == "":
 	case at.home == n.cfg.Name:
-		g.mu.Lock()
-		delete(g.parked, p)
-		g.home.GiveUp(time.Now(), p.adm.Agent)
-		g.wakeLocked()
-		g.mu.Unlock()
+		g.GiveUp(time.Now(), p, p.adm.Agent)
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
 		defer cancel()
@@ -103,43 +88,10 @@ func (n *Node) serveAgentLease(ctx context.Context, h transport.Header, fw trans
 	if g != nil && h.AgentID != "" {
 		now := time.Now()
 		if h.Kind == transport.KindAgentGiveUp {
-			g.mu.Lock()
-			g.home.GiveUp(now, h.AgentID)
-			g.wakeLocked()
-			g.mu.Unlock()
+			g.GiveUp(now, nil, h.AgentID)
 		} else {
-			st = g.renew(ctx, now, h.AgentID, min(h.RenewWait, n.cfg.AgentInterval))
+			st = g.RenewWait(ctx, now, h.AgentID, min(h.RenewWait, n.cfg.AgentInterval))
 		}
 	}
 	_ = fw.Accept(http.StatusOK, map[string]string{headerAgentState: st.String()})
-}
-
-// renew renews the lease of a parked step of id and, while the agent is outside the window,
-// waits up to wait for it to be let in (or for ctx or the control loop to end). It returns the
-// agent's state then.
-func (g *agentGate) renew(ctx context.Context, now time.Time, id string, wait time.Duration) agent.State {
-	g.mu.Lock()
-	st := g.home.Renew(now, id)
-	if wait <= 0 || (st != agent.Waiting && st != agent.Paused) {
-		g.mu.Unlock()
-		return st
-	}
-	ch := g.wake[id]
-	if ch == nil {
-		ch = make(chan struct{})
-		g.wake[id] = ch
-	}
-	g.mu.Unlock()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	case <-ctx.Done():
-	case <-g.stop:
-	}
-	if ag, ok := g.reg.Get(id); ok {
-		return ag.State
-	}
-	return agent.Absent
 }

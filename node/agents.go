@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
@@ -28,34 +28,6 @@ const DefaultAgentInterval = 500 * time.Millisecond
 // step is done, so its window slot goes to the next agent at once instead of after the idle
 // timeout.
 const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
-
-// agentGate is the node's side of agent-level admission: this node is the home of every agent
-// whose steps run on its engine, so it keeps their window (agent.Home over agent.Registry),
-// feeds it the engine's state, wakes the handlers of local steps parked for an agent the
-// window let in, and answers the lease messages of peer ingresses. It does not pin prefixes:
-// the window is sized so that the active agents' prefixes stay in an LRU cache on their own,
-// and if they do not, the falling hit rate is the signal to cut. mu guards home, wake, parked
-// and context; reg is safe on its own.
-type agentGate struct {
-	reg *agent.Registry
-
-	mu      sync.Mutex
-	home    *agent.Home
-	wake    map[string]chan struct{} // agent → closed when its parked step may start
-	parked  map[*prepared]parkedStep // local steps parked for this node's window
-	context map[*prepared]int        // a step's context at its end (prompt + output), from finished
-	stop    chan struct{}            // closed when the control loop ends (node shutdown)
-	// demote, with the embedded engine, marks blocks as the first to evict (sim.Demote): the
-	// prefix of an agent the window no longer keeps goes before the prefixes of the agents it
-	// keeps. Nil with an external engine.
-	demote func([]uint64) int
-}
-
-// parkedStep is a local step of an agent outside this node's window, parked in its handler.
-type parkedStep struct {
-	id   string
-	wake chan struct{}
-}
 
 // parking is the home whose agent window parked a step, kept by the ingress while the step
 // waits, so that it renews the home's lease on the agent's place and tells the home when it
@@ -82,11 +54,11 @@ func (n *Node) buildAgents() error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.agents = &agentGate{reg: reg, home: home, wake: map[string]chan struct{}{},
-		parked: map[*prepared]parkedStep{}, context: map[*prepared]int{}, stop: make(chan struct{})}
+	var demote func([]uint64) int
 	if n.sim != nil {
-		n.agents.demote = n.sim.Demote
+		demote = n.sim.Demote
 	}
+	n.agents = agentgate.New(home, demote)
 	n.reg.MustRegister(newAgentCollector(n.agents, n.cfg.Name))
 	return nil
 }
@@ -100,47 +72,20 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 		return n.serveLocal(ctx, w, p, start, origin), true
 	}
 	id := p.adm.Agent
-	g.mu.Lock()
-	d, err := g.home.Arrive(time.Now(), id, p.adm.PromptTokens)
-	if err == nil && d.Action == agent.Wait {
-		if origin == "local" {
-			// A peer's step is parked at its ingress, which renews its lease; only a local one
-			// is woken.
-			if g.wake[id] == nil {
-				g.wake[id] = make(chan struct{})
-			}
-			g.parked[p] = parkedStep{id: id, wake: g.wake[id]}
-		}
-		g.wakeLocked()
-		g.mu.Unlock()
+	run, err := g.Arrive(time.Now(), p, id, p.adm.PromptTokens, origin == "local")
+	if !run {
 		return outcome{}, false
 	}
-	delete(g.parked, p)
-	g.wakeLocked()
-	g.mu.Unlock()
 	o := n.serveLocal(ctx, w, p, start, origin)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	ctxTokens := g.context[p]
-	delete(g.context, p)
 	if err != nil {
 		// ErrFull: every registered agent is mid-step; the step ran unprotected rather than
 		// fail, as request-level admission already accepted it.
 		n.log.Debug("agent registry", "agent", id, "err", err)
-		return o, true
 	}
 	// The client said this was the agent's last step (agentFinal), whatever its outcome: the
 	// slot and the KV the window kept for it go to the next agent now.
-	g.demoteLocked(g.home.StepDone(time.Now(), id, ctxTokens, p.agentFinal, p.req.Blocks))
-	g.wakeLocked()
+	g.Ran(time.Now(), p, id, err == nil, p.agentFinal, p.req.Blocks)
 	return o, true
-}
-
-// demoteLocked hands the engine the blocks the window no longer keeps.
-func (g *agentGate) demoteLocked(blocks []uint64) {
-	if g.demote != nil && len(blocks) > 0 {
-		g.demote(blocks)
-	}
 }
 
 // observeAgent records a completed step's cache outcome (called from finished, before the
@@ -150,10 +95,7 @@ func (n *Node) observeAgent(p *prepared, u *engine.Usage) {
 	if g == nil || p.adm.Agent == "" || n.cfg.Standalone {
 		return // Standalone serves without the window (no agentStep to collect the context)
 	}
-	g.mu.Lock()
-	g.home.Observe(p.adm.Agent, u.CachedTokens, u.PromptTokens)
-	g.context[p] = u.PromptTokens + u.CompletionTokens
-	g.mu.Unlock()
+	g.Observe(p, p.adm.Agent, u.CachedTokens, u.PromptTokens, u.CompletionTokens)
 }
 
 // agentRefused handles a dispatch attempt the agent window of peer (at addr) turned down: the
@@ -179,14 +121,11 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 	g := n.agents
 	expires := n.adm.Item(p.adm, t.D).Expires
 	for {
-		g.mu.Lock()
-		ps, here := g.parked[p]
-		g.mu.Unlock()
+		id, wake, here := g.Parked(p)
 		in := true // the agent may be in the window, or gone from the registry: decide again
 		if here {
-			n.pauseAgent(ctx, ps.wake, expires)
-			ag, ok := g.reg.Get(ps.id)
-			in = !ok || ag.State == agent.Active
+			n.pauseAgent(ctx, wake, expires)
+			in = g.MayRun(id)
 		} else {
 			st, err := n.renewAtHome(ctx, p, max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
 			if err != nil {
@@ -202,7 +141,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		switch {
 		case ctx.Err() != nil:
 			return outcome{code: openai.CodeClientClosed, refused: true}, true
-		case n.isDraining() || isClosed(g.stop):
+		case n.isDraining() || g.Stopped():
 			d := n.drainingRefusal()
 			giveUp = &d
 		case !now.Before(expires):
@@ -220,9 +159,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		if here {
 			// Routing may now send the step elsewhere, so this node stops tracking it as
 			// parked; its parking (p.parked) stays until it runs or is given up.
-			g.mu.Lock()
-			delete(g.parked, p)
-			g.mu.Unlock()
+			g.Unpark(p)
 		}
 		// The window wait is admission's own doing, bounded by the queue TTL: the step's TTFT
 		// SLO counts from here, so the checks ahead do not refuse it for time spent parked.
@@ -236,55 +173,21 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 // pauseAgent waits until wake closes (nil: never), an interval passes, expires comes, ctx
 // ends or the agent control loop stops.
 func (n *Node) pauseAgent(ctx context.Context, wake <-chan struct{}, expires time.Time) {
-	t := time.NewTimer(max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
-	defer t.Stop()
-	select {
-	case <-wake:
-	case <-t.C:
-	case <-ctx.Done():
-	case <-n.agents.stop:
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
+	n.agents.Pause(ctx, wake, min(n.cfg.AgentInterval, time.Until(expires)))
 }
 
 // runAgents is the window's control loop: an agentTick every AgentInterval.
 func (n *Node) runAgents(ctx context.Context) {
-	g := n.agents
-	defer close(g.stop)
+	defer n.agents.Stop()
 	ticking(ctx, n.cfg.AgentInterval, func() { n.agentTick(time.Now()) })
 }
 
-// agentTick is one control interval (agent.Home.Tick), then the wake-ups it allows.
+// agentTick is one control interval of the window, fed the engine's state and the agents
+// peers are home to.
 func (n *Node) agentTick(now time.Time) {
-	g := n.agents
 	st := n.eng.State()
-	elsewhere := n.agentsAdvertised()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	parked := make([]string, 0, len(g.parked))
-	for _, ps := range g.parked {
-		parked = append(parked, ps.id)
-	}
-	res := g.home.Tick(now, agent.Engine{KVBlocksTotal: st.KVBlocksTotal, KVBlocksUsed: st.KVBlocksUsed,
-		BlockTokens: st.BlockTokens}, parked, elsewhere)
-	for _, id := range res.Released {
-		// A step parked here for a released agent is woken and routed again, to the home
-		// that keeps it.
-		if ch := g.wake[id]; ch != nil {
-			close(ch)
-			delete(g.wake, id)
-		}
-	}
-	g.demoteLocked(res.Demote)
-	g.wakeLocked()
+	n.agents.Tick(now, agent.Engine{KVBlocksTotal: st.KVBlocksTotal, KVBlocksUsed: st.KVBlocksUsed,
+		BlockTokens: st.BlockTokens}, n.agentsAdvertised())
 }
 
 // agentsAdvertised returns, by route.AgentKey, the healthy peers that advertise being home to
@@ -306,23 +209,4 @@ func (n *Node) agentsAdvertised() map[uint64][]string {
 		}
 	}
 	return out
-}
-
-// wakeLocked releases the parked steps of the agents the window let in since the last call.
-func (g *agentGate) wakeLocked() {
-	for _, id := range g.reg.Resumable() {
-		if ch := g.wake[id]; ch != nil {
-			close(ch)
-			delete(g.wake, id)
-		}
-	}
-	// An agent that left the registry (swept, evicted, abandoned) will never be resumed: its
-	// parked step retries on its interval timer, so its channel can go.
-	if len(g.wake) > 64 {
-		for id := range g.wake {
-			if _, ok := g.reg.Get(id); !ok {
-				delete(g.wake, id)
-			}
-		}
-	}
 }

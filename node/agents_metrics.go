@@ -2,11 +2,13 @@ package node
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvmesh/kvmesh/node/agentgate"
 )
 
 // agentCollector exports the window's state at scrape time.
 type agentCollector struct {
-	g                                           *agentGate
+	g                                           *agentgate.Gate
 	home                                        string
 	window, active, paused, waiting, agents     *prometheus.Desc
 	pauses, resumes, admitted, swept, finished  *prometheus.Desc
@@ -15,7 +17,7 @@ type agentCollector struct {
 	windowCap, footprint                        *prometheus.Desc
 }
 
-func newAgentCollector(g *agentGate, home string) *agentCollector {
+func newAgentCollector(g *agentgate.Gate, home string) *agentCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("kvmesh_agent_"+name, help, nil, nil)
 	}
@@ -54,7 +56,7 @@ func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.g.reg.Stats()
+	s := c.g.Registry().Stats()
 	u, next, h, wcap := 0.0, 0.0, 0.0, 0.0
 	for _, hs := range s.Homes {
 		if hs.Home == c.home {
@@ -65,7 +67,7 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
-	gauge(c.window, float64(c.g.reg.Window(c.home)))
+	gauge(c.window, float64(c.g.Registry().Window(c.home)))
 	gauge(c.active, float64(s.Active))
 	gauge(c.paused, float64(s.Paused))
 	gauge(c.waiting, float64(s.Waiting))
@@ -81,9 +83,7 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.swept, s.SweptTotal)
 	counter(c.finished, s.FinishedTotal)
 	counter(c.released, s.ReleasedTotal)
-	c.g.mu.Lock()
-	ls := c.g.home.LeaseStats()
-	c.g.mu.Unlock()
+	ls := c.g.LeaseStats()
 	ch <- prometheus.MustNewConstMetric(c.abandoned, prometheus.CounterValue, float64(ls.GivenUp), "given_up")
 	ch <- prometheus.MustNewConstMetric(c.abandoned, prometheus.CounterValue, float64(ls.LeaseExpired), "lease")
 	counter(c.avoided, s.RecomputeAvoidedTokens)

@@ -101,7 +101,7 @@ func TestConfigFileSettingsReachTheNode(t *testing.T) {
 	if n.agents == nil {
 		t.Fatal("agent admission off although the file has an agents section")
 	}
-	ac := n.agents.reg.Config()
+	ac := n.agents.Registry().Config()
 	if ac.MaxAgents != 100 || ac.Controller.MaxWindow != 64 || ac.Controller.SlowStartSteps != -1 || ac.Controller.Beta != agent.DefaultControllerConfig().Beta {
 		t.Errorf("agent config: %+v", ac)
 	}

@@ -27,7 +27,7 @@ import (
 // delegates. The ingress relays the delegate's answer, which relays the owner's, so the
 // client reads one stream; each of the two relays migrates the request if the node it reads
 // from fails mid-response. A delegate that refuses the hop itself or cannot be reached leaves
-// the request to this node, which routes it as before: delegation never loses a request.
+// the request to this node, which routes it itself: delegation never loses a request.
 
 // The outcomes of kvmesh_route_delegated_total.
 const (

@@ -48,13 +48,20 @@
 // # Tracing
 //
 // With Config.OTLPEndpoint (or a Config.TracerProvider) a node traces each generation request
-// with OpenTelemetry (trace.go): the ingress's server span with its admission decision and
+// with OpenTelemetry (package node/tracing's spans, wired in trace.go): the ingress's server span with its admission decision and
 // route, its waits in the waiting room, a client span per forward attempt, the owner's server
 // span continuing the trace from the forward's transport header, and the engine run with an
 // external engine's HTTP call under it. The W3C trace context comes from the client's
 // traceparent; with tracing off the tracer is a no-op that passes a client's trace context on
 // unchanged and invents none. Start builds the OTLP pipeline (package node/tracing) and
 // Shutdown flushes it.
+//
+// # Parts in packages of their own
+//
+// Besides the planner, relay and first-token bound: the OpenAI rendering of an engine's output
+// (node/render), Responses API ids (node/responseid), the agent window's gate (node/agentgate),
+// kvmesh engine's KV connector flow (node/kvconnector), the grid carbon signal (node/grid) and the
+// API certificate (node/apicert). The node wires them; each package's doc states its contract.
 //
 // # Metrics
 //

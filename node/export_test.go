@@ -28,15 +28,14 @@ const OpenTenant = "default"
 // it had run here: what an ingress that placed it here before gossip told it otherwise leaves
 // behind.
 func (n *Node) RegisterAgent(id string) error {
-	g := n.agents
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now, id := time.Now(), agent.Scoped(OpenTenant, id)
-	if _, err := g.home.Arrive(now, id, 100); err != nil {
-		return err
-	}
-	g.home.StepDone(now, id, 110, false, nil)
-	return nil
+	var err error
+	n.agents.WithHome(func(h *agent.Home) {
+		now, id := time.Now(), agent.Scoped(OpenTenant, id)
+		if _, err = h.Arrive(now, id, 100); err == nil {
+			h.StepDone(now, id, 110, false, nil)
+		}
+	})
+	return err
 }
 
 // RefreshMeshTokens takes the peers' published bytes per token now, as the room loop does

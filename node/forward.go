@@ -404,7 +404,7 @@ func (n *Node) ownerDecision(now time.Time, p *prepared, ingress string) admit.D
 	a := &p.adm
 	known := false // the steps of an agent this node's window knows are admitted by the window
 	if g := n.agents; g != nil && a.Agent != "" {
-		_, known = g.reg.Get(a.Agent)
+		_, known = g.Registry().Get(a.Agent)
 	}
 	self := n.selfPeer(p.req.Blocks)
 	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived}, ingress)

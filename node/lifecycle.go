@@ -141,8 +141,8 @@ func (n *Node) startMesh(ctx context.Context) error {
 	n.goBG(func() { n.runRoom(bg) })
 	n.goBG(func() { _ = n.gpu.Run(bg) })
 	if n.carbon != nil {
-		n.exportCarbon(time.Now())
-		n.goBG(func() { n.runCarbon(bg) })
+		n.grid.Export(time.Now())
+		n.goBG(func() { n.grid.Run(bg) })
 	}
 	if n.agents != nil {
 		n.goBG(func() { n.runAgents(bg) })

@@ -80,7 +80,7 @@ func (n *Node) fillAgents(s *gossip.State) {
 	if n.agents == nil {
 		return
 	}
-	count, ids := n.agents.reg.Homed(n.cfg.Name, nil, gossip.MaxAgentKeys)
+	count, ids := n.agents.Registry().Homed(n.cfg.Name, nil, gossip.MaxAgentKeys)
 	if count == 0 {
 		return
 	}
@@ -99,7 +99,7 @@ func (n *Node) homeHere(v *view, agent string) {
 	if n.agents == nil || agent == "" || len(v.Peers) == 0 || !v.Peers[0].Self {
 		return
 	}
-	if ag, ok := n.agents.reg.Get(agent); !ok || ag.Home != n.cfg.Name {
+	if ag, ok := n.agents.Registry().Get(agent); !ok || ag.Home != n.cfg.Name {
 		return
 	}
 	p := &v.Peers[0]

@@ -45,10 +45,7 @@ type metrics struct {
 	reloads        *prometheus.CounterVec // result: ok or error
 	reloaded       prometheus.Gauge
 	filesMissing   *prometheus.CounterVec // file: config or api_keys
-	// Registered only when the carbon signal is configured.
-	carbonMode      *prometheus.GaugeVec
-	carbonIntensity prometheus.Gauge
-	delegated       *prometheus.CounterVec // outcome: delegateOutcomes
+	delegated      *prometheus.CounterVec // outcome: delegateOutcomes
 }
 
 // decision counts one admission verdict; label values are admit's bounded constants.

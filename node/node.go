@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
@@ -25,12 +24,17 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/apicert"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
+	"github.com/kvmesh/kvmesh/node/grid"
+	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -44,12 +48,12 @@ type Node struct {
 	sim   *sim.Sim            // the embedded engine, when it is the engine
 	ext   *external.Engine    // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
-	kv    *kvStore            // kvmesh engine's handovers and pulls (kvtransfer.go)
+	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (kvtransfer.go)
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
 	admSrv        *http.Server             // the admin listener's, when Config.AdminAddr is set
-	tracer        trace.Tracer             // a no-op one with tracing off (trace.go)
+	spans         tracing.Spans            // on a no-op tracer with tracing off (trace.go)
 	tp            *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
 	g       *gossip.Gossip
@@ -61,12 +65,12 @@ type Node struct {
 	// ratedPools are the waiting room pools given a prefill rate at the last update
 	// (updatePrefillRates; the room loop's alone).
 	ratedPools map[poolKey]float64
-	agents     *agentGate // nil: agent admission off
+	agents     *agentgate.Gate // nil: agent admission off
 	roomKick   chan struct{}
 	gpu        *gpu.Sampler
-	carbon     *carbon.Tracker
+	carbon     *carbon.Tracker // grid's tracker; nil: the carbon signal is off
+	grid       *grid.Grid
 
-	carbonProvider carbon.Provider
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
 	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
 	inFlightTokens atomic.Int64
@@ -188,7 +192,7 @@ func (n *Node) buildEngine() error {
 		}
 		n.sim, n.eng = s, s
 		if n.cfg.Standalone {
-			n.kv = newKVStore(n.cfg.Name)
+			n.kv = kvconnector.New(n.cfg.Name)
 		}
 		return n.buildKVPublisher(sc.BlockTokens)
 	}
@@ -248,11 +252,11 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	serve := n.httpSrv.Serve
 	if n.cfg.TLSCert != "" {
-		r, err := loadCertReloader(n.cfg.TLSCert, n.cfg.TLSKey, n.log)
+		r, err := apicert.Load(n.cfg.TLSCert, n.cfg.TLSKey, n.log)
 		if err != nil {
-			return err
+			return fmt.Errorf("node: %w", err)
 		}
-		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.getCertificate}
+		n.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
 		serve = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
 	}
 	if err := n.startTracing(); err != nil {
@@ -383,7 +387,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // deregister waits out the drain delay: /readyz answers 503 and the next state record tells
 // peers the engine is unhealthy, so load balancers and peers stop sending work, while requests
-// that still arrive are served as before.
+// that still arrive are served.
 func (n *Node) deregister(ctx context.Context) {
 	if n.cfg.DrainDelay <= 0 {
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/render"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -189,7 +190,7 @@ func (n *Node) handleModel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	for _, m := range n.meshModels() {
 		if m.Name == id {
-			writeJSON(w, http.StatusOK, modelObject(m))
+			writeJSON(w, http.StatusOK, render.Model(m))
 			return
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/render"
 )
 
 // serveLocal runs p on this node's engine and writes the OpenAI response to w. Nothing is
@@ -54,13 +55,13 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	n.inFlightTokens.Add(int64(p.req.MaxTokens))
 	defer n.inFlightTokens.Add(-int64(p.req.MaxTokens))
 	w.Header().Set(HeaderNode, n.cfg.Name)
-	enc := newEncoder(p, firstAt)
+	enc := render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, firstAt)
 	var o outcome
 	var u *engine.Usage
 	if p.stream {
-		o, u = n.stream(ctx, w, st, first, enc)
+		o, u = n.stream(ctx, w, p, st, first, enc)
 	} else {
-		o, u = n.collect(ctx, w, st, first, enc)
+		o, u = n.collect(ctx, w, p, st, first, enc)
 	}
 	if o.completed && u != nil {
 		n.finished(p, firstAt, time.Now(), u)
@@ -107,23 +108,23 @@ func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 // stream relays chunks as server-sent events. An engine failure after the 200 ends the stream
 // with an error event instead of [DONE], so the client knows the output is incomplete, unless
 // the caller moves the request on (brokenRun).
-func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
+func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *prepared, st engine.Stream, c engine.Chunk, enc *render.Encoder) (outcome, *engine.Usage) {
 	sse := openai.NewSSEWriter(w)
-	lp := newLogprobEncoder(enc.p.endpoint)
-	if rc := enc.roleChunk(); rc != nil {
+	lp := render.NewLogprobs(p.endpoint)
+	if rc := enc.RoleChunk(); rc != nil {
 		if err := sse.WriteData(rc); err != nil {
 			return outcome{code: openai.CodeClientClosed}, nil
 		}
 	}
 	for {
 		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 {
-			if err := sse.WriteData(withLogprobs(enc.chunk(c), lp.encode(c.Logprobs))); err != nil {
+			if err := sse.WriteData(render.WithLogprobs(enc.Chunk(c), lp.Encode(c.Logprobs))); err != nil {
 				return outcome{code: openai.CodeClientClosed}, nil
 			}
 		}
 		if c.FinishReason != "" {
-			if enc.p.includeUsage {
-				if err := sse.WriteData(enc.usageChunk(c.Usage)); err != nil {
+			if p.includeUsage {
+				if err := sse.WriteData(enc.UsageChunk(c.Usage)); err != nil {
 					return outcome{code: openai.CodeClientClosed}, nil
 				}
 			}
@@ -149,7 +150,7 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 			e := openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error())
 			// An engine's own error event is its answer, passed on; its stream breaking is
 			// its failure, which the caller may move on.
-			if o, ok := brokenRun(ctx, enc.p, e, true); ok && !errors.Is(err, external.ErrStream) {
+			if o, ok := brokenRun(ctx, p, e, true); ok && !errors.Is(err, external.ErrStream) {
 				return o, nil
 			}
 			_ = sse.WriteError(e)
@@ -159,7 +160,7 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 }
 
 // collect gathers the whole generation into one JSON response.
-func (n *Node) collect(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
+func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *prepared, st engine.Stream, c engine.Chunk, enc *render.Encoder) (outcome, *engine.Usage) {
 	var text strings.Builder
 	var lps []engine.Logprob
 	for {
@@ -168,7 +169,7 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, st engine.Str
 		if c.FinishReason != "" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
-			resp := withLogprobs(enc.complete(text.String(), c), newLogprobEncoder(enc.p.endpoint).encode(lps))
+			resp := render.WithLogprobs(enc.Complete(text.String(), c), render.NewLogprobs(p.endpoint).Encode(lps))
 			_ = json.NewEncoder(w).Encode(resp)
 			return outcome{completed: true}, c.Usage
 		}
@@ -179,7 +180,7 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, st engine.Str
 				err = io.ErrUnexpectedEOF
 			}
 			e := cmp.Or(n.drainCut(ctx), openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error()))
-			if o, ok := brokenRun(ctx, enc.p, e, false); ok {
+			if o, ok := brokenRun(ctx, p, e, false); ok {
 				return o, nil // nothing was written: the whole response can run again
 			}
 			writeRefusal(w, e, 0)

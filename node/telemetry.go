@@ -1,19 +1,15 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvmesh/kvmesh/carbon"
-	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/gpu"
+	"github.com/kvmesh/kvmesh/node/grid"
 )
 
-// buildTelemetry opens the GPU source and the carbon tracker. The sim GPU follows the
+// buildTelemetry opens the GPU source and the grid signal (node/grid). The sim GPU follows the
 // engine's running share of its batch, so the testnet shows power and heat moving.
 func (n *Node) buildTelemetry() error {
 	mode := n.cfg.GPU
@@ -42,62 +38,13 @@ func (n *Node) buildTelemetry() error {
 		return nil
 	}
 	cc := n.cfg.Carbon
-	if n.carbonProvider, err = provider.New(cc.Provider); err != nil {
+	g, err := grid.New(grid.Config{Provider: cc.Provider, Tracker: cc.Tracker, FetchTimeout: cc.FetchTimeout,
+		Registerer: n.reg, Logger: n.log})
+	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	if n.carbon, err = carbon.New(cc.Tracker); err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	if cc.FetchTimeout <= 0 {
-		cc.FetchTimeout = 10 * time.Second
-	}
-	n.m.carbonMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "kvmesh_carbon_fail_mode_active",
-		Help: "1 for the carbon fail mode in force now (no fresh reading), by mode; 0 while a fresh reading decides.",
-	}, []string{"mode"})
-	n.m.carbonIntensity = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "kvmesh_carbon_intensity", Help: "Latest grid carbon intensity reading (provider's unit).",
-	})
-	n.reg.MustRegister(n.m.carbonMode, n.m.carbonIntensity)
+	n.grid, n.carbon = g, g.Tracker()
 	return nil
-}
-
-// runCarbon polls the provider when the tracker says, until ctx ends.
-func (n *Node) runCarbon(ctx context.Context) {
-	for {
-		now := time.Now()
-		wait := n.carbon.NextPoll(now).Sub(now)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(max(wait, 0)):
-		}
-		fctx, cancel := context.WithTimeout(ctx, n.cfg.Carbon.FetchTimeout)
-		r, err := n.carbonProvider.Fetch(fctx, time.Now())
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			n.carbon.RecordError(time.Now(), err)
-			n.log.Warn("carbon provider", "err", err)
-		} else {
-			n.carbon.Record(time.Now(), r)
-		}
-		n.exportCarbon(time.Now())
-	}
-}
-
-func (n *Node) exportCarbon(now time.Time) {
-	r, st := n.carbon.Current(now)
-	for _, m := range []carbon.FailMode{carbon.FailOpen, carbon.FailClosed} {
-		v := 0.0
-		if st.FailModeActive && st.FailMode == m {
-			v = 1
-		}
-		n.m.carbonMode.WithLabelValues(m.String()).Set(v)
-	}
-	n.m.carbonIntensity.Set(r.Intensity)
 }
 
 // fillTelemetry adds the GPU and grid figures to a state record.

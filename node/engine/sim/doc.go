@@ -56,7 +56,7 @@
 // engine.Handover in its final chunk (FinishHandover, no token); a decode engine takes the
 // request with that handover, holds the prompt's blocks from its admission, waits
 // Handover.KVBytes / LinkGBps for the KV to cross the link, then decodes as a mixed engine
-// does, the same text. The default, mixed, runs requests whole as before and also decodes
+// does, the same text. The default, mixed, runs whole requests and also decodes
 // handovers. docs/design/engine.md#roles has the model.
 //
 // # LoRA adapters

@@ -1,4 +1,4 @@
-package node
+package apicert
 
 import (
 	"crypto/tls"
@@ -8,12 +8,12 @@ import (
 	"sync"
 )
 
-// certReloader serves the client API's certificate and picks up a new one at the first TLS
+// Reloader serves the client API's certificate and picks up a new one at the first TLS
 // handshake after either file changes: each handshake stats the two files, and only a change
 // (another file, size or modification time) reads and parses them again. A new pair that does
 // not load (half written, a key that does not match) leaves the last good certificate in use
 // and is logged once, as an error. It is safe for concurrent use.
-type certReloader struct {
+type Reloader struct {
 	certFile, keyFile string
 	log               *slog.Logger
 
@@ -22,35 +22,39 @@ type certReloader struct {
 	seen [2]os.FileInfo // the files as last read, good or bad
 }
 
-// loadCertReloader reads the pair once; a pair that does not load is an error.
-func loadCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
-	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
+// Load reads the pair once; a pair that does not load is an error. log, nil for none, gets
+// the reloads and the changed pairs that do not load.
+func Load(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Reloader{certFile: certFile, keyFile: keyFile, log: log}
 	seen, err := r.stat()
 	if err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("node: api tls: %w", err)
+		return nil, fmt.Errorf("api tls: %w", err)
 	}
 	r.cert, r.seen = &cert, seen
 	return r, nil
 }
 
-func (r *certReloader) stat() ([2]os.FileInfo, error) {
+func (r *Reloader) stat() ([2]os.FileInfo, error) {
 	var fi [2]os.FileInfo
 	for i, f := range []string{r.certFile, r.keyFile} {
 		st, err := os.Stat(f)
 		if err != nil {
-			return fi, fmt.Errorf("node: api tls: %w", err)
+			return fi, fmt.Errorf("api tls: %w", err)
 		}
 		fi[i] = st
 	}
 	return fi, nil
 }
 
-// getCertificate is the API listener's tls.Config.GetCertificate.
-func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+// GetCertificate is the API listener's tls.Config.GetCertificate.
+func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	fi, err := r.stat()

@@ -1,4 +1,4 @@
-package node
+package responseid
 
 import (
 	"io"
@@ -9,15 +9,15 @@ import (
 // TestResponseIDRoundTrip: an id the node issues gives back the node's tag and the engine's
 // id, whatever the engine's id holds; ids it did not issue are not read as its own.
 func TestResponseIDRoundTrip(t *testing.T) {
-	tag := responseTag("gpu-01")
+	tag := Tag("gpu-01")
 	for _, engineID := range []string{"resp_abc", "x", "a_b_c"} {
-		gotTag, gotID, ok := parseResponseID(responseID(tag, engineID))
+		gotTag, gotID, ok := Parse(ID(tag, engineID))
 		if !ok || gotTag != tag || gotID != engineID {
 			t.Errorf("%q: %q %q %v", engineID, gotTag, gotID, ok)
 		}
 	}
 	for _, id := range []string{"", "resp_", "resp_abc", "resp_0123456789ABCDEF_x", "resp_0123456789abcdef_", "resp_0123456789abcdefx", "msg_0123456789abcdef_x"} {
-		if _, _, ok := parseResponseID(id); ok {
+		if _, _, ok := Parse(id); ok {
 			t.Errorf("%q parsed as a kvmesh response id", id)
 		}
 	}
@@ -34,13 +34,13 @@ func TestTagResponseIDs(t *testing.T) {
 		return string(b)
 	}
 	obj := "{\n  \"id\": \"resp_1\",\n  \"object\": \"response\",\n  \"output\": [{\"id\": \"msg_1\"}]\n}"
-	if got, want := read(tagResponseIDs(strings.NewReader(obj), "application/json", "t")), strings.Replace(obj, `"resp_1"`, `"resp_t_resp_1"`, 1); got != want {
+	if got, want := read(Rewrite(strings.NewReader(obj), "application/json", "t")), strings.Replace(obj, `"resp_1"`, `"resp_t_resp_1"`, 1); got != want {
 		t.Errorf("json: %s", got)
 	}
 	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n" +
 		"data: {\"type\":\"response.output_item.added\",\"item\":{\"id\":\"msg_1\"}}\n\n" +
 		"data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\"}}\n\n"
-	if got, want := read(tagResponseIDs(strings.NewReader(stream), "text/event-stream; charset=utf-8", "t")), strings.ReplaceAll(stream, `"resp_1"`, `"resp_t_resp_1"`); got != want {
+	if got, want := read(Rewrite(strings.NewReader(stream), "text/event-stream; charset=utf-8", "t")), strings.ReplaceAll(stream, `"resp_1"`, `"resp_t_resp_1"`); got != want {
 		t.Errorf("stream:\n%s", got)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package render
 
 import (
 	"encoding/json"
@@ -9,16 +9,17 @@ import (
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
-// logprobEncoder turns an engine's token logprobs into one request's response logprobs: chat's
+// Logprobs turns an engine's token logprobs into one request's response logprobs: chat's
 // content entries, or the completions API's parallel arrays, whose text offsets it counts
 // across the chunks of a stream.
-type logprobEncoder struct {
+type Logprobs struct {
 	completion bool
 	offset     int // bytes of the choice's text before the next token
 }
 
-func newLogprobEncoder(ep engine.Endpoint) *logprobEncoder {
-	return &logprobEncoder{completion: ep == engine.Completion}
+// NewLogprobs returns the Logprobs of a request on endpoint ep.
+func NewLogprobs(ep engine.Endpoint) *Logprobs {
+	return &Logprobs{completion: ep == engine.Completion}
 }
 
 // minLogprob stands in for a log probability JSON cannot carry (-Inf, NaN), as OpenAI and
@@ -32,8 +33,8 @@ func finite(v float64) float64 {
 	return v
 }
 
-// encode returns the logprobs object of lps, nil for none.
-func (l *logprobEncoder) encode(lps []engine.Logprob) json.RawMessage {
+// Encode returns the logprobs object of lps, nil for none.
+func (l *Logprobs) Encode(lps []engine.Logprob) json.RawMessage {
 	if len(lps) == 0 {
 		return nil
 	}
@@ -61,7 +62,7 @@ func (l *logprobEncoder) encode(lps []engine.Logprob) json.RawMessage {
 
 // completionLogprobs builds the completions API's arrays. Each position's top entries include
 // the chosen token (as OpenAI's and vLLM's do: up to logprobs+1 of them), in descending order.
-func (l *logprobEncoder) completionLogprobs(lps []engine.Logprob) openai.CompletionLogprobs {
+func (l *Logprobs) completionLogprobs(lps []engine.Logprob) openai.CompletionLogprobs {
 	c := openai.CompletionLogprobs{
 		Tokens:        make([]string, len(lps)),
 		TokenLogprobs: make([]*float64, len(lps)),
@@ -96,8 +97,8 @@ func (l *logprobEncoder) completionLogprobs(lps []engine.Logprob) openai.Complet
 	return c
 }
 
-// withLogprobs puts raw in the choice of v, a response or chunk built by the encoder.
-func withLogprobs(v any, raw json.RawMessage) any {
+// WithLogprobs puts raw in the choice of v, a response or chunk built by an Encoder.
+func WithLogprobs(v any, raw json.RawMessage) any {
 	if raw == nil {
 		return v
 	}
