@@ -62,6 +62,7 @@ tbody th { text-align: left; font-weight: normal; }
 td strong { color: #000; }
 .note { color: #333; max-width: 60rem; }
 pre { background: #f4f4f4; padding: 0.5rem; overflow-x: auto; }
+.sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); white-space: nowrap; }
 </style>
 </head>
 <body>
@@ -85,7 +86,7 @@ pre { background: #f4f4f4; padding: 0.5rem; overflow-x: auto; }
 <p class="note">{{.Note}}</p>
 {{- end}}
 <table>
-<caption>{{.Caption}}</caption>
+<caption class="sr">{{.Caption}}</caption>
 <thead><tr>{{range .Head}}<th scope="col">{{.}}</th>{{end}}</tr></thead>
 <tbody>
 {{- range .Rows}}
@@ -159,10 +160,14 @@ func (r *Result) setup() [][2]string {
 		capacity = fmt.Sprintf("%.2f req/s: the highest rate at which %s routing without admission, on %s engines, met %s of SLOs",
 			r.Capacity, r.Probe.Policy, r.Probe.EngineScheduling, pct(r.Probe.Attainment))
 	}
+	run := fmt.Sprintf("%gs of arrivals (wall)", r.Duration)
+	if r.Warmup > 0 {
+		run += fmt.Sprintf(" after a %gs warm-up", r.Warmup)
+	}
 	return [][2]string{
 		{"nodes", strconv.Itoa(r.Nodes)}, {"engines", engines}, {"workload", workload},
 		{"seed", strconv.FormatInt(r.Seed, 10)}, {"time scale", fmt.Sprintf("%g", r.TimeScale)},
-		{"each run", fmt.Sprintf("%gs of arrivals (wall) after a %gs warm-up", r.Duration, r.Warmup)},
+		{"each run", run},
 		{"KV blocks per engine", strconv.Itoa(r.KVBlocks)}, {"capacity", capacity},
 		{"engine scheduling", fmt.Sprintf("baseline %s: %s", r.BaselineScheduling, schedulingByPolicy(r.Policies))},
 	}

@@ -47,7 +47,7 @@ func TestWriteHTML(t *testing.T) {
 			t.Errorf("the page is not self-contained: %q", banned)
 		}
 	}
-	for _, want := range []string{`<html lang="en">`, "<caption>", `<th scope="col">`, `<th scope="row">`, "<figcaption>", `role="img"`} {
+	for _, want := range []string{`<html lang="en">`, `<caption class="sr">`, `<th scope="col">`, `<th scope="row">`, "<figcaption>", `role="img"`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("page lacks %s", want)
 		}
