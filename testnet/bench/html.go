@@ -58,7 +58,7 @@ figcaption, caption { font-weight: 600; text-align: left; padding: 0.3rem 0; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; }
 th, td { border: 1px solid #999; padding: 0.2rem 0.5rem; text-align: right; }
 thead th { background: #e8e8e8; }
-tbody th { text-align: left; font-weight: normal; }
+tbody th { text-align: left; font-weight: normal; white-space: nowrap; }
 td strong { color: #000; }
 .note { color: #333; max-width: 60rem; }
 pre { background: #f4f4f4; padding: 0.5rem; overflow-x: auto; }
