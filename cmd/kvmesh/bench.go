@@ -50,7 +50,8 @@ func benchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "disaggregated", Usage: "node roles, comma-separated (mixed, prefill or decode), e.g. prefill,prefill,decode,decode: run kvmesh on a testnet of those roles (kvmesh-disagg) beside kvmesh on as many mixed nodes; --nodes is their count, and other policies run only if --policies names them", EnvVars: env("bench-disaggregated")},
 		&cli.Float64Flag{Name: "disagg-link-gbps", Value: d.LinkGBps, Usage: "bandwidth, in GB/s, of the link a split request's KV crosses (the simulated engines' and the split rule's)", EnvVars: env("bench-disagg-link-gbps")},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to this file", EnvVars: env("bench-json")},
-		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.StringFlag{Name: "plot", Usage: "write an SVG plot of goodput and each class's p99 TTFT per policy to this file", EnvVars: env("bench-plot")},
+		&cli.StringFlag{Name: "html", Usage: "write the comparison as one self-contained HTML page (plots and tables, no script, nothing fetched) to this file", EnvVars: env("bench-html")},
 		&cli.IntFlag{Name: "batched-tokens", Usage: "step token budget of every simulated engine (0: the engine's, --sim-max-batched-tokens); --disagg-decode-batched-tokens overrides it on decode nodes", EnvVars: env("bench-batched-tokens")},
 		&cli.IntFlag{Name: "disagg-decode-batched-tokens", Usage: "step token budget of the decode nodes' engines (0: the engine's, --sim-max-batched-tokens): the prefill chunk a decode node runs beside its decodes, and so its TPOT", EnvVars: env("bench-disagg-decode-batched-tokens")},
 		&cli.StringFlag{Name: "pool-plot", Usage: "with --disaggregated, write an SVG plot of the requests each pool accepted and refused per second to this file", EnvVars: env("bench-pool-plot")},
@@ -227,7 +228,7 @@ func benchCommand() *cli.Command {
 			if res == nil {
 				return err
 			}
-			if werr := writeBench(res, os.Stdout, c.String("json"), c.String("plot"), c.String("pool-plot")); werr != nil {
+			if werr := writeBench(res, os.Stdout, benchOutputs{c.String("json"), c.String("plot"), c.String("pool-plot"), c.String("html")}); werr != nil {
 				return werr
 			}
 			fmt.Fprintf(os.Stderr, "bench: finished in %s\n", time.Since(start).Round(time.Second))
@@ -254,15 +255,18 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// writeBench prints res's table and writes the optional JSON and SVG files.
-func writeBench(res *bench.Result, out io.Writer, jsonPath, plotPath, poolPlotPath string) error {
+// benchOutputs are the files a bench writes besides its table; an empty path writes none.
+type benchOutputs struct{ json, plot, poolPlot, html string }
+
+// writeBench prints res's table and writes the optional JSON, SVG and HTML files.
+func writeBench(res *bench.Result, out io.Writer, o benchOutputs) error {
 	if err := res.WriteTable(out); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		path  string
 		write func(io.Writer) error
-	}{{jsonPath, res.WriteJSON}, {plotPath, res.WriteSVG}, {poolPlotPath, res.WritePoolSVG}} {
+	}{{o.json, res.WriteJSON}, {o.plot, res.WriteSVG}, {o.poolPlot, res.WritePoolSVG}, {o.html, res.WriteHTML}} {
 		if f.path == "" {
 			continue
 		}

@@ -270,6 +270,9 @@ func TestRunShort(t *testing.T) {
 		if len(row.Bounds) != 2 || row.Bounds[0].Class != "interactive" || row.OracleHitRatio == nil {
 			t.Errorf("%s: bounds %+v, oracle %v", row.Policy, row.Bounds, row.OracleHitRatio)
 		}
+		if len(row.Classes) != 2 || row.Classes[0].Class != "interactive" || row.Classes[0].TTFT.Count == 0 || row.Classes[0].TTFTSLO <= 0 {
+			t.Errorf("%s: classes %+v", row.Policy, row.Classes)
+		}
 	}
 	if n := strings.Count(progress.String(), "warm-up at 1×"); n != 2 {
 		t.Errorf("%d warm-ups in the progress, want one per policy:\n%s", n, progress.String())
@@ -328,6 +331,13 @@ func TestRunShort(t *testing.T) {
 		if !strings.Contains(svg.String(), ">"+p.Name+"<") {
 			t.Errorf("SVG has no series %q", p.Name)
 		}
+	}
+	var page bytes.Buffer
+	if err := res.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if text := xmlText(t, page.Bytes()); !strings.Contains(text, "p99 TTFT of interactive (s)") || !strings.Contains(text, "round-robin") {
+		t.Errorf("the page lacks the per-class TTFT plot or a policy")
 	}
 }
 

@@ -64,6 +64,10 @@
 // beside kvmesh on as many mixed nodes; each run then also reports its split and whole
 // dispatches and a per-pool timeline of accepted and refused requests (see poolCounter).
 //
+// A Result prints as a table (WriteTable), JSON, an SVG plot of goodput and each class's p99
+// TTFT against load, a panel per class (WriteSVG), and one self-contained HTML page of plots
+// and tables (WriteHTML).
+//
 // # Time
 //
 // TimeScale speeds the simulated engines up. Everything the workload carries is scaled with it

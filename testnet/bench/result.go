@@ -68,6 +68,8 @@ type Row struct {
 	Bounds         []ClassBound `json:"bounds"`
 	HighBound      float64      `json:"high_bound"`
 	HighBoundRatio float64      `json:"high_bound_ratio"`
+	// Classes holds each class's counts and latencies, in simulated time, in Bounds' order.
+	Classes []ClassRow `json:"classes"`
 	// RefusalsByReason and Failures are copied from the report, for the table.
 	RefusalsByReason map[string]int `json:"refusals_by_reason"`
 	Failures         map[string]int `json:"failures"`
@@ -119,6 +121,7 @@ func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64,
 		r.HighSent, r.HighAttainment, r.HighP99TPOT = c.Sent, c.Attainment, c.TPOT.P99*timeScale
 	}
 	r.Bounds = Bounds(rep)
+	r.Classes = classRows(rep, timeScale)
 	r.Entries, r.OtherOverOwn = entryRows(rep, timeScale)
 	for _, b := range r.Bounds {
 		if b.Class == interactive {
@@ -150,13 +153,7 @@ type ClassBound struct {
 // Bounds returns each class of rep's attainment against its bound (see ClassBound), in
 // priority order, highest first (ties by name).
 func Bounds(rep *loadgen.Report) []ClassBound {
-	classes := slices.Collect(maps.Values(rep.Classes))
-	slices.SortFunc(classes, func(a, b *loadgen.ClassReport) int {
-		if a.Priority != b.Priority {
-			return b.Priority - a.Priority
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	classes := byPriority(rep)
 	left := rep.Good
 	out := make([]ClassBound, 0, len(classes))
 	for _, c := range classes {
@@ -169,6 +166,54 @@ func Bounds(rep *loadgen.Report) []ClassBound {
 		out = append(out, b)
 	}
 	return out
+}
+
+// byPriority returns rep's classes in priority order, highest first (ties by name).
+func byPriority(rep *loadgen.Report) []*loadgen.ClassReport {
+	classes := slices.Collect(maps.Values(rep.Classes))
+	slices.SortFunc(classes, func(a, b *loadgen.ClassReport) int {
+		if a.Priority != b.Priority {
+			return b.Priority - a.Priority
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return classes
+}
+
+// ClassRow is one priority class's part of a Row; its SLOs and latencies are in simulated
+// seconds. A zero SLO is one the workload did not set (the mesh fitted it).
+type ClassRow struct {
+	Class      string              `json:"class"`
+	Priority   int                 `json:"priority"`
+	TTFTSLO    float64             `json:"ttft_slo_s"`
+	TPOTSLO    float64             `json:"tpot_slo_s"`
+	Sent       int                 `json:"sent"`
+	Completed  int                 `json:"completed"`
+	Refused    int                 `json:"refused"`
+	Failed     int                 `json:"failed"`
+	Good       int                 `json:"good"`
+	Attainment float64             `json:"slo_attainment"`
+	TTFT       loadgen.Percentiles `json:"ttft"`
+	TPOT       loadgen.Percentiles `json:"tpot"`
+}
+
+// classRows returns rep's classes in priority order, its wall-time figures scaled by timeScale.
+func classRows(rep *loadgen.Report, timeScale float64) []ClassRow {
+	classes := byPriority(rep)
+	out := make([]ClassRow, len(classes))
+	for i, c := range classes {
+		out[i] = ClassRow{
+			Class: c.Name, Priority: c.Priority, TTFTSLO: c.TTFTSLO * timeScale, TPOTSLO: c.TPOTSLO * timeScale,
+			Sent: c.Sent, Completed: c.Completed, Refused: c.Refused, Failed: c.Failed, Good: c.Good,
+			Attainment: c.Attainment, TTFT: scaled(c.TTFT, timeScale), TPOT: scaled(c.TPOT, timeScale),
+		}
+	}
+	return out
+}
+
+func scaled(p loadgen.Percentiles, k float64) loadgen.Percentiles {
+	p.Mean, p.P50, p.P90, p.P99, p.Max = p.Mean*k, p.P50*k, p.P90*k, p.P99*k, p.Max*k
+	return p
 }
 
 // Ratio compares kvmesh's goodput with the best other policy's at one load.
@@ -266,57 +311,6 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-// Points returns one plot point per row: series = policy, load = multiple of capacity, goodput
-// and p99 TTFT in simulated time.
-func (r *Result) Points() []loadgen.LoadPoint {
-	out := make([]loadgen.LoadPoint, 0, len(r.Rows))
-	for _, row := range r.Rows {
-		out = append(out, loadgen.LoadPoint{Series: row.Policy, Load: row.Load, Goodput: row.GoodputRPS, P99TTFT: row.P99TTFT})
-	}
-	return out
-}
-
-// WriteSVG writes loadgen's goodput and p99 TTFT plot, one series per policy, against offered
-// load in multiples of capacity.
-func (r *Result) WriteSVG(w io.Writer) error { return loadgen.WriteSVG(w, r.Points()) }
-
-// WritePoolSVG writes, per run with a per-pool timeline, the requests each pool accepted
-// (solid) and refused (dashed) per simulated second; runs at one load side by side.
-func (r *Result) WritePoolSVG(w io.Writer) error {
-	var panels []loadgen.TimelinePanel
-	cols := 0
-	for _, l := range r.Loads {
-		n := 0
-		for _, row := range r.Rows {
-			if row.Load != l || row.Pools == nil {
-				continue
-			}
-			n++
-			pn := loadgen.TimelinePanel{Title: fmt.Sprintf("%s at %g× capacity", row.Policy, row.Load)}
-			for ci, name := range poolOrder {
-				t := row.Pools[name]
-				if t == nil {
-					continue
-				}
-				pn.Series = append(pn.Series,
-					loadgen.TimelineSeries{Name: name + " accepted", Values: floats(t.AcceptedPerSecond), Color: ci},
-					loadgen.TimelineSeries{Name: name + " refused", Values: floats(t.RefusedPerSecond), Color: ci, Dashed: true})
-			}
-			panels = append(panels, pn)
-		}
-		cols = max(cols, n)
-	}
-	return loadgen.WriteTimelineSVG(w, panels, cols, "second (simulated)")
-}
-
-func floats(v []int) []float64 {
-	out := make([]float64, len(v))
-	for i, x := range v {
-		out[i] = float64(x)
-	}
-	return out
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
