@@ -25,6 +25,7 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
@@ -65,6 +66,7 @@ type Node struct {
 	roomKick   chan struct{}
 	gpu        *gpu.Sampler
 	carbon     *carbon.Tracker
+	console    *console.Console // nil: Config.NoConsole
 
 	carbonProvider carbon.Provider
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
@@ -134,6 +136,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := n.buildMesh(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
+	if err := n.buildConsole(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}
