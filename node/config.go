@@ -50,6 +50,10 @@ type Config struct {
 	// no admin listener, and the API listener asks a key for them only while a key file is
 	// loaded.
 	AdminAddr string `json:"admin_addr"`
+	// NoConsole turns the mesh console (/console) off. On, the default, it is served on the
+	// admin listener when there is one, else on the API listener behind the API key while a
+	// key file is loaded.
+	NoConsole bool `json:"no_console"`
 	// Engine is "sim" (the embedded simulated engine, the default) or the base URL of an
 	// external OpenAI-compatible engine, whose metric names EngineKind selects (default "vllm").
 	Engine     string `json:"engine"`

@@ -129,6 +129,7 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 	h.Delegate = &transport.Delegation{Explain: explain}
 	fctx, span := n.startForward(ctx, name, &h)
 	defer span.End()
+	n.forwardSent(name)
 	resp, err := n.tr.Forward(fctx, addr, h, p.req.Body)
 	if err != nil {
 		return n.notDelegated(ctx, p, name, addr, err, span)

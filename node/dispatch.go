@@ -243,6 +243,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)
 	n.m.decisionOf(t.D)
+	n.m.classDecisions.WithLabelValues(admit.Class(p.adm.Priority), t.D.Action.String()).Inc()
 	for {
 		if t.D.Action == admit.Queue {
 			if res := n.wait(ctx, p, t); res.gone {
@@ -250,6 +251,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 			}
 		}
 		traceDecision(ctx, p, t)
+		n.explained(p, t)
 		if explain && len(t.Cands) > 0 {
 			w.Header().Set(HeaderExplain, route.Explain(t.Cands, 3))
 		}

@@ -235,6 +235,7 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 		Tenant:    q.adm.Tenant,
 		Ingress:   n.cfg.Name,
 	}
+	n.forwardSent(c.name)
 	resp, err := n.tr.Forward(ctx, c.quic, h, q.body)
 	var ref *transport.Refusal
 	switch {

@@ -89,6 +89,7 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		res.failCode = CodeOwnerUnreachable
 		return nil, outcome{}, false
 	}
+	n.forwardSent(owner)
 	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
 	if err != nil {
 		o, done := n.notForwarded(ctx, w, p, owner, addr, err, span, res)
@@ -285,6 +286,7 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 // written. It implements transport.Handler.
 func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter) {
 	received := time.Now() // h.QueueTTLLeft counts from here
+	n.forwardReceived(h.Ingress)
 	n.forwarded.Add(1)
 	defer n.forwarded.Add(-1)
 	ctx, span := n.startOwner(ctx, h)

@@ -434,6 +434,11 @@ func peerInfo(m *gossip.Member) PeerInfo {
 }
 
 func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, n.peers())
+}
+
+// peers is this node's view of the mesh: the body of GET /v1/mesh/peers.
+func (n *Node) peers() PeersResponse {
 	resp := PeersResponse{Node: n.cfg.Name, Peers: []PeerInfo{}, JoinFailing: n.joinFailing()}
 	if n.g == nil {
 		self := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: n.localState(), Self: true, Candidate: true, Updated: time.Now()}
@@ -443,7 +448,7 @@ func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
 			resp.Peers = append(resp.Peers, peerInfo(&m))
 		}
 	}
-	writeJSON(w, http.StatusOK, resp)
+	return resp
 }
 
 // GossipAddr is the bound gossip address ("" in Standalone).

@@ -34,6 +34,7 @@ type metrics struct {
 
 	decisions      *prometheus.CounterVec // layer, decision, reason
 	poolDecisions  *prometheus.CounterVec // pool (admit.Pool*), decision
+	classDecisions *prometheus.CounterVec // class, decision: a request's first verdict at its ingress
 	queued         prometheus.Counter
 	backfilled     prometheus.Counter
 	queueTime      prometheus.Histogram
@@ -171,6 +172,14 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 			m.poolDecisions.WithLabelValues(p, a.String())
 		}
 	}
+	m.classDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvmesh_admission_class_decisions_total", Help: "First admission verdict on each request at its ingress (accept, queue, refuse), by priority class (high, normal, low).",
+	}, []string{"class", "decision"})
+	for _, c := range classes {
+		for _, a := range []admit.Action{admit.Accept, admit.Queue, admit.Refuse} {
+			m.classDecisions.WithLabelValues(c, a.String())
+		}
+	}
 	m.queued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvmesh_admission_queued_total", Help: "Requests that waited in this node's waiting room.",
 	})
@@ -243,7 +252,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.delegated)
 		reg.MustRegister(m.received, m.completed, m.refused, m.failed, m.inFlight, m.ttft, m.tpot, m.e2e, m.forwards, m.ejections, m.retries, m.served, m.migrated, m.disagg, m.adapterRouted,
-			m.decisions, m.poolDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
+			m.decisions, m.poolDecisions, m.classDecisions, m.queued, m.backfilled, m.queueTime, m.sloFinished, m.sloMet, m.bytesPerToken, m.carbonRouted, m.carbonDeferred,
 			m.reloads, m.reloaded, m.filesMissing, buildInfo)
 	}
 	return m

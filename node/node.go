@@ -26,6 +26,7 @@ import (
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/apicert"
+	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
@@ -70,6 +71,7 @@ type Node struct {
 	gpu        *gpu.Sampler
 	carbon     *carbon.Tracker // grid's tracker; nil: the carbon signal is off
 	grid       *grid.Grid
+	console    *console.Console // nil: Config.NoConsole
 
 	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
 	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
@@ -138,6 +140,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := n.buildMesh(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
+	if err := n.buildConsole(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}

@@ -67,13 +67,13 @@ func (n *Node) routes() http.Handler {
 		}
 		rs = append(rs, r)
 	}
-	return n.mux(rs)
+	return n.mux(append(rs, n.consoleRoutes(true)...))
 }
 
-// adminHandler serves the admin listener (Config.AdminAddr): the probes and the admin paths,
-// without a key.
+// adminHandler serves the admin listener (Config.AdminAddr): the probes, the admin paths and
+// the console, without a key.
 func (n *Node) adminHandler() http.Handler {
-	return n.mux(append(n.probeRoutes(), n.adminRoutes()...))
+	return n.mux(slices.Concat(n.probeRoutes(), n.adminRoutes(), n.consoleRoutes(false)))
 }
 
 // probeRoutes are the load balancer's probes, open on every listener.

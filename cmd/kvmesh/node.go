@@ -41,6 +41,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "name", Value: host, Usage: "node name in the mesh", EnvVars: env("name")},
 		&cli.StringFlag{Name: "http", Value: d.HTTPAddr, Usage: "listen address of the OpenAI API and /metrics", EnvVars: env("http")},
 		&cli.StringFlag{Name: "admin-addr", Usage: "listen address serving /metrics, /v1/mesh/peers and the probes without an API key, for a private interface; the API listener then asks a key for /metrics and /v1/mesh/peers (default: none)", EnvVars: env("admin-addr")},
+		&cli.BoolFlag{Name: "no-console", Usage: "serve no mesh console at /console (it is served on --admin-addr when set, else on the API listener behind the API key)", EnvVars: env("no-console")},
 		&cli.StringFlag{Name: "engine", Value: d.Engine, Usage: "'sim' (embedded simulated engine) or the base URL of an OpenAI-compatible engine", EnvVars: env("engine")},
 		&cli.StringFlag{Name: "engine-kind", Value: d.EngineKind, Usage: "metric names to scrape from an external engine: vllm, sglang, llamacpp, tgi or openai", EnvVars: env("engine-kind")},
 		&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default: " + node.DefaultModel + " for the sim, every model an external engine lists; an external engine must list each one given)", EnvVars: env("model")},
@@ -199,6 +200,7 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	}
 	setString(c, "http", &cfg.HTTPAddr)
 	setString(c, "admin-addr", &cfg.AdminAddr)
+	setBool(c, "no-console", &cfg.NoConsole)
 	setString(c, "engine", &cfg.Engine)
 	setString(c, "engine-kind", &cfg.EngineKind)
 	setInt(c, "engine-kv-blocks", &cfg.EngineKVBlocks)
