@@ -251,7 +251,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	w := &cfg.Weights
 	c.Score = on(w.Prefix)*t.Prefix - on(w.Load)*t.Load + on(w.FreeKV)*t.FreeKV + on(w.Power)*t.Power - on(w.Thermal)*t.Thermal
 
-	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step)
+	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps+step) + max(p.AdapterLoad, 0)
 	base := max(p.Running, 1)
 	batch := max(p.Running, 0) + rv.requests + 1
 	if p.MaxRunning > 0 && batch > p.MaxRunning {
