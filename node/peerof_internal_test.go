@@ -48,6 +48,7 @@ var recordNotRouted = map[string]string{
 var peerNotFromRecord = map[string]string{
 	"Ejected":      "the node's ejector (view.add)",
 	"PrefixBlocks": "the request's own prefix match (buildView, selfPeer)",
+	"AdapterLoad":  "the adapter source's load estimate (withSourceAdapter, ownerDecision)",
 }
 
 // baseMember is a member whose every field changes what peerOf returns when it changes: an
