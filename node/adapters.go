@@ -17,12 +17,13 @@ import (
 
 // fillAdapters sets s's adapters from the engine's models and adapter state: those of a base
 // model in s.Models, resident first, then by name, at most gossip.MaxAdapters; and the slots.
-func fillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState) {
+func fillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState, loaded []string) {
 	for _, m := range models {
 		if m.Parent == "" || !slices.ContainsFunc(s.Models, func(mi gossip.ModelInfo) bool { return mi.Name == m.Parent }) {
 			continue
 		}
 		_, resident := slices.BinarySearch(lora.Resident, m.Name)
+		resident = resident || slices.Contains(loaded, m.Name) // loaded on demand: on the GPU
 		s.Adapters = append(s.Adapters, gossip.Adapter{Name: m.Name, Parent: m.Parent, Resident: resident})
 	}
 	slices.SortFunc(s.Adapters, func(a, b gossip.Adapter) int {

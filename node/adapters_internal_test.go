@@ -31,7 +31,7 @@ func TestFillAdapters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := gossip.State{Models: []gossip.ModelInfo{{Name: "m"}}}
-			fillAdapters(&s, tt.models, tt.lora)
+			fillAdapters(&s, tt.models, tt.lora, nil)
 			if s.LoRASlots != tt.slots || s.LoRAFree != tt.fr {
 				t.Errorf("slots %d free %d, want %d and %d", s.LoRASlots, s.LoRAFree, tt.slots, tt.fr)
 			}

@@ -94,6 +94,19 @@ type Config struct {
 	// advertised or withdrawn, and the node is unready while the engine does not answer or
 	// serves none of its models.
 	ModelsInterval time.Duration `json:"models_interval,advanced"`
+	// AdapterSource is where LoRA adapters are loaded on demand from: a directory whose
+	// subdirectories are adapters, or a JSON file mapping an adapter name to its path or URI
+	// (or to {"path", "base"}), read at Start (node/lora.ReadSource). Each adapter of it is a
+	// model of the node while the node serves its base model (the entry's base, else the
+	// engine's first), and a request for one the engine does not hold loads it first through
+	// the engine's runtime API. Empty, the default: no loading on demand.
+	AdapterSource string `json:"adapter_source"`
+	// AdapterMaxLoaded is how many adapters the engine may hold at once before a load unloads
+	// the least recently used idle one (default 0: the engine's adapter slots, vLLM's
+	// max_lora as its metrics say; no bound when unknown, as for SGLang).
+	AdapterMaxLoaded int `json:"adapter_max_loaded,advanced"`
+	// AdapterLoadTimeout bounds a load on demand and a request's wait for it (default 30s).
+	AdapterLoadTimeout time.Duration `json:"adapter_load_timeout,advanced"`
 	// Sim configures the embedded engine (its Models and OnPrefix are set by the node). Its
 	// vLLM-named metrics go on the node's registry in Standalone (kvmesh engine), and otherwise
 	// on Sim.Registerer as the caller set it (nil: nowhere), never on the node's /metrics.
@@ -302,6 +315,7 @@ func DefaultConfig() Config {
 		AgentLeaseIntervals: 5,
 		GPU:                 "auto",
 		ConfigWatch:         2 * time.Second,
+		AdapterLoadTimeout:  30 * time.Second,
 		TraceSample:         1,
 	}
 }
@@ -348,7 +362,7 @@ func (c *Config) fill() {
 		{&c.SpeculativeTTL, &d.SpeculativeTTL}, {&c.AgentInterval, &d.AgentInterval},
 		{&c.ModelsInterval, &d.ModelsInterval}, {&c.DrainDelay, &d.DrainDelay},
 		{&c.BodyTimeout, &d.BodyTimeout}, {&c.IdleTimeout, &d.IdleTimeout}, {&c.ConfigWatch, &d.ConfigWatch},
-		{&c.HandshakeTimeout, &d.HandshakeTimeout},
+		{&c.HandshakeTimeout, &d.HandshakeTimeout}, {&c.AdapterLoadTimeout, &d.AdapterLoadTimeout},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -409,7 +423,7 @@ func (c *Config) validate() error {
 		{"DrainTimeout", c.DrainTimeout}, {"RoomTick", c.RoomTick}, {"RetryAfter", c.RetryAfter},
 		{"SpeculativeTTL", c.SpeculativeTTL}, {"AgentInterval", c.AgentInterval},
 		{"ModelsInterval", c.ModelsInterval}, {"BodyTimeout", c.BodyTimeout}, {"IdleTimeout", c.IdleTimeout},
-		{"HandshakeTimeout", c.HandshakeTimeout},
+		{"HandshakeTimeout", c.HandshakeTimeout}, {"AdapterLoadTimeout", c.AdapterLoadTimeout},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("node: %s %v is negative", d.name, d.v)
@@ -421,7 +435,7 @@ func (c *Config) validate() error {
 	}{
 		{"QueueCap", int64(c.QueueCap)}, {"ForwardAttempts", int64(c.ForwardAttempts)}, {"MaxAgentIDBytes", int64(c.MaxAgentIDBytes)},
 		{"AgentLeaseIntervals", int64(c.AgentLeaseIntervals)}, {"MaxBodyBytes", c.MaxBodyBytes},
-		{"EngineKVBlocks", int64(c.EngineKVBlocks)}, {"EngineMaxRunning", int64(c.EngineMaxRunning)},
+		{"EngineKVBlocks", int64(c.EngineKVBlocks)}, {"EngineMaxRunning", int64(c.EngineMaxRunning)}, {"AdapterMaxLoaded", int64(c.AdapterMaxLoaded)},
 	} {
 		if n.v < 0 {
 			return fmt.Errorf("node: %s %d is negative", n.name, n.v)

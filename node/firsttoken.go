@@ -25,6 +25,20 @@ import (
 // (firsttoken.Bound): past it, the engine's request is cancelled and Generate or Recv returns
 // a *firsttoken.Late. A request already past its deadline does not reach the engine.
 func (n *Node) generate(ctx context.Context, p *prepared) (engine.Stream, error) {
+	release, err := n.acquireAdapter(ctx, p) // the step before the engine: its adapter loaded
+	if err != nil {
+		return nil, err
+	}
+	st, err := n.generateLoaded(ctx, p)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &heldStream{Stream: st, release: release}, nil
+}
+
+// generateLoaded is generate once p's adapter is loaded.
+func (n *Node) generateLoaded(ctx context.Context, p *prepared) (engine.Stream, error) {
 	if p.due.IsZero() {
 		return n.traced(ctx, p)
 	}

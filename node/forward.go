@@ -104,6 +104,13 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		forwardResult(span, "owner_failed", openai.CodeEngineTimeout)
 		return resp, outcome{}, false
 	}
+	if resp.Headers[HeaderReason] == CodeAdapterLoadFailed {
+		// The owner's engine could not load the request's adapter: every node loads it from
+		// the same source, so the owner's answer is the client's.
+		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		forwardResult(span, "owner_failed", CodeAdapterLoadFailed)
+		return resp, outcome{}, false
+	}
 	if resp.Status >= 500 || resp.Headers[HeaderReason] == openai.CodeClientClosed {
 		// The owner's engine failed before the first token, or the owner dropped the request
 		// (its side ended while this client waits: it is shutting down): another node may do
@@ -410,6 +417,7 @@ func (n *Node) ownerDecision(now time.Time, p *prepared, ingress string) admit.D
 	}
 	self := n.selfPeer(p.req.Blocks)
 	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived}, ingress)
+	self.AdapterLoad = n.adapterLoad(a.Model) // the load is a step before the first token
 	if p.req.Handover != nil {
 		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
 		// count against the KV, as admission counts a whole prompt, cached or not).

@@ -51,7 +51,7 @@ func (n *Node) localState() gossip.State {
 		}
 		s.Models = append(s.Models, mi)
 	}
-	fillAdapters(&s, models, st.LoRA)
+	fillAdapters(&s, n.withLoaded(models), st.LoRA, n.loadedAdapters())
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)
 	return s
@@ -206,8 +206,13 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 	policy := n.planner.Policy()
 	now := time.Now()
 	policy.Observe(n.cfg.Name, now)
+	serving := model // an adapter of the source: every node serving its base
+	a, fromSource := n.meshSourceAdapter(model)
+	if fromSource {
+		serving = a.Parent
+	}
 	if n.g != nil {
-		v.members = n.g.MembersServing(v.members[:0], model)
+		v.members = n.g.MembersServing(v.members[:0], serving)
 		for i := range v.members {
 			m := &v.members[i]
 			if !m.Candidate && !m.Stale {
@@ -234,6 +239,9 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 				}
 			}
 		}
+	}
+	if fromSource {
+		n.withSourceAdapter(v, model, serving)
 	}
 	if agent != "" {
 		n.homeHere(v, agent)
@@ -278,23 +286,34 @@ func (n *Node) selfPeer(blocks []uint64) route.Peer {
 // localModel reports whether this node's engine serves model now (an external engine's list
 // changes as the engine's does).
 func (n *Node) localModel(model string) (engine.Model, bool) {
-	for _, m := range n.eng.Models() {
+	models := n.eng.Models()
+	for _, m := range models {
 		if m.Name == model {
 			return m, true
 		}
 	}
-	return engine.Model{}, false
+	return n.sourceAdapter(models, model)
 }
 
-// meshModelInfo reports whether some node in the mesh serves model, and its context size.
+// meshModelInfo reports whether some node in the mesh serves model, and its context size:
+// one that lists it, or, for an adapter of the source, one that serves its base model.
 func (n *Node) meshModelInfo(model string) (int, bool) {
 	m, ok := n.meshModel(model)
 	return m.ContextTokens, ok
 }
 
-// meshModel returns model as this node's engine or, failing that, some node's record lists
-// it: its context size and, for an adapter, its parent.
+// meshModel returns model as some node serves it: as this node's engine or a peer's record
+// lists it, else as an adapter of the source on a served base model; for an adapter, with its
+// parent.
 func (n *Node) meshModel(model string) (engine.Model, bool) {
+	if m, ok := n.servedInMesh(model); ok {
+		return m, true
+	}
+	return n.meshSourceAdapter(model)
+}
+
+// servedInMesh returns model as this node's engine or some peer's record lists it.
+func (n *Node) servedInMesh(model string) (engine.Model, bool) {
 	if m, ok := n.localModel(model); ok {
 		return m, true
 	}
@@ -396,6 +415,11 @@ type PeerInfo struct {
 	Seq                    uint64             `json:"seq"`
 	// Claims are the KV room this node's waiting room holds on peers for its blocked heads.
 	Claims []gossip.Claim `json:"claims,omitempty"`
+	// Adapters are the LoRA adapters the node's engine serves (at most 16, resident ones
+	// first), LoRASlots its adapter slots (0: unknown) and LoRAFree those no adapter holds.
+	Adapters  []gossip.Adapter `json:"adapters"`
+	LoRASlots int              `json:"lora_slots"`
+	LoRAFree  int              `json:"lora_free"`
 }
 
 // PeersResponse is the body of GET /v1/mesh/peers.
@@ -423,6 +447,10 @@ func peerInfo(m *gossip.Member) PeerInfo {
 		VRAMUsedBytes: s.VRAMUsedBytes, Vendor: s.Vendor, GPUName: s.GPUName,
 		CarbonIntensity: s.CarbonIntensity, CarbonZone: s.CarbonZone, CarbonAgeSeconds: s.CarbonAgeSeconds,
 		CarbonStale: s.CarbonStale, SoftwareVersion: s.SoftwareVersion, Seq: s.Seq, Claims: s.Claims,
+		Adapters: s.Adapters, LoRASlots: s.LoRASlots, LoRAFree: s.LoRAFree,
+	}
+	if pi.Adapters == nil {
+		pi.Adapters = []gossip.Adapter{}
 	}
 	if s.KVBlocksTotal > 0 {
 		pi.KVUse = float64(s.KVBlocksUsed) / float64(s.KVBlocksTotal)

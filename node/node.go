@@ -34,6 +34,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/gpu"
 	"github.com/kvmesh/kvmesh/node/grid"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
+	"github.com/kvmesh/kvmesh/node/lora"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -50,6 +51,10 @@ type Node struct {
 	ext   *external.Engine    // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
 	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (kvtransfer.go)
+	// loader loads the adapter source's LoRA adapters on demand (adapterload.go); nil
+	// without Config.AdapterSource. Set by Start before the node serves.
+	loader *lora.Loader
+	am     *adapterMetrics
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
@@ -135,6 +140,7 @@ func New(cfg Config) (*Node, error) {
 	n.inForce.Store(&hash)
 	n.requests, n.endRequests = context.WithCancelCause(context.Background())
 	n.m.reloaded.SetToCurrentTime()
+	n.am = newAdapterMetrics(reg)
 	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
 		return nil, err
@@ -266,6 +272,9 @@ func (n *Node) Start(ctx context.Context) error {
 		serve = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
 	}
 	if err := n.startTracing(); err != nil {
+		return err
+	}
+	if err := n.startAdapters(); err != nil {
 		return err
 	}
 	if n.ext != nil {

@@ -46,6 +46,7 @@ var peerNotFromRecord = map[string]string{
 	"Ejected":      "the node's ejector (view.add)",
 	"PrefixBlocks": "the request's own prefix match (buildView, selfPeer)",
 	"AdaptersCut":  "the length of State.Adapters, at gossip.MaxAdapters (peerOf)",
+	"AdapterLoad":  "the adapter source's load estimate (withSourceAdapter, ownerDecision)",
 }
 
 // baseMember is a member whose every field changes what peerOf returns when it changes: an

@@ -75,7 +75,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 // client's leaving, this node's drain, the request itself (4xx) or a first token later than
 // its deadline, which no other engine would beat.
 func brokenRun(ctx context.Context, p *prepared, e *openai.Error, begun bool) (o outcome, ok bool) {
-	if !p.moveBreak || ctx.Err() != nil || e.Status < 500 || e.Code == openai.CodeEngineTimeout {
+	if !p.moveBreak || ctx.Err() != nil || e.Status < 500 || e.Code == openai.CodeEngineTimeout || e.Code == CodeAdapterLoadFailed {
 		return outcome{}, false
 	}
 	return outcome{code: e.Code, broke: e, begun: begun}, true

@@ -74,7 +74,10 @@ func adapterTerm(r Residency) float64 {
 
 // adapterLoad is the time the engine spends bringing req's adapter into a slot on a peer
 // where it stands at r.
-func adapterLoad(cfg *Config, r Residency) float64 {
+func adapterLoad(cfg *Config, p *Peer, r Residency) float64 {
+	if p.AdapterLoad > 0 {
+		return p.AdapterLoad.Seconds()
+	}
 	if r == ResidencyFreeSlot || r == ResidencySwap {
 		return cfg.AdapterLoadTime.Seconds()
 	}

@@ -254,7 +254,7 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	c.Score = on(w.Prefix)*t.Prefix - on(w.Load)*t.Load + on(w.FreeKV)*t.FreeKV + on(w.Power)*t.Power - on(w.Thermal)*t.Thermal +
 		on(w.Adapter)*t.Adapter
 
-	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step + adapterLoad(cfg, t.Residency))
+	c.PredictedTTFT = toDuration(float64(queued+prompt-t.PrefixTokens)/tps + step + adapterLoad(cfg, p, t.Residency))
 	base := max(p.Running, 1)
 	batch := max(p.Running, 0) + rv.requests + 1
 	if p.MaxRunning > 0 && batch > p.MaxRunning {

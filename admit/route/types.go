@@ -109,6 +109,10 @@ type Peer struct {
 	// PrefixBlocks is the longest contiguous run of this request's blocks, from block 0, that
 	// the peer holds (kvindex lookup).
 	PrefixBlocks int
+
+	// AdapterLoad is the time the peer takes to load the request's LoRA adapter before it can
+	// run it (0: none to load); it adds to the predicted TTFT.
+	AdapterLoad time.Duration
 }
 
 // Terms are the parts of a candidate's score, for logs and the explain header.

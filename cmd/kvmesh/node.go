@@ -47,6 +47,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "model", Usage: "model name served (repeatable; default: " + node.DefaultModel + " for the sim, every model an external engine lists; an external engine must list each one given)", EnvVars: env("model")},
 		&cli.DurationFlag{Name: "models-interval", Value: d.ModelsInterval, Usage: "how often an external engine's /v1/models is read again", EnvVars: env("models-interval")},
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
+		&cli.StringFlag{Name: "adapter-source", Usage: "LoRA adapters to load on demand: a directory whose subdirectories are adapters, or a JSON file of adapter name to path or URI; the engine needs its runtime LoRA API (vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); off by default", EnvVars: env("adapter-source")},
 		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher: tcp://HOST:PORT dials one that binds (vLLM/SGLang --kv-events-config endpoint, e.g. tcp://127.0.0.1:5557), bind:tcp://*:PORT listens for one that dials; off by default", EnvVars: env("engine-kv-events")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.IntFlag{Name: "engine-max-running", Value: d.EngineMaxRunning, Usage: "the most requests an external engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel), advertised to peers; no engine's metrics say it", EnvVars: env("engine-max-running")},
@@ -207,6 +208,7 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	setInt(c, "engine-max-running", &cfg.EngineMaxRunning)
 	setBool(c, "engine-priority", &cfg.EnginePriority)
 	setString(c, "engine-kv-events", &cfg.EngineKVEvents)
+	setString(c, "adapter-source", &cfg.AdapterSource)
 	setStrings(c, "model", &cfg.Models)
 	setDuration(c, "models-interval", &cfg.ModelsInterval)
 	setInt64(c, "max-body-bytes", &cfg.MaxBodyBytes)

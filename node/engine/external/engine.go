@@ -557,6 +557,10 @@ func (e *Engine) body(req *engine.Request) ([]byte, error) {
 	}
 	// The streaming, the priority and the output cap, in one pass over the client's body.
 	edits := []wire.Edit{priority(e.cfg.Priority, req.Priority)}
+	if m, ok := e.sglangModel(req.Model); ok {
+		q, _ := json.Marshal(m)
+		edits = append(edits, wire.Edit{Name: "model", Value: constant(string(q)), Add: true})
+	}
 	if req.MaxTokens > 0 {
 		// Images and audio are in the prompt the node counted at an estimate only (other
 		// parts not at all), so a default it fills in, cut to the context it thinks is left,
