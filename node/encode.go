@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -63,6 +64,7 @@ func (e *encoder) chunk(c engine.Chunk) any {
 	if c.Text != "" {
 		d.Content = openai.StringPtr(c.Text)
 	}
+	d.ToolCalls = deltaCalls(c.ToolCalls)
 	return openai.ChatCompletionChunk{
 		ID: e.id, Object: openai.ObjectChatCompletionChunk, Created: e.created, Model: e.p.model.Name,
 		Choices:      []openai.ChunkChoice{{Delta: d, FinishReason: finishOf(c)}},
@@ -84,8 +86,48 @@ func (e *encoder) usageChunk(u *engine.Usage) any {
 	}
 }
 
-// complete is the non-streaming response.
-func (e *encoder) complete(text string, last engine.Chunk) any {
+// deltaCalls are a chunk's tool call pieces as a chat delta's: the type rides with the ID, on
+// a call's first piece.
+func deltaCalls(calls []engine.ToolCall) []openai.ToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]openai.ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = openai.ToolCall{Index: &c.Index, ID: c.ID, Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}}
+		if c.ID != "" {
+			out[i].Type = openai.ToolTypeFunction
+		}
+	}
+	return out
+}
+
+// callJoiner puts a generation's tool call pieces together into whole calls, in index order.
+type callJoiner struct {
+	calls []openai.ToolCall
+	at    map[int]int // a call's index to its place in calls
+}
+
+func (j *callJoiner) add(pieces []engine.ToolCall) {
+	for _, p := range pieces {
+		k, ok := j.at[p.Index]
+		if !ok {
+			if j.at == nil {
+				j.at = map[int]int{}
+			}
+			k = len(j.calls)
+			j.at[p.Index] = k
+			j.calls = append(j.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
+		}
+		c := &j.calls[k]
+		c.ID = cmp.Or(c.ID, p.ID)
+		c.Function.Name = cmp.Or(c.Function.Name, p.Name)
+		c.Function.Arguments += p.Arguments
+	}
+}
+
+// complete is the non-streaming response; calls are its tool calls, whole.
+func (e *encoder) complete(text string, last engine.Chunk, calls []openai.ToolCall) any {
 	if e.p.endpoint == engine.Completion {
 		return openai.Completion{
 			ID: e.id, Object: openai.ObjectTextCompletion, Created: e.created, Model: e.p.model.Name,
@@ -93,9 +135,13 @@ func (e *encoder) complete(text string, last engine.Chunk) any {
 			Usage:   usageOf(last.Usage),
 		}
 	}
+	msg := openai.ResponseMessage{Role: "assistant", Content: &text, ToolCalls: calls}
+	if text == "" && len(calls) > 0 {
+		msg.Content = nil
+	}
 	return openai.ChatCompletion{
 		ID: e.id, Object: openai.ObjectChatCompletion, Created: e.created, Model: e.p.model.Name,
-		Choices: []openai.ChatChoice{{Message: openai.ResponseMessage{Role: "assistant", Content: &text}, FinishReason: last.FinishReason}},
+		Choices: []openai.ChatChoice{{Message: msg, FinishReason: last.FinishReason}},
 		Usage:   usageOf(last.Usage),
 	}
 }

@@ -204,7 +204,7 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 		kt.RemoteBlockIDs[i] = i
 	}
 	u := &engine.Usage{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens}
-	body, err := json.Marshal(newEncoder(p, time.Now()).complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}))
+	body, err := json.Marshal(newEncoder(p, time.Now()).complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}, nil))
 	if err == nil {
 		ktb, _ := json.Marshal(kt)
 		body, err = openai.SetMember(body, "kv_transfer_params", func([]byte) []byte { return ktb })

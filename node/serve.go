@@ -116,7 +116,7 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 		}
 	}
 	for {
-		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 {
+		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 || len(c.ToolCalls) > 0 {
 			if err := sse.WriteData(withLogprobs(enc.chunk(c), lp.encode(c.Logprobs))); err != nil {
 				return outcome{code: openai.CodeClientClosed}, nil
 			}
@@ -162,13 +162,15 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, st engine.Stre
 func (n *Node) collect(ctx context.Context, w http.ResponseWriter, st engine.Stream, c engine.Chunk, enc *encoder) (outcome, *engine.Usage) {
 	var text strings.Builder
 	var lps []engine.Logprob
+	var calls callJoiner
 	for {
 		text.WriteString(c.Text)
 		lps = append(lps, c.Logprobs...)
+		calls.add(c.ToolCalls)
 		if c.FinishReason != "" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
-			resp := withLogprobs(enc.complete(text.String(), c), newLogprobEncoder(enc.p.endpoint).encode(lps))
+			resp := withLogprobs(enc.complete(text.String(), c, calls.calls), newLogprobEncoder(enc.p.endpoint).encode(lps))
 			_ = json.NewEncoder(w).Encode(resp)
 			return outcome{completed: true}, c.Usage
 		}
