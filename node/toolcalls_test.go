@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/node"
@@ -274,4 +275,92 @@ func startToolEngine(t *testing.T) string {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// TestAStreamThatSentAToolCallDoesNotMove pins the resume rule for tool calls: when the engine
+// breaks after a piece of a tool call reached the client, the request is not continued
+// elsewhere (a continuation continues text, not half a call's arguments): the client's stream
+// ends with an error event and the move counts refused. The engine both nodes share breaks
+// its first answer after the call's first piece and answers every later request in text.
+func TestAStreamThatSentAToolCallDoesNotMove(t *testing.T) {
+	var mu sync.Mutex
+	answered := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","max_model_len":131072}]}`, model)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		answered++
+		first := answered == 1
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		if !first {
+			fmt.Fprint(w, `data: {"id":"x","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}`+"\n\n"+
+				`data: {"id":"x","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13}}`+"\n\ndata: [DONE]\n\n")
+			return
+		}
+		fmt.Fprint(w, `data: {"id":"x","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_w1","type":"function",`+
+			`"function":{"name":"get_weather","arguments":"{\"ci"}}]},"finish_reason":null}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the engine dies mid-call
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	tn := startNet(t, 2, func(i int, cfg *node.Config) { cfg.Engine, cfg.EngineKind = srv.URL, "openai" })
+	url := tn.URLs()[0]
+	resp := post(t, url, "/v1/chat/completions", toolChat(true), nil)
+	events := sseEvents(t, readAll(t, resp))
+	if len(events) == 0 || !strings.Contains(events[len(events)-1], `"error"`) || !strings.Contains(strings.Join(events, "\n"), `"call_w1"`) {
+		t.Fatalf("stream %q: want the call's piece, then an error event", events)
+	}
+	for _, e := range events {
+		if strings.Contains(e, `"content":"ok"`) || e == "[DONE]" {
+			t.Fatalf("stream %q: a continuation ran after the tool call's piece", events)
+		}
+	}
+	if n := metric(t, url, "kvmesh_migrations_total", `cause="engine",outcome="refused"`); n != 1 {
+		t.Errorf("engine migrations refused = %v, want 1", n)
+	}
+}
+
+// TestMessagesRouteErrorsAndStopSequenceBound pins the Messages API's shape for a path or
+// method it does not serve under /v1/messages, and the refusal of too many stop_sequences,
+// named as the Messages API names them.
+func TestMessagesRouteErrorsAndStopSequenceBound(t *testing.T) {
+	tn := startNet(t, 1, nil)
+	url := tn.URLs()[0]
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		typ, mentions            string
+	}{
+		{"unknown path", http.MethodPost, "/v1/messages/batches", `{}`, 404, "not_found_error", "/v1/messages/batches"},
+		{"GET messages", http.MethodGet, "/v1/messages", "", 405, "invalid_request_error", "POST"},
+		{"GET count_tokens", http.MethodGet, "/v1/messages/count_tokens", "", 405, "invalid_request_error", "POST"},
+		{"five stop sequences", http.MethodPost, "/v1/messages", `{"model":"` + model + `","max_tokens":4,` +
+			`"stop_sequences":["a","b","c","d","e"],"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error", "stop_sequences"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := readAll(t, resp)
+			var e messagesError
+			if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != c.status || e.Type != "error" || e.Error.Type != c.typ ||
+				!strings.Contains(e.Error.Message, c.mentions) {
+				t.Fatalf("%d %s; want %d, type error, error.type %s mentioning %q", resp.StatusCode, b, c.status, c.typ, c.mentions)
+			}
+			if c.status == 405 && resp.Header.Get("Allow") != "POST" {
+				t.Errorf("Allow %q", resp.Header.Get("Allow"))
+			}
+		})
+	}
+	resp := post(t, url, "/v1/chat/completions", `{"model":"`+model+`","max_tokens":4,"stop":["a","b","c","d","e"],"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(string(b), `"param":"stop"`) {
+		t.Errorf("chat with five stops: %d %s; want 400 naming stop", resp.StatusCode, b)
+	}
 }
