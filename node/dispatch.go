@@ -174,6 +174,9 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuse(oerr, 0)
 	}
+	if ic, ok := w.(inputCounter); ok {
+		ic.SetInputTokens(p.adm.PromptTokens)
+	}
 	a := &p.adm
 	a.Arrived, a.APIKey = start, bearer(r.Header)
 	if a.Agent == "" && n.cfg.AgentFromUser {

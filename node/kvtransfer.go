@@ -101,7 +101,7 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 		kt.RemoteBlockIDs[i] = i
 	}
 	u := &engine.Usage{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens}
-	body, err := json.Marshal(render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, time.Now()).Complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}))
+	body, err := json.Marshal(render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, time.Now()).Complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}, nil))
 	if err == nil {
 		ktb, _ := json.Marshal(kt)
 		body, err = openai.SetMember(body, "kv_transfer_params", func([]byte) []byte { return ktb })

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -22,6 +24,10 @@ import (
 // The anthropic-version and anthropic-beta headers are accepted with any value and change
 // nothing.
 const HeaderAPIKey = "X-Api-Key"
+
+// inputCounter is a writer that learns the prompt tokens the ingress counted for its request
+// (anthropic.ResponseWriter, for message_start).
+type inputCounter interface{ SetInputTokens(n int) }
 
 // Endpoint labels of the Messages API in the request counters.
 const (
@@ -62,11 +68,36 @@ func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool
 	if oerr == nil {
 		req, oerr = anthropic.Decode(body, count)
 	}
+	if oerr == nil {
+		oerr = n.checkStopSequences(req)
+	}
 	if oerr != nil {
 		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return nil, nil, refuseSimple(w, oerr, 0)
 	}
 	return req, anthropic.ToChat(req), outcome{}
+}
+
+// checkStopSequences holds stop_sequences to the bound chat's stop has
+// (validation.max_stop), naming the Messages field: they become the chat request's stop.
+func (n *Node) checkStopSequences(req *anthropic.Request) *openai.Error {
+	if limit := n.adm.Config().Validation.MaxStop; len(req.StopSequences) > limit {
+		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
+			fmt.Sprintf("stop_sequences: at most %d stop sequences are allowed (validation.max_stop)", limit)).WithParam("stop_sequences")
+	}
+	return nil
+}
+
+// writeRouteError answers a path or a method the API does not serve: in the Messages API's
+// error shape under /v1/messages, in OpenAI's elsewhere.
+func writeRouteError(w http.ResponseWriter, r *http.Request, e *openai.Error) {
+	if p := r.URL.Path; p != "/v1/messages" && !strings.HasPrefix(p, "/v1/messages/") {
+		openai.WriteError(w, e)
+		return
+	}
+	aw := anthropic.NewResponseWriter(w)
+	openai.WriteError(aw, e)
+	aw.Finish()
 }
 
 // countTokens is the body of a count_tokens answer.

@@ -33,7 +33,11 @@ import (
 // one that dies while generating it fails the forward before any answer, and the request runs
 // on its next candidate as after any failed attempt (dispatch and the retry budget); migrate
 // sees one only when the owner fails between the first and the last byte of its answer.
-// Config.Migrations bounds the moves of one request; past it, or when no node takes the
+// A stream that has sent the client a piece of a tool call does not move: a continuation
+// continues text, and no engine can be told to go on from half of a call's arguments, so the
+// stream ends with an error event (kvmesh_migrations_total{outcome="refused"}) and the client
+// asks again. Text sent before a tool call is continued as any text is, and the continuation
+// may call the tool. Config.Migrations bounds the moves of one request; past it, or when no node takes the
 // continuation, the response ends with an explicit error. kvmesh_migrations_total counts each
 // move by outcome and cause.
 //
@@ -166,6 +170,8 @@ func (n *Node) continuation(o *prepared, cs *relay.Stream) (next *prepared, why 
 		switch {
 		case o.req.Echo:
 			return nil, "the prompt is echoed"
+		case cs.ToolCalls():
+			return nil, "a tool call was sent"
 		case len(o.req.Roles) > 0 && o.req.Roles[len(o.req.Roles)-1] == "assistant":
 			return nil, "the client's last message is the assistant's"
 		case left < 1:

@@ -168,7 +168,7 @@ func TestEmbeddedEngineRefusesWhatItCannotHonour(t *testing.T) {
 	}{
 		{"guided_json", base + `,"top_k":5,"guided_json":{"type":"object"}}`, openai.CodeUnsupportedParameter, "guided_json"},
 		{"json schema", base + `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}}`, openai.CodeUnsupportedParameter, "response_format"},
-		{"forced tool call", base + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`, openai.CodeUnsupportedParameter, "tool_choice"},
+		{"forced function_call", base + `,"functions":[{"name":"f"}],"function_call":{"name":"f"}}`, openai.CodeUnsupportedParameter, "function_call"},
 		{"unknown field", base + `,"frobnicate":true}`, openai.CodeUnsupportedParameter, "frobnicate"},
 		{"continuous usage", base + `,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`,
 			openai.CodeUnsupportedParameter, "stream_options.continuous_usage_stats"},

@@ -42,7 +42,8 @@ func post(h http.HandlerFunc) map[string]http.Handler {
 
 // routes is the HTTP API. Every known path answers a method it does not take with 405, an
 // Allow header and an OpenAI error body (ServeMux's own 405 is text, and a catch-all pattern
-// would turn it into a 404); an unknown path is a 404 in the same shape. A GET endpoint also
+// would turn it into a 404); an unknown path is a 404 in the same shape; under /v1/messages
+// both are in the Messages API's shape (writeRouteError). A GET endpoint also
 // answers HEAD. The admin paths and the model list need a key (requireKey); the probes never
 // do.
 func (n *Node) routes() http.Handler {
@@ -175,13 +176,13 @@ func byMethod(methods map[string]http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("Allow", allow)
-		openai.WriteError(w, openai.NewError(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+		writeRouteError(w, r, openai.NewError(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
 			r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow))
 	})
 }
 
 func (n *Node) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	openai.WriteError(w, openai.NewError(http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
+	writeRouteError(w, r, openai.NewError(http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 }
 
 // handleModel is GET /v1/models/{id}: the model object of a model served in the mesh, or 404

@@ -117,7 +117,7 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *prepared, s
 		}
 	}
 	for {
-		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 {
+		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 || len(c.ToolCalls) > 0 {
 			if err := sse.WriteData(render.WithLogprobs(enc.Chunk(c), lp.Encode(c.Logprobs))); err != nil {
 				return outcome{code: openai.CodeClientClosed}, nil
 			}
@@ -163,13 +163,15 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *prepared, s
 func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *prepared, st engine.Stream, c engine.Chunk, enc *render.Encoder) (outcome, *engine.Usage) {
 	var text strings.Builder
 	var lps []engine.Logprob
+	var calls render.CallJoiner
 	for {
 		text.WriteString(c.Text)
 		lps = append(lps, c.Logprobs...)
+		calls.Add(c.ToolCalls)
 		if c.FinishReason != "" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
-			resp := render.WithLogprobs(enc.Complete(text.String(), c), render.NewLogprobs(p.endpoint).Encode(lps))
+			resp := render.WithLogprobs(enc.Complete(text.String(), c, calls.Calls()), render.NewLogprobs(p.endpoint).Encode(lps))
 			_ = json.NewEncoder(w).Encode(resp)
 			return outcome{completed: true}, c.Usage
 		}

@@ -26,9 +26,10 @@ type emitFunc func(event string, data any) error
 // streamer turns the data of a chat stream's server-sent events into the Messages API's events,
 // in the order the API gives them:
 //
-//	message_start, then per block content_block_start (a ping after the first),
+//	message_start (usage.input_tokens the ingress's count of the prompt, output_tokens 0),
+//	then per block content_block_start (a ping after the first),
 //	content_block_delta..., content_block_stop, then message_delta (stop_reason,
-//	stop_sequence, usage), message_stop
+//	stop_sequence, usage: the engine's final counts), message_stop
 //
 // The text is one block; each tool call is a tool_use block whose arguments arrive as
 // input_json_delta. A message with no content has one empty text block. While the request has
@@ -39,6 +40,7 @@ type streamer struct {
 	emit    emitFunc
 	stops   []string
 	holdMax int
+	input   int // message_start's input_tokens: the ingress's count of the prompt
 
 	started  bool
 	ended    bool
@@ -137,6 +139,7 @@ func (s *streamer) start(chatID, model string) error {
 	s.started = true
 	return s.emit(EventMessageStart, map[string]any{"type": EventMessageStart, "message": Response{
 		ID: messageID(chatID), Type: typeMessage, Role: RoleAssistant, Model: model, Content: []ContentBlock{},
+		Usage: Usage{InputTokens: s.input},
 	}})
 }
 

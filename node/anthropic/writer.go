@@ -17,6 +17,7 @@ type ResponseWriter struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	stops  []string
+	input  int
 	status int
 	stream *streamer
 	line   []byte // a stream's incomplete line
@@ -38,6 +39,11 @@ func NewResponseWriter(w http.ResponseWriter) *ResponseWriter {
 // reports the one that ended it (stop_reason stop_sequence) and leaves it out of the text.
 func (rw *ResponseWriter) SetStopSequences(stops []string) { rw.stops = stops }
 
+// SetInputTokens names the prompt tokens the ingress counted for the request, before anything
+// is written: a stream's message_start reports them as its usage.input_tokens, since the
+// engine's count is not known until the end (message_delta's usage has the engine's).
+func (rw *ResponseWriter) SetInputTokens(n int) { rw.input = n }
+
 // Header is the client's response header.
 func (rw *ResponseWriter) Header() http.Header { return rw.w.Header() }
 
@@ -55,6 +61,7 @@ func (rw *ResponseWriter) Write(b []byte) (int, error) {
 	}
 	if rw.stream == nil && rw.status == http.StatusOK && strings.HasPrefix(rw.w.Header().Get("Content-Type"), eventStreamMedia) {
 		rw.stream = newStreamer(rw.emit, rw.stops)
+		rw.stream.input = rw.input
 		rw.w.WriteHeader(http.StatusOK)
 	}
 	if rw.stream == nil {

@@ -142,6 +142,8 @@ func (e *ParamError) Unwrap() error { return ErrRejected }
 const (
 	FinishStop   = "stop"
 	FinishLength = "length"
+	// FinishToolCalls ends a generation whose output is tool calls (Chunk.ToolCalls).
+	FinishToolCalls = "tool_calls"
 	// FinishHandover ends a prefill-role engine's request: its prompt's KV is computed and
 	// the final Chunk carries the Handover. A client never sees it.
 	FinishHandover = "handover"
@@ -167,6 +169,21 @@ type Chunk struct {
 	Logprobs []Logprob
 	// Handover is set on the final chunk of a prefill-role engine's request (FinishHandover).
 	Handover *Handover
+	// ToolCalls are pieces of the tool calls generated since the previous chunk, in the
+	// streamed shape of chat completions: a call's first piece has its ID and Name, and each
+	// piece adds to its Arguments (a JSON text, whole once the generation finishes
+	// FinishToolCalls). Nil for every chunk of a text answer.
+	ToolCalls []ToolCall
+}
+
+// ToolCall is a piece of one tool call: Index says which call of the generation (0 for the
+// first) it belongs to; ID and Name are set on the call's first piece, Arguments is the next
+// fragment of its JSON arguments.
+type ToolCall struct {
+	Index     int
+	ID        string
+	Name      string
+	Arguments string
 }
 
 // Logprob is one token's log probability and the likeliest tokens at its position.

@@ -66,10 +66,10 @@ func (c ChatCompletionChunk) AppendJSON(dst []byte) []byte {
 }
 
 // plainChoices reports whether no choice carries logprobs (raw JSON from an engine, which
-// json.Marshal would validate and compact).
+// json.Marshal would validate and compact) or tool calls (rare enough to go by reflection).
 func plainChoices(cs []ChunkChoice) bool {
 	for _, ch := range cs {
-		if len(ch.Logprobs) > 0 && string(ch.Logprobs) != "null" {
+		if len(ch.Logprobs) > 0 && string(ch.Logprobs) != "null" || len(ch.Delta.ToolCalls) > 0 {
 			return false
 		}
 	}

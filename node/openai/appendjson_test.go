@@ -35,7 +35,13 @@ func TestAppendJSONMatchesReflection(t *testing.T) {
 			Choices: []ChunkChoice{}, Usage: NewUsage(3, 2, 1)},
 		ChatCompletionChunk{ID: "c", Object: ObjectChatCompletionChunk, Model: "m",
 			Choices: []ChunkChoice{{Delta: Delta{Content: StringPtr("x")}, Logprobs: json.RawMessage(`{ "content" : [] }`)}}},
+		ChatCompletionChunk{ID: "c", Object: ObjectChatCompletionChunk, Model: "m", IncludeUsage: true,
+			Choices: []ChunkChoice{{Delta: Delta{ToolCalls: []ToolCall{{Index: new(int), ID: "call_1", Type: ToolTypeFunction,
+				Function: FunctionCall{Name: "f", Arguments: `{"a":`}}}}}}},
 	)
+	if b := chunks[len(chunks)-1].AppendJSON(nil); !strings.Contains(string(b), `"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]`) {
+		t.Errorf("a tool call piece: %s", b)
+	}
 	for _, c := range chunks {
 		want, err := c.marshalReflect()
 		if err != nil {

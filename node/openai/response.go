@@ -50,12 +50,33 @@ type ChatChoice struct {
 	FinishReason string          `json:"finish_reason"`
 }
 
-// ResponseMessage is the assistant message of a ChatChoice.
+// ResponseMessage is the assistant message of a ChatChoice. Content is null when the message
+// is tool calls alone.
 type ResponseMessage struct {
-	Role    string  `json:"role"`
-	Content *string `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
+
+// ToolCall is one tool call of a response: whole in a ResponseMessage (Index left out), a
+// piece in a Delta (Index says which call; ID, Type and Name only on its first piece,
+// Arguments the next fragment of its JSON arguments).
+type ToolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is the function a ToolCall calls and its arguments, a JSON text.
+type FunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolTypeFunction is the type of every tool call.
+const ToolTypeFunction = "function"
 
 // MarshalJSON keeps choices an array and logprobs null.
 func (c ChatCompletion) MarshalJSON() ([]byte, error) {
@@ -92,11 +113,12 @@ type ChunkChoice struct {
 	FinishReason *string         `json:"finish_reason"`
 }
 
-// Delta is the increment of a chunk: the role on the first chunk, then content; {} on the
-// finishing chunk.
+// Delta is the increment of a chunk: the role on the first chunk, then content or pieces of
+// tool calls; {} on the finishing chunk.
 type Delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // MarshalJSON applies the usage rule of ChatCompletionChunk.

@@ -31,6 +31,7 @@ type Stream struct {
 
 	text   strings.Builder // the text sent
 	tokens int             // the chunks that carried it
+	calls  bool            // a piece of a tool call sent
 	done   bool            // [DONE] sent
 	failed bool            // an error event sent
 }
@@ -65,6 +66,10 @@ func (s *Stream) Tokens() int { return s.tokens }
 
 // Text is the text sent to the client.
 func (s *Stream) Text() string { return s.text.String() }
+
+// ToolCalls reports whether a piece of a tool call was sent to the client (tracked streams
+// only): such a stream has no text to continue from.
+func (s *Stream) ToolCalls() bool { return s.calls }
 
 // End ends the client's stream with e.
 func (s *Stream) End(e *openai.Error) {
@@ -146,8 +151,9 @@ func (s *Stream) keep(ev []byte) bool {
 	var c struct {
 		Choices []struct {
 			Delta struct {
-				Role    string  `json:"role"`
-				Content *string `json:"content"`
+				Role      string          `json:"role"`
+				Content   *string         `json:"content"`
+				ToolCalls json.RawMessage `json:"tool_calls"`
 			} `json:"delta"`
 			Text         *string `json:"text"`
 			FinishReason *string `json:"finish_reason"`
@@ -167,6 +173,9 @@ func (s *Stream) keep(ev []byte) bool {
 	if text != nil && *text != "" {
 		s.text.WriteString(*text)
 		s.tokens++
+	}
+	if t := ch.Delta.ToolCalls; len(t) > 0 && string(t) != "null" && string(t) != "[]" {
+		s.calls = true
 	}
 	return true
 }

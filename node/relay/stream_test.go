@@ -53,6 +53,14 @@ func TestStream(t *testing.T) {
 		t.Errorf("ended %v done %v, text %q in %d chunks", cs.Ended(), cs.Done(), cs.Text(), cs.Tokens())
 	}
 
+	// A piece of a tool call passes whole and is seen.
+	rec = httptest.NewRecorder()
+	cs = New(rec, true, true)
+	call := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":"{"}}]}}]}` + "\n\n"
+	if _, err := cs.Write([]byte(role + call)); err != nil || rec.Body.String() != role+call || !cs.ToolCalls() || cs.Tokens() != 0 {
+		t.Errorf("client got %q (%v); tool calls seen %v, %d text chunks", rec.Body.String(), err, cs.ToolCalls(), cs.Tokens())
+	}
+
 	// A continuation that fails before its first token sends the client nothing.
 	rec = httptest.NewRecorder()
 	cs = New(rec, false, true)

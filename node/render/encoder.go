@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -66,6 +67,7 @@ func (e *Encoder) Chunk(c engine.Chunk) any {
 	if c.Text != "" {
 		d.Content = openai.StringPtr(c.Text)
 	}
+	d.ToolCalls = deltaCalls(c.ToolCalls)
 	return openai.ChatCompletionChunk{
 		ID: e.id, Object: openai.ObjectChatCompletionChunk, Created: e.created, Model: e.model,
 		Choices:      []openai.ChunkChoice{{Delta: d, FinishReason: finishOf(c)}},
@@ -87,8 +89,53 @@ func (e *Encoder) UsageChunk(u *engine.Usage) any {
 	}
 }
 
-// Complete is the non-streaming response: the whole text and the finishing chunk last.
-func (e *Encoder) Complete(text string, last engine.Chunk) any {
+// deltaCalls are a chunk's tool call pieces as a chat delta's: the type rides with the ID, on
+// a call's first piece.
+func deltaCalls(calls []engine.ToolCall) []openai.ToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]openai.ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = openai.ToolCall{Index: &c.Index, ID: c.ID, Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}}
+		if c.ID != "" {
+			out[i].Type = openai.ToolTypeFunction
+		}
+	}
+	return out
+}
+
+// CallJoiner puts a generation's tool call pieces together into whole calls, in index order.
+type CallJoiner struct {
+	calls []openai.ToolCall
+	at    map[int]int // a call's index to its place in calls
+}
+
+// Add joins pieces to the calls they continue, or starts new calls.
+func (j *CallJoiner) Add(pieces []engine.ToolCall) {
+	for _, p := range pieces {
+		k, ok := j.at[p.Index]
+		if !ok {
+			if j.at == nil {
+				j.at = map[int]int{}
+			}
+			k = len(j.calls)
+			j.at[p.Index] = k
+			j.calls = append(j.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
+		}
+		c := &j.calls[k]
+		c.ID = cmp.Or(c.ID, p.ID)
+		c.Function.Name = cmp.Or(c.Function.Name, p.Name)
+		c.Function.Arguments += p.Arguments
+	}
+}
+
+// Calls are the whole calls joined so far.
+func (j *CallJoiner) Calls() []openai.ToolCall { return j.calls }
+
+// Complete is the non-streaming response: the whole text, its tool calls (whole) and the
+// finishing chunk last.
+func (e *Encoder) Complete(text string, last engine.Chunk, calls []openai.ToolCall) any {
 	if e.completion {
 		return openai.Completion{
 			ID: e.id, Object: openai.ObjectTextCompletion, Created: e.created, Model: e.model,
@@ -96,9 +143,13 @@ func (e *Encoder) Complete(text string, last engine.Chunk) any {
 			Usage:   usageOf(last.Usage),
 		}
 	}
+	msg := openai.ResponseMessage{Role: "assistant", Content: &text, ToolCalls: calls}
+	if text == "" && len(calls) > 0 {
+		msg.Content = nil
+	}
 	return openai.ChatCompletion{
 		ID: e.id, Object: openai.ObjectChatCompletion, Created: e.created, Model: e.model,
-		Choices: []openai.ChatChoice{{Message: openai.ResponseMessage{Role: "assistant", Content: &text}, FinishReason: last.FinishReason}},
+		Choices: []openai.ChatChoice{{Message: msg, FinishReason: last.FinishReason}},
 		Usage:   usageOf(last.Usage),
 	}
 }

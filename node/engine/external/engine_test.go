@@ -599,6 +599,24 @@ func TestGenerateStreams(t *testing.T) {
 				{Text: "ab", Logprobs: []engine.Logprob{{Token: "a", Unscored: true}, {Token: "b", Logprob: -2, Top: []engine.TopLogprob{{Token: "b", Logprob: -2}, {Token: "c", Logprob: -3}}}}},
 				{Text: "d", FinishReason: "length", Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8},
 					Logprobs: []engine.Logprob{{Token: "d", Logprob: -0.1, Top: []engine.TopLogprob{{Token: "d", Logprob: -0.1}}}}}}},
+		{name: "chat tool calls", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"choices":[{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}},` +
+				`{"index":1,"id":"call_2","type":"function","function":{"name":"lookup","arguments":"{}"}}]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+			usageEvent, "[DONE]"},
+			want: []engine.Chunk{
+				{ToolCalls: []engine.ToolCall{{ID: "call_1", Name: "get_weather"}}},
+				{ToolCalls: []engine.ToolCall{{Arguments: `{"city":`}}},
+				{ToolCalls: []engine.ToolCall{{Arguments: `"Paris"}`}, {Index: 1, ID: "call_2", Name: "lookup", Arguments: "{}"}}},
+				{FinishReason: "tool_calls", Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8}}}},
+		{name: "whole tool call with the finish", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+			usageEvent, "[DONE]"},
+			want: []engine.Chunk{{FinishReason: "tool_calls", Usage: &engine.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 8},
+				ToolCalls: []engine.ToolCall{{ID: "c", Name: "f", Arguments: "{}"}}}}},
 		{name: "no usage chunk", endpoint: engine.Chat, path: "/v1/chat/completions", events: []string{
 			`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}`, "[DONE]"},
 			want: []engine.Chunk{{Text: "x", FinishReason: "stop"}}},
@@ -671,6 +689,9 @@ func deref(cs []engine.Chunk) []string {
 		}
 		if c.Logprobs != nil {
 			s += fmt.Sprintf("/%+v", c.Logprobs)
+		}
+		if c.ToolCalls != nil {
+			s += fmt.Sprintf("/calls%+v", c.ToolCalls)
 		}
 		out = append(out, s)
 	}

@@ -35,7 +35,8 @@ type sseChunk struct {
 	Choices []struct {
 		Index int `json:"index"`
 		Delta struct {
-			Content *string `json:"content"`
+			Content   *string         `json:"content"`
+			ToolCalls []wire.ToolCall `json:"tool_calls"`
 		} `json:"delta"`
 		Text         *string         `json:"text"`
 		Logprobs     json.RawMessage `json:"logprobs"`
@@ -77,6 +78,7 @@ func (s *stream) Recv() (engine.Chunk, error) {
 		}
 		var text, reason string
 		var lps []engine.Logprob
+		var calls []engine.ToolCall
 		for _, ch := range c.Choices {
 			if ch.Index != 0 {
 				continue
@@ -84,6 +86,7 @@ func (s *stream) Recv() (engine.Chunk, error) {
 			if ch.Delta.Content != nil {
 				text += *ch.Delta.Content
 			}
+			calls = appendCalls(calls, ch.Delta.ToolCalls)
 			if ch.Text != nil {
 				text += *ch.Text
 			}
@@ -94,21 +97,34 @@ func (s *stream) Recv() (engine.Chunk, error) {
 		}
 		switch {
 		case reason != "":
-			s.pending = &engine.Chunk{Text: text, FinishReason: reason, Logprobs: lps}
+			s.pending = &engine.Chunk{Text: text, FinishReason: reason, Logprobs: lps, ToolCalls: calls}
 			if s.usage != nil {
 				return s.emitPending(), nil
 			}
-		case s.pending != nil && s.usage != nil:
-			s.pending.Text += text
-			s.pending.Logprobs = append(s.pending.Logprobs, lps...)
-			return s.emitPending(), nil
 		case s.pending != nil:
 			s.pending.Text += text
 			s.pending.Logprobs = append(s.pending.Logprobs, lps...)
-		case text != "" || len(lps) > 0:
-			return engine.Chunk{Text: text, Logprobs: lps}, nil
+			s.pending.ToolCalls = append(s.pending.ToolCalls, calls...)
+			if s.usage != nil {
+				return s.emitPending(), nil
+			}
+		case text != "" || len(lps) > 0 || len(calls) > 0:
+			return engine.Chunk{Text: text, Logprobs: lps, ToolCalls: calls}, nil
 		}
 	}
+}
+
+// appendCalls appends the engine's tool call pieces to dst. A piece without an index is the
+// call after the previous piece's (some engines send whole calls in one chunk without one).
+func appendCalls(dst []engine.ToolCall, calls []wire.ToolCall) []engine.ToolCall {
+	for i, tc := range calls {
+		idx := i
+		if tc.Index != nil {
+			idx = *tc.Index
+		}
+		dst = append(dst, engine.ToolCall{Index: idx, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	return dst
 }
 
 func (s *stream) emitPending() engine.Chunk {

@@ -95,8 +95,9 @@
 // sampling knobs, template switches and bookkeeping (top_k, min_p, repetition_penalty,
 // chat_template_kwargs, skip_special_tokens, tools with tool_choice auto, ...) are accepted as
 // no-ops once their type is right; min_tokens, ignore_eos and include_stop_str_in_output are
-// honoured; a value the simulator cannot keep (guided_json, a json_schema response_format, a
-// forced tool call, best_of above 1, token ids, ...), a field it does not know, and a role
+// honoured, and so is a tool_choice that forces a function: the answer is one call to it
+// (tools.go); a value the simulator cannot keep (guided_json, a json_schema response_format, a
+// forced function_call, best_of above 1, token ids, ...), a field it does not know, and a role
 // outside OpenAI's chat API are refused with an *engine.ParamError naming the field. Image and
 // audio parts run as the placeholders the node rendered into the prompt for them (kvindex.Part),
 // so a repeated image hits the prefix cache; other content parts are refused.

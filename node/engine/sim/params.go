@@ -19,8 +19,8 @@ import (
 // as a no-op once its type is right (the simulator's words are not drawn from a model, so
 // top_k or chat_template_kwargs has nothing to change); a field that changes how long the
 // output runs is honoured (min_tokens, ignore_eos, include_stop_str_in_output); a value that
-// promises something of the output the simulator cannot keep (a JSON schema, a forced tool
-// call, beam search, token ids) is refused, 400 unsupported_parameter naming the field; and a
+// promises something of the output the simulator cannot keep (a JSON schema, a forced legacy
+// function_call, beam search, token ids) is refused, 400 unsupported_parameter naming the field; and a
 // field the engine does not know at all is refused the same way. A value of the wrong type, or
 // of a shape the field never takes (tool_choice "bogus", best_of 0), is 400 invalid_parameter
 // instead: no engine would run it. null is always the same as leaving the field out. docs/operating.md lists every field.
@@ -63,7 +63,7 @@ type param struct {
 // Why the engine refuses what it refuses.
 const (
 	whyStructured = "the simulated engine's output follows no schema, regex, grammar or choice"
-	whyTools      = "the simulated engine never calls a tool"
+	whyTools      = "the simulated engine calls a tool only when tool_choice forces it"
 	whyOneSeq     = "the simulated engine runs one sequence per request"
 	whyTokenIDs   = "the simulated engine's words have no token ids"
 	whyVocab      = "the simulated engine cannot keep words out of its output"
@@ -150,12 +150,13 @@ var params = map[string]param{
 	"include_reasoning":      {kind: kindBool},
 	"verbosity":              {kind: kindString},
 	"prediction":             {kind: kindObject},
-	// Tools may be offered; the simulator answers in text, which "auto" allows.
+	// Tools may be offered; the simulator answers in text, which "auto" allows, and calls a
+	// tool when tool_choice forces one (tools.go).
 	"tools":               {kind: kindArray},
 	"functions":           {kind: kindArray},
 	"parallel_tool_calls": {kind: kindBool},
 	"tool_choice": {kind: kindAny, malformed: oneOf("tool_choice", []string{"none", "auto", "required"}, "type"),
-		cannot: unless(whyTools, `"none"`, `"auto"`)},
+		cannot: choosable},
 	"function_call": {kind: kindAny, malformed: oneOf("function_call", []string{"none", "auto"}, "name"),
 		cannot: unless(whyTools, `"none"`, `"auto"`)},
 	// Bookkeeping.

@@ -303,6 +303,20 @@ func (s *Sim) recordLookupLocked(tokens, hits int) {
 	}
 }
 
+// tokenLocked generates q's token i (its place in the whole generation): the text now safe to
+// send and whether a stop sequence matched, or for a tool call the call's piece.
+func (s *Sim) tokenLocked(q *seq, i int) (string, bool, []engine.ToolCall) {
+	if q.call != nil {
+		return "", false, []engine.ToolCall{q.call.piece(i)}
+	}
+	tok := word(q.tseed, i)
+	if q.logprobs {
+		q.lp = append(q.lp, outputLogprob(q.tseed, i, tok, q.topLogprobs))
+	}
+	text, stopped := q.out.add(tok, i+1 >= q.minTokens)
+	return text, stopped, nil
+}
+
 // completeLocked finishes the planned step of duration d: KV computed, prompt blocks of
 // finished prefills stored in the prefix cache (to s.delta), one token emitted by every
 // sequence whose context is now fully computed. It returns the sequences that finished; the
@@ -336,11 +350,7 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 			continue
 		}
 		i := q.base + q.gen // the token's place in the whole generation
-		tok := word(q.tseed, i)
-		if q.logprobs {
-			q.lp = append(q.lp, outputLogprob(q.tseed, i, tok, q.topLogprobs))
-		}
-		text, stopped := q.out.add(tok, i+1 >= q.minTokens)
+		text, stopped, calls := s.tokenLocked(q, i)
 		q.gen++
 		s.nGen++
 		st := q.stream
@@ -354,14 +364,16 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 		switch {
 		case stopped:
 			finish = engine.FinishStop
+		case q.call != nil && i+1 >= len(q.call.pieces):
+			finish = engine.FinishToolCalls
 		case i+1 >= q.maxTokens:
 			finish = engine.FinishLength
 		case i+1 >= q.natural:
 			finish = engine.FinishStop
 		}
 		if finish == "" {
-			if text != "" {
-				st.push(engine.Chunk{Text: text, Logprobs: q.lp})
+			if text != "" || calls != nil {
+				st.push(engine.Chunk{Text: text, Logprobs: q.lp, ToolCalls: calls})
 				q.lp = nil
 			}
 			continue
@@ -377,7 +389,7 @@ func (s *Sim) completeLocked(d time.Duration) []*seq {
 		st.timing.E2E = s.simNow - q.arrivalSim
 		st.mu.Unlock()
 		s.met.e2e.Observe(now.Sub(q.arrivalWall).Seconds())
-		st.push(engine.Chunk{Text: text, FinishReason: finish, Logprobs: q.lp, Usage: &engine.Usage{
+		st.push(engine.Chunk{Text: text, FinishReason: finish, Logprobs: q.lp, ToolCalls: calls, Usage: &engine.Usage{
 			PromptTokens: q.usagePrompt, CompletionTokens: q.base + q.gen, CachedTokens: min(q.cached, q.usagePrompt),
 		}})
 		q.lp = nil

@@ -50,6 +50,7 @@ type seq struct {
 	logprobs     bool             // score each output token
 	topLogprobs  int              // list this many of the likeliest tokens at each position
 	lp           []engine.Logprob // scores of tokens generated since the last chunk
+	call         *toolCall        // the tool call the output is, nil for text (tools.go)
 
 	state     seqState
 	gen       int // tokens generated so far (kept across preemption)
@@ -275,6 +276,13 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		natural = total
 	}
 	natural = max(natural, opts.minTokens)
+	call, err := forcedCall(req, tseed)
+	if err != nil {
+		return nil, err
+	}
+	if call != nil {
+		natural = len(call.pieces)
+	}
 	q := &seq{
 		model:        req.Model,
 		adapter:      adapter,
@@ -288,6 +296,7 @@ func (s *Sim) submit(ctx context.Context, req *engine.Request) (*Stream, error) 
 		out:          newOutput(req.Stop, opts.includeStop),
 		logprobs:     req.Logprobs,
 		topLogprobs:  req.TopLogprobs,
+		call:         call,
 		usagePrompt:  usagePrompt,
 		arrivalWall:  time.Now(),
 		prefillOnly:  prefillOnly,
