@@ -178,6 +178,15 @@ func (n *Node) meshSourceAdapter(model string) (engine.Model, bool) {
 	return engine.Model{Name: model, ContextTokens: base.ContextTokens, Parent: e.Base, Root: e.Path}, true
 }
 
+// inSource reports whether model is an adapter of the adapter source.
+func (n *Node) inSource(model string) bool {
+	if n.loader == nil {
+		return false
+	}
+	_, ok := n.loader.Entry(model)
+	return ok
+}
+
 // withSourceAdapter makes model, an adapter of the source on base, a model of every peer of v
 // serving base: one that does not list it must load it first, which its AdapterLoad counts
 // (this node's exactly, a peer's as this node's estimate).

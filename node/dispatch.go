@@ -290,7 +290,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 // decide runs the planner for p: a new request when it is nil, else the queued item it; hold
 // is the room the blocked head of its pool waits for (nil: none). It never blocks.
 func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, claim *admit.Claim) {
-	n.buildView(&t.v, servedModel(&p.adm), p.req.Blocks, p.adm.Agent, rank{p.adm.Priority, p.adm.Arrived})
+	n.buildView(&t.v, p.adm.Model, p.adm.Parent, p.req.Blocks, p.adm.Agent, rank{p.adm.Priority, p.adm.Arrived})
 	t.v.exclude(p.exclude)
 	if it == nil {
 		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)

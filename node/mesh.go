@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"net/http"
 	"slices"
 	"time"
@@ -192,10 +193,11 @@ type ticket struct {
 // buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
 // is the request's agent; r is its rank against the other ingresses' KV claims (claims.go).
 // The view holds this node and the peers serving model only (gossip's index by model), so a
-// decision costs the model's peers, not the mesh's. For an adapter's request model is its
-// base model (servedModel): every node listing the adapter serves it, and any with adapter
-// slots can load it.
-func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r rank) {
+// decision costs the model's peers, not the mesh's. For an adapter's request (parent set, its
+// base model) the view holds its base model's nodes: every node listing the adapter serves
+// it, any with adapter slots can load it, and with an adapter source every node serving the
+// base loads it on demand (withSourceAdapter).
+func (n *Node) buildView(v *view, model, parent string, blocks []uint64, agent string, r rank) {
 	v.Reset(n.blockTokens())
 	v.quic = v.quic[:0]
 	self := n.localState()
@@ -206,11 +208,7 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 	policy := n.planner.Policy()
 	now := time.Now()
 	policy.Observe(n.cfg.Name, now)
-	serving := model // an adapter of the source: every node serving its base
-	a, fromSource := n.meshSourceAdapter(model)
-	if fromSource {
-		serving = a.Parent
-	}
+	serving := cmp.Or(parent, model)
 	if n.g != nil {
 		v.members = n.g.MembersServing(v.members[:0], serving)
 		for i := range v.members {
@@ -240,8 +238,8 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 			}
 		}
 	}
-	if fromSource {
-		n.withSourceAdapter(v, model, serving)
+	if parent != "" && n.inSource(model) {
+		n.withSourceAdapter(v, model, parent)
 	}
 	if agent != "" {
 		n.homeHere(v, agent)
