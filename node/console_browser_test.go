@@ -14,6 +14,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/kvmesh/kvmesh/node"
 )
@@ -78,10 +79,13 @@ func (p *pageErrors) get() []string {
 
 // TestConsoleInABrowser opens the console of a three-node mesh in headless Chromium: it shows
 // the three nodes, its admission counters and forward matrix move with traffic, a request's
-// explanation opens from the recent list, and the page logs no error. With KVMESH_SCREENSHOT
-// set, it saves a screenshot of the page there (docs/console.png).
+// explanation and a node's detail open with the keyboard, and the page logs no error. With
+// KVMESH_SCREENSHOT set, it saves a screenshot of the page there (docs/console.png).
 func TestConsoleInABrowser(t *testing.T) {
 	exe := browser()
+	if exe == "" && os.Getenv("KVMESH_REQUIRE_BROWSER") != "" {
+		t.Fatal("KVMESH_REQUIRE_BROWSER is set and no Chromium was found (chromium, chromium-browser, google-chrome, or $KVMESH_BROWSER)")
+	}
 	if exe == "" {
 		t.Skip("no Chromium found (chromium, chromium-browser, google-chrome, or $KVMESH_BROWSER): install Debian's chromium package, as .ci/run does, to run the console's browser test")
 	}
@@ -154,14 +158,36 @@ func TestConsoleInABrowser(t *testing.T) {
 	})
 	t.Logf("forward matrix: %s", flows)
 
-	run("open an explanation", chromedp.Click(chromedp.CSS(`#recent button`)), chromedp.WaitVisible(chromedp.CSS(`#explain-table`)))
+	// The keyboard reaches everything: Tab from the id field passes the Explain button to the
+	// first recent request, Enter explains it.
+	const active = `(document.activeElement.id || document.activeElement.tagName) + " " + (document.activeElement.closest("#recent") ? "recent" : document.activeElement.className)`
+	run("focus the request id field", chromedp.Focus(chromedp.CSS(`#explain-id`)), chromedp.KeyEvent(kb.Tab+kb.Tab))
+	if v := eval(active); !strings.HasSuffix(v, " recent") {
+		t.Fatalf("two Tabs from the request id field focus %q, not a recent request", v)
+	}
+	run("open an explanation", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.CSS(`#explain-table`)))
 	expl := eval(`document.querySelector("#explain-result").textContent`)
 	if !strings.Contains(expl, "accept") || !strings.Contains(expl, "(chosen)") {
 		t.Fatalf("explanation %q lacks the verdict or the chosen candidate", expl)
 	}
 	t.Logf("explained: %.200s", expl)
-	run("open a node's detail", chromedp.Click(chromedp.CSS(`tr.peer`)))
+	// The simulated engines predict fractions of a millisecond; none may read as zero.
+	lat := eval(`[...document.querySelectorAll("#explain-table tbody tr")].map((r) => r.cells[9].textContent + " / " + r.cells[10].textContent).join("; ")`)
+	if strings.Contains(lat, "0.00 ms") || strings.Contains(lat, " 0 ms") || strings.HasPrefix(lat, "0 ms") {
+		t.Fatalf("predicted TTFT / TPOT of the candidates read as zero: %s", lat)
+	}
+	t.Logf("predicted TTFT / TPOT: %s", lat)
+	// Tab from the sort control lands on the first node's row; Enter opens its detail and
+	// moves focus to the detail's heading.
+	run("focus the sort control", chromedp.Focus(chromedp.CSS(`#sort`)), chromedp.KeyEvent(kb.Tab))
+	if v := eval(active); v != "TR peer" {
+		t.Fatalf("Tab from the sort control focuses %q, not a node's row", v)
+	}
+	run("open a node's detail", chromedp.KeyEvent(kb.Enter))
 	until(`document.querySelector("#detail").hidden ? "hidden" : document.querySelector("#detail-h").textContent`, "the node's detail", func(v string) bool { return strings.HasPrefix(v, "Node ") })
+	if v := eval(active); v != "detail-h " {
+		t.Fatalf("the open detail leaves focus on %q, not its heading", v)
+	}
 	if path := os.Getenv("KVMESH_SCREENSHOT"); path != "" {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 		if err != nil {
@@ -171,6 +197,8 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	run("close the detail", chromedp.KeyEvent(kb.Escape))
+	until(`document.querySelector("#detail").hidden ? "hidden " + document.activeElement.tagName : "shown"`, "Escape closes the detail", func(v string) bool { return v == "hidden TR" })
 	if errs := pe.get(); len(errs) > 0 {
 		t.Fatalf("the page logged errors: %q", errs)
 	}

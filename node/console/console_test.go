@@ -2,6 +2,8 @@ package console
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +70,21 @@ func TestStateIsBuiltOncePerInterval(t *testing.T) {
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("New without Peers and Gatherer: no error")
+	}
+}
+
+// TestPageShowsEveryCandidateField pins the names the page reads against Candidate's JSON:
+// a renamed or unread field would show as blank or zero in the explanation table.
+func TestPageShowsEveryCandidateField(t *testing.T) {
+	js, err := assets.ReadFile("assets/console.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := reflect.TypeFor[Candidate]()
+	for i := range ct.NumField() {
+		name, _, _ := strings.Cut(ct.Field(i).Tag.Get("json"), ",")
+		if !strings.Contains(string(js), "c."+name) {
+			t.Errorf("the page does not read the candidate's %q (field %s)", name, ct.Field(i).Name)
+		}
 	}
 }

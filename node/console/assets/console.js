@@ -37,6 +37,9 @@
   }
   const fix = (v, d) => (typeof v === "number" ? Number(v.toFixed(d)) : v);
   const pct = (v) => (v * 100).toFixed(0) + "%";
+  // Milliseconds from seconds, with two decimals under 10 ms: a fast engine's predictions are
+  // fractions of a millisecond and must not read as zero.
+  const ms = (s) => { const v = (s || 0) * 1000; return (v < 10 ? v.toFixed(2) : v.toFixed(0)) + " ms"; };
 
   // Flattens the families to "name{k=v,...}" keys, so two polls can be subtracted.
   function flat(metrics) {
@@ -237,6 +240,8 @@
 
   function renderRecent() {
     const ul = $("recent");
+    // The list is rebuilt each poll; a keyboard user's focus stays on the same request id.
+    const focused = ul.contains(document.activeElement) ? document.activeElement.textContent : null;
     ul.replaceChildren();
     for (const e of last.recent || []) {
       const li = el("li"), b = el("button", e.id);
@@ -245,6 +250,7 @@
       b.addEventListener("click", () => { $("explain-id").value = e.id; explain(e.id); });
       li.appendChild(b);
       ul.appendChild(li);
+      if (e.id === focused) b.focus();
     }
     if (!ul.children.length) ul.appendChild(el("li", "none yet", "muted"));
   }
@@ -267,8 +273,8 @@
       (body.reason ? " (" + body.reason + ")" : "") + (body.chosen ? ", sent to " + body.chosen : "") + "; " + body.total_candidates + " candidates"));
     const t = el("table"); t.id = "explain-table";
     fill(t, ["candidate", "score", "prefix tokens", "load", "free KV", "power", "thermal", "reserved", "spill", "TTFT", "TPOT", "flags"],
-      (body.candidates || []).map((c) => [c.name + (c.name === body.chosen ? " (chosen)" : ""), fix(c.score, 3), c.prefix_tokens, fix(c.load, 2), fix(c.free_kv, 2),
-        fix(c.power, 2), fix(c.thermal, 2), c.reserved_tokens, c.spill, (c.ttft_seconds * 1000).toFixed(0) + " ms", (c.tpot_seconds * 1000).toFixed(0) + " ms",
+      (body.candidates || []).map((c) => [c.name + (c.name === body.chosen ? " (chosen)" : ""), fix(c.score, 3), c.prefix_tokens, fix(c.load, 2) + " (" + c.load_tokens + " tokens)", fix(c.free_kv, 2),
+        fix(c.power, 2), fix(c.thermal, 2), c.reserved_tokens, c.spill, ms(c.ttft_seconds), ms(c.tpot_seconds),
         [c.home && "home", c.gated && "gated", c.sticky && "sticky", c.decode && "decode " + c.decode].filter(Boolean).join(" ")]), "no candidate");
     out.appendChild(t);
   }
@@ -303,10 +309,19 @@
   function init() {
     $("filter").addEventListener("input", () => last && renderMesh());
     $("sort").addEventListener("change", () => last && renderMesh());
-    const open = (e) => { const tr = e.target.closest && e.target.closest("tr.peer"); if (tr) { showDetail(tr.dataset.name); $("detail-close").focus(); } };
+    // Focus moves to the detail's heading, not to its Close button: the key that opened the
+    // detail still has its keypress and keyup to deliver, and on a button they would press it.
+    const open = (e) => { const tr = e.target.closest && e.target.closest("tr.peer"); if (tr) { showDetail(tr.dataset.name); $("detail-h").focus(); } };
     $("mesh-groups").addEventListener("click", open);
     $("mesh-groups").addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(e); } });
-    $("detail-close").addEventListener("click", () => { $("detail").hidden = true; selected = null; });
+    const close = () => {
+      const name = selected;
+      $("detail").hidden = true; selected = null;
+      const tr = name && $("mesh-groups").querySelector('tr.peer[data-name="' + CSS.escape(name) + '"]');
+      if (tr) tr.focus();
+    };
+    $("detail-close").addEventListener("click", close);
+    $("detail").addEventListener("keydown", (e) => { if (e.key === "Escape") { e.preventDefault(); close(); } });
     $("explain-form").addEventListener("submit", (e) => { e.preventDefault(); const id = $("explain-id").value.trim(); if (id) explain(id); });
     poll();
   }
