@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -22,7 +23,7 @@ import (
 const CodeAgentPaused = "agent_paused"
 
 // DefaultAgentInterval is the agent window's control interval when Config.AgentInterval is 0.
-const DefaultAgentInterval = 500 * time.Millisecond
+const DefaultAgentInterval = nodeconfig.DefaultAgentInterval
 
 // HeaderAgentFinal, set to 1 on an agent's last step, ends the agent at its home once that
 // step is done, so its window slot goes to the next agent at once instead of after the idle

@@ -17,14 +17,14 @@
 //
 // # Configuration
 //
-// Config (config.go) holds every setting of a node and its parts, under one zero rule: a zero
-// field means its default. LoadConfigFile reads the config file (one JSON object or the same in
-// YAML, a section per part) over a Config, and MarshalConfigFile writes one back; both are
-// pure. ReadConfigFile reads the file from disk and remembers it, so that Reload (reload.go)
-// can read it again while the node runs: it applies admission, routing and the carbon
-// threshold live, through the parts' SetConfig, logs each other changed setting as needing a
-// restart, and keeps the settings in force when the file is bad. Start watches the file and
-// the API key file for changes (Config.ConfigWatch).
+// Config (package node/nodeconfig) holds every setting of a node and its parts, under one zero
+// rule: a zero field means its default. nodeconfig reads the config file (one JSON object or
+// the same in YAML, a section per part) over a Config and writes one back, and says which
+// settings a reload applies. Reload (reload.go) reads the file again while the node runs: it
+// applies admission, routing and the carbon threshold live, through the parts' SetConfig,
+// logs each other changed setting as needing a restart, and keeps the settings in force when
+// the file is bad. Start watches the file and the API key file for changes
+// (Config.ConfigWatch).
 //
 // # The request's journey
 //

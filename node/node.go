@@ -120,8 +120,8 @@ type Node struct {
 // New fills cfg's zero fields with their defaults (see Config), validates it and builds a
 // node. It does no I/O.
 func New(cfg Config) (*Node, error) {
-	cfg.fill()
-	if err := cfg.validate(); err != nil {
+	cfg.Fill()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -135,8 +135,8 @@ func New(cfg Config) (*Node, error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.Admit.WithDefaults().SLO), tok: newTokenCalibration(),
-		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.fileSum}
-	hash := cmp.Or(cfg.fileSum, noConfigFile)
+		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.FileSum()}
+	hash := cmp.Or(cfg.FileSum(), noConfigFile)
 	n.inForce.Store(&hash)
 	n.requests, n.endRequests = context.WithCancelCause(context.Background())
 	n.m.reloaded.SetToCurrentTime()

@@ -2,16 +2,14 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
 // Reload results, the values of kvmesh_config_reloads_total's result label.
@@ -71,28 +69,16 @@ func (n *Node) reloadConfigLocked() error {
 	if err != nil {
 		return fmt.Errorf("node: config file: %w", err)
 	}
-	sum := contentSum(data)
+	sum := nodeconfig.ContentSum(data)
 	n.configSum = sum // read, whatever comes of it: the watch waits for the next change
-	base := DefaultConfig()
-	base.Name = n.cfg.Name // the node's identity: a file that names none keeps it
-	base.Logger = n.log    // a key under its former name is a WARN at every reload
-	next, _, err := decodeConfigFile(path, data, base)
+	// A key under its former name is a WARN at every reload.
+	next, err := nodeconfig.Reread(data, n.cfg, n.log)
 	if err != nil {
 		return err
 	}
-	if n.cfg.Overrides != nil {
-		if err := n.cfg.Overrides(&next); err != nil {
-			return fmt.Errorf("node: config file: %w", err)
-		}
-	}
-	next.fill()
-	next.TLS, next.Standalone = n.cfg.TLS, n.cfg.Standalone // not settings of the file
 	ac := next.Admit
 	ac.ModelInfo = n.meshModelInfo
 	carbonLive := n.carbon != nil && next.Carbon != nil
-	if err := next.validate(); err != nil {
-		return err
-	}
 	if err := ac.Validate(); err != nil {
 		return fmt.Errorf("node: config file: admission: %w", err)
 	}
@@ -104,7 +90,7 @@ func (n *Node) reloadConfigLocked() error {
 			return fmt.Errorf("node: config file: carbon: %w", err)
 		}
 	}
-	restart, live, err := n.changesLocked(next, carbonLive)
+	restart, live, err := nodeconfig.Changes(n.cfg, n.applied, next, carbonLive)
 	if err != nil {
 		return err
 	}
@@ -126,95 +112,6 @@ func (n *Node) reloadConfigLocked() error {
 	return nil
 }
 
-// changesLocked lists the settings next changes that need a restart, against the settings the node
-// started with (which those keep until then), and those a reload applies, against the settings
-// last loaded.
-func (n *Node) changesLocked(next Config, carbonLive bool) (restart, live []string, err error) {
-	started, err1 := settingsOf(n.cfg)
-	last, err2 := settingsOf(n.applied)
-	now, err3 := settingsOf(next)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, nil, err
-	}
-	for _, k := range changed(started, now) {
-		if !liveSetting(k, carbonLive) {
-			restart = append(restart, k)
-		}
-	}
-	for _, k := range changed(last, now) {
-		if liveSetting(k, carbonLive) {
-			live = append(live, k)
-		}
-	}
-	return restart, live, nil
-}
-
-// Settings a reload applies, by their config file keys: these sections and prefixes, less the
-// exceptions, whose state is built once (the key set's default buckets, the output-length
-// estimator, the dispatch-rate meter, the router's random source and session table, the retry
-// budget, the peer ejector; a model's context_tokens sizes an external engine's model list).
-var (
-	liveSettings    = []string{"admission.", "route.", "carbon.tracker."}
-	restartSettings = []string{"admission.keys.", "admission.budget.advanced.estimate_", "admission.queue.advanced.drain_window", "route.advanced.seed",
-		"route.advanced.max_sessions", "route.advanced.retry_budget.", "route.advanced.eject."}
-)
-
-// liveSetting reports whether a reload applies the setting at key; carbonLive is whether the
-// carbon tracker runs and stays on.
-func liveSetting(key string, carbonLive bool) bool {
-	switch {
-	case strings.HasPrefix(key, "carbon.") && !carbonLive,
-		strings.HasPrefix(key, "admission.models.") && strings.HasSuffix(key, ".context_tokens"),
-		slices.ContainsFunc(restartSettings, func(p string) bool { return strings.HasPrefix(key, p) }):
-		return false
-	}
-	return slices.ContainsFunc(liveSettings, func(p string) bool { return strings.HasPrefix(key, p) })
-}
-
-// settingsOf flattens cfg's config file into its keys ("route.weights.prefix") and their values
-// in JSON. An empty object or a null is a value of its own.
-func settingsOf(cfg Config) (map[string]string, error) {
-	b, err := MarshalConfigFile(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var tree any
-	if err := json.Unmarshal(b, &tree); err != nil {
-		return nil, fmt.Errorf("node: config file: %w", err)
-	}
-	out := map[string]string{}
-	var walk func(key string, v any)
-	walk = func(key string, v any) {
-		if obj, ok := v.(map[string]any); ok && len(obj) > 0 {
-			for k, e := range obj {
-				walk(strings.TrimPrefix(key+"."+k, "."), e)
-			}
-			return
-		}
-		j, _ := json.Marshal(v)
-		out[key] = string(j)
-	}
-	walk("", tree)
-	return out, nil
-}
-
-// changed lists, sorted, the keys whose values differ between a and b, or that one lacks.
-func changed(a, b map[string]string) []string {
-	var out []string
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			out = append(out, k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // loadKeysLocked reads the API key file into admission. A key that survives a reload keeps its
 // token bucket, so editing the file never refills anyone. The caller holds reloadMu.
 func (n *Node) loadKeysLocked(now time.Time) error {
@@ -222,7 +119,7 @@ func (n *Node) loadKeysLocked(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("node: api keys: %w", err)
 	}
-	n.keysSum = contentSum(data) // read, whatever comes of it: the watch waits for the next change
+	n.keysSum = nodeconfig.ContentSum(data) // read, whatever comes of it: the watch waits for the next change
 	entries, err := admit.ParseKeys(data)
 	if err != nil {
 		return fmt.Errorf("node: api keys %s: %w", n.cfg.APIKeysFile, err)
@@ -267,7 +164,7 @@ func (n *Node) filesChanged() bool {
 		}
 		data, err := os.ReadFile(f.path)
 		n.missingLocked(f.path, f.label, errors.Is(err, fs.ErrNotExist))
-		if err == nil && contentSum(data) != f.sum {
+		if err == nil && nodeconfig.ContentSum(data) != f.sum {
 			changed = true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/internal/poll"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
 // logBuffer collects a node's log lines; safe for the node's goroutines.
@@ -72,7 +73,7 @@ func writeFile(t *testing.T, path, content string) {
 // Nothing is bound until the caller starts it.
 func reloadable(t *testing.T, path string, flags func(*Config)) (*Node, *logBuffer) {
 	t.Helper()
-	cfg, _, err := ReadConfigFile(path, DefaultConfig())
+	cfg, _, err := nodeconfig.ReadConfigFile(path, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ carbon:
 	if ok, bad := reloads(n, reloadOK), reloads(n, reloadError); ok != 1 || bad != 0 {
 		t.Errorf("reloads ok %v, error %v; want 1 and 0", ok, bad)
 	}
-	if h := n.configHash(); h == hash || h != contentSum([]byte(changed)) {
+	if h := n.configHash(); h == hash || h != nodeconfig.ContentSum([]byte(changed)) {
 		t.Errorf("config hash %s after the reload (before %s), want the new file's", h, hash)
 	}
 	if w := log.lines("level=WARN"); len(w) != 0 {

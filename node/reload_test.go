@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
 // TestReloadReachesTheHTTPPath pins that a reloaded admission setting decides the next request
@@ -21,7 +22,7 @@ func TestReloadReachesTheHTTPPath(t *testing.T) {
 	write("admission:\n  budget: {max_max_tokens: 32}\n")
 	tn := startNet(t, 1, func(i int, cfg *node.Config) {
 		var err error
-		if *cfg, _, err = node.ReadConfigFile(path, *cfg); err != nil {
+		if *cfg, _, err = nodeconfig.ReadConfigFile(path, *cfg); err != nil {
 			t.Fatal(err)
 		}
 		cfg.ConfigWatch = -1 // reloaded by hand below

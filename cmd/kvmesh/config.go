@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
 func configCommand() *cli.Command {
@@ -21,7 +21,7 @@ func configCommand() *cli.Command {
 					&cli.StringFlag{Name: "format", Value: "json", Usage: "json or yaml", EnvVars: env("config-format")},
 				},
 				Action: func(c *cli.Context) error {
-					return printConfig(c.App.Writer, node.DefaultConfig(), c.String("format"))
+					return printConfig(c.App.Writer, nodeconfig.DefaultConfig(), c.String("format"))
 				},
 			},
 		},
@@ -30,12 +30,12 @@ func configCommand() *cli.Command {
 
 // printConfig writes cfg as a config file in format (json or yaml), which kvmesh node --config
 // reads back to cfg.
-func printConfig(w io.Writer, cfg node.Config, format string) error {
-	marshal := node.MarshalConfigFile
+func printConfig(w io.Writer, cfg nodeconfig.Config, format string) error {
+	marshal := nodeconfig.MarshalConfigFile
 	switch format {
 	case "json":
 	case "yaml":
-		marshal = node.MarshalConfigFileYAML
+		marshal = nodeconfig.MarshalConfigFileYAML
 	default:
 		return fmt.Errorf("--format must be json or yaml, not %q", format)
 	}

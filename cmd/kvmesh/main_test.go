@@ -24,6 +24,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 	"github.com/kvmesh/kvmesh/node/transport"
 	"github.com/kvmesh/kvmesh/testnet"
 	"github.com/kvmesh/kvmesh/testnet/bench"
@@ -562,11 +563,11 @@ func TestFlagDefaultsAreTheConfigDefaults(t *testing.T) {
 	want := node.DefaultConfig()
 	want.Name, want.Gossip.Insecure = "n", true
 	ac := agent.DefaultConfig()
-	cc := node.DefaultCarbonConfig()
+	cc := nodeconfig.DefaultCarbonConfig()
 	cc.Provider.Kind = "static"
 	want.Agents, want.Carbon = &ac, &cc
-	got, _ := node.MarshalConfigFile(cfg)
-	exp, _ := node.MarshalConfigFile(want)
+	got, _ := nodeconfig.MarshalConfigFile(cfg)
+	exp, _ := nodeconfig.MarshalConfigFile(want)
 	if string(got) != string(exp) {
 		t.Errorf("flags at their shown defaults (%s) build\n%s\nwant DefaultConfig\n%s", strings.Join(args, " "), got, exp)
 	}
@@ -645,11 +646,11 @@ func TestPrintConfigLoadsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := node.LoadConfigFile([]byte(defaults), node.DefaultConfig())
+	back, err := nodeconfig.LoadConfigFile([]byte(defaults), node.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := node.MarshalConfigFile(back); string(again) != defaults {
+	if again, _ := nodeconfig.MarshalConfigFile(back); string(again) != defaults {
 		t.Errorf("kvmesh config defaults does not load back unchanged:\n%s\nthen\n%s", defaults, again)
 	}
 	yaml, err := run(t, "config", "defaults", "--format", "yaml")
@@ -659,10 +660,10 @@ func TestPrintConfigLoadsBack(t *testing.T) {
 	if strings.HasPrefix(strings.TrimSpace(yaml), "{") || !strings.Contains(yaml, "admission:\n") {
 		t.Errorf("kvmesh config defaults --format yaml is not YAML:\n%s", yaml)
 	}
-	if back, err = node.LoadConfigFile([]byte(yaml), node.DefaultConfig()); err != nil {
+	if back, err = nodeconfig.LoadConfigFile([]byte(yaml), node.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := node.MarshalConfigFile(back); string(again) != defaults {
+	if again, _ := nodeconfig.MarshalConfigFile(back); string(again) != defaults {
 		t.Errorf("kvmesh config defaults --format yaml does not load back to the defaults:\n%s\nthen\n%s", yaml, again)
 	}
 	if _, err := run(t, "config", "defaults", "--format", "toml"); err == nil {
@@ -689,7 +690,7 @@ func TestReloadKeepsFlagsOverTheFile(t *testing.T) {
 		"node": {"forward_attempts": 5, "retry_after": "3s"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	next, _, err := node.ReadConfigFile(file, node.DefaultConfig())
+	next, _, err := nodeconfig.ReadConfigFile(file, node.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,11 @@ import (
 	"github.com/kvmesh/kvmesh/carbon/provider"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
 func carbonFlags() []cli.Flag {
-	d := node.DefaultCarbonConfig()
+	d := nodeconfig.DefaultCarbonConfig()
 	return []cli.Flag{
 		&cli.StringFlag{Name: "carbon-provider", Usage: "grid carbon intensity: static, electricitymaps or watttime (empty: off)", EnvVars: env("carbon-provider")},
 		&cli.StringFlag{Name: "carbon-zone", Usage: "Electricity Maps zone or WattTime region", EnvVars: env("carbon-zone")},
@@ -98,7 +99,7 @@ func meshConfig(c *cli.Context, cfg *node.Config) error {
 func carbonConfig(c *cli.Context, cfg *node.Config) error {
 	if c.IsSet("carbon-provider") {
 		if kind := c.String("carbon-provider"); kind != "" {
-			cc := node.DefaultCarbonConfig()
+			cc := nodeconfig.DefaultCarbonConfig()
 			if cfg.Carbon != nil {
 				cc = *cfg.Carbon
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
 // simFlags are the embedded engine's knobs, shared by `kvmesh node`, `kvmesh engine` and
@@ -175,7 +176,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	cfg.Logger = log // a key under its former name is a WARN
 	if f := c.String("config"); f != "" {
 		var legacy bool
-		if cfg, legacy, err = node.ReadConfigFile(f, cfg); err != nil {
+		if cfg, legacy, err = nodeconfig.ReadConfigFile(f, cfg); err != nil {
 			return cfg, fmt.Errorf("--config %s: %w", f, err)
 		}
 		if legacy {

@@ -1,4 +1,4 @@
-package node
+package nodeconfig
 
 import (
 	"bytes"
@@ -171,12 +171,16 @@ func ReadConfigFile(path string, base Config) (cfg Config, legacy bool, err erro
 	if err != nil {
 		return base, false, err
 	}
-	cfg.ConfigFile, cfg.fileSum = path, contentSum(data)
+	cfg.ConfigFile, cfg.fileSum = path, ContentSum(data)
 	return cfg, legacy, nil
 }
 
-// contentSum is the hex SHA-256 of a file's content, as sha256sum prints it.
-func contentSum(data []byte) string {
+// FileSum is the hex SHA-256 of ConfigFile's content as ReadConfigFile read it, "" when the
+// settings were not read from a file.
+func (c *Config) FileSum() string { return c.fileSum }
+
+// ContentSum is the hex SHA-256 of a file's content, as sha256sum prints it.
+func ContentSum(data []byte) string {
 	s := sha256.Sum256(data)
 	return hex.EncodeToString(s[:])
 }

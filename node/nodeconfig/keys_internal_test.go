@@ -1,4 +1,4 @@
-package node
+package nodeconfig
 
 import (
 	"os"
@@ -9,6 +9,9 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/internal/jsonconf"
 )
+
+// operatingDoc is the operator's guide, which names every key outside advanced.
+const operatingDoc = "../../docs/operating.md"
 
 // maxOperatorKeys bounds the config file's keys outside the advanced objects (as fileKeys
 // counts them): the settings an operator tunes, each documented in docs/operating.md.
