@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
@@ -40,14 +39,6 @@ func fillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState,
 	if lora.MaxLoRAs > 0 {
 		s.LoRAFree = max(0, lora.MaxLoRAs-len(lora.Resident))
 	}
-}
-
-// servedModel is the model whose nodes can run a: its base model for an adapter's request.
-func servedModel(a *admit.Request) string {
-	if a.Parent != "" {
-		return a.Parent
-	}
-	return a.Model
 }
 
 // adapterOf returns the adapter name a node's record s lists as a model: its parent and the

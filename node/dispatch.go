@@ -290,7 +290,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 // decide runs the planner for p: a new request when it is nil, else the queued item it; hold
 // is the room the blocked head of its pool waits for (nil: none). It never blocks.
 func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, claim *admit.Claim) {
-	n.buildView(&t.v, servedModel(&p.adm), p.req.Blocks, p.adm.Agent, rank{p.adm.Priority, p.adm.Arrived})
+	n.buildView(&t.v, p.adm.Model, p.adm.Parent, p.req.Blocks, p.adm.Agent, rank{p.adm.Priority, p.adm.Arrived})
 	t.v.exclude(p.exclude)
 	if it == nil {
 		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)
@@ -303,9 +303,12 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 	if t.CarbonRouted {
 		n.m.carbonRouted.Inc()
 	}
-	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) {
+	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) && !p.adapterRouted {
+		// Once a request, at its first accept: one its owners refuse comes back to the
+		// waiting room and is accepted again.
 		if r := t.Cands[t.D.Option].Terms.Residency; r != route.ResidencyNone {
 			n.m.adapterRouted.WithLabelValues(r.String()).Inc()
+			p.adapterRouted = true
 		}
 	}
 	if t.D.Code == CodeCarbonDeferred {

@@ -192,10 +192,11 @@ type ticket struct {
 // buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
 // is the request's agent; r is its rank against the other ingresses' KV claims (claims.go).
 // The view holds this node and the peers serving model only (gossip's index by model), so a
-// decision costs the model's peers, not the mesh's. For an adapter's request model is its
-// base model (servedModel): every node listing the adapter serves it, and any with adapter
-// slots can load it.
-func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r rank) {
+// decision costs the model's peers, not the mesh's. For an adapter's request (parent, its
+// base model, set) they are the peers serving parent: every node listing the adapter serves
+// it, any with adapter slots can load it, and, for an adapter of the source, every node
+// serving parent can (withSourceAdapter), its gossiped residency kept.
+func (n *Node) buildView(v *view, model, parent string, blocks []uint64, agent string, r rank) {
 	v.Reset(n.blockTokens())
 	v.quic = v.quic[:0]
 	self := n.localState()
@@ -206,10 +207,9 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 	policy := n.planner.Policy()
 	now := time.Now()
 	policy.Observe(n.cfg.Name, now)
-	serving := model // an adapter of the source: every node serving its base
-	a, fromSource := n.meshSourceAdapter(model)
-	if fromSource {
-		serving = a.Parent
+	serving := model
+	if parent != "" {
+		serving = parent
 	}
 	if n.g != nil {
 		v.members = n.g.MembersServing(v.members[:0], serving)
@@ -240,8 +240,10 @@ func (n *Node) buildView(v *view, model string, blocks []uint64, agent string, r
 			}
 		}
 	}
-	if fromSource {
-		n.withSourceAdapter(v, model, serving)
+	if parent != "" && n.loader != nil {
+		if _, ok := n.loader.Entry(model); ok {
+			n.withSourceAdapter(v, model, parent)
+		}
 	}
 	if agent != "" {
 		n.homeHere(v, agent)
