@@ -303,9 +303,12 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 	if t.CarbonRouted {
 		n.m.carbonRouted.Inc()
 	}
-	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) {
+	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) && !p.adapterRouted {
+		// Once a request, at its first accept: one its owners refuse comes back to the
+		// waiting room and is accepted again.
 		if r := t.Cands[t.D.Option].Terms.Residency; r != route.ResidencyNone {
 			n.m.adapterRouted.WithLabelValues(r.String()).Inc()
+			p.adapterRouted = true
 		}
 	}
 	if t.D.Code == CodeCarbonDeferred {

@@ -71,6 +71,8 @@ type prepared struct {
 	// moveBreak: the caller of a local run moves the request elsewhere when this node's
 	// engine fails (outcome.broke), so serveLocal leaves that failure unwritten.
 	moveBreak bool
+	// adapterRouted: kvmesh_route_adapter_requests_total counted the request (decide).
+	adapterRouted bool
 }
 
 func endpointName(ep engine.Endpoint) string {

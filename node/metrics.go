@@ -158,7 +158,7 @@ func newMetrics(reg prometheus.Registerer, slo admit.SLOConfig) *metrics {
 			Name: "kvmesh_route_disaggregated_total", Help: "Disaggregated prefill and decode, in a mesh with prefill or decode nodes: requests dispatched split on a pair (split) or whole and why (whole_short, whole_link, whole_mixed, whole_no_pair; on a decode node whole_decode_short, whole_prefill_behind), and what became of split requests' halves (handover, prefill_retried, prefill_failed, decode_retried, handover_queued, decode_failed).",
 		}, []string{"outcome"}),
 		adapterRouted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvmesh_route_adapter_requests_total", Help: "Requests for a LoRA adapter accepted for a node, by where the adapter stood there at the routing decision: resident (in a GPU slot), free_slot (loaded into a free slot) or swap (loaded in place of another adapter).",
+			Name: "kvmesh_route_adapter_requests_total", Help: "Requests for a LoRA adapter accepted for a node, once a request (at its first accept), by where the adapter stood there at that routing decision: resident (in a GPU slot), free_slot (loaded into a free slot) or swap (loaded in place of another adapter).",
 		}, []string{"outcome"}),
 	}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -147,3 +147,68 @@ func TestLoRAAffinityPolicy(t *testing.T) {
 		t.Errorf("order %v, want %v", names(got), want)
 	}
 }
+
+// sourcePeer is a peer serving base model "m" whose node can load any adapter of an adapter
+// source, as the node's view makes it for a request for adapter a1: its record lists its
+// adapters whole (resident ones among them), and, when it does not list a1, a1 is added to its
+// models with the node's load estimate (0: none yet).
+func sourcePeer(name string, slots int, resident []string, estimate time.Duration) Peer {
+	p := idle(name)
+	p.LoRASlots = slots
+	p.LoRAFree = max(slots-len(resident), 0)
+	p.ResidentAdapters = resident
+	p.Models = append(p.Models, resident...)
+	if !slices.Contains(p.Models, "a1") {
+		p.Models = append(p.Models, "a1")
+		p.AdapterLoad = estimate
+	}
+	return p
+}
+
+// TestSourceAdapterResidency pins the residency of peers that load adapters from a source:
+// each serving the base model is a candidate, the one with the adapter resident first, then a
+// free slot, then a swap (a peer of unknown slots swaps); a peer's load estimate, not
+// adapter_load_time, is what a non-resident peer's predicted TTFT carries, so a holder
+// keeps a queue shorter than the estimate and gives way past it.
+func TestSourceAdapterResidency(t *testing.T) {
+	queued := func(p Peer, tokens int) Peer { p.QueuedPrefillTokens = tokens; return p }
+	tests := []struct {
+		name      string
+		peers     []Peer
+		want      []string
+		residency []Residency
+	}{
+		{"resident, then free slot, then swap, then unknown slots",
+			[]Peer{queued(sourcePeer("unknown", 0, nil, 0), 500), sourcePeer("swap", 2, []string{"x", "y"}, 0),
+				sourcePeer("free", 2, []string{"x"}, 0), sourcePeer("res", 2, []string{"a1", "x"}, 0)},
+			[]string{"res", "free", "swap", "unknown"},
+			[]Residency{ResidencyResident, ResidencyFreeSlot, ResidencySwap, ResidencySwap}},
+		{"a holder whose queue costs less than the estimated load keeps it",
+			[]Peer{queued(sourcePeer("res", 2, []string{"a1"}, 0), 8000), sourcePeer("free", 2, nil, 2*time.Second)},
+			[]string{"res", "free"},
+			[]Residency{ResidencyResident, ResidencyFreeSlot}},
+		{"one whose queue costs more gives way",
+			[]Peer{queued(sourcePeer("res", 2, []string{"a1"}, 0), 8000), sourcePeer("free", 2, nil, 50*time.Millisecond)},
+			[]string{"free", "res"},
+			[]Residency{ResidencyFreeSlot, ResidencyResident}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, nil)
+			got := mustRoute(t, r, t0, adapterReq("a1", 512), tt.peers)
+			if !slices.Equal(names(got), tt.want) {
+				t.Fatalf("order %v, want %v (%s)", names(got), tt.want, Explain(got, len(got)))
+			}
+			for i, c := range got {
+				if c.Terms.Residency != tt.residency[i] {
+					t.Errorf("%s: residency %v, want %v", c.Name, c.Terms.Residency, tt.residency[i])
+				}
+			}
+		})
+	}
+	r := newRouter(t, nil)
+	res, free := sourcePeer("res", 2, []string{"a1"}, time.Second), sourcePeer("free", 2, nil, 700*time.Millisecond)
+	if d := r.Predict(adapterReq("a1", 512), &free).PredictedTTFT - r.Predict(adapterReq("a1", 512), &res).PredictedTTFT; d.Round(time.Millisecond) != 700*time.Millisecond {
+		t.Errorf("a free slot predicts %v more than the holder, want its 700ms estimate", d)
+	}
+}
