@@ -19,7 +19,7 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 		role = d.Role
 	}
 	return &Item{
-		ID: req.ID, Model: req.Model, Role: role, Tenant: d.Tenant, Priority: req.Priority,
+		ID: req.ID, Model: req.PoolModel(), Role: role, Tenant: d.Tenant, Priority: req.Priority,
 		Tokens: tokens, Arrived: req.Arrived, Deadline: a.deadline(req),
 		Expires: req.Arrived.Add(a.TTL(req)), Req: req, MaxTokens: d.MaxTokens, ExpectedTokens: d.ExpectedTokens,
 	}

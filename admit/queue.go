@@ -11,7 +11,7 @@ func (p *pass) queueLayer() (Decision, bool) {
 	req, room := p.req, p.a.room
 	aheadN := 0
 	if p.useRoom {
-		aheadN, p.aheadTokens = room.ahead(req.Model, p.pool, req.Tenant, req.Priority, p.a.deadline(req))
+		aheadN, p.aheadTokens = room.ahead(req.PoolModel(), p.pool, req.Tenant, req.Priority, p.a.deadline(req))
 	}
 	switch {
 	case p.fit < 0 && onlyPairs(p.options):
@@ -27,12 +27,12 @@ func (p *pass) queueLayer() (Decision, bool) {
 	if p.wait == "" || !p.useRoom {
 		return Decision{}, false
 	}
-	ok, shed := room.canQueue(req.Model, p.pool, req.Tenant, req.Priority, p.prefill)
+	ok, shed := room.canQueue(req.PoolModel(), p.pool, req.Tenant, req.Priority, p.prefill)
 	switch {
 	case shed:
 		return refuse(statusTooManyRequests, LayerPriority, CodeQueueFull, "", "%s", shedMessage), true
 	case !ok:
-		n, t := room.Waiting(req.Model, p.pool)
+		n, t := room.Waiting(req.PoolModel(), p.pool)
 		return refuse(statusTooManyRequests, LayerQueue, CodeQueueFull, "",
 			"%d requests and %d prefill tokens are already waiting for this model", n, t), true
 	}

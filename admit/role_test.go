@@ -190,3 +190,38 @@ func TestRoleConfig(t *testing.T) {
 		t.Errorf("defaults %+v %v: %v", c.KV, c.Queue.PrefillTargetTTFT, err)
 	}
 }
+
+// TestAdapterWaitsInItsBaseModelsPool pins that a LoRA adapter's request waits in its base
+// model's pool: the base model's nodes prefill it, so their measured rate sizes its cap, and it
+// shares that cap with the base model's requests and the other adapters'.
+func TestAdapterWaitsInItsBaseModelsPool(t *testing.T) {
+	a := newAdmitter(t, func(c *Config) {
+		c.Queue.FallbackTokens = 1 << 20
+		c.Models["lora-a"], c.Models["lora-b"] = c.Models["m"], c.Models["m"]
+	})
+	a.Room().SetPrefillRate("m", "", 1000) // cap 4,000 tokens (queue.target_ttft 4s)
+	busy := idle()
+	busy.FreeKVBlocks = 0
+
+	req := baseReq()
+	req.ID, req.Model, req.Parent, req.PromptTokens = "lora-a-1", "lora-a", "m", 3000
+	d := a.Admit(t0, req, []Option{busy})
+	if d.Action != Queue {
+		t.Fatalf("first adapter request: %v %s, want queued", d.Action, d.Code)
+	}
+	it := a.Item(req, d)
+	if it.Model != "m" {
+		t.Fatalf("item pool model %q, want the base model m", it.Model)
+	}
+	if _, err := a.Room().Push(t0, it); err != nil {
+		t.Fatal(err)
+	}
+	if n, tokens := a.Room().Waiting("m", ""); n != 1 || tokens != 3000 {
+		t.Errorf("base pool holds %d requests, %d tokens; want 1, 3000", n, tokens)
+	}
+	other := baseReq()
+	other.ID, other.Model, other.Parent, other.PromptTokens = "lora-b-1", "lora-b", "m", 3000
+	if d := a.Admit(t0, other, []Option{busy}); d.Code != CodeQueueFull {
+		t.Errorf("another adapter's request: %v %s, want queue_full (the base pool holds 3,000 of 4,000 tokens)", d.Action, d.Code)
+	}
+}

@@ -10,7 +10,7 @@ import (
 // own payload in Value.
 type Item struct {
 	ID       string
-	Model    string
+	Model    string // the pool's model (Request.PoolModel)
 	Role     string
 	Tenant   string
 	Priority int

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"cmp"
 	"errors"
 	"time"
 )
@@ -63,6 +64,10 @@ type Request struct {
 	// wait is admission's own doing, bounded by the queue TTL, not service time.
 	SLOStart time.Time
 }
+
+// PoolModel names the waiting room pool req waits in: its model, or for a LoRA adapter's
+// request its base model, whose nodes prefill it and whose measured rate sizes the pool.
+func (req *Request) PoolModel() string { return cmp.Or(req.Parent, req.Model) }
 
 // SLOClock returns the instant r's TTFT SLO counts from: SLOStart if set, else Arrived.
 func (r *Request) SLOClock() time.Time {
