@@ -64,6 +64,7 @@ func testnetCommand() *cli.Command {
 			printNodes(os.Stdout, tn, c.StringSlice("roles"))
 			fmt.Printf("\ntry:\n  curl -s %s/v1/chat/completions -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"stream\":true}'\n", tn.URLs()[0], node.DefaultModel)
 			fmt.Printf("  bin/kvmesh status --node %s\n", tn.URLs()[0])
+			fmt.Printf("  open %s/console in a browser\n", tn.URLs()[0])
 			fmt.Fprintln(os.Stderr, "\nCtrl-C stops the mesh")
 			<-c.Context.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
