@@ -433,6 +433,11 @@ func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared,
 	case o.begun:
 		res.broke = o.broke
 		return attempt.Result{Outcome: attempt.Broke}
+	case o.broke.Status == http.StatusTooManyRequests:
+		// This node's engine is overloaded by its own account: this node refused, as an owner
+		// whose engine answers a forward with 429 does.
+		n.engineBusy(p, name, o.code, 0, res)
+		return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
 	}
 	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.req.ID,
 		"code", o.code, "err", o.broke.Message)

@@ -85,6 +85,35 @@ func TestOwnerEngineOverloadTriesTheNextCandidate(t *testing.T) {
 	assertReconciled(t, url, 2)
 }
 
+// TestLocalEngineOverloadTriesTheNextCandidate pins that a node whose own external engine
+// answers 429 to a request it runs itself counts as refusing it, as an owner whose engine
+// answers a forward with 429 does: the request moves on to the other node, and the client
+// never sees the engine's 429 while another candidate takes it. Round-robin routing at the
+// ingress, the overloaded node, tries itself first for one of the two requests, streamed or
+// not.
+func TestLocalEngineOverloadTriesTheNextCandidate(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unstreamed", true: "streamed"}[stream], func(t *testing.T) {
+			f := newFakeEngine(t, model)
+			f.answer(http.StatusTooManyRequests, `{"error":{"message":"too many requests","code":null}}`)
+			tn := startNet(t, 2, func(i int, cfg *node.Config) {
+				if i == 0 {
+					f.external(cfg)
+					cfg.Policy = route.PolicyRoundRobin
+				}
+			})
+			url := tn.URLs()[0]
+			for i := range 2 {
+				resp := post(t, url, "/v1/chat/completions", chatBody("hello", 4, stream), nil)
+				if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n2" {
+					t.Fatalf("request %d: %d on %q: %s; want 200 on n2", i, resp.StatusCode, resp.Header.Get(node.HeaderNode), b)
+				}
+			}
+			assertReconciled(t, url, 2)
+		})
+	}
+}
+
 // TestRetryBudgetEndsAFailedRequest pins the retry budget: with no room left in it, a
 // request whose first owner's engine fails ends with that failure (502 engine_error) instead
 // of trying the next candidate, and kvmesh_forward_retries_total counts the refusal. The

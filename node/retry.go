@@ -51,10 +51,18 @@ func (n *Node) endFailed(w http.ResponseWriter, f *attempt.Failures) dispatchRes
 // room, as for any refusal.
 func (n *Node) ownerBusy(p *prepared, owner string, h map[string]string, res *dispatchResult) {
 	n.m.forwards.WithLabelValues("refused").Inc()
-	n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
-	res.lastCode, res.retry = h[HeaderReason], 0
+	var retry time.Duration
 	if secs, err := strconv.Atoi(h["Retry-After"]); err == nil && secs > 0 {
-		res.retry = time.Duration(secs) * time.Second
+		retry = time.Duration(secs) * time.Second
 	}
-	n.log.Debug("owner's engine refused", "id", p.req.ID, "owner", owner, "code", res.lastCode)
+	n.engineBusy(p, owner, h[HeaderReason], retry, res)
+}
+
+// engineBusy records owner (a peer, or this node) as refused for p's priority because its
+// engine answered 429 (code) before the first token: it is not a candidate again until a
+// newer record of it, and the dispatch moves on.
+func (n *Node) engineBusy(p *prepared, owner, code string, retry time.Duration, res *dispatchResult) {
+	n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
+	res.lastCode, res.retry = code, retry
+	n.log.Debug("owner's engine refused", "id", p.req.ID, "owner", owner, "code", code)
 }

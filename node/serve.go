@@ -73,9 +73,11 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 // response began or after (begun), when its caller moves such a request elsewhere
 // (p.moveBreak): ok false when it does not, or when e is not the engine's failure but the
 // client's leaving, this node's drain, the request itself (4xx) or a first token later than
-// its deadline, which no other engine would beat.
+// its deadline, which no other engine would beat. The engine's own overload (429) before the
+// response began is moved on too: another node's engine may have room.
 func brokenRun(ctx context.Context, p *prepared, e *openai.Error, begun bool) (o outcome, ok bool) {
-	if !p.moveBreak || ctx.Err() != nil || e.Status < 500 || e.Code == openai.CodeEngineTimeout || e.Code == CodeAdapterLoadFailed {
+	busy := e.Status == http.StatusTooManyRequests && !begun
+	if !p.moveBreak || ctx.Err() != nil || (e.Status < 500 && !busy) || e.Code == openai.CodeEngineTimeout || e.Code == CodeAdapterLoadFailed {
 		return outcome{}, false
 	}
 	return outcome{code: e.Code, broke: e, begun: begun}, true
