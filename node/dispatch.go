@@ -412,21 +412,23 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 // attempt failed (the next candidate runs the request); after a stream began, it broke, the
 // client's stream kept in res.cs for the migration.
 func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared, name string, start time.Time, res *dispatchResult) attempt.Result {
-	if p.stream {
-		cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
-		if !ok {
-			cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
-		}
-		w, res.cs = cs, cs
-	}
+	w = n.clientStream(w, p, res)
 	p.moveBreak = true
 	o, ran := n.agentStep(ctx, w, p, start, "local")
 	p.moveBreak = false
-	switch {
-	case !ran:
+	if !ran {
 		res.lastCode = CodeAgentPaused
 		n.agentRefused(p, name, "", res)
 		return attempt.Result{Outcome: attempt.Paused}
+	}
+	return n.localResult(p, name, o, res)
+}
+
+// localResult is how a run of p on this node's engine (named name) that ended with o went, for
+// the planner: answered, broke mid-response (res.broke), refused (the engine's 429), or failed
+// before the client's first byte.
+func (n *Node) localResult(p *prepared, name string, o outcome, res *dispatchResult) attempt.Result {
+	switch {
 	case o.broke == nil:
 		res.o = o
 		return attempt.Result{Outcome: attempt.Ran}
@@ -443,6 +445,21 @@ func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared,
 		"code", o.code, "err", o.broke.Message)
 	res.lastCode, res.failCode = o.code, o.code
 	return attempt.Result{Outcome: attempt.Failed, Code: o.code, Reason: o.code, Now: time.Now()}
+}
+
+// clientStream is the writer a local run of p answers on: for a stream, the client's stream
+// (a continuation's goes on in the client's), kept in res.cs for a migration should the
+// engine break mid-response.
+func (n *Node) clientStream(w http.ResponseWriter, p *prepared, res *dispatchResult) http.ResponseWriter {
+	if !p.stream {
+		return w
+	}
+	cs, ok := w.(*relay.Stream)
+	if !ok {
+		cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
+	}
+	res.cs = cs
+	return cs
 }
 
 // afterForward is the result of a forward to owner at addr that answered the client (done, with

@@ -42,8 +42,9 @@
 // continuation of that text (migrate.go), through admission and routing again, up to
 // Config.Migrations times, spliced into the client's stream. An engine that fails mid-stream
 // under a live node moves the request the same way: this node's engine through the planner
-// (runLocal, attempt.Broke), an owner's by the owner ending its stream with the failure
-// (reportBroken), which the ingress's relay takes as the owner's.
+// (runLocal, or decodeStep for a split request's decode half, attempt.Broke), an owner's by
+// the owner ending its stream with the failure (reportBroken), which the ingress's relay takes
+// as the owner's.
 //
 // # Tracing
 //

@@ -94,3 +94,7 @@ func (n *Node) ForwardWhole(ctx context.Context, peer, body string) (status int,
 	answer, err = io.ReadAll(resp.Body)
 	return resp.Status, answer, "", err
 }
+
+// KillEngine closes the node's embedded engine, as a crash of it would: its in-flight streams
+// fail and it runs nothing more, while the node lives on.
+func (n *Node) KillEngine() error { return n.sim.Close() }

@@ -326,7 +326,12 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 	case attempt.Gone:
 		return outcome{code: openai.CodeClientClosed, refused: true}, ran
 	case attempt.Handed:
-		return n.decodeHandover(ctx, w, p, t, pr, cands[s.Cand].Name, h, start, res), ran
+		o = n.decodeHandover(ctx, w, p, t, pr, cands[s.Cand].Name, h, start, res)
+		if res.broke != nil {
+			// This node's engine broke mid-decode: the dispatch migrates the rest, whole.
+			return outcome{}, attempt.Result{Outcome: attempt.Broke}
+		}
+		return o, ran
 	}
 	n.m.disagg.WithLabelValues(disaggPrefillFailed).Inc()
 	n.log.Debug("no prefill node handed over", "id", p.req.ID, "tries", pf.Tries(), "code", s.Code)
@@ -399,6 +404,8 @@ func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *pre
 			return res.o
 		case attempt.Gone:
 			return outcome{code: openai.CodeClientClosed, refused: true}
+		case attempt.Migrate:
+			return outcome{} // res.broke: the dispatch moves the request on
 		default:
 			return n.decodeFailed(w, p, dec, from, start)
 		}
@@ -426,9 +433,16 @@ func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepare
 	}
 	n.planner.Handover(time.Now(), &t.Plan, d.Name)
 	if d.Self {
+		// As a whole local run (runLocal): the engine's failure mid-response moves the request
+		// on, and one before the first byte is the attempt's.
 		n.m.forwards.WithLabelValues("local").Inc()
-		res.o = n.serveLocal(ctx, w, p, start, "local")
-		return attempt.Result{Outcome: attempt.Ran, Late: res.o.code == openai.CodeEngineTimeout}
+		w = n.clientStream(w, p, res)
+		p.moveBreak = true
+		o := n.serveLocal(ctx, w, p, start, "local")
+		p.moveBreak = false
+		r := n.localResult(p, d.Name, o, res)
+		r.Late = o.code == openai.CodeEngineTimeout
+		return r
 	}
 	o, done := n.forward(ctx, w, p, d.Name, t.v.quic[d.Peer], start, res)
 	if done {

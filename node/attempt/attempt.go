@@ -97,8 +97,8 @@ const (
 	HandedOver          // (Prefill) the candidate handed the prompt's KV over
 	Widened             // (Widen) the decode nodes were added
 	Waited              // (WaitDecodeRoom) the wait ended
-	// Broke: (RunLocal) this node's engine failed after the client's response began: what
-	// was sent stands, and the rest must run elsewhere.
+	// Broke: (RunLocal, RunDecode on this node) this node's engine failed after the client's
+	// response began: what was sent stands, and the rest must run elsewhere.
 	Broke
 )
 

@@ -108,6 +108,11 @@ func (d *Decode) Next(r Result) Step {
 		return Step{Kind: Answered, Cand: d.i, Stick: !r.Late}
 	case ClientGone:
 		return Step{Kind: Gone, Cand: d.i}
+	case Broke:
+		// The candidate's engine died mid-response: the request moves on as a continuation,
+		// as a whole one does (Whole), and the handover is spent.
+		d.tries++
+		return Step{Kind: Migrate, Cand: d.i}
 	case Refused, Failed:
 		d.tries++
 		if r.Outcome == Failed {
