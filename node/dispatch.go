@@ -323,7 +323,6 @@ type dispatchResult struct {
 	o        outcome
 	requeue  bool
 	lastCode string
-	retry    time.Duration
 	// failCode is set by forward when its attempt failed rather than was refused: the owner
 	// unreachable (CodeOwnerUnreachable) or its engine's failure code.
 	failCode string
@@ -438,7 +437,7 @@ func (n *Node) localResult(p *prepared, name string, o outcome, res *dispatchRes
 	case o.broke.Status == http.StatusTooManyRequests:
 		// This node's engine is overloaded by its own account: this node refused, as an owner
 		// whose engine answers a forward with 429 does.
-		n.engineBusy(p, name, o.code, 0, res)
+		n.engineBusy(p, name, o.code, res)
 		return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
 	}
 	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.req.ID,

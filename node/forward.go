@@ -162,7 +162,7 @@ func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *prepa
 		n.m.forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
 		n.log.Debug("owner refused", "id", p.req.ID, "owner", owner, "code", ref.Code)
-		res.lastCode, res.retry = ref.Code, ref.RetryAfter
+		res.lastCode = ref.Code
 		if ref.Status == http.StatusBadRequest {
 			// The owner found the request itself invalid: no other node will think otherwise.
 			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)

@@ -3,7 +3,6 @@ package node
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/kvmesh/kvmesh/node/attempt"
@@ -51,18 +50,14 @@ func (n *Node) endFailed(w http.ResponseWriter, f *attempt.Failures) dispatchRes
 // room, as for any refusal.
 func (n *Node) ownerBusy(p *prepared, owner string, h map[string]string, res *dispatchResult) {
 	n.m.forwards.WithLabelValues("refused").Inc()
-	var retry time.Duration
-	if secs, err := strconv.Atoi(h["Retry-After"]); err == nil && secs > 0 {
-		retry = time.Duration(secs) * time.Second
-	}
-	n.engineBusy(p, owner, h[HeaderReason], retry, res)
+	n.engineBusy(p, owner, h[HeaderReason], res)
 }
 
 // engineBusy records owner (a peer, or this node) as refused for p's priority because its
 // engine answered 429 (code) before the first token: it is not a candidate again until a
 // newer record of it, and the dispatch moves on.
-func (n *Node) engineBusy(p *prepared, owner, code string, retry time.Duration, res *dispatchResult) {
+func (n *Node) engineBusy(p *prepared, owner, code string, res *dispatchResult) {
 	n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
-	res.lastCode, res.retry = code, retry
+	res.lastCode = code
 	n.log.Debug("owner's engine refused", "id", p.req.ID, "owner", owner, "code", code)
 }
