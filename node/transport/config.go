@@ -2,6 +2,8 @@ package transport
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -64,4 +66,48 @@ func DefaultConfig() Config {
 		MaxBodyBytes:     16 << 20,
 		MaxStreams:       1024,
 	}
+}
+
+// fill validates cfg and replaces its zero fields with DefaultConfig's values.
+func (cfg *Config) fill() error {
+	def := DefaultConfig()
+	if cfg.TLS == nil {
+		return errors.New("transport: config: TLS is required")
+	}
+	if len(cfg.TLS.Certificates) == 0 {
+		return errors.New("transport: config: TLS has no certificate")
+	}
+	if cfg.TLS.RootCAs == nil || cfg.TLS.ClientCAs == nil {
+		return errors.New("transport: config: TLS needs the cluster CA as RootCAs and ClientCAs")
+	}
+	if cfg.TLS.InsecureSkipVerify {
+		return errors.New("transport: config: TLS must verify peers")
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = def.ListenAddr
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.KeepAlive, def.KeepAlive}, {&cfg.IdleTimeout, def.IdleTimeout}, {&cfg.HandshakeTimeout, def.HandshakeTimeout}, {&cfg.RequestTimeout, def.RequestTimeout}} {
+		if *d.v < 0 {
+			return fmt.Errorf("transport: config: negative duration %v", *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.KeepAlive >= cfg.IdleTimeout {
+		return fmt.Errorf("transport: config: keep-alive %v must be below idle timeout %v", cfg.KeepAlive, cfg.IdleTimeout)
+	}
+	if cfg.MaxBodyBytes < 0 || cfg.MaxStreams < 0 {
+		return errors.New("transport: config: negative limit")
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = def.MaxBodyBytes
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = def.MaxStreams
+	}
+	return nil
 }

@@ -169,3 +169,40 @@ func (t *Transport) forget(addr string, c *quic.Conn) {
 		}
 	}
 }
+
+// verifyingServerTLS returns base for inbound handshakes, with a GetConfigForClient that gives
+// each handshake a config whose VerifyConnection marks it verified, so one that fails (no
+// cert, wrong CA, wrong ALPN) can be counted when its context ends.
+func verifyingServerTLS(base *tls.Config) *tls.Config {
+	prev := base.GetConfigForClient
+	server := base.Clone()
+	server.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		c := base
+		if prev != nil {
+			pc, err := prev(hello)
+			if err != nil {
+				return nil, err
+			}
+			if pc != nil {
+				c = pc
+			}
+		}
+		st, _ := hello.Context().Value(hsKey{}).(*hsState)
+		if st == nil {
+			return nil, nil
+		}
+		c = c.Clone()
+		verify := c.VerifyConnection
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if verify != nil {
+				if err := verify(cs); err != nil {
+					return err
+				}
+			}
+			st.ok.Store(true)
+			return nil
+		}
+		return c, nil
+	}
+	return server
+}

@@ -97,44 +97,8 @@ type peer struct {
 
 // New validates cfg and fills defaults; it does no I/O.
 func New(cfg Config) (*Transport, error) {
-	def := DefaultConfig()
-	if cfg.TLS == nil {
-		return nil, errors.New("transport: config: TLS is required")
-	}
-	if len(cfg.TLS.Certificates) == 0 {
-		return nil, errors.New("transport: config: TLS has no certificate")
-	}
-	if cfg.TLS.RootCAs == nil || cfg.TLS.ClientCAs == nil {
-		return nil, errors.New("transport: config: TLS needs the cluster CA as RootCAs and ClientCAs")
-	}
-	if cfg.TLS.InsecureSkipVerify {
-		return nil, errors.New("transport: config: TLS must verify peers")
-	}
-	if cfg.ListenAddr == "" {
-		cfg.ListenAddr = def.ListenAddr
-	}
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&cfg.KeepAlive, def.KeepAlive}, {&cfg.IdleTimeout, def.IdleTimeout}, {&cfg.HandshakeTimeout, def.HandshakeTimeout}, {&cfg.RequestTimeout, def.RequestTimeout}} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("transport: config: negative duration %v", *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	if cfg.KeepAlive >= cfg.IdleTimeout {
-		return nil, fmt.Errorf("transport: config: keep-alive %v must be below idle timeout %v", cfg.KeepAlive, cfg.IdleTimeout)
-	}
-	if cfg.MaxBodyBytes < 0 || cfg.MaxStreams < 0 {
-		return nil, errors.New("transport: config: negative limit")
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = def.MaxBodyBytes
-	}
-	if cfg.MaxStreams == 0 {
-		cfg.MaxStreams = def.MaxStreams
+	if err := cfg.fill(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -161,39 +125,7 @@ func New(cfg Config) (*Transport, error) {
 		peers:     make(map[string]*peer),
 		conns:     make(map[*quic.Conn]struct{}),
 	}
-	// Each inbound handshake gets a config whose VerifyConnection marks it verified, so one
-	// that fails (no cert, wrong CA, wrong ALPN) can be counted when its context ends.
-	prev := base.GetConfigForClient
-	server := base.Clone()
-	server.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		c := base
-		if prev != nil {
-			pc, err := prev(hello)
-			if err != nil {
-				return nil, err
-			}
-			if pc != nil {
-				c = pc
-			}
-		}
-		st, _ := hello.Context().Value(hsKey{}).(*hsState)
-		if st == nil {
-			return nil, nil
-		}
-		c = c.Clone()
-		verify := c.VerifyConnection
-		c.VerifyConnection = func(cs tls.ConnectionState) error {
-			if verify != nil {
-				if err := verify(cs); err != nil {
-					return err
-				}
-			}
-			st.ok.Store(true)
-			return nil
-		}
-		return c, nil
-	}
-	t.serverTLS = server
+	t.serverTLS = verifyingServerTLS(base)
 	t.serverQ = &quic.Config{
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
 		MaxIdleTimeout:        cfg.IdleTimeout,
