@@ -97,51 +97,13 @@ func (w walker) rewrite(node any, t reflect.Type, v reflect.Value, path string) 
 		if !ok {
 			return node, nil // encoding/json reports the type mismatch
 		}
-		fields := fieldsOf(t)
-		inAdvanced, err := hoistAdvanced(obj, fields, path)
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range sortedKeys(obj) {
-			f, ok := fields[k]
-			if !ok {
-				return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, k))
-			}
-			if f.advanced && !inAdvanced[k] && w.moved != nil {
-				w.moved(join(path, k), join(path, AdvancedKey+"."+k))
-			}
-			var fv reflect.Value
-			if v.IsValid() {
-				fv = ownField(v, f.index)
-			}
-			e, err := w.rewrite(obj[k], f.typ, fv, join(path, k))
-			if err != nil {
-				return nil, err
-			}
-			obj[k] = e
-		}
-		return obj, nil
+		return w.rewriteStruct(obj, t, v, path)
 	case reflect.Map:
 		obj, ok := node.(map[string]any)
 		if !ok {
 			return node, nil
 		}
-		if v.IsValid() && !v.IsNil() {
-			// encoding/json adds to an existing map: add to a copy. It decodes each value afresh.
-			c := reflect.MakeMapWithSize(t, v.Len())
-			for it := v.MapRange(); it.Next(); {
-				c.SetMapIndex(it.Key(), it.Value())
-			}
-			v.Set(c)
-		}
-		for _, k := range sortedKeys(obj) {
-			e, err := w.rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
-			if err != nil {
-				return nil, err
-			}
-			obj[k] = e
-		}
-		return obj, nil
+		return w.rewriteMap(obj, t, v, path)
 	case reflect.Slice, reflect.Array:
 		arr, ok := node.([]any)
 		if !ok {
@@ -165,6 +127,55 @@ func (w walker) rewrite(node any, t reflect.Type, v reflect.Value, path string) 
 		return arr, nil
 	}
 	return node, nil
+}
+
+// rewriteStruct is rewrite of a JSON object decoded into the struct type t: its "advanced"
+// members hoisted, each key checked against t's fields and rewritten along its field.
+func (w walker) rewriteStruct(obj map[string]any, t reflect.Type, v reflect.Value, path string) (any, error) {
+	fields := fieldsOf(t)
+	inAdvanced, err := hoistAdvanced(obj, fields, path)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range sortedKeys(obj) {
+		f, ok := fields[k]
+		if !ok {
+			return nil, fmt.Errorf("jsonconf: %w %q", ErrUnknownKey, join(path, k))
+		}
+		if f.advanced && !inAdvanced[k] && w.moved != nil {
+			w.moved(join(path, k), join(path, AdvancedKey+"."+k))
+		}
+		var fv reflect.Value
+		if v.IsValid() {
+			fv = ownField(v, f.index)
+		}
+		e, err := w.rewrite(obj[k], f.typ, fv, join(path, k))
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = e
+	}
+	return obj, nil
+}
+
+// rewriteMap is rewrite of a JSON object decoded into the map type t.
+func (w walker) rewriteMap(obj map[string]any, t reflect.Type, v reflect.Value, path string) (any, error) {
+	if v.IsValid() && !v.IsNil() {
+		// encoding/json adds to an existing map: add to a copy. It decodes each value afresh.
+		c := reflect.MakeMapWithSize(t, v.Len())
+		for it := v.MapRange(); it.Next(); {
+			c.SetMapIndex(it.Key(), it.Value())
+		}
+		v.Set(c)
+	}
+	for _, k := range sortedKeys(obj) {
+		e, err := w.rewrite(obj[k], t.Elem(), reflect.Value{}, join(path, k))
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = e
+	}
+	return obj, nil
 }
 
 // ownPointer points the settable, non-nil pointer v at a copy of its target and returns the
