@@ -3,9 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 )
 
@@ -54,64 +51,6 @@ const (
 	codeProtocol  quic.StreamErrorCode      = 0x11
 	codeNoHandler quic.StreamErrorCode      = 0x12
 )
-
-// Config configures a Transport.
-type Config struct {
-	// TLS is the node's config from LoadTLS (cloned; TLS 1.3 and ALPN are enforced).
-	TLS *tls.Config
-	// ListenAddr is the UDP address to serve on and dial from, e.g. "127.0.0.1:0".
-	ListenAddr string
-	// Handler serves inbound forwards; nil refuses every inbound stream.
-	Handler Handler
-	// KeepAlive is how long a connection may hear nothing before it pings the peer (quic-go
-	// pings after this much silence, or half the IdleTimeout if that is shorter), so that a
-	// live peer, even one with no stream open, is never silent for long. It must be below
-	// IdleTimeout. Default 1s.
-	KeepAlive time.Duration
-	// IdleTimeout closes a connection that heard nothing for this long, failing its streams:
-	// it is how a peer that died without closing anything (power loss, a partition) is
-	// detected while a forward to it waits for its answer or reads its response. The two ends
-	// use the shorter of their two values. A forward caught on such a connection ends at most
-	// KeepAlive + IdleTimeout after the peer's last packet: the silence starts counting from
-	// this side's last packet to the peer, its ping at the latest. One still waiting for its
-	// answer then redials once (a dead connection is not yet a dead peer), which adds up to
-	// HandshakeTimeout. Default 3s.
-	IdleTimeout time.Duration
-	// HandshakeTimeout bounds a dial including its TLS handshake (and an inbound handshake's
-	// idle time). Default 500ms, sized for a LAN: a dial to a peer that died silently fails after
-	// it, where quic-go's own default is 5s.
-	HandshakeTimeout time.Duration
-	// RequestTimeout bounds how long an inbound stream may take to deliver header and body.
-	RequestTimeout time.Duration
-	// MaxBodyBytes bounds a forwarded body, on both sides.
-	MaxBodyBytes int
-	// MaxStreams bounds concurrent inbound streams per connection.
-	MaxStreams int
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
-}
-
-// DefaultConfig returns the production defaults; TLS and Handler are left to the caller.
-//
-// KeepAlive and IdleTimeout bound how long a forward waits on a peer that vanished: at most
-// 4 s (4.5 s with the one redial of a forward still waiting for its answer), against gossip's 3 s to call a silent peer stale (gossip.Config.StaleAfter) and the
-// seconds memberlist's suspicion takes to declare it dead. The transport's own silence is the
-// faster and the more direct evidence (gossip can be cut off while QUIC still flows), so
-// in-flight forwards end by it, not by gossip. A live peer answers the pings within a
-// round-trip and quic-go retransmits a lost one after its probe timeout, so only a peer that
-// sent nothing for 3 s, on a LAN, is given up; quic-go also keeps the idle timeout at three
-// probe timeouts or more, for slow paths.
-func DefaultConfig() Config {
-	return Config{
-		ListenAddr:       ":7443",
-		KeepAlive:        time.Second,
-		IdleTimeout:      3 * time.Second,
-		HandshakeTimeout: 500 * time.Millisecond,
-		RequestTimeout:   10 * time.Second,
-		MaxBodyBytes:     16 << 20,
-		MaxStreams:       1024,
-	}
-}
 
 // Transport is one node's QUIC endpoint: it serves forwards from peers and forwards to peers
 // from the same UDP socket, with one connection per peer address.
@@ -156,51 +95,10 @@ type peer struct {
 	err   error
 }
 
-type hsKey struct{}
-
-// hsState records whether an inbound connection passed verification.
-type hsState struct{ ok atomic.Bool }
-
 // New validates cfg and fills defaults; it does no I/O.
 func New(cfg Config) (*Transport, error) {
-	def := DefaultConfig()
-	if cfg.TLS == nil {
-		return nil, errors.New("transport: config: TLS is required")
-	}
-	if len(cfg.TLS.Certificates) == 0 {
-		return nil, errors.New("transport: config: TLS has no certificate")
-	}
-	if cfg.TLS.RootCAs == nil || cfg.TLS.ClientCAs == nil {
-		return nil, errors.New("transport: config: TLS needs the cluster CA as RootCAs and ClientCAs")
-	}
-	if cfg.TLS.InsecureSkipVerify {
-		return nil, errors.New("transport: config: TLS must verify peers")
-	}
-	if cfg.ListenAddr == "" {
-		cfg.ListenAddr = def.ListenAddr
-	}
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&cfg.KeepAlive, def.KeepAlive}, {&cfg.IdleTimeout, def.IdleTimeout}, {&cfg.HandshakeTimeout, def.HandshakeTimeout}, {&cfg.RequestTimeout, def.RequestTimeout}} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("transport: config: negative duration %v", *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	if cfg.KeepAlive >= cfg.IdleTimeout {
-		return nil, fmt.Errorf("transport: config: keep-alive %v must be below idle timeout %v", cfg.KeepAlive, cfg.IdleTimeout)
-	}
-	if cfg.MaxBodyBytes < 0 || cfg.MaxStreams < 0 {
-		return nil, errors.New("transport: config: negative limit")
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = def.MaxBodyBytes
-	}
-	if cfg.MaxStreams == 0 {
-		cfg.MaxStreams = def.MaxStreams
+	if err := cfg.fill(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -227,39 +125,7 @@ func New(cfg Config) (*Transport, error) {
 		peers:     make(map[string]*peer),
 		conns:     make(map[*quic.Conn]struct{}),
 	}
-	// Each inbound handshake gets a config whose VerifyConnection marks it verified, so one
-	// that fails (no cert, wrong CA, wrong ALPN) can be counted when its context ends.
-	prev := base.GetConfigForClient
-	server := base.Clone()
-	server.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		c := base
-		if prev != nil {
-			pc, err := prev(hello)
-			if err != nil {
-				return nil, err
-			}
-			if pc != nil {
-				c = pc
-			}
-		}
-		st, _ := hello.Context().Value(hsKey{}).(*hsState)
-		if st == nil {
-			return nil, nil
-		}
-		c = c.Clone()
-		verify := c.VerifyConnection
-		c.VerifyConnection = func(cs tls.ConnectionState) error {
-			if verify != nil {
-				if err := verify(cs); err != nil {
-					return err
-				}
-			}
-			st.ok.Store(true)
-			return nil
-		}
-		return c, nil
-	}
-	t.serverTLS = server
+	t.serverTLS = verifyingServerTLS(base)
 	t.serverQ = &quic.Config{
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
 		MaxIdleTimeout:        cfg.IdleTimeout,
@@ -316,17 +182,6 @@ func (t *Transport) Start(ctx context.Context) error {
 	return nil
 }
 
-// resetKey derives the stateless reset key from the node's private key, so a restarted node
-// resets its peers' stale connections at once instead of leaving them to the idle timeout.
-func resetKey(c *tls.Config) *quic.StatelessResetKey {
-	der, err := x509.MarshalPKCS8PrivateKey(c.Certificates[0].PrivateKey)
-	if err != nil {
-		return nil
-	}
-	k := quic.StatelessResetKey(sha256.Sum256(append([]byte("kvmesh stateless reset\x00"), der...)))
-	return &k
-}
-
 // Addr is the bound UDP address (nil before Start).
 func (t *Transport) Addr() net.Addr {
 	t.mu.Lock()
@@ -377,146 +232,6 @@ func (t *Transport) Close() error {
 	t.closeErr = err
 	t.mu.Unlock()
 	return err
-}
-
-// track registers c until it closes; false when the transport is already closing.
-func (t *Transport) track(c *quic.Conn, dir string) bool {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return false
-	}
-	t.conns[c] = struct{}{}
-	t.mu.Unlock()
-	t.m.conns.WithLabelValues(dir).Inc()
-	context.AfterFunc(c.Context(), func() {
-		t.mu.Lock()
-		delete(t.conns, c)
-		t.mu.Unlock()
-		t.m.conns.WithLabelValues(dir).Dec()
-	})
-	return true
-}
-
-func (t *Transport) connContext(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
-	st := &hsState{}
-	context.AfterFunc(ctx, func() {
-		if !st.ok.Load() {
-			t.m.rejected.WithLabelValues(reasonHandshake).Inc()
-		}
-	})
-	return context.WithValue(ctx, hsKey{}, st), nil
-}
-
-func (t *Transport) nonQUICLoop() {
-	defer t.wg.Done()
-	buf := make([]byte, 2048)
-	for {
-		_, from, err := t.qt.ReadNonQUICPacket(t.ctx, buf)
-		if err != nil {
-			return
-		}
-		t.m.rejected.WithLabelValues(reasonNotQUIC).Inc()
-		t.log.Debug("transport: dropped non-quic datagram", "from", from.String())
-	}
-}
-
-// conn returns the pooled connection to addr, dialing it if there is none or it died. Callers
-// racing on a first use share one dial; the dial is not bound to any one caller's context so
-// that one cancelled request does not fail the others waiting on it.
-func (t *Transport) conn(ctx context.Context, addr string) (*quic.Conn, error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if !t.started {
-		t.mu.Unlock()
-		return nil, ErrNotStarted
-	}
-	p := t.peers[addr]
-	if p != nil {
-		select {
-		case <-p.ready:
-			if p.err != nil || p.conn.Context().Err() != nil {
-				delete(t.peers, addr)
-				p = nil
-			}
-		default:
-		}
-	}
-	if p == nil {
-		p = &peer{ready: make(chan struct{})}
-		t.peers[addr] = p
-		t.wg.Add(1)
-		go t.dial(addr, p)
-	}
-	t.mu.Unlock()
-	select {
-	case <-p.ready:
-		return p.conn, p.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (t *Transport) dial(addr string, p *peer) {
-	defer t.wg.Done()
-	defer close(p.ready)
-	ua, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		p.err = fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
-		t.m.dialErrors.Inc()
-		return
-	}
-	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.HandshakeTimeout)
-	defer cancel()
-	c, err := t.qt.Dial(ctx, ua, t.clientTLS, t.clientQ)
-	if err != nil {
-		p.err = fmt.Errorf("%w: dial %s: %w", ErrUnreachable, addr, err)
-		t.m.dialErrors.Inc()
-		t.log.Debug("transport: dial failed", "addr", addr, "err", err)
-		return
-	}
-	if !t.track(c, dirOut) {
-		_ = c.CloseWithError(codeShutdown, "node shutting down")
-		p.err = ErrClosed
-		return
-	}
-	p.conn = c
-}
-
-// peerReason returns why the owner stopped a write that failed with err. An owner that resets
-// a stream stops its reading and ends its writing with the same code; which of the two reaches
-// this side first is a race, and a Close after the first one fails with a local "canceled
-// stream" error that names no reason. The reset of the owner's writing does: it is read here,
-// for a second at most.
-func peerReason(str *quic.Stream, err error) error {
-	if se := (*quic.StreamError)(nil); errors.As(err, &se) && se.Remote {
-		return err
-	}
-	_ = str.SetReadDeadline(time.Now().Add(time.Second))
-	if _, rerr := str.Read(make([]byte, 1)); rerr != nil {
-		if se := (*quic.StreamError)(nil); errors.As(rerr, &se) && se.Remote {
-			return rerr
-		}
-	}
-	return err
-}
-
-// forget drops addr's pooled connection if it is still c.
-func (t *Transport) forget(addr string, c *quic.Conn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p := t.peers[addr]; p != nil {
-		select {
-		case <-p.ready:
-			if p.conn == c {
-				delete(t.peers, addr)
-			}
-		default:
-		}
-	}
 }
 
 // Response is the owner's accepted answer.
