@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/lora"
+	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -190,7 +191,7 @@ func (n *Node) inSource(model string) bool {
 // withSourceAdapter makes model, an adapter of the source on base, a model of every peer of v
 // serving base: one that does not list it must load it first, which its AdapterLoad counts
 // (this node's exactly, a peer's as this node's estimate).
-func (n *Node) withSourceAdapter(v *view, model, base string) {
+func (n *Node) withSourceAdapter(v *meshview.View, model, base string) {
 	for i := range v.Peers {
 		p := &v.Peers[i]
 		if slices.Contains(p.Models, model) || !slices.Contains(p.Models, base) {

@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/nodeconfig"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
@@ -60,7 +61,7 @@ func (n *Node) buildAgents() error {
 		demote = n.sim.Demote
 	}
 	n.agents = agentgate.New(home, demote)
-	n.reg.MustRegister(newAgentCollector(n.agents, n.cfg.Name))
+	n.reg.MustRegister(metrics.NewAgentCollector(n.agents, n.cfg.Name))
 	return nil
 }
 
@@ -150,7 +151,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 			giveUp = &d
 		}
 		if giveUp != nil {
-			n.m.decisionOf(*giveUp)
+			n.m.DecisionOf(*giveUp)
 			writeRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
 			return outcome{code: giveUp.Code, refused: true}, true
 		}
@@ -166,7 +167,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		// SLO counts from here, so the checks ahead do not refuse it for time spent parked.
 		p.adm.SLOStart = now
 		n.decide(now, p, t, nil, nil)
-		n.m.decisionOf(t.D)
+		n.m.DecisionOf(t.D)
 		return outcome{}, false
 	}
 }

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/attempt"
+	"github.com/kvmesh/kvmesh/node/meshview"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -28,27 +29,6 @@ import (
 // client reads one stream; each of the two relays migrates the request if the node it reads
 // from fails mid-response. A delegate that refuses the hop itself or cannot be reached leaves
 // the request to this node, which routes it itself: delegation never loses a request.
-
-// The outcomes of kvmesh_route_delegated_total.
-const (
-	delegateAnswered = "delegated"   // (ingress) the delegate took the request and answered it
-	delegateFallback = "fallback"    // (ingress) the delegate refused the hop or was unreachable: routed here
-	delegateNone     = "no_delegate" // (ingress) no live member of the domain to hand it to: routed here
-	delegateServed   = "served"      // (delegate) a request another node handed here, routed here
-)
-
-var delegateOutcomes = []string{delegateAnswered, delegateFallback, delegateNone, delegateServed}
-
-func newDelegatedCounter() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kvmesh_route_delegated_total",
-		Help: "Requests for a model the ingress does not serve, handed to a member of the model's domain to route, by outcome: at the ingress delegated (the delegate answered), fallback (it refused the hop, was unreachable or failed before its first byte, so the ingress routed the request itself) or no_delegate (no live member to hand it to); at the delegate served.",
-	}, []string{"outcome"})
-	for _, o := range delegateOutcomes {
-		c.WithLabelValues(o)
-	}
-	return c
-}
 
 // delegates reports whether this node hands p's routing to a delegate: it serves none of p's
 // model (it is outside the model's domain, the one case where its view of the domain is
@@ -78,7 +58,7 @@ func (n *Node) pickDelegate(p *prepared) (name, addr string) {
 		if !m.Candidate || m.State.QUICAddr == "" {
 			continue
 		}
-		pe := peerOf(m)
+		pe := meshview.PeerOf(m)
 		pe.Ejected = n.eject.Ejected(now, m.Name)
 		peers = append(peers, pe)
 		addrs = append(addrs, m.State.QUICAddr)
@@ -117,7 +97,7 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 	p.req.MaxTokens = b.MaxTokens
 	name, addr := n.pickDelegate(p)
 	if name == "" {
-		n.m.delegated.WithLabelValues(delegateNone).Inc()
+		n.m.Delegated.WithLabelValues(metrics.DelegateNone).Inc()
 		return outcome{}, false
 	}
 	p.ttl = n.adm.TTL(p.adm)
@@ -139,15 +119,15 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 		// What ran the request failed before its first byte, as an owner's engine may: this
 		// node runs it again, as it would after a failed forward.
 		_ = resp.Body.Close()
-		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", resp.Headers[HeaderReason])
 		n.log.Debug("delegated request failed; routing it here", "id", p.req.ID, "delegate", name, "code", resp.Headers[HeaderReason])
 		n.fallBack(p, true)
 		return outcome{}, false
 	}
-	n.m.forwards.WithLabelValues("accepted").Inc()
+	n.m.Forwards.WithLabelValues("accepted").Inc()
 	forwardResult(span, "accepted", "")
-	n.m.delegated.WithLabelValues(delegateAnswered).Inc()
+	n.m.Delegated.WithLabelValues(metrics.DelegateAnswered).Inc()
 	if explain {
 		e := "delegate=" + name
 		if v := resp.Headers[HeaderExplain]; v != "" {
@@ -170,14 +150,14 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 	}
 	var ref *transport.Refusal
 	if errors.As(err, &ref) {
-		n.m.forwards.WithLabelValues("refused").Inc()
+		n.m.Forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
 		n.peerReached(name)
 		n.log.Debug("delegate refused; routing the request here", "id", p.req.ID, "delegate", name, "code", ref.Code)
 		n.fallBack(p, false)
 		return outcome{}, false
 	}
-	n.m.forwards.WithLabelValues("unreachable").Inc()
+	n.m.Forwards.WithLabelValues("unreachable").Inc()
 	forwardResult(span, "unreachable", "")
 	n.fallBack(p, true)
 	// Excluded from this node's routing of p when another member serves the model, as a
@@ -212,7 +192,7 @@ func failed(resp *transport.Response, p *prepared) bool {
 // then: like a rerun after a failed forward, it gets its first-token deadline afresh, once,
 // when that has passed.
 func (n *Node) fallBack(p *prepared, failure bool) {
-	n.m.delegated.WithLabelValues(delegateFallback).Inc()
+	n.m.Delegated.WithLabelValues(metrics.DelegateFallback).Inc()
 	if failure {
 		p.due, p.renewed = attempt.Renew(time.Now(), p.due, p.ttl, p.renewed)
 		return
@@ -232,6 +212,6 @@ func (n *Node) serveDelegated(ctx context.Context, h transport.Header, p *prepar
 	start := received.Add(-h.Waited)
 	fromHeader(p, h, received, start)
 	p.adm.QueueTTL = h.QueueTTL // the ingress's TTL, which this node's may only shorten
-	n.m.delegated.WithLabelValues(delegateServed).Inc()
+	n.m.Delegated.WithLabelValues(metrics.DelegateServed).Inc()
 	endOutcome(span, n.admitAndDispatch(ctx, transport.HTTPResponseWriter(fw), p, start, h.Delegate.Explain))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
 )
@@ -151,7 +152,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	// The body must be JSON whatever Content-Type says: curl -d sends form encoding by default.
 	body, oerr := n.readBody(r)
 	if oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(w, oerr, 0)
 	}
 	return n.ingestBody(ctx, w, r, ep, id, start, body)
@@ -171,7 +172,7 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		oerr = parseHeaders(r.Header, &p.adm, n.cfg.MaxAgentIDBytes)
 	}
 	if oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuse(oerr, 0)
 	}
 	if ic, ok := w.(inputCounter); ok {
@@ -186,17 +187,17 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	case on:
 		p.agentFinal = a.Agent != ""
 	case !ok:
-		n.m.decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
 		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
 			HeaderAgentFinal+" must be 1, true, 0 or false").WithParam(HeaderAgentFinal), 0)
 	}
 	if d := n.adm.Validate(*a); d.Refused() {
-		n.m.decisionOf(d)
+		n.m.DecisionOf(d)
 		return refuse(clientRefusal(p, d), 0)
 	}
 	tenant, d := n.adm.Identify(start, *a)
 	if d.Refused() {
-		n.m.decisionOf(d)
+		n.m.DecisionOf(d)
 		return refuse(refusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority = tenant, d.Priority
@@ -214,7 +215,7 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// kvmesh engine is an engine, not a mesh: like vLLM it queues whatever can ever run and
 		// refuses only what cannot (context, KV budget).
 		d := n.adm.Admit(start, *a, []admit.Option{n.planner.LocalOption(*a, n.selfPeer(p.req.Blocks), n.blockTokens())})
-		n.m.decisionOf(d)
+		n.m.DecisionOf(d)
 		if d.Refused() && d.Status == http.StatusBadRequest {
 			return refuse(clientRefusal(p, d), 0)
 		}
@@ -245,8 +246,8 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 	t := &ticket{}
 	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)
-	n.m.decisionOf(t.D)
-	n.m.classDecisions.WithLabelValues(admit.Class(p.adm.Priority), t.D.Action.String()).Inc()
+	n.m.DecisionOf(t.D)
+	n.m.ClassDecisions.WithLabelValues(admit.Class(p.adm.Priority), t.D.Action.String()).Inc()
 	for {
 		if t.D.Action == admit.Queue {
 			if res := n.wait(ctx, p, t); res.gone {
@@ -290,8 +291,8 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 // decide runs the planner for p: a new request when it is nil, else the queued item it; hold
 // is the room the blocked head of its pool waits for (nil: none). It never blocks.
 func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, claim *admit.Claim) {
-	n.buildView(&t.v, p.adm.Model, p.adm.Parent, p.req.Blocks, p.adm.Agent, rank{p.adm.Priority, p.adm.Arrived})
-	t.v.exclude(p.exclude)
+	n.buildView(&t.v, p.adm.Model, p.adm.Parent, p.req.Blocks, p.adm.Agent, meshview.Rank{Priority: p.adm.Priority, Arrived: p.adm.Arrived})
+	t.v.Exclude(p.exclude)
 	if it == nil {
 		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)
 	} else {
@@ -301,18 +302,18 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 		p.adm.OwnTTFT = t.D.OwnTTFT // the request's default TTFT target, fitted once to its size
 	}
 	if t.CarbonRouted {
-		n.m.carbonRouted.Inc()
+		n.m.CarbonRouted.Inc()
 	}
 	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) && !p.adapterRouted {
 		// Once a request, at its first accept: one its owners refuse comes back to the
 		// waiting room and is accepted again.
 		if r := t.Cands[t.D.Option].Terms.Residency; r != route.ResidencyNone {
-			n.m.adapterRouted.WithLabelValues(r.String()).Inc()
+			n.m.AdapterRouted.WithLabelValues(r.String()).Inc()
 			p.adapterRouted = true
 		}
 	}
 	if t.D.Code == CodeCarbonDeferred {
-		n.m.carbonDeferred.Inc()
+		n.m.CarbonDeferred.Inc()
 	}
 }
 
@@ -370,7 +371,7 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 }
 
 // candOf is c as the attempt planner sees it.
-func candOf(v *view, c *route.Candidate) attempt.Cand {
+func candOf(v *meshview.View, c *route.Candidate) attempt.Cand {
 	return attempt.Cand{Name: c.Name, Peer: c.Peer, Self: v.Peers[c.Peer].Self, Pair: c.Pair != nil}
 }
 
@@ -389,7 +390,7 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 	}
 	if t.SplitWhy != "" {
 		// Each candidate tried counts, as what it is: admission's choice, then fallbacks.
-		n.m.disagg.WithLabelValues(dispatchOutcome(&t.Plan, i)).Inc()
+		n.m.Disagg.WithLabelValues(dispatchOutcome(&t.Plan, i)).Inc()
 	}
 	defer n.planner.Release(&t.Plan)
 	switch s.Kind {
@@ -398,10 +399,10 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 		res.o, r = n.dispatchPair(ctx, w, p, t, c, start, res)
 		return r
 	case attempt.RunLocal:
-		n.m.forwards.WithLabelValues("local").Inc()
+		n.m.Forwards.WithLabelValues("local").Inc()
 		return n.runLocal(ctx, w, p, c.Name, start, res)
 	}
-	addr := t.v.quic[c.Peer]
+	addr := t.v.QUIC[c.Peer]
 	o, done := n.forward(ctx, w, p, c.Name, addr, start, res)
 	return n.afterForward(ctx, p, c.Name, addr, o, done, res)
 }

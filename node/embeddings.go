@@ -28,7 +28,7 @@ func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *h
 		oerr = n.clientKVTransfer(er.Extra)
 	}
 	if oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(w, oerr, 0)
 	}
 	q := &simpleRequest{ep: transport.EndpointEmbeddings, id: id, body: body,
@@ -62,7 +62,7 @@ func embeddingTokens(in *openai.EmbeddingInput) int {
 // serveEmbeddings runs an embeddings request on this node's engine: an external engine gets
 // the body as sent and its answer is relayed; the embedded engine computes them.
 func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *openai.EmbeddingsRequest, body []byte, id, origin string) outcome {
-	n.m.served.WithLabelValues(origin).Inc()
+	n.m.Served.WithLabelValues(origin).Inc()
 	if n.ext != nil {
 		return n.passToEngine(ctx, w, "/v1/embeddings", id, body, nil)
 	}

@@ -43,21 +43,21 @@ func (n *Node) handleSimple(ep transport.Endpoint, ingest func(context.Context, 
 	label := ep.String()
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		n.m.received.WithLabelValues(label).Inc()
-		n.m.inFlight.Inc()
-		defer n.m.inFlight.Dec()
+		n.m.Received.WithLabelValues(label).Inc()
+		n.m.InFlight.Inc()
+		defer n.m.InFlight.Dec()
 		id := newRequestID()
 		w.Header().Set(HeaderRequestID, id)
 		o := ingest(r.Context(), w, r, id, start)
 		switch {
 		case o.completed:
-			n.m.completed.WithLabelValues(label).Inc()
+			n.m.Completed.WithLabelValues(label).Inc()
 		case o.refused:
-			n.m.refused.WithLabelValues(metricCode(o.code)).Inc()
+			n.m.Refused.WithLabelValues(metricCode(o.code)).Inc()
 		default:
-			n.m.failed.WithLabelValues(metricCode(o.code)).Inc()
+			n.m.Failed.WithLabelValues(metricCode(o.code)).Inc()
 		}
-		n.m.e2e.Observe(time.Since(start).Seconds())
+		n.m.E2E.Observe(time.Since(start).Seconds())
 		if !o.completed {
 			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.code, "refused", o.refused)
 		}
@@ -88,18 +88,18 @@ func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequ
 	}
 	a := &q.adm
 	if oerr := parseHeaders(r.Header, a, n.cfg.MaxAgentIDBytes); oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuse(oerr, 0)
 	}
 	a.ID, a.Endpoint, a.Arrived, a.APIKey = q.id, q.ep.String(), start, bearer(r.Header)
 	if d := n.adm.Validate(*a); d.Refused() {
-		n.m.decisionOf(d)
+		n.m.DecisionOf(d)
 		return refuse(refusalOf(d), 0)
 	}
 	a.MaxTokens = output
 	tenant, d := n.adm.Identify(start, *a)
 	if d.Refused() {
-		n.m.decisionOf(d)
+		n.m.DecisionOf(d)
 		return refuse(refusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority, a.APIKey = tenant, d.Priority, ""
@@ -112,7 +112,7 @@ func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequ
 		// lowered to it with clamp_max_tokens, in the body the engine gets too.
 		bd := n.adm.Budget(*a)
 		if bd.Refused() {
-			n.m.decisionOf(bd)
+			n.m.DecisionOf(bd)
 			e := refusalOf(bd)
 			if e.Param == "max_tokens" {
 				e.Param, e.Message = "max_output_tokens", strings.Replace(e.Message, "max_tokens", "max_output_tokens", 1)
@@ -200,7 +200,7 @@ func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *sim
 			break
 		}
 		if c.self {
-			n.m.forwards.WithLabelValues("local").Inc()
+			n.m.Forwards.WithLabelValues("local").Inc()
 			return local(w, "local")
 		}
 		if o, done := n.forwardSimple(ctx, w, q, c, pinned, &last, &retry); done {
@@ -223,7 +223,7 @@ func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *sim
 // forwardSimple sends q to candidate c. done reports that the client got an answer.
 func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, c simpleCandidate, pinned bool, last *string, retry *time.Duration) (outcome, bool) {
 	if c.quic == "" {
-		n.m.forwards.WithLabelValues("no_address").Inc()
+		n.m.Forwards.WithLabelValues("no_address").Inc()
 		return outcome{}, false
 	}
 	h := transport.Header{
@@ -241,7 +241,7 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 	switch {
 	case err == nil:
 	case errors.As(err, &ref):
-		n.m.forwards.WithLabelValues("refused").Inc()
+		n.m.Forwards.WithLabelValues("refused").Inc()
 		n.log.Debug("owner refused", "id", q.id, "owner", c.name, "code", ref.Code)
 		*last, *retry = ref.Code, ref.RetryAfter
 		if pinned || ref.Status == http.StatusBadRequest {
@@ -251,7 +251,7 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 		}
 		return outcome{}, false
 	default:
-		n.m.forwards.WithLabelValues("unreachable").Inc()
+		n.m.Forwards.WithLabelValues("unreachable").Inc()
 		n.log.Info("owner unreachable", "id", q.id, "owner", c.name, "err", err)
 		if pinned {
 			return refuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity,
@@ -261,11 +261,11 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 	}
 	if resp.Status >= 500 && !pinned {
 		_ = resp.Body.Close()
-		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		*last = resp.Headers[HeaderReason]
 		return outcome{}, false
 	}
-	n.m.forwards.WithLabelValues("accepted").Inc()
+	n.m.Forwards.WithLabelValues("accepted").Inc()
 	return n.relaySimple(w, resp), true
 }
 

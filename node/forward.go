@@ -14,6 +14,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -84,7 +85,7 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 	ctx, span := n.startForward(ctx, owner, &h)
 	defer span.End()
 	if addr == "" {
-		n.m.forwards.WithLabelValues("no_address").Inc()
+		n.m.Forwards.WithLabelValues("no_address").Inc()
 		forwardResult(span, "no_address", "")
 		res.failCode = CodeOwnerUnreachable
 		return nil, outcome{}, false
@@ -100,14 +101,14 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		// The owner's engine gave no first token within the request's queue TTL: its
 		// deadline has passed everywhere, so the owner's answer is the client's. (An
 		// engine_timeout before the deadline, an external engine's own, is retried below.)
-		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", openai.CodeEngineTimeout)
 		return resp, outcome{}, false
 	}
 	if resp.Headers[HeaderReason] == CodeAdapterLoadFailed {
 		// The owner's engine could not load the request's adapter: every node loads it from
 		// the same source, so the owner's answer is the client's.
-		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", CodeAdapterLoadFailed)
 		return resp, outcome{}, false
 	}
@@ -116,7 +117,7 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		// (its side ended while this client waits: it is shutting down): another node may do
 		// better.
 		_ = resp.Body.Close()
-		n.m.forwards.WithLabelValues("owner_failed").Inc()
+		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		res.lastCode = resp.Headers[HeaderReason]
 		res.failCode = cmp.Or(res.lastCode, openai.CodeEngineError)
 		if res.lastCode == openai.CodeClientClosed {
@@ -133,7 +134,7 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		forwardResult(span, "refused", res.lastCode)
 		return nil, outcome{}, false
 	}
-	n.m.forwards.WithLabelValues("accepted").Inc()
+	n.m.Forwards.WithLabelValues("accepted").Inc()
 	forwardResult(span, "accepted", "")
 	return resp, outcome{}, false
 }
@@ -148,18 +149,18 @@ func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *prepa
 		// The owner does not take this node's certificate for its name (issued for another
 		// node, or before names were bound to certificates): no forward there can succeed, so
 		// it fails as a handshake would, and the peer leaves routing for a while.
-		n.m.forwards.WithLabelValues("refused").Inc()
+		n.m.Forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
 		res.lastCode, res.failCode = ref.Code, ref.Code
 		if d := n.eject.Failure(time.Now(), owner); d > 0 {
-			n.m.ejections.WithLabelValues(transport.FailTLS).Inc()
+			n.m.Ejections.WithLabelValues(transport.FailTLS).Inc()
 			n.log.Error("peer ejected from routing: it refuses this node's certificate for its name", "peer", owner, "addr", addr,
 				"for", d, "id", p.req.ID, "reason", ref.Message)
 		}
 		return outcome{}, false
 	case errors.As(err, &ref):
 		n.peerReached(owner)
-		n.m.forwards.WithLabelValues("refused").Inc()
+		n.m.Forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
 		n.log.Debug("owner refused", "id", p.req.ID, "owner", owner, "code", ref.Code)
 		res.lastCode = ref.Code
@@ -175,7 +176,7 @@ func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *prepa
 		}
 		return outcome{}, false
 	default:
-		n.m.forwards.WithLabelValues("unreachable").Inc()
+		n.m.Forwards.WithLabelValues("unreachable").Inc()
 		forwardResult(span, "unreachable", "")
 		res.failCode = CodeOwnerUnreachable
 		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
@@ -197,7 +198,7 @@ func (n *Node) peerFailed(id, peer, addr string, err error) {
 		return
 	}
 	reason := transport.FailureReason(err)
-	n.m.ejections.WithLabelValues(reason).Inc()
+	n.m.Ejections.WithLabelValues(reason).Inc()
 	n.log.Error("peer ejected from routing: forwards to it fail", "peer", peer, "addr", addr, "reason", reason, "for", d, "id", id, "err", err)
 }
 
@@ -237,7 +238,7 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 	cs.WriteHeader(resp.Status)
 	var first func() // a continuation's first bytes are not the request's first token
 	if p.origin == nil {
-		first = func() { n.m.ttft.Observe(time.Since(start).Seconds()) }
+		first = func() { n.m.TTFT.Observe(time.Since(start).Seconds()) }
 	}
 	switch err := cs.Pipe(resp.Body, first); {
 	case err == nil && cs.Done():
@@ -277,7 +278,7 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 	}
 	w.WriteHeader(resp.Status)
 	if resp.Status == http.StatusOK && p.origin == nil {
-		n.m.ttft.Observe(time.Since(start).Seconds())
+		n.m.TTFT.Observe(time.Since(start).Seconds())
 	}
 	if _, err := w.Write(body); err != nil {
 		return outcome{code: openai.CodeClientClosed}
@@ -346,7 +347,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	d := n.ownerDecision(now, p, h.Ingress)
-	n.m.decisionOf(d)
+	n.m.DecisionOf(d)
 	traceOwnerDecision(span, p, d)
 	if d.Refused() {
 		refuse(d.Status, d.Code, d.Message, d.RetryAfter)
@@ -416,7 +417,7 @@ func (n *Node) ownerDecision(now time.Time, p *prepared, ingress string) admit.D
 		_, known = g.Registry().Get(a.Agent)
 	}
 	self := n.selfPeer(p.req.Blocks)
-	self.KVBlocksUsed += n.claimedHere(rank{a.Priority, a.Arrived}, ingress)
+	self.KVBlocksUsed += n.claimedHere(meshview.Rank{Priority: a.Priority, Arrived: a.Arrived}, ingress)
 	self.AdapterLoad = n.adapterLoad(a.Model) // the load is a step before the first token
 	if p.req.Handover != nil {
 		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still

@@ -327,11 +327,11 @@ type outcome struct {
 func (n *Node) account(label string, o outcome) {
 	switch {
 	case o.completed:
-		n.m.completed.WithLabelValues(label).Inc()
+		n.m.Completed.WithLabelValues(label).Inc()
 	case o.refused:
-		n.m.refused.WithLabelValues(metricCode(o.code)).Inc()
+		n.m.Refused.WithLabelValues(metricCode(o.code)).Inc()
 	default:
-		n.m.failed.WithLabelValues(metricCode(o.code)).Inc()
+		n.m.Failed.WithLabelValues(metricCode(o.code)).Inc()
 	}
 }
 
@@ -370,9 +370,9 @@ func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
 func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		n.m.received.WithLabelValues(label).Inc()
-		n.m.inFlight.Inc()
-		defer n.m.inFlight.Dec()
+		n.m.Received.WithLabelValues(label).Inc()
+		n.m.InFlight.Inc()
+		defer n.m.InFlight.Dec()
 		id := newRequestID()
 		w.Header().Set(HeaderRequestID, id)
 		ctx, span := n.startRequest(r, label, id)
@@ -380,7 +380,7 @@ func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
 		o := ingest(ctx, w, r, id, start)
 		endOutcome(span, o)
 		n.account(label, o)
-		n.m.e2e.Observe(time.Since(start).Seconds())
+		n.m.E2E.Observe(time.Since(start).Seconds())
 		if !o.completed {
 			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.code, "refused", o.refused)
 		}

@@ -81,7 +81,7 @@ func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.R
 // text (vLLM's one token, which the proxy drops, is not drawn), finish_reason length, the
 // prompt's usage and kv_transfer_params naming the handover.
 func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http.Request, p *prepared) outcome {
-	n.m.served.WithLabelValues("local").Inc()
+	n.m.Served.WithLabelValues("local").Inc()
 	h, err := n.prefill(ctx, p)
 	if err != nil {
 		e := engineError(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -52,7 +53,8 @@ func (n *Node) buildMesh() error {
 	if n.planner, err = plan.New(pc, n.adm, policy, grid); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.reg.MustRegister(newStateCollector(n))
+	n.reg.MustRegister(metrics.NewStateCollector(metrics.StateSources{
+		Policy: n.planner.Policy(), Room: n.adm.Room(), Engine: n.eng, ConfigHash: n.configHash}))
 	if n.cfg.Standalone {
 		return nil
 	}

@@ -72,7 +72,7 @@ func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool
 		oerr = n.checkStopSequences(req)
 	}
 	if oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return nil, nil, refuseSimple(w, oerr, 0)
 	}
 	return req, anthropic.ToChat(req), outcome{}
@@ -123,7 +123,7 @@ func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *
 		}
 	}
 	if oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(aw, oerr, 0)
 	}
 	writeJSON(w, http.StatusOK, countTokens{InputTokens: p.adm.PromptTokens})

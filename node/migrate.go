@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -50,19 +51,6 @@ import (
 // migrates as for an owner that died. Before the client's response began, an engine's failure
 // is a failed attempt (the next candidate runs the request), wherever the engine is.
 
-// The outcomes of a migration, the values of kvmesh_migrations_total's label.
-const (
-	migrationCompleted = "completed" // the continuation ran to its end
-	migrationFailed    = "failed"    // the continuation began but did not end: an error, or its owner failed too
-	migrationRefused   = "refused"   // not moved: past the limit, not continuable, or no node took it
-)
-
-// The causes of a migration, the values of kvmesh_migrations_total's cause label.
-const (
-	causeOwner  = "owner"  // the owner node failed: its stream broke, or it closed it between two events
-	causeEngine = "engine" // an engine under a live node failed: this node's, or an owner's, which it reported
-)
-
 // errEngineFailed wraps the failure of this node's engine mid-response, a migration's cause.
 var errEngineFailed = errors.New("its engine failed")
 
@@ -70,9 +58,9 @@ var errEngineFailed = errors.New("its engine failed")
 // engine's failure in its stream's end (transport.ErrRemote).
 func causeOf(err error) string {
 	if errors.Is(err, errEngineFailed) || errors.Is(err, transport.ErrRemote) {
-		return causeEngine
+		return metrics.CauseEngine
 	}
-	return causeOwner
+	return metrics.CauseOwner
 }
 
 // migrate answers for p, whose owner failed (cause) before its response to the client ended:
@@ -117,7 +105,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		next, stuck = n.continuation(o, cs)
 	}
 	if stuck != "" {
-		n.m.migrated.WithLabelValues(migrationRefused, why).Inc()
+		n.m.Migrated.WithLabelValues(metrics.MigrationRefused, why).Inc()
 		n.log.Warn("owner failed mid-response; the request cannot move", "id", p.req.ID, "owner", owner, "cause", why,
 			"err", cause, "why", stuck)
 		return fail("")
@@ -142,14 +130,14 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		// next write): uncounted, as a move never begun for a departed client.
 		return outcome{code: res.code}
 	}
-	label := migrationFailed
+	label := metrics.MigrationFailed
 	switch {
 	case res.completed && o.migrations == k:
-		label = migrationCompleted
+		label = metrics.MigrationCompleted
 	case res.refused && o.migrations == k:
-		label = migrationRefused
+		label = metrics.MigrationRefused
 	}
-	n.m.migrated.WithLabelValues(label, why).Inc()
+	n.m.Migrated.WithLabelValues(label, why).Inc()
 	switch {
 	case res.completed || cs == nil:
 		return res // a whole response's refusal or failure went to the client as it is

@@ -35,6 +35,8 @@ import (
 	"github.com/kvmesh/kvmesh/node/grid"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/lora"
+	"github.com/kvmesh/kvmesh/node/meshview"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -45,7 +47,7 @@ type Node struct {
 	cfg   Config
 	log   *slog.Logger
 	reg   *prometheus.Registry
-	m     *metrics
+	m     *metrics.Metrics
 	eng   engine.Engine
 	sim   *sim.Sim            // the embedded engine, when it is the engine
 	ext   *external.Engine    // the external engine, when it is the engine
@@ -63,6 +65,7 @@ type Node struct {
 	tp            *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
 	g       *gossip.Gossip
+	mesh    meshview.Mesh // the mesh as routing and the API read it; set by New
 	tr      *transport.Transport
 	planner *plan.Planner
 	eject   *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
@@ -134,12 +137,12 @@ func New(cfg Config) (*Node, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.Admit.WithDefaults().SLO), tok: newTokenCalibration(),
+	n := &Node{cfg: cfg, log: log, reg: reg, m: metrics.New(reg, cfg.Admit.WithDefaults().SLO, Version), tok: newTokenCalibration(),
 		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.FileSum()}
 	hash := cmp.Or(cfg.FileSum(), noConfigFile)
 	n.inForce.Store(&hash)
 	n.requests, n.endRequests = context.WithCancelCause(context.Background())
-	n.m.reloaded.SetToCurrentTime()
+	n.m.Reloaded.SetToCurrentTime()
 	n.am = newAdapterMetrics(reg)
 	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
@@ -149,6 +152,7 @@ func New(cfg Config) (*Node, error) {
 		closeEngine(n.eng)
 		return nil, err
 	}
+	n.mesh = n.meshView()
 	if err := n.buildConsole(); err != nil {
 		closeEngine(n.eng)
 		return nil, err

@@ -14,6 +14,8 @@ import (
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
+	"github.com/kvmesh/kvmesh/node/meshview"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -51,27 +53,6 @@ const (
 	CodeDecodeFailed = attempt.CodeDecodeFailed
 )
 
-// Outcomes of kvmesh_route_disaggregated_total: the dispatch's choice in a mesh with prefill
-// or decode nodes, then what became of each split request's halves.
-const (
-	disaggSplit          = "split"                // dispatched on a pair
-	disaggWholeShort     = "whole_short"          // whole: the uncached prompt fits one step's chunk
-	disaggWholeLink      = "whole_link"           // whole: the transfer costs over half the prefill it moves
-	disaggWholeMixed     = "whole_mixed"          // whole: a mixed node is as fast and keeps its TPOT
-	disaggWholeNoPair    = "whole_no_pair"        // whole on a mixed node: no pair, or admission passed over the rule's pair or decode node
-	disaggDecodeShort    = "whole_decode_short"   // whole on a decode node: the uncached prompt fits one step's chunk
-	disaggPrefillBehind  = "whole_prefill_behind" // whole on a decode node: the prefill pool misses the TTFT target
-	disaggHandover       = "handover"             // a prefill node handed the prompt's KV over
-	disaggPrefillRetried = "prefill_retried"      // a prefill node refused or failed; another was tried
-	disaggPrefillFailed  = "prefill_failed"       // no prefill node handed over: whole candidates, the room or a 502
-	disaggDecodeRetried  = "decode_retried"       // a decode node refused or failed before its first byte; another was tried
-	disaggHandoverQueued = "handover_queued"      // every decode node refused the handover: it waited for decode room
-	disaggDecodeFailed   = "decode_failed"        // no decode node took the handover: the request ended with an error
-)
-
-var disaggOutcomes = []string{disaggSplit, disaggWholeShort, disaggWholeLink, disaggWholeMixed, disaggWholeNoPair,
-	disaggDecodeShort, disaggPrefillBehind, disaggHandover, disaggPrefillRetried, disaggPrefillFailed, disaggDecodeRetried, disaggHandoverQueued, disaggDecodeFailed}
-
 // dispatchOutcome is the kvmesh_route_disaggregated_total outcome of dispatching candidate i
 // of pl (admission's choice, pl.D.Option, or a fallback after it) in a mesh with prefill or
 // decode nodes: split on a pair; whole on the decode node the split rule chose, for its
@@ -82,9 +63,9 @@ func dispatchOutcome(pl *plan.Plan, i int) string {
 	c := &pl.Cands[i]
 	switch {
 	case c.Pair != nil:
-		return disaggSplit
+		return metrics.DisaggSplit
 	case route.RunsLocal(pl.SplitWhy) && (len(pl.Search.Local) == 0 || c.Name != pl.Search.Local[0].Name):
-		return disaggWholeNoPair
+		return metrics.DisaggWholeNoPair
 	}
 	return wholeOutcome(pl.SplitWhy)
 }
@@ -95,17 +76,17 @@ func dispatchOutcome(pl *plan.Plan, i int) string {
 func wholeOutcome(why string) string {
 	switch why {
 	case route.WholeShort:
-		return disaggWholeShort
+		return metrics.DisaggWholeShort
 	case route.WholeLink:
-		return disaggWholeLink
+		return metrics.DisaggWholeLink
 	case route.WholeMixedFast:
-		return disaggWholeMixed
+		return metrics.DisaggWholeMixed
 	case route.WholeDecodeShort:
-		return disaggDecodeShort
+		return metrics.DisaggDecodeShort
 	case route.WholePrefillBehind:
-		return disaggPrefillBehind
+		return metrics.DisaggPrefillBehind
 	}
-	return disaggWholeNoPair
+	return metrics.DisaggWholeNoPair
 }
 
 // splits reports whether this node's engine can run either half of a split request: the
@@ -183,7 +164,7 @@ func (n *Node) prefill(ctx context.Context, p *prepared) (*engine.Handover, erro
 // servePrefill answers a forwarded prefill half: the handover of p's prompt, or the engine's
 // error as serveLocal would answer it.
 func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepared) outcome {
-	n.m.served.WithLabelValues("peer").Inc()
+	n.m.Served.WithLabelValues("peer").Inc()
 	h, err := n.prefill(ctx, p)
 	var body []byte
 	if err == nil {
@@ -209,7 +190,7 @@ func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepa
 // decodePeers is every other peer of v that can decode model and is not in have: a waiting
 // handover is offered to any decode node that has room by now, the ones the search left out
 // as busy, or as having refused lately, included.
-func decodePeers(v *view, model, from string, have []attempt.Cand) []attempt.Cand {
+func decodePeers(v *meshview.View, model, from string, have []attempt.Cand) []attempt.Cand {
 	var more []attempt.Cand
 	for i := range v.Peers {
 		q := &v.Peers[i]
@@ -249,11 +230,11 @@ const maxHandoverAnswer = transport.MaxHandoverParams + 64
 // prefillOn runs p's prefill half on candidate q (this node or a peer) and returns its
 // handover; nil when q refused or the attempt failed (res.failCode), done when the client was
 // answered (the owner found the request itself invalid).
-func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared, q attempt.Cand, v *view, res *dispatchResult) (*engine.Handover, outcome, bool) {
+func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared, q attempt.Cand, v *meshview.View, res *dispatchResult) (*engine.Handover, outcome, bool) {
 	res.failCode = ""
 	if q.Self {
-		n.m.forwards.WithLabelValues("local").Inc()
-		n.m.served.WithLabelValues("local").Inc()
+		n.m.Forwards.WithLabelValues("local").Inc()
+		n.m.Served.WithLabelValues("local").Inc()
 		h, err := n.prefill(ctx, p)
 		if err == nil {
 			return h, outcome{}, false
@@ -268,7 +249,7 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 		res.lastCode, res.failCode = e.Code, e.Code
 		return nil, outcome{}, false
 	}
-	resp, o, done := n.send(ctx, w, p, q.Name, v.quic[q.Peer], true, res)
+	resp, o, done := n.send(ctx, w, p, q.Name, v.QUIC[q.Peer], true, res)
 	if resp == nil {
 		return nil, o, done
 	}
@@ -333,7 +314,7 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 		}
 		return o, ran
 	}
-	n.m.disagg.WithLabelValues(disaggPrefillFailed).Inc()
+	n.m.Disagg.WithLabelValues(metrics.DisaggPrefillFailed).Inc()
 	n.log.Debug("no prefill node handed over", "id", p.req.ID, "tries", pf.Tries(), "code", s.Code)
 	if s.Kind == attempt.Fail {
 		return outcome{}, attempt.Result{Outcome: attempt.Failed, Code: s.Code}
@@ -349,7 +330,7 @@ func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *prepar
 		r.Outcome = attempt.BudgetSpent
 	default:
 		if s.Rerun {
-			n.m.disagg.WithLabelValues(disaggPrefillRetried).Inc()
+			n.m.Disagg.WithLabelValues(metrics.DisaggPrefillRetried).Inc()
 			n.renewDue(p)
 		}
 		var done bool
@@ -376,7 +357,7 @@ func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *prepar
 // handover waits for decode room until the request's deadline (handoverDeadline), else the
 // request ends with an explicit error. The client is answered.
 func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, pr *route.Pair, from string, h *engine.Handover, start time.Time, res *dispatchResult) outcome {
-	n.m.disagg.WithLabelValues(disaggHandover).Inc()
+	n.m.Disagg.WithLabelValues(metrics.DisaggHandover).Inc()
 	p.req.Handover = h
 	// The client's response names the prefill node from here on, whichever decode node
 	// answers (an owner's answer does not override it: ingressHeader). A request that falls
@@ -392,7 +373,7 @@ func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *pre
 		case attempt.RunDecode:
 			s = dec.Next(n.decodeStep(ctx, w, p, t, dec.Cands[s.Cand], s, start, res))
 		case attempt.Widen:
-			n.m.disagg.WithLabelValues(disaggHandoverQueued).Inc()
+			n.m.Disagg.WithLabelValues(metrics.DisaggHandoverQueued).Inc()
 			dec.Widen(decodePeers(&t.v, p.adm.Model, from, dec.Cands))
 			s = dec.Next(attempt.Result{Outcome: attempt.Widened})
 		case attempt.WaitDecodeRoom:
@@ -428,14 +409,14 @@ func waitRoom(ctx context.Context, d time.Duration) attempt.Result {
 // outcome is left in res.o.
 func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, d attempt.Cand, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
 	if s.Rerun {
-		n.m.disagg.WithLabelValues(disaggDecodeRetried).Inc()
+		n.m.Disagg.WithLabelValues(metrics.DisaggDecodeRetried).Inc()
 		n.renewDue(p)
 	}
 	n.planner.Handover(time.Now(), &t.Plan, d.Name)
 	if d.Self {
 		// As a whole local run (runLocal): the engine's failure mid-response moves the request
 		// on, and one before the first byte is the attempt's.
-		n.m.forwards.WithLabelValues("local").Inc()
+		n.m.Forwards.WithLabelValues("local").Inc()
 		w = n.clientStream(w, p, res)
 		p.moveBreak = true
 		o := n.serveLocal(ctx, w, p, start, "local")
@@ -444,7 +425,7 @@ func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepare
 		r.Late = o.code == openai.CodeEngineTimeout
 		return r
 	}
-	o, done := n.forward(ctx, w, p, d.Name, t.v.quic[d.Peer], start, res)
+	o, done := n.forward(ctx, w, p, d.Name, t.v.QUIC[d.Peer], start, res)
 	if done {
 		res.o = o
 		return attempt.Result{Outcome: attempt.Ran, Late: o.code == openai.CodeEngineTimeout}
@@ -460,7 +441,7 @@ func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepare
 
 // decodeFailed ends p, whose handover from no decode node took, with the planner's code.
 func (n *Node) decodeFailed(w http.ResponseWriter, p *prepared, dec *attempt.Decode, from string, start time.Time) outcome {
-	n.m.disagg.WithLabelValues(disaggDecodeFailed).Inc()
+	n.m.Disagg.WithLabelValues(metrics.DisaggDecodeFailed).Inc()
 	e := openai.NewError(http.StatusServiceUnavailable, CodeDecodeUnavailable,
 		fmt.Sprintf("the prompt was prefilled on node %s, but no decode node took its KV until the request's deadline (%d tries over %v; the last said %s)",
 			from, dec.Tries(), time.Since(start).Round(time.Millisecond), dec.Reason()))

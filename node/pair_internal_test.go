@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/metrics"
 )
 
 // TestDispatchOutcome pins kvmesh_route_disaggregated_total's outcome to the candidate
@@ -25,15 +26,15 @@ func TestDispatchOutcome(t *testing.T) {
 		chosen int
 		want   string
 	}{
-		{"the decode node the rule chose", route.WholeDecodeShort, []route.Candidate{d, pair, m}, local, 0, disaggDecodeShort},
-		{"the pair behind it", route.WholePrefillBehind, []route.Candidate{d, pair, m}, local, 1, disaggSplit},
-		{"a mixed node behind a short prompt's decode node", route.WholeDecodeShort, []route.Candidate{d, pair, m}, local, 2, disaggWholeNoPair},
-		{"a mixed node behind the prefill pool's decode node", route.WholePrefillBehind, []route.Candidate{d, m}, local, 1, disaggWholeNoPair},
-		{"a mixed node, the decode node shed", route.WholePrefillBehind, []route.Candidate{pair, m}, local, 1, disaggWholeNoPair},
-		{"the pair the rule chose", route.SplitFaster, []route.Candidate{pair, m}, route.PairSearch{}, 0, disaggSplit},
-		{"a mixed node behind the pair", route.SplitFaster, []route.Candidate{pair, m}, route.PairSearch{}, 1, disaggWholeNoPair},
-		{"a mixed node the rule chose", route.WholeShort, []route.Candidate{m, m2}, route.PairSearch{}, 0, disaggWholeShort},
-		{"the next mixed node", route.WholeMixedFast, []route.Candidate{m, m2}, route.PairSearch{}, 1, disaggWholeMixed},
+		{"the decode node the rule chose", route.WholeDecodeShort, []route.Candidate{d, pair, m}, local, 0, metrics.DisaggDecodeShort},
+		{"the pair behind it", route.WholePrefillBehind, []route.Candidate{d, pair, m}, local, 1, metrics.DisaggSplit},
+		{"a mixed node behind a short prompt's decode node", route.WholeDecodeShort, []route.Candidate{d, pair, m}, local, 2, metrics.DisaggWholeNoPair},
+		{"a mixed node behind the prefill pool's decode node", route.WholePrefillBehind, []route.Candidate{d, m}, local, 1, metrics.DisaggWholeNoPair},
+		{"a mixed node, the decode node shed", route.WholePrefillBehind, []route.Candidate{pair, m}, local, 1, metrics.DisaggWholeNoPair},
+		{"the pair the rule chose", route.SplitFaster, []route.Candidate{pair, m}, route.PairSearch{}, 0, metrics.DisaggSplit},
+		{"a mixed node behind the pair", route.SplitFaster, []route.Candidate{pair, m}, route.PairSearch{}, 1, metrics.DisaggWholeNoPair},
+		{"a mixed node the rule chose", route.WholeShort, []route.Candidate{m, m2}, route.PairSearch{}, 0, metrics.DisaggWholeShort},
+		{"the next mixed node", route.WholeMixedFast, []route.Candidate{m, m2}, route.PairSearch{}, 1, metrics.DisaggWholeMixed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,7 +57,7 @@ func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *ht
 		oerr = n.clientKVTransfer(rr.Extra)
 	}
 	if oerr != nil {
-		n.m.decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(w, oerr, 0)
 	}
 	// The input's shape is the engine's to read; its size is what the key is charged for.
@@ -104,7 +104,7 @@ func clipID(s string) string {
 // implements it. previous_response_id is restored to the engine's own id, and the id of the
 // response the engine makes is tagged with this node's on the way back.
 func (n *Node) serveResponses(ctx context.Context, w http.ResponseWriter, rr *openai.ResponsesRequest, body []byte, id, origin string) outcome {
-	n.m.served.WithLabelValues(origin).Inc()
+	n.m.Served.WithLabelValues(origin).Inc()
 	if n.ext == nil {
 		return refuseSimple(w, openai.NewError(http.StatusBadRequest, CodeUnsupportedEndpoint,
 			"the embedded engine does not implement the Responses API"), 0)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/node/attempt"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -13,20 +14,14 @@ import (
 // its owner: the QUIC handshake or the stream failed before any answer.
 const CodeOwnerUnreachable = "owner_unreachable"
 
-// Results of the retry budget (kvmesh_forward_retries_total's label).
-const (
-	retryAllowed   = "allowed"
-	retryExhausted = "budget_exhausted"
-)
-
 // allowRetry asks the retry budget whether p may be forwarded to owner after a failed
 // attempt, and counts the answer.
 func (n *Node) allowRetry(p *prepared, owner string) bool {
 	if n.retries.Retry(time.Now()) {
-		n.m.retries.WithLabelValues(retryAllowed).Inc()
+		n.m.Retries.WithLabelValues(metrics.RetryAllowed).Inc()
 		return true
 	}
-	n.m.retries.WithLabelValues(retryExhausted).Inc()
+	n.m.Retries.WithLabelValues(metrics.RetryExhausted).Inc()
 	n.log.Debug("retry budget exhausted: the request ends with its failure", "id", p.req.ID, "next", owner)
 	return false
 }
@@ -49,7 +44,7 @@ func (n *Node) endFailed(w http.ResponseWriter, f *attempt.Failures) dispatchRes
 // it), and the dispatch moves on to the next candidate, or the request back to the waiting
 // room, as for any refusal.
 func (n *Node) ownerBusy(p *prepared, owner string, h map[string]string, res *dispatchResult) {
-	n.m.forwards.WithLabelValues("refused").Inc()
+	n.m.Forwards.WithLabelValues("refused").Inc()
 	n.engineBusy(p, owner, h[HeaderReason], res)
 }
 

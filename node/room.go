@@ -49,10 +49,10 @@ func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
 		if !errors.Is(err, admit.ErrQueueFull) {
 			t.D.Message = err.Error()
 		}
-		n.m.decisionOf(t.D)
+		n.m.DecisionOf(t.D)
 		return waitResult{}
 	}
-	n.m.queued.Inc()
+	n.m.Queued.Inc()
 	n.kickRoom()
 	// A step an agent window parked (let in, it waits here for KV room at its home) renews the
 	// home's lease on its agent each interval, or the home would give its slot away.
@@ -65,7 +65,7 @@ func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
 	for {
 		select {
 		case <-wt.ready:
-			n.m.queueTime.Observe(time.Since(now).Seconds())
+			n.m.QueueTime.Observe(time.Since(now).Seconds())
 			return waitResult{}
 		case <-renew:
 			n.renewLease(ctx, p)
@@ -85,7 +85,7 @@ func (n *Node) settle(it *admit.Item, d admit.Decision) {
 	wt := it.Value.(*waiter)
 	d.Role = it.Role
 	wt.t.D = d
-	n.m.decisionOf(d)
+	n.m.DecisionOf(d)
 	close(wt.ready)
 }
 
@@ -140,9 +140,9 @@ func (n *Node) runRoom(ctx context.Context) {
 			}
 			delete(heads, it)
 			wt := it.Value.(*waiter)
-			n.m.decisionOf(wt.t.D)
+			n.m.DecisionOf(wt.t.D)
 			if wt.backfilled && wt.t.D.Action == admit.Accept {
-				n.m.backfilled.Inc()
+				n.m.Backfilled.Inc()
 			}
 			close(wt.ready)
 		}

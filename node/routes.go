@@ -136,7 +136,7 @@ func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (outcome, bo
 		return outcome{}, true
 	}
 	e := errInvalidKey()
-	n.m.decision(admit.LayerIdentity, admit.Refuse, e.Code)
+	n.m.Decision(admit.LayerIdentity, admit.Refuse, e.Code)
 	writeRefusal(w, e, 0)
 	return outcome{code: e.Code, refused: true}, false
 }

@@ -23,7 +23,7 @@ import (
 // engine failure, before the first token or mid-response, is left unwritten (outcome.broke)
 // for the caller to move the request elsewhere.
 func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) outcome {
-	n.m.served.WithLabelValues(origin).Inc()
+	n.m.Served.WithLabelValues(origin).Inc()
 	st, err := n.generate(ctx, p)
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
@@ -50,7 +50,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	}
 	firstAt := time.Now()
 	if origin == "local" && p.origin == nil { // a continuation's first token is not the request's
-		n.m.ttft.Observe(firstAt.Sub(start).Seconds())
+		n.m.TTFT.Observe(firstAt.Sub(start).Seconds())
 	}
 	n.inFlightTokens.Add(int64(p.req.MaxTokens))
 	defer n.inFlightTokens.Add(-int64(p.req.MaxTokens))
@@ -97,13 +97,13 @@ func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 	var tpot time.Duration
 	if u.CompletionTokens > 1 {
 		tpot = end.Sub(firstAt) / time.Duration(u.CompletionTokens-1)
-		n.m.tpot.Observe(tpot.Seconds())
+		n.m.TPOT.Observe(tpot.Seconds())
 	}
 	ttftSLO, tpotSLO := n.adm.SLOFor(p.adm)
 	class := admit.Class(p.adm.Priority)
-	n.m.sloFinished.WithLabelValues(class).Inc()
+	n.m.SLOFinished.WithLabelValues(class).Inc()
 	if (ttftSLO == 0 || ttft <= ttftSLO) && (tpotSLO == 0 || tpot <= tpotSLO) {
-		n.m.sloMet.WithLabelValues(class).Inc()
+		n.m.SLOMet.WithLabelValues(class).Inc()
 	}
 }
 

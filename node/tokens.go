@@ -3,7 +3,6 @@ package node
 import (
 	"math"
 
-	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 )
@@ -25,26 +24,9 @@ func (n *Node) promptTokens(model string, promptBytes int) int {
 // model's other nodes publish (gossip ModelInfo.BytesPerToken), so a request's count reads a
 // map instead of walking the members.
 func (n *Node) updateMeshTokens() {
-	if n.g == nil {
-		return
+	if mean := n.mesh.BytesPerToken(); mean != nil {
+		n.meshTok.Store(&mean)
 	}
-	sum, k := map[string]float64{}, map[string]int{}
-	for _, m := range n.g.Members() {
-		if m.Self || m.Liveness != gossip.LivenessAlive {
-			continue
-		}
-		for _, mi := range m.State.Models {
-			if mi.BytesPerToken > 0 {
-				sum[mi.Name] += mi.BytesPerToken
-				k[mi.Name]++
-			}
-		}
-	}
-	mean := make(map[string]float64, len(sum))
-	for model, s := range sum {
-		mean[model] = s / float64(k[model])
-	}
-	n.meshTok.Store(&mean)
 }
 
 // newTokenCalibration is the node's per-model bytes-per-token figure, at its defaults.
@@ -68,6 +50,6 @@ func (n *Node) learnTokens(p *prepared, u *engine.Usage) {
 		return
 	}
 	if f, ok := n.tok.Observe(p.adm.Model, len(p.req.Prompt), u.PromptTokens); ok {
-		n.m.bytesPerToken.WithLabelValues(p.adm.Model).Set(f)
+		n.m.BytesPerToken.WithLabelValues(p.adm.Model).Set(f)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package meshview
 
 import (
 	"fmt"
@@ -10,26 +10,26 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 )
 
-// recordNotRouted are the fields of a member and its record that peerOf does not map into
+// recordNotRouted are the fields of a member and its record that PeerOf does not map into
 // route.Peer, each with what reads it instead. A field of gossip.Member or gossip.State that is
 // neither mapped nor listed here fails TestPeerOfMapsEveryField: a new signal is routed by
-// mapping it in peerOf, or said here not to be.
+// mapping it in PeerOf, or said here not to be.
 var recordNotRouted = map[string]string{
 	"Member.Addr":                  "the gossip address: membership only",
-	"Member.Liveness":              "buildView takes candidates (Member.Candidate) and stale members only",
-	"Member.Updated":               "route.Policy.Observe, the record's time (buildView)",
-	"Member.Candidate":             "buildView's choice of members",
-	"Member.PrefixBlocks":          "the whole index's count: buildView sets route.Peer.PrefixBlocks from the request's own match",
+	"Member.Liveness":              "Mesh.AddPeers takes candidates (Member.Candidate) and stale members only",
+	"Member.Updated":               "route.Policy.Observe, the record's time (Mesh.AddPeers)",
+	"Member.Candidate":             "Mesh.AddPeers's choice of members",
+	"Member.PrefixBlocks":          "the whole index's count: Mesh.AddPeers sets route.Peer.PrefixBlocks from the request's own match",
 	"Member.Incarnation":           "GET /v1/mesh/peers",
 	"State.Name":                   "Member.Name, which gossip takes from it",
 	"State.HTTPAddr":               "GET /v1/mesh/peers and the dashboard",
-	"State.QUICAddr":               "buildView: where to forward (view.quic)",
-	"State.Models[].ContextTokens": "admission's context check (meshModelInfo)",
+	"State.QUICAddr":               "Mesh.AddPeers: where to forward (View.QUIC)",
+	"State.Models[].ContextTokens": "admission's context check (Mesh.Served)",
 	"State.Models[].BytesPerToken": "the token estimate of a request for the model (kvindex calibration)",
-	"State.Adapters[].Parent":      "admission's context check (meshModelInfo) and GET /v1/models",
+	"State.Adapters[].Parent":      "admission's context check (Mesh.Served) and GET /v1/models (Mesh.Models)",
 	"State.BlockTokens":            "the node's own block size; the mesh shares one (kvindex)",
 	"State.KeyUsage":               "admission's key rates across the mesh",
-	"State.Claims":                 "gossip.ClaimedAhead: KV room counted as used in buildView",
+	"State.Claims":                 "gossip.ClaimedAhead: KV room counted as used in Mesh.AddPeers",
 	"State.GPUName":                "GET /v1/mesh/peers",
 	"State.CarbonZone":             "GET /v1/mesh/peers",
 	"State.CarbonAgeSeconds":       "GET /v1/mesh/peers",
@@ -43,27 +43,27 @@ var recordNotRouted = map[string]string{
 // peerNotFromRecord are the fields of route.Peer that no field of the record sets, each with
 // what does.
 var peerNotFromRecord = map[string]string{
-	"Ejected":      "the node's ejector (view.add)",
-	"PrefixBlocks": "the request's own prefix match (buildView, selfPeer)",
-	"AdaptersCut":  "the length of State.Adapters, at gossip.MaxAdapters (peerOf)",
+	"Ejected":      "the node's ejector (View.AddMember)",
+	"PrefixBlocks": "the request's own prefix match (Mesh.AddPeers, Mesh.SelfPrefix)",
+	"AdaptersCut":  "the length of State.Adapters, at gossip.MaxAdapters (PeerOf)",
 	"AdapterLoad":  "the adapter source's load estimate (withSourceAdapter, ownerDecision)",
 }
 
-// baseMember is a member whose every field changes what peerOf returns when it changes: an
+// baseMember is a member whose every field changes what PeerOf returns when it changes: an
 // embedded engine (EngineKind decides WholeOnly), VRAM to spare, one model.
 func baseMember() gossip.Member {
 	return gossip.Member{Name: "n", State: gossip.State{EngineKind: "sim", VRAMTotalBytes: 80 << 30,
 		Models: []gossip.ModelInfo{{Name: "m"}}, Adapters: []gossip.Adapter{{Name: "a", Parent: "m"}}}}
 }
 
-// TestPeerOfMapsEveryField pins peerOf as the one mapping from a member's record to what
+// TestPeerOfMapsEveryField pins PeerOf as the one mapping from a member's record to what
 // routing reads: changing any field of gossip.Member or gossip.State (recursively, into a
 // slice's element) changes the route.Peer it returns, unless recordNotRouted names the field;
 // a named field changes nothing; and every field of route.Peer is set from the record or
 // named in peerNotFromRecord.
 func TestPeerOfMapsEveryField(t *testing.T) {
 	base := baseMember()
-	want := peerOf(&base)
+	want := PeerOf(&base)
 	set := map[string]bool{} // route.Peer fields some record field sets
 	seen := map[string]bool{}
 	var walk func(path string, v reflect.Value)
@@ -104,14 +104,14 @@ func TestPeerOfMapsEveryField(t *testing.T) {
 		_, other := peerNotFromRecord[f.Name]
 		switch {
 		case !set[f.Name] && !other:
-			t.Errorf("route.Peer.%s is set from no field of the record: map it in peerOf, or say in peerNotFromRecord what sets it", f.Name)
+			t.Errorf("route.Peer.%s is set from no field of the record: map it in PeerOf, or say in peerNotFromRecord what sets it", f.Name)
 		case set[f.Name] && other:
 			t.Errorf("route.Peer.%s is set from the record but listed in peerNotFromRecord", f.Name)
 		}
 	}
 }
 
-// check changes the field v of base (a path into it), calls peerOf, and records which fields
+// check changes the field v of base (a path into it), calls PeerOf, and records which fields
 // of the route.Peer differ from want; the field is restored after.
 func check(t *testing.T, path string, base *gossip.Member, v reflect.Value, want route.Peer, set map[string]bool) {
 	t.Helper()
@@ -121,7 +121,7 @@ func check(t *testing.T, path string, base *gossip.Member, v reflect.Value, want
 	if err := change(v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	got := peerOf(base)
+	got := PeerOf(base)
 	var changed []string
 	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := range gv.NumField() {
@@ -133,7 +133,7 @@ func check(t *testing.T, path string, base *gossip.Member, v reflect.Value, want
 	why, ignored := recordNotRouted[path]
 	switch {
 	case len(changed) == 0 && !ignored:
-		t.Errorf("%s is not routed: map it in peerOf, or say in recordNotRouted what reads it instead", path)
+		t.Errorf("%s is not routed: map it in PeerOf, or say in recordNotRouted what reads it instead", path)
 	case len(changed) > 0 && ignored:
 		t.Errorf("%s sets route.Peer %v but recordNotRouted says %q", path, changed, why)
 	}

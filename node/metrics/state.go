@@ -1,4 +1,4 @@
-package node
+package metrics
 
 import (
 	"strconv"
@@ -7,14 +7,24 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/engine"
 )
 
-// stateCollector exports, at scrape time, what the node's libraries count without metrics of
+// StateSources are what a StateCollector reads at each scrape. Each must stay valid for the
+// collector's life: the node builds them once, before it registers the collector.
+type StateSources struct {
+	Policy     route.Policy       // routing's filter drops (Counts)
+	Room       *admit.WaitingRoom // the waiting room's depth and token caps
+	Engine     interface{ State() engine.State }
+	ConfigHash func() string // the hash of the config file in force
+}
+
+// StateCollector exports, at scrape time, what the node's libraries count without metrics of
 // their own: routing's filter drops, the waiting room's depth per priority band, the engine's
 // token cap per pool, the engine's load as the node sees it (State), the same for the embedded
 // and an external engine, and the hash of the config file in force.
-type stateCollector struct {
-	n           *Node
+type StateCollector struct {
+	src         StateSources
 	filtered    *prometheus.Desc
 	queueDepth  *prometheus.Desc
 	queueTokens *prometheus.Desc
@@ -30,9 +40,10 @@ type stateCollector struct {
 // those of X-Kvmesh-Priority's names. A band of another value shows while it holds requests.
 var namedBands = []int{admit.PriorityHigh, admit.PriorityNormal, admit.PriorityLow}
 
-func newStateCollector(n *Node) *stateCollector {
-	return &stateCollector{
-		n: n,
+// NewStateCollector returns the collector of src.
+func NewStateCollector(src StateSources) *StateCollector {
+	return &StateCollector{
+		src: src,
 		filtered: prometheus.NewDesc("kvmesh_route_filtered_total",
 			"Candidate peers dropped by routing's filters, by reason.", []string{"reason"}, nil),
 		queueDepth: prometheus.NewDesc("kvmesh_admission_queue_requests",
@@ -55,20 +66,20 @@ func newStateCollector(n *Node) *stateCollector {
 	}
 }
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.filtered, c.queueDepth, c.queueTokens, c.queueCap, c.running, c.waiting, c.kvUse, c.hitRatio, c.configHash} {
 		ch <- d
 	}
 }
 
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for reason, v := range c.n.planner.Policy().Counts() {
+	for reason, v := range c.src.Policy.Counts() {
 		ch <- prometheus.MustNewConstMetric(c.filtered, prometheus.CounterValue, float64(v), route.Reason(reason).String())
 	}
-	room := c.n.adm.Room()
+	room := c.src.Room
 	for _, by := range []struct {
 		d *prometheus.Desc
 		m map[int]int
@@ -85,7 +96,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, pc := range room.PoolCaps() {
 		gauge(c.queueCap, float64(pc.Tokens), pc.Model, pc.Pool)
 	}
-	st := c.n.eng.State()
+	st := c.src.Engine.State()
 	kvUse := 0.0
 	if st.KVBlocksTotal > 0 {
 		kvUse = float64(st.KVBlocksUsed) / float64(st.KVBlocksTotal)
@@ -94,5 +105,5 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.waiting, float64(st.Waiting))
 	gauge(c.kvUse, kvUse)
 	gauge(c.hitRatio, st.HitRate)
-	ch <- prometheus.MustNewConstMetric(c.configHash, prometheus.GaugeValue, 1, c.n.configHash())
+	ch <- prometheus.MustNewConstMetric(c.configHash, prometheus.GaugeValue, 1, c.src.ConfigHash())
 }

@@ -1,4 +1,4 @@
-package node
+package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,8 +6,9 @@ import (
 	"github.com/kvmesh/kvmesh/node/agentgate"
 )
 
-// agentCollector exports the window's state at scrape time.
-type agentCollector struct {
+// AgentCollector exports the agent window's state at scrape time (kvmesh_agent_*): g's
+// registry and leases, seen from the home named home.
+type AgentCollector struct {
 	g                                           *agentgate.Gate
 	home                                        string
 	window, active, paused, waiting, agents     *prometheus.Desc
@@ -17,11 +18,12 @@ type agentCollector struct {
 	windowCap, footprint                        *prometheus.Desc
 }
 
-func newAgentCollector(g *agentgate.Gate, home string) *agentCollector {
+// NewAgentCollector returns the collector of g's window as the home named home.
+func NewAgentCollector(g *agentgate.Gate, home string) *AgentCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("kvmesh_agent_"+name, help, nil, nil)
 	}
-	return &agentCollector{
+	return &AgentCollector{
 		g:        g,
 		home:     home,
 		window:   d("window", "Agents this node's window lets be active at once."),
@@ -33,7 +35,7 @@ func newAgentCollector(g *agentgate.Gate, home string) *agentCollector {
 		resumes:  d("resumes_total", "Paused agents put back in the window."),
 		admitted: d("admitted_total", "Agents that entered the window for the first time."),
 		swept:    d("swept_total", "Agents removed after going silent past the idle timeout."),
-		finished: d("finished_total", "Agents whose last step ("+HeaderAgentFinal+") ended."),
+		finished: d("finished_total", "Agents whose last step (X-Kvmesh-Agent-Final) ended."),
 		released: d("released_total", "Agents let go because a peer registered them too and keeps them."),
 		abandoned: prometheus.NewDesc("kvmesh_agent_abandoned_total",
 			"Agents removed because the step held for them ended without running: given_up (its ingress said so) or lease (its ingress stopped renewing the hold).",
@@ -48,14 +50,14 @@ func newAgentCollector(g *agentgate.Gate, home string) *agentCollector {
 	}
 }
 
-func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *AgentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.window, c.active, c.paused, c.waiting, c.agents, c.pauses, c.resumes,
 		c.admitted, c.swept, c.finished, c.released, c.abandoned, c.kvUse, c.kvNext, c.hitRate, c.avoided, c.recomputed, c.windowCap, c.footprint} {
 		ch <- d
 	}
 }
 
-func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *AgentCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.Registry().Stats()
 	u, next, h, wcap := 0.0, 0.0, 0.0, 0.0
 	for _, hs := range s.Homes {

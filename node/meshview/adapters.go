@@ -1,4 +1,4 @@
-package node
+package meshview
 
 import (
 	"cmp"
@@ -11,12 +11,12 @@ import (
 // LoRA adapters in the node's record: the adapters its engine serves (engine.Model with a
 // Parent) travel in State.Adapters, not State.Models, with whether each holds a GPU slot, and
 // the engine's slots. A request naming an adapter is valid at any ingress that sees a node
-// serving it (meshModelInfo), runs on such a node (peerOf lists the adapter among the node's
-// models), and GET /v1/models lists it with its parent (meshModels).
+// serving it (meshModelInfo), runs on such a node (PeerOf lists the adapter among the node's
+// models), and GET /v1/models lists it with its parent (Mesh.Models).
 
-// fillAdapters sets s's adapters from the engine's models and adapter state: those of a base
+// FillAdapters sets s's adapters from the engine's models and adapter state: those of a base
 // model in s.Models, resident first, then by name, at most gossip.MaxAdapters; and the slots.
-func fillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState, loaded []string) {
+func FillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState, loaded []string) {
 	for _, m := range models {
 		if m.Parent == "" || !slices.ContainsFunc(s.Models, func(mi gossip.ModelInfo) bool { return mi.Name == m.Parent }) {
 			continue
@@ -41,9 +41,9 @@ func fillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState,
 	}
 }
 
-// adapterOf returns the adapter name a node's record s lists as a model: its parent and the
+// AdapterOf returns the adapter name a node's record s lists as a model: its parent and the
 // parent's context.
-func adapterOf(s *gossip.State, name string) (engine.Model, bool) {
+func AdapterOf(s *gossip.State, name string) (engine.Model, bool) {
 	i := slices.IndexFunc(s.Adapters, func(a gossip.Adapter) bool { return a.Name == name })
 	if i < 0 {
 		return engine.Model{}, false
