@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/lora"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -215,11 +216,11 @@ func (n *Node) adapterLoad(model string) time.Duration {
 
 // acquireAdapter loads p's adapter if it is one of the source the engine does not hold, and
 // holds it until release.
-func (n *Node) acquireAdapter(ctx context.Context, p *prepared) (release func(), err error) {
+func (n *Node) acquireAdapter(ctx context.Context, p *journey.Request) (release func(), err error) {
 	if n.loader == nil {
 		return func() {}, nil
 	}
-	release, err = n.loader.Acquire(ctx, p.req.Model)
+	release, err = n.loader.Acquire(ctx, p.Req.Model)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

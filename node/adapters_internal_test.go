@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 )
 
 // TestAdapterRoutedCountedOnce pins that kvmesh_route_adapter_requests_total counts a request
@@ -26,7 +27,7 @@ func TestAdapterRoutedCountedOnce(t *testing.T) {
 	if oerr != nil {
 		t.Fatal(oerr)
 	}
-	var tk ticket
+	var tk journey.Ticket
 	for i := range 3 {
 		n.decide(time.Now(), p, &tk, nil, nil)
 		if tk.D.Action != admit.Accept {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -26,10 +27,10 @@ const headerAgentState = "X-Kvmesh-Agent-State"
 
 // renewAtHome renews the lease of p's parked step at its peer home and returns the agent's
 // state there, after waiting up to wait (at the home) for the agent to be let into the window.
-func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration) (agent.State, error) {
+func (n *Node) renewAtHome(ctx context.Context, p *journey.Request, wait time.Duration) (agent.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+n.cfg.AgentInterval)
 	defer cancel()
-	resp, err := n.tr.Forward(ctx, p.parked.addr, n.leaseHeader(p, transport.KindAgentRenew, wait), nil)
+	resp, err := n.tr.Forward(ctx, p.Parked.Addr, n.leaseHeader(p, transport.KindAgentRenew, wait), nil)
 	if err != nil {
 		return agent.Absent, err
 	}
@@ -38,23 +39,23 @@ func (n *Node) renewAtHome(ctx context.Context, p *prepared, wait time.Duration)
 }
 
 // leaseHeader is the forward header of an agent-lease message about p's step.
-func (n *Node) leaseHeader(p *prepared, kind transport.Kind, wait time.Duration) transport.Header {
-	return transport.Header{Kind: kind, RequestID: p.req.ID, Hops: 1, Priority: p.adm.Priority, Tenant: p.adm.Tenant,
-		AgentID: p.adm.Agent, Ingress: n.cfg.Name, RenewWait: wait}
+func (n *Node) leaseHeader(p *journey.Request, kind transport.Kind, wait time.Duration) transport.Header {
+	return transport.Header{Kind: kind, RequestID: p.Req.ID, Hops: 1, Priority: p.Adm.Priority, Tenant: p.Adm.Tenant,
+		AgentID: p.Adm.Agent, Ingress: n.cfg.Name, RenewWait: wait}
 }
 
 // renewLease renews the home's lease on the agent of p's step while the step waits in this
 // node's waiting room (let into the window, it waits for KV room there; or its home was not
 // reachable): the home must keep the agent's place, or the slot it was let into, for it.
-func (n *Node) renewLease(ctx context.Context, p *prepared) {
+func (n *Node) renewLease(ctx context.Context, p *journey.Request) {
 	g := n.agents
 	switch {
-	case g == nil || p.parked.home == "":
-	case p.parked.home == n.cfg.Name:
-		g.Renew(time.Now(), p.adm.Agent)
+	case g == nil || p.Parked.Home == "":
+	case p.Parked.Home == n.cfg.Name:
+		g.Renew(time.Now(), p.Adm.Agent)
 	default:
 		if _, err := n.renewAtHome(ctx, p, 0); err != nil {
-			n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
+			n.log.Debug("agent lease", "agent", p.Adm.Agent, "home", p.Parked.Home, "err", err)
 		}
 	}
 }
@@ -62,19 +63,19 @@ func (n *Node) renewLease(ctx context.Context, p *prepared) {
 // giveUpAgent tells the home whose window parked p's step, if any, that the step ended
 // without running, so its agent does not keep its place in the queue, or a slot it was let
 // into for this step, until the lease runs out.
-func (n *Node) giveUpAgent(p *prepared) {
-	g, at := n.agents, p.parked
-	p.parked = parking{}
+func (n *Node) giveUpAgent(p *journey.Request) {
+	g, at := n.agents, p.Parked
+	p.Parked = journey.Parking{}
 	switch {
-	case g == nil || at.home == "":
-	case at.home == n.cfg.Name:
-		g.GiveUp(time.Now(), p, p.adm.Agent)
+	case g == nil || at.Home == "":
+	case at.Home == n.cfg.Name:
+		g.GiveUp(time.Now(), p, p.Adm.Agent)
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
 		defer cancel()
-		resp, err := n.tr.Forward(ctx, at.addr, n.leaseHeader(p, transport.KindAgentGiveUp, 0), nil)
+		resp, err := n.tr.Forward(ctx, at.Addr, n.leaseHeader(p, transport.KindAgentGiveUp, 0), nil)
 		if err != nil {
-			n.log.Debug("agent give-up", "agent", p.adm.Agent, "home", at.home, "err", err)
+			n.log.Debug("agent give-up", "agent", p.Adm.Agent, "home", at.Home, "err", err)
 			return // the home's lease runs out instead
 		}
 		_ = resp.Body.Close()

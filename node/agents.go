@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/nodeconfig"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -30,14 +31,6 @@ const DefaultAgentInterval = nodeconfig.DefaultAgentInterval
 // step is done, so its window slot goes to the next agent at once instead of after the idle
 // timeout.
 const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
-
-// parking is the home whose agent window parked a step, kept by the ingress while the step
-// waits, so that it renews the home's lease on the agent's place and tells the home when it
-// gives the step up. The zero value: no window parked the step.
-type parking struct {
-	home string // the home's node name
-	addr string // its QUIC address; unused when the home is this node
-}
 
 // buildAgents sets up agent admission when cfg.Agents is set. It does no I/O.
 func (n *Node) buildAgents() error {
@@ -68,15 +61,15 @@ func (n *Node) buildAgents() error {
 // agentStep is what the local serving path does with an agent step: run it (serveLocal with
 // the window's bookkeeping around it) or, when the agent is outside the window, report parked
 // so the caller answers "wait". Requests without an agent, or with agent admission off, run.
-func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) (outcome, bool) {
+func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) (journey.Outcome, bool) {
 	g := n.agents
-	if g == nil || p.adm.Agent == "" {
+	if g == nil || p.Adm.Agent == "" {
 		return n.serveLocal(ctx, w, p, start, origin), true
 	}
-	id := p.adm.Agent
-	run, err := g.Arrive(time.Now(), p, id, p.adm.PromptTokens, origin == "local")
+	id := p.Adm.Agent
+	run, err := g.Arrive(time.Now(), p, id, p.Adm.PromptTokens, origin == "local")
 	if !run {
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	o := n.serveLocal(ctx, w, p, start, origin)
 	if err != nil {
@@ -86,29 +79,29 @@ func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared
 	}
 	// The client said this was the agent's last step (agentFinal), whatever its outcome: the
 	// slot and the KV the window kept for it go to the next agent now.
-	g.Ran(time.Now(), p, id, err == nil, p.agentFinal, p.req.Blocks)
+	g.Ran(time.Now(), p, id, err == nil, p.AgentFinal, p.Req.Blocks)
 	return o, true
 }
 
 // observeAgent records a completed step's cache outcome (called from finished, before the
 // step's StepDone) for the recompute-avoided count, and its final context length.
-func (n *Node) observeAgent(p *prepared, u *engine.Usage) {
+func (n *Node) observeAgent(p *journey.Request, u *engine.Usage) {
 	g := n.agents
-	if g == nil || p.adm.Agent == "" || n.cfg.Standalone {
+	if g == nil || p.Adm.Agent == "" || n.cfg.Standalone {
 		return // Standalone serves without the window (no agentStep to collect the context)
 	}
-	g.Observe(p, p.adm.Agent, u.CachedTokens, u.PromptTokens, u.CompletionTokens)
+	g.Observe(p, p.Adm.Agent, u.CachedTokens, u.PromptTokens, u.CompletionTokens)
 }
 
 // agentRefused handles a dispatch attempt the agent window of peer (at addr) turned down: the
 // step must wait, at the same home, so dispatch must not try other candidates. It reports
 // whether it was such a refusal.
-func (n *Node) agentRefused(p *prepared, peer, addr string, res *dispatchResult) bool {
-	if n.agents == nil || p.adm.Agent == "" || res.lastCode != CodeAgentPaused {
+func (n *Node) agentRefused(p *journey.Request, peer, addr string, res *journey.Result) bool {
+	if n.agents == nil || p.Adm.Agent == "" || res.LastCode != CodeAgentPaused {
 		return false
 	}
-	res.requeue = true
-	p.parked = parking{home: peer, addr: addr}
+	res.Requeue = true
+	p.Parked = journey.Parking{Home: peer, Addr: addr}
 	n.stick(p, peer) // the window and the prefix are there: the retry must go there too
 	return true
 }
@@ -119,9 +112,9 @@ func (n *Node) agentRefused(p *prepared, peer, addr string, res *dispatchResult)
 // client and reports done. The step waits here, not in the waiting room, so it cannot block
 // the requests queued behind it there, and it asks a peer home with renewals, which keep the
 // home's lease on the agent's place, rather than by sending the step again.
-func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket) (outcome, bool) {
+func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket) (journey.Outcome, bool) {
 	g := n.agents
-	expires := n.adm.Item(p.adm, t.D).Expires
+	expires := n.adm.Item(p.Adm, t.D).Expires
 	for {
 		id, wake, here := g.Parked(p)
 		in := true // the agent may be in the window, or gone from the registry: decide again
@@ -133,7 +126,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 			if err != nil {
 				// The home did not answer (unreachable, or too old to know the message): route
 				// the step again after an interval, which asks with the step itself.
-				n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
+				n.log.Debug("agent lease", "agent", p.Adm.Agent, "home", p.Parked.Home, "err", err)
 				n.pauseAgent(ctx, nil, expires)
 			}
 			in = err != nil || st == agent.Active || st == agent.Absent
@@ -142,7 +135,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		var giveUp *admit.Decision
 		switch {
 		case ctx.Err() != nil:
-			return outcome{code: openai.CodeClientClosed, refused: true}, true
+			return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}, true
 		case n.isDraining() || g.Stopped():
 			d := n.drainingRefusal()
 			giveUp = &d
@@ -153,7 +146,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		if giveUp != nil {
 			n.m.DecisionOf(*giveUp)
 			writeRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
-			return outcome{code: giveUp.Code, refused: true}, true
+			return journey.Outcome{Code: giveUp.Code, Refused: true}, true
 		}
 		if !in {
 			continue
@@ -165,10 +158,10 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepare
 		}
 		// The window wait is admission's own doing, bounded by the queue TTL: the step's TTFT
 		// SLO counts from here, so the checks ahead do not refuse it for time spent parked.
-		p.adm.SLOStart = now
+		p.Adm.SLOStart = now
 		n.decide(now, p, t, nil, nil)
 		n.m.DecisionOf(t.D)
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/console"
+	"github.com/kvmesh/kvmesh/node/journey"
 )
 
 // buildConsole makes the console unless Config.NoConsole turns it off.
@@ -56,7 +57,7 @@ func (n *Node) consoleKey(h http.Handler) http.Handler {
 }
 
 // explained keeps the explanation of p's verdict t for the console.
-func (n *Node) explained(p *prepared, t *ticket) {
+func (n *Node) explained(p *journey.Request, t *journey.Ticket) {
 	if n.console == nil {
 		return
 	}
@@ -65,7 +66,7 @@ func (n *Node) explained(p *prepared, t *ticket) {
 	for i := range k {
 		cands[i] = consoleCandidate(&t.Cands[i])
 	}
-	e := console.Explanation{ID: p.req.ID, Time: time.Now(), Model: p.adm.Model, Class: admit.Class(p.adm.Priority),
+	e := console.Explanation{ID: p.Req.ID, Time: time.Now(), Model: p.Adm.Model, Class: admit.Class(p.Adm.Priority),
 		Action: t.D.Action.String(), Layer: t.D.Layer, Reason: t.D.Code, Candidates: cands[:k], Total: len(t.Cands)}
 	if !t.D.Refused() && t.D.Option >= 0 && t.D.Option < len(t.Cands) {
 		e.Chosen = t.Cands[t.D.Option].Name

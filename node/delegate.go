@@ -12,6 +12,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/attempt"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -35,11 +36,11 @@ import (
 // stale: see docs/design/routing.md#delegation), route.delegate is on, and p is a client's
 // request of the kvmesh policy that is no agent's step (an agent's home is known from every
 // record, and its window's protocol is the ingress's).
-func (n *Node) delegates(p *prepared) bool {
-	if n.g == nil || n.cfg.Policy != route.PolicyKvmesh || p.origin != nil || p.req.Resume != nil || p.adm.Agent != "" {
+func (n *Node) delegates(p *journey.Request) bool {
+	if n.g == nil || n.cfg.Policy != route.PolicyKvmesh || p.Origin != nil || p.Req.Resume != nil || p.Adm.Agent != "" {
 		return false
 	}
-	if _, ok := n.localModel(p.adm.Model); ok {
+	if _, ok := n.localModel(p.Adm.Model); ok {
 		return false
 	}
 	cfg := n.planner.Policy().Config()
@@ -48,8 +49,8 @@ func (n *Node) delegates(p *prepared) bool {
 
 // pickDelegate is p's delegate (route.Delegate over the live members serving its model) and
 // its QUIC address; "" for none.
-func (n *Node) pickDelegate(p *prepared) (name, addr string) {
-	members := n.g.MembersServing(nil, p.adm.Model)
+func (n *Node) pickDelegate(p *journey.Request) (name, addr string) {
+	members := n.g.MembersServing(nil, p.Adm.Model)
 	now := time.Now()
 	peers := make([]route.Peer, 0, len(members))
 	addrs := make([]string, 0, len(members))
@@ -63,8 +64,8 @@ func (n *Node) pickDelegate(p *prepared) (name, addr string) {
 		peers = append(peers, pe)
 		addrs = append(addrs, m.State.QUICAddr)
 	}
-	key := route.DelegateKey(p.req.Blocks, xxhash.Sum64(p.req.Prompt))
-	if i := route.Delegate(key, p.adm.Model, peers); i >= 0 {
+	key := route.DelegateKey(p.Req.Blocks, xxhash.Sum64(p.Req.Prompt))
+	if i := route.Delegate(key, p.Adm.Model, peers); i >= 0 {
 		return peers[i].Name, addrs[i]
 	}
 	return "", ""
@@ -84,33 +85,33 @@ func (n *Node) servedBesides(model, name string) bool {
 // the delegate's answer, whatever it is: the delegate judged the request with the domain's
 // knowledge. done reports that the client was answered (or left); otherwise this node routes
 // p itself.
-func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, explain bool) (o outcome, done bool) {
+func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, explain bool) (o journey.Outcome, done bool) {
 	if !n.delegates(p) {
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	// The output cap as admission's budget sets it, which a migration of the delegate's
 	// stream counts what is left from; a request over budget is refused here, precisely.
-	b := n.adm.Budget(p.adm)
+	b := n.adm.Budget(p.Adm)
 	if b.Refused() {
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
-	p.req.MaxTokens = b.MaxTokens
+	p.Req.MaxTokens = b.MaxTokens
 	name, addr := n.pickDelegate(p)
 	if name == "" {
 		n.m.Delegated.WithLabelValues(metrics.DelegateNone).Inc()
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
-	p.ttl = n.adm.TTL(p.adm)
-	p.due = start.Add(p.ttl)
+	p.TTL = n.adm.TTL(p.Adm)
+	p.Due = start.Add(p.TTL)
 	h := n.forwardHeader(p, false)
 	// The client's own targets, not this node's resolution of them: the delegate fits the
 	// class default to the request's size as its ingress would (admit.Request.OwnTTFT).
-	h.TTFTSLO, h.TPOTSLO = p.adm.TTFTSLO, p.adm.TPOTSLO
+	h.TTFTSLO, h.TPOTSLO = p.Adm.TTFTSLO, p.Adm.TPOTSLO
 	h.Delegate = &transport.Delegation{Explain: explain}
 	fctx, span := n.startForward(ctx, name, &h)
 	defer span.End()
 	n.forwardSent(name)
-	resp, err := n.tr.Forward(fctx, addr, h, p.req.Body)
+	resp, err := n.tr.Forward(fctx, addr, h, p.Req.Body)
 	if err != nil {
 		return n.notDelegated(ctx, p, name, addr, err, span)
 	}
@@ -121,9 +122,9 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 		_ = resp.Body.Close()
 		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", resp.Headers[HeaderReason])
-		n.log.Debug("delegated request failed; routing it here", "id", p.req.ID, "delegate", name, "code", resp.Headers[HeaderReason])
+		n.log.Debug("delegated request failed; routing it here", "id", p.Req.ID, "delegate", name, "code", resp.Headers[HeaderReason])
 		n.fallBack(p, true)
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	n.m.Forwards.WithLabelValues("accepted").Inc()
 	forwardResult(span, "accepted", "")
@@ -143,19 +144,19 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 
 // notDelegated sorts err, the failure of p's delegation to name at addr: the client left
 // (done), or the request falls back to this node's own routing.
-func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string, err error, span trace.Span) (outcome, bool) {
+func (n *Node) notDelegated(ctx context.Context, p *journey.Request, name, addr string, err error, span trace.Span) (journey.Outcome, bool) {
 	if ctx.Err() != nil {
 		forwardResult(span, "unreachable", openai.CodeClientClosed)
-		return outcome{code: openai.CodeClientClosed, refused: true}, true
+		return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}, true
 	}
 	var ref *transport.Refusal
 	if errors.As(err, &ref) {
 		n.m.Forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
 		n.peerReached(name)
-		n.log.Debug("delegate refused; routing the request here", "id", p.req.ID, "delegate", name, "code", ref.Code)
+		n.log.Debug("delegate refused; routing the request here", "id", p.Req.ID, "delegate", name, "code", ref.Code)
 		n.fallBack(p, false)
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	n.m.Forwards.WithLabelValues("unreachable").Inc()
 	forwardResult(span, "unreachable", "")
@@ -164,14 +165,14 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 	// failed owner is from a migration's: a second forward to it would cost another handshake
 	// timeout. The model's only member stays a candidate, so the request meets its failure
 	// (502 owner_unreachable) at once rather than waiting out its TTL for no candidate.
-	if n.servedBesides(p.adm.Model, name) {
-		p.exclude = append(p.exclude, name)
+	if n.servedBesides(p.Adm.Model, name) {
+		p.Exclude = append(p.Exclude, name)
 	}
 	if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) {
-		n.peerFailed(p.req.ID, name, addr, err)
+		n.peerFailed(p.Req.ID, name, addr, err)
 	}
-	n.log.Warn("delegate unreachable; routing the request here", "id", p.req.ID, "delegate", name, "err", err)
-	return outcome{}, false
+	n.log.Warn("delegate unreachable; routing the request here", "id", p.Req.ID, "delegate", name, "err", err)
+	return journey.Outcome{}, false
 }
 
 // failed reports whether resp, a delegate's answer to p, is a failure before the first byte
@@ -179,9 +180,9 @@ func (n *Node) notDelegated(ctx context.Context, p *prepared, name, addr string,
 // past p's deadline, which has passed everywhere and so is the client's answer. Any other
 // answer, a refusal by the delegate's admission included, is the client's: the delegate
 // judged the request with the domain's knowledge.
-func failed(resp *transport.Response, p *prepared) bool {
+func failed(resp *transport.Response, p *journey.Request) bool {
 	code := resp.Headers[HeaderReason]
-	if code == openai.CodeEngineTimeout && !time.Now().Before(p.due) {
+	if code == openai.CodeEngineTimeout && !time.Now().Before(p.Due) {
 		return false
 	}
 	return resp.Status >= 500 || code == openai.CodeClientClosed
@@ -191,27 +192,27 @@ func failed(resp *transport.Response, p *prepared) bool {
 // failure (rather than a refusal) the request may have run on the delegate's side until
 // then: like a rerun after a failed forward, it gets its first-token deadline afresh, once,
 // when that has passed.
-func (n *Node) fallBack(p *prepared, failure bool) {
+func (n *Node) fallBack(p *journey.Request, failure bool) {
 	n.m.Delegated.WithLabelValues(metrics.DelegateFallback).Inc()
 	if failure {
-		p.due, p.renewed = attempt.Renew(time.Now(), p.due, p.ttl, p.renewed)
+		p.Due, p.Renewed = attempt.Renew(time.Now(), p.Due, p.TTL, p.Renewed)
 		return
 	}
-	p.ttl, p.due = 0, time.Time{} // admitAndDispatch sets them
+	p.TTL, p.Due = 0, time.Time{} // admitAndDispatch sets them
 }
 
 // serveDelegated routes p, a request an ingress outside its model's domain handed here (h),
 // as this node's own ingress would: its admission and waiting room hold it, its routing
 // picks the owner, and the answer goes back to the ingress on fw. It never delegates again.
-func (n *Node) serveDelegated(ctx context.Context, h transport.Header, p *prepared, received time.Time, fw transport.ResponseWriter,
+func (n *Node) serveDelegated(ctx context.Context, h transport.Header, p *journey.Request, received time.Time, fw transport.ResponseWriter,
 	refuse func(status int, code, msg string, retry time.Duration), span trace.Span) {
-	if _, ok := n.localModel(p.adm.Model); !ok {
-		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+p.adm.Model, 0)
+	if _, ok := n.localModel(p.Adm.Model); !ok {
+		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+p.Adm.Model, 0)
 		return
 	}
 	start := received.Add(-h.Waited)
 	fromHeader(p, h, received, start)
-	p.adm.QueueTTL = h.QueueTTL // the ingress's TTL, which this node's may only shorten
+	p.Adm.QueueTTL = h.QueueTTL // the ingress's TTL, which this node's may only shorten
 	n.m.Delegated.WithLabelValues(metrics.DelegateServed).Inc()
 	endOutcome(span, n.admitAndDispatch(ctx, transport.HTTPResponseWriter(fw), p, start, h.Delegate.Explain))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
@@ -110,23 +111,23 @@ func refusalOf(d admit.Decision) *openai.Error {
 // max_tokens and the count of top log probabilities logprobs, whichever field set them
 // (max_completion_tokens, chat's top_logprobs); and a prompt that leaves no room for output is
 // the prompt's fault, not that of a max_tokens the client may never have sent.
-func clientRefusal(p *prepared, d admit.Decision) *openai.Error {
+func clientRefusal(p *journey.Request, d admit.Decision) *openai.Error {
 	e := refusalOf(d)
-	capField := cmp.Or(p.capField, "max_tokens")
+	capField := cmp.Or(p.CapField, "max_tokens")
 	rename := func(from, to string) {
 		if e.Param == from {
 			e.Param, e.Message = to, strings.Replace(e.Message, from, to, 1)
 		}
 	}
 	switch {
-	case d.Code == admit.CodeContextLengthExceeded && p.adm.MaxTokens == nil:
-		e.Param = promptField(p.endpoint)
+	case d.Code == admit.CodeContextLengthExceeded && p.Adm.MaxTokens == nil:
+		e.Param = promptField(p.Endpoint)
 		e.Message = fmt.Sprintf("this model's context is %d tokens and the prompt has %d: no room is left for output",
-			p.model.ContextTokens, p.adm.PromptTokens)
-	case d.Code == admit.CodeContextLengthExceeded && p.adm.PromptTokens >= p.model.ContextTokens:
+			p.Model.ContextTokens, p.Adm.PromptTokens)
+	case d.Code == admit.CodeContextLengthExceeded && p.Adm.PromptTokens >= p.Model.ContextTokens:
 		rename("max_tokens", capField)
-		e.Param = promptField(p.endpoint)
-	case p.endpoint == engine.Chat && d.Param == "logprobs":
+		e.Param = promptField(p.Endpoint)
+	case p.Endpoint == engine.Chat && d.Param == "logprobs":
 		rename("logprobs", "top_logprobs")
 	default:
 		rename("max_tokens", capField)
@@ -145,7 +146,7 @@ func promptField(ep engine.Endpoint) string {
 // ingest runs one client request through the pipeline of docs/design/admission.md:
 // authenticate, decode, validate, identity (the key's bucket), budget, route, admit, wait,
 // dispatch.
-func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) outcome {
+func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time) journey.Outcome {
 	if o, ok := n.authenticate(w, r); !ok {
 		return o
 	}
@@ -159,33 +160,33 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 }
 
 // ingestBody is ingest once the request's body is read (for the Messages API, translated).
-func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time, body []byte) outcome {
-	refuse := func(e *openai.Error, retry time.Duration) outcome {
+func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time, body []byte) journey.Outcome {
+	refuse := func(e *openai.Error, retry time.Duration) journey.Outcome {
 		writeRefusal(w, e, retry)
-		return outcome{code: e.Code, refused: true}
+		return journey.Outcome{Code: e.Code, Refused: true}
 	}
 	p, oerr := n.prepare(ep, id, body)
 	if oerr == nil {
-		oerr = n.clientKVTransfer(p.req.Extra)
+		oerr = n.clientKVTransfer(p.Req.Extra)
 	}
 	if oerr == nil {
-		oerr = parseHeaders(r.Header, &p.adm, n.cfg.MaxAgentIDBytes)
+		oerr = parseHeaders(r.Header, &p.Adm, n.cfg.MaxAgentIDBytes)
 	}
 	if oerr != nil {
 		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuse(oerr, 0)
 	}
 	if ic, ok := w.(inputCounter); ok {
-		ic.SetInputTokens(p.adm.PromptTokens)
+		ic.SetInputTokens(p.Adm.PromptTokens)
 	}
-	a := &p.adm
+	a := &p.Adm
 	a.Arrived, a.APIKey = start, bearer(r.Header)
 	if a.Agent == "" && n.cfg.AgentFromUser {
-		a.Agent = p.user
+		a.Agent = p.User
 	}
 	switch on, ok := flagHeader(r.Header.Get(HeaderAgentFinal)); {
 	case on:
-		p.agentFinal = a.Agent != ""
+		p.AgentFinal = a.Agent != ""
 	case !ok:
 		n.m.Decision(admit.LayerValidation, admit.Refuse, openai.CodeInvalidParameter)
 		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
@@ -204,7 +205,7 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if a.Agent != "" {
 		a.Agent = agent.Scoped(tenant, a.Agent) // the owner takes it as sent, already scoped
 	}
-	p.req.Priority = a.Priority
+	p.Req.Priority = a.Priority
 	if d.PriorityClamped {
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
 	}
@@ -214,12 +215,12 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if n.cfg.Standalone {
 		// kvmesh engine is an engine, not a mesh: like vLLM it queues whatever can ever run and
 		// refuses only what cannot (context, KV budget).
-		d := n.adm.Admit(start, *a, []admit.Option{n.planner.LocalOption(*a, n.selfPeer(p.req.Blocks), n.blockTokens())})
+		d := n.adm.Admit(start, *a, []admit.Option{n.planner.LocalOption(*a, n.selfPeer(p.Req.Blocks), n.blockTokens())})
 		n.m.DecisionOf(d)
 		if d.Refused() && d.Status == http.StatusBadRequest {
 			return refuse(clientRefusal(p, d), 0)
 		}
-		p.req.MaxTokens = d.MaxTokens
+		p.Req.MaxTokens = d.MaxTokens
 		return n.serveEngine(ctx, w, r, p, start)
 	}
 	if o, done := n.delegate(ctx, w, p, start, explain); done {
@@ -233,25 +234,25 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 // the first byte, the request goes back to the waiting room (keeping its arrival time, so its
 // TTL still bounds the whole wait), not to the client; when their attempts fail instead (an
 // owner unreachable, its engine failing), the request ends with a 502 (see failures).
-func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, explain bool) outcome {
+func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, explain bool) journey.Outcome {
 	// A step an agent window still holds when this returns ended without running.
 	defer n.giveUpAgent(p)
 	n.retries.Request(start)
 	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
 	// migration), wherever it waits.
-	if p.due.IsZero() { // set: a rerun after its delegate failed (delegate.go), renewed
-		p.ttl = n.adm.TTL(p.adm)
-		p.due = start.Add(p.ttl)
+	if p.Due.IsZero() { // set: a rerun after its delegate failed (delegate.go), renewed
+		p.TTL = n.adm.TTL(p.Adm)
+		p.Due = start.Add(p.TTL)
 	}
-	t := &ticket{}
+	t := &journey.Ticket{}
 	var f attempt.Failures
 	n.decide(start, p, t, nil, nil)
 	n.m.DecisionOf(t.D)
-	n.m.ClassDecisions.WithLabelValues(admit.Class(p.adm.Priority), t.D.Action.String()).Inc()
+	n.m.ClassDecisions.WithLabelValues(admit.Class(p.Adm.Priority), t.D.Action.String()).Inc()
 	for {
 		if t.D.Action == admit.Queue {
 			if res := n.wait(ctx, p, t); res.gone {
-				return outcome{code: openai.CodeClientClosed, refused: true}
+				return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}
 			}
 		}
 		traceDecision(ctx, p, t)
@@ -265,18 +266,18 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 				e.Message += " (candidates: " + route.Explain(t.Cands, 3) + ")"
 			}
 			writeRefusal(w, e, t.D.RetryAfter)
-			return outcome{code: e.Code, refused: true}
+			return journey.Outcome{Code: e.Code, Refused: true}
 		}
-		p.req.MaxTokens = t.D.MaxTokens
-		ttft, tpot := n.adm.SLOFor(p.adm)
+		p.Req.MaxTokens = t.D.MaxTokens
+		ttft, tpot := n.adm.SLOFor(p.Adm)
 		w.Header().Set(HeaderTTFTTarget, ttft.Round(time.Millisecond).String())
 		w.Header().Set(HeaderTPOTTarget, tpot.Round(time.Millisecond).String())
 		res := n.dispatch(ctx, w, p, t, start, &f)
-		if !res.requeue {
+		if !res.Requeue {
 			n.kickRoom()
-			return res.o
+			return res.Outcome
 		}
-		if res.lastCode == CodeAgentPaused && n.agents != nil {
+		if res.LastCode == CodeAgentPaused && n.agents != nil {
 			if o, done := n.awaitAgent(ctx, w, p, t); done {
 				return o
 			}
@@ -284,32 +285,32 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *p
 		}
 		// Every owner said no: wait for room like any queued request.
 		t.D = admit.Decision{Action: admit.Queue, Layer: admit.LayerQueue, Code: admit.CodeWaitKV, Option: -1,
-			Tenant: p.adm.Tenant, MaxTokens: t.D.MaxTokens, ExpectedTokens: t.D.ExpectedTokens, PrefillTokens: t.D.PrefillTokens}
+			Tenant: p.Adm.Tenant, MaxTokens: t.D.MaxTokens, ExpectedTokens: t.D.ExpectedTokens, PrefillTokens: t.D.PrefillTokens}
 	}
 }
 
 // decide runs the planner for p: a new request when it is nil, else the queued item it; hold
 // is the room the blocked head of its pool waits for (nil: none). It never blocks.
-func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, claim *admit.Claim) {
-	n.buildView(&t.v, p.adm.Model, p.adm.Parent, p.req.Blocks, p.adm.Agent, meshview.Rank{Priority: p.adm.Priority, Arrived: p.adm.Arrived})
-	t.v.Exclude(p.exclude)
+func (n *Node) decide(now time.Time, p *journey.Request, t *journey.Ticket, it *admit.Item, claim *admit.Claim) {
+	n.buildView(&t.View, p.Adm.Model, p.Adm.Parent, p.Req.Blocks, p.Adm.Agent, meshview.Rank{Priority: p.Adm.Priority, Arrived: p.Adm.Arrived})
+	t.View.Exclude(p.Exclude)
 	if it == nil {
-		n.planner.Ingress(now, p.adm, &t.v.View, &t.Plan)
+		n.planner.Ingress(now, p.Adm, &t.View.View, &t.Plan)
 	} else {
-		n.planner.Queued(now, it, claim, &t.v.View, &t.Plan)
+		n.planner.Queued(now, it, claim, &t.View.View, &t.Plan)
 	}
-	if p.adm.OwnTTFT == 0 {
-		p.adm.OwnTTFT = t.D.OwnTTFT // the request's default TTFT target, fitted once to its size
+	if p.Adm.OwnTTFT == 0 {
+		p.Adm.OwnTTFT = t.D.OwnTTFT // the request's default TTFT target, fitted once to its size
 	}
 	if t.CarbonRouted {
 		n.m.CarbonRouted.Inc()
 	}
-	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) && !p.adapterRouted {
+	if t.D.Action == admit.Accept && t.D.Option >= 0 && t.D.Option < len(t.Cands) && !p.AdapterRouted {
 		// Once a request, at its first accept: one its owners refuse comes back to the
 		// waiting room and is accepted again.
 		if r := t.Cands[t.D.Option].Terms.Residency; r != route.ResidencyNone {
 			n.m.AdapterRouted.WithLabelValues(r.String()).Inc()
-			p.adapterRouted = true
+			p.AdapterRouted = true
 		}
 	}
 	if t.D.Code == CodeCarbonDeferred {
@@ -317,35 +318,19 @@ func (n *Node) decide(now time.Time, p *prepared, t *ticket, it *admit.Item, cla
 	}
 }
 
-// dispatchResult is how a dispatch ended: an outcome written to the client, or (requeue) the
-// candidates refused before the first byte and nothing was written. While the dispatch runs
-// it is the executor's scratch: the last attempt's codes and the answer's outcome.
-type dispatchResult struct {
-	o        outcome
-	requeue  bool
-	lastCode string
-	// failCode is set by forward when its attempt failed rather than was refused: the owner
-	// unreachable (CodeOwnerUnreachable) or its engine's failure code.
-	failCode string
-	// broke is the failure of this node's engine mid-response (attempt.Broke), and cs the
-	// client's stream it broke.
-	broke *openai.Error
-	cs    *relay.Stream
-}
-
 // dispatch runs p on the candidates of t from the decision's choice on, as the attempt
 // planner (attempt.Whole) says: this node's engine, a peer over QUIC, or a pair. Nothing
 // reaches the client until some owner accepted. Failures, counted in f across dispatches,
 // end the request (endFailed); refusals send it back to the waiting room.
-func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, start time.Time, f *attempt.Failures) dispatchResult {
-	res := dispatchResult{requeue: true, lastCode: admit.CodeNoCapacity}
+func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, start time.Time, f *attempt.Failures) journey.Result {
+	res := journey.Result{Requeue: true, LastCode: admit.CodeNoCapacity}
 	// The planner sees the candidates it may try: from the decision's choice (first), at most
 	// ForwardAttempts of them; its index i is t.Cands[first+i].
 	first := t.D.Option
 	var buf [8]attempt.Cand
 	cands := buf[:0]
 	for i := first; i < len(t.Cands) && i-first < n.cfg.ForwardAttempts; i++ {
-		cands = append(cands, candOf(&t.v, &t.Cands[i]))
+		cands = append(cands, candOf(&t.View, &t.Cands[i]))
 	}
 	d := attempt.Whole{Cands: cands, Attempts: n.cfg.ForwardAttempts, F: f}
 	for s := d.Start(); ; s = d.Next(n.runAttempt(ctx, w, p, t, first+s.Cand, s, start, &res)) {
@@ -354,18 +339,18 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *prepared,
 			if s.Stick {
 				n.stick(p, cands[s.Cand].Name)
 			}
-			p.parked = parking{} // answered (it ran): no window keeps it parked any more
-			return dispatchResult{o: res.o}
+			p.Parked = journey.Parking{} // answered (it ran): no window keeps it parked any more
+			return journey.Result{Outcome: res.Outcome}
 		case attempt.Requeue:
 			return res
 		case attempt.Fail:
 			n.planner.Release(&t.Plan) // the decision's reservation, when its retry was refused
 			return n.endFailed(w, f)
 		case attempt.Gone:
-			return dispatchResult{o: outcome{code: openai.CodeClientClosed, refused: true}}
+			return journey.Result{Outcome: journey.Outcome{Code: openai.CodeClientClosed, Refused: true}}
 		case attempt.Migrate:
-			cause := fmt.Errorf("%w: %s", errEngineFailed, res.broke.Message)
-			return dispatchResult{o: n.migrate(ctx, res.cs, p, n.cfg.Name, cause)}
+			cause := fmt.Errorf("%w: %s", errEngineFailed, res.Broke.Message)
+			return journey.Result{Outcome: n.migrate(ctx, res.CS, p, n.cfg.Name, cause)}
 		}
 	}
 }
@@ -377,7 +362,7 @@ func candOf(v *meshview.View, c *route.Candidate) attempt.Cand {
 
 // runAttempt performs the attempt s of a dispatch (RunLocal, Forward or RunPair) on candidate
 // i of t and reports how it ended; an answer's outcome is left in res.o.
-func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, i int, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
+func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, i int, s attempt.Step, start time.Time, res *journey.Result) attempt.Result {
 	c := &t.Cands[i]
 	if s.Rerun {
 		n.renewDue(p)
@@ -386,7 +371,7 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 		return attempt.Result{Outcome: attempt.BudgetSpent}
 	}
 	if s.Reserve {
-		n.planner.Reserve(time.Now(), p.adm, &t.Plan, i)
+		n.planner.Reserve(time.Now(), p.Adm, &t.Plan, i)
 	}
 	if t.SplitWhy != "" {
 		// Each candidate tried counts, as what it is: admission's choice, then fallbacks.
@@ -396,13 +381,13 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 	switch s.Kind {
 	case attempt.RunPair:
 		var r attempt.Result
-		res.o, r = n.dispatchPair(ctx, w, p, t, c, start, res)
+		res.Outcome, r = n.dispatchPair(ctx, w, p, t, c, start, res)
 		return r
 	case attempt.RunLocal:
 		n.m.Forwards.WithLabelValues("local").Inc()
 		return n.runLocal(ctx, w, p, c.Name, start, res)
 	}
-	addr := t.v.QUIC[c.Peer]
+	addr := t.View.QUIC[c.Peer]
 	o, done := n.forward(ctx, w, p, c.Name, addr, start, res)
 	return n.afterForward(ctx, p, c.Name, addr, o, done, res)
 }
@@ -411,13 +396,13 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *prepare
 // failure is the planner's to hear, not the client's: before anything reached the client, the
 // attempt failed (the next candidate runs the request); after a stream began, it broke, the
 // client's stream kept in res.cs for the migration.
-func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared, name string, start time.Time, res *dispatchResult) attempt.Result {
+func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *journey.Request, name string, start time.Time, res *journey.Result) attempt.Result {
 	w = n.clientStream(w, p, res)
-	p.moveBreak = true
+	p.MoveBreak = true
 	o, ran := n.agentStep(ctx, w, p, start, "local")
-	p.moveBreak = false
+	p.MoveBreak = false
 	if !ran {
-		res.lastCode = CodeAgentPaused
+		res.LastCode = CodeAgentPaused
 		n.agentRefused(p, name, "", res)
 		return attempt.Result{Outcome: attempt.Paused}
 	}
@@ -427,61 +412,61 @@ func (n *Node) runLocal(ctx context.Context, w http.ResponseWriter, p *prepared,
 // localResult is how a run of p on this node's engine (named name) that ended with o went, for
 // the planner: answered, broke mid-response (res.broke), refused (the engine's 429), or failed
 // before the client's first byte.
-func (n *Node) localResult(p *prepared, name string, o outcome, res *dispatchResult) attempt.Result {
+func (n *Node) localResult(p *journey.Request, name string, o journey.Outcome, res *journey.Result) attempt.Result {
 	switch {
-	case o.broke == nil:
-		res.o = o
+	case o.Broke == nil:
+		res.Outcome = o
 		return attempt.Result{Outcome: attempt.Ran}
-	case o.begun:
-		res.broke = o.broke
+	case o.Begun:
+		res.Broke = o.Broke
 		return attempt.Result{Outcome: attempt.Broke}
-	case o.broke.Status == http.StatusTooManyRequests:
+	case o.Broke.Status == http.StatusTooManyRequests:
 		// This node's engine is overloaded by its own account: this node refused, as an owner
 		// whose engine answers a forward with 429 does.
-		n.engineBusy(p, name, o.code, res)
-		return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
+		n.engineBusy(p, name, o.Code, res)
+		return attempt.Result{Outcome: attempt.Refused, Reason: res.LastCode, Now: time.Now()}
 	}
-	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.req.ID,
-		"code", o.code, "err", o.broke.Message)
-	res.lastCode, res.failCode = o.code, o.code
-	return attempt.Result{Outcome: attempt.Failed, Code: o.code, Reason: o.code, Now: time.Now()}
+	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.Req.ID,
+		"code", o.Code, "err", o.Broke.Message)
+	res.LastCode, res.FailCode = o.Code, o.Code
+	return attempt.Result{Outcome: attempt.Failed, Code: o.Code, Reason: o.Code, Now: time.Now()}
 }
 
 // clientStream is the writer a local run of p answers on: for a stream, the client's stream
 // (a continuation's goes on in the client's), kept in res.cs for a migration should the
 // engine break mid-response.
-func (n *Node) clientStream(w http.ResponseWriter, p *prepared, res *dispatchResult) http.ResponseWriter {
-	if !p.stream {
+func (n *Node) clientStream(w http.ResponseWriter, p *journey.Request, res *journey.Result) http.ResponseWriter {
+	if !p.Stream {
 		return w
 	}
 	cs, ok := w.(*relay.Stream)
 	if !ok {
-		cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
+		cs = relay.New(w, p.Endpoint == engine.Chat, n.cfg.Migrations >= 0)
 	}
-	res.cs = cs
+	res.CS = cs
 	return cs
 }
 
 // afterForward is the result of a forward to owner at addr that answered the client (done, with
 // o) or not (res says why).
-func (n *Node) afterForward(ctx context.Context, p *prepared, owner, addr string, o outcome, done bool, res *dispatchResult) attempt.Result {
+func (n *Node) afterForward(ctx context.Context, p *journey.Request, owner, addr string, o journey.Outcome, done bool, res *journey.Result) attempt.Result {
 	switch {
 	case done:
 		// An owner whose queue starved the request is no home.
-		res.o = o
-		return attempt.Result{Outcome: attempt.Ran, Late: o.code == openai.CodeEngineTimeout}
+		res.Outcome = o
+		return attempt.Result{Outcome: attempt.Ran, Late: o.Code == openai.CodeEngineTimeout}
 	case n.agentRefused(p, owner, addr, res):
-		return attempt.Result{Outcome: attempt.Paused, Code: res.failCode}
+		return attempt.Result{Outcome: attempt.Paused, Code: res.FailCode}
 	case ctx.Err() != nil:
 		return attempt.Result{Outcome: attempt.ClientGone}
-	case res.failCode != "":
-		return attempt.Result{Outcome: attempt.Failed, Code: res.failCode, Reason: res.lastCode, Now: time.Now()}
+	case res.FailCode != "":
+		return attempt.Result{Outcome: attempt.Failed, Code: res.FailCode, Reason: res.LastCode, Now: time.Now()}
 	}
-	return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
+	return attempt.Result{Outcome: attempt.Refused, Reason: res.LastCode, Now: time.Now()}
 }
 
-func (n *Node) stick(p *prepared, peer string) {
-	if p.adm.Agent != "" {
-		n.planner.Policy().Stick(p.adm.Agent, peer)
+func (n *Node) stick(p *journey.Request, peer string) {
+	if p.Adm.Agent != "" {
+		n.planner.Policy().Stick(p.Adm.Agent, peer)
 	}
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 // ingestEmbeddings is POST /v1/embeddings at the ingress.
-func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 	body, oerr := n.readBody(r)
 	var er *openai.EmbeddingsRequest
 	if oerr == nil {
@@ -37,7 +38,7 @@ func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *h
 	if o := n.admitSimple(w, r, q, start, &zero); o != nil {
 		return *o
 	}
-	local := func(w http.ResponseWriter, origin string) outcome {
+	local := func(w http.ResponseWriter, origin string) journey.Outcome {
 		return n.serveEmbeddings(ctx, w, er, body, id, origin)
 	}
 	if n.cfg.Standalone {
@@ -61,7 +62,7 @@ func embeddingTokens(in *openai.EmbeddingInput) int {
 
 // serveEmbeddings runs an embeddings request on this node's engine: an external engine gets
 // the body as sent and its answer is relayed; the embedded engine computes them.
-func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *openai.EmbeddingsRequest, body []byte, id, origin string) outcome {
+func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *openai.EmbeddingsRequest, body []byte, id, origin string) journey.Outcome {
 	n.m.Served.WithLabelValues(origin).Inc()
 	if n.ext != nil {
 		return n.passToEngine(ctx, w, "/v1/embeddings", id, body, nil)
@@ -82,7 +83,7 @@ func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *o
 	resp := openai.Embeddings{Object: "list", Model: er.Model, Data: make([]openai.Embedding, len(er.Input.Texts))}
 	for i, text := range er.Input.Texts {
 		if ctx.Err() != nil {
-			return outcome{code: openai.CodeClientClosed}
+			return journey.Outcome{Code: openai.CodeClientClosed}
 		}
 		e := openai.Embedding{Object: "embedding", Index: i, Vector: sim.Embedding(er.Model, text, dims)}
 		if b64 {
@@ -94,7 +95,7 @@ func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *o
 	resp.Usage.TotalTokens = resp.Usage.PromptTokens
 	w.Header().Set(HeaderNode, n.cfg.Name)
 	writeJSON(w, http.StatusOK, resp)
-	return outcome{completed: true}
+	return journey.Outcome{Completed: true}
 }
 
 // base64Floats is OpenAI's base64 encoding of a vector: its float32s, little-endian.

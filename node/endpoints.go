@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine/external"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -39,7 +40,7 @@ const (
 
 // handleSimple counts and runs one request of a simple endpoint, as handleGenerate does a
 // generation.
-func (n *Node) handleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) outcome) http.HandlerFunc {
+func (n *Node) handleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome) http.HandlerFunc {
 	label := ep.String()
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -50,16 +51,16 @@ func (n *Node) handleSimple(ep transport.Endpoint, ingest func(context.Context, 
 		w.Header().Set(HeaderRequestID, id)
 		o := ingest(r.Context(), w, r, id, start)
 		switch {
-		case o.completed:
+		case o.Completed:
 			n.m.Completed.WithLabelValues(label).Inc()
-		case o.refused:
-			n.m.Refused.WithLabelValues(metricCode(o.code)).Inc()
+		case o.Refused:
+			n.m.Refused.WithLabelValues(metricCode(o.Code)).Inc()
 		default:
-			n.m.Failed.WithLabelValues(metricCode(o.code)).Inc()
+			n.m.Failed.WithLabelValues(metricCode(o.Code)).Inc()
 		}
 		n.m.E2E.Observe(time.Since(start).Seconds())
-		if !o.completed {
-			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.code, "refused", o.refused)
+		if !o.Completed {
+			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
 		}
 	}
 }
@@ -73,16 +74,16 @@ type simpleRequest struct {
 }
 
 // refuseSimple writes e and returns its outcome.
-func refuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) outcome {
+func refuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) journey.Outcome {
 	writeRefusal(w, e, retry)
-	return outcome{code: e.Code, refused: true}
+	return journey.Outcome{Code: e.Code, Refused: true}
 }
 
 // admitSimple runs validation (the X-Kvmesh-* headers, a model the mesh serves) and identity
 // (API key and its token bucket, charged the input's tokens and output, the default output
 // when output is nil) on q.
-func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *outcome {
-	refuse := func(e *openai.Error, retry time.Duration) *outcome {
+func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *journey.Outcome {
+	refuse := func(e *openai.Error, retry time.Duration) *journey.Outcome {
 		o := refuseSimple(w, e, retry)
 		return &o
 	}
@@ -193,7 +194,7 @@ func cmpFloat(a, b float64) int {
 // QUIC. An owner's refusal, an unreachable owner or a failed engine before any byte moves on
 // to the next candidate, up to ForwardAttempts; with pinned set (a response's owner) the
 // owner's answer, whatever it is, is the client's.
-func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, cands []simpleCandidate, pinned bool, local func(http.ResponseWriter, string) outcome) outcome {
+func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, cands []simpleCandidate, pinned bool, local func(http.ResponseWriter, string) journey.Outcome) journey.Outcome {
 	last, retry := admit.CodeNoCapacity, time.Duration(0)
 	for i, c := range cands {
 		if i >= n.cfg.ForwardAttempts {
@@ -207,7 +208,7 @@ func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *sim
 			return o
 		}
 		if ctx.Err() != nil {
-			return outcome{code: openai.CodeClientClosed, refused: true}
+			return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}
 		}
 	}
 	if retry == 0 {
@@ -221,10 +222,10 @@ func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *sim
 }
 
 // forwardSimple sends q to candidate c. done reports that the client got an answer.
-func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, c simpleCandidate, pinned bool, last *string, retry *time.Duration) (outcome, bool) {
+func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, c simpleCandidate, pinned bool, last *string, retry *time.Duration) (journey.Outcome, bool) {
 	if c.quic == "" {
 		n.m.Forwards.WithLabelValues("no_address").Inc()
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	h := transport.Header{
 		Kind:      transport.KindRequest,
@@ -249,7 +250,7 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 			// owner can run it.
 			return refuseSimple(w, openai.NewError(ref.Status, ref.Code, ref.Message), ref.RetryAfter), true
 		}
-		return outcome{}, false
+		return journey.Outcome{}, false
 	default:
 		n.m.Forwards.WithLabelValues("unreachable").Inc()
 		n.log.Info("owner unreachable", "id", q.id, "owner", c.name, "err", err)
@@ -257,20 +258,20 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 			return refuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity,
 				"node "+c.name+", which holds the previous response, cannot be reached"), n.planner.Config().RetryAfter), true
 		}
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	if resp.Status >= 500 && !pinned {
 		_ = resp.Body.Close()
 		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		*last = resp.Headers[HeaderReason]
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 	n.m.Forwards.WithLabelValues("accepted").Inc()
 	return n.relaySimple(w, resp), true
 }
 
 // relaySimple copies an owner's answer to the client as it arrives.
-func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) outcome {
+func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) journey.Outcome {
 	defer resp.Body.Close()
 	for k, v := range resp.Headers {
 		if !ingressHeader(k) {
@@ -284,20 +285,20 @@ func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) outc
 		nr, err := resp.Body.Read(buf)
 		if nr > 0 {
 			if _, werr := w.Write(buf[:nr]); werr != nil {
-				return outcome{code: openai.CodeClientClosed}
+				return journey.Outcome{Code: openai.CodeClientClosed}
 			}
 			_ = rc.Flush()
 		}
 		switch {
 		case err == io.EOF && resp.Status < 300:
-			return outcome{completed: true}
+			return journey.Outcome{Completed: true}
 		case err == io.EOF:
-			return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
+			return journey.Outcome{Code: resp.Headers[HeaderReason], Refused: resp.Status < 500}
 		case err != nil:
 			// The answer is cut short; the client sees a body that does not parse or a stream
 			// without its last event.
 			n.log.Info("owner failed mid-response", "err", err)
-			return outcome{code: openai.CodeEngineError}
+			return journey.Outcome{Code: openai.CodeEngineError}
 		}
 	}
 }
@@ -339,15 +340,15 @@ const maxEngineError = 64 << 10
 // X-Kvmesh-Reason), a 5xx, or a 401 or 403 (the engine wants credentials the node does not
 // send), as 502 engine_error. rewrite, if set, may transform a 2xx body on its way (see
 // responseIDs).
-func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id string, body []byte, rewrite func(body io.Reader, contentType string) io.Reader) outcome {
+func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id string, body []byte, rewrite func(body io.Reader, contentType string) io.Reader) journey.Outcome {
 	resp, err := n.ext.Post(ctx, path, id, body)
 	if err != nil {
 		if ctx.Err() != nil {
-			return outcome{code: openai.CodeClientClosed}
+			return journey.Outcome{Code: openai.CodeClientClosed}
 		}
 		e := openai.ErrEngine("engine failed before answering: " + err.Error())
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code}
+		return journey.Outcome{Code: e.Code}
 	}
 	defer resp.Body.Close()
 	var src io.Reader = resp.Body
@@ -357,7 +358,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 		ae := external.ErrorOf(resp.StatusCode, eb).APIError()
 		if ae.Status >= 500 {
 			writeRefusal(w, ae, 0)
-			return outcome{code: ae.Code}
+			return journey.Outcome{Code: ae.Code}
 		}
 		code = ae.Code
 		w.Header().Set(HeaderReason, code)
@@ -376,20 +377,20 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 		nr, err := src.Read(buf)
 		if nr > 0 {
 			if _, werr := w.Write(buf[:nr]); werr != nil {
-				return outcome{code: openai.CodeClientClosed}
+				return journey.Outcome{Code: openai.CodeClientClosed}
 			}
 			_ = rc.Flush()
 		}
 		switch {
 		case err == io.EOF && code == "":
-			return outcome{completed: true}
+			return journey.Outcome{Completed: true}
 		case err == io.EOF:
-			return outcome{code: code, refused: true}
+			return journey.Outcome{Code: code, Refused: true}
 		case err != nil:
 			n.log.Info("engine failed mid-answer", "id", id, "err", err)
 			e := n.drainCut(ctx)
 			if e == nil && ctx.Err() != nil {
-				return outcome{code: openai.CodeClientClosed}
+				return journey.Outcome{Code: openai.CodeClientClosed}
 			}
 			if e == nil {
 				e = openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the engine failed mid-answer: "+err.Error())
@@ -398,7 +399,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 				// A stream says it is cut short; a JSON body cut short does not parse.
 				_ = openai.NewSSEWriter(w).WriteError(e)
 			}
-			return outcome{code: e.Code}
+			return journey.Outcome{Code: e.Code}
 		}
 	}
 }

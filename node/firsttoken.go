@@ -7,6 +7,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
+	"github.com/kvmesh/kvmesh/node/journey"
 )
 
 // The first-token bound. A request has its first token (a prefill half on a prefill node: its
@@ -24,7 +25,7 @@ import (
 // generate runs p on the engine (traced) and bounds its wait for the first token by p.due
 // (firsttoken.Bound): past it, the engine's request is cancelled and Generate or Recv returns
 // a *firsttoken.Late. A request already past its deadline does not reach the engine.
-func (n *Node) generate(ctx context.Context, p *prepared) (engine.Stream, error) {
+func (n *Node) generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
 	release, err := n.acquireAdapter(ctx, p) // the step before the engine: its adapter loaded
 	if err != nil {
 		return nil, err
@@ -38,15 +39,15 @@ func (n *Node) generate(ctx context.Context, p *prepared) (engine.Stream, error)
 }
 
 // generateLoaded is generate once p's adapter is loaded.
-func (n *Node) generateLoaded(ctx context.Context, p *prepared) (engine.Stream, error) {
-	if p.due.IsZero() {
+func (n *Node) generateLoaded(ctx context.Context, p *journey.Request) (engine.Stream, error) {
+	if p.Due.IsZero() {
 		return n.traced(ctx, p)
 	}
-	late := &firsttoken.Late{TTL: p.ttl, Prefill: p.req.PrefillOnly}
+	late := &firsttoken.Late{TTL: p.TTL, Prefill: p.Req.PrefillOnly}
 	open := func(ctx context.Context) (engine.Stream, error) { return n.traced(ctx, p) }
-	return firsttoken.Bound(ctx, p.due, late, open, func() {
-		n.log.Info("no first token within the queue TTL: engine request cancelled", "id", p.req.ID, "ttl", p.ttl,
-			"prefill", p.req.PrefillOnly)
+	return firsttoken.Bound(ctx, p.Due, late, open, func() {
+		n.log.Info("no first token within the queue TTL: engine request cancelled", "id", p.Req.ID, "ttl", p.TTL,
+			"prefill", p.Req.PrefillOnly)
 	})
 }
 
@@ -54,6 +55,6 @@ func (n *Node) generateLoaded(ctx context.Context, p *prepared) (engine.Stream, 
 // once, when that attempt ended past its deadline (attempt.Renew): the failed owner's engine
 // had given the first token (else the owner would have ended the request with 504
 // engine_timeout), or the owner went silent.
-func (n *Node) renewDue(p *prepared) {
-	p.due, p.renewed = attempt.Renew(time.Now(), p.due, p.ttl, p.renewed)
+func (n *Node) renewDue(p *journey.Request) {
+	p.Due, p.Renewed = attempt.Renew(time.Now(), p.Due, p.TTL, p.Renewed)
 }

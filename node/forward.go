@@ -14,6 +14,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
@@ -29,7 +30,7 @@ const MaxHops = 1
 // forward sends p to owner, a candidate, at addr. done reports that the client got an answer (relayed
 // from the owner); otherwise the owner refused, or the attempt failed (res.failCode: the owner
 // could not be reached, or its engine failed, before any byte).
-func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, start time.Time, res *dispatchResult) (outcome, bool) {
+func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner, addr string, start time.Time, res *journey.Result) (journey.Outcome, bool) {
 	resp, o, done := n.send(ctx, w, p, owner, addr, false, res)
 	if resp == nil {
 		return o, done
@@ -37,40 +38,40 @@ func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *prepared, 
 	if n.g != nil && resp.Status == http.StatusOK {
 		// The owner now holds (or is computing) this prefix: the next turn of the session
 		// should follow before the owner's own summary arrives.
-		n.g.Index().AddSpeculative(owner, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+		n.g.Index().AddSpeculative(owner, p.Req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
 	}
 	return n.relay(ctx, w, resp, p, owner, start), true
 }
 
 // forwardHeader is the header of p's forward: prefill marks the prefill half of a split
 // request, and p.req.Handover, when set, makes it the decode half.
-func (n *Node) forwardHeader(p *prepared, prefill bool) transport.Header {
-	ttft, tpot := n.adm.SLOFor(p.adm)
-	clock := p.adm.SLOClock() // the arrival, or when the agent window let the step in
+func (n *Node) forwardHeader(p *journey.Request, prefill bool) transport.Header {
+	ttft, tpot := n.adm.SLOFor(p.Adm)
+	clock := p.Adm.SLOClock() // the arrival, or when the agent window let the step in
 	h := transport.Header{
-		RequestID: p.req.ID,
+		RequestID: p.Req.ID,
 		Hops:      1,
-		Priority:  p.adm.Priority,
-		Tenant:    p.adm.Tenant,
+		Priority:  p.Adm.Priority,
+		Tenant:    p.Adm.Tenant,
 		Deadline:  clock.Add(ttft),
-		AgentID:   p.adm.Agent,
-		Blocks:    p.req.Blocks,
+		AgentID:   p.Adm.Agent,
+		Blocks:    p.Req.Blocks,
 		Ingress:   n.cfg.Name,
 		Kind:      transport.KindRequest,
-		Endpoint:  endpointOf(p.endpoint),
+		Endpoint:  endpointOf(p.Endpoint),
 		// What the owner needs to judge the request's SLOs the way the ingress would.
 		Waited:     max(time.Since(clock), 0),
 		TTFTSLO:    ttft,
 		TPOTSLO:    tpot,
-		AgentFinal: p.agentFinal,
-		Resume:     resumeHeader(p.req.Resume),
+		AgentFinal: p.AgentFinal,
+		Resume:     resumeHeader(p.Req.Resume),
 		Prefill:    prefill,
-		Handover:   handoverHeader(p.req.Handover),
+		Handover:   handoverHeader(p.Req.Handover),
 	}
-	if !p.due.IsZero() {
+	if !p.Due.IsZero() {
 		// What is left of the queue TTL, relative so that the owner's clock need not agree;
 		// at least a nanosecond, which the owner finds past before asking its engine.
-		h.QueueTTL, h.QueueTTLLeft = p.ttl, min(max(time.Until(p.due), time.Nanosecond), p.ttl)
+		h.QueueTTL, h.QueueTTLLeft = p.TTL, min(max(time.Until(p.Due), time.Nanosecond), p.TTL)
 	}
 	return h
 }
@@ -79,38 +80,38 @@ func (n *Node) forwardHeader(p *prepared, prefill bool) transport.Header {
 // is the owner's response when it accepted; otherwise the owner refused, or the attempt failed
 // (res.failCode), and done reports that the client was answered (the request itself is
 // invalid, o says how).
-func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, prefill bool, res *dispatchResult) (resp *transport.Response, o outcome, done bool) {
-	res.failCode = ""
+func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner, addr string, prefill bool, res *journey.Result) (resp *transport.Response, o journey.Outcome, done bool) {
+	res.FailCode = ""
 	h := n.forwardHeader(p, prefill)
 	ctx, span := n.startForward(ctx, owner, &h)
 	defer span.End()
 	if addr == "" {
 		n.m.Forwards.WithLabelValues("no_address").Inc()
 		forwardResult(span, "no_address", "")
-		res.failCode = CodeOwnerUnreachable
-		return nil, outcome{}, false
+		res.FailCode = CodeOwnerUnreachable
+		return nil, journey.Outcome{}, false
 	}
 	n.forwardSent(owner)
-	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
+	resp, err := n.tr.Forward(ctx, addr, h, p.Req.Body)
 	if err != nil {
 		o, done := n.notForwarded(ctx, w, p, owner, addr, err, span, res)
 		return nil, o, done
 	}
 	n.peerReached(owner)
-	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout && !p.due.IsZero() && !time.Now().Before(p.due) {
+	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout && !p.Due.IsZero() && !time.Now().Before(p.Due) {
 		// The owner's engine gave no first token within the request's queue TTL: its
 		// deadline has passed everywhere, so the owner's answer is the client's. (An
 		// engine_timeout before the deadline, an external engine's own, is retried below.)
 		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", openai.CodeEngineTimeout)
-		return resp, outcome{}, false
+		return resp, journey.Outcome{}, false
 	}
 	if resp.Headers[HeaderReason] == CodeAdapterLoadFailed {
 		// The owner's engine could not load the request's adapter: every node loads it from
 		// the same source, so the owner's answer is the client's.
 		n.m.Forwards.WithLabelValues("owner_failed").Inc()
 		forwardResult(span, "owner_failed", CodeAdapterLoadFailed)
-		return resp, outcome{}, false
+		return resp, journey.Outcome{}, false
 	}
 	if resp.Status >= 500 || resp.Headers[HeaderReason] == openai.CodeClientClosed {
 		// The owner's engine failed before the first token, or the owner dropped the request
@@ -118,31 +119,31 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		// better.
 		_ = resp.Body.Close()
 		n.m.Forwards.WithLabelValues("owner_failed").Inc()
-		res.lastCode = resp.Headers[HeaderReason]
-		res.failCode = cmp.Or(res.lastCode, openai.CodeEngineError)
-		if res.lastCode == openai.CodeClientClosed {
-			res.failCode = CodeOwnerUnreachable
+		res.LastCode = resp.Headers[HeaderReason]
+		res.FailCode = cmp.Or(res.LastCode, openai.CodeEngineError)
+		if res.LastCode == openai.CodeClientClosed {
+			res.FailCode = CodeOwnerUnreachable
 		}
-		forwardResult(span, "owner_failed", res.lastCode)
-		return nil, outcome{}, false
+		forwardResult(span, "owner_failed", res.LastCode)
+		return nil, journey.Outcome{}, false
 	}
 	if resp.Status == http.StatusTooManyRequests {
 		// The owner's engine is overloaded by its own account (an external engine's 429): the
 		// owner refused, like its admission would have.
 		_ = resp.Body.Close()
 		n.ownerBusy(p, owner, resp.Headers, res)
-		forwardResult(span, "refused", res.lastCode)
-		return nil, outcome{}, false
+		forwardResult(span, "refused", res.LastCode)
+		return nil, journey.Outcome{}, false
 	}
 	n.m.Forwards.WithLabelValues("accepted").Inc()
 	forwardResult(span, "accepted", "")
-	return resp, outcome{}, false
+	return resp, journey.Outcome{}, false
 }
 
 // notForwarded sorts err, the failure of a forward of p to owner at addr: the owner refused
 // (res.lastCode), or the attempt failed (res.failCode); done reports that the client was
 // answered (the owner found the request itself invalid, o says how).
-func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *prepared, owner, addr string, err error, span trace.Span, res *dispatchResult) (o outcome, done bool) {
+func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner, addr string, err error, span trace.Span, res *journey.Result) (o journey.Outcome, done bool) {
 	var ref *transport.Refusal
 	switch {
 	case errors.As(err, &ref) && ref.Code == CodeIngressMismatch:
@@ -151,40 +152,40 @@ func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *prepa
 		// it fails as a handshake would, and the peer leaves routing for a while.
 		n.m.Forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
-		res.lastCode, res.failCode = ref.Code, ref.Code
+		res.LastCode, res.FailCode = ref.Code, ref.Code
 		if d := n.eject.Failure(time.Now(), owner); d > 0 {
 			n.m.Ejections.WithLabelValues(transport.FailTLS).Inc()
 			n.log.Error("peer ejected from routing: it refuses this node's certificate for its name", "peer", owner, "addr", addr,
-				"for", d, "id", p.req.ID, "reason", ref.Message)
+				"for", d, "id", p.Req.ID, "reason", ref.Message)
 		}
-		return outcome{}, false
+		return journey.Outcome{}, false
 	case errors.As(err, &ref):
 		n.peerReached(owner)
 		n.m.Forwards.WithLabelValues("refused").Inc()
 		forwardResult(span, "refused", ref.Code)
-		n.log.Debug("owner refused", "id", p.req.ID, "owner", owner, "code", ref.Code)
-		res.lastCode = ref.Code
+		n.log.Debug("owner refused", "id", p.Req.ID, "owner", owner, "code", ref.Code)
+		res.LastCode = ref.Code
 		if ref.Status == http.StatusBadRequest {
 			// The owner found the request itself invalid: no other node will think otherwise.
 			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
-			return outcome{code: ref.Code, refused: true}, true
+			return journey.Outcome{Code: ref.Code, Refused: true}, true
 		}
 		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
 			// The owner's engine is busier than its last record: not there again until a
 			// newer record says otherwise (an agent's pause and a dirty grid are not load).
-			n.planner.Policy().Refused(time.Now(), owner, p.adm.Priority)
+			n.planner.Policy().Refused(time.Now(), owner, p.Adm.Priority)
 		}
-		return outcome{}, false
+		return journey.Outcome{}, false
 	default:
 		n.m.Forwards.WithLabelValues("unreachable").Inc()
 		forwardResult(span, "unreachable", "")
-		res.failCode = CodeOwnerUnreachable
+		res.FailCode = CodeOwnerUnreachable
 		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
-			n.peerFailed(p.req.ID, owner, addr, err)
+			n.peerFailed(p.Req.ID, owner, addr, err)
 		} else {
-			n.log.Debug("forward failed", "id", p.req.ID, "owner", owner, "err", err)
+			n.log.Debug("forward failed", "id", p.Req.ID, "owner", owner, "err", err)
 		}
-		return outcome{}, false
+		return journey.Outcome{}, false
 	}
 }
 
@@ -221,14 +222,14 @@ func endpointOf(ep engine.Endpoint) transport.Endpoint {
 // response ended (its transport breaks, or it closes a stream between two events), the
 // request migrates: it continues on another node, or the client's response ends with an
 // explicit error, never silently short.
-func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *prepared, owner string, start time.Time) outcome {
+func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *journey.Request, owner string, start time.Time) journey.Outcome {
 	defer resp.Body.Close()
-	if !p.stream || resp.Status != http.StatusOK {
+	if !p.Stream || resp.Status != http.StatusOK {
 		return n.relayWhole(ctx, w, resp, p, owner, start)
 	}
 	cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
 	if !ok {
-		cs = relay.New(w, p.endpoint == engine.Chat, n.cfg.Migrations >= 0)
+		cs = relay.New(w, p.Endpoint == engine.Chat, n.cfg.Migrations >= 0)
 	}
 	for k, v := range resp.Headers {
 		if !ingressHeader(k) {
@@ -237,16 +238,16 @@ func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport
 	}
 	cs.WriteHeader(resp.Status)
 	var first func() // a continuation's first bytes are not the request's first token
-	if p.origin == nil {
+	if p.Origin == nil {
 		first = func() { n.m.TTFT.Observe(time.Since(start).Seconds()) }
 	}
 	switch err := cs.Pipe(resp.Body, first); {
 	case err == nil && cs.Done():
-		return outcome{completed: true}
+		return journey.Outcome{Completed: true}
 	case err == nil:
-		return outcome{code: openai.CodeEngineError}
+		return journey.Outcome{Code: openai.CodeEngineError}
 	case err == relay.ErrClientGone:
-		return outcome{code: openai.CodeClientClosed}
+		return journey.Outcome{Code: openai.CodeClientClosed}
 	default:
 		return n.migrate(ctx, cs, p, owner, err)
 	}
@@ -261,7 +262,7 @@ func ingressHeader(k string) bool { return k == HeaderRequestID || k == HeaderPr
 // relayWhole reads the owner's whole response, then sends it: a client that asked for no
 // stream gets nothing before the answer is complete, so an owner that fails before that can
 // be replaced without the client seeing it.
-func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *prepared, owner string, start time.Time) outcome {
+func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *journey.Request, owner string, start time.Time) journey.Outcome {
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		if resp.Status == http.StatusOK {
@@ -269,7 +270,7 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 		}
 		e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code}
+		return journey.Outcome{Code: e.Code}
 	}
 	for k, v := range resp.Headers {
 		if !ingressHeader(k) {
@@ -277,16 +278,16 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 		}
 	}
 	w.WriteHeader(resp.Status)
-	if resp.Status == http.StatusOK && p.origin == nil {
+	if resp.Status == http.StatusOK && p.Origin == nil {
 		n.m.TTFT.Observe(time.Since(start).Seconds())
 	}
 	if _, err := w.Write(body); err != nil {
-		return outcome{code: openai.CodeClientClosed}
+		return journey.Outcome{Code: openai.CodeClientClosed}
 	}
 	if resp.Status != http.StatusOK {
-		return outcome{code: resp.Headers[HeaderReason], refused: resp.Status < 500}
+		return journey.Outcome{Code: resp.Headers[HeaderReason], Refused: resp.Status < 500}
 	}
-	return outcome{completed: true}
+	return journey.Outcome{Completed: true}
 }
 
 // ServeForward runs a request a peer forwarded here: the owner's authoritative check with exact
@@ -329,7 +330,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return
 	}
-	p.req.Resume = resumeOf(h.Resume)
+	p.Req.Resume = resumeOf(h.Resume)
 	if h.Delegate != nil {
 		n.serveDelegated(ctx, h, p, received, fw, refuse, span)
 		return
@@ -341,7 +342,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	now := time.Now()
 	start := now.Add(-h.Waited)
 	fromHeader(p, h, received, start)
-	a := &p.adm
+	a := &p.Adm
 	if _, ok := n.localModel(a.Model); !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
 		return
@@ -353,19 +354,19 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(d.Status, d.Code, d.Message, d.RetryAfter)
 		return
 	}
-	p.req.MaxTokens = d.MaxTokens
+	p.Req.MaxTokens = d.MaxTokens
 	if h.Prefill {
 		endOutcome(span, n.servePrefill(ctx, transport.HTTPResponseWriter(fw), p))
 		return
 	}
 	hw := transport.HTTPResponseWriter(fw)
-	p.moveBreak = true
+	p.MoveBreak = true
 	o, ran := n.agentStep(ctx, hw, p, start, "peer")
 	if !ran {
 		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)
 		return
 	}
-	if o.broke != nil {
+	if o.Broke != nil {
 		n.reportBroken(fw, hw, p, h.Ingress, o)
 	}
 	endOutcome(span, o)
@@ -376,26 +377,26 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 // token (the ingress runs the request on its next candidate); after, by ending the stream
 // with the failure instead of an error event, so that the ingress, which holds what the client
 // was sent and the request's count of moves, migrates it as for an owner that died.
-func (n *Node) reportBroken(fw transport.ResponseWriter, w http.ResponseWriter, p *prepared, ingress string, o outcome) {
-	if !o.begun {
-		writeRefusal(w, o.broke, 0)
+func (n *Node) reportBroken(fw transport.ResponseWriter, w http.ResponseWriter, p *journey.Request, ingress string, o journey.Outcome) {
+	if !o.Begun {
+		writeRefusal(w, o.Broke, 0)
 		return
 	}
-	n.log.Warn("engine failed mid-response; the ingress moves the request", "id", p.req.ID, "ingress", ingress, "err", o.broke.Message)
-	_ = fw.Fail(errors.New(o.broke.Message))
+	n.log.Warn("engine failed mid-response; the ingress moves the request", "id", p.Req.ID, "ingress", ingress, "err", o.Broke.Message)
+	_ = fw.Fail(errors.New(o.Broke.Message))
 }
 
 // fromHeader fills p, a request a peer forwarded here, from the forward's header h, received
 // at received; start is its arrival at the ingress, on this node's clock.
-func fromHeader(p *prepared, h transport.Header, received, start time.Time) {
-	p.req.PrefillOnly = h.Prefill
+func fromHeader(p *journey.Request, h transport.Header, received, start time.Time) {
+	p.Req.PrefillOnly = h.Prefill
 	if h.Handover != nil {
-		p.req.Handover = handoverOf(h.Handover, p.req.Blocks)
+		p.Req.Handover = handoverOf(h.Handover, p.Req.Blocks)
 	}
 	if h.QueueTTLLeft > 0 {
-		p.due, p.ttl = received.Add(h.QueueTTLLeft), h.QueueTTL
+		p.Due, p.TTL = received.Add(h.QueueTTLLeft), h.QueueTTL
 	}
-	a := &p.adm
+	a := &p.Adm
 	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
 	switch {
 	case h.Prefill:
@@ -403,26 +404,26 @@ func fromHeader(p *prepared, h transport.Header, received, start time.Time) {
 	case h.Handover != nil:
 		a.Role = admit.RoleDecode // checked at the decode pool's mark
 	}
-	p.req.Priority = a.Priority
+	p.Req.Priority = a.Priority
 	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
-	p.agentFinal = a.Agent != "" && h.AgentFinal
+	p.AgentFinal = a.Agent != "" && h.AgentFinal
 }
 
 // ownerDecision is this node's authoritative decision, with its exact state, on p, forwarded
 // by ingress.
-func (n *Node) ownerDecision(now time.Time, p *prepared, ingress string) admit.Decision {
-	a := &p.adm
+func (n *Node) ownerDecision(now time.Time, p *journey.Request, ingress string) admit.Decision {
+	a := &p.Adm
 	known := false // the steps of an agent this node's window knows are admitted by the window
 	if g := n.agents; g != nil && a.Agent != "" {
 		_, known = g.Registry().Get(a.Agent)
 	}
-	self := n.selfPeer(p.req.Blocks)
+	self := n.selfPeer(p.Req.Blocks)
 	self.KVBlocksUsed += n.claimedHere(meshview.Rank{Priority: a.Priority, Arrived: a.Arrived}, ingress)
 	self.AdapterLoad = n.adapterLoad(a.Model) // the load is a step before the first token
-	if p.req.Handover != nil {
+	if p.Req.Handover != nil {
 		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
 		// count against the KV, as admission counts a whole prompt, cached or not).
-		self.PrefixBlocks = len(p.req.Blocks)
+		self.PrefixBlocks = len(p.Req.Blocks)
 	}
 	return n.planner.Owner(now, *a, self, n.blockTokens(), known)
 }

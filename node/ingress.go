@@ -19,6 +19,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -34,46 +35,6 @@ const (
 	HeaderRequestID   = "X-Kvmesh-Request-Id"
 	HeaderReason      = "X-Kvmesh-Reason"
 )
-
-// prepared is a decoded request ready to admit and run: the same function builds it at the
-// ingress and, from the forwarded body, on the owner, so both agree on its blocks (and on its
-// prompt tokens as far as their learned bytes per token agree).
-type prepared struct {
-	endpoint     engine.Endpoint
-	stream       bool
-	includeUsage bool
-	user         string
-	model        engine.Model
-	req          engine.Request
-	adm          admit.Request // the fields admission checks (the node adds headers and identity)
-	agentFinal   bool          // HeaderAgentFinal: the agent's last step
-	parked       parking       // the home whose agent window parked this step, while it waits here
-	// capField is the body's name for the output cap admission calls max_tokens: chat's
-	// max_completion_tokens when the client sent it, else "" (max_tokens).
-	capField string
-	// due is when the engine that runs the request must have given its first token (a prefill
-	// half its handover): its queue TTL, ttl, after its arrival at the ingress (firsttoken.go).
-	// Zero: no bound (kvmesh engine, which is an engine like vLLM; a forward from a node
-	// built before the bound).
-	due time.Time
-	ttl time.Duration
-	// renewed: due was renewed once for a rerun (renewDue).
-	renewed bool
-	// A request whose owner failed mid-response moves on (migrate.go): origin is the client's
-	// request a continuation continues (nil for the client's own), migrations counts the
-	// moves begun for the client's request, and exclude lists the owners that failed it.
-	origin     *prepared
-	migrations int
-	exclude    []string
-	// partTokens are the tokens the prompt's images and audio stand for (their placeholders'
-	// share of the rendered prompt).
-	partTokens int
-	// moveBreak: the caller of a local run moves the request elsewhere when this node's
-	// engine fails (outcome.broke), so serveLocal leaves that failure unwritten.
-	moveBreak bool
-	// adapterRouted: kvmesh_route_adapter_requests_total counted the request (decide).
-	adapterRouted bool
-}
 
 func endpointName(ep engine.Endpoint) string {
 	if ep == engine.Completion {
@@ -117,14 +78,14 @@ func (n *Node) readBody(r *http.Request) ([]byte, *openai.Error) {
 
 // prepare decodes body, renders the prompt and hashes its blocks. Bounds, the model and the
 // context budget are admission's to check.
-func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *openai.Error) {
-	p := &prepared{endpoint: ep}
+func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
+	p := &journey.Request{Endpoint: ep}
 	var (
 		seed   *int64
 		prompt []byte
 		oerr   *openai.Error
-		a      = &p.adm
-		r      = &p.req // what the engine needs beyond the prompt; the literal below keeps it
+		a      = &p.Adm
+		r      = &p.Req // what the engine needs beyond the prompt; the literal below keeps it
 	)
 	if ep == engine.Chat {
 		prompt, seed, oerr = n.decodeChat(p, body)
@@ -135,13 +96,13 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		return nil, oerr
 	}
 	mm, _ := n.meshModel(a.Model)
-	p.model = engine.Model{Name: a.Model, ContextTokens: mm.ContextTokens}
+	p.Model = engine.Model{Name: a.Model, ContextTokens: mm.ContextTokens}
 	a.Parent = mm.Parent // an adapter's request runs on its base model's nodes (route.Request.Parent)
 	// Admission counts the prompt's text in the model's own tokens, as far as this node or
 	// the mesh has learned them (promptTokens), and its images and audio at their estimates;
 	// the engine's request keeps kvindex's count, the blocks' unit.
-	textBytes := len(prompt) - p.partTokens*kvindex.BytesPerToken
-	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.promptTokens(a.Model, textBytes)+p.partTokens
+	textBytes := len(prompt) - p.PartTokens*kvindex.BytesPerToken
+	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.promptTokens(a.Model, textBytes)+p.PartTokens
 	if own := kvindex.Tokens(len(prompt)); own > 0 {
 		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
 	}
@@ -149,7 +110,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 	if seed != nil {
 		s = uint64(*seed)
 	}
-	p.req = engine.Request{
+	p.Req = engine.Request{
 		ID:           id,
 		Endpoint:     ep,
 		Model:        a.Model,
@@ -157,7 +118,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 		Prompt:       prompt,
 		PromptTokens: kvindex.Tokens(len(prompt)),
 		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, n.blockTokens()),
-		Stop:         p.req.Stop,
+		Stop:         p.Req.Stop,
 		Seed:         s,
 		Logprobs:     r.Logprobs,
 		TopLogprobs:  r.TopLogprobs,
@@ -169,18 +130,18 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*prepared, *
 }
 
 // generation fills p's fields from the members chat and completion requests share.
-func generation(p *prepared, g *openai.Generation) {
-	a := &p.adm
+func generation(p *journey.Request, g *openai.Generation) {
+	a := &p.Adm
 	a.Model, a.N, a.Temperature, a.TopP, a.StopCount = g.Model, g.N, g.Temperature, g.TopP, len(g.Stop)
-	p.req.Stop, p.user = g.Stop, g.User
-	p.stream = g.Stream
-	p.includeUsage = g.Stream && g.StreamOptions != nil && g.StreamOptions.IncludeUsage
+	p.Req.Stop, p.User = g.Stop, g.User
+	p.Stream = g.Stream
+	p.IncludeUsage = g.Stream && g.StreamOptions != nil && g.StreamOptions.IncludeUsage
 }
 
 // decodeChat fills p's fields from a chat request's body and returns its rendered prompt and
 // seed.
-func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Error) {
-	a, r := &p.adm, &p.req
+func (n *Node) decodeChat(p *journey.Request, body []byte) ([]byte, *int64, *openai.Error) {
+	a, r := &p.Adm, &p.Req
 	cr, oerr := openai.DecodeChat(bytes.NewReader(body), n.cfg.MaxBodyBytes)
 	if oerr != nil {
 		return nil, nil, oerr
@@ -190,7 +151,7 @@ func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Err
 	if a.MaxTokens == nil {
 		a.MaxTokens = cr.MaxTokens
 	} else {
-		p.capField = "max_completion_tokens"
+		p.CapField = "max_completion_tokens"
 	}
 	if cr.Logprobs != nil && *cr.Logprobs {
 		lp := 0
@@ -209,7 +170,7 @@ func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Err
 	for i, m := range cr.Messages {
 		parts, tokens := mediaParts(m.Content.Media)
 		msgs[i] = kvindex.Message{Role: m.Role, Content: m.Text(), Parts: parts}
-		p.partTokens += tokens
+		p.PartTokens += tokens
 		r.Roles[i] = m.Role
 		// Parts other than text are the engine's to run (images and audio are also in the
 		// prompt, as their placeholders): an external engine reads them in Body, the embedded
@@ -218,7 +179,7 @@ func (n *Node) decodeChat(p *prepared, body []byte) ([]byte, *int64, *openai.Err
 			r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
 		}
 	}
-	if oerr := n.checkPartTokens(a.Model, p.partTokens); oerr != nil {
+	if oerr := n.checkPartTokens(a.Model, p.PartTokens); oerr != nil {
 		return nil, nil, oerr
 	}
 	return kvindex.RenderChat(nil, msgs), cr.Seed, nil
@@ -261,8 +222,8 @@ func mediaParts(media []openai.Media) ([]kvindex.Part, int) {
 
 // decodeCompletion fills p's fields from a completions request's body and returns its prompt
 // and seed.
-func (n *Node) decodeCompletion(p *prepared, body []byte) ([]byte, *int64, *openai.Error) {
-	a, r := &p.adm, &p.req
+func (n *Node) decodeCompletion(p *journey.Request, body []byte) ([]byte, *int64, *openai.Error) {
+	a, r := &p.Adm, &p.Req
 	cr, oerr := openai.DecodeCompletion(bytes.NewReader(body), n.cfg.MaxBodyBytes)
 	if oerr != nil {
 		return nil, nil, oerr
@@ -312,26 +273,15 @@ func (n *Node) blockTokens() int {
 	return kvindex.DefaultBlockTokens
 }
 
-// outcome is how one request ended, for the reconciling counters.
-type outcome struct {
-	completed bool
-	code      string // error code when not completed
-	refused   bool   // refused before the first byte (else failed)
-	// broke is the failure of this node's engine that serveLocal left unwritten (p.moveBreak):
-	// before anything reached w (begun false), or after the response began (a stream).
-	broke *openai.Error
-	begun bool
-}
-
 // account counts o under the endpoint label (endpointName, or the Messages API's).
-func (n *Node) account(label string, o outcome) {
+func (n *Node) account(label string, o journey.Outcome) {
 	switch {
-	case o.completed:
+	case o.Completed:
 		n.m.Completed.WithLabelValues(label).Inc()
-	case o.refused:
-		n.m.Refused.WithLabelValues(metricCode(o.code)).Inc()
+	case o.Refused:
+		n.m.Refused.WithLabelValues(metricCode(o.Code)).Inc()
 	default:
-		n.m.Failed.WithLabelValues(metricCode(o.code)).Inc()
+		n.m.Failed.WithLabelValues(metricCode(o.Code)).Inc()
 	}
 }
 
@@ -360,7 +310,7 @@ func metricCode(code string) string {
 }
 
 func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
-	return n.handleCounted(endpointName(ep), func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+	return n.handleCounted(endpointName(ep), func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 		return n.ingest(ctx, w, r, ep, id, start)
 	})
 }
@@ -381,8 +331,8 @@ func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
 		endOutcome(span, o)
 		n.account(label, o)
 		n.m.E2E.Observe(time.Since(start).Seconds())
-		if !o.completed {
-			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.code, "refused", o.refused)
+		if !o.Completed {
+			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/sim"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/render"
@@ -25,9 +26,9 @@ func (n *Node) handleKV(w http.ResponseWriter, r *http.Request) { n.kv.ServeHTTP
 
 // takeKVTransfer removes kv_transfer_params from p's extra fields, which the simulated engine
 // would refuse, and decodes them (nil when absent, null, or asking for neither half).
-func takeKVTransfer(p *prepared) (*openai.KVTransferParams, *openai.Error) {
+func takeKVTransfer(p *journey.Request) (*openai.KVTransferParams, *openai.Error) {
 	var raw []byte
-	p.req.Extra = slices.DeleteFunc(p.req.Extra, func(f openai.Field) bool {
+	p.Req.Extra = slices.DeleteFunc(p.Req.Extra, func(f openai.Field) bool {
 		if f.Name == "kv_transfer_params" {
 			raw = f.Value
 			return true
@@ -46,30 +47,30 @@ func takeKVTransfer(p *prepared) (*openai.KVTransferParams, *openai.Error) {
 
 // serveEngine runs a request on kvmesh engine: whole, or the half its kv_transfer_params ask
 // for. A prefill engine runs prefill halves only.
-func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *prepared, start time.Time) outcome {
+func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request, start time.Time) journey.Outcome {
 	if n.kv == nil { // not the simulated engine: its engine judges the params
 		return n.serveLocal(ctx, w, p, start, "local")
 	}
-	refuse := func(e *openai.Error) outcome {
+	refuse := func(e *openai.Error) journey.Outcome {
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code, refused: e.Status < 500}
+		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	kt, oerr := takeKVTransfer(p)
 	switch {
 	case oerr != nil:
 		return refuse(oerr)
 	case kt != nil && kt.DoRemoteDecode:
-		if p.stream {
+		if p.Stream {
 			return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
 				"a prefill (kv_transfer_params.do_remote_decode) is answered whole: send it with stream false").WithParam("stream"))
 		}
 		return n.answerPrefill(ctx, w, r, p)
 	case kt != nil:
-		h, e := n.kv.Pull(ctx, kt, p.req.Blocks)
+		h, e := n.kv.Pull(ctx, kt, p.Req.Blocks)
 		if e != nil {
 			return refuse(e)
 		}
-		p.req.Handover = h
+		p.Req.Handover = h
 	case n.cfg.Sim.Role == sim.RolePrefill:
 		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest,
 			"this engine runs prefills only: send kv_transfer_params with do_remote_decode true").WithParam("kv_transfer_params"))
@@ -80,13 +81,13 @@ func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.R
 // answerPrefill prefills p, keeps its handover and answers as vLLM's prefill server does: no
 // text (vLLM's one token, which the proxy drops, is not drawn), finish_reason length, the
 // prompt's usage and kv_transfer_params naming the handover.
-func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http.Request, p *prepared) outcome {
+func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request) journey.Outcome {
 	n.m.Served.WithLabelValues("local").Inc()
 	h, err := n.prefill(ctx, p)
 	if err != nil {
 		e := engineError(err)
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code, refused: e.Status < 500}
+		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	host, port, err := net.SplitHostPort(r.Host)
 	if err != nil { // no port in Host: the listener's
@@ -101,7 +102,7 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 		kt.RemoteBlockIDs[i] = i
 	}
 	u := &engine.Usage{PromptTokens: h.PromptTokens, CachedTokens: h.CachedTokens}
-	body, err := json.Marshal(render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, time.Now()).Complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}, nil))
+	body, err := json.Marshal(render.New(p.Endpoint, p.Req.ID, p.Model.Name, p.IncludeUsage, time.Now()).Complete("", engine.Chunk{FinishReason: engine.FinishLength, Usage: u}, nil))
 	if err == nil {
 		ktb, _ := json.Marshal(kt)
 		body, err = openai.SetMember(body, "kv_transfer_params", func([]byte) []byte { return ktb })
@@ -109,10 +110,10 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 	if err != nil { // unreachable: both are plain structs
 		e := openai.NewError(http.StatusInternalServerError, openai.CodeEngineError, "encoding the prefill answer: "+err.Error())
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code}
+		return journey.Outcome{Code: e.Code}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(HeaderNode, n.cfg.Name)
 	_, _ = w.Write(append(body, '\n'))
-	return outcome{completed: true}
+	return journey.Outcome{Completed: true}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -118,12 +117,6 @@ func (n *Node) engineKind() string {
 }
 
 func (n *Node) isDraining() bool { return n.draining.Load() }
-
-// ticket is one request's pass through the planner: its view and its plan.
-type ticket struct {
-	v meshview.View
-	plan.Plan
-}
 
 // buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
 // is the request's agent; r is its rank against the other ingresses' KV claims (claims.go).

@@ -10,6 +10,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/anthropic"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
@@ -36,7 +37,7 @@ const (
 )
 
 // ingestMessages is POST /v1/messages at the ingress.
-func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 	aw := anthropic.NewResponseWriter(w)
 	defer n.finishMessages(aw, r)
 	req, body, o := n.decodeMessages(aw, r, false)
@@ -59,7 +60,7 @@ func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
 
 // decodeMessages authenticates r, reads its body and translates it into a chat body. On a
 // refusal (written to w) the request is nil and the outcome says why.
-func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool) (*anthropic.Request, []byte, outcome) {
+func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool) (*anthropic.Request, []byte, journey.Outcome) {
 	if o, ok := n.authenticate(w, r); !ok {
 		return nil, nil, o
 	}
@@ -75,7 +76,7 @@ func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool
 		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return nil, nil, refuseSimple(w, oerr, 0)
 	}
-	return req, anthropic.ToChat(req), outcome{}
+	return req, anthropic.ToChat(req), journey.Outcome{}
 }
 
 // checkStopSequences holds stop_sequences to the bound chat's stop has
@@ -109,7 +110,7 @@ type countTokens struct {
 // count for the request (the rendered system prompt and messages, in the model's tokens as
 // far as the mesh has learned them; tool definitions are not part of the prompt kvmesh
 // renders). It needs a key, as generation does, and charges it nothing.
-func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 	aw := anthropic.NewResponseWriter(w)
 	defer n.finishMessages(aw, r)
 	req, body, o := n.decodeMessages(aw, r, true)
@@ -126,6 +127,6 @@ func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *
 		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuseSimple(aw, oerr, 0)
 	}
-	writeJSON(w, http.StatusOK, countTokens{InputTokens: p.adm.PromptTokens})
-	return outcome{completed: true}
+	writeJSON(w, http.StatusOK, countTokens{InputTokens: p.Adm.PromptTokens})
+	return journey.Outcome{Completed: true}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
@@ -66,7 +67,7 @@ func causeOf(err error) string {
 // migrate answers for p, whose owner failed (cause) before its response to the client ended:
 // it moves the rest of the request to another node when it may, or ends the client's
 // response with an error. w is the client's writer: a *relay.Stream for a stream.
-func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, owner string, cause error) outcome {
+func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner string, cause error) journey.Outcome {
 	cs, _ := w.(*relay.Stream)
 	if e := n.drainCut(ctx); e != nil {
 		// This node's drain timeout, not the owner, ended the relay.
@@ -75,44 +76,44 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		} else {
 			writeRefusal(w, e, 0)
 		}
-		return outcome{code: e.Code}
+		return journey.Outcome{Code: e.Code}
 	}
 	o := p
-	if p.origin != nil {
-		o = p.origin
+	if p.Origin != nil {
+		o = p.Origin
 	}
-	step := attempt.Move(ctx.Err() != nil, o.migrations, n.cfg.Migrations)
+	step := attempt.Move(ctx.Err() != nil, o.Migrations, n.cfg.Migrations)
 	if step.Kind == attempt.Gone {
-		return outcome{code: openai.CodeClientClosed} // the client left: no one to answer
+		return journey.Outcome{Code: openai.CodeClientClosed} // the client left: no one to answer
 	}
 	why := causeOf(cause)
-	fail := func(code string) outcome {
+	fail := func(code string) journey.Outcome {
 		msg := fmt.Sprintf("node %s failed mid-response: %v", owner, cause)
 		if cs == nil {
 			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg)
 			writeRefusal(w, e, 0)
-			return outcome{code: e.Code}
+			return journey.Outcome{Code: e.Code}
 		}
 		if code != "" {
 			msg += "; its continuation on another node ended with " + code
 		}
 		cs.End(openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg))
-		return outcome{code: openai.CodeEngineError}
+		return journey.Outcome{Code: openai.CodeEngineError}
 	}
-	var next *prepared
+	var next *journey.Request
 	stuck := "the request moved as often as --migrations allows"
 	if step.Kind == attempt.Migrate {
 		next, stuck = n.continuation(o, cs)
 	}
 	if stuck != "" {
 		n.m.Migrated.WithLabelValues(metrics.MigrationRefused, why).Inc()
-		n.log.Warn("owner failed mid-response; the request cannot move", "id", p.req.ID, "owner", owner, "cause", why,
+		n.log.Warn("owner failed mid-response; the request cannot move", "id", p.Req.ID, "owner", owner, "cause", why,
 			"err", cause, "why", stuck)
 		return fail("")
 	}
-	o.migrations++
-	k := o.migrations
-	next.exclude = append(slices.Clone(p.exclude), owner)
+	o.Migrations++
+	k := o.Migrations
+	next.Exclude = append(slices.Clone(p.Exclude), owner)
 	sent := 0
 	if cs != nil {
 		sent = cs.Tokens()
@@ -122,45 +123,45 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		// only if it is split again.
 		w.Header().Del(HeaderPrefillNode)
 	}
-	n.log.Warn("owner failed mid-response; the request moves", "id", p.req.ID, "owner", owner, "cause", why, "err", cause,
+	n.log.Warn("owner failed mid-response; the request moves", "id", p.Req.ID, "owner", owner, "cause", why, "err", cause,
 		"migration", k, "sent_chunks", sent)
-	res := n.admitAndDispatch(ctx, w, next, next.adm.Arrived, false)
-	if res.code == openai.CodeClientClosed && !res.completed {
+	res := n.admitAndDispatch(ctx, w, next, next.Adm.Arrived, false)
+	if res.Code == openai.CodeClientClosed && !res.Completed {
 		// The client left while the request moved (a departure this node learns only at its
 		// next write): uncounted, as a move never begun for a departed client.
-		return outcome{code: res.code}
+		return journey.Outcome{Code: res.Code}
 	}
 	label := metrics.MigrationFailed
 	switch {
-	case res.completed && o.migrations == k:
+	case res.Completed && o.Migrations == k:
 		label = metrics.MigrationCompleted
-	case res.refused && o.migrations == k:
+	case res.Refused && o.Migrations == k:
 		label = metrics.MigrationRefused
 	}
 	n.m.Migrated.WithLabelValues(label, why).Inc()
 	switch {
-	case res.completed || cs == nil:
+	case res.Completed || cs == nil:
 		return res // a whole response's refusal or failure went to the client as it is
 	case cs.Ended():
-		return outcome{code: openai.CodeEngineError}
+		return journey.Outcome{Code: openai.CodeEngineError}
 	}
-	return fail(res.code)
+	return fail(res.Code)
 }
 
 // continuation builds the request that continues o, the client's, after what cs has sent
 // (cs nil: a whole response, of which nothing was sent: o again). why, when not "", says why
 // o cannot continue.
-func (n *Node) continuation(o *prepared, cs *relay.Stream) (next *prepared, why string) {
-	body := o.req.Body
+func (n *Node) continuation(o *journey.Request, cs *relay.Stream) (next *journey.Request, why string) {
+	body := o.Req.Body
 	var resume *engine.Resume
 	if cs != nil {
-		left := o.req.MaxTokens - cs.Tokens()
+		left := o.Req.MaxTokens - cs.Tokens()
 		switch {
-		case o.req.Echo:
+		case o.Req.Echo:
 			return nil, "the prompt is echoed"
 		case cs.ToolCalls():
 			return nil, "a tool call was sent"
-		case len(o.req.Roles) > 0 && o.req.Roles[len(o.req.Roles)-1] == "assistant":
+		case len(o.Req.Roles) > 0 && o.Req.Roles[len(o.Req.Roles)-1] == "assistant":
 			return nil, "the client's last message is the assistant's"
 		case left < 1:
 			return nil, "no tokens left"
@@ -169,33 +170,33 @@ func (n *Node) continuation(o *prepared, cs *relay.Stream) (next *prepared, why 
 		if body, err = continuationBody(o, cs.Text(), left); err != nil {
 			return nil, err.Error()
 		}
-		resume = &engine.Resume{Seed: o.req.Seed, PromptHash: xxhash.Sum64(o.req.Prompt), Tokens: cs.Tokens(),
-			Bytes: len(cs.Text()), PromptTokens: o.req.PromptTokens}
+		resume = &engine.Resume{Seed: o.Req.Seed, PromptHash: xxhash.Sum64(o.Req.Prompt), Tokens: cs.Tokens(),
+			Bytes: len(cs.Text()), PromptTokens: o.Req.PromptTokens}
 	}
-	next, oerr := n.prepare(o.endpoint, o.req.ID, body)
+	next, oerr := n.prepare(o.Endpoint, o.Req.ID, body)
 	if oerr != nil {
 		return nil, oerr.Message
 	}
-	a := &next.adm
-	a.Priority, a.Tenant, a.TTFTSLO, a.TPOTSLO, a.QueueTTL = o.adm.Priority, o.adm.Tenant, o.adm.TTFTSLO, o.adm.TPOTSLO, o.adm.QueueTTL
+	a := &next.Adm
+	a.Priority, a.Tenant, a.TTFTSLO, a.TPOTSLO, a.QueueTTL = o.Adm.Priority, o.Adm.Tenant, o.Adm.TTFTSLO, o.Adm.TPOTSLO, o.Adm.QueueTTL
 	a.Arrived = time.Now() // admitted afresh; it runs outside any agent window
-	next.req.Priority, next.req.Resume, next.origin = a.Priority, resume, o
+	next.Req.Priority, next.Req.Resume, next.Origin = a.Priority, resume, o
 	return next, ""
 }
 
 // continuationBody is o's body continued after text, with left tokens to go: for chat, its
 // messages end with an assistant message holding text; for completions, its prompt ends with
 // text. The keys' order is not kept (the engine that runs it receives this body).
-func continuationBody(o *prepared, text string, left int) ([]byte, error) {
+func continuationBody(o *journey.Request, text string, left int) ([]byte, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(o.req.Body, &m); err != nil {
+	if err := json.Unmarshal(o.Req.Body, &m); err != nil {
 		return nil, err
 	}
 	set := func(key string, v any) {
 		m[key], _ = json.Marshal(v)
 	}
-	if o.endpoint == engine.Completion {
-		set("prompt", string(o.req.Prompt)+text)
+	if o.Endpoint == engine.Completion {
+		set("prompt", string(o.Req.Prompt)+text)
 		set("max_tokens", left)
 		return json.Marshal(m)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -138,9 +139,9 @@ func handoverOf(h *transport.Handover, blocks []uint64) *engine.Handover {
 }
 
 // prefill runs the prefill half of p on this node's engine and returns the handover.
-func (n *Node) prefill(ctx context.Context, p *prepared) (*engine.Handover, error) {
+func (n *Node) prefill(ctx context.Context, p *journey.Request) (*engine.Handover, error) {
 	half := *p
-	half.req.PrefillOnly, half.req.Handover = true, nil
+	half.Req.PrefillOnly, half.Req.Handover = true, nil
 	st, err := n.generate(ctx, &half)
 	if err != nil {
 		return nil, err
@@ -163,7 +164,7 @@ func (n *Node) prefill(ctx context.Context, p *prepared) (*engine.Handover, erro
 
 // servePrefill answers a forwarded prefill half: the handover of p's prompt, or the engine's
 // error as serveLocal would answer it.
-func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepared) outcome {
+func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *journey.Request) journey.Outcome {
 	n.m.Served.WithLabelValues("peer").Inc()
 	h, err := n.prefill(ctx, p)
 	var body []byte
@@ -176,15 +177,15 @@ func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *prepa
 			e = openai.NewError(499, openai.CodeClientClosed, "client closed the request")
 		}
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code, refused: e.Status < 500}
+		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	w.Header().Set("Content-Type", transport.HandoverContentType)
 	w.Header().Set(HeaderNode, n.cfg.Name)
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(body); err != nil {
-		return outcome{code: openai.CodeClientClosed}
+		return journey.Outcome{Code: openai.CodeClientClosed}
 	}
-	return outcome{completed: true}
+	return journey.Outcome{Completed: true}
 }
 
 // decodePeers is every other peer of v that can decode model and is not in have: a waiting
@@ -211,12 +212,12 @@ const handoverRetry = 20 * time.Millisecond
 
 // handoverDeadline is how long a handover may wait for decode room: until the request's TTFT
 // deadline or the end of its queue TTL (p.due), whichever comes first.
-func (n *Node) handoverDeadline(p *prepared) time.Time {
-	ttft, _ := n.adm.SLOFor(p.adm)
-	deadline := p.adm.SLOClock().Add(ttft)
-	end := p.due
+func (n *Node) handoverDeadline(p *journey.Request) time.Time {
+	ttft, _ := n.adm.SLOFor(p.Adm)
+	deadline := p.Adm.SLOClock().Add(ttft)
+	end := p.Due
 	if end.IsZero() {
-		end = p.adm.Arrived.Add(n.adm.TTL(p.adm))
+		end = p.Adm.Arrived.Add(n.adm.TTL(p.Adm))
 	}
 	if end.Before(deadline) {
 		deadline = end
@@ -230,24 +231,24 @@ const maxHandoverAnswer = transport.MaxHandoverParams + 64
 // prefillOn runs p's prefill half on candidate q (this node or a peer) and returns its
 // handover; nil when q refused or the attempt failed (res.failCode), done when the client was
 // answered (the owner found the request itself invalid).
-func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared, q attempt.Cand, v *meshview.View, res *dispatchResult) (*engine.Handover, outcome, bool) {
-	res.failCode = ""
+func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *journey.Request, q attempt.Cand, v *meshview.View, res *journey.Result) (*engine.Handover, journey.Outcome, bool) {
+	res.FailCode = ""
 	if q.Self {
 		n.m.Forwards.WithLabelValues("local").Inc()
 		n.m.Served.WithLabelValues("local").Inc()
 		h, err := n.prefill(ctx, p)
 		if err == nil {
-			return h, outcome{}, false
+			return h, journey.Outcome{}, false
 		}
 		e := engineError(err)
 		if e.Status == http.StatusBadRequest || errors.As(err, new(*firsttoken.Late)) {
 			// The request itself is at fault, or its deadline passed: no other node would do
 			// better.
 			writeRefusal(w, e, 0)
-			return nil, outcome{code: e.Code, refused: e.Status < 500}, true
+			return nil, journey.Outcome{Code: e.Code, Refused: e.Status < 500}, true
 		}
-		res.lastCode, res.failCode = e.Code, e.Code
-		return nil, outcome{}, false
+		res.LastCode, res.FailCode = e.Code, e.Code
+		return nil, journey.Outcome{}, false
 	}
 	resp, o, done := n.send(ctx, w, p, q.Name, v.QUIC[q.Peer], true, res)
 	if resp == nil {
@@ -262,38 +263,38 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *prepared
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHandoverAnswer))
 	if err != nil {
 		// The owner failed before its handover was whole.
-		res.lastCode, res.failCode = CodeOwnerUnreachable, CodeOwnerUnreachable
-		n.log.Debug("prefill owner failed mid-answer", "id", p.req.ID, "owner", q.Name, "err", err)
-		return nil, outcome{}, false
+		res.LastCode, res.FailCode = CodeOwnerUnreachable, CodeOwnerUnreachable
+		n.log.Debug("prefill owner failed mid-answer", "id", p.Req.ID, "owner", q.Name, "err", err)
+		return nil, journey.Outcome{}, false
 	}
 	th, err := transport.DecodeHandover(body)
 	if err != nil || resp.Headers["Content-Type"] != transport.HandoverContentType {
-		res.lastCode, res.failCode = openai.CodeEngineError, openai.CodeEngineError
-		n.log.Warn("prefill owner answered without a handover", "id", p.req.ID, "owner", q.Name, "err", err)
-		return nil, outcome{}, false
+		res.LastCode, res.FailCode = openai.CodeEngineError, openai.CodeEngineError
+		n.log.Warn("prefill owner answered without a handover", "id", p.Req.ID, "owner", q.Name, "err", err)
+		return nil, journey.Outcome{}, false
 	}
 	if n.g != nil {
 		// The prefill owner now caches this prefix: a next turn should prefill there.
-		n.g.Index().AddSpeculative(q.Name, p.req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
+		n.g.Index().AddSpeculative(q.Name, p.Req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
 	}
-	return handoverOf(th, p.req.Blocks), outcome{}, false
+	return handoverOf(th, p.Req.Blocks), journey.Outcome{}, false
 }
 
 // dispatchPair runs p on the pair candidate c: the prefill on c's prefill peer (or the next
 // prefill candidates, as attempt.Prefill plans), then the decode (decodeHandover), whose
 // answer goes to the client. The result is Ran when the client got an answer (o); otherwise no
 // prefill node handed over, and it says whether they refused or one failed.
-func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, c *route.Candidate, start time.Time, res *dispatchResult) (outcome, attempt.Result) {
-	defer func() { p.req.Handover = nil }() // a fallback runs whole
+func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, c *route.Candidate, start time.Time, res *journey.Result) (journey.Outcome, attempt.Result) {
+	defer func() { p.Req.Handover = nil }() // a fallback runs whole
 	pr := c.Pair
 	cands := make([]attempt.Cand, 0, 1+len(t.Search.Prefill))
-	cands = append(cands, candOf(&t.v, &pr.Prefill))
+	cands = append(cands, candOf(&t.View, &pr.Prefill))
 	for i := range t.Search.Prefill {
-		cands = append(cands, candOf(&t.v, &t.Search.Prefill[i]))
+		cands = append(cands, candOf(&t.View, &t.Search.Prefill[i]))
 	}
 	pf := attempt.Prefill{Cands: cands, Attempts: n.cfg.ForwardAttempts}
 	var h *engine.Handover
-	var o outcome
+	var o journey.Outcome
 	s := pf.Start()
 	for s.Kind == attempt.RunPrefill {
 		var r attempt.Result
@@ -305,26 +306,26 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *prepa
 	case attempt.Answered:
 		return o, ran
 	case attempt.Gone:
-		return outcome{code: openai.CodeClientClosed, refused: true}, ran
+		return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}, ran
 	case attempt.Handed:
 		o = n.decodeHandover(ctx, w, p, t, pr, cands[s.Cand].Name, h, start, res)
-		if res.broke != nil {
+		if res.Broke != nil {
 			// This node's engine broke mid-decode: the dispatch migrates the rest, whole.
-			return outcome{}, attempt.Result{Outcome: attempt.Broke}
+			return journey.Outcome{}, attempt.Result{Outcome: attempt.Broke}
 		}
 		return o, ran
 	}
 	n.m.Disagg.WithLabelValues(metrics.DisaggPrefillFailed).Inc()
-	n.log.Debug("no prefill node handed over", "id", p.req.ID, "tries", pf.Tries(), "code", s.Code)
+	n.log.Debug("no prefill node handed over", "id", p.Req.ID, "tries", pf.Tries(), "code", s.Code)
 	if s.Kind == attempt.Fail {
-		return outcome{}, attempt.Result{Outcome: attempt.Failed, Code: s.Code}
+		return journey.Outcome{}, attempt.Result{Outcome: attempt.Failed, Code: s.Code}
 	}
-	return outcome{}, attempt.Result{Outcome: attempt.Refused} // every prefill node refused: the request waits for room
+	return journey.Outcome{}, attempt.Result{Outcome: attempt.Refused} // every prefill node refused: the request waits for room
 }
 
 // prefillStep performs s, a prefill attempt on q, and reports how it ended: with the handover
 // h, or the client's answer o.
-func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, q attempt.Cand, s attempt.Step, res *dispatchResult) (h *engine.Handover, o outcome, r attempt.Result) {
+func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, q attempt.Cand, s attempt.Step, res *journey.Result) (h *engine.Handover, o journey.Outcome, r attempt.Result) {
 	switch {
 	case s.Budget && !n.allowRetry(p, q.Name):
 		r.Outcome = attempt.BudgetSpent
@@ -334,14 +335,14 @@ func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *prepar
 			n.renewDue(p)
 		}
 		var done bool
-		h, o, done = n.prefillOn(ctx, w, p, q, &t.v, res)
+		h, o, done = n.prefillOn(ctx, w, p, q, &t.View, res)
 		switch {
 		case done:
 			return nil, o, attempt.Result{Outcome: attempt.Ran}
 		case h != nil:
 			r.Outcome = attempt.HandedOver
-		case res.failCode != "":
-			r = attempt.Result{Outcome: attempt.Failed, Code: res.failCode}
+		case res.FailCode != "":
+			r = attempt.Result{Outcome: attempt.Failed, Code: res.FailCode}
 		default:
 			r.Outcome = attempt.Refused
 		}
@@ -356,25 +357,25 @@ func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *prepar
 // peer or the next decode candidates, as attempt.Decode plans: when they all refuse, the
 // handover waits for decode room until the request's deadline (handoverDeadline), else the
 // request ends with an explicit error. The client is answered.
-func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, pr *route.Pair, from string, h *engine.Handover, start time.Time, res *dispatchResult) outcome {
+func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, pr *route.Pair, from string, h *engine.Handover, start time.Time, res *journey.Result) journey.Outcome {
 	n.m.Disagg.WithLabelValues(metrics.DisaggHandover).Inc()
-	p.req.Handover = h
+	p.Req.Handover = h
 	// The client's response names the prefill node from here on, whichever decode node
 	// answers (an owner's answer does not override it: ingressHeader). A request that falls
 	// back to a whole run never gets here.
 	w.Header().Set(HeaderPrefillNode, from)
 	search := make([]attempt.Cand, len(t.Search.Decode))
 	for i := range t.Search.Decode {
-		search[i] = candOf(&t.v, &t.Search.Decode[i])
+		search[i] = candOf(&t.View, &t.Search.Decode[i])
 	}
-	dec := attempt.NewDecode(candOf(&t.v, &pr.Decode), search, from, n.cfg.ForwardAttempts, n.handoverDeadline(p), handoverRetry)
+	dec := attempt.NewDecode(candOf(&t.View, &pr.Decode), search, from, n.cfg.ForwardAttempts, n.handoverDeadline(p), handoverRetry)
 	for s := dec.Start(time.Now()); ; {
 		switch s.Kind {
 		case attempt.RunDecode:
 			s = dec.Next(n.decodeStep(ctx, w, p, t, dec.Cands[s.Cand], s, start, res))
 		case attempt.Widen:
 			n.m.Disagg.WithLabelValues(metrics.DisaggHandoverQueued).Inc()
-			dec.Widen(decodePeers(&t.v, p.adm.Model, from, dec.Cands))
+			dec.Widen(decodePeers(&t.View, p.Adm.Model, from, dec.Cands))
 			s = dec.Next(attempt.Result{Outcome: attempt.Widened})
 		case attempt.WaitDecodeRoom:
 			s = dec.Next(waitRoom(ctx, s.Wait))
@@ -382,11 +383,11 @@ func (n *Node) decodeHandover(ctx context.Context, w http.ResponseWriter, p *pre
 			if s.Stick {
 				n.stick(p, dec.Cands[s.Cand].Name)
 			}
-			return res.o
+			return res.Outcome
 		case attempt.Gone:
-			return outcome{code: openai.CodeClientClosed, refused: true}
+			return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}
 		case attempt.Migrate:
-			return outcome{} // res.broke: the dispatch moves the request on
+			return journey.Outcome{} // res.broke: the dispatch moves the request on
 		default:
 			return n.decodeFailed(w, p, dec, from, start)
 		}
@@ -407,7 +408,7 @@ func waitRoom(ctx context.Context, d time.Duration) attempt.Result {
 
 // decodeStep performs s, the offer of p's handover to d, and reports how it ended; an answer's
 // outcome is left in res.o.
-func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket, d attempt.Cand, s attempt.Step, start time.Time, res *dispatchResult) attempt.Result {
+func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, d attempt.Cand, s attempt.Step, start time.Time, res *journey.Result) attempt.Result {
 	if s.Rerun {
 		n.m.Disagg.WithLabelValues(metrics.DisaggDecodeRetried).Inc()
 		n.renewDue(p)
@@ -418,29 +419,29 @@ func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *prepare
 		// on, and one before the first byte is the attempt's.
 		n.m.Forwards.WithLabelValues("local").Inc()
 		w = n.clientStream(w, p, res)
-		p.moveBreak = true
+		p.MoveBreak = true
 		o := n.serveLocal(ctx, w, p, start, "local")
-		p.moveBreak = false
+		p.MoveBreak = false
 		r := n.localResult(p, d.Name, o, res)
-		r.Late = o.code == openai.CodeEngineTimeout
+		r.Late = o.Code == openai.CodeEngineTimeout
 		return r
 	}
-	o, done := n.forward(ctx, w, p, d.Name, t.v.QUIC[d.Peer], start, res)
+	o, done := n.forward(ctx, w, p, d.Name, t.View.QUIC[d.Peer], start, res)
 	if done {
-		res.o = o
-		return attempt.Result{Outcome: attempt.Ran, Late: o.code == openai.CodeEngineTimeout}
+		res.Outcome = o
+		return attempt.Result{Outcome: attempt.Ran, Late: o.Code == openai.CodeEngineTimeout}
 	}
 	if ctx.Err() != nil {
 		return attempt.Result{Outcome: attempt.ClientGone}
 	}
-	if res.failCode != "" {
-		return attempt.Result{Outcome: attempt.Failed, Code: res.failCode, Reason: res.lastCode, Now: time.Now()}
+	if res.FailCode != "" {
+		return attempt.Result{Outcome: attempt.Failed, Code: res.FailCode, Reason: res.LastCode, Now: time.Now()}
 	}
-	return attempt.Result{Outcome: attempt.Refused, Reason: res.lastCode, Now: time.Now()}
+	return attempt.Result{Outcome: attempt.Refused, Reason: res.LastCode, Now: time.Now()}
 }
 
 // decodeFailed ends p, whose handover from no decode node took, with the planner's code.
-func (n *Node) decodeFailed(w http.ResponseWriter, p *prepared, dec *attempt.Decode, from string, start time.Time) outcome {
+func (n *Node) decodeFailed(w http.ResponseWriter, p *journey.Request, dec *attempt.Decode, from string, start time.Time) journey.Outcome {
 	n.m.Disagg.WithLabelValues(metrics.DisaggDecodeFailed).Inc()
 	e := openai.NewError(http.StatusServiceUnavailable, CodeDecodeUnavailable,
 		fmt.Sprintf("the prompt was prefilled on node %s, but no decode node took its KV until the request's deadline (%d tries over %v; the last said %s)",
@@ -449,7 +450,7 @@ func (n *Node) decodeFailed(w http.ResponseWriter, p *prepared, dec *attempt.Dec
 		e = openai.NewError(http.StatusBadGateway, CodeDecodeFailed,
 			fmt.Sprintf("the prompt was prefilled on node %s, but no decode node could run it (%d tried; a failure: %s)", from, dec.Tries(), dec.FailCode()))
 	}
-	n.log.Warn("a split request's handover found no decode node", "id", p.req.ID, "prefill", from, "tries", dec.Tries(), "code", e.Code)
+	n.log.Warn("a split request's handover found no decode node", "id", p.Req.ID, "prefill", from, "tries", dec.Tries(), "code", e.Code)
 	writeRefusal(w, e, n.cfg.RetryAfter)
-	return outcome{code: e.Code, refused: dec.FailCode() == ""}
+	return journey.Outcome{Code: e.Code, Refused: dec.FailCode() == ""}
 }

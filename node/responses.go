@@ -12,6 +12,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/responseid"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -47,7 +48,7 @@ func errPreviousNotFound(msg string) *openai.Error {
 // ingestResponses is POST /v1/responses at the ingress: a continuation goes to the node that
 // ran the response it continues, a new response to the least loaded node in front of an
 // external engine that serves the model.
-func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 	body, oerr := n.readBody(r)
 	var rr *openai.ResponsesRequest
 	if oerr == nil {
@@ -66,7 +67,7 @@ func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *ht
 	if o := n.admitSimple(w, r, q, start, rr.MaxOutputTokens); o != nil {
 		return *o
 	}
-	local := func(w http.ResponseWriter, origin string) outcome {
+	local := func(w http.ResponseWriter, origin string) journey.Outcome {
 		return n.serveResponses(ctx, w, rr, q.body, id, origin) // q.body: its output cap as admitted
 	}
 	if rr.PreviousResponseID != nil {
@@ -103,7 +104,7 @@ func clipID(s string) string {
 // serveResponses runs a Responses API request on this node's engine: only an external one
 // implements it. previous_response_id is restored to the engine's own id, and the id of the
 // response the engine makes is tagged with this node's on the way back.
-func (n *Node) serveResponses(ctx context.Context, w http.ResponseWriter, rr *openai.ResponsesRequest, body []byte, id, origin string) outcome {
+func (n *Node) serveResponses(ctx context.Context, w http.ResponseWriter, rr *openai.ResponsesRequest, body []byte, id, origin string) journey.Outcome {
 	n.m.Served.WithLabelValues(origin).Inc()
 	if n.ext == nil {
 		return refuseSimple(w, openai.NewError(http.StatusBadRequest, CodeUnsupportedEndpoint,

@@ -8,13 +8,14 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/journey"
 )
 
 // waiter is a request parked in the waiting room. The room loop settles its plan (an accept
 // with candidates, or a refusal) and then closes ready; the handler goroutine waits on it.
 type waiter struct {
-	p     *prepared
-	t     *ticket
+	p     *journey.Request
+	t     *journey.Ticket
 	ready chan struct{}
 	// backfilled: let out past its pool's blocked head (the last Next that offered it).
 	backfilled bool
@@ -32,12 +33,12 @@ func (n *Node) kickRoom() {
 }
 
 // wait parks p until the room loop dispatches or refuses it, or the client goes away.
-func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
+func (n *Node) wait(ctx context.Context, p *journey.Request, t *journey.Ticket) waitResult {
 	ctx, span := n.startQueue(ctx, t.D)
 	defer span.End()
 	now := time.Now()
 	wt := &waiter{p: p, t: t, ready: make(chan struct{})}
-	it := n.adm.Item(p.adm, t.D)
+	it := n.adm.Item(p.Adm, t.D)
 	it.Value = wt
 	evicted, err := n.adm.Room().Push(now, it)
 	for _, ev := range evicted {
@@ -57,7 +58,7 @@ func (n *Node) wait(ctx context.Context, p *prepared, t *ticket) waitResult {
 	// A step an agent window parked (let in, it waits here for KV room at its home) renews the
 	// home's lease on its agent each interval, or the home would give its slot away.
 	var renew <-chan time.Time
-	if p.parked.home != "" {
+	if p.Parked.Home != "" {
 		t := time.NewTicker(n.cfg.AgentInterval)
 		defer t.Stop()
 		renew = t.C

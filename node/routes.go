@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/render"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -131,22 +132,22 @@ func errInvalidKey() *openai.Error { return openai.ErrInvalidAPIKey("invalid or 
 // is read: a client without one must learn nothing from the answer (not whether the model
 // exists) and cost nothing (a body of MaxBodyBytes takes tens of milliseconds to parse and
 // hash). Admission charges the key's bucket later, once the body says what the request costs.
-func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (outcome, bool) {
+func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (journey.Outcome, bool) {
 	if n.keyValid(r, false) {
-		return outcome{}, true
+		return journey.Outcome{}, true
 	}
 	e := errInvalidKey()
 	n.m.Decision(admit.LayerIdentity, admit.Refuse, e.Code)
 	writeRefusal(w, e, 0)
-	return outcome{code: e.Code, refused: true}, false
+	return journey.Outcome{Code: e.Code, Refused: true}, false
 }
 
 // ingestFunc is the ingress of a simple endpoint (handleSimple).
-type ingestFunc = func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) outcome
+type ingestFunc = func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome
 
 // keyFirst runs ingest on a request authenticate let through.
 func (n *Node) keyFirst(ingest ingestFunc) ingestFunc {
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 		if o, ok := n.authenticate(w, r); !ok {
 			return o
 		}

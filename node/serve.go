@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/render"
 )
@@ -22,7 +23,7 @@ import (
 // (and, for a forwarded request, lets the ingress try another peer). When p.moveBreak, an
 // engine failure, before the first token or mid-response, is left unwritten (outcome.broke)
 // for the caller to move the request elsewhere.
-func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) outcome {
+func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) journey.Outcome {
 	n.m.Served.WithLabelValues(origin).Inc()
 	st, err := n.generate(ctx, p)
 	if err != nil {
@@ -33,7 +34,7 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 			return o
 		}
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code, refused: e.Status < 500}
+		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	defer st.Close()
 	first, err := st.Recv()
@@ -46,24 +47,24 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 			return o
 		}
 		writeRefusal(w, e, 0)
-		return outcome{code: e.Code}
+		return journey.Outcome{Code: e.Code}
 	}
 	firstAt := time.Now()
-	if origin == "local" && p.origin == nil { // a continuation's first token is not the request's
+	if origin == "local" && p.Origin == nil { // a continuation's first token is not the request's
 		n.m.TTFT.Observe(firstAt.Sub(start).Seconds())
 	}
-	n.inFlightTokens.Add(int64(p.req.MaxTokens))
-	defer n.inFlightTokens.Add(-int64(p.req.MaxTokens))
+	n.inFlightTokens.Add(int64(p.Req.MaxTokens))
+	defer n.inFlightTokens.Add(-int64(p.Req.MaxTokens))
 	w.Header().Set(HeaderNode, n.cfg.Name)
-	enc := render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, firstAt)
-	var o outcome
+	enc := render.New(p.Endpoint, p.Req.ID, p.Model.Name, p.IncludeUsage, firstAt)
+	var o journey.Outcome
 	var u *engine.Usage
-	if p.stream {
+	if p.Stream {
 		o, u = n.stream(ctx, w, p, st, first, enc)
 	} else {
 		o, u = n.collect(ctx, w, p, st, first, enc)
 	}
-	if o.completed && u != nil {
+	if o.Completed && u != nil {
 		n.finished(p, firstAt, time.Now(), u)
 	}
 	return o
@@ -75,32 +76,32 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 // client's leaving, this node's drain, the request itself (4xx) or a first token later than
 // its deadline, which no other engine would beat. The engine's own overload (429) before the
 // response began is moved on too: another node's engine may have room.
-func brokenRun(ctx context.Context, p *prepared, e *openai.Error, begun bool) (o outcome, ok bool) {
+func brokenRun(ctx context.Context, p *journey.Request, e *openai.Error, begun bool) (o journey.Outcome, ok bool) {
 	busy := e.Status == http.StatusTooManyRequests && !begun
-	if !p.moveBreak || ctx.Err() != nil || (e.Status < 500 && !busy) || e.Code == openai.CodeEngineTimeout || e.Code == CodeAdapterLoadFailed {
-		return outcome{}, false
+	if !p.MoveBreak || ctx.Err() != nil || (e.Status < 500 && !busy) || e.Code == openai.CodeEngineTimeout || e.Code == CodeAdapterLoadFailed {
+		return journey.Outcome{}, false
 	}
-	return outcome{code: e.Code, broke: e, begun: begun}, true
+	return journey.Outcome{Code: e.Code, Broke: e, Begun: begun}, true
 }
 
 // finished learns the request's output length and its model's bytes per token, and counts whether it met its SLOs (goodput).
 // The node that ran it counts it, with the time the request spent at its ingress included.
-func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
-	n.adm.Observe(p.adm.Model, p.adm.Tenant, u.CompletionTokens)
-	if p.req.Resume == nil { // a continuation's usage is the whole request's, not its prompt's
+func (n *Node) finished(p *journey.Request, firstAt, end time.Time, u *engine.Usage) {
+	n.adm.Observe(p.Adm.Model, p.Adm.Tenant, u.CompletionTokens)
+	if p.Req.Resume == nil { // a continuation's usage is the whole request's, not its prompt's
 		n.learnTokens(p, u)
 	}
 	n.observeAgent(p, u)
 	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
 	// window let it in (see admit.Request.SLOStart).
-	ttft := firstAt.Sub(p.adm.SLOClock())
+	ttft := firstAt.Sub(p.Adm.SLOClock())
 	var tpot time.Duration
 	if u.CompletionTokens > 1 {
 		tpot = end.Sub(firstAt) / time.Duration(u.CompletionTokens-1)
 		n.m.TPOT.Observe(tpot.Seconds())
 	}
-	ttftSLO, tpotSLO := n.adm.SLOFor(p.adm)
-	class := admit.Class(p.adm.Priority)
+	ttftSLO, tpotSLO := n.adm.SLOFor(p.Adm)
+	class := admit.Class(p.Adm.Priority)
 	n.m.SLOFinished.WithLabelValues(class).Inc()
 	if (ttftSLO == 0 || ttft <= ttftSLO) && (tpotSLO == 0 || tpot <= tpotSLO) {
 		n.m.SLOMet.WithLabelValues(class).Inc()
@@ -110,30 +111,30 @@ func (n *Node) finished(p *prepared, firstAt, end time.Time, u *engine.Usage) {
 // stream relays chunks as server-sent events. An engine failure after the 200 ends the stream
 // with an error event instead of [DONE], so the client knows the output is incomplete, unless
 // the caller moves the request on (brokenRun).
-func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *prepared, st engine.Stream, c engine.Chunk, enc *render.Encoder) (outcome, *engine.Usage) {
+func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *journey.Request, st engine.Stream, c engine.Chunk, enc *render.Encoder) (journey.Outcome, *engine.Usage) {
 	sse := openai.NewSSEWriter(w)
-	lp := render.NewLogprobs(p.endpoint)
+	lp := render.NewLogprobs(p.Endpoint)
 	if rc := enc.RoleChunk(); rc != nil {
 		if err := sse.WriteData(rc); err != nil {
-			return outcome{code: openai.CodeClientClosed}, nil
+			return journey.Outcome{Code: openai.CodeClientClosed}, nil
 		}
 	}
 	for {
 		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 || len(c.ToolCalls) > 0 {
 			if err := sse.WriteData(render.WithLogprobs(enc.Chunk(c), lp.Encode(c.Logprobs))); err != nil {
-				return outcome{code: openai.CodeClientClosed}, nil
+				return journey.Outcome{Code: openai.CodeClientClosed}, nil
 			}
 		}
 		if c.FinishReason != "" {
-			if p.includeUsage {
+			if p.IncludeUsage {
 				if err := sse.WriteData(enc.UsageChunk(c.Usage)); err != nil {
-					return outcome{code: openai.CodeClientClosed}, nil
+					return journey.Outcome{Code: openai.CodeClientClosed}, nil
 				}
 			}
 			if err := sse.WriteDone(); err != nil {
-				return outcome{code: openai.CodeClientClosed}, nil
+				return journey.Outcome{Code: openai.CodeClientClosed}, nil
 			}
-			return outcome{completed: true}, c.Usage
+			return journey.Outcome{Completed: true}, c.Usage
 		}
 		var err error
 		c, err = st.Recv()
@@ -141,10 +142,10 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *prepared, s
 			code := openai.CodeEngineError
 			if e := n.drainCut(ctx); e != nil {
 				_ = sse.WriteError(e)
-				return outcome{code: e.Code}, nil
+				return journey.Outcome{Code: e.Code}, nil
 			}
 			if ctx.Err() != nil {
-				return outcome{code: openai.CodeClientClosed}, nil
+				return journey.Outcome{Code: openai.CodeClientClosed}, nil
 			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -156,13 +157,13 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *prepared, s
 				return o, nil
 			}
 			_ = sse.WriteError(e)
-			return outcome{code: code}, nil
+			return journey.Outcome{Code: code}, nil
 		}
 	}
 }
 
 // collect gathers the whole generation into one JSON response.
-func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *prepared, st engine.Stream, c engine.Chunk, enc *render.Encoder) (outcome, *engine.Usage) {
+func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *journey.Request, st engine.Stream, c engine.Chunk, enc *render.Encoder) (journey.Outcome, *engine.Usage) {
 	var text strings.Builder
 	var lps []engine.Logprob
 	var calls render.CallJoiner
@@ -173,9 +174,9 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *prepared, 
 		if c.FinishReason != "" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
-			resp := render.WithLogprobs(enc.Complete(text.String(), c, calls.Calls()), render.NewLogprobs(p.endpoint).Encode(lps))
+			resp := render.WithLogprobs(enc.Complete(text.String(), c, calls.Calls()), render.NewLogprobs(p.Endpoint).Encode(lps))
 			_ = json.NewEncoder(w).Encode(resp)
-			return outcome{completed: true}, c.Usage
+			return journey.Outcome{Completed: true}, c.Usage
 		}
 		var err error
 		c, err = st.Recv()
@@ -188,7 +189,7 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *prepared, 
 				return o, nil // nothing was written: the whole response can run again
 			}
 			writeRefusal(w, e, 0)
-			return outcome{code: e.Code}, nil
+			return journey.Outcome{Code: e.Code}, nil
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 )
 
 // promptTokens counts promptBytes of model's rendered prompt in its engines' tokens: with the
@@ -45,11 +46,11 @@ func newTokenCalibration() *kvindex.Calibration {
 // owner that ran it learns, and its own re-check counts the prompt with what it learned. A
 // prompt with images or audio teaches nothing: the engine's count holds what its encoders
 // spent on them, which kvmesh only estimates, and would skew the text's figure.
-func (n *Node) learnTokens(p *prepared, u *engine.Usage) {
-	if n.ext == nil || u.PromptTokens <= 0 || p.partTokens > 0 {
+func (n *Node) learnTokens(p *journey.Request, u *engine.Usage) {
+	if n.ext == nil || u.PromptTokens <= 0 || p.PartTokens > 0 {
 		return
 	}
-	if f, ok := n.tok.Observe(p.adm.Model, len(p.req.Prompt), u.PromptTokens); ok {
-		n.m.BytesPerToken.WithLabelValues(p.adm.Model).Set(f)
+	if f, ok := n.tok.Observe(p.Adm.Model, len(p.Req.Prompt), u.PromptTokens); ok {
+		n.m.BytesPerToken.WithLabelValues(p.Adm.Model).Set(f)
 	}
 }

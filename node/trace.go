@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -72,8 +73,8 @@ func (n *Node) startOwner(ctx context.Context, h transport.Header) (context.Cont
 }
 
 // traced runs p on the engine inside an engine span, which ends with the stream.
-func (n *Node) traced(ctx context.Context, p *prepared) (engine.Stream, error) {
-	return n.spans.Engine(ctx, n.eng, &p.req, func(err error) string { return engineError(err).Code })
+func (n *Node) traced(ctx context.Context, p *journey.Request) (engine.Stream, error) {
+	return n.spans.Engine(ctx, n.eng, &p.Req, func(err error) string { return engineError(err).Code })
 }
 
 var (
@@ -82,16 +83,18 @@ var (
 )
 
 // endOutcome records how a request ended on its server span.
-func endOutcome(span trace.Span, o outcome) { tracing.End(span, o.completed, o.refused, o.code) }
+func endOutcome(span trace.Span, o journey.Outcome) {
+	tracing.End(span, o.Completed, o.Refused, o.Code)
+}
 
 // traceDecision records the ingress's admission decision for p and, when it accepts, the
 // candidate it chose, on ctx's span.
-func traceDecision(ctx context.Context, p *prepared, t *ticket) {
+func traceDecision(ctx context.Context, p *journey.Request, t *journey.Ticket) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	tracing.RequestAttrs(span, p.adm.Model, p.adm.Priority, p.adm.Tenant)
+	tracing.RequestAttrs(span, p.Adm.Model, p.Adm.Priority, p.Adm.Tenant)
 	tracing.Decision(span, t.D.Action.String(), t.D.Layer, t.D.Code)
 	if o := t.D.Option; t.D.Action == admit.Accept && o >= 0 && o < len(t.Cands) {
 		c := &t.Cands[o]
@@ -100,7 +103,7 @@ func traceDecision(ctx context.Context, p *prepared, t *ticket) {
 }
 
 // traceOwnerDecision records the owner's admission check of p.
-func traceOwnerDecision(span trace.Span, p *prepared, d admit.Decision) {
-	tracing.Model(span, p.adm.Model)
+func traceOwnerDecision(span trace.Span, p *journey.Request, d admit.Decision) {
+	tracing.Model(span, p.Adm.Model)
 	tracing.Decision(span, d.Action.String(), d.Layer, d.Code)
 }
