@@ -28,7 +28,7 @@ import (
 const (
 	// CodeAdapterLoadFailed (502): the engine refused or failed the load; the answer is final
 	// (every node loads from the same source, so another would fail alike).
-	CodeAdapterLoadFailed = "adapter_load_failed"
+	CodeAdapterLoadFailed = journey.CodeAdapterLoadFailed
 	// CodeAdapterLoadTimeout (504): the load, or the wait for it, outlasted
 	// adapter_load_timeout; the next candidate runs the request.
 	CodeAdapterLoadTimeout = "adapter_load_timeout"

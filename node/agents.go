@@ -58,20 +58,20 @@ func (n *Node) buildAgents() error {
 	return nil
 }
 
-// agentStep is what the local serving path does with an agent step: run it (serveLocal with
+// agentStep is what the local serving path does with an agent step: run it (Executor.ServeLocal with
 // the window's bookkeeping around it) or, when the agent is outside the window, report parked
 // so the caller answers "wait". Requests without an agent, or with agent admission off, run.
 func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) (journey.Outcome, bool) {
 	g := n.agents
 	if g == nil || p.Adm.Agent == "" {
-		return n.serveLocal(ctx, w, p, start, origin), true
+		return n.x.ServeLocal(ctx, w, p, start, origin), true
 	}
 	id := p.Adm.Agent
 	run, err := g.Arrive(time.Now(), p, id, p.Adm.PromptTokens, origin == "local")
 	if !run {
 		return journey.Outcome{}, false
 	}
-	o := n.serveLocal(ctx, w, p, start, origin)
+	o := n.x.ServeLocal(ctx, w, p, start, origin)
 	if err != nil {
 		// ErrFull: every registered agent is mid-step; the step ran unprotected rather than
 		// fail, as request-level admission already accepted it.
@@ -145,7 +145,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *journey
 		}
 		if giveUp != nil {
 			n.m.DecisionOf(*giveUp)
-			writeRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
+			journey.WriteRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
 			return journey.Outcome{Code: giveUp.Code, Refused: true}, true
 		}
 		if !in {

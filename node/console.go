@@ -49,7 +49,7 @@ func (n *Node) consoleKey(h http.Handler) http.Handler {
 		}
 		if !n.keyValid(r, false) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="kvmesh console", charset="UTF-8"`)
-			writeRefusal(w, errInvalidKey(), 0)
+			journey.WriteRefusal(w, errInvalidKey(), 0)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -162,7 +162,7 @@ func (n *Node) ingest(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // ingestBody is ingest once the request's body is read (for the Messages API, translated).
 func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep engine.Endpoint, id string, start time.Time, body []byte) journey.Outcome {
 	refuse := func(e *openai.Error, retry time.Duration) journey.Outcome {
-		writeRefusal(w, e, retry)
+		journey.WriteRefusal(w, e, retry)
 		return journey.Outcome{Code: e.Code, Refused: true}
 	}
 	p, oerr := n.prepare(ep, id, body)
@@ -265,7 +265,7 @@ func (n *Node) admitAndDispatch(ctx context.Context, w http.ResponseWriter, p *j
 			if explain && len(t.Cands) > 0 {
 				e.Message += " (candidates: " + route.Explain(t.Cands, 3) + ")"
 			}
-			writeRefusal(w, e, t.D.RetryAfter)
+			journey.WriteRefusal(w, e, t.D.RetryAfter)
 			return journey.Outcome{Code: e.Code, Refused: true}
 		}
 		p.Req.MaxTokens = t.D.MaxTokens
@@ -345,7 +345,7 @@ func (n *Node) dispatch(ctx context.Context, w http.ResponseWriter, p *journey.R
 			return res
 		case attempt.Fail:
 			n.planner.Release(&t.Plan) // the decision's reservation, when its retry was refused
-			return n.endFailed(w, f)
+			return n.x.EndFailed(w, f)
 		case attempt.Gone:
 			return journey.Result{Outcome: journey.Outcome{Code: openai.CodeClientClosed, Refused: true}}
 		case attempt.Migrate:
@@ -367,7 +367,7 @@ func (n *Node) runAttempt(ctx context.Context, w http.ResponseWriter, p *journey
 	if s.Rerun {
 		n.renewDue(p)
 	}
-	if s.Budget && !n.allowRetry(p, c.Name) {
+	if s.Budget && !n.x.AllowRetry(p, c.Name) {
 		return attempt.Result{Outcome: attempt.BudgetSpent}
 	}
 	if s.Reserve {
@@ -423,7 +423,7 @@ func (n *Node) localResult(p *journey.Request, name string, o journey.Outcome, r
 	case o.Broke.Status == http.StatusTooManyRequests:
 		// This node's engine is overloaded by its own account: this node refused, as an owner
 		// whose engine answers a forward with 429 does.
-		n.engineBusy(p, name, o.Code, res)
+		n.x.EngineBusy(p, name, o.Code, res)
 		return attempt.Result{Outcome: attempt.Refused, Reason: res.LastCode, Now: time.Now()}
 	}
 	n.log.Warn("engine failed before the request's first byte; the next candidate runs it", "id", p.Req.ID,

@@ -75,7 +75,7 @@ type simpleRequest struct {
 
 // refuseSimple writes e and returns its outcome.
 func refuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) journey.Outcome {
-	writeRefusal(w, e, retry)
+	journey.WriteRefusal(w, e, retry)
 	return journey.Outcome{Code: e.Code, Refused: true}
 }
 
@@ -347,7 +347,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 			return journey.Outcome{Code: openai.CodeClientClosed}
 		}
 		e := openai.ErrEngine("engine failed before answering: " + err.Error())
-		writeRefusal(w, e, 0)
+		journey.WriteRefusal(w, e, 0)
 		return journey.Outcome{Code: e.Code}
 	}
 	defer resp.Body.Close()
@@ -357,7 +357,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 		eb, _ := io.ReadAll(io.LimitReader(resp.Body, maxEngineError))
 		ae := external.ErrorOf(resp.StatusCode, eb).APIError()
 		if ae.Status >= 500 {
-			writeRefusal(w, ae, 0)
+			journey.WriteRefusal(w, ae, 0)
 			return journey.Outcome{Code: ae.Code}
 		}
 		code = ae.Code

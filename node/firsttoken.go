@@ -22,6 +22,15 @@ import (
 // is due within its queue TTL of the migration, as its admission counts it; so is a rerun
 // after an owner failed past the deadline (dispatch), whose engine had given one.
 
+// journeyHost is the node as its executor's journey.Host.
+type journeyHost struct{ n *Node }
+
+func (h journeyHost) Generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
+	return h.n.generate(ctx, p)
+}
+func (h journeyHost) LearnTokens(p *journey.Request, u *engine.Usage)  { h.n.learnTokens(p, u) }
+func (h journeyHost) ObserveAgent(p *journey.Request, u *engine.Usage) { h.n.observeAgent(p, u) }
+
 // generate runs p on the engine (traced) and bounds its wait for the first token by p.due
 // (firsttoken.Bound): past it, the engine's request is cancelled and Generate or Recv returns
 // a *firsttoken.Late. A request already past its deadline does not reach the engine.

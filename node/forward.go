@@ -131,7 +131,7 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *journey.Reque
 		// The owner's engine is overloaded by its own account (an external engine's 429): the
 		// owner refused, like its admission would have.
 		_ = resp.Body.Close()
-		n.ownerBusy(p, owner, resp.Headers, res)
+		n.x.OwnerBusy(p, owner, resp.Headers, res)
 		forwardResult(span, "refused", res.LastCode)
 		return nil, journey.Outcome{}, false
 	}
@@ -167,7 +167,7 @@ func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *journ
 		res.LastCode = ref.Code
 		if ref.Status == http.StatusBadRequest {
 			// The owner found the request itself invalid: no other node will think otherwise.
-			writeRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
+			journey.WriteRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
 			return journey.Outcome{Code: ref.Code, Refused: true}, true
 		}
 		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
@@ -269,7 +269,7 @@ func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *tran
 			return n.migrate(ctx, w, p, owner, err)
 		}
 		e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
-		writeRefusal(w, e, 0)
+		journey.WriteRefusal(w, e, 0)
 		return journey.Outcome{Code: e.Code}
 	}
 	for k, v := range resp.Headers {
@@ -379,7 +379,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 // was sent and the request's count of moves, migrates it as for an owner that died.
 func (n *Node) reportBroken(fw transport.ResponseWriter, w http.ResponseWriter, p *journey.Request, ingress string, o journey.Outcome) {
 	if !o.Begun {
-		writeRefusal(w, o.Broke, 0)
+		journey.WriteRefusal(w, o.Broke, 0)
 		return
 	}
 	n.log.Warn("engine failed mid-response; the ingress moves the request", "id", p.Req.ID, "ingress", ingress, "err", o.Broke.Message)

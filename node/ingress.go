@@ -18,7 +18,6 @@ import (
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
-	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -26,14 +25,14 @@ import (
 
 // Response headers.
 const (
-	HeaderNode = "X-Kvmesh-Node"
+	HeaderNode = journey.HeaderNode
 	// HeaderPrefillNode names, on a split request's response, the node that ran its prefill
 	// half (HeaderNode is then the decode node; a decode_unavailable or decode_failed error
 	// has it too). The ingress sets it once the prompt is handed over; a request run whole
 	// never carries it.
 	HeaderPrefillNode = "X-Kvmesh-Prefill-Node"
 	HeaderRequestID   = "X-Kvmesh-Request-Id"
-	HeaderReason      = "X-Kvmesh-Reason"
+	HeaderReason      = journey.HeaderReason
 )
 
 func endpointName(ep engine.Endpoint) string {
@@ -334,44 +333,5 @@ func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
 		if !o.Completed {
 			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
 		}
-	}
-}
-
-// writeRefusal answers with an OpenAI error body, X-Kvmesh-Reason and, for 429 and 503,
-// Retry-After in whole seconds (at least 1).
-func writeRefusal(w http.ResponseWriter, e *openai.Error, retryAfter time.Duration) {
-	h := w.Header()
-	h.Set(HeaderReason, e.Code)
-	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
-		secs := int((retryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", fmt.Sprint(max(secs, 1)))
-	}
-	openai.WriteError(w, e)
-}
-
-// engineError maps an error from Engine.Generate (before any output) to the client's answer.
-// A field the engine refused is a 400 naming it. An external engine's HTTP error says itself
-// what the client gets (external.StatusError's APIError): a 4xx keeps its status, message,
-// param and code; a 5xx is a 502 engine_error.
-func engineError(err error) *openai.Error {
-	var pe *engine.ParamError
-	var ae interface{ APIError() *openai.Error }
-	switch {
-	case errors.As(err, &pe) && pe.Unsupported:
-		return openai.NewError(http.StatusBadRequest, openai.CodeUnsupportedParameter,
-			fmt.Sprintf("unsupported parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
-	case errors.As(err, &pe):
-		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
-			fmt.Sprintf("invalid parameter %q: %s", pe.Param, pe.Reason)).WithParam(pe.Param)
-	case errors.As(err, &ae):
-		return ae.APIError()
-	case errors.As(err, new(*firsttoken.Late)):
-		return openai.ErrEngineTimeout(err.Error())
-	case errors.Is(err, engine.ErrRejected):
-		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return openai.NewError(http.StatusGatewayTimeout, openai.CodeEngineTimeout, "engine did not answer in time")
-	default:
-		return openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "engine failed before the first token: "+err.Error())
 	}
 }

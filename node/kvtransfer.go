@@ -49,10 +49,10 @@ func takeKVTransfer(p *journey.Request) (*openai.KVTransferParams, *openai.Error
 // for. A prefill engine runs prefill halves only.
 func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request, start time.Time) journey.Outcome {
 	if n.kv == nil { // not the simulated engine: its engine judges the params
-		return n.serveLocal(ctx, w, p, start, "local")
+		return n.x.ServeLocal(ctx, w, p, start, "local")
 	}
 	refuse := func(e *openai.Error) journey.Outcome {
-		writeRefusal(w, e, 0)
+		journey.WriteRefusal(w, e, 0)
 		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	kt, oerr := takeKVTransfer(p)
@@ -75,7 +75,7 @@ func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.R
 		return refuse(openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest,
 			"this engine runs prefills only: send kv_transfer_params with do_remote_decode true").WithParam("kv_transfer_params"))
 	}
-	return n.serveLocal(ctx, w, p, start, "local")
+	return n.x.ServeLocal(ctx, w, p, start, "local")
 }
 
 // answerPrefill prefills p, keeps its handover and answers as vLLM's prefill server does: no
@@ -85,8 +85,8 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 	n.m.Served.WithLabelValues("local").Inc()
 	h, err := n.prefill(ctx, p)
 	if err != nil {
-		e := engineError(err)
-		writeRefusal(w, e, 0)
+		e := journey.EngineError(err)
+		journey.WriteRefusal(w, e, 0)
 		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	host, port, err := net.SplitHostPort(r.Host)
@@ -109,7 +109,7 @@ func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	if err != nil { // unreachable: both are plain structs
 		e := openai.NewError(http.StatusInternalServerError, openai.CodeEngineError, "encoding the prefill answer: "+err.Error())
-		writeRefusal(w, e, 0)
+		journey.WriteRefusal(w, e, 0)
 		return journey.Outcome{Code: e.Code}
 	}
 	w.Header().Set("Content-Type", "application/json")

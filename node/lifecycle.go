@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -51,6 +52,11 @@ func (n *Node) buildMesh() error {
 	}
 	pc := plan.Config{Mode: mode, QueueCap: n.cfg.QueueCap, Agents: n.agents != nil, RetryAfter: n.cfg.RetryAfter}
 	if n.planner, err = plan.New(pc, n.adm, policy, grid); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.x, err = journey.New(journey.Deps{Name: n.cfg.Name, DrainTimeout: n.cfg.DrainTimeout, Log: n.log, Metrics: n.m,
+		Admitter: n.adm, Planner: n.planner, Retries: n.retries, Host: journeyHost{n}})
+	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.reg.MustRegister(metrics.NewStateCollector(metrics.StateSources{
@@ -92,7 +98,11 @@ func (n *Node) servePeer(ctx context.Context, h transport.Header, body []byte, w
 }
 
 // CodeDraining is the refusal (503) of a node that is shutting down.
-const CodeDraining = "draining"
+const CodeDraining = journey.CodeDraining
+
+// CodeOwnerUnreachable is the failure (502) of a request whose last attempt could not reach
+// its owner: the QUIC handshake or the stream failed before any answer.
+const CodeOwnerUnreachable = journey.CodeOwnerUnreachable
 
 // drainingRefusal is the answer to a request a draining node will not run.
 func (n *Node) drainingRefusal() admit.Decision {
@@ -256,7 +266,7 @@ func (n *Node) endStragglers(cause error) error {
 	cut, fwd := n.serving.Load(), n.forwarded.Load()
 	n.log.Warn("drain timeout passed: ending the requests still in flight", "timeout", n.cfg.DrainTimeout,
 		"requests", cut, "forwarded", fwd)
-	n.endRequests(errDrainTimeout)
+	n.endRequests(journey.ErrDrainTimeout)
 	grace, cancel := context.WithTimeout(context.Background(), drainGrace)
 	defer cancel()
 	if n.waitIdle(grace) == nil && cut == 0 {
@@ -265,9 +275,6 @@ func (n *Node) endStragglers(cause error) error {
 	return fmt.Errorf("in flight when the drain timeout (%v) passed: %d client requests, %d forwarded (%d still running after %v): %w",
 		n.cfg.DrainTimeout, cut, fwd, n.forwarded.Load(), drainGrace, cause)
 }
-
-// errDrainTimeout is the cause with which the drain timeout ends the requests still running.
-var errDrainTimeout = errors.New("the node's drain timeout passed")
 
 // drainGrace is how long requests cut by the drain timeout have to tell their clients so.
 const drainGrace = time.Second

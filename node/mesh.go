@@ -34,7 +34,7 @@ func (n *Node) localState() gossip.State {
 		PriorityScheduling:     st.PriorityScheduling,
 		QueuedBeforeHigh:       st.QueuedBeforeHigh,
 		QueuedLowWaiting:       st.QueuedLowWaiting,
-		InFlightTokens:         int(n.inFlightTokens.Load()),
+		InFlightTokens:         int(n.x.InFlightTokens()),
 		PrefillTokensPerSecond: st.PrefillTokensPerSecond,
 		DecodeStepSeconds:      st.DecodeStepSeconds,
 		MaxRunning:             st.MaxRunning,

@@ -53,7 +53,7 @@ func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *htt
 // OpenAI's.
 func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
 	if e := n.drainCut(r.Context()); e != nil && !aw.Wrote() {
-		writeRefusal(aw, e, 0)
+		journey.WriteRefusal(aw, e, 0)
 	}
 	aw.Finish()
 }

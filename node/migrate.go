@@ -74,7 +74,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Re
 		if cs != nil {
 			cs.End(e)
 		} else {
-			writeRefusal(w, e, 0)
+			journey.WriteRefusal(w, e, 0)
 		}
 		return journey.Outcome{Code: e.Code}
 	}
@@ -91,7 +91,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Re
 		msg := fmt.Sprintf("node %s failed mid-response: %v", owner, cause)
 		if cs == nil {
 			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg)
-			writeRefusal(w, e, 0)
+			journey.WriteRefusal(w, e, 0)
 			return journey.Outcome{Code: e.Code}
 		}
 		if code != "" {

@@ -33,6 +33,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
 	"github.com/kvmesh/kvmesh/node/grid"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/lora"
 	"github.com/kvmesh/kvmesh/node/meshview"
@@ -71,6 +72,7 @@ type Node struct {
 	eject   *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
 	retries *route.RetryBudget
 	adm     *admit.Admitter
+	x       *journey.Executor // performs the request's steps (node/journey)
 	// ratedPools are the waiting room pools given a prefill rate at the last update
 	// (updatePrefillRates; the room loop's alone).
 	ratedPools map[poolKey]float64
@@ -81,9 +83,8 @@ type Node struct {
 	grid       *grid.Grid
 	console    *console.Console // nil: Config.NoConsole
 
-	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
-	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
-	inFlightTokens atomic.Int64
+	tok     *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
+	meshTok atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
 	// claims is the KV room the waiting room's blocked heads hold, as the last room pass left
 	// it (publishClaims): published in this node's record, counted by every peer (claims.go).
 	claims atomic.Pointer[[]gossip.Claim]
@@ -113,7 +114,7 @@ type Node struct {
 	unready  atomic.Bool // set once Shutdown begins: /readyz is 503, peers see the engine unhealthy
 	draining atomic.Bool // set once the drain delay is over: the node takes no new work
 	// requests is every API request's base context; the drain timeout cancels it
-	// (errDrainTimeout), so a request still running then ends with an explicit error.
+	// (journey.ErrDrainTimeout), so a request still running then ends with an explicit error.
 	requests    context.Context
 	endRequests context.CancelCauseFunc
 	closed      bool
@@ -423,11 +424,7 @@ func (n *Node) deregister(ctx context.Context) {
 // drainCut is the error of a request the drain timeout ended, when ctx (its context) says it
 // did; nil otherwise (the client left, or nothing ended it).
 func (n *Node) drainCut(ctx context.Context) *openai.Error {
-	if !errors.Is(context.Cause(ctx), errDrainTimeout) {
-		return nil
-	}
-	return openai.NewError(http.StatusServiceUnavailable, CodeDraining,
-		fmt.Sprintf("node %s shut down: its drain timeout (%v) ended the request before it completed", n.cfg.Name, n.cfg.DrainTimeout))
+	return journey.DrainCut(ctx, n.cfg.Name, n.cfg.DrainTimeout)
 }
 
 func closeEngine(e engine.Engine) error {
@@ -462,7 +459,7 @@ func (n *Node) counted(h http.Handler) http.Handler {
 		tw := &trackedWriter{ResponseWriter: w}
 		h.ServeHTTP(tw, r)
 		if e := n.drainCut(r.Context()); e != nil && !tw.wrote {
-			writeRefusal(w, e, 0)
+			journey.WriteRefusal(w, e, 0)
 		}
 	})
 }

@@ -163,7 +163,7 @@ func (n *Node) prefill(ctx context.Context, p *journey.Request) (*engine.Handove
 }
 
 // servePrefill answers a forwarded prefill half: the handover of p's prompt, or the engine's
-// error as serveLocal would answer it.
+// error as Executor.ServeLocal would answer it.
 func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *journey.Request) journey.Outcome {
 	n.m.Served.WithLabelValues("peer").Inc()
 	h, err := n.prefill(ctx, p)
@@ -172,11 +172,11 @@ func (n *Node) servePrefill(ctx context.Context, w http.ResponseWriter, p *journ
 		body, err = transport.AppendHandover(nil, handoverHeader(h))
 	}
 	if err != nil {
-		e := engineError(err)
+		e := journey.EngineError(err)
 		if ctx.Err() != nil {
 			e = openai.NewError(499, openai.CodeClientClosed, "client closed the request")
 		}
-		writeRefusal(w, e, 0)
+		journey.WriteRefusal(w, e, 0)
 		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	w.Header().Set("Content-Type", transport.HandoverContentType)
@@ -240,11 +240,11 @@ func (n *Node) prefillOn(ctx context.Context, w http.ResponseWriter, p *journey.
 		if err == nil {
 			return h, journey.Outcome{}, false
 		}
-		e := engineError(err)
+		e := journey.EngineError(err)
 		if e.Status == http.StatusBadRequest || errors.As(err, new(*firsttoken.Late)) {
 			// The request itself is at fault, or its deadline passed: no other node would do
 			// better.
-			writeRefusal(w, e, 0)
+			journey.WriteRefusal(w, e, 0)
 			return nil, journey.Outcome{Code: e.Code, Refused: e.Status < 500}, true
 		}
 		res.LastCode, res.FailCode = e.Code, e.Code
@@ -327,7 +327,7 @@ func (n *Node) dispatchPair(ctx context.Context, w http.ResponseWriter, p *journ
 // h, or the client's answer o.
 func (n *Node) prefillStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket, q attempt.Cand, s attempt.Step, res *journey.Result) (h *engine.Handover, o journey.Outcome, r attempt.Result) {
 	switch {
-	case s.Budget && !n.allowRetry(p, q.Name):
+	case s.Budget && !n.x.AllowRetry(p, q.Name):
 		r.Outcome = attempt.BudgetSpent
 	default:
 		if s.Rerun {
@@ -420,7 +420,7 @@ func (n *Node) decodeStep(ctx context.Context, w http.ResponseWriter, p *journey
 		n.m.Forwards.WithLabelValues("local").Inc()
 		w = n.clientStream(w, p, res)
 		p.MoveBreak = true
-		o := n.serveLocal(ctx, w, p, start, "local")
+		o := n.x.ServeLocal(ctx, w, p, start, "local")
 		p.MoveBreak = false
 		r := n.localResult(p, d.Name, o, res)
 		r.Late = o.Code == openai.CodeEngineTimeout
@@ -451,6 +451,6 @@ func (n *Node) decodeFailed(w http.ResponseWriter, p *journey.Request, dec *atte
 			fmt.Sprintf("the prompt was prefilled on node %s, but no decode node could run it (%d tried; a failure: %s)", from, dec.Tries(), dec.FailCode()))
 	}
 	n.log.Warn("a split request's handover found no decode node", "id", p.Req.ID, "prefill", from, "tries", dec.Tries(), "code", e.Code)
-	writeRefusal(w, e, n.cfg.RetryAfter)
+	journey.WriteRefusal(w, e, n.cfg.RetryAfter)
 	return journey.Outcome{Code: e.Code, Refused: dec.FailCode() == ""}
 }

@@ -112,7 +112,7 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 func (n *Node) requireKey(h http.Handler, always bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !n.keyValid(r, always) {
-			writeRefusal(w, errInvalidKey(), 0)
+			journey.WriteRefusal(w, errInvalidKey(), 0)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -138,7 +138,7 @@ func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (journey.Out
 	}
 	e := errInvalidKey()
 	n.m.Decision(admit.LayerIdentity, admit.Refuse, e.Code)
-	writeRefusal(w, e, 0)
+	journey.WriteRefusal(w, e, 0)
 	return journey.Outcome{Code: e.Code, Refused: true}, false
 }
 

@@ -74,7 +74,7 @@ func (n *Node) startOwner(ctx context.Context, h transport.Header) (context.Cont
 
 // traced runs p on the engine inside an engine span, which ends with the stream.
 func (n *Node) traced(ctx context.Context, p *journey.Request) (engine.Stream, error) {
-	return n.spans.Engine(ctx, n.eng, &p.Req, func(err error) string { return engineError(err).Code })
+	return n.spans.Engine(ctx, n.eng, &p.Req, func(err error) string { return journey.EngineError(err).Code })
 }
 
 var (

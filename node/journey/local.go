@@ -1,4 +1,4 @@
-package node
+package journey
 
 import (
 	"cmp"
@@ -13,139 +13,139 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
-	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/render"
 )
 
-// serveLocal runs p on this node's engine and writes the OpenAI response to w. Nothing is
+// ServeLocal runs p on this node's engine and writes the OpenAI response to w. Nothing is
 // written until the first token exists, so an engine failure before it is still a clean 502
 // (and, for a forwarded request, lets the ingress try another peer). When p.moveBreak, an
 // engine failure, before the first token or mid-response, is left unwritten (outcome.broke)
 // for the caller to move the request elsewhere.
-func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) journey.Outcome {
-	n.m.Served.WithLabelValues(origin).Inc()
-	st, err := n.generate(ctx, p)
+func (x *Executor) ServeLocal(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, origin string) Outcome {
+	x.m.Served.WithLabelValues(origin).Inc()
+	st, err := x.host.Generate(ctx, p)
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
 		// rest a failure (the engine's).
-		e := cmp.Or(n.drainCut(ctx), engineError(err))
-		if o, ok := brokenRun(ctx, p, e, false); ok {
+		e := cmp.Or(x.DrainCut(ctx), EngineError(err))
+		if o, ok := BrokenRun(ctx, p, e, false); ok {
 			return o
 		}
-		writeRefusal(w, e, 0)
-		return journey.Outcome{Code: e.Code, Refused: e.Status < 500}
+		WriteRefusal(w, e, 0)
+		return Outcome{Code: e.Code, Refused: e.Status < 500}
 	}
 	defer st.Close()
 	first, err := st.Recv()
 	if err != nil {
-		e := engineError(err)
+		e := EngineError(err)
 		if ctx.Err() != nil {
-			e = cmp.Or(n.drainCut(ctx), openai.NewError(499, openai.CodeClientClosed, "client closed the request"))
+			e = cmp.Or(x.DrainCut(ctx), openai.NewError(499, openai.CodeClientClosed, "client closed the request"))
 		}
-		if o, ok := brokenRun(ctx, p, e, false); ok {
+		if o, ok := BrokenRun(ctx, p, e, false); ok {
 			return o
 		}
-		writeRefusal(w, e, 0)
-		return journey.Outcome{Code: e.Code}
+		WriteRefusal(w, e, 0)
+		return Outcome{Code: e.Code}
 	}
 	firstAt := time.Now()
 	if origin == "local" && p.Origin == nil { // a continuation's first token is not the request's
-		n.m.TTFT.Observe(firstAt.Sub(start).Seconds())
+		x.m.TTFT.Observe(firstAt.Sub(start).Seconds())
 	}
-	n.inFlightTokens.Add(int64(p.Req.MaxTokens))
-	defer n.inFlightTokens.Add(-int64(p.Req.MaxTokens))
-	w.Header().Set(HeaderNode, n.cfg.Name)
+	x.inFlightTokens.Add(int64(p.Req.MaxTokens))
+	defer x.inFlightTokens.Add(-int64(p.Req.MaxTokens))
+	w.Header().Set(HeaderNode, x.cfg.Name)
 	enc := render.New(p.Endpoint, p.Req.ID, p.Model.Name, p.IncludeUsage, firstAt)
-	var o journey.Outcome
+	var o Outcome
 	var u *engine.Usage
 	if p.Stream {
-		o, u = n.stream(ctx, w, p, st, first, enc)
+		o, u = x.stream(ctx, w, p, st, first, enc)
 	} else {
-		o, u = n.collect(ctx, w, p, st, first, enc)
+		o, u = x.collect(ctx, w, p, st, first, enc)
 	}
 	if o.Completed && u != nil {
-		n.finished(p, firstAt, time.Now(), u)
+		x.finished(p, firstAt, time.Now(), u)
 	}
 	return o
 }
 
-// brokenRun is the outcome of a run of p whose engine failed with e, before the client's
+// BrokenRun is the outcome of a run of p whose engine failed with e, before the client's
 // response began or after (begun), when its caller moves such a request elsewhere
 // (p.moveBreak): ok false when it does not, or when e is not the engine's failure but the
 // client's leaving, this node's drain, the request itself (4xx) or a first token later than
 // its deadline, which no other engine would beat. The engine's own overload (429) before the
 // response began is moved on too: another node's engine may have room.
-func brokenRun(ctx context.Context, p *journey.Request, e *openai.Error, begun bool) (o journey.Outcome, ok bool) {
+func BrokenRun(ctx context.Context, p *Request, e *openai.Error, begun bool) (o Outcome, ok bool) {
 	busy := e.Status == http.StatusTooManyRequests && !begun
 	if !p.MoveBreak || ctx.Err() != nil || (e.Status < 500 && !busy) || e.Code == openai.CodeEngineTimeout || e.Code == CodeAdapterLoadFailed {
-		return journey.Outcome{}, false
+		return Outcome{}, false
 	}
-	return journey.Outcome{Code: e.Code, Broke: e, Begun: begun}, true
+	return Outcome{Code: e.Code, Broke: e, Begun: begun}, true
 }
 
-// finished learns the request's output length and its model's bytes per token, and counts whether it met its SLOs (goodput).
-// The node that ran it counts it, with the time the request spent at its ingress included.
-func (n *Node) finished(p *journey.Request, firstAt, end time.Time, u *engine.Usage) {
-	n.adm.Observe(p.Adm.Model, p.Adm.Tenant, u.CompletionTokens)
+// finished learns the request's output length and its model's bytes per token, and counts
+// whether it met its SLOs (goodput). The node that ran it counts it, with the time the
+// request spent at its ingress included.
+func (x *Executor) finished(p *Request, firstAt, end time.Time, u *engine.Usage) {
+	x.adm.Observe(p.Adm.Model, p.Adm.Tenant, u.CompletionTokens)
 	if p.Req.Resume == nil { // a continuation's usage is the whole request's, not its prompt's
-		n.learnTokens(p, u)
+		x.host.LearnTokens(p, u)
 	}
-	n.observeAgent(p, u)
+	x.host.ObserveAgent(p, u)
 	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
 	// window let it in (see admit.Request.SLOStart).
 	ttft := firstAt.Sub(p.Adm.SLOClock())
 	var tpot time.Duration
 	if u.CompletionTokens > 1 {
 		tpot = end.Sub(firstAt) / time.Duration(u.CompletionTokens-1)
-		n.m.TPOT.Observe(tpot.Seconds())
+		x.m.TPOT.Observe(tpot.Seconds())
 	}
-	ttftSLO, tpotSLO := n.adm.SLOFor(p.Adm)
+	ttftSLO, tpotSLO := x.adm.SLOFor(p.Adm)
 	class := admit.Class(p.Adm.Priority)
-	n.m.SLOFinished.WithLabelValues(class).Inc()
+	x.m.SLOFinished.WithLabelValues(class).Inc()
 	if (ttftSLO == 0 || ttft <= ttftSLO) && (tpotSLO == 0 || tpot <= tpotSLO) {
-		n.m.SLOMet.WithLabelValues(class).Inc()
+		x.m.SLOMet.WithLabelValues(class).Inc()
 	}
 }
 
 // stream relays chunks as server-sent events. An engine failure after the 200 ends the stream
 // with an error event instead of [DONE], so the client knows the output is incomplete, unless
-// the caller moves the request on (brokenRun).
-func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *journey.Request, st engine.Stream, c engine.Chunk, enc *render.Encoder) (journey.Outcome, *engine.Usage) {
+// the caller moves the request on (BrokenRun).
+func (x *Executor) stream(ctx context.Context, w http.ResponseWriter, p *Request, st engine.Stream, c engine.Chunk, enc *render.Encoder) (Outcome, *engine.Usage) {
 	sse := openai.NewSSEWriter(w)
 	lp := render.NewLogprobs(p.Endpoint)
 	if rc := enc.RoleChunk(); rc != nil {
 		if err := sse.WriteData(rc); err != nil {
-			return journey.Outcome{Code: openai.CodeClientClosed}, nil
+			return Outcome{Code: openai.CodeClientClosed}, nil
 		}
 	}
 	for {
 		if c.Text != "" || c.FinishReason != "" || len(c.Logprobs) > 0 || len(c.ToolCalls) > 0 {
 			if err := sse.WriteData(render.WithLogprobs(enc.Chunk(c), lp.Encode(c.Logprobs))); err != nil {
-				return journey.Outcome{Code: openai.CodeClientClosed}, nil
+				return Outcome{Code: openai.CodeClientClosed}, nil
 			}
 		}
 		if c.FinishReason != "" {
 			if p.IncludeUsage {
 				if err := sse.WriteData(enc.UsageChunk(c.Usage)); err != nil {
-					return journey.Outcome{Code: openai.CodeClientClosed}, nil
+					return Outcome{Code: openai.CodeClientClosed}, nil
 				}
 			}
 			if err := sse.WriteDone(); err != nil {
-				return journey.Outcome{Code: openai.CodeClientClosed}, nil
+				return Outcome{Code: openai.CodeClientClosed}, nil
 			}
-			return journey.Outcome{Completed: true}, c.Usage
+			return Outcome{Completed: true}, c.Usage
 		}
 		var err error
 		c, err = st.Recv()
 		if err != nil {
 			code := openai.CodeEngineError
-			if e := n.drainCut(ctx); e != nil {
+			if e := x.DrainCut(ctx); e != nil {
 				_ = sse.WriteError(e)
-				return journey.Outcome{Code: e.Code}, nil
+				return Outcome{Code: e.Code}, nil
 			}
 			if ctx.Err() != nil {
-				return journey.Outcome{Code: openai.CodeClientClosed}, nil
+				return Outcome{Code: openai.CodeClientClosed}, nil
 			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -153,17 +153,17 @@ func (n *Node) stream(ctx context.Context, w http.ResponseWriter, p *journey.Req
 			e := openai.NewError(http.StatusBadGateway, code, "generation failed mid-stream: "+err.Error())
 			// An engine's own error event is its answer, passed on; its stream breaking is
 			// its failure, which the caller may move on.
-			if o, ok := brokenRun(ctx, p, e, true); ok && !errors.Is(err, external.ErrStream) {
+			if o, ok := BrokenRun(ctx, p, e, true); ok && !errors.Is(err, external.ErrStream) {
 				return o, nil
 			}
 			_ = sse.WriteError(e)
-			return journey.Outcome{Code: code}, nil
+			return Outcome{Code: code}, nil
 		}
 	}
 }
 
 // collect gathers the whole generation into one JSON response.
-func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *journey.Request, st engine.Stream, c engine.Chunk, enc *render.Encoder) (journey.Outcome, *engine.Usage) {
+func (x *Executor) collect(ctx context.Context, w http.ResponseWriter, p *Request, st engine.Stream, c engine.Chunk, enc *render.Encoder) (Outcome, *engine.Usage) {
 	var text strings.Builder
 	var lps []engine.Logprob
 	var calls render.CallJoiner
@@ -176,7 +176,7 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *journey.Re
 			w.WriteHeader(http.StatusOK)
 			resp := render.WithLogprobs(enc.Complete(text.String(), c, calls.Calls()), render.NewLogprobs(p.Endpoint).Encode(lps))
 			_ = json.NewEncoder(w).Encode(resp)
-			return journey.Outcome{Completed: true}, c.Usage
+			return Outcome{Completed: true}, c.Usage
 		}
 		var err error
 		c, err = st.Recv()
@@ -184,12 +184,12 @@ func (n *Node) collect(ctx context.Context, w http.ResponseWriter, p *journey.Re
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			e := cmp.Or(n.drainCut(ctx), openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error()))
-			if o, ok := brokenRun(ctx, p, e, false); ok {
+			e := cmp.Or(x.DrainCut(ctx), openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "generation failed: "+err.Error()))
+			if o, ok := BrokenRun(ctx, p, e, false); ok {
 				return o, nil // nothing was written: the whole response can run again
 			}
-			writeRefusal(w, e, 0)
-			return journey.Outcome{Code: e.Code}, nil
+			WriteRefusal(w, e, 0)
+			return Outcome{Code: e.Code}, nil
 		}
 	}
 }
