@@ -29,7 +29,7 @@ func TestAdapterRoutedCountedOnce(t *testing.T) {
 	}
 	var tk journey.Ticket
 	for i := range 3 {
-		n.decide(time.Now(), p, &tk, nil, nil)
+		n.x.Decide(time.Now(), p, &tk, nil, nil)
 		if tk.D.Action != admit.Accept {
 			t.Fatalf("decision %d: %+v, want an accept", i, tk.D)
 		}

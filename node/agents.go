@@ -22,7 +22,7 @@ import (
 // CodeAgentPaused is an owner's refusal of an agent step whose agent is outside its window
 // (paused, or new and waiting for a slot). The ingress holds the step and retries it at the
 // same owner; the client never sees this code unless the step's queue TTL runs out.
-const CodeAgentPaused = "agent_paused"
+const CodeAgentPaused = journey.CodeAgentPaused
 
 // DefaultAgentInterval is the agent window's control interval when Config.AgentInterval is 0.
 const DefaultAgentInterval = nodeconfig.DefaultAgentInterval
@@ -102,7 +102,7 @@ func (n *Node) agentRefused(p *journey.Request, peer, addr string, res *journey.
 	}
 	res.Requeue = true
 	p.Parked = journey.Parking{Home: peer, Addr: addr}
-	n.stick(p, peer) // the window and the prefix are there: the retry must go there too
+	n.x.Stick(p, peer) // the window and the prefix are there: the retry must go there too
 	return true
 }
 
@@ -145,7 +145,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *journey
 		}
 		if giveUp != nil {
 			n.m.DecisionOf(*giveUp)
-			journey.WriteRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
+			journey.WriteRefusal(w, journey.RefusalOf(*giveUp), giveUp.RetryAfter)
 			return journey.Outcome{Code: giveUp.Code, Refused: true}, true
 		}
 		if !in {
@@ -159,7 +159,7 @@ func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *journey
 		// The window wait is admission's own doing, bounded by the queue TTL: the step's TTFT
 		// SLO counts from here, so the checks ahead do not refuse it for time spent parked.
 		p.Adm.SLOStart = now
-		n.decide(now, p, t, nil, nil)
+		n.x.Decide(now, p, t, nil, nil)
 		n.m.DecisionOf(t.D)
 		return journey.Outcome{}, false
 	}

@@ -95,13 +95,13 @@ func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequ
 	a.ID, a.Endpoint, a.Arrived, a.APIKey = q.id, q.ep.String(), start, bearer(r.Header)
 	if d := n.adm.Validate(*a); d.Refused() {
 		n.m.DecisionOf(d)
-		return refuse(refusalOf(d), 0)
+		return refuse(journey.RefusalOf(d), 0)
 	}
 	a.MaxTokens = output
 	tenant, d := n.adm.Identify(start, *a)
 	if d.Refused() {
 		n.m.DecisionOf(d)
-		return refuse(refusalOf(d), d.RetryAfter)
+		return refuse(journey.RefusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority, a.APIKey = tenant, d.Priority, ""
 	if d.PriorityClamped {
@@ -114,7 +114,7 @@ func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequ
 		bd := n.adm.Budget(*a)
 		if bd.Refused() {
 			n.m.DecisionOf(bd)
-			e := refusalOf(bd)
+			e := journey.RefusalOf(bd)
 			if e.Param == "max_tokens" {
 				e.Param, e.Message = "max_output_tokens", strings.Replace(e.Message, "max_tokens", "max_output_tokens", 1)
 			}
@@ -274,7 +274,7 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) journey.Outcome {
 	defer resp.Body.Close()
 	for k, v := range resp.Headers {
-		if !ingressHeader(k) {
+		if !journey.IngressHeader(k) {
 			w.Header().Set(k, v)
 		}
 	}

@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"time"
 
-	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/journey"
@@ -21,15 +19,6 @@ import (
 // bounds the rest. A migrated stream's continuation is a request of its own: its first token
 // is due within its queue TTL of the migration, as its admission counts it; so is a rerun
 // after an owner failed past the deadline (dispatch), whose engine had given one.
-
-// journeyHost is the node as its executor's journey.Host.
-type journeyHost struct{ n *Node }
-
-func (h journeyHost) Generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
-	return h.n.generate(ctx, p)
-}
-func (h journeyHost) LearnTokens(p *journey.Request, u *engine.Usage)  { h.n.learnTokens(p, u) }
-func (h journeyHost) ObserveAgent(p *journey.Request, u *engine.Usage) { h.n.observeAgent(p, u) }
 
 // generate runs p on the engine (traced) and bounds its wait for the first token by p.due
 // (firsttoken.Bound): past it, the engine's request is cancelled and Generate or Recv returns
@@ -58,12 +47,4 @@ func (n *Node) generateLoaded(ctx context.Context, p *journey.Request) (engine.S
 		n.log.Info("no first token within the queue TTL: engine request cancelled", "id", p.Req.ID, "ttl", p.TTL,
 			"prefill", p.Req.PrefillOnly)
 	})
-}
-
-// renewDue gives a request about to run again after a failed attempt its queue TTL afresh,
-// once, when that attempt ended past its deadline (attempt.Renew): the failed owner's engine
-// had given the first token (else the owner would have ended the request with 504
-// engine_timeout), or the owner went silent.
-func (n *Node) renewDue(p *journey.Request) {
-	p.Due, p.Renewed = attempt.Renew(time.Now(), p.Due, p.TTL, p.Renewed)
 }

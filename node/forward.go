@@ -1,23 +1,17 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
-	"github.com/kvmesh/kvmesh/node/openai"
-	"github.com/kvmesh/kvmesh/node/relay"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -26,269 +20,6 @@ const CodeHopLimit = "hop_limit"
 
 // MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
 const MaxHops = 1
-
-// forward sends p to owner, a candidate, at addr. done reports that the client got an answer (relayed
-// from the owner); otherwise the owner refused, or the attempt failed (res.failCode: the owner
-// could not be reached, or its engine failed, before any byte).
-func (n *Node) forward(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner, addr string, start time.Time, res *journey.Result) (journey.Outcome, bool) {
-	resp, o, done := n.send(ctx, w, p, owner, addr, false, res)
-	if resp == nil {
-		return o, done
-	}
-	if n.g != nil && resp.Status == http.StatusOK {
-		// The owner now holds (or is computing) this prefix: the next turn of the session
-		// should follow before the owner's own summary arrives.
-		n.g.Index().AddSpeculative(owner, p.Req.Blocks, time.Now().Add(n.cfg.SpeculativeTTL))
-	}
-	return n.relay(ctx, w, resp, p, owner, start), true
-}
-
-// forwardHeader is the header of p's forward: prefill marks the prefill half of a split
-// request, and p.req.Handover, when set, makes it the decode half.
-func (n *Node) forwardHeader(p *journey.Request, prefill bool) transport.Header {
-	ttft, tpot := n.adm.SLOFor(p.Adm)
-	clock := p.Adm.SLOClock() // the arrival, or when the agent window let the step in
-	h := transport.Header{
-		RequestID: p.Req.ID,
-		Hops:      1,
-		Priority:  p.Adm.Priority,
-		Tenant:    p.Adm.Tenant,
-		Deadline:  clock.Add(ttft),
-		AgentID:   p.Adm.Agent,
-		Blocks:    p.Req.Blocks,
-		Ingress:   n.cfg.Name,
-		Kind:      transport.KindRequest,
-		Endpoint:  endpointOf(p.Endpoint),
-		// What the owner needs to judge the request's SLOs the way the ingress would.
-		Waited:     max(time.Since(clock), 0),
-		TTFTSLO:    ttft,
-		TPOTSLO:    tpot,
-		AgentFinal: p.AgentFinal,
-		Resume:     resumeHeader(p.Req.Resume),
-		Prefill:    prefill,
-		Handover:   handoverHeader(p.Req.Handover),
-	}
-	if !p.Due.IsZero() {
-		// What is left of the queue TTL, relative so that the owner's clock need not agree;
-		// at least a nanosecond, which the owner finds past before asking its engine.
-		h.QueueTTL, h.QueueTTLLeft = p.TTL, min(max(time.Until(p.Due), time.Nanosecond), p.TTL)
-	}
-	return h
-}
-
-// send forwards p (its prefill half when prefill) to owner at addr and sorts the answer: resp
-// is the owner's response when it accepted; otherwise the owner refused, or the attempt failed
-// (res.failCode), and done reports that the client was answered (the request itself is
-// invalid, o says how).
-func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner, addr string, prefill bool, res *journey.Result) (resp *transport.Response, o journey.Outcome, done bool) {
-	res.FailCode = ""
-	h := n.forwardHeader(p, prefill)
-	ctx, span := n.startForward(ctx, owner, &h)
-	defer span.End()
-	if addr == "" {
-		n.m.Forwards.WithLabelValues("no_address").Inc()
-		forwardResult(span, "no_address", "")
-		res.FailCode = CodeOwnerUnreachable
-		return nil, journey.Outcome{}, false
-	}
-	n.forwardSent(owner)
-	resp, err := n.tr.Forward(ctx, addr, h, p.Req.Body)
-	if err != nil {
-		o, done := n.notForwarded(ctx, w, p, owner, addr, err, span, res)
-		return nil, o, done
-	}
-	n.peerReached(owner)
-	if resp.Headers[HeaderReason] == openai.CodeEngineTimeout && !p.Due.IsZero() && !time.Now().Before(p.Due) {
-		// The owner's engine gave no first token within the request's queue TTL: its
-		// deadline has passed everywhere, so the owner's answer is the client's. (An
-		// engine_timeout before the deadline, an external engine's own, is retried below.)
-		n.m.Forwards.WithLabelValues("owner_failed").Inc()
-		forwardResult(span, "owner_failed", openai.CodeEngineTimeout)
-		return resp, journey.Outcome{}, false
-	}
-	if resp.Headers[HeaderReason] == CodeAdapterLoadFailed {
-		// The owner's engine could not load the request's adapter: every node loads it from
-		// the same source, so the owner's answer is the client's.
-		n.m.Forwards.WithLabelValues("owner_failed").Inc()
-		forwardResult(span, "owner_failed", CodeAdapterLoadFailed)
-		return resp, journey.Outcome{}, false
-	}
-	if resp.Status >= 500 || resp.Headers[HeaderReason] == openai.CodeClientClosed {
-		// The owner's engine failed before the first token, or the owner dropped the request
-		// (its side ended while this client waits: it is shutting down): another node may do
-		// better.
-		_ = resp.Body.Close()
-		n.m.Forwards.WithLabelValues("owner_failed").Inc()
-		res.LastCode = resp.Headers[HeaderReason]
-		res.FailCode = cmp.Or(res.LastCode, openai.CodeEngineError)
-		if res.LastCode == openai.CodeClientClosed {
-			res.FailCode = CodeOwnerUnreachable
-		}
-		forwardResult(span, "owner_failed", res.LastCode)
-		return nil, journey.Outcome{}, false
-	}
-	if resp.Status == http.StatusTooManyRequests {
-		// The owner's engine is overloaded by its own account (an external engine's 429): the
-		// owner refused, like its admission would have.
-		_ = resp.Body.Close()
-		n.x.OwnerBusy(p, owner, resp.Headers, res)
-		forwardResult(span, "refused", res.LastCode)
-		return nil, journey.Outcome{}, false
-	}
-	n.m.Forwards.WithLabelValues("accepted").Inc()
-	forwardResult(span, "accepted", "")
-	return resp, journey.Outcome{}, false
-}
-
-// notForwarded sorts err, the failure of a forward of p to owner at addr: the owner refused
-// (res.lastCode), or the attempt failed (res.failCode); done reports that the client was
-// answered (the owner found the request itself invalid, o says how).
-func (n *Node) notForwarded(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner, addr string, err error, span trace.Span, res *journey.Result) (o journey.Outcome, done bool) {
-	var ref *transport.Refusal
-	switch {
-	case errors.As(err, &ref) && ref.Code == CodeIngressMismatch:
-		// The owner does not take this node's certificate for its name (issued for another
-		// node, or before names were bound to certificates): no forward there can succeed, so
-		// it fails as a handshake would, and the peer leaves routing for a while.
-		n.m.Forwards.WithLabelValues("refused").Inc()
-		forwardResult(span, "refused", ref.Code)
-		res.LastCode, res.FailCode = ref.Code, ref.Code
-		if d := n.eject.Failure(time.Now(), owner); d > 0 {
-			n.m.Ejections.WithLabelValues(transport.FailTLS).Inc()
-			n.log.Error("peer ejected from routing: it refuses this node's certificate for its name", "peer", owner, "addr", addr,
-				"for", d, "id", p.Req.ID, "reason", ref.Message)
-		}
-		return journey.Outcome{}, false
-	case errors.As(err, &ref):
-		n.peerReached(owner)
-		n.m.Forwards.WithLabelValues("refused").Inc()
-		forwardResult(span, "refused", ref.Code)
-		n.log.Debug("owner refused", "id", p.Req.ID, "owner", owner, "code", ref.Code)
-		res.LastCode = ref.Code
-		if ref.Status == http.StatusBadRequest {
-			// The owner found the request itself invalid: no other node will think otherwise.
-			journey.WriteRefusal(w, openai.NewError(ref.Status, ref.Code, ref.Message), 0)
-			return journey.Outcome{Code: ref.Code, Refused: true}, true
-		}
-		if ref.Status == http.StatusTooManyRequests && ref.Code != CodeAgentPaused && ref.Code != CodeCarbonDeferred {
-			// The owner's engine is busier than its last record: not there again until a
-			// newer record says otherwise (an agent's pause and a dirty grid are not load).
-			n.planner.Policy().Refused(time.Now(), owner, p.Adm.Priority)
-		}
-		return journey.Outcome{}, false
-	default:
-		n.m.Forwards.WithLabelValues("unreachable").Inc()
-		forwardResult(span, "unreachable", "")
-		res.FailCode = CodeOwnerUnreachable
-		if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) && ctx.Err() == nil {
-			n.peerFailed(p.Req.ID, owner, addr, err)
-		} else {
-			n.log.Debug("forward failed", "id", p.Req.ID, "owner", owner, "err", err)
-		}
-		return journey.Outcome{}, false
-	}
-}
-
-// peerFailed records a forward to peer that failed at the transport. The failure that ejects
-// the peer from routing (route.Ejector) is logged as an error and counted by reason, once per
-// ejection; the others only at debug level.
-func (n *Node) peerFailed(id, peer, addr string, err error) {
-	d := n.eject.Failure(time.Now(), peer)
-	if d == 0 {
-		n.log.Debug("owner unreachable", "id", id, "owner", peer, "err", err)
-		return
-	}
-	reason := transport.FailureReason(err)
-	n.m.Ejections.WithLabelValues(reason).Inc()
-	n.log.Error("peer ejected from routing: forwards to it fail", "peer", peer, "addr", addr, "reason", reason, "for", d, "id", id, "err", err)
-}
-
-// peerReached records a forward that reached peer, which ends any ejection of it.
-func (n *Node) peerReached(peer string) {
-	if n.eject.Success(peer) {
-		n.log.Info("peer reachable again", "peer", peer)
-	}
-}
-
-func endpointOf(ep engine.Endpoint) transport.Endpoint {
-	if ep == engine.Completion {
-		return transport.EndpointCompletions
-	}
-	return transport.EndpointChat
-}
-
-// relay answers the client with the owner's response: a stream event by event as it arrives
-// (relay.Stream), anything else once it has all arrived. If the owner fails before its
-// response ended (its transport breaks, or it closes a stream between two events), the
-// request migrates: it continues on another node, or the client's response ends with an
-// explicit error, never silently short.
-func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *journey.Request, owner string, start time.Time) journey.Outcome {
-	defer resp.Body.Close()
-	if !p.Stream || resp.Status != http.StatusOK {
-		return n.relayWhole(ctx, w, resp, p, owner, start)
-	}
-	cs, ok := w.(*relay.Stream) // a continuation's stream goes on in the client's
-	if !ok {
-		cs = relay.New(w, p.Endpoint == engine.Chat, n.cfg.Migrations >= 0)
-	}
-	for k, v := range resp.Headers {
-		if !ingressHeader(k) {
-			cs.Header().Set(k, v)
-		}
-	}
-	cs.WriteHeader(resp.Status)
-	var first func() // a continuation's first bytes are not the request's first token
-	if p.Origin == nil {
-		first = func() { n.m.TTFT.Observe(time.Since(start).Seconds()) }
-	}
-	switch err := cs.Pipe(resp.Body, first); {
-	case err == nil && cs.Done():
-		return journey.Outcome{Completed: true}
-	case err == nil:
-		return journey.Outcome{Code: openai.CodeEngineError}
-	case err == relay.ErrClientGone:
-		return journey.Outcome{Code: openai.CodeClientClosed}
-	default:
-		return n.migrate(ctx, cs, p, owner, err)
-	}
-}
-
-// ingressHeader reports whether k is a response header the ingress sets itself, which an
-// owner's answer does not override: the client keeps this node's request id, and a split
-// request's prefill node is the ingress's to name (an owner runs a half or a whole request,
-// and cannot tell).
-func ingressHeader(k string) bool { return k == HeaderRequestID || k == HeaderPrefillNode }
-
-// relayWhole reads the owner's whole response, then sends it: a client that asked for no
-// stream gets nothing before the answer is complete, so an owner that fails before that can
-// be replaced without the client seeing it.
-func (n *Node) relayWhole(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *journey.Request, owner string, start time.Time) journey.Outcome {
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		if resp.Status == http.StatusOK {
-			return n.migrate(ctx, w, p, owner, err)
-		}
-		e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, "the owner node failed mid-response: "+err.Error())
-		journey.WriteRefusal(w, e, 0)
-		return journey.Outcome{Code: e.Code}
-	}
-	for k, v := range resp.Headers {
-		if !ingressHeader(k) {
-			w.Header().Set(k, v)
-		}
-	}
-	w.WriteHeader(resp.Status)
-	if resp.Status == http.StatusOK && p.Origin == nil {
-		n.m.TTFT.Observe(time.Since(start).Seconds())
-	}
-	if _, err := w.Write(body); err != nil {
-		return journey.Outcome{Code: openai.CodeClientClosed}
-	}
-	if resp.Status != http.StatusOK {
-		return journey.Outcome{Code: resp.Headers[HeaderReason], Refused: resp.Status < 500}
-	}
-	return journey.Outcome{Completed: true}
-}
 
 // ServeForward runs a request a peer forwarded here: the owner's authoritative check with exact
 // local state, then the same local serving path as a client request, relayed back as it is
@@ -330,9 +61,9 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return
 	}
-	p.Req.Resume = resumeOf(h.Resume)
+	p.Req.Resume = journey.ResumeOf(h.Resume)
 	if h.Delegate != nil {
-		n.serveDelegated(ctx, h, p, received, fw, refuse, span)
+		n.x.ServeDelegated(ctx, h, p, received, fw, refuse, span)
 		return
 	}
 	if why := n.takesHalf(h); why != "" {
@@ -341,7 +72,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	now := time.Now()
 	start := now.Add(-h.Waited)
-	fromHeader(p, h, received, start)
+	journey.FromHeader(p, h, received, start)
 	a := &p.Adm
 	if _, ok := n.localModel(a.Model); !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+a.Model, 0)
@@ -356,7 +87,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	p.Req.MaxTokens = d.MaxTokens
 	if h.Prefill {
-		endOutcome(span, n.servePrefill(ctx, transport.HTTPResponseWriter(fw), p))
+		journey.EndOutcome(span, n.x.ServePrefill(ctx, transport.HTTPResponseWriter(fw), p))
 		return
 	}
 	hw := transport.HTTPResponseWriter(fw)
@@ -369,7 +100,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	if o.Broke != nil {
 		n.reportBroken(fw, hw, p, h.Ingress, o)
 	}
-	endOutcome(span, o)
+	journey.EndOutcome(span, o)
 }
 
 // reportBroken tells ingress that this node's engine failed on p, a request it forwarded
@@ -384,29 +115,6 @@ func (n *Node) reportBroken(fw transport.ResponseWriter, w http.ResponseWriter, 
 	}
 	n.log.Warn("engine failed mid-response; the ingress moves the request", "id", p.Req.ID, "ingress", ingress, "err", o.Broke.Message)
 	_ = fw.Fail(errors.New(o.Broke.Message))
-}
-
-// fromHeader fills p, a request a peer forwarded here, from the forward's header h, received
-// at received; start is its arrival at the ingress, on this node's clock.
-func fromHeader(p *journey.Request, h transport.Header, received, start time.Time) {
-	p.Req.PrefillOnly = h.Prefill
-	if h.Handover != nil {
-		p.Req.Handover = handoverOf(h.Handover, p.Req.Blocks)
-	}
-	if h.QueueTTLLeft > 0 {
-		p.Due, p.TTL = received.Add(h.QueueTTLLeft), h.QueueTTL
-	}
-	a := &p.Adm
-	a.Priority, a.Tenant, a.Agent, a.Arrived = h.Priority, h.Tenant, h.AgentID, start
-	switch {
-	case h.Prefill:
-		a.Role = admit.RolePrefill // checked on the prompt's KV only
-	case h.Handover != nil:
-		a.Role = admit.RoleDecode // checked at the decode pool's mark
-	}
-	p.Req.Priority = a.Priority
-	a.TTFTSLO, a.TPOTSLO = h.TTFTSLO, h.TPOTSLO
-	p.AgentFinal = a.Agent != "" && h.AgentFinal
 }
 
 // ownerDecision is this node's authoritative decision, with its exact state, on p, forwarded

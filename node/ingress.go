@@ -30,8 +30,8 @@ const (
 	// half (HeaderNode is then the decode node; a decode_unavailable or decode_failed error
 	// has it too). The ingress sets it once the prompt is handed over; a request run whole
 	// never carries it.
-	HeaderPrefillNode = "X-Kvmesh-Prefill-Node"
-	HeaderRequestID   = "X-Kvmesh-Request-Id"
+	HeaderPrefillNode = journey.HeaderPrefillNode
+	HeaderRequestID   = journey.HeaderRequestID
 	HeaderReason      = journey.HeaderReason
 )
 
@@ -327,7 +327,7 @@ func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
 		ctx, span := n.startRequest(r, label, id)
 		defer span.End()
 		o := ingest(ctx, w, r, id, start)
-		endOutcome(span, o)
+		journey.EndOutcome(span, o)
 		n.account(label, o)
 		n.m.E2E.Observe(time.Since(start).Seconds())
 		if !o.Completed {

@@ -83,7 +83,7 @@ func (n *Node) serveEngine(ctx context.Context, w http.ResponseWriter, r *http.R
 // prompt's usage and kv_transfer_params naming the handover.
 func (n *Node) answerPrefill(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request) journey.Outcome {
 	n.m.Served.WithLabelValues("local").Inc()
-	h, err := n.prefill(ctx, p)
+	h, err := n.x.Prefill(ctx, p)
 	if err != nil {
 		e := journey.EngineError(err)
 		journey.WriteRefusal(w, e, 0)

@@ -54,11 +54,6 @@ func (n *Node) buildMesh() error {
 	if n.planner, err = plan.New(pc, n.adm, policy, grid); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.x, err = journey.New(journey.Deps{Name: n.cfg.Name, DrainTimeout: n.cfg.DrainTimeout, Log: n.log, Metrics: n.m,
-		Admitter: n.adm, Planner: n.planner, Retries: n.retries, Host: journeyHost{n}})
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
 	n.reg.MustRegister(metrics.NewStateCollector(metrics.StateSources{
 		Policy: n.planner.Policy(), Room: n.adm.Room(), Engine: n.eng, ConfigHash: n.configHash}))
 	if n.cfg.Standalone {
@@ -81,7 +76,7 @@ func (n *Node) buildMesh() error {
 
 // CodeIngressMismatch is an owner's refusal (403) of a forward whose header names an ingress
 // other than the node the sender's certificate was issued for.
-const CodeIngressMismatch = "ingress_mismatch"
+const CodeIngressMismatch = journey.CodeIngressMismatch
 
 // servePeer serves a forward from the node its header says sent it (Header.Ingress): the one
 // its certificate names, or any with a certificate issued for any node. The owner takes that

@@ -154,6 +154,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.mesh = n.meshView()
+	var err error
+	if n.x, err = n.newExecutor(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
 	if err := n.buildConsole(); err != nil {
 		closeEngine(n.eng)
 		return nil, err

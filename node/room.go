@@ -124,7 +124,7 @@ func (n *Node) runRoom(ctx context.Context) {
 				if head == nil {
 					// Decided with the claim of its last pass as head (Admitter.Ready), then
 					// claims afresh.
-					n.decide(now, wt.p, wt.t, it, nil)
+					n.x.Decide(now, wt.p, wt.t, it, nil)
 					it.Claim = admit.Claim{}
 					if wt.t.D.Action == admit.Queue {
 						it.Claim = n.adm.ClaimFor(now, it, wt.t.Opts)
@@ -132,7 +132,7 @@ func (n *Node) runRoom(ctx context.Context) {
 					heads[it] = true
 				} else {
 					it.Claim = admit.Claim{} // no longer a head: it claims nothing
-					n.decide(now, wt.p, wt.t, it, &head.Claim)
+					n.x.Decide(now, wt.p, wt.t, it, &head.Claim)
 				}
 				return wt.t.D.Action != admit.Queue
 			})

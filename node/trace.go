@@ -64,10 +64,6 @@ func (n *Node) startQueue(ctx context.Context, d admit.Decision) (context.Contex
 	return n.spans.Queue(ctx, d.Code)
 }
 
-func (n *Node) startForward(ctx context.Context, peer string, h *transport.Header) (context.Context, trace.Span) {
-	return n.spans.Forward(ctx, peer, h)
-}
-
 func (n *Node) startOwner(ctx context.Context, h transport.Header) (context.Context, trace.Span) {
 	return n.spans.Owner(ctx, h)
 }
@@ -81,26 +77,6 @@ var (
 	forwardResult = tracing.ForwardResult
 	spanError     = tracing.Error
 )
-
-// endOutcome records how a request ended on its server span.
-func endOutcome(span trace.Span, o journey.Outcome) {
-	tracing.End(span, o.Completed, o.Refused, o.Code)
-}
-
-// traceDecision records the ingress's admission decision for p and, when it accepts, the
-// candidate it chose, on ctx's span.
-func traceDecision(ctx context.Context, p *journey.Request, t *journey.Ticket) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	tracing.RequestAttrs(span, p.Adm.Model, p.Adm.Priority, p.Adm.Tenant)
-	tracing.Decision(span, t.D.Action.String(), t.D.Layer, t.D.Code)
-	if o := t.D.Option; t.D.Action == admit.Accept && o >= 0 && o < len(t.Cands) {
-		c := &t.Cands[o]
-		tracing.Route(span, c.Name, c.Score, c.Terms.PrefixTokens, c.Terms.Load, c.PredictedTTFT)
-	}
-}
 
 // traceOwnerDecision records the owner's admission check of p.
 func traceOwnerDecision(span trace.Span, p *journey.Request, d admit.Decision) {

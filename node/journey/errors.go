@@ -12,14 +12,30 @@ import (
 	"github.com/kvmesh/kvmesh/node/openai"
 )
 
-// Response headers a request's journey sets.
+// Headers a request's journey reads and sets (node documents them with its API).
 const (
-	HeaderNode   = "X-Kvmesh-Node"
-	HeaderReason = "X-Kvmesh-Reason"
+	HeaderNode        = "X-Kvmesh-Node"
+	HeaderReason      = "X-Kvmesh-Reason"
+	HeaderPrefillNode = "X-Kvmesh-Prefill-Node"
+	HeaderRequestID   = "X-Kvmesh-Request-Id"
+	HeaderExplain     = "X-Kvmesh-Explain"
+	// HeaderTTFTTarget and HeaderTPOTTarget, on an admitted request's response, are the
+	// targets the mesh held it to: the client's own, or its class default with the TTFT one
+	// fitted to its size.
+	HeaderTTFTTarget = "X-Kvmesh-TTFT-Target"
+	HeaderTPOTTarget = "X-Kvmesh-TPOT-Target"
 )
 
 // Codes a request's journey ends with.
 const (
+	// CodeAgentPaused is an owner's refusal of an agent step whose agent is outside its
+	// window (paused, or new and waiting for a slot). The ingress holds the step and retries
+	// it at the same owner; the client never sees this code unless the step's queue TTL runs
+	// out.
+	CodeAgentPaused = "agent_paused"
+	// CodeIngressMismatch is an owner's refusal (403) of a forward whose header names an
+	// ingress other than the node the sender's certificate was issued for.
+	CodeIngressMismatch = "ingress_mismatch"
 	// CodeDraining is the refusal (503) of a node that is shutting down.
 	CodeDraining = "draining"
 	// CodeOwnerUnreachable is the failure (502) of a request whose last attempt could not

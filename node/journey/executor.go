@@ -4,20 +4,43 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/tracing"
+	"github.com/kvmesh/kvmesh/node/transport"
 )
 
-// Host is what an Executor asks of the node it runs in: the parts of a run that are the
-// node's (its engine's adapters, tracing, what the node learns from a finished request).
+// Host is what an Executor asks of the node it runs in: the node's own parts of a journey
+// (decoding a request, its view of the mesh, the waiting room, the agent window, the
+// adapters and the console). A node implements it with an unexported adapter.
 type Host interface {
+	// Prepare decodes body, a request for endpoint ep with id, as the ingress does.
+	Prepare(ep engine.Endpoint, id string, body []byte) (*Request, *openai.Error)
+	// BuildView fills v for a decision on a request for model (of parent, an adapter's base
+	// model) whose prompt hashes to blocks, of agent, ranked r against KV claims.
+	BuildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank)
+	// LocalModel reports whether this node's engine serves model now.
+	LocalModel(model string) (engine.Model, bool)
+	// Wait parks p, queued by t's decision, until the waiting room dispatches or refuses it
+	// (t updated); gone when the client left first.
+	Wait(ctx context.Context, p *Request, t *Ticket) (gone bool)
+	// KickRoom asks the waiting room for a pass: room may have been freed.
+	KickRoom()
+	// Explained records t's decision on p for the console.
+	Explained(p *Request, t *Ticket)
+	// ForwardSent counts a forward to peer for the console.
+	ForwardSent(peer string)
+
 	// Generate runs p on this node's engine: its adapter loaded, traced, and its wait for
 	// the first token bounded by p.Due (a *firsttoken.Late past it).
 	Generate(ctx context.Context, p *Request) (engine.Stream, error)
@@ -25,47 +48,83 @@ type Host interface {
 	// engine (u: its usage); never called for a continuation, whose usage is the whole
 	// request's.
 	LearnTokens(p *Request, u *engine.Usage)
+
+	// AgentStep runs p on this node's engine through the agent window (origin: local or
+	// peer); ran false when the window holds it out.
+	AgentStep(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, origin string) (Outcome, bool)
+	// AgentRefused reports whether the owner peer (at addr; "" for this node) refused p
+	// because its agent window holds the agent out, and records it in res.
+	AgentRefused(p *Request, peer, addr string, res *Result) bool
+	// AwaitAgent waits, for a step every owner paused, until its agent's window lets it in;
+	// done when the client was answered meanwhile (o).
+	AwaitAgent(ctx context.Context, w http.ResponseWriter, p *Request, t *Ticket) (o Outcome, done bool)
+	// GiveUpAgent tells the window that held p that p ended without running.
+	GiveUpAgent(p *Request)
 	// ObserveAgent takes an agent's step's usage into its window's footprint.
 	ObserveAgent(p *Request, u *engine.Usage)
 }
 
-// Deps are an Executor's dependencies, set once before the node serves.
-type Deps struct {
-	Name         string        // this node's name, in X-Kvmesh-Node
-	DrainTimeout time.Duration // in the error of a request the drain timeout ends
-	Log          *slog.Logger  // nil: discard
-	Metrics      *metrics.Metrics
-	Admitter     *admit.Admitter
-	Planner      *plan.Planner
-	Retries      *route.RetryBudget
-	Host         Host
+// Config is the node's settings an Executor reads.
+type Config struct {
+	Name            string        // this node's name, in X-Kvmesh-Node
+	DrainTimeout    time.Duration // in the error of a request the drain timeout ends
+	ForwardAttempts int           // the candidates one dispatch tries at most
+	Migrations      int           // the moves of one request mid-response (<0: none, not even a relay stream)
+	SpeculativeTTL  time.Duration // how long a forwarded prefix counts as the owner's before its summary
+	RetryAfter      time.Duration // a refusal's Retry-After
+	Policy          string        // the routing policy (delegation is the kvmesh policy's)
+	Agents          bool          // agent admission is on
 }
 
-// Executor performs a request's steps on this node: runs it on the engine, and keeps the
-// retry budget's and the owners' refusals' books. Safe for concurrent use.
+// Deps are an Executor's dependencies, set once before the node serves. Gossip and
+// Transport are nil on a standalone node.
+type Deps struct {
+	Config    Config
+	Log       *slog.Logger // nil: discard
+	Metrics   *metrics.Metrics
+	Admitter  *admit.Admitter
+	Planner   *plan.Planner
+	Retries   *route.RetryBudget
+	Eject     *route.Ejector
+	Gossip    *gossip.Gossip
+	Transport *transport.Transport
+	// Spans are the node's, read at each request: the node may replace them before it serves.
+	Spans *tracing.Spans
+	Host  Host
+}
+
+// Executor performs a request's steps (node/attempt's): runs it on this node's engine,
+// forwards it to peers, splits it over a prefill and a decode node, migrates a broken stream,
+// hands a request for a model this node does not serve to a delegate, and keeps the retry
+// budget's and the owners' refusals' books. Safe for concurrent use.
 type Executor struct {
-	cfg     Deps
+	cfg     Config
 	log     *slog.Logger
 	m       *metrics.Metrics
 	adm     *admit.Admitter
 	planner *plan.Planner
 	retries *route.RetryBudget
+	eject   *route.Ejector
+	g       *gossip.Gossip
+	tr      *transport.Transport
+	spans   *tracing.Spans
 	host    Host
 	// inFlightTokens are the output tokens this node's engine may still produce for the
 	// requests it runs: their caps, from their first token to their end.
 	inFlightTokens atomic.Int64
 }
 
-// New returns the executor of d. It does no I/O.
+// New returns the executor of d. It does no I/O and starts no goroutine.
 func New(d Deps) (*Executor, error) {
-	if d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Retries == nil || d.Host == nil {
-		return nil, errors.New("journey: an executor needs metrics, an admitter, a planner, a retry budget and a host")
+	if d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Retries == nil || d.Eject == nil || d.Spans == nil || d.Host == nil {
+		return nil, errors.New("journey: an executor needs metrics, an admitter, a planner, a retry budget, an ejector, spans and a host")
 	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Executor{cfg: d, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries, host: d.Host}, nil
+	return &Executor{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
+		eject: d.Eject, g: d.Gossip, tr: d.Transport, spans: d.Spans, host: d.Host}, nil
 }
 
 // InFlightTokens are the output tokens this node's engine may still produce for the requests

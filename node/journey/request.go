@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -92,4 +93,12 @@ type Result struct {
 	// client's stream it broke.
 	Broke *openai.Error
 	CS    *relay.Stream
+}
+
+// RenewDue gives a request about to run again after a failed attempt its queue TTL afresh,
+// once, when that attempt ended past its deadline (attempt.Renew): the failed owner's engine
+// had given the first token (else the owner would have ended the request with 504
+// engine_timeout), or the owner went silent.
+func (p *Request) RenewDue(now time.Time) {
+	p.Due, p.Renewed = attempt.Renew(now, p.Due, p.TTL, p.Renewed)
 }

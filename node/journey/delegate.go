@@ -1,4 +1,4 @@
-package node
+package journey
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/node/attempt"
-	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -24,7 +24,7 @@ import (
 // none of a request's model would route it blind: no prefix knowledge, load up to three mesh
 // intervals old. Such a node hands the request to a delegate, a member of the domain chosen
 // by route.Delegate on the prompt's first blocks, with the header's Delegate field set. The
-// delegate runs it through its own admission, waiting room and routing, as its ingress would,
+// Delegate runs it through its own admission, waiting room and routing, as its ingress would,
 // and forwards it to the owner (or runs it): one hop more, never two, since a delegate never
 // delegates. The ingress relays the delegate's answer, which relays the owner's, so the
 // client reads one stream; each of the two relays migrates the request if the node it reads
@@ -36,21 +36,21 @@ import (
 // stale: see docs/design/routing.md#delegation), route.delegate is on, and p is a client's
 // request of the kvmesh policy that is no agent's step (an agent's home is known from every
 // record, and its window's protocol is the ingress's).
-func (n *Node) delegates(p *journey.Request) bool {
-	if n.g == nil || n.cfg.Policy != route.PolicyKvmesh || p.Origin != nil || p.Req.Resume != nil || p.Adm.Agent != "" {
+func (x *Executor) delegates(p *Request) bool {
+	if x.g == nil || x.cfg.Policy != route.PolicyKvmesh || p.Origin != nil || p.Req.Resume != nil || p.Adm.Agent != "" {
 		return false
 	}
-	if _, ok := n.localModel(p.Adm.Model); ok {
+	if _, ok := x.host.LocalModel(p.Adm.Model); ok {
 		return false
 	}
-	cfg := n.planner.Policy().Config()
+	cfg := x.planner.Policy().Config()
 	return cfg.Delegates()
 }
 
 // pickDelegate is p's delegate (route.Delegate over the live members serving its model) and
 // its QUIC address; "" for none.
-func (n *Node) pickDelegate(p *journey.Request) (name, addr string) {
-	members := n.g.MembersServing(nil, p.Adm.Model)
+func (x *Executor) pickDelegate(p *Request) (name, addr string) {
+	members := x.g.MembersServing(nil, p.Adm.Model)
 	now := time.Now()
 	peers := make([]route.Peer, 0, len(members))
 	addrs := make([]string, 0, len(members))
@@ -60,7 +60,7 @@ func (n *Node) pickDelegate(p *journey.Request) (name, addr string) {
 			continue
 		}
 		pe := meshview.PeerOf(m)
-		pe.Ejected = n.eject.Ejected(now, m.Name)
+		pe.Ejected = x.eject.Ejected(now, m.Name)
 		peers = append(peers, pe)
 		addrs = append(addrs, m.State.QUICAddr)
 	}
@@ -72,8 +72,8 @@ func (n *Node) pickDelegate(p *journey.Request) (name, addr string) {
 }
 
 // servedBesides reports whether a candidate member other than name serves model.
-func (n *Node) servedBesides(model, name string) bool {
-	for _, m := range n.g.MembersServing(nil, model) {
+func (x *Executor) servedBesides(model, name string) bool {
+	for _, m := range x.g.MembersServing(nil, model) {
 		if m.Candidate && m.Name != name {
 			return true
 		}
@@ -81,54 +81,54 @@ func (n *Node) servedBesides(model, name string) bool {
 	return false
 }
 
-// delegate hands p to a delegate when this node should not route it (delegates) and relays
+// Delegate hands p to a delegate when this node should not route it (delegates) and relays
 // the delegate's answer, whatever it is: the delegate judged the request with the domain's
 // knowledge. done reports that the client was answered (or left); otherwise this node routes
 // p itself.
-func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, explain bool) (o journey.Outcome, done bool) {
-	if !n.delegates(p) {
-		return journey.Outcome{}, false
+func (x *Executor) Delegate(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, explain bool) (o Outcome, done bool) {
+	if !x.delegates(p) {
+		return Outcome{}, false
 	}
 	// The output cap as admission's budget sets it, which a migration of the delegate's
 	// stream counts what is left from; a request over budget is refused here, precisely.
-	b := n.adm.Budget(p.Adm)
+	b := x.adm.Budget(p.Adm)
 	if b.Refused() {
-		return journey.Outcome{}, false
+		return Outcome{}, false
 	}
 	p.Req.MaxTokens = b.MaxTokens
-	name, addr := n.pickDelegate(p)
+	name, addr := x.pickDelegate(p)
 	if name == "" {
-		n.m.Delegated.WithLabelValues(metrics.DelegateNone).Inc()
-		return journey.Outcome{}, false
+		x.m.Delegated.WithLabelValues(metrics.DelegateNone).Inc()
+		return Outcome{}, false
 	}
-	p.TTL = n.adm.TTL(p.Adm)
+	p.TTL = x.adm.TTL(p.Adm)
 	p.Due = start.Add(p.TTL)
-	h := n.forwardHeader(p, false)
+	h := x.ForwardHeader(p, false)
 	// The client's own targets, not this node's resolution of them: the delegate fits the
 	// class default to the request's size as its ingress would (admit.Request.OwnTTFT).
 	h.TTFTSLO, h.TPOTSLO = p.Adm.TTFTSLO, p.Adm.TPOTSLO
 	h.Delegate = &transport.Delegation{Explain: explain}
-	fctx, span := n.startForward(ctx, name, &h)
+	fctx, span := x.spans.Forward(ctx, name, &h)
 	defer span.End()
-	n.forwardSent(name)
-	resp, err := n.tr.Forward(fctx, addr, h, p.Req.Body)
+	x.host.ForwardSent(name)
+	resp, err := x.tr.Forward(fctx, addr, h, p.Req.Body)
 	if err != nil {
-		return n.notDelegated(ctx, p, name, addr, err, span)
+		return x.notDelegated(ctx, p, name, addr, err, span)
 	}
-	n.peerReached(name)
+	x.PeerReached(name)
 	if failed(resp, p) {
 		// What ran the request failed before its first byte, as an owner's engine may: this
 		// node runs it again, as it would after a failed forward.
 		_ = resp.Body.Close()
-		n.m.Forwards.WithLabelValues("owner_failed").Inc()
-		forwardResult(span, "owner_failed", resp.Headers[HeaderReason])
-		n.log.Debug("delegated request failed; routing it here", "id", p.Req.ID, "delegate", name, "code", resp.Headers[HeaderReason])
-		n.fallBack(p, true)
-		return journey.Outcome{}, false
+		x.m.Forwards.WithLabelValues("owner_failed").Inc()
+		tracing.ForwardResult(span, "owner_failed", resp.Headers[HeaderReason])
+		x.log.Debug("delegated request failed; routing it here", "id", p.Req.ID, "delegate", name, "code", resp.Headers[HeaderReason])
+		x.fallBack(p, true)
+		return Outcome{}, false
 	}
-	n.m.Forwards.WithLabelValues("accepted").Inc()
-	forwardResult(span, "accepted", "")
-	n.m.Delegated.WithLabelValues(metrics.DelegateAnswered).Inc()
+	x.m.Forwards.WithLabelValues("accepted").Inc()
+	tracing.ForwardResult(span, "accepted", "")
+	x.m.Delegated.WithLabelValues(metrics.DelegateAnswered).Inc()
 	if explain {
 		e := "delegate=" + name
 		if v := resp.Headers[HeaderExplain]; v != "" {
@@ -139,40 +139,40 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *journey.R
 	if v := resp.Headers[HeaderPrefillNode]; v != "" {
 		w.Header().Set(HeaderPrefillNode, v) // the delegate split it: its to name
 	}
-	return n.relay(ctx, w, resp, p, name, start), true
+	return x.Relay(ctx, w, resp, p, name, start), true
 }
 
 // notDelegated sorts err, the failure of p's delegation to name at addr: the client left
 // (done), or the request falls back to this node's own routing.
-func (n *Node) notDelegated(ctx context.Context, p *journey.Request, name, addr string, err error, span trace.Span) (journey.Outcome, bool) {
+func (x *Executor) notDelegated(ctx context.Context, p *Request, name, addr string, err error, span trace.Span) (Outcome, bool) {
 	if ctx.Err() != nil {
-		forwardResult(span, "unreachable", openai.CodeClientClosed)
-		return journey.Outcome{Code: openai.CodeClientClosed, Refused: true}, true
+		tracing.ForwardResult(span, "unreachable", openai.CodeClientClosed)
+		return Outcome{Code: openai.CodeClientClosed, Refused: true}, true
 	}
 	var ref *transport.Refusal
 	if errors.As(err, &ref) {
-		n.m.Forwards.WithLabelValues("refused").Inc()
-		forwardResult(span, "refused", ref.Code)
-		n.peerReached(name)
-		n.log.Debug("delegate refused; routing the request here", "id", p.Req.ID, "delegate", name, "code", ref.Code)
-		n.fallBack(p, false)
-		return journey.Outcome{}, false
+		x.m.Forwards.WithLabelValues("refused").Inc()
+		tracing.ForwardResult(span, "refused", ref.Code)
+		x.PeerReached(name)
+		x.log.Debug("delegate refused; routing the request here", "id", p.Req.ID, "delegate", name, "code", ref.Code)
+		x.fallBack(p, false)
+		return Outcome{}, false
 	}
-	n.m.Forwards.WithLabelValues("unreachable").Inc()
-	forwardResult(span, "unreachable", "")
-	n.fallBack(p, true)
+	x.m.Forwards.WithLabelValues("unreachable").Inc()
+	tracing.ForwardResult(span, "unreachable", "")
+	x.fallBack(p, true)
 	// Excluded from this node's routing of p when another member serves the model, as a
 	// failed owner is from a migration's: a second forward to it would cost another handshake
 	// timeout. The model's only member stays a candidate, so the request meets its failure
 	// (502 owner_unreachable) at once rather than waiting out its TTL for no candidate.
-	if n.servedBesides(p.Adm.Model, name) {
+	if x.servedBesides(p.Adm.Model, name) {
 		p.Exclude = append(p.Exclude, name)
 	}
 	if errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrRejected) {
-		n.peerFailed(p.Req.ID, name, addr, err)
+		x.PeerFailed(p.Req.ID, name, addr, err)
 	}
-	n.log.Warn("delegate unreachable; routing the request here", "id", p.Req.ID, "delegate", name, "err", err)
-	return journey.Outcome{}, false
+	x.log.Warn("delegate unreachable; routing the request here", "id", p.Req.ID, "delegate", name, "err", err)
+	return Outcome{}, false
 }
 
 // failed reports whether resp, a delegate's answer to p, is a failure before the first byte
@@ -180,7 +180,7 @@ func (n *Node) notDelegated(ctx context.Context, p *journey.Request, name, addr 
 // past p's deadline, which has passed everywhere and so is the client's answer. Any other
 // answer, a refusal by the delegate's admission included, is the client's: the delegate
 // judged the request with the domain's knowledge.
-func failed(resp *transport.Response, p *journey.Request) bool {
+func failed(resp *transport.Response, p *Request) bool {
 	code := resp.Headers[HeaderReason]
 	if code == openai.CodeEngineTimeout && !time.Now().Before(p.Due) {
 		return false
@@ -192,8 +192,8 @@ func failed(resp *transport.Response, p *journey.Request) bool {
 // failure (rather than a refusal) the request may have run on the delegate's side until
 // then: like a rerun after a failed forward, it gets its first-token deadline afresh, once,
 // when that has passed.
-func (n *Node) fallBack(p *journey.Request, failure bool) {
-	n.m.Delegated.WithLabelValues(metrics.DelegateFallback).Inc()
+func (x *Executor) fallBack(p *Request, failure bool) {
+	x.m.Delegated.WithLabelValues(metrics.DelegateFallback).Inc()
 	if failure {
 		p.Due, p.Renewed = attempt.Renew(time.Now(), p.Due, p.TTL, p.Renewed)
 		return
@@ -201,18 +201,18 @@ func (n *Node) fallBack(p *journey.Request, failure bool) {
 	p.TTL, p.Due = 0, time.Time{} // admitAndDispatch sets them
 }
 
-// serveDelegated routes p, a request an ingress outside its model's domain handed here (h),
+// ServeDelegated routes p, a request an ingress outside its model's domain handed here (h),
 // as this node's own ingress would: its admission and waiting room hold it, its routing
 // picks the owner, and the answer goes back to the ingress on fw. It never delegates again.
-func (n *Node) serveDelegated(ctx context.Context, h transport.Header, p *journey.Request, received time.Time, fw transport.ResponseWriter,
+func (x *Executor) ServeDelegated(ctx context.Context, h transport.Header, p *Request, received time.Time, fw transport.ResponseWriter,
 	refuse func(status int, code, msg string, retry time.Duration), span trace.Span) {
-	if _, ok := n.localModel(p.Adm.Model); !ok {
+	if _, ok := x.host.LocalModel(p.Adm.Model); !ok {
 		refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+p.Adm.Model, 0)
 		return
 	}
 	start := received.Add(-h.Waited)
-	fromHeader(p, h, received, start)
+	FromHeader(p, h, received, start)
 	p.Adm.QueueTTL = h.QueueTTL // the ingress's TTL, which this node's may only shorten
-	n.m.Delegated.WithLabelValues(metrics.DelegateServed).Inc()
-	endOutcome(span, n.admitAndDispatch(ctx, transport.HTTPResponseWriter(fw), p, start, h.Delegate.Explain))
+	x.m.Delegated.WithLabelValues(metrics.DelegateServed).Inc()
+	EndOutcome(span, x.AdmitAndDispatch(ctx, transport.HTTPResponseWriter(fw), p, start, h.Delegate.Explain))
 }

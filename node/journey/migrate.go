@@ -1,4 +1,4 @@
-package node
+package journey
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
-	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/relay"
@@ -64,50 +63,50 @@ func causeOf(err error) string {
 	return metrics.CauseOwner
 }
 
-// migrate answers for p, whose owner failed (cause) before its response to the client ended:
+// Migrate answers for p, whose owner failed (cause) before its response to the client ended:
 // it moves the rest of the request to another node when it may, or ends the client's
 // response with an error. w is the client's writer: a *relay.Stream for a stream.
-func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Request, owner string, cause error) journey.Outcome {
+func (x *Executor) Migrate(ctx context.Context, w http.ResponseWriter, p *Request, owner string, cause error) Outcome {
 	cs, _ := w.(*relay.Stream)
-	if e := n.drainCut(ctx); e != nil {
+	if e := x.DrainCut(ctx); e != nil {
 		// This node's drain timeout, not the owner, ended the relay.
 		if cs != nil {
 			cs.End(e)
 		} else {
-			journey.WriteRefusal(w, e, 0)
+			WriteRefusal(w, e, 0)
 		}
-		return journey.Outcome{Code: e.Code}
+		return Outcome{Code: e.Code}
 	}
 	o := p
 	if p.Origin != nil {
 		o = p.Origin
 	}
-	step := attempt.Move(ctx.Err() != nil, o.Migrations, n.cfg.Migrations)
+	step := attempt.Move(ctx.Err() != nil, o.Migrations, x.cfg.Migrations)
 	if step.Kind == attempt.Gone {
-		return journey.Outcome{Code: openai.CodeClientClosed} // the client left: no one to answer
+		return Outcome{Code: openai.CodeClientClosed} // the client left: no one to answer
 	}
 	why := causeOf(cause)
-	fail := func(code string) journey.Outcome {
+	fail := func(code string) Outcome {
 		msg := fmt.Sprintf("node %s failed mid-response: %v", owner, cause)
 		if cs == nil {
 			e := openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg)
-			journey.WriteRefusal(w, e, 0)
-			return journey.Outcome{Code: e.Code}
+			WriteRefusal(w, e, 0)
+			return Outcome{Code: e.Code}
 		}
 		if code != "" {
 			msg += "; its continuation on another node ended with " + code
 		}
 		cs.End(openai.NewError(http.StatusBadGateway, openai.CodeEngineError, msg))
-		return journey.Outcome{Code: openai.CodeEngineError}
+		return Outcome{Code: openai.CodeEngineError}
 	}
-	var next *journey.Request
+	var next *Request
 	stuck := "the request moved as often as --migrations allows"
 	if step.Kind == attempt.Migrate {
-		next, stuck = n.continuation(o, cs)
+		next, stuck = x.continuation(o, cs)
 	}
 	if stuck != "" {
-		n.m.Migrated.WithLabelValues(metrics.MigrationRefused, why).Inc()
-		n.log.Warn("owner failed mid-response; the request cannot move", "id", p.Req.ID, "owner", owner, "cause", why,
+		x.m.Migrated.WithLabelValues(metrics.MigrationRefused, why).Inc()
+		x.log.Warn("owner failed mid-response; the request cannot move", "id", p.Req.ID, "owner", owner, "cause", why,
 			"err", cause, "why", stuck)
 		return fail("")
 	}
@@ -123,13 +122,13 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Re
 		// only if it is split again.
 		w.Header().Del(HeaderPrefillNode)
 	}
-	n.log.Warn("owner failed mid-response; the request moves", "id", p.Req.ID, "owner", owner, "cause", why, "err", cause,
+	x.log.Warn("owner failed mid-response; the request moves", "id", p.Req.ID, "owner", owner, "cause", why, "err", cause,
 		"migration", k, "sent_chunks", sent)
-	res := n.admitAndDispatch(ctx, w, next, next.Adm.Arrived, false)
+	res := x.AdmitAndDispatch(ctx, w, next, next.Adm.Arrived, false)
 	if res.Code == openai.CodeClientClosed && !res.Completed {
 		// The client left while the request moved (a departure this node learns only at its
 		// next write): uncounted, as a move never begun for a departed client.
-		return journey.Outcome{Code: res.Code}
+		return Outcome{Code: res.Code}
 	}
 	label := metrics.MigrationFailed
 	switch {
@@ -138,12 +137,12 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Re
 	case res.Refused && o.Migrations == k:
 		label = metrics.MigrationRefused
 	}
-	n.m.Migrated.WithLabelValues(label, why).Inc()
+	x.m.Migrated.WithLabelValues(label, why).Inc()
 	switch {
 	case res.Completed || cs == nil:
 		return res // a whole response's refusal or failure went to the client as it is
 	case cs.Ended():
-		return journey.Outcome{Code: openai.CodeEngineError}
+		return Outcome{Code: openai.CodeEngineError}
 	}
 	return fail(res.Code)
 }
@@ -151,7 +150,7 @@ func (n *Node) migrate(ctx context.Context, w http.ResponseWriter, p *journey.Re
 // continuation builds the request that continues o, the client's, after what cs has sent
 // (cs nil: a whole response, of which nothing was sent: o again). why, when not "", says why
 // o cannot continue.
-func (n *Node) continuation(o *journey.Request, cs *relay.Stream) (next *journey.Request, why string) {
+func (x *Executor) continuation(o *Request, cs *relay.Stream) (next *Request, why string) {
 	body := o.Req.Body
 	var resume *engine.Resume
 	if cs != nil {
@@ -173,7 +172,7 @@ func (n *Node) continuation(o *journey.Request, cs *relay.Stream) (next *journey
 		resume = &engine.Resume{Seed: o.Req.Seed, PromptHash: xxhash.Sum64(o.Req.Prompt), Tokens: cs.Tokens(),
 			Bytes: len(cs.Text()), PromptTokens: o.Req.PromptTokens}
 	}
-	next, oerr := n.prepare(o.Endpoint, o.Req.ID, body)
+	next, oerr := x.host.Prepare(o.Endpoint, o.Req.ID, body)
 	if oerr != nil {
 		return nil, oerr.Message
 	}
@@ -187,7 +186,7 @@ func (n *Node) continuation(o *journey.Request, cs *relay.Stream) (next *journey
 // continuationBody is o's body continued after text, with left tokens to go: for chat, its
 // messages end with an assistant message holding text; for completions, its prompt ends with
 // text. The keys' order is not kept (the engine that runs it receives this body).
-func continuationBody(o *journey.Request, text string, left int) ([]byte, error) {
+func continuationBody(o *Request, text string, left int) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(o.Req.Body, &m); err != nil {
 		return nil, err
@@ -216,15 +215,15 @@ func continuationBody(o *journey.Request, text string, left int) ([]byte, error)
 	return json.Marshal(m)
 }
 
-// resumeHeader and resumeOf carry engine.Resume over the wire as transport.Resume.
-func resumeHeader(r *engine.Resume) *transport.Resume {
+// ResumeHeader and resumeOf carry engine.Resume over the wire as transport.Resume.
+func ResumeHeader(r *engine.Resume) *transport.Resume {
 	if r == nil {
 		return nil
 	}
 	return &transport.Resume{Seed: r.Seed, PromptHash: r.PromptHash, Tokens: r.Tokens, Bytes: r.Bytes, PromptTokens: r.PromptTokens}
 }
 
-func resumeOf(r *transport.Resume) *engine.Resume {
+func ResumeOf(r *transport.Resume) *engine.Resume {
 	if r == nil {
 		return nil
 	}

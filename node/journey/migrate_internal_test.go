@@ -1,11 +1,10 @@
-package node
+package journey
 
 import (
 	"encoding/json"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/node/engine"
-	"github.com/kvmesh/kvmesh/node/journey"
 )
 
 // TestContinuationBody pins the continuation of a request after text: chat's messages end with
@@ -28,7 +27,7 @@ func TestContinuationBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := &journey.Request{Endpoint: tt.ep, Req: engine.Request{Body: []byte(tt.body), Prompt: []byte("q ")}}
+			o := &Request{Endpoint: tt.ep, Req: engine.Request{Body: []byte(tt.body), Prompt: []byte("q ")}}
 			b, err := continuationBody(o, `the "and" `, 5)
 			if err != nil {
 				t.Fatal(err)
