@@ -23,7 +23,7 @@ func TestAdapterRoutedCountedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Shutdown(t.Context()) })
-	p, oerr := n.prepare(engine.Chat, "r1", []byte(`{"model":"a","messages":[{"role":"user","content":"hello"}],"max_tokens":4}`))
+	p, oerr := n.api.Prepare(engine.Chat, "r1", []byte(`{"model":"a","messages":[{"role":"user","content":"hello"}],"max_tokens":4}`))
 	if oerr != nil {
 		t.Fatal(oerr)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/metrics"
@@ -30,7 +31,7 @@ const DefaultAgentInterval = nodeconfig.DefaultAgentInterval
 // HeaderAgentFinal, set to 1 on an agent's last step, ends the agent at its home once that
 // step is done, so its window slot goes to the next agent at once instead of after the idle
 // timeout.
-const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
+const HeaderAgentFinal = api.HeaderAgentFinal
 
 // buildAgents sets up agent admission when cfg.Agents is set. It does no I/O.
 func (n *Node) buildAgents() error {

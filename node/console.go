@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/journey"
 )
@@ -47,9 +48,9 @@ func (n *Node) consoleKey(h http.Handler) http.Handler {
 			r = r.Clone(r.Context())
 			r.Header.Set("Authorization", "Bearer "+pw)
 		}
-		if !n.keyValid(r, false) {
+		if !n.api.KeyValid(r, false) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="kvmesh console", charset="UTF-8"`)
-			journey.WriteRefusal(w, errInvalidKey(), 0)
+			journey.WriteRefusal(w, api.ErrInvalidKey(), 0)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
@@ -16,7 +17,7 @@ import (
 )
 
 // CodeHopLimit is the refusal of a request forwarded more often than MaxHops.
-const CodeHopLimit = "hop_limit"
+const CodeHopLimit = journey.CodeHopLimit
 
 // MaxHops is the hop limit of a forward: the ingress sends a request to an owner, which runs it.
 const MaxHops = 1
@@ -51,12 +52,12 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		n.serveAgentLease(ctx, h, fw)
 		return
 	case h.Endpoint == transport.EndpointEmbeddings || h.Endpoint == transport.EndpointResponses:
-		n.serveSimpleForward(ctx, h, body, fw, refuse)
+		n.api.ServeSimpleForward(ctx, h, body, fw, refuse)
 		return
 	case h.Endpoint == transport.EndpointCompletions:
 		ep = engine.Completion
 	}
-	p, oerr := n.prepare(ep, h.RequestID, body)
+	p, oerr := n.api.Prepare(ep, h.RequestID, body)
 	if oerr != nil {
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return
@@ -133,5 +134,5 @@ func (n *Node) ownerDecision(now time.Time, p *journey.Request, ingress string) 
 		// count against the KV, as admission counts a whole prompt, cached or not).
 		self.PrefixBlocks = len(p.Req.Blocks)
 	}
-	return n.planner.Owner(now, *a, self, n.blockTokens(), known)
+	return n.planner.Owner(now, *a, self, api.BlockTokens(n.eng), known)
 }

@@ -1,9 +1,9 @@
 package node
 
 import (
-	"encoding/json"
 	"net/http"
 
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/render"
 )
@@ -14,11 +14,11 @@ func (n *Node) handleModels(w http.ResponseWriter, r *http.Request) {
 	for _, m := range n.meshModels() {
 		list.Data = append(list.Data, render.Model(m))
 	}
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }
 
 func (n *Node) handleHealthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.cfg.Name})
+	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.cfg.Name})
 }
 
 // handleReadyz is 200 while the node is not shutting down and its engine is healthy: for an
@@ -27,7 +27,7 @@ func (n *Node) handleHealthz(w http.ResponseWriter, r *http.Request) {
 func (n *Node) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case n.unready.Load():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": CodeDraining, "reason": "the node is shutting down"})
+		api.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": CodeDraining, "reason": "the node is shutting down"})
 	case !n.eng.State().Healthy:
 		body := map[string]string{"status": "engine unhealthy"}
 		if n.ext != nil {
@@ -35,14 +35,14 @@ func (n *Node) handleReadyz(w http.ResponseWriter, r *http.Request) {
 				body["reason"] = err.Error()
 			}
 		}
-		writeJSON(w, http.StatusServiceUnavailable, body)
+		api.WriteJSON(w, http.StatusServiceUnavailable, body)
 	default:
 		body := map[string]string{"status": "ready"}
 		if msg := n.joinFailing(); msg != "" {
 			// Ready all the same: a fleet restarting at once must serve before its seeds are back.
 			body["warning"] = msg
 		}
-		writeJSON(w, http.StatusOK, body)
+		api.WriteJSON(w, http.StatusOK, body)
 	}
 }
 
@@ -55,10 +55,4 @@ func (n *Node) joinFailing() string {
 		return "serving alone: cannot join the seeds: " + err.Error()
 	}
 	return ""
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
@@ -18,48 +21,72 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 			Migrations: n.cfg.Migrations, SpeculativeTTL: n.cfg.SpeculativeTTL, RetryAfter: n.cfg.RetryAfter,
 			Policy: n.cfg.Policy, Agents: n.agents != nil},
 		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
-		Gossip: n.g, Transport: n.tr, Spans: &n.spans, Host: journeyHost{n},
+		Gossip: n.g, Transport: n.tr, Spans: &n.spans, Host: host{n},
 	})
 }
 
-// journeyHost is the node as its executor's journey.Host.
-type journeyHost struct{ n *Node }
-
-var _ journey.Host = journeyHost{}
-
-func (h journeyHost) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
-	return h.n.prepare(ep, id, body)
+// newAPI builds the HTTP API's handlers on the parts New built.
+func (n *Node) newAPI() (*api.Server, error) {
+	return api.New(api.Deps{
+		Config: api.Config{Name: n.cfg.Name, Standalone: n.cfg.Standalone, MaxBodyBytes: n.cfg.MaxBodyBytes,
+			BodyTimeout: n.cfg.BodyTimeout, MaxAgentIDBytes: n.cfg.MaxAgentIDBytes, AgentFromUser: n.cfg.AgentFromUser,
+			ForwardAttempts: n.cfg.ForwardAttempts},
+		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Engine: n.eng, External: n.ext,
+		Gossip: n.g, Transport: n.tr, Executor: n.x, Spans: &n.spans, Host: host{n},
+	})
 }
 
-func (h journeyHost) BuildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank) {
+// host is the node as its executor's journey.Host and its API's api.Host.
+type host struct{ n *Node }
+
+var (
+	_ journey.Host = host{}
+	_ api.Host     = host{}
+)
+
+func (h host) MeshModel(model string) (engine.Model, bool) { return h.n.meshModel(model) }
+func (h host) MeshModelInfo(model string) (int, bool)      { return h.n.meshModelInfo(model) }
+func (h host) LocalState() gossip.State                    { return h.n.localState() }
+func (h host) SelfPeer(blocks []uint64) route.Peer         { return h.n.selfPeer(blocks) }
+func (h host) PromptTokens(model string, bytes int) int    { return h.n.promptTokens(model, bytes) }
+
+func (h host) ServeEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request, start time.Time) journey.Outcome {
+	return h.n.serveEngine(ctx, w, r, p, start)
+}
+
+func (h host) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
+	return h.n.api.Prepare(ep, id, body)
+}
+
+func (h host) BuildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank) {
 	h.n.buildView(v, model, parent, blocks, agent, r)
 }
 
-func (h journeyHost) LocalModel(model string) (engine.Model, bool) { return h.n.localModel(model) }
+func (h host) LocalModel(model string) (engine.Model, bool) { return h.n.localModel(model) }
 
-func (h journeyHost) Wait(ctx context.Context, p *journey.Request, t *journey.Ticket) bool {
+func (h host) Wait(ctx context.Context, p *journey.Request, t *journey.Ticket) bool {
 	return h.n.wait(ctx, p, t).gone
 }
 
-func (h journeyHost) KickRoom()                                        { h.n.kickRoom() }
-func (h journeyHost) Explained(p *journey.Request, t *journey.Ticket)  { h.n.explained(p, t) }
-func (h journeyHost) ForwardSent(peer string)                          { h.n.forwardSent(peer) }
-func (h journeyHost) LearnTokens(p *journey.Request, u *engine.Usage)  { h.n.learnTokens(p, u) }
-func (h journeyHost) ObserveAgent(p *journey.Request, u *engine.Usage) { h.n.observeAgent(p, u) }
-func (h journeyHost) GiveUpAgent(p *journey.Request)                   { h.n.giveUpAgent(p) }
+func (h host) KickRoom()                                        { h.n.kickRoom() }
+func (h host) Explained(p *journey.Request, t *journey.Ticket)  { h.n.explained(p, t) }
+func (h host) ForwardSent(peer string)                          { h.n.forwardSent(peer) }
+func (h host) LearnTokens(p *journey.Request, u *engine.Usage)  { h.n.learnTokens(p, u) }
+func (h host) ObserveAgent(p *journey.Request, u *engine.Usage) { h.n.observeAgent(p, u) }
+func (h host) GiveUpAgent(p *journey.Request)                   { h.n.giveUpAgent(p) }
 
-func (h journeyHost) Generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
+func (h host) Generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
 	return h.n.generate(ctx, p)
 }
 
-func (h journeyHost) AgentStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) (journey.Outcome, bool) {
+func (h host) AgentStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) (journey.Outcome, bool) {
 	return h.n.agentStep(ctx, w, p, start, origin)
 }
 
-func (h journeyHost) AgentRefused(p *journey.Request, peer, addr string, res *journey.Result) bool {
+func (h host) AgentRefused(p *journey.Request, peer, addr string, res *journey.Result) bool {
 	return h.n.agentRefused(p, peer, addr, res)
 }
 
-func (h journeyHost) AwaitAgent(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket) (journey.Outcome, bool) {
+func (h host) AwaitAgent(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket) (journey.Outcome, bool) {
 	return h.n.awaitAgent(ctx, w, p, t)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/meshview"
 )
@@ -126,7 +127,7 @@ func (n *Node) isDraining() bool { return n.draining.Load() }
 // slots can load it, and with an adapter source every node serving the base loads it on
 // demand (withSourceAdapter).
 func (n *Node) buildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank) {
-	v.Reset(n.blockTokens())
+	v.Reset(api.BlockTokens(n.eng))
 	v.QUIC = v.QUIC[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}
@@ -210,7 +211,7 @@ type PeerInfo = meshview.PeerInfo
 type PeersResponse = meshview.PeersResponse
 
 func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, n.peers())
+	api.WriteJSON(w, http.StatusOK, n.peers())
 }
 
 // peers is this node's view of the mesh: the body of GET /v1/mesh/peers.

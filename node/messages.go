@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/anthropic"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -24,11 +25,7 @@ import (
 // HeaderAPIKey is the Messages API's key header, taken where Authorization is absent (bearer).
 // The anthropic-version and anthropic-beta headers are accepted with any value and change
 // nothing.
-const HeaderAPIKey = "X-Api-Key"
-
-// inputCounter is a writer that learns the prompt tokens the ingress counted for its request
-// (anthropic.ResponseWriter, for message_start).
-type inputCounter interface{ SetInputTokens(n int) }
+const HeaderAPIKey = api.HeaderAPIKey
 
 // Endpoint labels of the Messages API in the request counters.
 const (
@@ -45,7 +42,7 @@ func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *htt
 		return o
 	}
 	aw.SetStopSequences(req.StopSequences)
-	return n.ingestBody(ctx, aw, r, engine.Chat, id, start, body)
+	return n.api.IngestBody(ctx, aw, r, engine.Chat, id, start, body)
 }
 
 // finishMessages sends aw's answer. A request the drain ended before anything was written is
@@ -61,10 +58,10 @@ func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
 // decodeMessages authenticates r, reads its body and translates it into a chat body. On a
 // refusal (written to w) the request is nil and the outcome says why.
 func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool) (*anthropic.Request, []byte, journey.Outcome) {
-	if o, ok := n.authenticate(w, r); !ok {
+	if o, ok := n.api.Authenticate(w, r); !ok {
 		return nil, nil, o
 	}
-	body, oerr := n.readBody(r)
+	body, oerr := n.api.ReadBody(r)
 	var req *anthropic.Request
 	if oerr == nil {
 		req, oerr = anthropic.Decode(body, count)
@@ -74,7 +71,7 @@ func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool
 	}
 	if oerr != nil {
 		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
-		return nil, nil, refuseSimple(w, oerr, 0)
+		return nil, nil, api.RefuseSimple(w, oerr, 0)
 	}
 	return req, anthropic.ToChat(req), journey.Outcome{}
 }
@@ -117,7 +114,7 @@ func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *
 	if req == nil {
 		return o
 	}
-	p, oerr := n.prepare(engine.Chat, id, body)
+	p, oerr := n.api.Prepare(engine.Chat, id, body)
 	if oerr == nil {
 		if _, ok := n.meshModelInfo(req.Model); !ok {
 			oerr = openai.ErrModelNotFound(req.Model)
@@ -125,8 +122,8 @@ func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *
 	}
 	if oerr != nil {
 		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
-		return refuseSimple(aw, oerr, 0)
+		return api.RefuseSimple(aw, oerr, 0)
 	}
-	writeJSON(w, http.StatusOK, countTokens{InputTokens: p.Adm.PromptTokens})
+	api.WriteJSON(w, http.StatusOK, countTokens{InputTokens: p.Adm.PromptTokens})
 	return journey.Outcome{Completed: true}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/apicert"
 	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -73,6 +74,7 @@ type Node struct {
 	retries *route.RetryBudget
 	adm     *admit.Admitter
 	x       *journey.Executor // performs the request's steps (node/journey)
+	api     *api.Server       // the HTTP API's handlers (node/api)
 	// ratedPools are the waiting room pools given a prefill rate at the last update
 	// (updatePrefillRates; the room loop's alone).
 	ratedPools map[poolKey]float64
@@ -156,6 +158,10 @@ func New(cfg Config) (*Node, error) {
 	n.mesh = n.meshView()
 	var err error
 	if n.x, err = n.newExecutor(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
+	if n.api, err = n.newAPI(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}

@@ -1,29 +1,18 @@
 package node
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/render"
 	"github.com/kvmesh/kvmesh/node/transport"
-)
-
-// Codes of the HTTP API's own errors, beside the request path's (openai.Code*).
-const (
-	// CodeNotFound (404): no such endpoint.
-	CodeNotFound = "not_found"
-	// CodeMethodNotAllowed (405): the endpoint exists but not for this method; Allow lists the
-	// methods it takes.
-	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // endpoint is one path and the handler of each method it takes.
@@ -50,12 +39,12 @@ func post(h http.HandlerFunc) map[string]http.Handler {
 func (n *Node) routes() http.Handler {
 	keyed := func(h http.HandlerFunc) http.HandlerFunc { return n.requireKey(h, false).ServeHTTP }
 	rs := []endpoint{
-		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
-		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
-		{"/v1/messages", post(n.handleCounted(endpointMessages, n.ingestMessages))},
-		{"/v1/messages/count_tokens", post(n.handleCounted(endpointCountTokens, n.ingestCountTokens))},
-		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.keyFirst(n.ingestEmbeddings)))},
-		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.keyFirst(n.ingestResponses)))},
+		{"/v1/chat/completions", post(n.api.HandleGenerate(engine.Chat))},
+		{"/v1/completions", post(n.api.HandleGenerate(engine.Completion))},
+		{"/v1/messages", post(n.api.HandleCounted(endpointMessages, n.ingestMessages))},
+		{"/v1/messages/count_tokens", post(n.api.HandleCounted(endpointCountTokens, n.ingestCountTokens))},
+		{"/v1/embeddings", post(n.api.HandleSimple(transport.EndpointEmbeddings, n.api.KeyFirst(n.api.IngestEmbeddings)))},
+		{"/v1/responses", post(n.api.HandleSimple(transport.EndpointResponses, n.api.KeyFirst(n.api.IngestResponses)))},
 		// While keys are on, the model list asks one as the other /v1 paths do (vLLM with
 		// --api-key, OpenAI), not to tell anyone what the mesh serves.
 		{"/v1/models", get(keyed(n.handleModels))},
@@ -111,48 +100,12 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 // it), or it is answered 401 invalid_api_key, as the inference endpoints answer.
 func (n *Node) requireKey(h http.Handler, always bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !n.keyValid(r, always) {
-			journey.WriteRefusal(w, errInvalidKey(), 0)
+		if !n.api.KeyValid(r, always) {
+			journey.WriteRefusal(w, api.ErrInvalidKey(), 0)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// keyValid reports whether r may pass authentication: it carries a valid API key in its
-// Authorization header, or no key file is loaded and always is false. It charges nothing.
-func (n *Node) keyValid(r *http.Request, always bool) bool {
-	keys := n.adm.Keys()
-	return (keys.Len() == 0 && !always) || keys.Valid(bearer(r.Header))
-}
-
-func errInvalidKey() *openai.Error { return openai.ErrInvalidAPIKey("invalid or missing API key") }
-
-// authenticate refuses a request of an inference endpoint without a valid key before its body
-// is read: a client without one must learn nothing from the answer (not whether the model
-// exists) and cost nothing (a body of MaxBodyBytes takes tens of milliseconds to parse and
-// hash). Admission charges the key's bucket later, once the body says what the request costs.
-func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (journey.Outcome, bool) {
-	if n.keyValid(r, false) {
-		return journey.Outcome{}, true
-	}
-	e := errInvalidKey()
-	n.m.Decision(admit.LayerIdentity, admit.Refuse, e.Code)
-	journey.WriteRefusal(w, e, 0)
-	return journey.Outcome{Code: e.Code, Refused: true}, false
-}
-
-// ingestFunc is the ingress of a simple endpoint (handleSimple).
-type ingestFunc = func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome
-
-// keyFirst runs ingest on a request authenticate let through.
-func (n *Node) keyFirst(ingest ingestFunc) ingestFunc {
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
-		if o, ok := n.authenticate(w, r); !ok {
-			return o
-		}
-		return ingest(ctx, w, r, id, start)
-	}
 }
 
 // byMethod sends a request to the handler of its method, HEAD to GET's, and answers any other
@@ -192,7 +145,7 @@ func (n *Node) handleModel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	for _, m := range n.meshModels() {
 		if m.Name == id {
-			writeJSON(w, http.StatusOK, render.Model(m))
+			api.WriteJSON(w, http.StatusOK, render.Model(m))
 			return
 		}
 	}

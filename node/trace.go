@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -54,10 +53,6 @@ func (n *Node) stopTracing(ctx context.Context) error {
 		return fmt.Errorf("node: flushing traces: %w", err)
 	}
 	return nil
-}
-
-func (n *Node) startRequest(r *http.Request, endpoint, id string) (context.Context, trace.Span) {
-	return n.spans.Request(r, endpoint, id)
 }
 
 func (n *Node) startQueue(ctx context.Context, d admit.Decision) (context.Context, trace.Span) {

@@ -36,6 +36,9 @@ const (
 	// CodeIngressMismatch is an owner's refusal (403) of a forward whose header names an
 	// ingress other than the node the sender's certificate was issued for.
 	CodeIngressMismatch = "ingress_mismatch"
+	// CodeHopLimit is the refusal of a request forwarded more often than a forward's hop
+	// limit.
+	CodeHopLimit = "hop_limit"
 	// CodeDraining is the refusal (503) of a node that is shutting down.
 	CodeDraining = "draining"
 	// CodeOwnerUnreachable is the failure (502) of a request whose last attempt could not

@@ -1,4 +1,4 @@
-package node
+package api
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/journey"
@@ -23,35 +25,23 @@ import (
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
-// Response headers.
-const (
-	HeaderNode = journey.HeaderNode
-	// HeaderPrefillNode names, on a split request's response, the node that ran its prefill
-	// half (HeaderNode is then the decode node; a decode_unavailable or decode_failed error
-	// has it too). The ingress sets it once the prompt is handed over; a request run whole
-	// never carries it.
-	HeaderPrefillNode = journey.HeaderPrefillNode
-	HeaderRequestID   = journey.HeaderRequestID
-	HeaderReason      = journey.HeaderReason
-)
-
-func endpointName(ep engine.Endpoint) string {
+func EndpointName(ep engine.Endpoint) string {
 	if ep == engine.Completion {
 		return "completions"
 	}
 	return "chat"
 }
 
-func newRequestID() string {
+func NewRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// readBody reads r's body: at most MaxBodyBytes (413 above) within BodyTimeout (408 past it),
+// ReadBody reads r's body: at most MaxBodyBytes (413 above) within BodyTimeout (408 past it),
 // and not encoded (415): the node reads the JSON itself, so a compressed body would otherwise
 // be refused as malformed, and an encoding named over a plain body be forwarded as a lie.
-func (n *Node) readBody(r *http.Request) ([]byte, *openai.Error) {
+func (sv *Server) ReadBody(r *http.Request) ([]byte, *openai.Error) {
 	for _, v := range r.Header.Values("Content-Encoding") {
 		for ce := range strings.SplitSeq(v, ",") {
 			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
@@ -60,12 +50,12 @@ func (n *Node) readBody(r *http.Request) ([]byte, *openai.Error) {
 			}
 		}
 	}
-	limit := n.cfg.MaxBodyBytes
+	limit := sv.cfg.MaxBodyBytes
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, openai.NewError(http.StatusRequestTimeout, openai.CodeBodyTimeout,
-			fmt.Sprintf("the request body did not arrive within %v", n.cfg.BodyTimeout))
+			fmt.Sprintf("the request body did not arrive within %v", sv.cfg.BodyTimeout))
 	case err != nil:
 		return nil, openai.NewError(http.StatusBadRequest, openai.CodeInvalidRequest, "reading request body: "+err.Error())
 	case int64(len(body)) > limit:
@@ -75,9 +65,9 @@ func (n *Node) readBody(r *http.Request) ([]byte, *openai.Error) {
 	return body, nil
 }
 
-// prepare decodes body, renders the prompt and hashes its blocks. Bounds, the model and the
+// Prepare decodes body, renders the prompt and hashes its blocks. Bounds, the model and the
 // context budget are admission's to check.
-func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
+func (sv *Server) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
 	p := &journey.Request{Endpoint: ep}
 	var (
 		seed   *int64
@@ -87,21 +77,21 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*journey.Req
 		r      = &p.Req // what the engine needs beyond the prompt; the literal below keeps it
 	)
 	if ep == engine.Chat {
-		prompt, seed, oerr = n.decodeChat(p, body)
+		prompt, seed, oerr = sv.decodeChat(p, body)
 	} else {
-		prompt, seed, oerr = n.decodeCompletion(p, body)
+		prompt, seed, oerr = sv.decodeCompletion(p, body)
 	}
 	if oerr != nil {
 		return nil, oerr
 	}
-	mm, _ := n.meshModel(a.Model)
+	mm, _ := sv.host.MeshModel(a.Model)
 	p.Model = engine.Model{Name: a.Model, ContextTokens: mm.ContextTokens}
 	a.Parent = mm.Parent // an adapter's request runs on its base model's nodes (route.Request.Parent)
 	// Admission counts the prompt's text in the model's own tokens, as far as this node or
 	// the mesh has learned them (promptTokens), and its images and audio at their estimates;
 	// the engine's request keeps kvindex's count, the blocks' unit.
 	textBytes := len(prompt) - p.PartTokens*kvindex.BytesPerToken
-	a.ID, a.Endpoint, a.PromptTokens = id, endpointName(ep), n.promptTokens(a.Model, textBytes)+p.PartTokens
+	a.ID, a.Endpoint, a.PromptTokens = id, EndpointName(ep), sv.host.PromptTokens(a.Model, textBytes)+p.PartTokens
 	if own := kvindex.Tokens(len(prompt)); own > 0 {
 		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
 	}
@@ -116,7 +106,7 @@ func (n *Node) prepare(ep engine.Endpoint, id string, body []byte) (*journey.Req
 		Body:         body,
 		Prompt:       prompt,
 		PromptTokens: kvindex.Tokens(len(prompt)),
-		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, n.blockTokens()),
+		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, BlockTokens(sv.eng)),
 		Stop:         p.Req.Stop,
 		Seed:         s,
 		Logprobs:     r.Logprobs,
@@ -139,9 +129,9 @@ func generation(p *journey.Request, g *openai.Generation) {
 
 // decodeChat fills p's fields from a chat request's body and returns its rendered prompt and
 // seed.
-func (n *Node) decodeChat(p *journey.Request, body []byte) ([]byte, *int64, *openai.Error) {
+func (sv *Server) decodeChat(p *journey.Request, body []byte) ([]byte, *int64, *openai.Error) {
 	a, r := &p.Adm, &p.Req
-	cr, oerr := openai.DecodeChat(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+	cr, oerr := openai.DecodeChat(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
 	if oerr != nil {
 		return nil, nil, oerr
 	}
@@ -178,7 +168,7 @@ func (n *Node) decodeChat(p *journey.Request, body []byte) ([]byte, *int64, *ope
 			r.Extra = append(r.Extra, openai.Field{Name: fmt.Sprintf("messages[%d].content", i), Value: part})
 		}
 	}
-	if oerr := n.checkPartTokens(a.Model, p.PartTokens); oerr != nil {
+	if oerr := sv.checkPartTokens(a.Model, p.PartTokens); oerr != nil {
 		return nil, nil, oerr
 	}
 	return kvindex.RenderChat(nil, msgs), cr.Seed, nil
@@ -188,8 +178,8 @@ func (n *Node) decodeChat(p *journey.Request, body []byte) ([]byte, *int64, *ope
 // estimates alone pass the model's context (kvindex.MaxPartTokens for a model the node does not
 // know, which admission then refuses): a body of small parts would otherwise render into a
 // prompt a thousand times its size.
-func (n *Node) checkPartTokens(model string, tokens int) *openai.Error {
-	limit, _ := n.meshModelInfo(model)
+func (sv *Server) checkPartTokens(model string, tokens int) *openai.Error {
+	limit, _ := sv.host.MeshModelInfo(model)
 	if limit <= 0 {
 		limit = kvindex.MaxPartTokens
 	}
@@ -221,9 +211,9 @@ func mediaParts(media []openai.Media) ([]kvindex.Part, int) {
 
 // decodeCompletion fills p's fields from a completions request's body and returns its prompt
 // and seed.
-func (n *Node) decodeCompletion(p *journey.Request, body []byte) ([]byte, *int64, *openai.Error) {
+func (sv *Server) decodeCompletion(p *journey.Request, body []byte) ([]byte, *int64, *openai.Error) {
 	a, r := &p.Adm, &p.Req
-	cr, oerr := openai.DecodeCompletion(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+	cr, oerr := openai.DecodeCompletion(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
 	if oerr != nil {
 		return nil, nil, oerr
 	}
@@ -237,12 +227,12 @@ func (n *Node) decodeCompletion(p *journey.Request, body []byte) ([]byte, *int64
 	return []byte(cr.PromptText()), cr.Seed, nil
 }
 
-// clientKVTransfer refuses a client's kv_transfer_params (null is absent): the KV connector's
+// ClientKVTransfer refuses a client's kv_transfer_params (null is absent): the KV connector's
 // parameters are kvmesh's to set on a split request's halves, and from a client they would
 // have an engine with a connector pull KV from whatever host they name. A kvmesh engine
 // (Standalone) takes them, from the node that plays vLLM's proxy.
-func (n *Node) clientKVTransfer(extra []openai.Field) *openai.Error {
-	if n.cfg.Standalone || !slices.ContainsFunc(extra, func(f openai.Field) bool {
+func (sv *Server) ClientKVTransfer(extra []openai.Field) *openai.Error {
+	if sv.cfg.Standalone || !slices.ContainsFunc(extra, func(f openai.Field) bool {
 		return f.Name == "kv_transfer_params" && string(bytes.TrimSpace(f.Value)) != "null"
 	}) {
 		return nil
@@ -265,22 +255,23 @@ func extraFields(top openai.Fields, so *openai.StreamOptions) []openai.Field {
 	return out
 }
 
-func (n *Node) blockTokens() int {
-	if st := n.eng.State(); st.BlockTokens > 0 {
+// BlockTokens is eng's KV block size, kvindex's default until it reports one.
+func BlockTokens(eng engine.Engine) int {
+	if st := eng.State(); st.BlockTokens > 0 {
 		return st.BlockTokens
 	}
 	return kvindex.DefaultBlockTokens
 }
 
-// account counts o under the endpoint label (endpointName, or the Messages API's).
-func (n *Node) account(label string, o journey.Outcome) {
+// Account counts o under the endpoint label (endpointName, or the Messages API's).
+func (sv *Server) Account(label string, o journey.Outcome) {
 	switch {
 	case o.Completed:
-		n.m.Completed.WithLabelValues(label).Inc()
+		sv.m.Completed.WithLabelValues(label).Inc()
 	case o.Refused:
-		n.m.Refused.WithLabelValues(metricCode(o.Code)).Inc()
+		sv.m.Refused.WithLabelValues(MetricCode(o.Code)).Inc()
 	default:
-		n.m.Failed.WithLabelValues(metricCode(o.Code)).Inc()
+		sv.m.Failed.WithLabelValues(MetricCode(o.Code)).Inc()
 	}
 }
 
@@ -290,48 +281,48 @@ var knownCodes = []string{
 	openai.CodeUnsupportedMediaType,
 	openai.CodeModelNotFound, openai.CodeContextLengthExceeded, openai.CodeInvalidAPIKey, openai.CodeRateLimited,
 	openai.CodeQueueFull, openai.CodeNoCapacity, openai.CodeEngineError, openai.CodeEngineTimeout, openai.CodeClientClosed,
-	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, CodeCarbonDeferred, CodeAgentPaused,
-	CodeDraining, CodeNotFound, CodeMethodNotAllowed, external.CodeEngineOverloaded, CodeHopLimit,
+	admit.CodeKVBudget, admit.CodeQueueTTLExpired, admit.CodeSLOUnattainable, plan.CodeCarbonDeferred, journey.CodeAgentPaused,
+	journey.CodeDraining, CodeNotFound, CodeMethodNotAllowed, external.CodeEngineOverloaded, journey.CodeHopLimit,
 	transport.CodeVersion, transport.CodeKind, CodeUnsupportedEndpoint, CodePreviousResponseNotFound,
-	CodeOwnerUnreachable, CodeWrongRole, CodeDecodeUnavailable, CodeDecodeFailed, CodeIngressMismatch,
+	journey.CodeOwnerUnreachable, attempt.CodeWrongRole, attempt.CodeDecodeUnavailable, attempt.CodeDecodeFailed, journey.CodeIngressMismatch,
 }
 
 // codeEngineRejected labels, in the metrics, a refusal with an external engine's own code:
 // the client gets the engine's code, the counters a bounded label set.
 const codeEngineRejected = "engine_rejected"
 
-// metricCode is code as a metric label: one of kvmesh's own, else codeEngineRejected.
-func metricCode(code string) string {
+// MetricCode is code as a metric label: one of kvmesh's own, else codeEngineRejected.
+func MetricCode(code string) string {
 	if slices.Contains(knownCodes, code) {
 		return code
 	}
 	return codeEngineRejected
 }
 
-func (n *Node) handleGenerate(ep engine.Endpoint) http.HandlerFunc {
-	return n.handleCounted(endpointName(ep), func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
-		return n.ingest(ctx, w, r, ep, id, start)
+func (sv *Server) HandleGenerate(ep engine.Endpoint) http.HandlerFunc {
+	return sv.HandleCounted(EndpointName(ep), func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
+		return sv.ingest(ctx, w, r, ep, id, start)
 	})
 }
 
-// handleCounted runs one request of a generation endpoint (chat, completions, the Messages API)
+// HandleCounted runs one request of a generation endpoint (chat, completions, the Messages API)
 // under its trace span, counted under label in the request counters.
-func (n *Node) handleCounted(label string, ingest ingestFunc) http.HandlerFunc {
+func (sv *Server) HandleCounted(label string, ingest IngestFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		n.m.Received.WithLabelValues(label).Inc()
-		n.m.InFlight.Inc()
-		defer n.m.InFlight.Dec()
-		id := newRequestID()
-		w.Header().Set(HeaderRequestID, id)
-		ctx, span := n.startRequest(r, label, id)
+		sv.m.Received.WithLabelValues(label).Inc()
+		sv.m.InFlight.Inc()
+		defer sv.m.InFlight.Dec()
+		id := NewRequestID()
+		w.Header().Set(journey.HeaderRequestID, id)
+		ctx, span := sv.spans.Request(r, label, id)
 		defer span.End()
 		o := ingest(ctx, w, r, id, start)
 		journey.EndOutcome(span, o)
-		n.account(label, o)
-		n.m.E2E.Observe(time.Since(start).Seconds())
+		sv.Account(label, o)
+		sv.m.E2E.Observe(time.Since(start).Seconds())
 		if !o.Completed {
-			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
+			sv.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
 		}
 	}
 }

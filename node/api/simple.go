@@ -1,4 +1,4 @@
-package node
+package api
 
 import (
 	"bytes"
@@ -28,39 +28,29 @@ import (
 // its engine as sent and relays the answer; the embedded engine computes embeddings itself
 // (sim.Embedding) and refuses the Responses API (CodeUnsupportedEndpoint).
 
-// Codes of the simple endpoints' refusals.
-const (
-	// CodeUnsupportedEndpoint (400): every node that serves the model runs the embedded
-	// engine, which does not implement the endpoint (POST /v1/responses).
-	CodeUnsupportedEndpoint = "unsupported_endpoint"
-	// CodePreviousResponseNotFound (404): previous_response_id names a response this mesh did
-	// not produce, or one whose node has left the mesh.
-	CodePreviousResponseNotFound = "previous_response_not_found"
-)
-
-// handleSimple counts and runs one request of a simple endpoint, as handleGenerate does a
+// HandleSimple counts and runs one request of a simple endpoint, as handleGenerate does a
 // generation.
-func (n *Node) handleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome) http.HandlerFunc {
+func (sv *Server) HandleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome) http.HandlerFunc {
 	label := ep.String()
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		n.m.Received.WithLabelValues(label).Inc()
-		n.m.InFlight.Inc()
-		defer n.m.InFlight.Dec()
-		id := newRequestID()
-		w.Header().Set(HeaderRequestID, id)
+		sv.m.Received.WithLabelValues(label).Inc()
+		sv.m.InFlight.Inc()
+		defer sv.m.InFlight.Dec()
+		id := NewRequestID()
+		w.Header().Set(journey.HeaderRequestID, id)
 		o := ingest(r.Context(), w, r, id, start)
 		switch {
 		case o.Completed:
-			n.m.Completed.WithLabelValues(label).Inc()
+			sv.m.Completed.WithLabelValues(label).Inc()
 		case o.Refused:
-			n.m.Refused.WithLabelValues(metricCode(o.Code)).Inc()
+			sv.m.Refused.WithLabelValues(MetricCode(o.Code)).Inc()
 		default:
-			n.m.Failed.WithLabelValues(metricCode(o.Code)).Inc()
+			sv.m.Failed.WithLabelValues(MetricCode(o.Code)).Inc()
 		}
-		n.m.E2E.Observe(time.Since(start).Seconds())
+		sv.m.E2E.Observe(time.Since(start).Seconds())
 		if !o.Completed {
-			n.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
+			sv.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
 		}
 	}
 }
@@ -73,8 +63,8 @@ type simpleRequest struct {
 	adm  admit.Request
 }
 
-// refuseSimple writes e and returns its outcome.
-func refuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) journey.Outcome {
+// RefuseSimple writes e and returns its outcome.
+func RefuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) journey.Outcome {
 	journey.WriteRefusal(w, e, retry)
 	return journey.Outcome{Code: e.Code, Refused: true}
 }
@@ -82,25 +72,25 @@ func refuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) j
 // admitSimple runs validation (the X-Kvmesh-* headers, a model the mesh serves) and identity
 // (API key and its token bucket, charged the input's tokens and output, the default output
 // when output is nil) on q.
-func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *journey.Outcome {
+func (sv *Server) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *journey.Outcome {
 	refuse := func(e *openai.Error, retry time.Duration) *journey.Outcome {
-		o := refuseSimple(w, e, retry)
+		o := RefuseSimple(w, e, retry)
 		return &o
 	}
 	a := &q.adm
-	if oerr := parseHeaders(r.Header, a, n.cfg.MaxAgentIDBytes); oerr != nil {
-		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+	if oerr := ParseHeaders(r.Header, a, sv.cfg.MaxAgentIDBytes); oerr != nil {
+		sv.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
 		return refuse(oerr, 0)
 	}
-	a.ID, a.Endpoint, a.Arrived, a.APIKey = q.id, q.ep.String(), start, bearer(r.Header)
-	if d := n.adm.Validate(*a); d.Refused() {
-		n.m.DecisionOf(d)
+	a.ID, a.Endpoint, a.Arrived, a.APIKey = q.id, q.ep.String(), start, Bearer(r.Header)
+	if d := sv.adm.Validate(*a); d.Refused() {
+		sv.m.DecisionOf(d)
 		return refuse(journey.RefusalOf(d), 0)
 	}
 	a.MaxTokens = output
-	tenant, d := n.adm.Identify(start, *a)
+	tenant, d := sv.adm.Identify(start, *a)
 	if d.Refused() {
-		n.m.DecisionOf(d)
+		sv.m.DecisionOf(d)
 		return refuse(journey.RefusalOf(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority, a.APIKey = tenant, d.Priority, ""
@@ -111,9 +101,9 @@ func (n *Node) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequ
 		// An output cap (the Responses API's max_output_tokens) meets the limits a
 		// generation's max_tokens does: refused past the context or the route's limit, or
 		// lowered to it with clamp_max_tokens, in the body the engine gets too.
-		bd := n.adm.Budget(*a)
+		bd := sv.adm.Budget(*a)
 		if bd.Refused() {
-			n.m.DecisionOf(bd)
+			sv.m.DecisionOf(bd)
 			e := journey.RefusalOf(bd)
 			if e.Param == "max_tokens" {
 				e.Param, e.Message = "max_output_tokens", strings.Replace(e.Message, "max_tokens", "max_output_tokens", 1)
@@ -144,7 +134,7 @@ type simpleCandidate struct {
 // simpleCandidates lists the healthy nodes that serve model, least loaded first (this node
 // first among equals: no hop), and whether some healthy node serves it on the embedded engine
 // when external is set and only nodes in front of an external engine are listed.
-func (n *Node) simpleCandidates(model string, external bool) (out []simpleCandidate, embedded bool) {
+func (sv *Server) simpleCandidates(model string, external bool) (out []simpleCandidate, embedded bool) {
 	add := func(m *gossip.Member, quic string) {
 		s := &m.State
 		if !s.EngineHealthy || !slices.ContainsFunc(s.Models, func(mi gossip.ModelInfo) bool { return mi.Name == model }) {
@@ -157,10 +147,10 @@ func (n *Node) simpleCandidates(model string, external bool) (out []simpleCandid
 		out = append(out, simpleCandidate{name: m.Name, quic: quic, self: m.Self,
 			busy: float64(s.Running+s.Waiting) / float64(max(s.MaxRunning, 1)), prefill: s.QueuedPrefillTokens})
 	}
-	self := gossip.Member{Name: n.cfg.Name, Self: true, State: n.localState()}
+	self := gossip.Member{Name: sv.cfg.Name, Self: true, State: sv.host.LocalState()}
 	add(&self, "")
-	if n.g != nil {
-		for _, m := range n.g.Members() {
+	if sv.g != nil {
+		for _, m := range sv.g.Members() {
 			if !m.Self && m.Candidate {
 				add(&m, m.State.QUICAddr)
 			}
@@ -194,17 +184,17 @@ func cmpFloat(a, b float64) int {
 // QUIC. An owner's refusal, an unreachable owner or a failed engine before any byte moves on
 // to the next candidate, up to ForwardAttempts; with pinned set (a response's owner) the
 // owner's answer, whatever it is, is the client's.
-func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, cands []simpleCandidate, pinned bool, local func(http.ResponseWriter, string) journey.Outcome) journey.Outcome {
+func (sv *Server) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, cands []simpleCandidate, pinned bool, local func(http.ResponseWriter, string) journey.Outcome) journey.Outcome {
 	last, retry := admit.CodeNoCapacity, time.Duration(0)
 	for i, c := range cands {
-		if i >= n.cfg.ForwardAttempts {
+		if i >= sv.cfg.ForwardAttempts {
 			break
 		}
 		if c.self {
-			n.m.Forwards.WithLabelValues("local").Inc()
+			sv.m.Forwards.WithLabelValues("local").Inc()
 			return local(w, "local")
 		}
-		if o, done := n.forwardSimple(ctx, w, q, c, pinned, &last, &retry); done {
+		if o, done := sv.forwardSimple(ctx, w, q, c, pinned, &last, &retry); done {
 			return o
 		}
 		if ctx.Err() != nil {
@@ -212,19 +202,19 @@ func (n *Node) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *sim
 		}
 	}
 	if retry == 0 {
-		retry = n.planner.Config().RetryAfter
+		retry = sv.planner.Config().RetryAfter
 	}
 	msg := fmt.Sprintf("no node could take the %s request for model %q", q.ep, q.adm.Model)
 	if last != admit.CodeNoCapacity {
 		msg += " (last refusal: " + last + ")"
 	}
-	return refuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity, msg), retry)
+	return RefuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity, msg), retry)
 }
 
 // forwardSimple sends q to candidate c. done reports that the client got an answer.
-func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, c simpleCandidate, pinned bool, last *string, retry *time.Duration) (journey.Outcome, bool) {
+func (sv *Server) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simpleRequest, c simpleCandidate, pinned bool, last *string, retry *time.Duration) (journey.Outcome, bool) {
 	if c.quic == "" {
-		n.m.Forwards.WithLabelValues("no_address").Inc()
+		sv.m.Forwards.WithLabelValues("no_address").Inc()
 		return journey.Outcome{}, false
 	}
 	h := transport.Header{
@@ -234,44 +224,44 @@ func (n *Node) forwardSimple(ctx context.Context, w http.ResponseWriter, q *simp
 		Hops:      1,
 		Priority:  q.adm.Priority,
 		Tenant:    q.adm.Tenant,
-		Ingress:   n.cfg.Name,
+		Ingress:   sv.cfg.Name,
 	}
-	n.forwardSent(c.name)
-	resp, err := n.tr.Forward(ctx, c.quic, h, q.body)
+	sv.host.ForwardSent(c.name)
+	resp, err := sv.tr.Forward(ctx, c.quic, h, q.body)
 	var ref *transport.Refusal
 	switch {
 	case err == nil:
 	case errors.As(err, &ref):
-		n.m.Forwards.WithLabelValues("refused").Inc()
-		n.log.Debug("owner refused", "id", q.id, "owner", c.name, "code", ref.Code)
+		sv.m.Forwards.WithLabelValues("refused").Inc()
+		sv.log.Debug("owner refused", "id", q.id, "owner", c.name, "code", ref.Code)
 		*last, *retry = ref.Code, ref.RetryAfter
 		if pinned || ref.Status == http.StatusBadRequest {
 			// The request itself is at fault (no other node thinks otherwise), or only this
 			// owner can run it.
-			return refuseSimple(w, openai.NewError(ref.Status, ref.Code, ref.Message), ref.RetryAfter), true
+			return RefuseSimple(w, openai.NewError(ref.Status, ref.Code, ref.Message), ref.RetryAfter), true
 		}
 		return journey.Outcome{}, false
 	default:
-		n.m.Forwards.WithLabelValues("unreachable").Inc()
-		n.log.Info("owner unreachable", "id", q.id, "owner", c.name, "err", err)
+		sv.m.Forwards.WithLabelValues("unreachable").Inc()
+		sv.log.Info("owner unreachable", "id", q.id, "owner", c.name, "err", err)
 		if pinned {
-			return refuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity,
-				"node "+c.name+", which holds the previous response, cannot be reached"), n.planner.Config().RetryAfter), true
+			return RefuseSimple(w, openai.NewError(http.StatusServiceUnavailable, admit.CodeNoCapacity,
+				"node "+c.name+", which holds the previous response, cannot be reached"), sv.planner.Config().RetryAfter), true
 		}
 		return journey.Outcome{}, false
 	}
 	if resp.Status >= 500 && !pinned {
 		_ = resp.Body.Close()
-		n.m.Forwards.WithLabelValues("owner_failed").Inc()
-		*last = resp.Headers[HeaderReason]
+		sv.m.Forwards.WithLabelValues("owner_failed").Inc()
+		*last = resp.Headers[journey.HeaderReason]
 		return journey.Outcome{}, false
 	}
-	n.m.Forwards.WithLabelValues("accepted").Inc()
-	return n.relaySimple(w, resp), true
+	sv.m.Forwards.WithLabelValues("accepted").Inc()
+	return sv.relaySimple(w, resp), true
 }
 
 // relaySimple copies an owner's answer to the client as it arrives.
-func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) journey.Outcome {
+func (sv *Server) relaySimple(w http.ResponseWriter, resp *transport.Response) journey.Outcome {
 	defer resp.Body.Close()
 	for k, v := range resp.Headers {
 		if !journey.IngressHeader(k) {
@@ -293,42 +283,42 @@ func (n *Node) relaySimple(w http.ResponseWriter, resp *transport.Response) jour
 		case err == io.EOF && resp.Status < 300:
 			return journey.Outcome{Completed: true}
 		case err == io.EOF:
-			return journey.Outcome{Code: resp.Headers[HeaderReason], Refused: resp.Status < 500}
+			return journey.Outcome{Code: resp.Headers[journey.HeaderReason], Refused: resp.Status < 500}
 		case err != nil:
 			// The answer is cut short; the client sees a body that does not parse or a stream
 			// without its last event.
-			n.log.Info("owner failed mid-response", "err", err)
+			sv.log.Info("owner failed mid-response", "err", err)
 			return journey.Outcome{Code: openai.CodeEngineError}
 		}
 	}
 }
 
-// serveSimpleForward runs a simple request a peer forwarded here, on this node's engine.
-func (n *Node) serveSimpleForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter, refuse func(status int, code, msg string, retry time.Duration)) {
+// ServeSimpleForward runs a simple request a peer forwarded here, on this node's engine.
+func (sv *Server) ServeSimpleForward(ctx context.Context, h transport.Header, body []byte, fw transport.ResponseWriter, refuse func(status int, code, msg string, retry time.Duration)) {
 	w := transport.HTTPResponseWriter(fw)
 	switch h.Endpoint {
 	case transport.EndpointEmbeddings:
-		er, oerr := openai.DecodeEmbeddings(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		er, oerr := openai.DecodeEmbeddings(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
 		if oerr != nil {
 			refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 			return
 		}
-		if _, ok := n.localModel(er.Model); !ok {
+		if _, ok := sv.host.LocalModel(er.Model); !ok {
 			refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+er.Model, 0)
 			return
 		}
-		n.serveEmbeddings(ctx, w, er, body, h.RequestID, "peer")
+		sv.serveEmbeddings(ctx, w, er, body, h.RequestID, "peer")
 	case transport.EndpointResponses:
-		rr, oerr := openai.DecodeResponses(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		rr, oerr := openai.DecodeResponses(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
 		if oerr != nil {
 			refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 			return
 		}
-		if _, ok := n.localModel(rr.Model); !ok {
+		if _, ok := sv.host.LocalModel(rr.Model); !ok {
 			refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+rr.Model, 0)
 			return
 		}
-		n.serveResponses(ctx, w, rr, body, h.RequestID, "peer")
+		sv.serveResponses(ctx, w, rr, body, h.RequestID, "peer")
 	}
 }
 
@@ -340,8 +330,8 @@ const maxEngineError = 64 << 10
 // X-Kvmesh-Reason), a 5xx, or a 401 or 403 (the engine wants credentials the node does not
 // send), as 502 engine_error. rewrite, if set, may transform a 2xx body on its way (see
 // responseIDs).
-func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id string, body []byte, rewrite func(body io.Reader, contentType string) io.Reader) journey.Outcome {
-	resp, err := n.ext.Post(ctx, path, id, body)
+func (sv *Server) passToEngine(ctx context.Context, w http.ResponseWriter, path, id string, body []byte, rewrite func(body io.Reader, contentType string) io.Reader) journey.Outcome {
+	resp, err := sv.ext.Post(ctx, path, id, body)
 	if err != nil {
 		if ctx.Err() != nil {
 			return journey.Outcome{Code: openai.CodeClientClosed}
@@ -361,7 +351,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 			return journey.Outcome{Code: ae.Code}
 		}
 		code = ae.Code
-		w.Header().Set(HeaderReason, code)
+		w.Header().Set(journey.HeaderReason, code)
 		src = io.MultiReader(bytes.NewReader(eb), resp.Body)
 	} else if rewrite != nil {
 		src = rewrite(resp.Body, resp.Header.Get("Content-Type"))
@@ -369,7 +359,7 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		w.Header().Set("Content-Type", ct)
 	}
-	w.Header().Set(HeaderNode, n.cfg.Name)
+	w.Header().Set(journey.HeaderNode, sv.cfg.Name)
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)
@@ -387,8 +377,8 @@ func (n *Node) passToEngine(ctx context.Context, w http.ResponseWriter, path, id
 		case err == io.EOF:
 			return journey.Outcome{Code: code, Refused: true}
 		case err != nil:
-			n.log.Info("engine failed mid-answer", "id", id, "err", err)
-			e := n.drainCut(ctx)
+			sv.log.Info("engine failed mid-answer", "id", id, "err", err)
+			e := sv.x.DrainCut(ctx)
 			if e == nil && ctx.Err() != nil {
 				return journey.Outcome{Code: openai.CodeClientClosed}
 			}

@@ -1,4 +1,4 @@
-package node
+package api
 
 import (
 	"bytes"
@@ -23,14 +23,14 @@ import (
 
 // responseOwner finds the node whose responses carry tag: this one, or a live peer (a
 // suspect one too: it may be back).
-func (n *Node) responseOwner(tag string) (simpleCandidate, bool) {
-	if responseid.Tag(n.cfg.Name) == tag {
-		return simpleCandidate{name: n.cfg.Name, self: true}, true
+func (sv *Server) responseOwner(tag string) (simpleCandidate, bool) {
+	if responseid.Tag(sv.cfg.Name) == tag {
+		return simpleCandidate{name: sv.cfg.Name, self: true}, true
 	}
-	if n.g == nil {
+	if sv.g == nil {
 		return simpleCandidate{}, false
 	}
-	for _, m := range n.g.Members() {
+	for _, m := range sv.g.Members() {
 		if m.Self || (m.Liveness != gossip.LivenessAlive && m.Liveness != gossip.LivenessSuspect) {
 			continue
 		}
@@ -45,53 +45,53 @@ func errPreviousNotFound(msg string) *openai.Error {
 	return openai.NewError(http.StatusNotFound, CodePreviousResponseNotFound, msg).WithParam("previous_response_id")
 }
 
-// ingestResponses is POST /v1/responses at the ingress: a continuation goes to the node that
+// IngestResponses is POST /v1/responses at the ingress: a continuation goes to the node that
 // ran the response it continues, a new response to the least loaded node in front of an
 // external engine that serves the model.
-func (n *Node) ingestResponses(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
-	body, oerr := n.readBody(r)
+func (sv *Server) IngestResponses(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
+	body, oerr := sv.ReadBody(r)
 	var rr *openai.ResponsesRequest
 	if oerr == nil {
-		rr, oerr = openai.DecodeResponses(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		rr, oerr = openai.DecodeResponses(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
 	}
 	if oerr == nil {
-		oerr = n.clientKVTransfer(rr.Extra)
+		oerr = sv.ClientKVTransfer(rr.Extra)
 	}
 	if oerr != nil {
-		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
-		return refuseSimple(w, oerr, 0)
+		sv.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return RefuseSimple(w, oerr, 0)
 	}
 	// The input's shape is the engine's to read; its size is what the key is charged for.
 	q := &simpleRequest{ep: transport.EndpointResponses, id: id, body: body,
 		adm: admit.Request{Model: rr.Model, PromptTokens: kvindex.Tokens(len(body))}}
-	if o := n.admitSimple(w, r, q, start, rr.MaxOutputTokens); o != nil {
+	if o := sv.admitSimple(w, r, q, start, rr.MaxOutputTokens); o != nil {
 		return *o
 	}
 	local := func(w http.ResponseWriter, origin string) journey.Outcome {
-		return n.serveResponses(ctx, w, rr, q.body, id, origin) // q.body: its output cap as admitted
+		return sv.serveResponses(ctx, w, rr, q.body, id, origin) // q.body: its output cap as admitted
 	}
 	if rr.PreviousResponseID != nil {
 		prev := *rr.PreviousResponseID
 		tag, _, ok := responseid.Parse(prev)
 		if !ok {
-			return refuseSimple(w, errPreviousNotFound(fmt.Sprintf("response %q was not produced by this mesh", clipID(prev))), 0)
+			return RefuseSimple(w, errPreviousNotFound(fmt.Sprintf("response %q was not produced by this mesh", clipID(prev))), 0)
 		}
-		owner, ok := n.responseOwner(tag)
+		owner, ok := sv.responseOwner(tag)
 		if !ok {
-			return refuseSimple(w, errPreviousNotFound(fmt.Sprintf(
+			return RefuseSimple(w, errPreviousNotFound(fmt.Sprintf(
 				"the node that produced response %q has left the mesh, and its engine's state went with it", clipID(prev))), 0)
 		}
-		return n.dispatchSimple(ctx, w, q, []simpleCandidate{owner}, true, local)
+		return sv.dispatchSimple(ctx, w, q, []simpleCandidate{owner}, true, local)
 	}
-	if n.cfg.Standalone {
+	if sv.cfg.Standalone {
 		return local(w, "local")
 	}
-	cands, embedded := n.simpleCandidates(rr.Model, true)
+	cands, embedded := sv.simpleCandidates(rr.Model, true)
 	if len(cands) == 0 && embedded {
-		return refuseSimple(w, openai.NewError(http.StatusBadRequest, CodeUnsupportedEndpoint, fmt.Sprintf(
+		return RefuseSimple(w, openai.NewError(http.StatusBadRequest, CodeUnsupportedEndpoint, fmt.Sprintf(
 			"the nodes that serve %q run the embedded engine, which does not implement the Responses API", rr.Model)), 0)
 	}
-	return n.dispatchSimple(ctx, w, q, cands, false, local)
+	return sv.dispatchSimple(ctx, w, q, cands, false, local)
 }
 
 func clipID(s string) string {
@@ -104,24 +104,24 @@ func clipID(s string) string {
 // serveResponses runs a Responses API request on this node's engine: only an external one
 // implements it. previous_response_id is restored to the engine's own id, and the id of the
 // response the engine makes is tagged with this node's on the way back.
-func (n *Node) serveResponses(ctx context.Context, w http.ResponseWriter, rr *openai.ResponsesRequest, body []byte, id, origin string) journey.Outcome {
-	n.m.Served.WithLabelValues(origin).Inc()
-	if n.ext == nil {
-		return refuseSimple(w, openai.NewError(http.StatusBadRequest, CodeUnsupportedEndpoint,
+func (sv *Server) serveResponses(ctx context.Context, w http.ResponseWriter, rr *openai.ResponsesRequest, body []byte, id, origin string) journey.Outcome {
+	sv.m.Served.WithLabelValues(origin).Inc()
+	if sv.ext == nil {
+		return RefuseSimple(w, openai.NewError(http.StatusBadRequest, CodeUnsupportedEndpoint,
 			"the embedded engine does not implement the Responses API"), 0)
 	}
-	tag := responseid.Tag(n.cfg.Name)
+	tag := responseid.Tag(sv.cfg.Name)
 	if rr.PreviousResponseID != nil {
 		ptag, engineID, ok := responseid.Parse(*rr.PreviousResponseID)
 		if !ok || ptag != tag {
-			return refuseSimple(w, errPreviousNotFound(fmt.Sprintf("response %q was not produced by node %s",
-				clipID(*rr.PreviousResponseID), n.cfg.Name)), 0)
+			return RefuseSimple(w, errPreviousNotFound(fmt.Sprintf("response %q was not produced by node %s",
+				clipID(*rr.PreviousResponseID), sv.cfg.Name)), 0)
 		}
 		v, _ := json.Marshal(engineID)
 		var err error
 		if body, err = openai.SetMember(body, "previous_response_id", func([]byte) []byte { return v }); err != nil {
-			return refuseSimple(w, openai.ErrInvalidRequest(err.Error()), 0)
+			return RefuseSimple(w, openai.ErrInvalidRequest(err.Error()), 0)
 		}
 	}
-	return n.passToEngine(ctx, w, "/v1/responses", id, body, func(r io.Reader, ct string) io.Reader { return responseid.Rewrite(r, ct, tag) })
+	return sv.passToEngine(ctx, w, "/v1/responses", id, body, func(r io.Reader, ct string) io.Reader { return responseid.Rewrite(r, ct, tag) })
 }

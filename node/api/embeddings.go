@@ -1,4 +1,4 @@
-package node
+package api
 
 import (
 	"bytes"
@@ -18,34 +18,34 @@ import (
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
-// ingestEmbeddings is POST /v1/embeddings at the ingress.
-func (n *Node) ingestEmbeddings(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
-	body, oerr := n.readBody(r)
+// IngestEmbeddings is POST /v1/embeddings at the ingress.
+func (sv *Server) IngestEmbeddings(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
+	body, oerr := sv.ReadBody(r)
 	var er *openai.EmbeddingsRequest
 	if oerr == nil {
-		er, oerr = openai.DecodeEmbeddings(bytes.NewReader(body), n.cfg.MaxBodyBytes)
+		er, oerr = openai.DecodeEmbeddings(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
 	}
 	if oerr == nil {
-		oerr = n.clientKVTransfer(er.Extra)
+		oerr = sv.ClientKVTransfer(er.Extra)
 	}
 	if oerr != nil {
-		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
-		return refuseSimple(w, oerr, 0)
+		sv.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return RefuseSimple(w, oerr, 0)
 	}
 	q := &simpleRequest{ep: transport.EndpointEmbeddings, id: id, body: body,
 		adm: admit.Request{Model: er.Model, PromptTokens: embeddingTokens(er.Input)}}
 	zero := 0 // embeddings generate nothing: the bucket is charged the input alone
-	if o := n.admitSimple(w, r, q, start, &zero); o != nil {
+	if o := sv.admitSimple(w, r, q, start, &zero); o != nil {
 		return *o
 	}
 	local := func(w http.ResponseWriter, origin string) journey.Outcome {
-		return n.serveEmbeddings(ctx, w, er, body, id, origin)
+		return sv.serveEmbeddings(ctx, w, er, body, id, origin)
 	}
-	if n.cfg.Standalone {
+	if sv.cfg.Standalone {
 		return local(w, "local")
 	}
-	cands, _ := n.simpleCandidates(er.Model, false)
-	return n.dispatchSimple(ctx, w, q, cands, false, local)
+	cands, _ := sv.simpleCandidates(er.Model, false)
+	return sv.dispatchSimple(ctx, w, q, cands, false, local)
 }
 
 // embeddingTokens counts an input's tokens as kvindex does a prompt's (a token id is one).
@@ -62,19 +62,19 @@ func embeddingTokens(in *openai.EmbeddingInput) int {
 
 // serveEmbeddings runs an embeddings request on this node's engine: an external engine gets
 // the body as sent and its answer is relayed; the embedded engine computes them.
-func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *openai.EmbeddingsRequest, body []byte, id, origin string) journey.Outcome {
-	n.m.Served.WithLabelValues(origin).Inc()
-	if n.ext != nil {
-		return n.passToEngine(ctx, w, "/v1/embeddings", id, body, nil)
+func (sv *Server) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *openai.EmbeddingsRequest, body []byte, id, origin string) journey.Outcome {
+	sv.m.Served.WithLabelValues(origin).Inc()
+	if sv.ext != nil {
+		return sv.passToEngine(ctx, w, "/v1/embeddings", id, body, nil)
 	}
 	if er.Input.Tokens != nil {
-		return refuseSimple(w, openai.NewError(http.StatusBadRequest, openai.CodeUnsupportedParameter,
+		return RefuseSimple(w, openai.NewError(http.StatusBadRequest, openai.CodeUnsupportedParameter,
 			"the embedded engine embeds text only, not token ids").WithParam("input"), 0)
 	}
 	dims := sim.EmbeddingDims
 	if er.Dimensions != nil {
 		if *er.Dimensions > sim.EmbeddingDims {
-			return refuseSimple(w, openai.ErrInvalidParameter("dimensions",
+			return RefuseSimple(w, openai.ErrInvalidParameter("dimensions",
 				fmt.Sprintf("dimensions must be between 1 and %d", sim.EmbeddingDims)), 0)
 		}
 		dims = *er.Dimensions
@@ -93,8 +93,8 @@ func (n *Node) serveEmbeddings(ctx context.Context, w http.ResponseWriter, er *o
 		resp.Usage.PromptTokens += kvindex.Tokens(len(text))
 	}
 	resp.Usage.TotalTokens = resp.Usage.PromptTokens
-	w.Header().Set(HeaderNode, n.cfg.Name)
-	writeJSON(w, http.StatusOK, resp)
+	w.Header().Set(journey.HeaderNode, sv.cfg.Name)
+	WriteJSON(w, http.StatusOK, resp)
 	return journey.Outcome{Completed: true}
 }
 

@@ -1,0 +1,101 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/admit/route"
+	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/engine/external"
+	"github.com/kvmesh/kvmesh/node/journey"
+	"github.com/kvmesh/kvmesh/node/metrics"
+	"github.com/kvmesh/kvmesh/node/tracing"
+	"github.com/kvmesh/kvmesh/node/transport"
+)
+
+// Host is what the API asks of the node it serves: the node's view of the models and of
+// itself, its token counts, and the standalone engine's own serving.
+type Host interface {
+	// LocalModel reports whether this node's engine serves model now.
+	LocalModel(model string) (engine.Model, bool)
+	// MeshModel returns model as some node of the mesh serves it (an adapter with its parent).
+	MeshModel(model string) (engine.Model, bool)
+	// MeshModelInfo is MeshModel's context size.
+	MeshModelInfo(model string) (int, bool)
+	// LocalState is this node's state record.
+	LocalState() gossip.State
+	// SelfPeer is this node as routing sees it, holding its longest cached prefix of blocks.
+	SelfPeer(blocks []uint64) route.Peer
+	// PromptTokens counts promptBytes of model's rendered prompt in its engines' tokens.
+	PromptTokens(model string, promptBytes int) int
+	// ServeEngine runs p, admitted, on a standalone node's engine (kvmesh engine's roles).
+	ServeEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request, start time.Time) journey.Outcome
+	// ForwardSent counts a forward to peer for the console.
+	ForwardSent(peer string)
+}
+
+// Config is the node's settings the API reads.
+type Config struct {
+	Name            string        // this node's name
+	Standalone      bool          // the node is kvmesh engine: no mesh, its engine alone
+	MaxBodyBytes    int64         // a request body's limit (413 past it)
+	BodyTimeout     time.Duration // how long reading a body may take (408 past it)
+	MaxAgentIDBytes int           // X-Kvmesh-Agent's limit
+	AgentFromUser   bool          // a request without X-Kvmesh-Agent is its body's user's agent
+	ForwardAttempts int           // the candidates a simple request tries at most
+}
+
+// Deps are a Server's dependencies, set once before the node serves. Gossip and Transport
+// are nil on a standalone node, External without an external engine.
+type Deps struct {
+	Config    Config
+	Log       *slog.Logger // nil: discard
+	Metrics   *metrics.Metrics
+	Admitter  *admit.Admitter
+	Planner   *plan.Planner
+	Engine    engine.Engine
+	External  *external.Engine
+	Gossip    *gossip.Gossip
+	Transport *transport.Transport
+	Executor  *journey.Executor
+	// Spans are the node's, read at each request: the node may replace them before it serves.
+	Spans *tracing.Spans
+	Host  Host
+}
+
+// Server is the node's HTTP API: the handlers of the generation endpoints (chat,
+// completions), the simple ones (embeddings, Responses), authentication and the request
+// counters. The node's mux routes to them. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics.Metrics
+	adm     *admit.Admitter
+	planner *plan.Planner
+	eng     engine.Engine
+	ext     *external.Engine
+	g       *gossip.Gossip
+	tr      *transport.Transport
+	x       *journey.Executor
+	spans   *tracing.Spans
+	host    Host
+}
+
+// New returns the Server of d. It does no I/O and starts no goroutine.
+func New(d Deps) (*Server, error) {
+	if d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Engine == nil || d.Executor == nil || d.Spans == nil || d.Host == nil {
+		return nil, errors.New("api: a server needs metrics, an admitter, a planner, an engine, an executor, spans and a host")
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, eng: d.Engine, ext: d.External,
+		g: d.Gossip, tr: d.Transport, x: d.Executor, spans: d.Spans, host: d.Host}, nil
+}

@@ -1,0 +1,58 @@
+package node
+
+import (
+	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/node/api"
+	"github.com/kvmesh/kvmesh/node/journey"
+)
+
+// The HTTP API's headers and codes, defined by the packages that set them (node/api,
+// node/journey); docs/operating.md documents each.
+
+// Request headers.
+const (
+	HeaderPriority = api.HeaderPriority
+	HeaderQueueTTL = api.HeaderQueueTTL
+	HeaderTTFTSLO  = api.HeaderTTFTSLO
+	HeaderTPOTSLO  = api.HeaderTPOTSLO
+	HeaderAgent    = api.HeaderAgent
+	HeaderExplain  = journey.HeaderExplain
+)
+
+// Response headers.
+const (
+	HeaderNode = journey.HeaderNode
+	// HeaderPrefillNode names, on a split request's response, the node that ran its prefill
+	// half (HeaderNode is then the decode node; a decode_unavailable or decode_failed error
+	// has it too). The ingress sets it once the prompt is handed over; a request run whole
+	// never carries it.
+	HeaderPrefillNode = journey.HeaderPrefillNode
+	HeaderRequestID   = journey.HeaderRequestID
+	HeaderReason      = journey.HeaderReason
+	// HeaderPriorityGranted is the priority the request ran at when its key (or the mesh's
+	// cap) allowed less than X-Kvmesh-Priority asked for.
+	HeaderPriorityGranted = api.HeaderPriorityGranted
+	// HeaderTTFTTarget and HeaderTPOTTarget, on an admitted request's response, are the
+	// targets the mesh held it to: the client's own, or its class default with the TTFT one
+	// fitted to its size.
+	HeaderTTFTTarget = journey.HeaderTTFTTarget
+	HeaderTPOTTarget = journey.HeaderTPOTTarget
+)
+
+// Codes of refusals and failures.
+const (
+	// CodeCarbonDeferred is the refusal of a sheddable request when every grid with room is
+	// dirty.
+	CodeCarbonDeferred = plan.CodeCarbonDeferred
+	// CodeUnsupportedEndpoint (400): every node that serves the model runs the embedded
+	// engine, which does not implement the endpoint (POST /v1/responses).
+	CodeUnsupportedEndpoint = api.CodeUnsupportedEndpoint
+	// CodePreviousResponseNotFound (404): previous_response_id names a response this mesh
+	// did not produce, or one whose node has left the mesh.
+	CodePreviousResponseNotFound = api.CodePreviousResponseNotFound
+	// CodeNotFound (404): no such endpoint.
+	CodeNotFound = api.CodeNotFound
+	// CodeMethodNotAllowed (405): the endpoint exists but not for this method; Allow lists
+	// the methods it takes.
+	CodeMethodNotAllowed = api.CodeMethodNotAllowed
+)
