@@ -42,14 +42,14 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 		return
 	}
 	if n.isDraining() {
-		d := n.drainingRefusal()
+		d := n.x.DrainingRefusal()
 		refuse(d.Status, d.Code, d.Message, d.RetryAfter)
 		return
 	}
 	ep := engine.Chat
 	switch {
 	case h.Kind == transport.KindAgentRenew || h.Kind == transport.KindAgentGiveUp:
-		n.serveAgentLease(ctx, h, fw)
+		n.x.ServeAgentLease(ctx, h, fw)
 		return
 	case h.Endpoint == transport.EndpointEmbeddings || h.Endpoint == transport.EndpointResponses:
 		n.api.ServeSimpleForward(ctx, h, body, fw, refuse)
@@ -93,7 +93,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	}
 	hw := transport.HTTPResponseWriter(fw)
 	p.MoveBreak = true
-	o, ran := n.agentStep(ctx, hw, p, start, "peer")
+	o, ran := n.x.AgentStep(ctx, hw, p, start, "peer")
 	if !ran {
 		refuse(http.StatusTooManyRequests, CodeAgentPaused, "agent "+a.Agent+" is outside this node's window", n.cfg.AgentInterval)
 		return

@@ -19,9 +19,9 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 	return journey.New(journey.Deps{
 		Config: journey.Config{Name: n.cfg.Name, DrainTimeout: n.cfg.DrainTimeout, ForwardAttempts: n.cfg.ForwardAttempts,
 			Migrations: n.cfg.Migrations, SpeculativeTTL: n.cfg.SpeculativeTTL, RetryAfter: n.cfg.RetryAfter,
-			Policy: n.cfg.Policy, Agents: n.agents != nil},
+			Policy: n.cfg.Policy, Standalone: n.cfg.Standalone, AgentInterval: n.cfg.AgentInterval},
 		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
-		Gossip: n.g, Transport: n.tr, Spans: &n.spans, Host: host{n},
+		Gossip: n.g, Transport: n.tr, Agents: n.agents, Spans: &n.spans, Host: host{n},
 	})
 }
 
@@ -68,25 +68,12 @@ func (h host) Wait(ctx context.Context, p *journey.Request, t *journey.Ticket) b
 	return h.n.wait(ctx, p, t).gone
 }
 
-func (h host) KickRoom()                                        { h.n.kickRoom() }
-func (h host) Explained(p *journey.Request, t *journey.Ticket)  { h.n.explained(p, t) }
-func (h host) ForwardSent(peer string)                          { h.n.forwardSent(peer) }
-func (h host) LearnTokens(p *journey.Request, u *engine.Usage)  { h.n.learnTokens(p, u) }
-func (h host) ObserveAgent(p *journey.Request, u *engine.Usage) { h.n.observeAgent(p, u) }
-func (h host) GiveUpAgent(p *journey.Request)                   { h.n.giveUpAgent(p) }
+func (h host) Draining() bool                                  { return h.n.isDraining() }
+func (h host) KickRoom()                                       { h.n.kickRoom() }
+func (h host) Explained(p *journey.Request, t *journey.Ticket) { h.n.explained(p, t) }
+func (h host) ForwardSent(peer string)                         { h.n.forwardSent(peer) }
+func (h host) LearnTokens(p *journey.Request, u *engine.Usage) { h.n.learnTokens(p, u) }
 
 func (h host) Generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
 	return h.n.generate(ctx, p)
-}
-
-func (h host) AgentStep(ctx context.Context, w http.ResponseWriter, p *journey.Request, start time.Time, origin string) (journey.Outcome, bool) {
-	return h.n.agentStep(ctx, w, p, start, origin)
-}
-
-func (h host) AgentRefused(p *journey.Request, peer, addr string, res *journey.Result) bool {
-	return h.n.agentRefused(p, peer, addr, res)
-}
-
-func (h host) AwaitAgent(ctx context.Context, w http.ResponseWriter, p *journey.Request, t *journey.Ticket) (journey.Outcome, bool) {
-	return h.n.awaitAgent(ctx, w, p, t)
 }

@@ -99,12 +99,6 @@ const CodeDraining = journey.CodeDraining
 // its owner: the QUIC handshake or the stream failed before any answer.
 const CodeOwnerUnreachable = journey.CodeOwnerUnreachable
 
-// drainingRefusal is the answer to a request a draining node will not run.
-func (n *Node) drainingRefusal() admit.Decision {
-	return admit.Decision{Action: admit.Refuse, Status: http.StatusServiceUnavailable, Layer: admit.LayerQueue,
-		Code: CodeDraining, Message: "the node is shutting down", RetryAfter: n.planner.Config().RetryAfter, Option: -1}
-}
-
 // advertise picks the address peers reach this node at for a bound listener.
 func (n *Node) advertise(bound net.Addr) string {
 	host := n.cfg.AdvertiseHost

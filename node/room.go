@@ -69,7 +69,7 @@ func (n *Node) wait(ctx context.Context, p *journey.Request, t *journey.Ticket) 
 			n.m.QueueTime.Observe(time.Since(now).Seconds())
 			return waitResult{}
 		case <-renew:
-			n.renewLease(ctx, p)
+			n.x.RenewLease(ctx, p)
 		case <-ctx.Done():
 			if _, ok := n.adm.Room().Remove(it.ID); ok {
 				return waitResult{gone: true}
@@ -159,7 +159,7 @@ func (n *Node) drainRoom() {
 		if !ok {
 			return
 		}
-		n.settle(it, n.drainingRefusal())
+		n.settle(it, n.x.DrainingRefusal())
 	}
 }
 

@@ -70,7 +70,7 @@ func PromptField(ep engine.Endpoint) string {
 // owner unreachable, its engine failing), the request ends with a 502 (see failures).
 func (x *Executor) AdmitAndDispatch(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, explain bool) Outcome {
 	// A step an agent window still holds when this returns ended without running.
-	defer x.host.GiveUpAgent(p)
+	defer x.GiveUpAgent(p)
 	x.retries.Request(start)
 	// Its first token is due within its queue TTL of its arrival (a continuation's: of its
 	// migration), wherever it waits.
@@ -111,8 +111,8 @@ func (x *Executor) AdmitAndDispatch(ctx context.Context, w http.ResponseWriter, 
 			x.host.KickRoom()
 			return res.Outcome
 		}
-		if res.LastCode == CodeAgentPaused && x.cfg.Agents {
-			if o, done := x.host.AwaitAgent(ctx, w, p, t); done {
+		if res.LastCode == CodeAgentPaused && x.agents != nil {
+			if o, done := x.AwaitAgent(ctx, w, p, t); done {
 				return o
 			}
 			continue
@@ -233,11 +233,11 @@ func (x *Executor) runAttempt(ctx context.Context, w http.ResponseWriter, p *Req
 func (x *Executor) runLocal(ctx context.Context, w http.ResponseWriter, p *Request, name string, start time.Time, res *Result) attempt.Result {
 	w = x.clientStream(w, p, res)
 	p.MoveBreak = true
-	o, ran := x.host.AgentStep(ctx, w, p, start, "local")
+	o, ran := x.AgentStep(ctx, w, p, start, "local")
 	p.MoveBreak = false
 	if !ran {
 		res.LastCode = CodeAgentPaused
-		x.host.AgentRefused(p, name, "", res)
+		x.AgentRefused(p, name, "", res)
 		return attempt.Result{Outcome: attempt.Paused}
 	}
 	return x.localResult(p, name, o, res)
@@ -289,7 +289,7 @@ func (x *Executor) afterForward(ctx context.Context, p *Request, owner, addr str
 		// An owner whose queue starved the request is no home.
 		res.Outcome = o
 		return attempt.Result{Outcome: attempt.Ran, Late: o.Code == openai.CodeEngineTimeout}
-	case x.host.AgentRefused(p, owner, addr, res):
+	case x.AgentRefused(p, owner, addr, res):
 		return attempt.Result{Outcome: attempt.Paused, Code: res.FailCode}
 	case ctx.Err() != nil:
 		return attempt.Result{Outcome: attempt.ClientGone}

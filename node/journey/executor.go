@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
@@ -21,8 +21,8 @@ import (
 )
 
 // Host is what an Executor asks of the node it runs in: the node's own parts of a journey
-// (decoding a request, its view of the mesh, the waiting room, the agent window, the
-// adapters and the console). A node implements it with an unexported adapter.
+// (decoding a request, its view of the mesh, the waiting room, the adapters, the console and
+// whether it drains). A node implements it with an unexported adapter.
 type Host interface {
 	// Prepare decodes body, a request for endpoint ep with id, as the ingress does.
 	Prepare(ep engine.Endpoint, id string, body []byte) (*Request, *openai.Error)
@@ -49,19 +49,8 @@ type Host interface {
 	// request's.
 	LearnTokens(p *Request, u *engine.Usage)
 
-	// AgentStep runs p on this node's engine through the agent window (origin: local or
-	// peer); ran false when the window holds it out.
-	AgentStep(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, origin string) (Outcome, bool)
-	// AgentRefused reports whether the owner peer (at addr; "" for this node) refused p
-	// because its agent window holds the agent out, and records it in res.
-	AgentRefused(p *Request, peer, addr string, res *Result) bool
-	// AwaitAgent waits, for a step every owner paused, until its agent's window lets it in;
-	// done when the client was answered meanwhile (o).
-	AwaitAgent(ctx context.Context, w http.ResponseWriter, p *Request, t *Ticket) (o Outcome, done bool)
-	// GiveUpAgent tells the window that held p that p ended without running.
-	GiveUpAgent(p *Request)
-	// ObserveAgent takes an agent's step's usage into its window's footprint.
-	ObserveAgent(p *Request, u *engine.Usage)
+	// Draining reports whether the node is shutting down: it takes no new work.
+	Draining() bool
 }
 
 // Config is the node's settings an Executor reads.
@@ -73,7 +62,8 @@ type Config struct {
 	SpeculativeTTL  time.Duration // how long a forwarded prefix counts as the owner's before its summary
 	RetryAfter      time.Duration // a refusal's Retry-After
 	Policy          string        // the routing policy (delegation is the kvmesh policy's)
-	Agents          bool          // agent admission is on
+	Standalone      bool          // the node is kvmesh engine: its engine alone, no agent window
+	AgentInterval   time.Duration // the agent window's control interval
 }
 
 // Deps are an Executor's dependencies, set once before the node serves. Gossip and
@@ -88,6 +78,7 @@ type Deps struct {
 	Eject     *route.Ejector
 	Gossip    *gossip.Gossip
 	Transport *transport.Transport
+	Agents    *agentgate.Gate // nil: agent admission off
 	// Spans are the node's, read at each request: the node may replace them before it serves.
 	Spans *tracing.Spans
 	Host  Host
@@ -107,6 +98,7 @@ type Executor struct {
 	eject   *route.Ejector
 	g       *gossip.Gossip
 	tr      *transport.Transport
+	agents  *agentgate.Gate
 	spans   *tracing.Spans
 	host    Host
 	// inFlightTokens are the output tokens this node's engine may still produce for the
@@ -124,7 +116,7 @@ func New(d Deps) (*Executor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
-		eject: d.Eject, g: d.Gossip, tr: d.Transport, spans: d.Spans, host: d.Host}, nil
+		eject: d.Eject, g: d.Gossip, tr: d.Transport, agents: d.Agents, spans: d.Spans, host: d.Host}, nil
 }
 
 // InFlightTokens are the output tokens this node's engine may still produce for the requests

@@ -91,7 +91,7 @@ func (x *Executor) finished(p *Request, firstAt, end time.Time, u *engine.Usage)
 	if p.Req.Resume == nil { // a continuation's usage is the whole request's, not its prompt's
 		x.host.LearnTokens(p, u)
 	}
-	x.host.ObserveAgent(p, u)
+	x.ObserveAgent(p, u)
 	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
 	// window let it in (see admit.Request.SLOStart).
 	ttft := firstAt.Sub(p.Adm.SLOClock())

@@ -1,4 +1,4 @@
-package node
+package journey
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/node/agentgate"
-	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -27,10 +26,10 @@ const headerAgentState = "X-Kvmesh-Agent-State"
 
 // renewAtHome renews the lease of p's parked step at its peer home and returns the agent's
 // state there, after waiting up to wait (at the home) for the agent to be let into the window.
-func (n *Node) renewAtHome(ctx context.Context, p *journey.Request, wait time.Duration) (agent.State, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait+n.cfg.AgentInterval)
+func (x *Executor) renewAtHome(ctx context.Context, p *Request, wait time.Duration) (agent.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+x.cfg.AgentInterval)
 	defer cancel()
-	resp, err := n.tr.Forward(ctx, p.Parked.Addr, n.leaseHeader(p, transport.KindAgentRenew, wait), nil)
+	resp, err := x.tr.Forward(ctx, p.Parked.Addr, x.leaseHeader(p, transport.KindAgentRenew, wait), nil)
 	if err != nil {
 		return agent.Absent, err
 	}
@@ -39,59 +38,59 @@ func (n *Node) renewAtHome(ctx context.Context, p *journey.Request, wait time.Du
 }
 
 // leaseHeader is the forward header of an agent-lease message about p's step.
-func (n *Node) leaseHeader(p *journey.Request, kind transport.Kind, wait time.Duration) transport.Header {
+func (x *Executor) leaseHeader(p *Request, kind transport.Kind, wait time.Duration) transport.Header {
 	return transport.Header{Kind: kind, RequestID: p.Req.ID, Hops: 1, Priority: p.Adm.Priority, Tenant: p.Adm.Tenant,
-		AgentID: p.Adm.Agent, Ingress: n.cfg.Name, RenewWait: wait}
+		AgentID: p.Adm.Agent, Ingress: x.cfg.Name, RenewWait: wait}
 }
 
-// renewLease renews the home's lease on the agent of p's step while the step waits in this
+// RenewLease renews the home's lease on the agent of p's step while the step waits in this
 // node's waiting room (let into the window, it waits for KV room there; or its home was not
 // reachable): the home must keep the agent's place, or the slot it was let into, for it.
-func (n *Node) renewLease(ctx context.Context, p *journey.Request) {
-	g := n.agents
+func (x *Executor) RenewLease(ctx context.Context, p *Request) {
+	g := x.agents
 	switch {
 	case g == nil || p.Parked.Home == "":
-	case p.Parked.Home == n.cfg.Name:
+	case p.Parked.Home == x.cfg.Name:
 		g.Renew(time.Now(), p.Adm.Agent)
 	default:
-		if _, err := n.renewAtHome(ctx, p, 0); err != nil {
-			n.log.Debug("agent lease", "agent", p.Adm.Agent, "home", p.Parked.Home, "err", err)
+		if _, err := x.renewAtHome(ctx, p, 0); err != nil {
+			x.log.Debug("agent lease", "agent", p.Adm.Agent, "home", p.Parked.Home, "err", err)
 		}
 	}
 }
 
-// giveUpAgent tells the home whose window parked p's step, if any, that the step ended
+// GiveUpAgent tells the home whose window parked p's step, if any, that the step ended
 // without running, so its agent does not keep its place in the queue, or a slot it was let
 // into for this step, until the lease runs out.
-func (n *Node) giveUpAgent(p *journey.Request) {
-	g, at := n.agents, p.Parked
-	p.Parked = journey.Parking{}
+func (x *Executor) GiveUpAgent(p *Request) {
+	g, at := x.agents, p.Parked
+	p.Parked = Parking{}
 	switch {
 	case g == nil || at.Home == "":
-	case at.Home == n.cfg.Name:
+	case at.Home == x.cfg.Name:
 		g.GiveUp(time.Now(), p, p.Adm.Agent)
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.AgentInterval)
+		ctx, cancel := context.WithTimeout(context.Background(), x.cfg.AgentInterval)
 		defer cancel()
-		resp, err := n.tr.Forward(ctx, at.Addr, n.leaseHeader(p, transport.KindAgentGiveUp, 0), nil)
+		resp, err := x.tr.Forward(ctx, at.Addr, x.leaseHeader(p, transport.KindAgentGiveUp, 0), nil)
 		if err != nil {
-			n.log.Debug("agent give-up", "agent", p.Adm.Agent, "home", at.Home, "err", err)
+			x.log.Debug("agent give-up", "agent", p.Adm.Agent, "home", at.Home, "err", err)
 			return // the home's lease runs out instead
 		}
 		_ = resp.Body.Close()
 	}
 }
 
-// serveAgentLease answers a peer ingress's renewal or give-up (transport.KindAgentRenew,
+// ServeAgentLease answers a peer ingress's renewal or give-up (transport.KindAgentRenew,
 // KindAgentGiveUp) of a parked step of agent h.AgentID.
-func (n *Node) serveAgentLease(ctx context.Context, h transport.Header, fw transport.ResponseWriter) {
-	g, st := n.agents, agent.Absent
+func (x *Executor) ServeAgentLease(ctx context.Context, h transport.Header, fw transport.ResponseWriter) {
+	g, st := x.agents, agent.Absent
 	if g != nil && h.AgentID != "" {
 		now := time.Now()
 		if h.Kind == transport.KindAgentGiveUp {
 			g.GiveUp(now, nil, h.AgentID)
 		} else {
-			st = g.RenewWait(ctx, now, h.AgentID, min(h.RenewWait, n.cfg.AgentInterval))
+			st = g.RenewWait(ctx, now, h.AgentID, min(h.RenewWait, x.cfg.AgentInterval))
 		}
 	}
 	_ = fw.Accept(http.StatusOK, map[string]string{headerAgentState: st.String()})
