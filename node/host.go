@@ -19,8 +19,10 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 	return journey.New(journey.Deps{
 		Config: journey.Config{Name: n.cfg.Name, DrainTimeout: n.cfg.DrainTimeout, ForwardAttempts: n.cfg.ForwardAttempts,
 			Migrations: n.cfg.Migrations, SpeculativeTTL: n.cfg.SpeculativeTTL, RetryAfter: n.cfg.RetryAfter,
-			Policy: n.cfg.Policy, Standalone: n.cfg.Standalone, AgentInterval: n.cfg.AgentInterval},
-		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
+			Policy: n.cfg.Policy, Standalone: n.cfg.Standalone, AgentInterval: n.cfg.AgentInterval,
+			Role: n.cfg.Role, Embedded: n.sim != nil},
+		Engine: n.eng,
+		Log:    n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
 		Gossip: n.g, Transport: n.tr, Agents: n.agents, Spans: &n.spans, Host: host{n},
 	})
 }
@@ -68,6 +70,8 @@ func (h host) Wait(ctx context.Context, p *journey.Request, t *journey.Ticket) b
 	return h.n.wait(ctx, p, t).gone
 }
 
+func (h host) ClaimedHere(r meshview.Rank, ingress string) int { return h.n.claimedHere(r, ingress) }
+func (h host) AdapterLoad(model string) time.Duration          { return h.n.adapterLoad(model) }
 func (h host) Draining() bool                                  { return h.n.isDraining() }
 func (h host) KickRoom()                                       { h.n.kickRoom() }
 func (h host) Explained(p *journey.Request, t *journey.Ticket) { h.n.explained(p, t) }

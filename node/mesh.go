@@ -10,6 +10,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/meshview"
 )
 
@@ -23,7 +24,7 @@ func (n *Node) localState() gossip.State {
 		QUICAddr:               n.advertiseQUIC,
 		Role:                   n.cfg.Role,
 		EngineKind:             n.engineKind(),
-		HalvesOnly:             n.cfg.Role == route.RoleDecode && !n.localPrefill(),
+		HalvesOnly:             n.cfg.Role == route.RoleDecode && !n.x.LocalPrefill(),
 		EngineHealthy:          st.Healthy && !n.isDraining(),
 		BlockTokens:            st.BlockTokens,
 		KVBlocksTotal:          st.KVBlocksTotal,
@@ -127,7 +128,7 @@ func (n *Node) isDraining() bool { return n.draining.Load() }
 // slots can load it, and with an adapter source every node serving the base loads it on
 // demand (withSourceAdapter).
 func (n *Node) buildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank) {
-	v.Reset(api.BlockTokens(n.eng))
+	v.Reset(journey.BlockTokens(n.eng))
 	v.QUIC = v.QUIC[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}

@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/node/api"
+	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/journey"
 )
 
@@ -55,4 +56,20 @@ const (
 	// CodeMethodNotAllowed (405): the endpoint exists but not for this method; Allow lists
 	// the methods it takes.
 	CodeMethodNotAllowed = api.CodeMethodNotAllowed
+)
+
+// Refusal and failure codes of the pair's flow (attempt's).
+const (
+	// CodeWrongRole is an owner's refusal (503) of a request its role does not run: a whole
+	// request or a decode half on a prefill node, a prefill half on a decode node, or a whole
+	// request there with its route.decode_local_prefill off, either half on a node whose
+	// engine cannot split (an external engine without a role), a handover from the other
+	// kind of engine.
+	CodeWrongRole = attempt.CodeWrongRole
+	// CodeDecodeUnavailable (503) ends a split request whose prompt was prefilled but whose
+	// handover every decode node tried refused (no room).
+	CodeDecodeUnavailable = attempt.CodeDecodeUnavailable
+	// CodeDecodeFailed (502) ends a split request whose handover no decode node tried could
+	// take: an attempt failed (unreachable, or its engine failed before the first token).
+	CodeDecodeFailed = attempt.CodeDecodeFailed
 )

@@ -72,9 +72,3 @@ var (
 	forwardResult = tracing.ForwardResult
 	spanError     = tracing.Error
 )
-
-// traceOwnerDecision records the owner's admission check of p.
-func traceOwnerDecision(span trace.Span, p *journey.Request, d admit.Decision) {
-	tracing.Model(span, p.Adm.Model)
-	tracing.Decision(span, d.Action.String(), d.Layer, d.Code)
-}

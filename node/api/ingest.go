@@ -126,7 +126,7 @@ func (sv *Server) IngestBody(ctx context.Context, w http.ResponseWriter, r *http
 	if sv.cfg.Standalone {
 		// kvmesh engine is an engine, not a mesh: like vLLM it queues whatever can ever run and
 		// refuses only what cannot (context, KV budget).
-		d := sv.adm.Admit(start, *a, []admit.Option{sv.planner.LocalOption(*a, sv.host.SelfPeer(p.Req.Blocks), BlockTokens(sv.eng))})
+		d := sv.adm.Admit(start, *a, []admit.Option{sv.planner.LocalOption(*a, sv.host.SelfPeer(p.Req.Blocks), journey.BlockTokens(sv.eng))})
 		sv.m.DecisionOf(d)
 		if d.Refused() && d.Status == http.StatusBadRequest {
 			return refuse(journey.ClientRefusal(p, d), 0)

@@ -106,7 +106,7 @@ func (sv *Server) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.
 		Body:         body,
 		Prompt:       prompt,
 		PromptTokens: kvindex.Tokens(len(prompt)),
-		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, BlockTokens(sv.eng)),
+		Blocks:       kvindex.AppendBlocks(nil, a.Model, prompt, journey.BlockTokens(sv.eng)),
 		Stop:         p.Req.Stop,
 		Seed:         s,
 		Logprobs:     r.Logprobs,
@@ -253,14 +253,6 @@ func extraFields(top openai.Fields, so *openai.StreamOptions) []openai.Field {
 		out = append(out, openai.Field{Name: "stream_options." + f.Name, Value: f.Value})
 	}
 	return out
-}
-
-// BlockTokens is eng's KV block size, kvindex's default until it reports one.
-func BlockTokens(eng engine.Engine) int {
-	if st := eng.State(); st.BlockTokens > 0 {
-		return st.BlockTokens
-	}
-	return kvindex.DefaultBlockTokens
 }
 
 // Account counts o under the endpoint label (endpointName, or the Messages API's).

@@ -11,6 +11,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/meshview"
@@ -51,6 +52,14 @@ type Host interface {
 
 	// Draining reports whether the node is shutting down: it takes no new work.
 	Draining() bool
+	// SelfPeer is this node as routing sees it, from its engine's exact state, holding the
+	// longest prefix of blocks its own index lists.
+	SelfPeer(blocks []uint64) route.Peer
+	// ClaimedHere is the KV room claimed on this node for requests that outrank r, a
+	// request ingress forwarded.
+	ClaimedHere(r meshview.Rank, ingress string) int
+	// AdapterLoad is how long loading model's LoRA adapter would take here (0: none to load).
+	AdapterLoad(model string) time.Duration
 }
 
 // Config is the node's settings an Executor reads.
@@ -64,13 +73,16 @@ type Config struct {
 	Policy          string        // the routing policy (delegation is the kvmesh policy's)
 	Standalone      bool          // the node is kvmesh engine: its engine alone, no agent window
 	AgentInterval   time.Duration // the agent window's control interval
+	Role            string        // this node's role (route.Role*)
+	Embedded        bool          // this node's engine is the embedded one
 }
 
 // Deps are an Executor's dependencies, set once before the node serves. Gossip and
 // Transport are nil on a standalone node.
 type Deps struct {
 	Config    Config
-	Log       *slog.Logger // nil: discard
+	Engine    engine.Engine // this node's engine
+	Log       *slog.Logger  // nil: discard
 	Metrics   *metrics.Metrics
 	Admitter  *admit.Admitter
 	Planner   *plan.Planner
@@ -90,6 +102,7 @@ type Deps struct {
 // budget's and the owners' refusals' books. Safe for concurrent use.
 type Executor struct {
 	cfg     Config
+	eng     engine.Engine
 	log     *slog.Logger
 	m       *metrics.Metrics
 	adm     *admit.Admitter
@@ -108,14 +121,14 @@ type Executor struct {
 
 // New returns the executor of d. It does no I/O and starts no goroutine.
 func New(d Deps) (*Executor, error) {
-	if d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Retries == nil || d.Eject == nil || d.Spans == nil || d.Host == nil {
-		return nil, errors.New("journey: an executor needs metrics, an admitter, a planner, a retry budget, an ejector, spans and a host")
+	if d.Engine == nil || d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Retries == nil || d.Eject == nil || d.Spans == nil || d.Host == nil {
+		return nil, errors.New("journey: an executor needs an engine, metrics, an admitter, a planner, a retry budget, an ejector, spans and a host")
 	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Executor{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
+	return &Executor{cfg: d.Config, eng: d.Engine, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
 		eject: d.Eject, g: d.Gossip, tr: d.Transport, agents: d.Agents, spans: d.Spans, host: d.Host}, nil
 }
 
@@ -127,4 +140,12 @@ func (x *Executor) InFlightTokens() int64 { return x.inFlightTokens.Load() }
 // did; nil otherwise (the client left, or nothing ended it).
 func (x *Executor) DrainCut(ctx context.Context) *openai.Error {
 	return DrainCut(ctx, x.cfg.Name, x.cfg.DrainTimeout)
+}
+
+// BlockTokens is eng's KV block size, kvindex's default until it reports one.
+func BlockTokens(eng engine.Engine) int {
+	if st := eng.State(); st.BlockTokens > 0 {
+		return st.BlockTokens
+	}
+	return kvindex.DefaultBlockTokens
 }

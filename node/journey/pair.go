@@ -20,6 +20,23 @@ import (
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
+// Disaggregated prefill and decode (docs/design/disaggregation.md). In a mesh with prefill or
+// decode nodes the planner may choose, for a request, a pair instead of a whole candidate
+// (route.Choose): a candidate with Pair set. The ingress then forwards the request to the
+// prefill node p marked as a prefill (transport.Header.Prefill); p's engine computes the
+// prompt's KV and p answers with the handover (transport.HandoverContentType), which the
+// client never sees. The ingress forwards the request again to the decode node d with the
+// handover in the header; d decodes from it and its chunks go to the client through the
+// relay, as any owner's do, so the client reads one stream with one role chunk (and p's name
+// in HeaderPrefillNode, which a request run whole never has), and a d that fails mid-stream is
+// migrated like any owner. When p refuses or fails before the handover, the next prefill
+// candidates are tried, then the request's whole candidates (mixed nodes), else it waits for
+// room (every node refused) or ends with a 502 (attempts failed); when d refuses or fails
+// before its first byte, the next decode candidates are tried with the same handover; when
+// they all refused, the handover waits for decode room until the request's deadline
+// (handoverDeadline), else the request ends with an explicit error (CodeDecodeUnavailable,
+// CodeDecodeFailed). Either half may run on this node itself.
+
 // dispatchOutcome is the kvmesh_route_disaggregated_total outcome of dispatching candidate i
 // of pl (admission's choice, pl.D.Option, or a fallback after it) in a mesh with prefill or
 // decode nodes: split on a pair; whole on the decode node the split rule chose, for its
