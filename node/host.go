@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit/route"
@@ -32,8 +31,9 @@ func (n *Node) newAPI() (*api.Server, error) {
 	return api.New(api.Deps{
 		Config: api.Config{Name: n.cfg.Name, Standalone: n.cfg.Standalone, MaxBodyBytes: n.cfg.MaxBodyBytes,
 			BodyTimeout: n.cfg.BodyTimeout, MaxAgentIDBytes: n.cfg.MaxAgentIDBytes, AgentFromUser: n.cfg.AgentFromUser,
-			ForwardAttempts: n.cfg.ForwardAttempts},
+			ForwardAttempts: n.cfg.ForwardAttempts, SimRole: n.cfg.Sim.Role},
 		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Engine: n.eng, External: n.ext,
+		Sim: n.sim, KV: n.kv, KVPub: n.kvpub,
 		Gossip: n.g, Transport: n.tr, Executor: n.x, Spans: &n.spans, Host: host{n},
 	})
 }
@@ -52,9 +52,7 @@ func (h host) LocalState() gossip.State                    { return h.n.localSta
 func (h host) SelfPeer(blocks []uint64) route.Peer         { return h.n.selfPeer(blocks) }
 func (h host) PromptTokens(model string, bytes int) int    { return h.n.promptTokens(model, bytes) }
 
-func (h host) ServeEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request, start time.Time) journey.Outcome {
-	return h.n.serveEngine(ctx, w, r, p, start)
-}
+func (h host) HTTPAddr() string { return h.n.HTTPAddr() }
 
 func (h host) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
 	return h.n.api.Prepare(ep, id, body)

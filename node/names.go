@@ -73,3 +73,16 @@ const (
 	// take: an attempt failed (unreachable, or its engine failed before the first token).
 	CodeDecodeFailed = attempt.CodeDecodeFailed
 )
+
+// Codes of kvmesh engine's own endpoints.
+const (
+	// CodeCacheInUse (409): POST /reset_prefix_cache while requests run.
+	CodeCacheInUse = api.CodeCacheInUse
+	// CodeAdapterInvalid (400): a body without lora_name (or, to load, lora_path), or not
+	// JSON.
+	CodeAdapterInvalid = api.CodeAdapterInvalid
+	// CodeAdapterExists (400): a load of an adapter already loaded, or of a base model's name.
+	CodeAdapterExists = api.CodeAdapterExists
+	// CodeAdapterNotFound (404): an unload of an adapter the engine does not know.
+	CodeAdapterNotFound = api.CodeAdapterNotFound
+)

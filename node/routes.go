@@ -84,10 +84,10 @@ func (n *Node) mux(rs []endpoint) http.Handler {
 		mux.Handle(r.pattern, byMethod(r.methods))
 	}
 	if n.cfg.Standalone && n.sim != nil {
-		mux.Handle("/reset_prefix_cache", byMethod(post(n.handleResetPrefixCache)))
-		mux.Handle(kvPath, byMethod(get(n.handleKV)))
-		mux.Handle("/v1/load_lora_adapter", byMethod(post(n.handleLoadLoRA)))
-		mux.Handle("/v1/unload_lora_adapter", byMethod(post(n.handleUnloadLoRA)))
+		mux.Handle("/reset_prefix_cache", byMethod(post(n.api.HandleResetPrefixCache)))
+		mux.Handle(api.KVPath, byMethod(get(n.api.HandleKV)))
+		mux.Handle("/v1/load_lora_adapter", byMethod(post(n.api.HandleLoadLoRA)))
+		mux.Handle("/v1/unload_lora_adapter", byMethod(post(n.api.HandleUnloadLoRA)))
 	}
 	mux.HandleFunc("/", n.handleNotFound)
 	return mux

@@ -132,7 +132,7 @@ func (sv *Server) IngestBody(ctx context.Context, w http.ResponseWriter, r *http
 			return refuse(journey.ClientRefusal(p, d), 0)
 		}
 		p.Req.MaxTokens = d.MaxTokens
-		return sv.host.ServeEngine(ctx, w, r, p, start)
+		return sv.serveEngine(ctx, w, r, p, start)
 	}
 	if o, done := sv.x.Delegate(ctx, w, p, start, explain); done {
 		return o

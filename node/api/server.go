@@ -1,10 +1,8 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
@@ -13,14 +11,17 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
+	"github.com/kvmesh/kvmesh/node/engine/kvevents"
+	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/journey"
+	"github.com/kvmesh/kvmesh/node/kvconnector"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
 // Host is what the API asks of the node it serves: the node's view of the models and of
-// itself, its token counts, and the standalone engine's own serving.
+// itself, its token counts and its address.
 type Host interface {
 	// LocalModel reports whether this node's engine serves model now.
 	LocalModel(model string) (engine.Model, bool)
@@ -34,8 +35,9 @@ type Host interface {
 	SelfPeer(blocks []uint64) route.Peer
 	// PromptTokens counts promptBytes of model's rendered prompt in its engines' tokens.
 	PromptTokens(model string, promptBytes int) int
-	// ServeEngine runs p, admitted, on a standalone node's engine (kvmesh engine's roles).
-	ServeEngine(ctx context.Context, w http.ResponseWriter, r *http.Request, p *journey.Request, start time.Time) journey.Outcome
+	// HTTPAddr is the bound API address, where a standalone engine's prefill is pulled from
+	// when the request's Host names no port.
+	HTTPAddr() string
 	// ForwardSent counts a forward to peer for the console.
 	ForwardSent(peer string)
 }
@@ -49,6 +51,7 @@ type Config struct {
 	MaxAgentIDBytes int           // X-Kvmesh-Agent's limit
 	AgentFromUser   bool          // a request without X-Kvmesh-Agent is its body's user's agent
 	ForwardAttempts int           // the candidates a simple request tries at most
+	SimRole         string        // the embedded engine's role in kvmesh engine's KV connector flow
 }
 
 // Deps are a Server's dependencies, set once before the node serves. Gossip and Transport
@@ -64,6 +67,11 @@ type Deps struct {
 	Gossip    *gossip.Gossip
 	Transport *transport.Transport
 	Executor  *journey.Executor
+	// Sim is the embedded engine, KV its store of handovers (a standalone node's) and KVPub
+	// the publisher of its KV events; each nil when not in use.
+	Sim   *sim.Sim
+	KV    *kvconnector.Store
+	KVPub *kvevents.Publisher
 	// Spans are the node's, read at each request: the node may replace them before it serves.
 	Spans *tracing.Spans
 	Host  Host
@@ -83,6 +91,9 @@ type Server struct {
 	g       *gossip.Gossip
 	tr      *transport.Transport
 	x       *journey.Executor
+	sim     *sim.Sim
+	kv      *kvconnector.Store
+	kvpub   *kvevents.Publisher
 	spans   *tracing.Spans
 	host    Host
 }
@@ -97,5 +108,5 @@ func New(d Deps) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, eng: d.Engine, ext: d.External,
-		g: d.Gossip, tr: d.Transport, x: d.Executor, spans: d.Spans, host: d.Host}, nil
+		g: d.Gossip, tr: d.Transport, x: d.Executor, sim: d.Sim, kv: d.KV, kvpub: d.KVPub, spans: d.Spans, host: d.Host}, nil
 }
