@@ -19,7 +19,7 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 		Config: journey.Config{Name: n.cfg.Name, DrainTimeout: n.cfg.DrainTimeout, ForwardAttempts: n.cfg.ForwardAttempts,
 			Migrations: n.cfg.Migrations, SpeculativeTTL: n.cfg.SpeculativeTTL, RetryAfter: n.cfg.RetryAfter,
 			Policy: n.cfg.Policy, Standalone: n.cfg.Standalone, AgentInterval: n.cfg.AgentInterval,
-			Role: n.cfg.Role, Embedded: n.sim != nil},
+			Role: n.cfg.Role, Embedded: n.sim != nil, RoomTick: n.cfg.RoomTick},
 		Engine: n.eng,
 		Log:    n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
 		Gossip: n.g, Transport: n.tr, Agents: n.agents, Spans: &n.spans, Host: host{n},
@@ -64,14 +64,9 @@ func (h host) BuildView(v *meshview.View, model, parent string, blocks []uint64,
 
 func (h host) LocalModel(model string) (engine.Model, bool) { return h.n.localModel(model) }
 
-func (h host) Wait(ctx context.Context, p *journey.Request, t *journey.Ticket) bool {
-	return h.n.wait(ctx, p, t).gone
-}
-
 func (h host) ClaimedHere(r meshview.Rank, ingress string) int { return h.n.claimedHere(r, ingress) }
 func (h host) AdapterLoad(model string) time.Duration          { return h.n.adapterLoad(model) }
 func (h host) Draining() bool                                  { return h.n.isDraining() }
-func (h host) KickRoom()                                       { h.n.kickRoom() }
 func (h host) Explained(p *journey.Request, t *journey.Ticket) { h.n.explained(p, t) }
 func (h host) ForwardSent(peer string)                         { h.n.forwardSent(peer) }
 func (h host) LearnTokens(p *journey.Request, u *engine.Usage) { h.n.learnTokens(p, u) }

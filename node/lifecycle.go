@@ -139,7 +139,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.cfg.ConfigWatch > 0 && (n.cfg.ConfigFile != "" || n.cfg.APIKeysFile != "") {
 		n.goBG(func() { n.watchFiles(bg, n.cfg.ConfigWatch) })
 	}
-	n.goBG(func() { n.runRoom(bg) })
+	n.goBG(func() { n.x.RunRoom(bg, n.roomSecond, n.publishClaims) })
 	n.goBG(func() { _ = n.gpu.Run(bg) })
 	if n.carbon != nil {
 		n.grid.Export(time.Now())

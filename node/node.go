@@ -79,7 +79,6 @@ type Node struct {
 	// (updatePrefillRates; the room loop's alone).
 	ratedPools map[poolKey]float64
 	agents     *agentgate.Gate // nil: agent admission off
-	roomKick   chan struct{}
 	gpu        *gpu.Sampler
 	carbon     *carbon.Tracker // grid's tracker; nil: the carbon signal is off
 	grid       *grid.Grid
@@ -141,7 +140,7 @@ func New(cfg Config) (*Node, error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	n := &Node{cfg: cfg, log: log, reg: reg, m: metrics.New(reg, cfg.Admit.WithDefaults().SLO, Version), tok: newTokenCalibration(),
-		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.FileSum()}
+		done: make(chan struct{}), applied: cfg, configSum: cfg.FileSum()}
 	hash := cmp.Or(cfg.FileSum(), noConfigFile)
 	n.inForce.Store(&hash)
 	n.requests, n.endRequests = context.WithCancelCause(context.Background())

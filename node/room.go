@@ -1,166 +1,19 @@
 package node
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
-	"github.com/kvmesh/kvmesh/node/journey"
 )
 
-// waiter is a request parked in the waiting room. The room loop settles its plan (an accept
-// with candidates, or a refusal) and then closes ready; the handler goroutine waits on it.
-type waiter struct {
-	p     *journey.Request
-	t     *journey.Ticket
-	ready chan struct{}
-	// backfilled: let out past its pool's blocked head (the last Next that offered it).
-	backfilled bool
-}
-
-// waitResult says how a wait ended: settled (t.D is final) or the client went away.
-type waitResult struct{ gone bool }
-
-// kickRoom asks the room loop for a pass now (a request arrived or finished).
-func (n *Node) kickRoom() {
-	select {
-	case n.roomKick <- struct{}{}:
-	default:
-	}
-}
-
-// wait parks p until the room loop dispatches or refuses it, or the client goes away.
-func (n *Node) wait(ctx context.Context, p *journey.Request, t *journey.Ticket) waitResult {
-	ctx, span := n.startQueue(ctx, t.D)
-	defer span.End()
-	now := time.Now()
-	wt := &waiter{p: p, t: t, ready: make(chan struct{})}
-	it := n.adm.Item(p.Adm, t.D)
-	it.Value = wt
-	evicted, err := n.adm.Room().Push(now, it)
-	for _, ev := range evicted {
-		n.settle(ev, n.adm.Evicted(now))
-	}
-	if err != nil {
-		t.D = admit.Decision{Action: admit.Refuse, Status: 429, Layer: admit.LayerQueue, Code: admit.CodeQueueFull,
-			Message: "the waiting room is full", RetryAfter: n.adm.Room().RetryAfter(now), Role: it.Role}
-		if !errors.Is(err, admit.ErrQueueFull) {
-			t.D.Message = err.Error()
-		}
-		n.m.DecisionOf(t.D)
-		return waitResult{}
-	}
-	n.m.Queued.Inc()
-	n.kickRoom()
-	// A step an agent window parked (let in, it waits here for KV room at its home) renews the
-	// home's lease on its agent each interval, or the home would give its slot away.
-	var renew <-chan time.Time
-	if p.Parked.Home != "" {
-		t := time.NewTicker(n.cfg.AgentInterval)
-		defer t.Stop()
-		renew = t.C
-	}
-	for {
-		select {
-		case <-wt.ready:
-			n.m.QueueTime.Observe(time.Since(now).Seconds())
-			return waitResult{}
-		case <-renew:
-			n.x.RenewLease(ctx, p)
-		case <-ctx.Done():
-			if _, ok := n.adm.Room().Remove(it.ID); ok {
-				return waitResult{gone: true}
-			}
-			<-wt.ready // settled at the same moment: take the decision's reservation back
-			n.planner.Release(&t.Plan)
-			return waitResult{gone: true}
-		}
-	}
-}
-
-// settle ends a waiter's wait with decision d (already removed from the room).
-func (n *Node) settle(it *admit.Item, d admit.Decision) {
-	wt := it.Value.(*waiter)
-	d.Role = it.Role
-	wt.t.D = d
-	n.m.DecisionOf(d)
-	close(wt.ready)
-}
-
-// runRoom is the waiting room's dispatcher: on every kick or tick it expires waiters past
-// their TTL and dispatches, best first, each waiter that now has a candidate with room.
-func (n *Node) runRoom(ctx context.Context) {
-	room := n.adm.Room()
-	t := time.NewTicker(n.cfg.RoomTick)
-	defer t.Stop()
-	var lastRate time.Time
-	heads := map[*admit.Item]bool{} // the pools' heads a pass found blocked (publishClaims)
-	for {
-		select {
-		case <-ctx.Done():
-			n.drainRoom()
-			return
-		case <-t.C:
-		case <-n.roomKick:
-		}
-		now := time.Now()
-		if now.Sub(lastRate) >= time.Second {
-			n.updatePrefillRates()
-			n.updateKeyUsage(now)
-			n.updateMeshTokens()
-			lastRate = now
-		}
-		for _, it := range room.Expire(now) {
-			n.settle(it, n.adm.Expired(now))
-		}
-		clear(heads)
-		for room.Len() > 0 {
-			it, ok := room.Next(now, func(it, head *admit.Item) bool {
-				wt := it.Value.(*waiter)
-				wt.backfilled = head != nil
-				if head == nil {
-					// Decided with the claim of its last pass as head (Admitter.Ready), then
-					// claims afresh.
-					n.x.Decide(now, wt.p, wt.t, it, nil)
-					it.Claim = admit.Claim{}
-					if wt.t.D.Action == admit.Queue {
-						it.Claim = n.adm.ClaimFor(now, it, wt.t.Opts)
-					}
-					heads[it] = true
-				} else {
-					it.Claim = admit.Claim{} // no longer a head: it claims nothing
-					n.x.Decide(now, wt.p, wt.t, it, &head.Claim)
-				}
-				return wt.t.D.Action != admit.Queue
-			})
-			if !ok {
-				break
-			}
-			delete(heads, it)
-			wt := it.Value.(*waiter)
-			n.m.DecisionOf(wt.t.D)
-			if wt.backfilled && wt.t.D.Action == admit.Accept {
-				n.m.Backfilled.Inc()
-			}
-			close(wt.ready)
-		}
-		n.publishClaims(heads)
-	}
-}
-
-// drainRoom refuses every waiter when the node stops.
-func (n *Node) drainRoom() {
-	room := n.adm.Room()
-	for {
-		it, ok := room.Next(time.Now(), func(_, _ *admit.Item) bool { return true })
-		if !ok {
-			return
-		}
-		n.settle(it, n.x.DrainingRefusal())
-	}
+// roomSecond updates, once a second from the room loop, what the waiting room reads from the
+// mesh: the pools' prefill rates, the API keys' usage elsewhere, the peers' bytes per token.
+func (n *Node) roomSecond(now time.Time) {
+	n.updatePrefillRates()
+	n.updateKeyUsage(now)
+	n.updateMeshTokens()
 }
 
 // updateKeyUsage tells the API keys what each consumed through the other nodes, from their

@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/tracing"
@@ -53,10 +52,6 @@ func (n *Node) stopTracing(ctx context.Context) error {
 		return fmt.Errorf("node: flushing traces: %w", err)
 	}
 	return nil
-}
-
-func (n *Node) startQueue(ctx context.Context, d admit.Decision) (context.Context, trace.Span) {
-	return n.spans.Queue(ctx, d.Code)
 }
 
 func (n *Node) startOwner(ctx context.Context, h transport.Header) (context.Context, trace.Span) {

@@ -85,7 +85,7 @@ func (x *Executor) AdmitAndDispatch(ctx context.Context, w http.ResponseWriter, 
 	x.m.ClassDecisions.WithLabelValues(admit.Class(p.Adm.Priority), t.D.Action.String()).Inc()
 	for {
 		if t.D.Action == admit.Queue {
-			if x.host.Wait(ctx, p, t) {
+			if x.wait(ctx, p, t) {
 				return Outcome{Code: openai.CodeClientClosed, Refused: true}
 			}
 		}
@@ -108,7 +108,7 @@ func (x *Executor) AdmitAndDispatch(ctx context.Context, w http.ResponseWriter, 
 		w.Header().Set(HeaderTPOTTarget, tpot.Round(time.Millisecond).String())
 		res := x.dispatch(ctx, w, p, t, start, &f)
 		if !res.Requeue {
-			x.host.KickRoom()
+			x.KickRoom()
 			return res.Outcome
 		}
 		if res.LastCode == CodeAgentPaused && x.agents != nil {

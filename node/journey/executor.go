@@ -22,8 +22,8 @@ import (
 )
 
 // Host is what an Executor asks of the node it runs in: the node's own parts of a journey
-// (decoding a request, its view of the mesh, the waiting room, the adapters, the console and
-// whether it drains). A node implements it with an unexported adapter.
+// (decoding a request, its view of the mesh, the adapters, the console and whether it
+// drains). A node implements it with an unexported adapter.
 type Host interface {
 	// Prepare decodes body, a request for endpoint ep with id, as the ingress does.
 	Prepare(ep engine.Endpoint, id string, body []byte) (*Request, *openai.Error)
@@ -32,11 +32,6 @@ type Host interface {
 	BuildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank)
 	// LocalModel reports whether this node's engine serves model now.
 	LocalModel(model string) (engine.Model, bool)
-	// Wait parks p, queued by t's decision, until the waiting room dispatches or refuses it
-	// (t updated); gone when the client left first.
-	Wait(ctx context.Context, p *Request, t *Ticket) (gone bool)
-	// KickRoom asks the waiting room for a pass: room may have been freed.
-	KickRoom()
 	// Explained records t's decision on p for the console.
 	Explained(p *Request, t *Ticket)
 	// ForwardSent counts a forward to peer for the console.
@@ -75,6 +70,7 @@ type Config struct {
 	AgentInterval   time.Duration // the agent window's control interval
 	Role            string        // this node's role (route.Role*)
 	Embedded        bool          // this node's engine is the embedded one
+	RoomTick        time.Duration // how often the waiting room loop passes without a kick
 }
 
 // Deps are an Executor's dependencies, set once before the node serves. Gossip and
@@ -101,19 +97,20 @@ type Deps struct {
 // hands a request for a model this node does not serve to a delegate, and keeps the retry
 // budget's and the owners' refusals' books. Safe for concurrent use.
 type Executor struct {
-	cfg     Config
-	eng     engine.Engine
-	log     *slog.Logger
-	m       *metrics.Metrics
-	adm     *admit.Admitter
-	planner *plan.Planner
-	retries *route.RetryBudget
-	eject   *route.Ejector
-	g       *gossip.Gossip
-	tr      *transport.Transport
-	agents  *agentgate.Gate
-	spans   *tracing.Spans
-	host    Host
+	cfg      Config
+	eng      engine.Engine
+	log      *slog.Logger
+	m        *metrics.Metrics
+	adm      *admit.Admitter
+	planner  *plan.Planner
+	retries  *route.RetryBudget
+	eject    *route.Ejector
+	g        *gossip.Gossip
+	tr       *transport.Transport
+	agents   *agentgate.Gate
+	spans    *tracing.Spans
+	host     Host
+	roomKick chan struct{} // a pass of the room loop, now
 	// inFlightTokens are the output tokens this node's engine may still produce for the
 	// requests it runs: their caps, from their first token to their end.
 	inFlightTokens atomic.Int64
@@ -129,7 +126,7 @@ func New(d Deps) (*Executor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{cfg: d.Config, eng: d.Engine, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
-		eject: d.Eject, g: d.Gossip, tr: d.Transport, agents: d.Agents, spans: d.Spans, host: d.Host}, nil
+		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, spans: d.Spans, host: d.Host}, nil
 }
 
 // InFlightTokens are the output tokens this node's engine may still produce for the requests
