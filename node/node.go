@@ -77,7 +77,7 @@ type Node struct {
 	api     *api.Server       // the HTTP API's handlers (node/api)
 	// ratedPools are the waiting room pools given a prefill rate at the last update
 	// (updatePrefillRates; the room loop's alone).
-	ratedPools map[poolKey]float64
+	ratedPools map[meshview.PoolKey]float64
 	agents     *agentgate.Gate // nil: agent admission off
 	gpu        *gpu.Sampler
 	carbon     *carbon.Tracker // grid's tracker; nil: the carbon signal is off
