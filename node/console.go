@@ -23,17 +23,17 @@ func (n *Node) buildConsole() error {
 
 // consoleRoutes are the console's paths, for the listener that serves them: the admin
 // listener when there is one, else the API listener behind the API key (keyed).
-func (n *Node) consoleRoutes(keyed bool) []endpoint {
+func (n *Node) consoleRoutes(keyed bool) []api.Endpoint {
 	if n.console == nil || keyed == (n.cfg.AdminAddr != "") {
 		return nil
 	}
-	var rs []endpoint
+	var rs []api.Endpoint
 	for path, h := range n.console.Handlers() {
 		var hh http.Handler = h
 		if keyed {
 			hh = n.consoleKey(h)
 		}
-		rs = append(rs, endpoint{path, map[string]http.Handler{http.MethodGet: hh}})
+		rs = append(rs, api.Endpoint{Pattern: path, Methods: map[string]http.Handler{http.MethodGet: hh}})
 	}
 	return rs
 }

@@ -52,7 +52,10 @@ func (h host) LocalState() gossip.State                    { return h.n.localSta
 func (h host) SelfPeer(blocks []uint64) route.Peer         { return h.n.selfPeer(blocks) }
 func (h host) PromptTokens(model string, bytes int) int    { return h.n.promptTokens(model, bytes) }
 
-func (h host) HTTPAddr() string { return h.n.HTTPAddr() }
+func (h host) HTTPAddr() string           { return h.n.HTTPAddr() }
+func (h host) MeshModels() []engine.Model { return h.n.meshModels() }
+func (h host) Unready() bool              { return h.n.unready.Load() }
+func (h host) JoinFailing() string        { return h.n.joinFailing() }
 
 func (h host) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.Request, *openai.Error) {
 	return h.n.api.Prepare(ep, id, body)

@@ -239,3 +239,14 @@ func (n *Node) Members() []gossip.Member {
 	}
 	return n.g.Members()
 }
+
+// joinFailing says why this node serves alone while it cannot join its seeds, or "".
+func (n *Node) joinFailing() string {
+	if n.g == nil {
+		return ""
+	}
+	if err := n.g.JoinFailing(); err != nil {
+		return "serving alone: cannot join the seeds: " + err.Error()
+	}
+	return ""
+}

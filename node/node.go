@@ -431,6 +431,9 @@ func (n *Node) deregister(ctx context.Context) {
 	}
 }
 
+// counted counts the requests in h's handlers, which the drain waits for (api.Counted).
+func (n *Node) counted(h http.Handler) http.Handler { return api.Counted(h, &n.serving, n.drainCut) }
+
 // drainCut is the error of a request the drain timeout ended, when ctx (its context) says it
 // did; nil otherwise (the client left, or nothing ended it).
 func (n *Node) drainCut(ctx context.Context) *openai.Error {
@@ -458,37 +461,3 @@ func (n *Node) waitIdle(ctx context.Context) error {
 	}
 	return nil
 }
-
-// counted counts the requests in h's handlers, which the drain waits for, and answers 503
-// draining for a request the drain timeout ended before anything was written: a handler that
-// reads the cancellation as its client leaving writes nothing, which would be an empty 200.
-func (n *Node) counted(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.serving.Add(1)
-		defer n.serving.Add(-1)
-		tw := &trackedWriter{ResponseWriter: w}
-		h.ServeHTTP(tw, r)
-		if e := n.drainCut(r.Context()); e != nil && !tw.wrote {
-			journey.WriteRefusal(w, e, 0)
-		}
-	})
-}
-
-// trackedWriter notes whether a handler wrote anything.
-type trackedWriter struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *trackedWriter) WriteHeader(status int) {
-	w.wrote = true
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *trackedWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer (Flush).
-func (w *trackedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

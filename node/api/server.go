@@ -35,6 +35,12 @@ type Host interface {
 	SelfPeer(blocks []uint64) route.Peer
 	// PromptTokens counts promptBytes of model's rendered prompt in its engines' tokens.
 	PromptTokens(model string, promptBytes int) int
+	// MeshModels lists the models served anywhere in the mesh this node sees.
+	MeshModels() []engine.Model
+	// Unready reports whether the node is shutting down (/readyz 503).
+	Unready() bool
+	// JoinFailing says why the node serves alone while it cannot join its seeds, or "".
+	JoinFailing() string
 	// HTTPAddr is the bound API address, where a standalone engine's prefill is pulled from
 	// when the request's Host names no port.
 	HTTPAddr() string

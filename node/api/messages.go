@@ -1,4 +1,4 @@
-package node
+package api
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/node/anthropic"
-	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -22,34 +21,32 @@ import (
 // Messages answer on its way to the client (anthropic.ResponseWriter). A forwarded Messages
 // request is a chat request to its owner, whatever engine the owner runs.
 
-// HeaderAPIKey is the Messages API's key header, taken where Authorization is absent (bearer).
 // The anthropic-version and anthropic-beta headers are accepted with any value and change
-// nothing.
-const HeaderAPIKey = api.HeaderAPIKey
+// nothing (the key may come in HeaderAPIKey).
 
 // Endpoint labels of the Messages API in the request counters.
 const (
-	endpointMessages    = "messages"
-	endpointCountTokens = "count_tokens"
+	EndpointMessages    = "messages"
+	EndpointCountTokens = "count_tokens"
 )
 
-// ingestMessages is POST /v1/messages at the ingress.
-func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
+// IngestMessages is POST /v1/messages at the ingress.
+func (sv *Server) IngestMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 	aw := anthropic.NewResponseWriter(w)
-	defer n.finishMessages(aw, r)
-	req, body, o := n.decodeMessages(aw, r, false)
+	defer sv.finishMessages(aw, r)
+	req, body, o := sv.decodeMessages(aw, r, false)
 	if req == nil {
 		return o
 	}
 	aw.SetStopSequences(req.StopSequences)
-	return n.api.IngestBody(ctx, aw, r, engine.Chat, id, start, body)
+	return sv.IngestBody(ctx, aw, r, engine.Chat, id, start, body)
 }
 
 // finishMessages sends aw's answer. A request the drain ended before anything was written is
 // answered 503 draining here, in the Messages shape, rather than by the server's handler in
 // OpenAI's.
-func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
-	if e := n.drainCut(r.Context()); e != nil && !aw.Wrote() {
+func (sv *Server) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
+	if e := sv.x.DrainCut(r.Context()); e != nil && !aw.Wrote() {
 		journey.WriteRefusal(aw, e, 0)
 	}
 	aw.Finish()
@@ -57,38 +54,38 @@ func (n *Node) finishMessages(aw *anthropic.ResponseWriter, r *http.Request) {
 
 // decodeMessages authenticates r, reads its body and translates it into a chat body. On a
 // refusal (written to w) the request is nil and the outcome says why.
-func (n *Node) decodeMessages(w http.ResponseWriter, r *http.Request, count bool) (*anthropic.Request, []byte, journey.Outcome) {
-	if o, ok := n.api.Authenticate(w, r); !ok {
+func (sv *Server) decodeMessages(w http.ResponseWriter, r *http.Request, count bool) (*anthropic.Request, []byte, journey.Outcome) {
+	if o, ok := sv.Authenticate(w, r); !ok {
 		return nil, nil, o
 	}
-	body, oerr := n.api.ReadBody(r)
+	body, oerr := sv.ReadBody(r)
 	var req *anthropic.Request
 	if oerr == nil {
 		req, oerr = anthropic.Decode(body, count)
 	}
 	if oerr == nil {
-		oerr = n.checkStopSequences(req)
+		oerr = sv.checkStopSequences(req)
 	}
 	if oerr != nil {
-		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
-		return nil, nil, api.RefuseSimple(w, oerr, 0)
+		sv.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return nil, nil, RefuseSimple(w, oerr, 0)
 	}
 	return req, anthropic.ToChat(req), journey.Outcome{}
 }
 
 // checkStopSequences holds stop_sequences to the bound chat's stop has
 // (validation.max_stop), naming the Messages field: they become the chat request's stop.
-func (n *Node) checkStopSequences(req *anthropic.Request) *openai.Error {
-	if limit := n.adm.Config().Validation.MaxStop; len(req.StopSequences) > limit {
+func (sv *Server) checkStopSequences(req *anthropic.Request) *openai.Error {
+	if limit := sv.adm.Config().Validation.MaxStop; len(req.StopSequences) > limit {
 		return openai.NewError(http.StatusBadRequest, openai.CodeInvalidParameter,
 			fmt.Sprintf("stop_sequences: at most %d stop sequences are allowed (validation.max_stop)", limit)).WithParam("stop_sequences")
 	}
 	return nil
 }
 
-// writeRouteError answers a path or a method the API does not serve: in the Messages API's
+// WriteRouteError answers a path or a method the API does not serve: in the Messages API's
 // error shape under /v1/messages, in OpenAI's elsewhere.
-func writeRouteError(w http.ResponseWriter, r *http.Request, e *openai.Error) {
+func WriteRouteError(w http.ResponseWriter, r *http.Request, e *openai.Error) {
 	if p := r.URL.Path; p != "/v1/messages" && !strings.HasPrefix(p, "/v1/messages/") {
 		openai.WriteError(w, e)
 		return
@@ -103,27 +100,27 @@ type countTokens struct {
 	InputTokens int `json:"input_tokens"`
 }
 
-// ingestCountTokens is POST /v1/messages/count_tokens: the prompt tokens admission would
+// IngestCountTokens is POST /v1/messages/count_tokens: the prompt tokens admission would
 // count for the request (the rendered system prompt and messages, in the model's tokens as
 // far as the mesh has learned them; tool definitions are not part of the prompt kvmesh
 // renders). It needs a key, as generation does, and charges it nothing.
-func (n *Node) ingestCountTokens(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
+func (sv *Server) IngestCountTokens(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) journey.Outcome {
 	aw := anthropic.NewResponseWriter(w)
-	defer n.finishMessages(aw, r)
-	req, body, o := n.decodeMessages(aw, r, true)
+	defer sv.finishMessages(aw, r)
+	req, body, o := sv.decodeMessages(aw, r, true)
 	if req == nil {
 		return o
 	}
-	p, oerr := n.api.Prepare(engine.Chat, id, body)
+	p, oerr := sv.Prepare(engine.Chat, id, body)
 	if oerr == nil {
-		if _, ok := n.meshModelInfo(req.Model); !ok {
+		if _, ok := sv.host.MeshModelInfo(req.Model); !ok {
 			oerr = openai.ErrModelNotFound(req.Model)
 		}
 	}
 	if oerr != nil {
-		n.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
-		return api.RefuseSimple(aw, oerr, 0)
+		sv.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		return RefuseSimple(aw, oerr, 0)
 	}
-	api.WriteJSON(w, http.StatusOK, countTokens{InputTokens: p.Adm.PromptTokens})
+	WriteJSON(w, http.StatusOK, countTokens{InputTokens: p.Adm.PromptTokens})
 	return journey.Outcome{Completed: true}
 }
