@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 
+	"github.com/kvmesh/kvmesh/node/adapters"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/firsttoken"
 	"github.com/kvmesh/kvmesh/node/journey"
@@ -24,7 +25,7 @@ import (
 // (firsttoken.Bound): past it, the engine's request is cancelled and Generate or Recv returns
 // a *firsttoken.Late. A request already past its deadline does not reach the engine.
 func (n *Node) generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
-	release, err := n.acquireAdapter(ctx, p) // the step before the engine: its adapter loaded
+	release, err := n.adapters.Acquire(ctx, p.Req.Model) // the step before the engine: its adapter loaded
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +34,7 @@ func (n *Node) generate(ctx context.Context, p *journey.Request) (engine.Stream,
 		release()
 		return nil, err
 	}
-	return &heldStream{Stream: st, release: release}, nil
+	return adapters.Held(st, release), nil
 }
 
 // generateLoaded is generate once p's adapter is loaded.

@@ -68,7 +68,7 @@ func (h host) BuildView(v *meshview.View, model, parent string, blocks []uint64,
 func (h host) LocalModel(model string) (engine.Model, bool) { return h.n.localModel(model) }
 
 func (h host) ClaimedHere(r meshview.Rank, ingress string) int { return h.n.claimedHere(r, ingress) }
-func (h host) AdapterLoad(model string) time.Duration          { return h.n.adapterLoad(model) }
+func (h host) AdapterLoad(model string) time.Duration          { return h.n.adapters.Load(model) }
 func (h host) Draining() bool                                  { return h.n.isDraining() }
 func (h host) Explained(p *journey.Request, t *journey.Ticket) { h.n.explained(p, t) }
 func (h host) ForwardSent(peer string)                         { h.n.forwardSent(peer) }

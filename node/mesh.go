@@ -53,7 +53,7 @@ func (n *Node) localState() gossip.State {
 		}
 		s.Models = append(s.Models, mi)
 	}
-	meshview.FillAdapters(&s, n.withLoaded(models), st.LoRA, n.loadedAdapters())
+	meshview.FillAdapters(&s, n.adapters.WithLoaded(models), st.LoRA, n.adapters.Loaded())
 	n.fillTelemetry(&s)
 	n.fillAgents(&s)
 	return s
@@ -126,7 +126,7 @@ func (n *Node) isDraining() bool { return n.draining.Load() }
 // (meshview.Mesh.AddPeers). For an adapter's request (parent set, its base model) the view
 // holds its base model's nodes: every node listing the adapter serves it, any with adapter
 // slots can load it, and with an adapter source every node serving the base loads it on
-// demand (withSourceAdapter).
+// demand (adapters.Set.WithSource).
 func (n *Node) buildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank) {
 	v.Reset(journey.BlockTokens(n.eng))
 	v.QUIC = v.QUIC[:0]
@@ -138,8 +138,8 @@ func (n *Node) buildView(v *meshview.View, model, parent string, blocks []uint64
 	now := time.Now()
 	n.planner.Policy().Observe(n.cfg.Name, now)
 	n.mesh.AddPeers(v, cmp.Or(parent, model), blocks, r, now)
-	if parent != "" && n.inSource(model) {
-		n.withSourceAdapter(v, model, parent)
+	if parent != "" && n.adapters.InSource(model) {
+		n.adapters.WithSource(v, model, parent)
 	}
 	if agent != "" {
 		n.homeHere(v, agent)
@@ -174,7 +174,7 @@ func (n *Node) localModel(model string) (engine.Model, bool) {
 			return m, true
 		}
 	}
-	return n.sourceAdapter(models, model)
+	return n.adapters.Source(models, model)
 }
 
 // meshModelInfo reports whether some node in the mesh serves model, and its context size:
@@ -191,7 +191,7 @@ func (n *Node) meshModel(model string) (engine.Model, bool) {
 	if m, ok := n.servedInMesh(model); ok {
 		return m, true
 	}
-	return n.meshSourceAdapter(model)
+	return n.adapters.MeshSource(model)
 }
 
 // servedInMesh returns model as this node's engine or some peer's record lists it.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/kvmesh/kvmesh/admit/plan"
+	"github.com/kvmesh/kvmesh/node/adapters"
 	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/attempt"
 	"github.com/kvmesh/kvmesh/node/journey"
@@ -85,4 +86,17 @@ const (
 	CodeAdapterExists = api.CodeAdapterExists
 	// CodeAdapterNotFound (404): an unload of an adapter the engine does not know.
 	CodeAdapterNotFound = api.CodeAdapterNotFound
+)
+
+// Codes of a LoRA adapter's load on demand, the client's answer.
+const (
+	// CodeAdapterLoadFailed (502): the engine refused or failed the load; the answer is final
+	// (every node loads from the same source, so another would fail alike).
+	CodeAdapterLoadFailed = adapters.CodeAdapterLoadFailed
+	// CodeAdapterLoadTimeout (504): the load, or the wait for it, outlasted
+	// adapter_load_timeout; the next candidate runs the request.
+	CodeAdapterLoadTimeout = adapters.CodeAdapterLoadTimeout
+	// CodeAdapterSlotsBusy (503): every adapter slot holds an adapter a request is using; the
+	// next candidate runs the request.
+	CodeAdapterSlotsBusy = adapters.CodeAdapterSlotsBusy
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/adapters"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/apicert"
@@ -36,7 +37,6 @@ import (
 	"github.com/kvmesh/kvmesh/node/grid"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
-	"github.com/kvmesh/kvmesh/node/lora"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
@@ -54,11 +54,10 @@ type Node struct {
 	sim   *sim.Sim            // the embedded engine, when it is the engine
 	ext   *external.Engine    // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
-	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (kvtransfer.go)
-	// loader loads the adapter source's LoRA adapters on demand (adapterload.go); nil
-	// without Config.AdapterSource. Set by Start before the node serves.
-	loader *lora.Loader
-	am     *adapterMetrics
+	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (node/api serves them)
+	// adapters are the adapter source's LoRA adapters, loaded on demand (node/adapters); Start
+	// reads the source.
+	adapters *adapters.Set
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
@@ -145,11 +144,14 @@ func New(cfg Config) (*Node, error) {
 	n.inForce.Store(&hash)
 	n.requests, n.endRequests = context.WithCancelCause(context.Background())
 	n.m.Reloaded.SetToCurrentTime()
-	n.am = newAdapterMetrics(reg)
 	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
 		return nil, err
 	}
+	n.adapters = adapters.New(adapters.Deps{
+		Config: adapters.Config{Name: cfg.Name, Source: cfg.AdapterSource, LoadTimeout: cfg.AdapterLoadTimeout, MaxLoaded: cfg.AdapterMaxLoaded},
+		Engine: n.eng, Runtime: n.ext, Sim: n.sim, Metrics: metrics.NewAdapters(reg), Log: log, Served: n.servedInMesh,
+	})
 	if err := n.buildMesh(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
@@ -289,7 +291,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startTracing(); err != nil {
 		return err
 	}
-	if err := n.startAdapters(); err != nil {
+	if err := n.adapters.Start(); err != nil {
 		return err
 	}
 	if n.ext != nil {
