@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit/route"
@@ -22,7 +21,7 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 			Role: n.cfg.Role, Embedded: n.sim != nil, RoomTick: n.cfg.RoomTick},
 		Engine: n.eng,
 		Log:    n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
-		Gossip: n.g, Transport: n.tr, Agents: n.agents, Spans: &n.spans, Host: host{n},
+		Gossip: n.g, Transport: n.tr, Agents: n.agents, Adapters: n.adapters, Spans: &n.spans, Host: host{n},
 	})
 }
 
@@ -73,7 +72,3 @@ func (h host) Draining() bool                                  { return h.n.isDr
 func (h host) Explained(p *journey.Request, t *journey.Ticket) { h.n.explained(p, t) }
 func (h host) ForwardSent(peer string)                         { h.n.forwardSent(peer) }
 func (h host) LearnTokens(p *journey.Request, u *engine.Usage) { h.n.learnTokens(p, u) }
-
-func (h host) Generate(ctx context.Context, p *journey.Request) (engine.Stream, error) {
-	return h.n.generate(ctx, p)
-}

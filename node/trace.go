@@ -7,8 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kvmesh/kvmesh/node/engine"
-	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -56,11 +54,6 @@ func (n *Node) stopTracing(ctx context.Context) error {
 
 func (n *Node) startOwner(ctx context.Context, h transport.Header) (context.Context, trace.Span) {
 	return n.spans.Owner(ctx, h)
-}
-
-// traced runs p on the engine inside an engine span, which ends with the stream.
-func (n *Node) traced(ctx context.Context, p *journey.Request) (engine.Stream, error) {
-	return n.spans.Engine(ctx, n.eng, &p.Req, func(err error) string { return journey.EngineError(err).Code })
 }
 
 var (

@@ -268,23 +268,6 @@ func (e *adapterError) APIError() *openai.Error {
 	return openai.NewError(http.StatusBadGateway, CodeAdapterLoadFailed, msg)
 }
 
-// Held is st, which releases its adapter's hold (release) when closed.
-func Held(st engine.Stream, release func()) engine.Stream {
-	return &heldStream{Stream: st, release: release}
-}
-
-// heldStream releases its adapter's hold when closed.
-type heldStream struct {
-	engine.Stream
-	release func()
-}
-
-func (s *heldStream) Close() error {
-	err := s.Stream.Close()
-	s.release()
-	return err
-}
-
 // WithLoaded is models with the adapters the loader loaded that the engine does not list
 // yet (an external engine's list is read every models_interval): each loaded one is in the
 // next record, resident.

@@ -22,8 +22,7 @@ import (
 )
 
 // Host is what an Executor asks of the node it runs in: the node's own parts of a journey
-// (decoding a request, its view of the mesh, the adapters, the console and whether it
-// drains). A node implements it with an unexported adapter.
+// (decoding a request, its view of the mesh, the console and whether it drains). A node implements it with an unexported adapter.
 type Host interface {
 	// Prepare decodes body, a request for endpoint ep with id, as the ingress does.
 	Prepare(ep engine.Endpoint, id string, body []byte) (*Request, *openai.Error)
@@ -37,9 +36,6 @@ type Host interface {
 	// ForwardSent counts a forward to peer for the console.
 	ForwardSent(peer string)
 
-	// Generate runs p on this node's engine: its adapter loaded, traced, and its wait for
-	// the first token bounded by p.Due (a *firsttoken.Late past it).
-	Generate(ctx context.Context, p *Request) (engine.Stream, error)
 	// LearnTokens learns the model's bytes per token from p's completed run on this node's
 	// engine (u: its usage); never called for a continuation, whose usage is the whole
 	// request's.
@@ -73,6 +69,13 @@ type Config struct {
 	RoomTick        time.Duration // how often the waiting room loop passes without a kick
 }
 
+// Adapters load a request's LoRA adapter before its generation.
+type Adapters interface {
+	// Acquire loads model if it is an adapter the engine must load, and holds it until
+	// release.
+	Acquire(ctx context.Context, model string) (release func(), err error)
+}
+
 // Deps are an Executor's dependencies, set once before the node serves. Gossip and
 // Transport are nil on a standalone node.
 type Deps struct {
@@ -87,6 +90,7 @@ type Deps struct {
 	Gossip    *gossip.Gossip
 	Transport *transport.Transport
 	Agents    *agentgate.Gate // nil: agent admission off
+	Adapters  Adapters
 	// Spans are the node's, read at each request: the node may replace them before it serves.
 	Spans *tracing.Spans
 	Host  Host
@@ -108,6 +112,7 @@ type Executor struct {
 	g        *gossip.Gossip
 	tr       *transport.Transport
 	agents   *agentgate.Gate
+	adapters Adapters
 	spans    *tracing.Spans
 	host     Host
 	roomKick chan struct{} // a pass of the room loop, now
@@ -118,15 +123,16 @@ type Executor struct {
 
 // New returns the executor of d. It does no I/O and starts no goroutine.
 func New(d Deps) (*Executor, error) {
-	if d.Engine == nil || d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Retries == nil || d.Eject == nil || d.Spans == nil || d.Host == nil {
-		return nil, errors.New("journey: an executor needs an engine, metrics, an admitter, a planner, a retry budget, an ejector, spans and a host")
+	if d.Engine == nil || d.Adapters == nil || d.Metrics == nil || d.Admitter == nil || d.Planner == nil ||
+		d.Retries == nil || d.Eject == nil || d.Spans == nil || d.Host == nil {
+		return nil, errors.New("journey: an executor needs an engine, adapters, metrics, an admitter, a planner, a retry budget, an ejector, spans and a host")
 	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{cfg: d.Config, eng: d.Engine, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
-		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, spans: d.Spans, host: d.Host}, nil
+		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, adapters: d.Adapters, spans: d.Spans, host: d.Host}, nil
 }
 
 // InFlightTokens are the output tokens this node's engine may still produce for the requests

@@ -24,7 +24,7 @@ import (
 // for the caller to move the request elsewhere.
 func (x *Executor) ServeLocal(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, origin string) Outcome {
 	x.m.Served.WithLabelValues(origin).Inc()
-	st, err := x.host.Generate(ctx, p)
+	st, err := x.Generate(ctx, p)
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
 		// rest a failure (the engine's).

@@ -93,7 +93,7 @@ func HandoverOf(h *transport.Handover, blocks []uint64) *engine.Handover {
 func (x *Executor) Prefill(ctx context.Context, p *Request) (*engine.Handover, error) {
 	half := *p
 	half.Req.PrefillOnly, half.Req.Handover = true, nil
-	st, err := x.host.Generate(ctx, &half)
+	st, err := x.Generate(ctx, &half)
 	if err != nil {
 		return nil, err
 	}
