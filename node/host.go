@@ -21,7 +21,7 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 			Role: n.cfg.Role, Embedded: n.sim != nil, RoomTick: n.cfg.RoomTick},
 		Engine: n.eng,
 		Log:    n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
-		Gossip: n.g, Transport: n.tr, Agents: n.agents, Adapters: n.adapters, Spans: &n.spans, Host: host{n},
+		Gossip: n.g, Transport: n.tr, Agents: n.agents, Adapters: n.adapters, Console: n.console, Spans: &n.spans, Host: host{n},
 	})
 }
 
@@ -33,7 +33,7 @@ func (n *Node) newAPI() (*api.Server, error) {
 			ForwardAttempts: n.cfg.ForwardAttempts, SimRole: n.cfg.Sim.Role},
 		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Engine: n.eng, External: n.ext,
 		Sim: n.sim, KV: n.kv, KVPub: n.kvpub,
-		Gossip: n.g, Transport: n.tr, Executor: n.x, Spans: &n.spans, Host: host{n},
+		Gossip: n.g, Transport: n.tr, Executor: n.x, Console: n.console, Spans: &n.spans, Host: host{n},
 	})
 }
 
@@ -69,6 +69,4 @@ func (h host) LocalModel(model string) (engine.Model, bool) { return h.n.localMo
 func (h host) ClaimedHere(r meshview.Rank, ingress string) int { return h.n.claimedHere(r, ingress) }
 func (h host) AdapterLoad(model string) time.Duration          { return h.n.adapters.Load(model) }
 func (h host) Draining() bool                                  { return h.n.isDraining() }
-func (h host) Explained(p *journey.Request, t *journey.Ticket) { h.n.explained(p, t) }
-func (h host) ForwardSent(peer string)                         { h.n.forwardSent(peer) }
 func (h host) LearnTokens(p *journey.Request, u *engine.Usage) { h.n.learnTokens(p, u) }

@@ -157,16 +157,16 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.mesh = n.meshView()
+	if err := n.buildConsole(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
 	var err error
 	if n.x, err = n.newExecutor(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}
 	if n.api, err = n.newAPI(); err != nil {
-		closeEngine(n.eng)
-		return nil, err
-	}
-	if err := n.buildConsole(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}

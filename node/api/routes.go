@@ -160,3 +160,22 @@ func (w *trackedWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection's writer (Flush).
 func (w *trackedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ConsoleKey asks the console's requests on the API listener for an API key while keys are
+// on, as the other admin paths do. A browser cannot send a bearer token when it opens a page,
+// so the key may also come as the password of HTTP Basic authentication, which the 401 asks
+// for; the browser then sends it with each poll.
+func (sv *Server) ConsoleKey(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pw, ok := r.BasicAuth(); ok {
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer "+pw)
+		}
+		if !sv.KeyValid(r, false) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="kvmesh console", charset="UTF-8"`)
+			journey.WriteRefusal(w, ErrInvalidKey(), 0)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

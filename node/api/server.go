@@ -9,6 +9,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
@@ -44,8 +45,6 @@ type Host interface {
 	// HTTPAddr is the bound API address, where a standalone engine's prefill is pulled from
 	// when the request's Host names no port.
 	HTTPAddr() string
-	// ForwardSent counts a forward to peer for the console.
-	ForwardSent(peer string)
 }
 
 // Config is the node's settings the API reads.
@@ -73,6 +72,7 @@ type Deps struct {
 	Gossip    *gossip.Gossip
 	Transport *transport.Transport
 	Executor  *journey.Executor
+	Console   *console.Console // nil: no console
 	// Sim is the embedded engine, KV its store of handovers (a standalone node's) and KVPub
 	// the publisher of its KV events; each nil when not in use.
 	Sim   *sim.Sim
@@ -97,6 +97,7 @@ type Server struct {
 	g       *gossip.Gossip
 	tr      *transport.Transport
 	x       *journey.Executor
+	console *console.Console
 	sim     *sim.Sim
 	kv      *kvconnector.Store
 	kvpub   *kvevents.Publisher
@@ -114,5 +115,12 @@ func New(d Deps) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, eng: d.Engine, ext: d.External,
-		g: d.Gossip, tr: d.Transport, x: d.Executor, sim: d.Sim, kv: d.KV, kvpub: d.KVPub, spans: d.Spans, host: d.Host}, nil
+		g: d.Gossip, tr: d.Transport, x: d.Executor, console: d.Console, sim: d.Sim, kv: d.KV, kvpub: d.KVPub, spans: d.Spans, host: d.Host}, nil
+}
+
+// forwardSent counts a forward to peer in the console's matrix.
+func (sv *Server) forwardSent(peer string) {
+	if sv.console != nil {
+		sv.console.ForwardSent(peer)
+	}
 }

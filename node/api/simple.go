@@ -226,7 +226,7 @@ func (sv *Server) forwardSimple(ctx context.Context, w http.ResponseWriter, q *s
 		Tenant:    q.adm.Tenant,
 		Ingress:   sv.cfg.Name,
 	}
-	sv.host.ForwardSent(c.name)
+	sv.forwardSent(c.name)
 	resp, err := sv.tr.Forward(ctx, c.quic, h, q.body)
 	var ref *transport.Refusal
 	switch {

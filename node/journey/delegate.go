@@ -110,7 +110,7 @@ func (x *Executor) Delegate(ctx context.Context, w http.ResponseWriter, p *Reque
 	h.Delegate = &transport.Delegation{Explain: explain}
 	fctx, span := x.spans.Forward(ctx, name, &h)
 	defer span.End()
-	x.host.ForwardSent(name)
+	x.forwardSent(name)
 	resp, err := x.tr.Forward(fctx, addr, h, p.Req.Body)
 	if err != nil {
 		return x.notDelegated(ctx, p, name, addr, err, span)

@@ -90,7 +90,7 @@ func (x *Executor) AdmitAndDispatch(ctx context.Context, w http.ResponseWriter, 
 			}
 		}
 		TraceDecision(ctx, p, t)
-		x.host.Explained(p, t)
+		x.explained(p, t)
 		if explain && len(t.Cands) > 0 {
 			w.Header().Set(HeaderExplain, route.Explain(t.Cands, 3))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
@@ -22,7 +23,7 @@ import (
 )
 
 // Host is what an Executor asks of the node it runs in: the node's own parts of a journey
-// (decoding a request, its view of the mesh, the console and whether it drains). A node implements it with an unexported adapter.
+// (decoding a request, its view of the mesh and whether it drains). A node implements it with an unexported adapter.
 type Host interface {
 	// Prepare decodes body, a request for endpoint ep with id, as the ingress does.
 	Prepare(ep engine.Endpoint, id string, body []byte) (*Request, *openai.Error)
@@ -31,10 +32,6 @@ type Host interface {
 	BuildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank)
 	// LocalModel reports whether this node's engine serves model now.
 	LocalModel(model string) (engine.Model, bool)
-	// Explained records t's decision on p for the console.
-	Explained(p *Request, t *Ticket)
-	// ForwardSent counts a forward to peer for the console.
-	ForwardSent(peer string)
 
 	// LearnTokens learns the model's bytes per token from p's completed run on this node's
 	// engine (u: its usage); never called for a continuation, whose usage is the whole
@@ -91,6 +88,7 @@ type Deps struct {
 	Transport *transport.Transport
 	Agents    *agentgate.Gate // nil: agent admission off
 	Adapters  Adapters
+	Console   *console.Console // nil: no console
 	// Spans are the node's, read at each request: the node may replace them before it serves.
 	Spans *tracing.Spans
 	Host  Host
@@ -113,6 +111,7 @@ type Executor struct {
 	tr       *transport.Transport
 	agents   *agentgate.Gate
 	adapters Adapters
+	console  *console.Console
 	spans    *tracing.Spans
 	host     Host
 	roomKick chan struct{} // a pass of the room loop, now
@@ -132,7 +131,7 @@ func New(d Deps) (*Executor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{cfg: d.Config, eng: d.Engine, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
-		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, adapters: d.Adapters, spans: d.Spans, host: d.Host}, nil
+		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, adapters: d.Adapters, console: d.Console, spans: d.Spans, host: d.Host}, nil
 }
 
 // InFlightTokens are the output tokens this node's engine may still produce for the requests

@@ -83,7 +83,7 @@ func (x *Executor) send(ctx context.Context, w http.ResponseWriter, p *Request, 
 		res.FailCode = CodeOwnerUnreachable
 		return nil, Outcome{}, false
 	}
-	x.host.ForwardSent(owner)
+	x.forwardSent(owner)
 	resp, err := x.tr.Forward(ctx, addr, h, p.Req.Body)
 	if err != nil {
 		o, done := x.notForwarded(ctx, w, p, owner, addr, err, span, res)

@@ -1,4 +1,4 @@
-package node
+package journey
 
 import (
 	"encoding/json"
