@@ -8,7 +8,6 @@ import (
 
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
-	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/agentgate"
 	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/journey"
@@ -70,22 +69,5 @@ func (n *Node) agentTick(now time.Time) {
 }
 
 // agentsAdvertised returns, by route.AgentKey, the healthy peers that advertise being home to
-// an agent (gossip State.AgentKeys), or nil when none does.
-func (n *Node) agentsAdvertised() map[uint64][]string {
-	if n.g == nil {
-		return nil
-	}
-	var out map[uint64][]string
-	for _, m := range n.g.Members() {
-		if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale || !m.State.EngineHealthy {
-			continue // the peers routing would send an agent's steps to
-		}
-		for _, k := range m.State.AgentKeys {
-			if out == nil {
-				out = map[uint64][]string{}
-			}
-			out[k] = append(out[k], m.Name)
-		}
-	}
-	return out
-}
+// an agent (meshview.Mesh.AgentsAdvertised), or nil when none does.
+func (n *Node) agentsAdvertised() map[uint64][]string { return n.mesh.AgentsAdvertised() }

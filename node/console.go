@@ -34,6 +34,7 @@ func (n *Node) consoleRoutes(keyed bool) []api.Endpoint {
 	return rs
 }
 
+// forwardReceived counts a forward from peer in the console's matrix.
 func (n *Node) forwardReceived(peer string) {
 	if n.console != nil {
 		n.console.ForwardReceived(peer)

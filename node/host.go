@@ -1,8 +1,6 @@
 package node
 
 import (
-	"time"
-
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/api"
@@ -18,10 +16,10 @@ func (n *Node) newExecutor() (*journey.Executor, error) {
 		Config: journey.Config{Name: n.cfg.Name, DrainTimeout: n.cfg.DrainTimeout, ForwardAttempts: n.cfg.ForwardAttempts,
 			Migrations: n.cfg.Migrations, SpeculativeTTL: n.cfg.SpeculativeTTL, RetryAfter: n.cfg.RetryAfter,
 			Policy: n.cfg.Policy, Standalone: n.cfg.Standalone, AgentInterval: n.cfg.AgentInterval,
-			Role: n.cfg.Role, Embedded: n.sim != nil, RoomTick: n.cfg.RoomTick},
-		Engine: n.eng,
-		Log:    n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
-		Gossip: n.g, Transport: n.tr, Agents: n.agents, Adapters: n.adapters, Console: n.console, Spans: &n.spans, Host: host{n},
+			Role: n.cfg.Role, Embedded: n.sim != nil, RoomTick: n.cfg.RoomTick, LearnTokens: n.ext != nil},
+		Engine: n.eng, Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Retries: n.retries, Eject: n.eject,
+		Gossip: n.g, Transport: n.tr, Agents: n.agents, Adapters: n.adapters, Console: n.console, Tokens: n.tokens,
+		Spans: &n.spans, Host: host{n},
 	})
 }
 
@@ -33,7 +31,7 @@ func (n *Node) newAPI() (*api.Server, error) {
 			ForwardAttempts: n.cfg.ForwardAttempts, SimRole: n.cfg.Sim.Role},
 		Log: n.log, Metrics: n.m, Admitter: n.adm, Planner: n.planner, Engine: n.eng, External: n.ext,
 		Sim: n.sim, KV: n.kv, KVPub: n.kvpub,
-		Gossip: n.g, Transport: n.tr, Executor: n.x, Console: n.console, Spans: &n.spans, Host: host{n},
+		Gossip: n.g, Transport: n.tr, Executor: n.x, Console: n.console, Tokens: n.tokens, Spans: &n.spans, Host: host{n},
 	})
 }
 
@@ -49,7 +47,6 @@ func (h host) MeshModel(model string) (engine.Model, bool) { return h.n.meshMode
 func (h host) MeshModelInfo(model string) (int, bool)      { return h.n.meshModelInfo(model) }
 func (h host) LocalState() gossip.State                    { return h.n.localState() }
 func (h host) SelfPeer(blocks []uint64) route.Peer         { return h.n.selfPeer(blocks) }
-func (h host) PromptTokens(model string, bytes int) int    { return h.n.promptTokens(model, bytes) }
 
 func (h host) HTTPAddr() string           { return h.n.HTTPAddr() }
 func (h host) MeshModels() []engine.Model { return h.n.meshModels() }
@@ -67,6 +64,4 @@ func (h host) BuildView(v *meshview.View, model, parent string, blocks []uint64,
 func (h host) LocalModel(model string) (engine.Model, bool) { return h.n.localModel(model) }
 
 func (h host) ClaimedHere(r meshview.Rank, ingress string) int { return h.n.claimedHere(r, ingress) }
-func (h host) AdapterLoad(model string) time.Duration          { return h.n.adapters.Load(model) }
 func (h host) Draining() bool                                  { return h.n.isDraining() }
-func (h host) LearnTokens(p *journey.Request, u *engine.Usage) { h.n.learnTokens(p, u) }

@@ -48,7 +48,7 @@ func (n *Node) localState() gossip.State {
 			continue // fillAdapters
 		}
 		mi := gossip.ModelInfo{Name: m.Name, ContextTokens: m.ContextTokens}
-		if f, learned := n.tok.BytesPerToken(m.Name); learned {
+		if f, learned := n.tokens.Learned(m.Name); learned {
 			mi.BytesPerToken = f
 		}
 		s.Models = append(s.Models, mi)

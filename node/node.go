@@ -83,8 +83,7 @@ type Node struct {
 	grid       *grid.Grid
 	console    *console.Console // nil: Config.NoConsole
 
-	tok     *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
-	meshTok atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
+	tokens *meshview.Tokens // a prompt's tokens by model: learned here, else the mesh's figures
 	// claims is the KV room the waiting room's blocked heads hold, as the last room pass left
 	// it (publishClaims): published in this node's record, counted by every peer (claims.go).
 	claims atomic.Pointer[[]gossip.Claim]
@@ -138,7 +137,7 @@ func New(cfg Config) (*Node, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n := &Node{cfg: cfg, log: log, reg: reg, m: metrics.New(reg, cfg.Admit.WithDefaults().SLO, Version), tok: newTokenCalibration(),
+	n := &Node{cfg: cfg, log: log, reg: reg, m: metrics.New(reg, cfg.Admit.WithDefaults().SLO, Version), tokens: meshview.NewTokens(),
 		done: make(chan struct{}), applied: cfg, configSum: cfg.FileSum()}
 	hash := cmp.Or(cfg.FileSum(), noConfigFile)
 	n.inForce.Store(&hash)

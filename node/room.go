@@ -12,7 +12,7 @@ import (
 func (n *Node) roomSecond(now time.Time) {
 	n.updatePrefillRates()
 	n.updateKeyUsage(now)
-	n.updateMeshTokens()
+	n.tokens.Refresh(n.mesh)
 }
 
 // updateKeyUsage tells the API keys what each consumed through the other nodes, from their

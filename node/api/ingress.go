@@ -91,7 +91,7 @@ func (sv *Server) Prepare(ep engine.Endpoint, id string, body []byte) (*journey.
 	// the mesh has learned them (promptTokens), and its images and audio at their estimates;
 	// the engine's request keeps kvindex's count, the blocks' unit.
 	textBytes := len(prompt) - p.PartTokens*kvindex.BytesPerToken
-	a.ID, a.Endpoint, a.PromptTokens = id, EndpointName(ep), sv.host.PromptTokens(a.Model, textBytes)+p.PartTokens
+	a.ID, a.Endpoint, a.PromptTokens = id, EndpointName(ep), sv.tokens.Count(a.Model, textBytes)+p.PartTokens
 	if own := kvindex.Tokens(len(prompt)); own > 0 {
 		a.TokenScale = float64(a.PromptTokens) / float64(own) // cached blocks are cut in kvindex's tokens
 	}

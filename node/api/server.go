@@ -16,6 +16,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
+	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -34,8 +35,6 @@ type Host interface {
 	LocalState() gossip.State
 	// SelfPeer is this node as routing sees it, holding its longest cached prefix of blocks.
 	SelfPeer(blocks []uint64) route.Peer
-	// PromptTokens counts promptBytes of model's rendered prompt in its engines' tokens.
-	PromptTokens(model string, promptBytes int) int
 	// MeshModels lists the models served anywhere in the mesh this node sees.
 	MeshModels() []engine.Model
 	// Unready reports whether the node is shutting down (/readyz 503).
@@ -73,6 +72,7 @@ type Deps struct {
 	Transport *transport.Transport
 	Executor  *journey.Executor
 	Console   *console.Console // nil: no console
+	Tokens    *meshview.Tokens // a prompt's tokens by model
 	// Sim is the embedded engine, KV its store of handovers (a standalone node's) and KVPub
 	// the publisher of its KV events; each nil when not in use.
 	Sim   *sim.Sim
@@ -98,6 +98,7 @@ type Server struct {
 	tr      *transport.Transport
 	x       *journey.Executor
 	console *console.Console
+	tokens  *meshview.Tokens
 	sim     *sim.Sim
 	kv      *kvconnector.Store
 	kvpub   *kvevents.Publisher
@@ -107,15 +108,16 @@ type Server struct {
 
 // New returns the Server of d. It does no I/O and starts no goroutine.
 func New(d Deps) (*Server, error) {
-	if d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Engine == nil || d.Executor == nil || d.Spans == nil || d.Host == nil {
-		return nil, errors.New("api: a server needs metrics, an admitter, a planner, an engine, an executor, spans and a host")
+	if d.Metrics == nil || d.Admitter == nil || d.Planner == nil || d.Engine == nil || d.Executor == nil ||
+		d.Tokens == nil || d.Spans == nil || d.Host == nil {
+		return nil, errors.New("api: a server needs metrics, an admitter, a planner, an engine, an executor, token counts, spans and a host")
 	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: d.Config, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, eng: d.Engine, ext: d.External,
-		g: d.Gossip, tr: d.Transport, x: d.Executor, console: d.Console, sim: d.Sim, kv: d.KV, kvpub: d.KVPub, spans: d.Spans, host: d.Host}, nil
+		g: d.Gossip, tr: d.Transport, x: d.Executor, console: d.Console, tokens: d.Tokens, sim: d.Sim, kv: d.KV, kvpub: d.KVPub, spans: d.Spans, host: d.Host}, nil
 }
 
 // forwardSent counts a forward to peer in the console's matrix.

@@ -33,11 +33,6 @@ type Host interface {
 	// LocalModel reports whether this node's engine serves model now.
 	LocalModel(model string) (engine.Model, bool)
 
-	// LearnTokens learns the model's bytes per token from p's completed run on this node's
-	// engine (u: its usage); never called for a continuation, whose usage is the whole
-	// request's.
-	LearnTokens(p *Request, u *engine.Usage)
-
 	// Draining reports whether the node is shutting down: it takes no new work.
 	Draining() bool
 	// SelfPeer is this node as routing sees it, from its engine's exact state, holding the
@@ -46,8 +41,6 @@ type Host interface {
 	// ClaimedHere is the KV room claimed on this node for requests that outrank r, a
 	// request ingress forwarded.
 	ClaimedHere(r meshview.Rank, ingress string) int
-	// AdapterLoad is how long loading model's LoRA adapter would take here (0: none to load).
-	AdapterLoad(model string) time.Duration
 }
 
 // Config is the node's settings an Executor reads.
@@ -64,6 +57,7 @@ type Config struct {
 	Role            string        // this node's role (route.Role*)
 	Embedded        bool          // this node's engine is the embedded one
 	RoomTick        time.Duration // how often the waiting room loop passes without a kick
+	LearnTokens     bool          // the engine teaches bytes per token (an external engine)
 }
 
 // Adapters load a request's LoRA adapter before its generation.
@@ -71,6 +65,9 @@ type Adapters interface {
 	// Acquire loads model if it is an adapter the engine must load, and holds it until
 	// release.
 	Acquire(ctx context.Context, model string) (release func(), err error)
+	// Load is how long loading model's LoRA adapter would take here (0: none to load), which
+	// admission counts in the predicted TTFT.
+	Load(model string) time.Duration
 }
 
 // Deps are an Executor's dependencies, set once before the node serves. Gossip and
@@ -89,6 +86,7 @@ type Deps struct {
 	Agents    *agentgate.Gate // nil: agent admission off
 	Adapters  Adapters
 	Console   *console.Console // nil: no console
+	Tokens    *meshview.Tokens // a prompt's tokens by model, which a finished run teaches
 	// Spans are the node's, read at each request: the node may replace them before it serves.
 	Spans *tracing.Spans
 	Host  Host
@@ -112,6 +110,7 @@ type Executor struct {
 	agents   *agentgate.Gate
 	adapters Adapters
 	console  *console.Console
+	tokens   *meshview.Tokens
 	spans    *tracing.Spans
 	host     Host
 	roomKick chan struct{} // a pass of the room loop, now
@@ -123,15 +122,15 @@ type Executor struct {
 // New returns the executor of d. It does no I/O and starts no goroutine.
 func New(d Deps) (*Executor, error) {
 	if d.Engine == nil || d.Adapters == nil || d.Metrics == nil || d.Admitter == nil || d.Planner == nil ||
-		d.Retries == nil || d.Eject == nil || d.Spans == nil || d.Host == nil {
-		return nil, errors.New("journey: an executor needs an engine, adapters, metrics, an admitter, a planner, a retry budget, an ejector, spans and a host")
+		d.Retries == nil || d.Eject == nil || d.Tokens == nil || d.Spans == nil || d.Host == nil {
+		return nil, errors.New("journey: an executor needs an engine, adapters, metrics, an admitter, a planner, a retry budget, an ejector, token counts, spans and a host")
 	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{cfg: d.Config, eng: d.Engine, log: log, m: d.Metrics, adm: d.Admitter, planner: d.Planner, retries: d.Retries,
-		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, adapters: d.Adapters, console: d.Console, spans: d.Spans, host: d.Host}, nil
+		eject: d.Eject, roomKick: make(chan struct{}, 1), g: d.Gossip, tr: d.Transport, agents: d.Agents, adapters: d.Adapters, console: d.Console, tokens: d.Tokens, spans: d.Spans, host: d.Host}, nil
 }
 
 // InFlightTokens are the output tokens this node's engine may still produce for the requests

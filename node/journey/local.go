@@ -89,7 +89,7 @@ func BrokenRun(ctx context.Context, p *Request, e *openai.Error, begun bool) (o 
 func (x *Executor) finished(p *Request, firstAt, end time.Time, u *engine.Usage) {
 	x.adm.Observe(p.Adm.Model, p.Adm.Tenant, u.CompletionTokens)
 	if p.Req.Resume == nil { // a continuation's usage is the whole request's, not its prompt's
-		x.host.LearnTokens(p, u)
+		x.learnTokens(p, u)
 	}
 	x.ObserveAgent(p, u)
 	// The SLO clock: the arrival, or for an agent step held by its window, the moment the
@@ -191,5 +191,21 @@ func (x *Executor) collect(ctx context.Context, w http.ResponseWriter, p *Reques
 			WriteRefusal(w, e, 0)
 			return Outcome{Code: e.Code}, nil
 		}
+	}
+}
+
+// learnTokens learns model's bytes per token from a request this node's engine finished: the
+// rendered prompt's bytes against the engine's usage.prompt_tokens. Only an external engine
+// teaches it: the embedded one counts prompts with kvmesh's own 4-byte rule. A request relayed
+// from a peer teaches the ingress nothing (the relay copies bytes and reads no usage); the
+// owner that ran it learns, and its own re-check counts the prompt with what it learned. A
+// prompt with images or audio teaches nothing: the engine's count holds what its encoders
+// spent on them, which kvmesh only estimates, and would skew the text's figure.
+func (x *Executor) learnTokens(p *Request, u *engine.Usage) {
+	if !x.cfg.LearnTokens || u.PromptTokens <= 0 || p.PartTokens > 0 {
+		return
+	}
+	if f, ok := x.tokens.Learn(p.Adm.Model, len(p.Req.Prompt), u.PromptTokens); ok {
+		x.m.BytesPerToken.WithLabelValues(p.Adm.Model).Set(f)
 	}
 }

@@ -89,7 +89,7 @@ func (x *Executor) ownerDecision(now time.Time, p *Request, ingress string) admi
 	}
 	self := x.host.SelfPeer(p.Req.Blocks)
 	self.KVBlocksUsed += x.host.ClaimedHere(meshview.Rank{Priority: a.Priority, Arrived: a.Arrived}, ingress)
-	self.AdapterLoad = x.host.AdapterLoad(a.Model) // the load is a step before the first token
+	self.AdapterLoad = x.adapters.Load(a.Model) // the load is a step before the first token
 	if p.Req.Handover != nil {
 		// The prompt arrives as KV: no prefill here, so its TTFT is a step (its blocks still
 		// count against the KV, as admission counts a whole prompt, cached or not).

@@ -83,3 +83,25 @@ func (m Mesh) BytesPerToken() map[string]float64 {
 	}
 	return mean
 }
+
+// AgentsAdvertised returns, by route.AgentKey, the healthy peers that advertise being home
+// to an agent (gossip State.AgentKeys): the peers routing would send an agent's steps to. Nil
+// when none does, or without gossip.
+func (m Mesh) AgentsAdvertised() map[uint64][]string {
+	if m.Gossip == nil {
+		return nil
+	}
+	var out map[uint64][]string
+	for _, mb := range m.Gossip.Members() {
+		if mb.Self || mb.Liveness != gossip.LivenessAlive || !mb.Candidate && !mb.Stale || !mb.State.EngineHealthy {
+			continue
+		}
+		for _, k := range mb.State.AgentKeys {
+			if out == nil {
+				out = map[uint64][]string{}
+			}
+			out[k] = append(out[k], mb.Name)
+		}
+	}
+	return out
+}
