@@ -1,5 +1,6 @@
-// Package node is kvmesh's composition root: one Node wires the HTTP ingress (the OpenAI API),
-// the host side that runs requests on the local engine, the gossip member, QUIC forwarding,
+// Package node is kvmesh's composition root: one Node wires the HTTP API (node/api), the
+// request's journey (node/journey's executor: running requests on the local engine, QUIC
+// forwarding, pairs, migration), its view of the mesh (node/meshview), the gossip member,
 // routing, admission, GPU telemetry and the carbon signal.
 //
 // Only cmd/kvmesh, testnet and tests import it: it depends on nearly every other package.
@@ -53,10 +54,10 @@
 // # Tracing
 //
 // With Config.OTLPEndpoint (or a Config.TracerProvider) a node traces each generation request
-// with OpenTelemetry (package node/tracing's spans, wired in trace.go): the ingress's server span with its admission decision and
-// route, its waits in the waiting room, a client span per forward attempt, the owner's server
-// span continuing the trace from the forward's transport header, and the engine run with an
-// external engine's HTTP call under it. The W3C trace context comes from the client's
+// with OpenTelemetry (package node/tracing's spans): the ingress's server span with its
+// admission decision and route, its waits in the waiting room, a client span per forward
+// attempt, the owner's server span continuing the trace from the forward's transport header,
+// and the engine run with an external engine's HTTP call under it. The W3C trace context comes from the client's
 // traceparent; with tracing off the tracer is a no-op that passes a client's trace context on
 // unchanged and invents none. Start builds the OTLP pipeline (package node/tracing) and
 // Shutdown flushes it.
