@@ -35,7 +35,7 @@ func (sv *Server) Authenticate(w http.ResponseWriter, r *http.Request) (journey.
 	return journey.Outcome{Code: e.Code, Refused: true}, false
 }
 
-// IngestFunc is the ingress of a simple endpoint (handleSimple).
+// IngestFunc is the ingress of a simple endpoint (HandleSimple).
 type IngestFunc = func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome
 
 // KeyFirst runs ingest on a request authenticate let through.

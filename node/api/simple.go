@@ -28,7 +28,7 @@ import (
 // its engine as sent and relays the answer; the embedded engine computes embeddings itself
 // (sim.Embedding) and refuses the Responses API (CodeUnsupportedEndpoint).
 
-// HandleSimple counts and runs one request of a simple endpoint, as handleGenerate does a
+// HandleSimple counts and runs one request of a simple endpoint, as HandleGenerate does a
 // generation.
 func (sv *Server) HandleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome) http.HandlerFunc {
 	label := ep.String()

@@ -198,7 +198,7 @@ func (x *Executor) fallBack(p *Request, failure bool) {
 		p.Due, p.Renewed = attempt.Renew(time.Now(), p.Due, p.TTL, p.Renewed)
 		return
 	}
-	p.TTL, p.Due = 0, time.Time{} // admitAndDispatch sets them
+	p.TTL, p.Due = 0, time.Time{} // AdmitAndDispatch sets them
 }
 
 // ServeDelegated routes p, a request an ingress outside its model's domain handed here (h),

@@ -23,7 +23,8 @@ import (
 )
 
 // Host is what an Executor asks of the node it runs in: the node's own parts of a journey
-// (decoding a request, its view of the mesh and whether it drains). A node implements it with an unexported adapter.
+// (decoding a request, its view of the mesh and of itself, whether it drains). A node
+// implements it with an unexported adapter.
 type Host interface {
 	// Prepare decodes body, a request for endpoint ep with id, as the ingress does.
 	Prepare(ep engine.Endpoint, id string, body []byte) (*Request, *openai.Error)
@@ -32,7 +33,6 @@ type Host interface {
 	BuildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank)
 	// LocalModel reports whether this node's engine serves model now.
 	LocalModel(model string) (engine.Model, bool)
-
 	// Draining reports whether the node is shutting down: it takes no new work.
 	Draining() bool
 	// SelfPeer is this node as routing sees it, from its engine's exact state, holding the
@@ -48,7 +48,7 @@ type Config struct {
 	Name            string        // this node's name, in X-Kvmesh-Node
 	DrainTimeout    time.Duration // in the error of a request the drain timeout ends
 	ForwardAttempts int           // the candidates one dispatch tries at most
-	Migrations      int           // the moves of one request mid-response (<0: none, not even a relay stream)
+	Migrations      int           // the moves of one request mid-response (negative: migration off)
 	SpeculativeTTL  time.Duration // how long a forwarded prefix counts as the owner's before its summary
 	RetryAfter      time.Duration // a refusal's Retry-After
 	Policy          string        // the routing policy (delegation is the kvmesh policy's)

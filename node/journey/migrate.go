@@ -30,7 +30,7 @@ import (
 // very text an unbroken run would have); its events join the client's stream, its opening
 // role chunk dropped, so the client reads one stream with one finish_reason and the usage of
 // the whole request. A response the client did not ask to stream is sent only once complete
-// (relayWhole), so it is simply run again: an owner answers one only when its text is done, so
+// (RelayWhole), so it is simply run again: an owner answers one only when its text is done, so
 // one that dies while generating it fails the forward before any answer, and the request runs
 // on its next candidate as after any failed attempt (dispatch and the retry budget); migrate
 // sees one only when the owner fails between the first and the last byte of its answer.
