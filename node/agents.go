@@ -4,23 +4,21 @@ import (
 	"context"
 	"fmt"
 
-	"net/http"
 	"time"
 
-	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/admit/agent"
 	"github.com/kvmesh/kvmesh/admit/route"
-	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/agentgate"
-	"github.com/kvmesh/kvmesh/node/engine"
+	"github.com/kvmesh/kvmesh/node/api"
+	"github.com/kvmesh/kvmesh/node/journey"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/nodeconfig"
-	"github.com/kvmesh/kvmesh/node/openai"
 )
 
 // CodeAgentPaused is an owner's refusal of an agent step whose agent is outside its window
 // (paused, or new and waiting for a slot). The ingress holds the step and retries it at the
 // same owner; the client never sees this code unless the step's queue TTL runs out.
-const CodeAgentPaused = "agent_paused"
+const CodeAgentPaused = journey.CodeAgentPaused
 
 // DefaultAgentInterval is the agent window's control interval when Config.AgentInterval is 0.
 const DefaultAgentInterval = nodeconfig.DefaultAgentInterval
@@ -28,15 +26,7 @@ const DefaultAgentInterval = nodeconfig.DefaultAgentInterval
 // HeaderAgentFinal, set to 1 on an agent's last step, ends the agent at its home once that
 // step is done, so its window slot goes to the next agent at once instead of after the idle
 // timeout.
-const HeaderAgentFinal = "X-Kvmesh-Agent-Final"
-
-// parking is the home whose agent window parked a step, kept by the ingress while the step
-// waits, so that it renews the home's lease on the agent's place and tells the home when it
-// gives the step up. The zero value: no window parked the step.
-type parking struct {
-	home string // the home's node name
-	addr string // its QUIC address; unused when the home is this node
-}
+const HeaderAgentFinal = api.HeaderAgentFinal
 
 // buildAgents sets up agent admission when cfg.Agents is set. It does no I/O.
 func (n *Node) buildAgents() error {
@@ -60,121 +50,8 @@ func (n *Node) buildAgents() error {
 		demote = n.sim.Demote
 	}
 	n.agents = agentgate.New(home, demote)
-	n.reg.MustRegister(newAgentCollector(n.agents, n.cfg.Name))
+	n.reg.MustRegister(metrics.NewAgentCollector(n.agents, n.cfg.Name))
 	return nil
-}
-
-// agentStep is what the local serving path does with an agent step: run it (serveLocal with
-// the window's bookkeeping around it) or, when the agent is outside the window, report parked
-// so the caller answers "wait". Requests without an agent, or with agent admission off, run.
-func (n *Node) agentStep(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) (outcome, bool) {
-	g := n.agents
-	if g == nil || p.adm.Agent == "" {
-		return n.serveLocal(ctx, w, p, start, origin), true
-	}
-	id := p.adm.Agent
-	run, err := g.Arrive(time.Now(), p, id, p.adm.PromptTokens, origin == "local")
-	if !run {
-		return outcome{}, false
-	}
-	o := n.serveLocal(ctx, w, p, start, origin)
-	if err != nil {
-		// ErrFull: every registered agent is mid-step; the step ran unprotected rather than
-		// fail, as request-level admission already accepted it.
-		n.log.Debug("agent registry", "agent", id, "err", err)
-	}
-	// The client said this was the agent's last step (agentFinal), whatever its outcome: the
-	// slot and the KV the window kept for it go to the next agent now.
-	g.Ran(time.Now(), p, id, err == nil, p.agentFinal, p.req.Blocks)
-	return o, true
-}
-
-// observeAgent records a completed step's cache outcome (called from finished, before the
-// step's StepDone) for the recompute-avoided count, and its final context length.
-func (n *Node) observeAgent(p *prepared, u *engine.Usage) {
-	g := n.agents
-	if g == nil || p.adm.Agent == "" || n.cfg.Standalone {
-		return // Standalone serves without the window (no agentStep to collect the context)
-	}
-	g.Observe(p, p.adm.Agent, u.CachedTokens, u.PromptTokens, u.CompletionTokens)
-}
-
-// agentRefused handles a dispatch attempt the agent window of peer (at addr) turned down: the
-// step must wait, at the same home, so dispatch must not try other candidates. It reports
-// whether it was such a refusal.
-func (n *Node) agentRefused(p *prepared, peer, addr string, res *dispatchResult) bool {
-	if n.agents == nil || p.adm.Agent == "" || res.lastCode != CodeAgentPaused {
-		return false
-	}
-	res.requeue = true
-	p.parked = parking{home: peer, addr: addr}
-	n.stick(p, peer) // the window and the prefix are there: the retry must go there too
-	return true
-}
-
-// awaitAgent keeps a step whose agent is outside its home's window until the agent is let in
-// (this node is the home and wakes it, or a peer is and answers its renewal), the step's queue
-// TTL ends, the client leaves or the node drains. It then decides again, or answers the
-// client and reports done. The step waits here, not in the waiting room, so it cannot block
-// the requests queued behind it there, and it asks a peer home with renewals, which keep the
-// home's lease on the agent's place, rather than by sending the step again.
-func (n *Node) awaitAgent(ctx context.Context, w http.ResponseWriter, p *prepared, t *ticket) (outcome, bool) {
-	g := n.agents
-	expires := n.adm.Item(p.adm, t.D).Expires
-	for {
-		id, wake, here := g.Parked(p)
-		in := true // the agent may be in the window, or gone from the registry: decide again
-		if here {
-			n.pauseAgent(ctx, wake, expires)
-			in = g.MayRun(id)
-		} else {
-			st, err := n.renewAtHome(ctx, p, max(min(n.cfg.AgentInterval, time.Until(expires)), 0))
-			if err != nil {
-				// The home did not answer (unreachable, or too old to know the message): route
-				// the step again after an interval, which asks with the step itself.
-				n.log.Debug("agent lease", "agent", p.adm.Agent, "home", p.parked.home, "err", err)
-				n.pauseAgent(ctx, nil, expires)
-			}
-			in = err != nil || st == agent.Active || st == agent.Absent
-		}
-		now := time.Now()
-		var giveUp *admit.Decision
-		switch {
-		case ctx.Err() != nil:
-			return outcome{code: openai.CodeClientClosed, refused: true}, true
-		case n.isDraining() || g.Stopped():
-			d := n.drainingRefusal()
-			giveUp = &d
-		case !now.Before(expires):
-			d := n.adm.Expired(now)
-			giveUp = &d
-		}
-		if giveUp != nil {
-			n.m.decisionOf(*giveUp)
-			writeRefusal(w, refusalOf(*giveUp), giveUp.RetryAfter)
-			return outcome{code: giveUp.Code, refused: true}, true
-		}
-		if !in {
-			continue
-		}
-		if here {
-			// Routing may now send the step elsewhere, so this node stops tracking it as
-			// parked; its parking (p.parked) stays until it runs or is given up.
-			g.Unpark(p)
-		}
-		// The window wait is admission's own doing, bounded by the queue TTL: the step's TTFT
-		// SLO counts from here, so the checks ahead do not refuse it for time spent parked.
-		p.adm.SLOStart = now
-		n.decide(now, p, t, nil, nil)
-		n.m.decisionOf(t.D)
-		return outcome{}, false
-	}
-}
-
-// pauseAgent waits until wake closes (nil: never), an interval passes, expires comes, ctx
-// ends or the agent control loop stops.
-func (n *Node) pauseAgent(ctx context.Context, wake <-chan struct{}, expires time.Time) {
-	n.agents.Pause(ctx, wake, min(n.cfg.AgentInterval, time.Until(expires)))
 }
 
 // runAgents is the window's control loop: an agentTick every AgentInterval.
@@ -192,22 +69,5 @@ func (n *Node) agentTick(now time.Time) {
 }
 
 // agentsAdvertised returns, by route.AgentKey, the healthy peers that advertise being home to
-// an agent (gossip State.AgentKeys), or nil when none does.
-func (n *Node) agentsAdvertised() map[uint64][]string {
-	if n.g == nil {
-		return nil
-	}
-	var out map[uint64][]string
-	for _, m := range n.g.Members() {
-		if m.Self || m.Liveness != gossip.LivenessAlive || !m.Candidate && !m.Stale || !m.State.EngineHealthy {
-			continue // the peers routing would send an agent's steps to
-		}
-		for _, k := range m.State.AgentKeys {
-			if out == nil {
-				out = map[uint64][]string{}
-			}
-			out[k] = append(out[k], m.Name)
-		}
-	}
-	return out
-}
+// an agent (meshview.Mesh.AgentsAdvertised), or nil when none does.
+func (n *Node) agentsAdvertised() map[uint64][]string { return n.mesh.AgentsAdvertised() }

@@ -1,57 +1,17 @@
 package node
 
 import (
-	"cmp"
 	"slices"
-	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/meshview"
 )
 
-// KV claims (docs/design/admission.md, "The waiting room"): a pool's head that must wait for
-// KV room claims its need on the candidate where it fits first (admit.Admitter.ClaimFor). This
-// node's own backfill keeps off that room (admit.Claim.Take); a claim past the hysteresis gap
-// (admit.Claim.Publish) also goes out in this node's record with the head's priority and
-// arrival, and every node counts it as used on that peer for the requests it outranks
-// (gossip.Claim.Outranks): in its routing view and, on the peer itself, in the owner's check
-// of what ingresses forward. Without that, a request needing a large share of an engine's KV
-// waited while the other ingresses' smaller requests took every block freed, until its
-// deadline passed; ranked by arrival, of two heads claiming one peer the later waits for the
-// earlier, not both for room for two.
-
-// rank is a request's standing against claims: its priority and arrival.
-type rank struct {
-	priority int
-	arrived  time.Time
-}
-
-// publishClaims sets the claims this node publishes to those of heads (the blocked heads of the
-// last room pass): at most gossip.MaxClaims, the highest ranks first, in a stable order so that
-// an unchanged set leaves the record unchanged. A head whose claim is left out keeps it local
-// (no admission mark either: admit.Admitter.Ready).
+// publishClaims sets the claims this node publishes to those of heads (meshview.ClaimsOf),
+// leaving the record unchanged when they are.
 func (n *Node) publishClaims(heads map[*admit.Item]bool) {
-	var its []*admit.Item
-	for it := range heads {
-		if it.Claim.Publish && it.Claim.Blocks > 0 {
-			its = append(its, it)
-		}
-	}
-	slices.SortFunc(its, func(a, b *admit.Item) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Arrived.Compare(b.Arrived), cmp.Compare(a.ID, b.ID))
-	})
-	for _, it := range its[min(len(its), gossip.MaxClaims):] {
-		it.Claim.Publish = false
-	}
-	claims := make([]gossip.Claim, 0, min(len(its), gossip.MaxClaims))
-	for _, it := range its[:min(len(its), gossip.MaxClaims)] {
-		claims = append(claims, gossip.Claim{Peer: it.Claim.Peer, Blocks: min(it.Claim.Blocks, gossip.MaxClaimBlocks),
-			Priority: it.Priority, Arrived: it.Arrived.Truncate(time.Millisecond)})
-	}
-	slices.SortFunc(claims, func(a, b gossip.Claim) int {
-		return cmp.Or(cmp.Compare(a.Peer, b.Peer), a.Arrived.Compare(b.Arrived), cmp.Compare(b.Priority, a.Priority),
-			cmp.Compare(a.Blocks, b.Blocks))
-	})
+	claims := meshview.ClaimsOf(heads)
 	if old := n.claims.Load(); old != nil && slices.Equal(*old, claims) || old == nil && len(claims) == 0 {
 		return
 	}
@@ -59,21 +19,11 @@ func (n *Node) publishClaims(heads map[*admit.Item]bool) {
 }
 
 // claimedHere is the KV room claimed on this node for requests that outrank r, a request
-// ingress forwarded: by the other nodes' records (ingress's own left out: the request may be
-// the head that claimed, which must not wait for its own room) and by this node's own claims.
-func (n *Node) claimedHere(r rank, ingress string) int {
-	total := 0
-	if n.g != nil {
-		m := map[string]int{}
-		n.g.ClaimedAhead(m, r.priority, r.arrived, ingress)
-		total = m[n.cfg.Name]
-	}
+// ingress forwarded (meshview.Mesh.ClaimedHere).
+func (n *Node) claimedHere(r meshview.Rank, ingress string) int {
+	var own []gossip.Claim
 	if c := n.claims.Load(); c != nil {
-		for _, cl := range *c {
-			if cl.Peer == n.cfg.Name && cl.Outranks(r.priority, r.arrived) {
-				total += cl.Blocks
-			}
-		}
+		own = *c
 	}
-	return total
+	return n.mesh.ClaimedHere(r, ingress, own)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/console"
+	"github.com/kvmesh/kvmesh/node/metrics"
 )
 
 // BenchmarkConsoleState is the cost of one build of the console's state (what one second
@@ -26,8 +27,8 @@ func BenchmarkConsoleState(b *testing.B) {
 					PowerWatts: 500, TempC: 60, CarbonZone: "DE", CarbonIntensity: 300}
 			}
 			reg := prometheus.NewRegistry()
-			m := newMetrics(reg, admit.SLOConfig{})
-			m.decision(admit.LayerSLO, admit.Accept, "accepted")
+			m := metrics.New(reg, admit.SLOConfig{}, Version)
+			m.Decision(admit.LayerSLO, admit.Accept, "accepted")
 			c, err := console.New(console.Config{Node: "n0", Peers: func() any { return resp }, Gatherer: reg, Interval: time.Nanosecond})
 			if err != nil {
 				b.Fatal(err)

@@ -1,5 +1,6 @@
-// Package node is kvmesh's composition root: one Node wires the HTTP ingress (the OpenAI API),
-// the host side that runs requests on the local engine, the gossip member, QUIC forwarding,
+// Package node is kvmesh's composition root: one Node wires the HTTP API (node/api), the
+// request's journey (node/journey's executor: running requests on the local engine, QUIC
+// forwarding, pairs, migration), its view of the mesh (node/meshview), the gossip member,
 // routing, admission, GPU telemetry and the carbon signal.
 //
 // Only cmd/kvmesh, testnet and tests import it: it depends on nearly every other package.
@@ -28,18 +29,22 @@
 //
 // # The request's journey
 //
-// Which attempt comes next is decided by the pure planner of package node/attempt; the node is
-// its executor. dispatch (dispatch.go) performs attempt.Whole's steps for one decision (run on
-// this node, forward to a peer, run a pair), dispatchPair (pair.go) those of attempt.Prefill
-// and attempt.Decode for a split request, and migrate asks attempt.Move; each attempt's result
-// (answered, refused, failed with a code, broke mid-response, paused, client gone, budget
-// spent) goes back to the planner. The first-token bound on a generation is package node/firsttoken's.
+// Which attempt comes next is decided by the pure planner of package node/attempt; package
+// node/journey's Executor performs the steps: its dispatch performs attempt.Whole's for one
+// decision (run on this node, forward to a peer, run a pair), its dispatchPair those of
+// attempt.Prefill and attempt.Decode for a split request, and its Migrate asks attempt.Move;
+// each attempt's result (answered, refused, failed with a code, broke mid-response, paused,
+// client gone, budget spent) goes back to the planner. The node hands the executor its parts
+// (journey.Deps) and serves it what stays the node's (journey.Host: decoding, the view of the
+// mesh, the waiting room, the agent window, adapters, the console). The first-token bound on
+// a generation is package node/firsttoken's.
 //
 // # Migration
 //
-// The ingress relays an owner's stream to the client event by event (relay.Stream, forward.go)
-// and keeps what it sent; when the owner fails mid-response the request moves on as a
-// continuation of that text (migrate.go), through admission and routing again, up to
+// The ingress relays an owner's stream to the client event by event (relay.Stream, the
+// executor's Relay) and keeps what it sent; when the owner fails mid-response the request
+// moves on as a continuation of that text (the executor's Migrate), through admission and
+// routing again, up to
 // Config.Migrations times, spliced into the client's stream. An engine that fails mid-stream
 // under a live node moves the request the same way: this node's engine through the planner
 // (runLocal, or decodeStep for a split request's decode half, attempt.Broke), an owner's by
@@ -49,17 +54,18 @@
 // # Tracing
 //
 // With Config.OTLPEndpoint (or a Config.TracerProvider) a node traces each generation request
-// with OpenTelemetry (package node/tracing's spans, wired in trace.go): the ingress's server span with its admission decision and
-// route, its waits in the waiting room, a client span per forward attempt, the owner's server
-// span continuing the trace from the forward's transport header, and the engine run with an
-// external engine's HTTP call under it. The W3C trace context comes from the client's
+// with OpenTelemetry (package node/tracing's spans): the ingress's server span with its
+// admission decision and route, its waits in the waiting room, a client span per forward
+// attempt, the owner's server span continuing the trace from the forward's transport header,
+// and the engine run with an external engine's HTTP call under it. The W3C trace context comes from the client's
 // traceparent; with tracing off the tracer is a no-op that passes a client's trace context on
 // unchanged and invents none. Start builds the OTLP pipeline (package node/tracing) and
 // Shutdown flushes it.
 //
 // # Parts in packages of their own
 //
-// Besides the planner, relay and first-token bound: the OpenAI rendering of an engine's output
+// Besides the planner, the executor (node/journey), relay and first-token bound: the node's
+// metric families (node/metrics), its view of the mesh (node/meshview), the OpenAI rendering of an engine's output
 // (node/render), Responses API ids (node/responseid), the agent window's gate (node/agentgate),
 // kvmesh engine's KV connector flow (node/kvconnector), the grid carbon signal (node/grid) and the
 // API certificate (node/apicert). The node wires them; each package's doc states its contract.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,8 +21,8 @@ func TestDrainCutHandlerThatWroteNothingGets503(t *testing.T) {
 		write  bool
 		status int
 	}{
-		{"drained, silent", errDrainTimeout, false, http.StatusServiceUnavailable},
-		{"drained, answered", errDrainTimeout, true, http.StatusTeapot},
+		{"drained, silent", journey.ErrDrainTimeout, false, http.StatusServiceUnavailable},
+		{"drained, answered", journey.ErrDrainTimeout, true, http.StatusTeapot},
 		{"client left", context.Canceled, false, http.StatusOK}, // nothing written: nobody to read it
 	} {
 		t.Run(tc.name, func(t *testing.T) {

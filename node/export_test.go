@@ -40,7 +40,7 @@ func (n *Node) RegisterAgent(id string) error {
 
 // RefreshMeshTokens takes the peers' published bytes per token now, as the room loop does
 // once a second.
-func (n *Node) RefreshMeshTokens() { n.updateMeshTokens() }
+func (n *Node) RefreshMeshTokens() { n.tokens.Refresh(n.mesh) }
 
 // HoldKV makes the node report blocks more KV blocks used than its engine holds: in its state
 // record and its owner's check (gossiped), or in its owner's check alone, as a node whose room

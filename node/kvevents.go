@@ -1,13 +1,9 @@
 package node
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
-	"github.com/kvmesh/kvmesh/node/engine/sim"
-	"github.com/kvmesh/kvmesh/node/openai"
 )
 
 // The embedded engine's KV cache events, published in vLLM's format (Config.PublishKVEvents)
@@ -52,23 +48,4 @@ func (n *Node) KVEventsAddr() string {
 		return ""
 	}
 	return n.kvpub.Addr()
-}
-
-// CodeCacheInUse (409): POST /reset_prefix_cache while requests run.
-const CodeCacheInUse = "cache_in_use"
-
-// handleResetPrefixCache empties the embedded engine's prefix cache, as vLLM's POST
-// /reset_prefix_cache does (in its development mode), and publishes AllBlocksCleared. Only
-// kvmesh engine serves it: a standalone node has no gossip to tell.
-func (n *Node) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
-	held, err := n.sim.ResetPrefixCache()
-	if errors.Is(err, sim.ErrCacheInUse) {
-		openai.WriteError(w, openai.NewError(http.StatusConflict, CodeCacheInUse, err.Error()))
-		return
-	}
-	if n.kvpub != nil {
-		n.kvpub.Publish(kvevents.Event{Kind: kvevents.AllBlocksCleared})
-	}
-	n.log.Info("prefix cache reset", "blocks", len(held))
-	w.WriteHeader(http.StatusOK)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/kvmesh/kvmesh/admit/plan"
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/gossip"
+	"github.com/kvmesh/kvmesh/node/journey"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -52,7 +54,8 @@ func (n *Node) buildMesh() error {
 	if n.planner, err = plan.New(pc, n.adm, policy, grid); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.reg.MustRegister(newStateCollector(n))
+	n.reg.MustRegister(metrics.NewStateCollector(metrics.StateSources{
+		Policy: n.planner.Policy(), Room: n.adm.Room(), Engine: n.eng, ConfigHash: n.configHash}))
 	if n.cfg.Standalone {
 		return nil
 	}
@@ -73,7 +76,7 @@ func (n *Node) buildMesh() error {
 
 // CodeIngressMismatch is an owner's refusal (403) of a forward whose header names an ingress
 // other than the node the sender's certificate was issued for.
-const CodeIngressMismatch = "ingress_mismatch"
+const CodeIngressMismatch = journey.CodeIngressMismatch
 
 // servePeer serves a forward from the node its header says sent it (Header.Ingress): the one
 // its certificate names, or any with a certificate issued for any node. The owner takes that
@@ -90,13 +93,11 @@ func (n *Node) servePeer(ctx context.Context, h transport.Header, body []byte, w
 }
 
 // CodeDraining is the refusal (503) of a node that is shutting down.
-const CodeDraining = "draining"
+const CodeDraining = journey.CodeDraining
 
-// drainingRefusal is the answer to a request a draining node will not run.
-func (n *Node) drainingRefusal() admit.Decision {
-	return admit.Decision{Action: admit.Refuse, Status: http.StatusServiceUnavailable, Layer: admit.LayerQueue,
-		Code: CodeDraining, Message: "the node is shutting down", RetryAfter: n.planner.Config().RetryAfter, Option: -1}
-}
+// CodeOwnerUnreachable is the failure (502) of a request whose last attempt could not reach
+// its owner: the QUIC handshake or the stream failed before any answer.
+const CodeOwnerUnreachable = journey.CodeOwnerUnreachable
 
 // advertise picks the address peers reach this node at for a bound listener.
 func (n *Node) advertise(bound net.Addr) string {
@@ -138,7 +139,7 @@ func (n *Node) startMesh(ctx context.Context) error {
 	if n.cfg.ConfigWatch > 0 && (n.cfg.ConfigFile != "" || n.cfg.APIKeysFile != "") {
 		n.goBG(func() { n.watchFiles(bg, n.cfg.ConfigWatch) })
 	}
-	n.goBG(func() { n.runRoom(bg) })
+	n.goBG(func() { n.x.RunRoom(bg, n.roomSecond, n.publishClaims) })
 	n.goBG(func() { _ = n.gpu.Run(bg) })
 	if n.carbon != nil {
 		n.grid.Export(time.Now())
@@ -254,7 +255,7 @@ func (n *Node) endStragglers(cause error) error {
 	cut, fwd := n.serving.Load(), n.forwarded.Load()
 	n.log.Warn("drain timeout passed: ending the requests still in flight", "timeout", n.cfg.DrainTimeout,
 		"requests", cut, "forwarded", fwd)
-	n.endRequests(errDrainTimeout)
+	n.endRequests(journey.ErrDrainTimeout)
 	grace, cancel := context.WithTimeout(context.Background(), drainGrace)
 	defer cancel()
 	if n.waitIdle(grace) == nil && cut == 0 {
@@ -263,9 +264,6 @@ func (n *Node) endStragglers(cause error) error {
 	return fmt.Errorf("in flight when the drain timeout (%v) passed: %d client requests, %d forwarded (%d still running after %v): %w",
 		n.cfg.DrainTimeout, cut, fwd, n.forwarded.Load(), drainGrace, cause)
 }
-
-// errDrainTimeout is the cause with which the drain timeout ends the requests still running.
-var errDrainTimeout = errors.New("the node's drain timeout passed")
 
 // drainGrace is how long requests cut by the drain timeout have to tell their clients so.
 const drainGrace = time.Second

@@ -24,7 +24,9 @@ import (
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/kvindex"
+	"github.com/kvmesh/kvmesh/node/adapters"
 	"github.com/kvmesh/kvmesh/node/agentgate"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/apicert"
 	"github.com/kvmesh/kvmesh/node/console"
 	"github.com/kvmesh/kvmesh/node/engine"
@@ -33,8 +35,10 @@ import (
 	"github.com/kvmesh/kvmesh/node/engine/sim"
 	"github.com/kvmesh/kvmesh/node/gpu"
 	"github.com/kvmesh/kvmesh/node/grid"
+	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/kvconnector"
-	"github.com/kvmesh/kvmesh/node/lora"
+	"github.com/kvmesh/kvmesh/node/meshview"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
@@ -45,16 +49,15 @@ type Node struct {
 	cfg   Config
 	log   *slog.Logger
 	reg   *prometheus.Registry
-	m     *metrics
+	m     *metrics.Metrics
 	eng   engine.Engine
 	sim   *sim.Sim            // the embedded engine, when it is the engine
 	ext   *external.Engine    // the external engine, when it is the engine
 	kvpub *kvevents.Publisher // the embedded engine's KV events, with PublishKVEvents
-	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (kvtransfer.go)
-	// loader loads the adapter source's LoRA adapters on demand (adapterload.go); nil
-	// without Config.AdapterSource. Set by Start before the node serves.
-	loader *lora.Loader
-	am     *adapterMetrics
+	kv    *kvconnector.Store  // kvmesh engine's handovers and pulls (node/api serves them)
+	// adapters are the adapter source's LoRA adapters, loaded on demand (node/adapters); Start
+	// reads the source.
+	adapters *adapters.Set
 	// kvBlockTokens is the embedded engine's block size, for its published events.
 	kvBlockTokens int
 	httpSrv       *http.Server
@@ -63,24 +66,24 @@ type Node struct {
 	tp            *sdktrace.TracerProvider // the OTLP pipeline Start built, if any
 
 	g       *gossip.Gossip
+	mesh    meshview.Mesh // the mesh as routing and the API read it; set by New
 	tr      *transport.Transport
 	planner *plan.Planner
 	eject   *route.Ejector // peers whose forwards fail at the transport, out of routing for a while
 	retries *route.RetryBudget
 	adm     *admit.Admitter
+	x       *journey.Executor // performs the request's steps (node/journey)
+	api     *api.Server       // the HTTP API's handlers (node/api)
 	// ratedPools are the waiting room pools given a prefill rate at the last update
 	// (updatePrefillRates; the room loop's alone).
-	ratedPools map[poolKey]float64
+	ratedPools map[meshview.PoolKey]float64
 	agents     *agentgate.Gate // nil: agent admission off
-	roomKick   chan struct{}
 	gpu        *gpu.Sampler
 	carbon     *carbon.Tracker // grid's tracker; nil: the carbon signal is off
 	grid       *grid.Grid
 	console    *console.Console // nil: Config.NoConsole
 
-	tok            *kvindex.Calibration               // prompt bytes per token by model (tokens.go)
-	meshTok        atomic.Pointer[map[string]float64] // the peers' published figures, by model (updateMeshTokens)
-	inFlightTokens atomic.Int64
+	tokens *meshview.Tokens // a prompt's tokens by model: learned here, else the mesh's figures
 	// claims is the KV room the waiting room's blocked heads hold, as the last room pass left
 	// it (publishClaims): published in this node's record, counted by every peer (claims.go).
 	claims atomic.Pointer[[]gossip.Claim]
@@ -110,7 +113,7 @@ type Node struct {
 	unready  atomic.Bool // set once Shutdown begins: /readyz is 503, peers see the engine unhealthy
 	draining atomic.Bool // set once the drain delay is over: the node takes no new work
 	// requests is every API request's base context; the drain timeout cancels it
-	// (errDrainTimeout), so a request still running then ends with an explicit error.
+	// (journey.ErrDrainTimeout), so a request still running then ends with an explicit error.
 	requests    context.Context
 	endRequests context.CancelCauseFunc
 	closed      bool
@@ -134,22 +137,35 @@ func New(cfg Config) (*Node, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.Admit.WithDefaults().SLO), tok: newTokenCalibration(),
-		done: make(chan struct{}), roomKick: make(chan struct{}, 1), applied: cfg, configSum: cfg.FileSum()}
+	n := &Node{cfg: cfg, log: log, reg: reg, m: metrics.New(reg, cfg.Admit.WithDefaults().SLO, Version), tokens: meshview.NewTokens(),
+		done: make(chan struct{}), applied: cfg, configSum: cfg.FileSum()}
 	hash := cmp.Or(cfg.FileSum(), noConfigFile)
 	n.inForce.Store(&hash)
 	n.requests, n.endRequests = context.WithCancelCause(context.Background())
-	n.m.reloaded.SetToCurrentTime()
-	n.am = newAdapterMetrics(reg)
+	n.m.Reloaded.SetToCurrentTime()
 	n.buildTracer()
 	if err := n.buildEngine(); err != nil {
 		return nil, err
 	}
+	n.adapters = adapters.New(adapters.Deps{
+		Config: adapters.Config{Name: cfg.Name, Source: cfg.AdapterSource, LoadTimeout: cfg.AdapterLoadTimeout, MaxLoaded: cfg.AdapterMaxLoaded},
+		Engine: n.eng, Runtime: n.ext, Sim: n.sim, Metrics: metrics.NewAdapters(reg), Log: log, Served: n.servedInMesh,
+	})
 	if err := n.buildMesh(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}
+	n.mesh = n.meshView()
 	if err := n.buildConsole(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
+	var err error
+	if n.x, err = n.newExecutor(); err != nil {
+		closeEngine(n.eng)
+		return nil, err
+	}
+	if n.api, err = n.newAPI(); err != nil {
 		closeEngine(n.eng)
 		return nil, err
 	}
@@ -274,7 +290,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startTracing(); err != nil {
 		return err
 	}
-	if err := n.startAdapters(); err != nil {
+	if err := n.adapters.Start(); err != nil {
 		return err
 	}
 	if n.ext != nil {
@@ -416,14 +432,13 @@ func (n *Node) deregister(ctx context.Context) {
 	}
 }
 
+// counted counts the requests in h's handlers, which the drain waits for (api.Counted).
+func (n *Node) counted(h http.Handler) http.Handler { return api.Counted(h, &n.serving, n.drainCut) }
+
 // drainCut is the error of a request the drain timeout ended, when ctx (its context) says it
 // did; nil otherwise (the client left, or nothing ended it).
 func (n *Node) drainCut(ctx context.Context) *openai.Error {
-	if !errors.Is(context.Cause(ctx), errDrainTimeout) {
-		return nil
-	}
-	return openai.NewError(http.StatusServiceUnavailable, CodeDraining,
-		fmt.Sprintf("node %s shut down: its drain timeout (%v) ended the request before it completed", n.cfg.Name, n.cfg.DrainTimeout))
+	return journey.DrainCut(ctx, n.cfg.Name, n.cfg.DrainTimeout)
 }
 
 func closeEngine(e engine.Engine) error {
@@ -447,37 +462,3 @@ func (n *Node) waitIdle(ctx context.Context) error {
 	}
 	return nil
 }
-
-// counted counts the requests in h's handlers, which the drain waits for, and answers 503
-// draining for a request the drain timeout ended before anything was written: a handler that
-// reads the cancellation as its client leaving writes nothing, which would be an empty 200.
-func (n *Node) counted(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.serving.Add(1)
-		defer n.serving.Add(-1)
-		tw := &trackedWriter{ResponseWriter: w}
-		h.ServeHTTP(tw, r)
-		if e := n.drainCut(r.Context()); e != nil && !tw.wrote {
-			writeRefusal(w, e, 0)
-		}
-	})
-}
-
-// trackedWriter notes whether a handler wrote anything.
-type trackedWriter struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *trackedWriter) WriteHeader(status int) {
-	w.wrote = true
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *trackedWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer (Flush).
-func (w *trackedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -9,13 +9,8 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/nodeconfig"
-)
-
-// Reload results, the values of kvmesh_config_reloads_total's result label.
-const (
-	reloadOK    = "ok"
-	reloadError = "error"
 )
 
 // noConfigFile is kvmesh_config_hash_info's hash while no config file is in force.
@@ -53,11 +48,11 @@ func (n *Node) Reload() error {
 		}
 	}
 	if len(errs) > 0 {
-		n.m.reloads.WithLabelValues(reloadError).Inc()
+		n.m.Reloads.WithLabelValues(metrics.ReloadError).Inc()
 		return errors.Join(errs...)
 	}
-	n.m.reloads.WithLabelValues(reloadOK).Inc()
-	n.m.reloaded.SetToCurrentTime()
+	n.m.Reloads.WithLabelValues(metrics.ReloadOK).Inc()
+	n.m.Reloaded.SetToCurrentTime()
 	return nil
 }
 
@@ -145,12 +140,6 @@ func (n *Node) watchFiles(ctx context.Context, every time.Duration) {
 	})
 }
 
-// Label values of kvmesh_config_files_missing_total.
-const (
-	fileConfig  = "config"
-	fileAPIKeys = "api_keys"
-)
-
 // filesChanged reports whether the config file or the API key file holds other content than
 // the last reload read. A file that cannot be read (one being replaced) counts as unchanged; one
 // that is gone is logged and counted once (missingLocked), and its settings stay in force.
@@ -158,7 +147,7 @@ func (n *Node) filesChanged() bool {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	changed := false
-	for _, f := range []struct{ path, sum, label string }{{n.cfg.ConfigFile, n.configSum, fileConfig}, {n.cfg.APIKeysFile, n.keysSum, fileAPIKeys}} {
+	for _, f := range []struct{ path, sum, label string }{{n.cfg.ConfigFile, n.configSum, metrics.FileConfig}, {n.cfg.APIKeysFile, n.keysSum, metrics.FileAPIKeys}} {
 		if f.path == "" {
 			continue
 		}
@@ -182,7 +171,7 @@ func (n *Node) missingLocked(path, label string, gone bool) {
 			n.missing = make(map[string]bool)
 		}
 		n.missing[path] = true
-		n.m.filesMissing.WithLabelValues(label).Inc()
+		n.m.FilesMissing.WithLabelValues(label).Inc()
 		n.log.Warn("a watched file is gone: the settings read from it last stay in force; a restart without it fails", "file", path, "kind", label)
 	case !gone && was:
 		delete(n.missing, path)

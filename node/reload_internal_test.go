@@ -15,6 +15,7 @@ import (
 	"github.com/kvmesh/kvmesh/admit/route"
 	"github.com/kvmesh/kvmesh/carbon"
 	"github.com/kvmesh/kvmesh/internal/poll"
+	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/nodeconfig"
 )
 
@@ -125,7 +126,7 @@ func firstRoute(t *testing.T, n *Node) string {
 }
 
 func reloads(n *Node, result string) float64 {
-	return testutil.ToFloat64(n.m.reloads.WithLabelValues(result))
+	return testutil.ToFloat64(n.m.Reloads.WithLabelValues(result))
 }
 
 // TestReloadAppliesLiveSettings pins that a reload changes the decisions of a running node:
@@ -172,7 +173,7 @@ carbon:
 	if !n.carbon.Dirty(now) {
 		t.Error("after carbon threshold 200: a reading of 250 is still clean")
 	}
-	if ok, bad := reloads(n, reloadOK), reloads(n, reloadError); ok != 1 || bad != 0 {
+	if ok, bad := reloads(n, metrics.ReloadOK), reloads(n, metrics.ReloadError); ok != 1 || bad != 0 {
 		t.Errorf("reloads ok %v, error %v; want 1 and 0", ok, bad)
 	}
 	if h := n.configHash(); h == hash || h != nodeconfig.ContentSum([]byte(changed)) {
@@ -279,7 +280,7 @@ func TestReloadRejectsABadFile(t *testing.T) {
 			if v := sloVerdict(n); v != admit.CodeAccepted {
 				t.Errorf("the rejected file's TTFT target took effect: verdict %s", v)
 			}
-			if bad, ok := reloads(n, reloadError), reloads(n, reloadOK); bad != float64(i+1) || ok != 0 {
+			if bad, ok := reloads(n, metrics.ReloadError), reloads(n, metrics.ReloadOK); bad != float64(i+1) || ok != 0 {
 				t.Errorf("reloads error %v, ok %v; want %d and 0", bad, ok, i+1)
 			}
 			if h := n.configHash(); h != hash {
@@ -395,7 +396,7 @@ func TestConfigWatchReloadsChangedFiles(t *testing.T) {
 	poll.Until(t, 5*time.Second, "the changed TTFT target in force", func() bool { return sloVerdict(n) == admit.CodeSLOUnattainable })
 	writeFile(t, keys, admit.HashKey("sk-new")+" acme\n")
 	poll.Until(t, 5*time.Second, "the new key in force", func() bool { return n.adm.Keys().Valid("sk-new") })
-	if bad := reloads(n, reloadError); bad != 0 {
+	if bad := reloads(n, metrics.ReloadError); bad != 0 {
 		t.Errorf("%v reloads failed", bad)
 	}
 }
@@ -451,7 +452,7 @@ func TestDeletedKeyFileIsLoudAndKeepsTheKeys(t *testing.T) {
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	missing := func() float64 { return testutil.ToFloat64(n.m.filesMissing.WithLabelValues(fileAPIKeys)) }
+	missing := func() float64 { return testutil.ToFloat64(n.m.FilesMissing.WithLabelValues(metrics.FileAPIKeys)) }
 	if err := os.Remove(keys); err != nil {
 		t.Fatal(err)
 	}

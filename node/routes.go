@@ -1,70 +1,41 @@
 package node
 
 import (
-	"context"
 	"net/http"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvmesh/kvmesh/admit"
+	"github.com/kvmesh/kvmesh/node/api"
 	"github.com/kvmesh/kvmesh/node/engine"
-	"github.com/kvmesh/kvmesh/node/openai"
-	"github.com/kvmesh/kvmesh/node/render"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
-
-// Codes of the HTTP API's own errors, beside the request path's (openai.Code*).
-const (
-	// CodeNotFound (404): no such endpoint.
-	CodeNotFound = "not_found"
-	// CodeMethodNotAllowed (405): the endpoint exists but not for this method; Allow lists the
-	// methods it takes.
-	CodeMethodNotAllowed = "method_not_allowed"
-)
-
-// endpoint is one path and the handler of each method it takes.
-type endpoint struct {
-	pattern string
-	methods map[string]http.Handler
-}
-
-// get and post are the methods of an endpoint that takes one.
-func get(h http.HandlerFunc) map[string]http.Handler {
-	return map[string]http.Handler{http.MethodGet: h}
-}
-
-func post(h http.HandlerFunc) map[string]http.Handler {
-	return map[string]http.Handler{http.MethodPost: h}
-}
 
 // routes is the HTTP API. Every known path answers a method it does not take with 405, an
 // Allow header and an OpenAI error body (ServeMux's own 405 is text, and a catch-all pattern
 // would turn it into a 404); an unknown path is a 404 in the same shape; under /v1/messages
-// both are in the Messages API's shape (writeRouteError). A GET endpoint also
-// answers HEAD. The admin paths and the model list need a key (requireKey); the probes never
+// both are in the Messages API's shape (api.WriteRouteError). A GET endpoint also
+// answers HEAD. The admin paths and the model list need a key (api.Server.RequireKey); the probes never
 // do.
 func (n *Node) routes() http.Handler {
-	keyed := func(h http.HandlerFunc) http.HandlerFunc { return n.requireKey(h, false).ServeHTTP }
-	rs := []endpoint{
-		{"/v1/chat/completions", post(n.handleGenerate(engine.Chat))},
-		{"/v1/completions", post(n.handleGenerate(engine.Completion))},
-		{"/v1/messages", post(n.handleCounted(endpointMessages, n.ingestMessages))},
-		{"/v1/messages/count_tokens", post(n.handleCounted(endpointCountTokens, n.ingestCountTokens))},
-		{"/v1/embeddings", post(n.handleSimple(transport.EndpointEmbeddings, n.keyFirst(n.ingestEmbeddings)))},
-		{"/v1/responses", post(n.handleSimple(transport.EndpointResponses, n.keyFirst(n.ingestResponses)))},
+	keyed := func(h http.HandlerFunc) http.HandlerFunc { return n.api.RequireKey(h, false).ServeHTTP }
+	rs := []api.Endpoint{
+		{Pattern: "/v1/chat/completions", Methods: api.Post(n.api.HandleGenerate(engine.Chat))},
+		{Pattern: "/v1/completions", Methods: api.Post(n.api.HandleGenerate(engine.Completion))},
+		{Pattern: "/v1/messages", Methods: api.Post(n.api.HandleCounted(api.EndpointMessages, n.api.IngestMessages))},
+		{Pattern: "/v1/messages/count_tokens", Methods: api.Post(n.api.HandleCounted(api.EndpointCountTokens, n.api.IngestCountTokens))},
+		{Pattern: "/v1/embeddings", Methods: api.Post(n.api.HandleSimple(transport.EndpointEmbeddings, n.api.KeyFirst(n.api.IngestEmbeddings)))},
+		{Pattern: "/v1/responses", Methods: api.Post(n.api.HandleSimple(transport.EndpointResponses, n.api.KeyFirst(n.api.IngestResponses)))},
 		// While keys are on, the model list asks one as the other /v1 paths do (vLLM with
 		// --api-key, OpenAI), not to tell anyone what the mesh serves.
-		{"/v1/models", get(keyed(n.handleModels))},
+		{Pattern: "/v1/models", Methods: api.Get(keyed(n.api.HandleModels))},
 		// The id may hold slashes (meta-llama/Llama-3.1-8B-Instruct), sent as they are or as %2F.
-		{"/v1/models/{id...}", get(keyed(n.handleModel))},
+		{Pattern: "/v1/models/{id...}", Methods: api.Get(keyed(n.api.HandleModel))},
 	}
 	rs = append(rs, n.probeRoutes()...)
 	for _, r := range n.adminRoutes() {
-		for m, h := range r.methods {
-			r.methods[m] = n.requireKey(h, n.cfg.AdminAddr != "")
+		for m, h := range r.Methods {
+			r.Methods[m] = n.api.RequireKey(h, n.cfg.AdminAddr != "")
 		}
 		rs = append(rs, r)
 	}
@@ -78,122 +49,27 @@ func (n *Node) adminHandler() http.Handler {
 }
 
 // probeRoutes are the load balancer's probes, open on every listener.
-func (n *Node) probeRoutes() []endpoint {
-	return []endpoint{{"/healthz", get(n.handleHealthz)}, {"/readyz", get(n.handleReadyz)}}
+func (n *Node) probeRoutes() []api.Endpoint {
+	return []api.Endpoint{{Pattern: "/healthz", Methods: api.Get(n.api.HandleHealthz)}, {Pattern: "/readyz", Methods: api.Get(n.api.HandleReadyz)}}
 }
 
 // adminRoutes are the operator's paths: the mesh view and the metrics.
-func (n *Node) adminRoutes() []endpoint {
+func (n *Node) adminRoutes() []api.Endpoint {
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})
-	return []endpoint{{"/v1/mesh/peers", get(n.handlePeers)}, {"/metrics", get(metrics.ServeHTTP)}}
+	return []api.Endpoint{{Pattern: "/v1/mesh/peers", Methods: api.Get(n.handlePeers)}, {Pattern: "/metrics", Methods: api.Get(metrics.ServeHTTP)}}
 }
 
-func (n *Node) mux(rs []endpoint) http.Handler {
+func (n *Node) mux(rs []api.Endpoint) http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range rs {
-		mux.Handle(r.pattern, byMethod(r.methods))
+		mux.Handle(r.Pattern, api.ByMethod(r.Methods))
 	}
 	if n.cfg.Standalone && n.sim != nil {
-		mux.Handle("/reset_prefix_cache", byMethod(post(n.handleResetPrefixCache)))
-		mux.Handle(kvPath, byMethod(get(n.handleKV)))
-		mux.Handle("/v1/load_lora_adapter", byMethod(post(n.handleLoadLoRA)))
-		mux.Handle("/v1/unload_lora_adapter", byMethod(post(n.handleUnloadLoRA)))
+		mux.Handle("/reset_prefix_cache", api.ByMethod(api.Post(n.api.HandleResetPrefixCache)))
+		mux.Handle(api.KVPath, api.ByMethod(api.Get(n.api.HandleKV)))
+		mux.Handle("/v1/load_lora_adapter", api.ByMethod(api.Post(n.api.HandleLoadLoRA)))
+		mux.Handle("/v1/unload_lora_adapter", api.ByMethod(api.Post(n.api.HandleUnloadLoRA)))
 	}
-	mux.HandleFunc("/", n.handleNotFound)
+	mux.HandleFunc("/", n.api.HandleNotFound)
 	return mux
-}
-
-// requireKey guards a path of the API listener that runs nothing: an admin path or the model
-// list. While an API key file is loaded, or with always (the admin paths, while an admin
-// listener serves them openly), a request must carry a valid API key (any tenant's: whoever
-// may run requests may read the mesh's models, state and metrics; a key is not charged for
-// it), or it is answered 401 invalid_api_key, as the inference endpoints answer.
-func (n *Node) requireKey(h http.Handler, always bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !n.keyValid(r, always) {
-			writeRefusal(w, errInvalidKey(), 0)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// keyValid reports whether r may pass authentication: it carries a valid API key in its
-// Authorization header, or no key file is loaded and always is false. It charges nothing.
-func (n *Node) keyValid(r *http.Request, always bool) bool {
-	keys := n.adm.Keys()
-	return (keys.Len() == 0 && !always) || keys.Valid(bearer(r.Header))
-}
-
-func errInvalidKey() *openai.Error { return openai.ErrInvalidAPIKey("invalid or missing API key") }
-
-// authenticate refuses a request of an inference endpoint without a valid key before its body
-// is read: a client without one must learn nothing from the answer (not whether the model
-// exists) and cost nothing (a body of MaxBodyBytes takes tens of milliseconds to parse and
-// hash). Admission charges the key's bucket later, once the body says what the request costs.
-func (n *Node) authenticate(w http.ResponseWriter, r *http.Request) (outcome, bool) {
-	if n.keyValid(r, false) {
-		return outcome{}, true
-	}
-	e := errInvalidKey()
-	n.m.decision(admit.LayerIdentity, admit.Refuse, e.Code)
-	writeRefusal(w, e, 0)
-	return outcome{code: e.Code, refused: true}, false
-}
-
-// ingestFunc is the ingress of a simple endpoint (handleSimple).
-type ingestFunc = func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) outcome
-
-// keyFirst runs ingest on a request authenticate let through.
-func (n *Node) keyFirst(ingest ingestFunc) ingestFunc {
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, start time.Time) outcome {
-		if o, ok := n.authenticate(w, r); !ok {
-			return o
-		}
-		return ingest(ctx, w, r, id, start)
-	}
-}
-
-// byMethod sends a request to the handler of its method, HEAD to GET's, and answers any other
-// method 405.
-func byMethod(methods map[string]http.Handler) http.Handler {
-	var allowed []string
-	for m := range methods {
-		allowed = append(allowed, m)
-		if m == http.MethodGet {
-			allowed = append(allowed, http.MethodHead)
-		}
-	}
-	slices.Sort(allowed)
-	allow := strings.Join(allowed, ", ")
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m := r.Method
-		if m == http.MethodHead {
-			m = http.MethodGet
-		}
-		if h, ok := methods[m]; ok {
-			h.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Allow", allow)
-		writeRouteError(w, r, openai.NewError(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
-			r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow))
-	})
-}
-
-func (n *Node) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	writeRouteError(w, r, openai.NewError(http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
-}
-
-// handleModel is GET /v1/models/{id}: the model object of a model served in the mesh, or 404
-// model_not_found.
-func (n *Node) handleModel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	for _, m := range n.meshModels() {
-		if m.Name == id {
-			writeJSON(w, http.StatusOK, render.Model(m))
-			return
-		}
-	}
-	openai.WriteError(w, openai.ErrModelNotFound(id))
 }

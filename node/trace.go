@@ -3,13 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kvmesh/kvmesh/admit"
-	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
@@ -55,52 +52,11 @@ func (n *Node) stopTracing(ctx context.Context) error {
 	return nil
 }
 
-func (n *Node) startRequest(r *http.Request, endpoint, id string) (context.Context, trace.Span) {
-	return n.spans.Request(r, endpoint, id)
-}
-
-func (n *Node) startQueue(ctx context.Context, d admit.Decision) (context.Context, trace.Span) {
-	return n.spans.Queue(ctx, d.Code)
-}
-
-func (n *Node) startForward(ctx context.Context, peer string, h *transport.Header) (context.Context, trace.Span) {
-	return n.spans.Forward(ctx, peer, h)
-}
-
 func (n *Node) startOwner(ctx context.Context, h transport.Header) (context.Context, trace.Span) {
 	return n.spans.Owner(ctx, h)
-}
-
-// traced runs p on the engine inside an engine span, which ends with the stream.
-func (n *Node) traced(ctx context.Context, p *prepared) (engine.Stream, error) {
-	return n.spans.Engine(ctx, n.eng, &p.req, func(err error) string { return engineError(err).Code })
 }
 
 var (
 	forwardResult = tracing.ForwardResult
 	spanError     = tracing.Error
 )
-
-// endOutcome records how a request ended on its server span.
-func endOutcome(span trace.Span, o outcome) { tracing.End(span, o.completed, o.refused, o.code) }
-
-// traceDecision records the ingress's admission decision for p and, when it accepts, the
-// candidate it chose, on ctx's span.
-func traceDecision(ctx context.Context, p *prepared, t *ticket) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	tracing.RequestAttrs(span, p.adm.Model, p.adm.Priority, p.adm.Tenant)
-	tracing.Decision(span, t.D.Action.String(), t.D.Layer, t.D.Code)
-	if o := t.D.Option; t.D.Action == admit.Accept && o >= 0 && o < len(t.Cands) {
-		c := &t.Cands[o]
-		tracing.Route(span, c.Name, c.Score, c.Terms.PrefixTokens, c.Terms.Load, c.PredictedTTFT)
-	}
-}
-
-// traceOwnerDecision records the owner's admission check of p.
-func traceOwnerDecision(span trace.Span, p *prepared, d admit.Decision) {
-	tracing.Model(span, p.adm.Model)
-	tracing.Decision(span, d.Action.String(), d.Layer, d.Code)
-}

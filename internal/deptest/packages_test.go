@@ -13,7 +13,7 @@ const (
 
 // rank orders the layers of docs/design/packages.md: a package imports only packages of its
 // own rank or lower. The tests layer has none: no package outside it may import it.
-var rank = map[string]int{"pure": 0, "types": 1, "edge": 2, "wiring": 3, "harness": 4, "entry": 5, "tests": -1}
+var rank = map[string]int{"pure": 0, "types": 1, "edge": 2, "parts": 3, "wiring": 4, "harness": 5, "entry": 6, "tests": -1}
 
 // TestPackageMap fails for a package of the module that has no row in docs/design/packages.md,
 // a row that names no package or an unknown layer, and a non-test import that goes up a layer

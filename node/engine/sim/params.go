@@ -228,7 +228,7 @@ func checkRequest(req *engine.Request) (options, error) {
 		if string(v) == "null" {
 			continue
 		}
-		if strings.HasPrefix(f.Name, "messages[") { // a content part other than text (ingress.go)
+		if strings.HasPrefix(f.Name, "messages[") { // a content part other than text (node/api/ingress.go)
 			if typ := openai.PartType(v); typ != openai.PartImage && typ != openai.PartAudio {
 				return o, &engine.ParamError{Param: f.Name, Unsupported: true,
 					Reason: fmt.Sprintf("a content part of type %q: the simulated engine reads text, image_url and input_audio parts only", typ)}
