@@ -478,7 +478,12 @@ func (s *Sim) State() engine.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var waiting [3]int // by priorityClass
+	seated, blocked := s.seatedLocked(), 0
 	for _, q := range s.waiting {
+		if !seated(q) {
+			blocked++ // skipped until its adapter has a slot: ahead of no request that has one
+			continue
+		}
 		waiting[priorityClass(q.priority)] += max(0, q.promptTokens+q.gen-q.estHit)
 	}
 	var ctx, running int
@@ -508,7 +513,7 @@ func (s *Sim) State() engine.State {
 		KVBlocksUsed:           s.cache.used(),
 		HitRate:                hit,
 		Running:                len(s.running),
-		Waiting:                len(s.waiting),
+		Waiting:                len(s.waiting) - blocked,
 		QueuedPrefillTokens:    running + waiting[0] + waiting[1] + waiting[2],
 		PriorityScheduling:     byPriority,
 		QueuedBeforeHigh:       beforeHigh,
@@ -516,7 +521,7 @@ func (s *Sim) State() engine.State {
 		PrefillTokensPerSecond: float64(c.MaxNumBatchedTokens) / full.Seconds() * c.TimeScale,
 		DecodeStepSeconds:      decode.Seconds() / c.TimeScale,
 		MaxRunning:             c.MaxNumSeqs,
-		LoRA:                   s.loraStateLocked(),
+		LoRA:                   s.loraStateLocked(blocked),
 	}
 }
 
