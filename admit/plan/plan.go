@@ -218,7 +218,7 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	case err == nil:
 	case errors.As(err, &nce) && (nce.Busy() || pl.Search.Busy):
 		// Every host is busy: admission sees them with no room, so it queues (or sheds).
-		p.busyOptions(v, req.Model, req.Priority, pl)
+		p.busyOptions(v, &rreq, pl)
 	default:
 		pl.D = admit.Decision{Action: admit.Refuse, Status: statusServiceUnavailable, Layer: admit.LayerRoute,
 			Code: admit.CodeNoCapacity, Message: "no node can serve model " + req.Model + " now: " + err.Error(),
@@ -519,16 +519,20 @@ func QueuedBlocks(tokens, blockTokens int) int {
 	return (tokens + blockTokens - 1) / blockTokens
 }
 
-// busyOptions lists the busy hosts of model as options, when routing found none with room:
-// their free KV as it is, and the prefill queued on them as the wait. The blocked head's claim
-// goes where it fits first (Admitter.ClaimFor); an accept on a busy host never runs (decide).
-func (p *Planner) busyOptions(v *View, model string, priority int, pl *Plan) {
+// busyOptions lists the busy hosts of req's model as options, when routing found none with
+// room: their free KV as it is, and the prefill queued on them as the wait. A host is one
+// routing would run req on (route.Request.Serves): for a LoRA adapter, also a node serving its
+// base model whose record lists fewer adapters than its engine serves, so that an adapter past
+// every record's bound waits in the room like any other request instead of being refused
+// no_capacity. The blocked head's claim goes where it fits first (Admitter.ClaimFor); an accept
+// on a busy host never runs (decide).
+func (p *Planner) busyOptions(v *View, req *route.Request, pl *Plan) {
 	for i := range v.Peers {
 		peer := &v.Peers[i]
-		if !peer.Healthy || !slices.Contains(peer.Models, model) {
+		if !peer.Healthy || !req.Serves(peer) {
 			continue
 		}
-		ahead := route.QueuedAhead(peer, priority)
+		ahead := route.QueuedAhead(peer, req.Priority)
 		var ttft time.Duration
 		if peer.PrefillTokensPerSecond > 0 {
 			ttft = time.Duration(float64(ahead) / peer.PrefillTokensPerSecond * float64(time.Second))

@@ -11,13 +11,17 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
-const model = "m"
+const (
+	model        = "m"
+	adapterModel = "lora-7" // a LoRA adapter of model
+)
 
 // newPlanner returns a Planner with the default admission and kvmesh routing for model.
 func newPlanner(t testing.TB, cfg Config, grid Grid) *Planner {
 	t.Helper()
 	ac := admit.DefaultConfig()
-	ac.Models = map[string]admit.ModelConfig{model: {ContextTokens: 131072, BlockTokens: 16}}
+	ac.Models = map[string]admit.ModelConfig{model: {ContextTokens: 131072, BlockTokens: 16},
+		adapterModel: {ContextTokens: 131072, BlockTokens: 16}}
 	adm, err := admit.New(ac)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +189,40 @@ func TestNoHostIsNoCapacity(t *testing.T) {
 	p.Ingress(t0, request(100, nil), v, &pl)
 	if pl.D.Action != admit.Queue || pl.D.Code != admit.CodeWaitKV || len(pl.Opts) != 1 || pl.Reserved {
 		t.Fatalf("busy host: %+v with %d options", pl.D, len(pl.Opts))
+	}
+}
+
+// TestBusyAdapterHostQueues: when every host of a LoRA adapter's base model is busy, the
+// request waits in the room for one, including a host whose record lists fewer adapters than
+// its engine serves (AdaptersCut) and so not this one: routing would run it there, so it is a
+// host, and the request is not refused no_capacity.
+func TestBusyAdapterHostQueues(t *testing.T) {
+	p := newPlanner(t, Config{}, nil)
+	adapter := func(r *admit.Request) { r.Model, r.Parent = adapterModel, model }
+	for _, tc := range []struct {
+		name string
+		mod  func(*route.Peer)
+		code string
+		opts int
+	}{
+		{"listed", func(p *route.Peer) { p.Models = append(p.Models, adapterModel) }, admit.CodeWaitKV, 1},
+		{"past the record's bound", func(p *route.Peer) { p.AdaptersCut, p.LoRASlots = true, 4 }, admit.CodeWaitKV, 1},
+		{"no adapter slots", nil, admit.CodeNoCapacity, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &View{BlockTokens: 16}
+			v.Add(peer("a", func(p *route.Peer) {
+				p.KVBlocksUsed = 7950
+				if tc.mod != nil {
+					tc.mod(p)
+				}
+			}), false)
+			var pl Plan
+			p.Ingress(t0, request(100, adapter), v, &pl)
+			if pl.D.Code != tc.code || len(pl.Opts) != tc.opts {
+				t.Fatalf("got %s (%s) with %d options, want %s with %d", pl.D.Code, pl.D.Message, len(pl.Opts), tc.code, tc.opts)
+			}
+		})
 	}
 }
 

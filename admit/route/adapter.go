@@ -6,10 +6,12 @@ import "slices"
 // Request.Parent. A peer runs it when it lists the adapter among its models, or when it serves
 // the base model with adapter slots (Peer.LoRASlots) and more adapters than its record lists
 // (Peer.AdaptersCut): the adapter may be among those past the record's bound, and the
-// engine then answers for it as for any other. Where the adapter stands on a peer is its Residency: resident (in a GPU
-// slot, it runs at once), a free slot (the engine loads it, evicting nothing) or a swap (the
-// engine loads it in place of another adapter, which the next request for that one loads
-// again). The score's adapter term is 1, 0.5 or 0 for the three, blended with the load terms;
+// engine then answers for it as for any other. Where the adapter stands on a peer is its
+// Residency: resident (in a GPU slot, it runs at once), a free slot (a slot no running
+// request's adapter holds, empty or holding an idle adapter the engine evicts: it loads the
+// adapter and runs the request) or a swap (every slot holds a running request's adapter: the
+// engine makes the request wait until one drains, so the peer is busy for it, see seatless).
+// The score's adapter term is 1, 0.5 or 0 for the three, blended with the load terms;
 // the predicted TTFT of a peer the adapter is not resident on carries Config.AdapterLoadTime,
 // so the load gate moves a popular adapter's requests to a second holder, or a free slot,
 // once its holder's queue costs more than a load.
@@ -59,6 +61,17 @@ func residency(req *Request, p *Peer) Residency {
 		return ResidencyFreeSlot
 	}
 	return ResidencySwap
+}
+
+// seatless reports that req's adapter has no slot on p now: every slot holds the adapter of a
+// running request, and req's is not among them. An engine batches at most its slots' worth of
+// adapters and skips such a request until one of them drains, which takes as long as that
+// adapter's longest running reply, and meanwhile counts it among its waiting requests and
+// queued prefill, which every other request's predicted TTFT there then prices although it is
+// not ahead of them. So the peer is busy for req (busyAt): it waits in the waiting room, where
+// its deadline orders it, for a slot anywhere.
+func seatless(req *Request, p *Peer) bool {
+	return req.Parent != "" && p.LoRASlots > 0 && residency(req, p) == ResidencySwap
 }
 
 // adapterTerm is the score's adapter term of a residency, in [0,1].

@@ -28,7 +28,7 @@ func adapterReq(adapter string, prompt int) Request {
 }
 
 // TestAdapterRouting pins the adapter term: a request for an adapter prefers a peer with it
-// resident, then one with a free slot, then a swap; a popular adapter's holder whose queue
+// resident, then one with a free slot (a peer with none is busy for it: seatless); a popular adapter's holder whose queue
 // costs more than a load gives the request to a free slot; a base model's request has no
 // adapter term.
 func TestAdapterRouting(t *testing.T) {
@@ -40,11 +40,11 @@ func TestAdapterRouting(t *testing.T) {
 		want      []string // candidates, best first
 		residency []Residency
 	}{
-		{"resident, then free slot, then swap",
+		{"resident, then free slot; a swap waits (seatless)",
 			adapterReq("a1", 512),
 			[]Peer{loraPeer("swap", 2, []string{"x", "y"}), loraPeer("free", 2, []string{"x"}), loraPeer("res", 2, []string{"a1", "x"})},
-			[]string{"res", "free", "swap"},
-			[]Residency{ResidencyResident, ResidencyFreeSlot, ResidencySwap}},
+			[]string{"res", "free"},
+			[]Residency{ResidencyResident, ResidencyFreeSlot}},
 		{"a holder a load's worth busier than a free slot gives way",
 			adapterReq("a1", 512),
 			[]Peer{queued(loraPeer("res", 2, []string{"a1"}), 8000), loraPeer("free", 2, nil)},
@@ -55,11 +55,11 @@ func TestAdapterRouting(t *testing.T) {
 			[]Peer{queued(loraPeer("res", 2, []string{"a1"}), 1000), loraPeer("free", 2, nil)},
 			[]string{"res", "free"},
 			[]Residency{ResidencyResident, ResidencyFreeSlot}},
-		{"no slot anywhere: the least loaded swaps",
+		{"a peer whose every slot a running adapter holds comes after one with a slot",
 			adapterReq("a1", 512),
-			[]Peer{queued(loraPeer("busy", 1, []string{"x"}), 6000), loraPeer("idle", 1, []string{"y"})},
-			[]string{"idle", "busy"},
-			[]Residency{ResidencySwap, ResidencySwap}},
+			[]Peer{loraPeer("seatless", 1, []string{"x"}), queued(loraPeer("free", 1, nil), 6000)},
+			[]string{"free"},
+			[]Residency{ResidencyFreeSlot}},
 		{"a peer of the base model without adapter slots does not run it",
 			adapterReq("a1", 512),
 			[]Peer{idle("noslots"), loraPeer("free", 1, nil)},
@@ -95,6 +95,43 @@ func TestAdapterRouting(t *testing.T) {
 				if tt.want == nil && c.Terms.Residency != ResidencyNone {
 					t.Errorf("%s: residency %v for a base model's request", c.Name, c.Terms.Residency)
 				}
+			}
+		})
+	}
+}
+
+// TestSeatlessPeerIsBusy pins that a peer whose every adapter slot holds a running request's
+// adapter is busy for another adapter's request (the engine would skip it until a slot
+// drains, and count it as queued for everyone there): with no slot anywhere the request waits
+// (a busy NoCandidateError); it stays a candidate for a resident adapter and a base model's
+// request, and for policies that keep busy peers.
+func TestSeatlessPeerIsBusy(t *testing.T) {
+	full := loraPeer("full", 2, []string{"x", "y"}) // LoRAFree 0: x and y running
+	tests := []struct {
+		name string
+		req  Request
+		keep bool
+		want []string // nil: every host busy
+	}{
+		{"another adapter waits", adapterReq("a1", 512), false, nil},
+		{"a resident adapter runs", adapterReq("x", 512), false, []string{"full"}},
+		{"a base model's request runs", req(512), false, []string{"full"}},
+		{"a policy that keeps busy peers sends it", adapterReq("a1", 512), true, []string{"full"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rq := tt.req
+			rq.KeepBusy = tt.keep
+			got, err := newRouter(t, nil).Route(t0, rq, []Peer{full}, nil)
+			if tt.want == nil {
+				var nc *NoCandidateError
+				if !errors.As(err, &nc) || !nc.Busy() {
+					t.Fatalf("got %v, %v: want every host busy", names(got), err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(names(got), tt.want) {
+				t.Fatalf("got %v, %v: want %v", names(got), err, tt.want)
 			}
 		})
 	}
@@ -167,7 +204,8 @@ func sourcePeer(name string, slots int, resident []string, estimate time.Duratio
 
 // TestSourceAdapterResidency pins the residency of peers that load adapters from a source:
 // each serving the base model is a candidate, the one with the adapter resident first, then a
-// free slot, then a swap (a peer of unknown slots swaps); a peer's load estimate, not
+// free slot, then one of unknown slots (which swaps); one whose every slot a running adapter
+// holds waits (seatless); a peer's load estimate, not
 // adapter_load_time, is what a non-resident peer's predicted TTFT carries, so a holder
 // keeps a queue shorter than the estimate and gives way past it.
 func TestSourceAdapterResidency(t *testing.T) {
@@ -178,11 +216,11 @@ func TestSourceAdapterResidency(t *testing.T) {
 		want      []string
 		residency []Residency
 	}{
-		{"resident, then free slot, then swap, then unknown slots",
+		{"resident, then free slot, then unknown slots; a swap waits (seatless)",
 			[]Peer{queued(sourcePeer("unknown", 0, nil, 0), 500), sourcePeer("swap", 2, []string{"x", "y"}, 0),
 				sourcePeer("free", 2, []string{"x"}, 0), sourcePeer("res", 2, []string{"a1", "x"}, 0)},
-			[]string{"res", "free", "swap", "unknown"},
-			[]Residency{ResidencyResident, ResidencyFreeSlot, ResidencySwap, ResidencySwap}},
+			[]string{"res", "free", "unknown"},
+			[]Residency{ResidencyResident, ResidencyFreeSlot, ResidencySwap}},
 		{"a holder whose queue costs less than the estimated load keeps it",
 			[]Peer{queued(sourcePeer("res", 2, []string{"a1"}, 0), 8000), sourcePeer("free", 2, nil, 2*time.Second)},
 			[]string{"res", "free"},

@@ -231,7 +231,11 @@ type State struct {
 	KVBlocksUsed  int
 	// HitRate is the prefix cache hit rate over recent prompt tokens, 0..1.
 	HitRate float64
-	// Requests running in the batch and waiting to start.
+	// Requests running in the batch and waiting to start. An engine that knows which waiting
+	// requests it skips because their LoRA adapter cannot join the batch (every slot holds a
+	// running request's adapter) leaves them out of Waiting and of the queued prefill below,
+	// and counts them in LoRA.Blocked: they are ahead of no request that can run, and a
+	// request that cannot waits for a slot however short the queue.
 	Running int
 	Waiting int
 	// QueuedPrefillTokens are prompt tokens admitted but not yet prefilled.
@@ -265,6 +269,10 @@ type LoRAState struct {
 	// An engine that reports only running and waiting adapters (vLLM's
 	// vllm:lora_requests_info) leaves Resident nil.
 	Resident, Running, Waiting []string
+	// Blocked is the waiting requests the engine skips now because their adapter cannot join
+	// the batch, left out of State.Waiting and the queued prefill; 0 from an engine that does
+	// not tell them apart (vLLM's metrics do not), whose queue then counts them.
+	Blocked int
 }
 
 // Engine is what a node runs requests on: the embedded simulator or an external server.

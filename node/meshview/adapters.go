@@ -15,7 +15,8 @@ import (
 // models), and GET /v1/models lists it with its parent (Mesh.Models).
 
 // FillAdapters sets s's adapters from the engine's models and adapter state: those of a base
-// model in s.Models, resident first, then by name, at most gossip.MaxAdapters; and the slots.
+// model in s.Models, resident first, then by name, at most gossip.MaxAdapters; and the slots,
+// free those the running batch's adapters leave.
 func FillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState, loaded []string) {
 	for _, m := range models {
 		if m.Parent == "" || !slices.ContainsFunc(s.Models, func(mi gossip.ModelInfo) bool { return mi.Name == m.Parent }) {
@@ -37,7 +38,10 @@ func FillAdapters(s *gossip.State, models []engine.Model, lora engine.LoRAState,
 	s.Adapters = s.Adapters[:min(len(s.Adapters), gossip.MaxAdapters)]
 	s.LoRASlots = lora.MaxLoRAs
 	if lora.MaxLoRAs > 0 {
-		s.LoRAFree = max(0, lora.MaxLoRAs-len(lora.Resident))
+		// A batch holds at most MaxLoRAs adapters: a slot is free for a new adapter unless a
+		// running request's adapter holds it (an idle one is evicted for it), as vLLM's
+		// scheduler skips a waiting request whose adapter would be one too many.
+		s.LoRAFree = max(0, lora.MaxLoRAs-len(lora.Running))
 	}
 }
 

@@ -26,9 +26,13 @@ func TestFillAdapters(t *testing.T) {
 		{"none", []engine.Model{{Name: "m"}}, engine.LoRAState{}, nil, 0, 0},
 		{"resident first, then by name; an adapter of a model not served is left out",
 			[]engine.Model{{Name: "m"}, {Name: "b", Parent: "m"}, {Name: "z", Parent: "m"}, {Name: "x", Parent: "other"}},
-			engine.LoRAState{MaxLoRAs: 4, Resident: []string{"z"}},
+			engine.LoRAState{MaxLoRAs: 4, Resident: []string{"z"}, Running: []string{"z"}},
 			[]gossip.Adapter{{Name: "z", Parent: "m", Resident: true}, {Name: "b", Parent: "m"}}, 4, 3},
-		{"bounded, resident kept", many, engine.LoRAState{MaxLoRAs: 2, Resident: []string{"a18", "a19"}}, nil, 2, 0},
+		{"bounded, resident kept", many, engine.LoRAState{MaxLoRAs: 2, Resident: []string{"a18", "a19"}, Running: []string{"a18", "a19"}}, nil, 2, 0},
+		{"a slot of an idle adapter is free: the engine evicts it for a new one",
+			[]engine.Model{{Name: "m"}, {Name: "b", Parent: "m"}, {Name: "z", Parent: "m"}},
+			engine.LoRAState{MaxLoRAs: 2, Resident: []string{"b", "z"}, Running: []string{"z"}, Waiting: []string{"b"}},
+			[]gossip.Adapter{{Name: "b", Parent: "m", Resident: true}, {Name: "z", Parent: "m", Resident: true}}, 2, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

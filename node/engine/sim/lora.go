@@ -216,9 +216,25 @@ func (s *Sim) loraStepCostLocked() time.Duration {
 	return s.lora.load + time.Duration(n)*s.cfg.StepPerLoRA
 }
 
-// loraStateLocked is State's LoRA part.
-func (s *Sim) loraStateLocked() engine.LoRAState {
-	st := engine.LoRAState{MaxLoRAs: s.cfg.MaxLoRAs}
+// seatedLocked returns whether a waiting sequence's adapter may join the batch as it runs now
+// (a base model's always): not when the running sequences hold MaxLoRAs other adapters, as
+// the scheduler then skips it (loraFitsLocked). State leaves such a sequence out of the queue
+// it reports (engine.LoRAState.Blocked).
+func (s *Sim) seatedLocked() func(*seq) bool {
+	running := adaptersOf(s.running)
+	full := s.cfg.MaxLoRAs > 0 && len(running) >= s.cfg.MaxLoRAs
+	return func(q *seq) bool {
+		if !full || q.adapter == "" {
+			return true
+		}
+		_, ok := slices.BinarySearch(running, q.adapter)
+		return ok
+	}
+}
+
+// loraStateLocked is State's LoRA part, blocked the waiting sequences seatedLocked leaves out.
+func (s *Sim) loraStateLocked(blocked int) engine.LoRAState {
+	st := engine.LoRAState{MaxLoRAs: s.cfg.MaxLoRAs, Blocked: blocked}
 	for _, l := range s.lora.slots {
 		st.Resident = append(st.Resident, l.name)
 	}

@@ -140,6 +140,29 @@ func TestAdapterWaitsForASlotAndLoadsOnce(t *testing.T) {
 	}
 }
 
+// A waiting request whose adapter cannot join the batch is left out of the queue State reports
+// (it is ahead of no request that can run) and counted in LoRA.Blocked; once a slot frees,
+// it counts again.
+func TestStateLeavesOutAdapterBlockedRequests(t *testing.T) {
+	s := loraSim(t, 1)
+	submitTo(t, s, "a", "one", 50)
+	stepSim(s) // a runs, holding the one slot
+	submitTo(t, s, "b", "two", 3)
+	st := s.State()
+	if st.Waiting != 0 || st.LoRA.Blocked != 1 || !slices.Equal(st.LoRA.Waiting, []string{"b"}) {
+		t.Fatalf("b behind a full batch: waiting %d, blocked %d, adapters waiting %v; want 0, 1, [b]", st.Waiting, st.LoRA.Blocked, st.LoRA.Waiting)
+	}
+	running := st.QueuedPrefillTokens // a's remaining prefill alone
+	submitTo(t, s, "a", "three", 3)
+	if st := s.State(); st.Waiting != 1 || st.LoRA.Blocked != 1 || st.QueuedPrefillTokens <= running {
+		t.Errorf("a second request for a: waiting %d, blocked %d, queued %d; want 1, 1, more than %d", st.Waiting, st.LoRA.Blocked, st.QueuedPrefillTokens, running)
+	}
+	runAll(t, s)
+	if st := s.State(); st.Waiting != 0 || st.LoRA.Blocked != 0 {
+		t.Errorf("at the end: waiting %d, blocked %d", st.Waiting, st.LoRA.Blocked)
+	}
+}
+
 // A full set of slots evicts the least recently batched adapter.
 func TestAdapterEvictsLeastRecentlyUsed(t *testing.T) {
 	s := loraSim(t, 2)

@@ -73,7 +73,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	usage := float64(s.cache.used()) / float64(s.kvBlocks)
 	q, h, p, g, pre := s.nQueries, s.nHits, s.nPrompt, s.nGen, s.nPreempt
 	loads := s.lora.loads
-	lora, loraOn := s.loraStateLocked(), len(s.lora.known) > 0 || len(s.lora.slots) > 0
+	lora, loraOn := s.loraStateLocked(0), len(s.lora.known) > 0 || len(s.lora.slots) > 0
 	s.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
