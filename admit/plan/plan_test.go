@@ -403,3 +403,40 @@ func TestLocalityKeepsTheHome(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalityWaitsForTheHomesRoom: when routing keeps a request at its prefix home, admission
+// chooses among the homes only. A sheddable request whose home h (the prefix, 8,000 tokens
+// queued: 853 ms, within the normal target's half) is past the sheddable KV mark (7,000 of
+// 8,000 blocks) waits in the room for h's room instead of running on o (4,000 tokens queued,
+// 740 ms with its recompute), where it would recompute its 3,072-token prefix and evict another's; o stays the dispatch fallback.
+// A home with room takes it.
+func TestLocalityWaitsForTheHomesRoom(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		kvUsed int // on the home
+		want   admit.Action
+	}{
+		{"a home past the sheddable mark: the request waits for it", 7000, admit.Queue},
+		{"a home with room takes it", 1000, admit.Accept},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(t, Config{}, nil)
+			v := &View{}
+			v.Reset(16)
+			v.Add(peer("h", func(p *route.Peer) { p.PrefixBlocks, p.QueuedPrefillTokens, p.KVBlocksUsed = 192, 8000, tt.kvUsed }), false)
+			v.Add(peer("o", func(p *route.Peer) { p.QueuedPrefillTokens = 4000 }), false)
+			rq := request(3200, func(r *admit.Request) { r.Priority, r.TTFTSLO, r.TPOTSLO = -1, 30*time.Second, 200*time.Millisecond })
+			var pl Plan
+			p.Ingress(t0, rq, v, &pl)
+			if pl.D.Action != tt.want {
+				t.Fatalf("action %v (%s), want %v: %s", pl.D.Action, pl.D.Code, tt.want, route.Explain(pl.Cands, 2))
+			}
+			if len(pl.Cands) != 2 || pl.Cands[0].Name != "h" || !pl.Cands[1].Gated {
+				t.Fatalf("want h first and o behind it as the fallback: %s", route.Explain(pl.Cands, 2))
+			}
+			if tt.want == admit.Accept && pl.Cands[pl.D.Option].Name != "h" {
+				t.Fatalf("accepted on %s, want h", pl.Cands[pl.D.Option].Name)
+			}
+		})
+	}
+}

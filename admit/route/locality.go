@@ -19,13 +19,16 @@ import (
 // within Request.TPOTTarget.
 //
 //   - A home meets it, and the load gate would keep it against the fastest other candidate
-//     (its queue costs no more than twice what its cache saves): the request stays home. Every other candidate is gated behind the homes,
+//     (its queue costs no more than twice what its cache saves) or its decodes keep the step's
+//     TPOT target beside its queue (Candidate.SharedTPOT within Request.StepTPOTTarget): the
+//     request stays home. Every other candidate is gated behind the homes,
 //     a fallback for a home that refuses or fails; when no home is a candidate (every one is
 //     busy), the others are dropped, counted busy (busy for this request, which its home
 //     serves), and the request waits in the room for a home instead of recomputing its prefix
 //     elsewhere. Homes that miss it are gated.
 //   - A home meets it but the gate would not keep it (the others are idle enough that
-//     spreading costs little): the load gate decides, as without a target.
+//     spreading costs little) and its queue would slow its decodes past the step's target:
+//     the load gate decides, as without a target.
 //   - No home meets it and another candidate does: the candidates that miss it are gated,
 //     homes included, and the others keep the score's order, in which the prefix leads, so
 //     the spill goes first to the peer holding most of the prefix. Once it has run there that
@@ -46,16 +49,17 @@ import (
 // heldPrefix is the best prefix holder the busy filter dropped: the most cached tokens, the
 // fastest among those, and its predictions.
 type heldPrefix struct {
-	found      bool
-	tokens     int
-	ttft, tpot time.Duration
-	saved      time.Duration
+	found             bool
+	tokens            int
+	ttft, tpot, stpot time.Duration
+	saved             time.Duration
 }
 
 func (h *heldPrefix) see(c *Candidate) {
 	t := c.Terms.PrefixTokens
 	if !h.found || t > h.tokens || (t == h.tokens && c.PredictedTTFT < h.ttft) {
-		*h = heldPrefix{found: true, tokens: t, ttft: c.PredictedTTFT, tpot: c.PredictedTPOT, saved: c.Terms.PrefixSaved}
+		*h = heldPrefix{found: true, tokens: t, ttft: c.PredictedTTFT, tpot: c.PredictedTPOT, stpot: c.SharedTPOT,
+			saved: c.Terms.PrefixSaved}
 	}
 }
 
@@ -70,6 +74,14 @@ func localityApplies(cfg *Config, req Request, agentHome string) bool {
 func meetsTarget(req Request, share float64, ttft, tpot time.Duration) bool {
 	limit := time.Duration(float64(req.TTFTTarget) * share)
 	return ttft <= limit && (req.TPOTTarget <= 0 || tpot <= req.TPOTTarget)
+}
+
+// keepsPastGate reports whether a home whose decodes would run at stpot beside its queue (its
+// Candidate.SharedTPOT) keeps req although the load gate would move it: its queue then costs
+// the decodes it runs no SLO, so concentrating the prefix's requests there costs only the wait
+// the TTFT target allows.
+func keepsPastGate(req Request, stpot time.Duration) bool {
+	return req.StepTPOTTarget > 0 && stpot <= req.StepTPOTTarget
 }
 
 // keepLocal applies the locality rule to the candidates dst (held: the best prefix holder the
@@ -97,15 +109,17 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 		}
 	}
 	// meet reports whether a home, and whether another candidate, meets the target at share;
-	// with gate, a home counts only if the load gate would keep it against the others.
+	// with gate, a home counts only if the load gate would keep it against the others or its
+	// decodes keep their TPOT beside its queue (keepsPastGate).
 	meet := func(share float64, gate bool) (home, other bool) {
-		ok := func(ttft, tpot, saved time.Duration) bool {
-			return meetsTarget(req, share, ttft, tpot) && (!gate || !gatedBy(cfg, ttft, saved, fastest))
+		ok := func(ttft, tpot, stpot, saved time.Duration) bool {
+			return meetsTarget(req, share, ttft, tpot) &&
+				(!gate || !gatedBy(cfg, ttft, saved, fastest) || keepsPastGate(req, stpot))
 		}
-		home = held.found && held.tokens == longest && ok(held.ttft, held.tpot, held.saved)
+		home = held.found && held.tokens == longest && ok(held.ttft, held.tpot, held.stpot, held.saved)
 		for i := range dst {
 			c := &dst[i]
-			home = home || c.Home && ok(c.PredictedTTFT, c.PredictedTPOT, c.Terms.PrefixSaved)
+			home = home || c.Home && ok(c.PredictedTTFT, c.PredictedTPOT, c.SharedTPOT, c.Terms.PrefixSaved)
 			other = other || !c.Home && meetsTarget(req, share, c.PredictedTTFT, c.PredictedTPOT)
 		}
 		return home, other
