@@ -351,7 +351,8 @@ func TestOnlyTheWorkAheadOfTheBandCounts(t *testing.T) {
 // TestLocalityKeepsTheHome: the planner gives routing the request's targets, so its prefix
 // home keeps it while the home predicts within half of what is left of them (route's locality
 // rule): a 3,200-token prompt whose 3,072-token prefix home h holds, with h's queue at 8,000
-// tokens (833 ms at 10k tokens/s) and a peer o with 4,000 (740 ms with its recompute).
+// tokens (833 ms at 10k tokens/s) and a peer o with 4,000 (740 ms with its recompute) or 1,000
+// (440 ms: sooner than h by more than h's cache saves, so it relieves h).
 func TestLocalityKeepsTheHome(t *testing.T) {
 	home := func(queued int) func(*route.Peer) {
 		return func(p *route.Peer) { p.PrefixBlocks, p.QueuedPrefillTokens = 192, queued }
@@ -368,10 +369,11 @@ func TestLocalityKeepsTheHome(t *testing.T) {
 	}{
 		{"a normal request stays home", 8000, 4000, nil, 0, false, admit.Accept, "h"},
 		{"the home past half the target: it leaves", 14000, 4000, nil, 0, false, admit.Accept, "o"},
-		{"a request that waited leaves once its home misses what is left", 8000, 4000, nil, 500 * time.Millisecond, false, admit.Accept, "o"},
+		{"a request that waited leaves once its home misses what is left", 8000, 1000, nil, 500 * time.Millisecond, false, admit.Accept, "o"},
+		{"it stays with a home that misses the margin when the other is barely sooner", 8000, 4000, nil, 500 * time.Millisecond, false, admit.Accept, "h"},
 		{"a busy home: the request waits for it", 17000, 15000, func(r *admit.Request) { r.TTFTSLO = 4 * time.Second }, 0, false, admit.Queue, ""},
 		{"at the ingress, 1.8 s keeps it home", 8000, 4000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, false, admit.Accept, "h"},
-		{"in the room, the dispatch slack counts", 8000, 3000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, true, admit.Accept, "o"},
+		{"in the room, the dispatch slack counts", 8000, 1000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, true, admit.Accept, "o"},
 		{"a sheddable request: the normal target at most", 12000, 4000, func(r *admit.Request) { r.Priority, r.TTFTSLO = -1, 30*time.Second }, 0, false, admit.Accept, "o"},
 	}
 	for _, tt := range tests {

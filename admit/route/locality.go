@@ -2,6 +2,7 @@ package route
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -29,15 +30,18 @@ import (
 //   - A home meets it but the gate would not keep it (the others are idle enough that
 //     spreading costs little) and its queue would slow its decodes past the step's target:
 //     the load gate decides, as without a target.
-//   - No home meets it and another candidate does: the candidates that miss it are gated,
-//     homes included, and the others keep the score's order, in which the prefix leads, so
-//     the spill goes first to the peer holding most of the prefix. Once it has run there that
-//     peer holds the whole prefix too and is a second home: a prefix whose demand exceeds one
-//     node gets a second one, and a third only when two are not enough.
-//   - No candidate meets it with the margin, and a home, busy or not, meets the whole target
-//     while no other candidate does: the request stays home, as in the first case. The others
-//     would recompute the prefix past the target, and admission would refuse for a predicted
-//     TTFT what the home's cache serves in time.
+//   - No home meets it and another candidate does, sooner than the fastest home by more than
+//     the load gate's slack (it relieves the homes: spill): every other candidate is gated,
+//     homes included, and those keep the score's order, in which the prefix leads, so the
+//     spill goes first to the peer holding most of the prefix. Once it has run there that
+//     peer holds the whole prefix too and is a second home: a prefix whose demand exceeds its
+//     home's capacity gets a second one, and a third only when two are not enough; an evenly
+//     loaded mesh has no peer that relieves, so load alone adds no home.
+//   - No candidate relieves the homes, and a home, busy or not, meets the whole target while
+//     no other candidate meets the margin, or those that do would not relieve it: the request
+//     stays home, as in the first case. The others would recompute the prefix past the
+//     target or barely sooner, and admission would refuse for a predicted TTFT what the
+//     home's cache serves in time.
 //   - Otherwise: the load gate, as without a target.
 //
 // Every candidate's Spill term is the prefix its home holds and it does not: what running
@@ -132,20 +136,50 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 	if homeMeets {
 		return dst, false // a home meets it, but the others are idle enough for the gate to spread
 	}
-	if !otherMeets {
-		// Nobody meets it with the margin. A home that meets the whole target still keeps
-		// the request when nobody else does: the candidates left would recompute the prefix
-		// past the target, and admission would refuse for a predicted TTFT what the home's
-		// cache serves in time.
-		if h, o := meet(1, false); h && !o {
-			return onlyHomes(req, 1, dst, counts), true
-		}
-		return dst, false
+	if otherMeets && spill(cfg, req, dst, held, longest) {
+		return dst, true
+	}
+	// Nobody relieves the homes. A home that meets the whole target still keeps the request
+	// when nobody else meets it with the margin, or when those who do would not relieve it:
+	// the candidates left would recompute the prefix past the target, or as late as the home
+	// serves it, and admission would refuse for a predicted TTFT what the home's cache serves
+	// in time.
+	if h, o := meet(1, false); h && (!o || otherMeets) {
+		return onlyHomes(req, 1, dst, counts), true
+	}
+	return dst, false
+}
+
+// spill gates, when no home meets req's target with the margin, every candidate but those
+// that would relieve the homes (relieves), and reports whether any would. Those keep the
+// score's order, in which the prefix leads. The first to take a spill holds the whole prefix
+// after it and is a second home: a prefix gets one more home only when its homes' queues are
+// past the target's margin and another peer serves it within the margin sooner than they do
+// by more than the prefix's cache saves them (the load gate's slack), which is demand beyond
+// the homes' capacity. A mesh loaded evenly has no such peer, so at saturation a prefix keeps
+// its homes instead of spreading to every node and evicting other prefixes there.
+func spill(cfg *Config, req Request, dst []Candidate, held *heldPrefix, longest int) bool {
+	home := time.Duration(math.MaxInt64) // the fastest home's TTFT and what its cache saves
+	var saved time.Duration
+	if held.found && held.tokens == longest {
+		home, saved = held.ttft, held.saved
 	}
 	for i := range dst {
-		dst[i].Gated = !meetsTarget(req, cfg.PrefixHomeShare, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
+		if c := &dst[i]; c.Home && c.PredictedTTFT < home {
+			home, saved = c.PredictedTTFT, c.Terms.PrefixSaved
+		}
 	}
-	return dst, true
+	relieves := func(c *Candidate) bool {
+		return !c.Home && meetsTarget(req, cfg.PrefixHomeShare, c.PredictedTTFT, c.PredictedTPOT) &&
+			(home == time.Duration(math.MaxInt64) || gatedBy(cfg, home, saved, c.PredictedTTFT))
+	}
+	if !slices.ContainsFunc(dst, func(c Candidate) bool { return relieves(&c) }) {
+		return false
+	}
+	for i := range dst {
+		dst[i].Gated = !relieves(&dst[i])
+	}
+	return true
 }
 
 // onlyHomes keeps the request at its homes. When some home is a candidate, the others stay

@@ -102,6 +102,17 @@ func TestLocality(t *testing.T) {
 			wantFirst: "n1", wantGated: []string{"n0"},
 		},
 		{
+			// Everyone loaded: the home predicts 1,026 ms, past the share, and the other meets
+			// it with its recompute (980 ms) but sooner by less than the home's cache saves
+			// (154 ms plus the gate's 25 ms): a spill there would not relieve the home, only
+			// put the prefix on a second node. The home, meeting the whole target, keeps it.
+			name:      "a peer barely faster than the loaded home is no second home",
+			cfg:       func(c *Config) { c.BusyQueuedPrefillTokens = 32768 },
+			target:    2 * time.Second,
+			peers:     []peerSpec{{prefix, 20000, 0}, {0, 16000, 0}},
+			wantFirst: "n0", wantGated: []string{"n1"},
+		},
+		{
 			// A hot prefix's second home: n1 took the spill before and holds the prefix too.
 			// With n0 past the target, n1 (526 ms) keeps the request from n2 (580 ms).
 			name:      "a second home takes the spill before a peer without the prefix",
