@@ -246,11 +246,13 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	if claim != nil {
 		claim.Take(pl.Opts) // it runs beside a blocked head only on room the head does not wait for
 	}
-	opts := pl.Opts[:homesFirst(pl.Cands, len(pl.Opts))]
+	for i := homesFirst(pl.Cands, len(pl.Opts)); i < len(pl.Opts); i++ {
+		pl.Opts[i].Fallback = true
+	}
 	if it == nil {
-		pl.D = p.adm.Admit(now, req, opts)
+		pl.D = p.adm.Admit(now, req, pl.Opts)
 	} else {
-		pl.D = p.adm.Ready(now, it, opts)
+		pl.D = p.adm.Ready(now, it, pl.Opts)
 	}
 	if rreq.StayHome && pl.D.Code == admit.CodeSLOUnattainable {
 		// With agent admission on, an agent's steps are admitted by its home's window, not per
@@ -258,11 +260,11 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 		// its slot, and the KV the window keeps for it, sit idle. Decided again without its
 		// SLO, the step still waits here for KV room at its home (within the room's caps).
 		if it == nil {
-			pl.D = p.adm.Admit(now, WithoutSLO(req), opts)
+			pl.D = p.adm.Admit(now, WithoutSLO(req), pl.Opts)
 		} else {
 			relaxed := *it
 			relaxed.Req = WithoutSLO(req)
-			pl.D = p.adm.Ready(now, &relaxed, opts)
+			pl.D = p.adm.Ready(now, &relaxed, pl.Opts)
 		}
 	}
 	if p.cfg.Mode != ModeKvmesh {
@@ -279,10 +281,10 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 
 // homesFirst is how many of the n options admission chooses among: when routing's locality
 // rule kept the request at its prefix homes (the first candidates, homes and not gated), those
-// homes only. The candidates behind them stay in the plan as dispatch's fallbacks for a home
-// that refuses or fails, but admission does not run the request there because a home lacks KV
-// room or spare capacity now: the request waits in the room for its home instead, as routing
-// decided, rather than recomputing its prefix elsewhere and evicting another's there.
+// homes only. The candidates behind them are admit.Option.Fallback: dispatch's fallbacks for a
+// home that refuses or fails, where admission does not run the request because a home lacks
+// KV room or spare capacity now. The request waits in the room for its home instead, as
+// routing decided, rather than recomputing its prefix elsewhere and evicting another's there.
 func homesFirst(cands []route.Candidate, n int) int {
 	k := 0
 	for k < len(cands) && k < n && cands[k].Home && !cands[k].Gated && cands[k].Pair == nil {
