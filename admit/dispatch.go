@@ -28,7 +28,8 @@ func (a *Admitter) Item(req Request, d Decision) *Item {
 // Ready re-checks a queued item against fresh candidates (call it from WaitingRoom.Next's
 // canRun; it does not touch the room). Accept names the first candidate with KV room at the
 // lower KV.QueueOff mark (the hysteresis; KV.Sheddable for sheddable work) that meets the SLOs
-// counting the time already waited, with Queue.DispatchSlack of the TTFT target to spare;
+// counting the time already waited, with Queue.DispatchSlack of the TTFT target to spare
+// (never a Fallback option);
 // Queue means not yet; Refuse (429 slo_unattainable) means its deadline can no longer be met
 // anywhere: the node removes it and answers now rather than serve it late.
 func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
@@ -41,6 +42,9 @@ func (a *Admitter) Ready(now time.Time, it *Item, options []Option) Decision {
 	waited := now.Sub(it.Req.SLOClock())
 	anyFeasible := false
 	for i, o := range options {
+		if o.Fallback {
+			continue
+		}
 		if _, ok := feasible(o, 0, waited, dispatchTTFT, tpotSLO); !ok {
 			continue
 		}
@@ -92,12 +96,15 @@ type Claim struct {
 
 // ClaimFor returns the room the queued head waits for: its KV need on the option with the most
 // free blocks among those that can still meet its SLO, or among all when none can (a step of
-// an agent is decided again without its SLO). No options: the zero Claim, which claims nothing.
+// an agent is decided again without its SLO); never a Fallback option. No options: the zero Claim, which claims nothing.
 func (a *Admitter) ClaimFor(now time.Time, head *Item, options []Option) Claim {
 	ttftSLO, tpotSLO := a.SLOFor(head.Req)
 	waited := now.Sub(head.Req.SLOClock())
 	best, bestFeasible := -1, false
 	for i, o := range options {
+		if o.Fallback {
+			continue
+		}
 		_, feas := feasible(o, 0, waited, ttftSLO, tpotSLO)
 		if best < 0 || (feas && !bestFeasible) || (feas == bestFeasible && o.FreeKVBlocks > options[best].FreeKVBlocks) {
 			best, bestFeasible = i, feas

@@ -148,3 +148,33 @@ func TestItemCountsPrefillWork(t *testing.T) {
 		t.Errorf("item tokens %d, want 200", it.Tokens)
 	}
 }
+
+// TestFallbackIsNotChosen: an option routing keeps only as dispatch's fallback is neither
+// chosen nor counted feasible, at the ingress, in the room or for a head's claim: with the
+// first option full, the request waits (and its claim names the first) even though the
+// fallback has room; without the mark it runs on the fallback.
+func TestFallbackIsNotChosen(t *testing.T) {
+	a := newAdmitter(t, nil)
+	r := baseReq()
+	full := idle()
+	full.Peer, full.FreeKVBlocks = "home", 0
+	other := idle()
+	other.Peer, other.Fallback = "other", true
+	if d := a.Admit(t0, r, []Option{full, other}); d.Action != Queue {
+		t.Fatalf("Admit: want queue for the home's room, got %+v", d)
+	}
+	it := a.Item(r, Decision{Action: Queue})
+	if d := a.Ready(t0, it, []Option{full, other}); d.Action != Queue {
+		t.Fatalf("Ready: want queue for the home's room, got %+v", d)
+	}
+	if c := a.ClaimFor(t0, it, []Option{full, other}); c.Peer != "home" {
+		t.Fatalf("ClaimFor: want the home's room, got %+v", c)
+	}
+	other.Fallback = false
+	if d := a.Admit(t0, r, []Option{full, other}); d.Action != Accept || d.Option != 1 {
+		t.Fatalf("Admit without the mark: want accept on the other, got %+v", d)
+	}
+	if d := a.Ready(t0, it, []Option{full, other}); d.Action != Accept || d.Option != 1 {
+		t.Fatalf("Ready without the mark: want accept on the other, got %+v", d)
+	}
+}

@@ -82,7 +82,7 @@ func (p *pass) kvLayer() (Decision, bool) {
 		if o.TotalKVBlocks <= 0 || p.kv[i].need <= o.TotalKVBlocks {
 			neverFit = false
 		}
-		if p.fit < 0 && p.roomOn(i) {
+		if p.fit < 0 && !o.Fallback && p.roomOn(i) {
 			p.fit = i
 		}
 	}

@@ -134,11 +134,14 @@ func aheadWait(tokens int, options []Option) time.Duration {
 // drains into all of them) and TPOT against the request's SLOs. It refuses 429
 // slo_unattainable when no option can meet them; otherwise it chooses the first option that
 // meets them, has KV room at the admission mark and spare capacity for a sheddable request,
-// unless an earlier layer made the request wait.
+// unless an earlier layer made the request wait. Fallback options are neither.
 func (p *pass) sloLayer() (Decision, bool) {
 	ahead := aheadWait(p.aheadTokens, p.options)
 	best, anyFeasible := time.Duration(-1), false
 	for i, o := range p.options {
+		if o.Fallback {
+			continue
+		}
 		ttft, ok := feasible(o, ahead, p.waited, p.ttftSLO, p.tpotSLO)
 		if best < 0 || ttft < best {
 			best = ttft

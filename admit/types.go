@@ -188,6 +188,10 @@ type Option struct {
 	// is a pair waits in the prefill pool.
 	Split  bool
 	Decode DecodeForecast
+	// Fallback marks an option routing keeps only for dispatch to move on to when the options
+	// before it refuse or fail (a prefix home's fallbacks): admission neither chooses it nor
+	// judges the request feasible on it, though its prefill rate still prices the room's queue.
+	Fallback bool
 }
 
 // RetryAfterSeconds renders d for the Retry-After header: whole seconds, rounded up, at least 1.

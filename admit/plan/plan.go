@@ -205,6 +205,7 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	rreq := p.routeRequest(req, v.BlockTokens)
 	if p.cfg.Mode == ModeKvmesh {
 		rreq.TTFTTarget, rreq.TPOTTarget = p.targets(now, req, it != nil)
+		rreq.StepTPOTTarget = p.stepTPOT(rreq.TPOTTarget)
 	}
 	var err error
 	pl.Cands, err = p.policy.Route(now, rreq, v.Peers, pl.Cands[:0])
@@ -245,6 +246,9 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	if claim != nil {
 		claim.Take(pl.Opts) // it runs beside a blocked head only on room the head does not wait for
 	}
+	for i := homesFirst(pl.Cands, len(pl.Opts)); i < len(pl.Opts); i++ {
+		pl.Opts[i].Fallback = true
+	}
 	if it == nil {
 		pl.D = p.adm.Admit(now, req, pl.Opts)
 	} else {
@@ -273,6 +277,23 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	if pl.D.Action == admit.Accept {
 		p.Reserve(now, req, pl, pl.D.Option)
 	}
+}
+
+// homesFirst is how many of the n options admission chooses among: when routing's locality
+// rule kept the request at its prefix homes (the first candidates, homes and not gated), those
+// homes only. The candidates behind them are admit.Option.Fallback: dispatch's fallbacks for a
+// home that refuses or fails, where admission does not run the request because a home lacks
+// KV room or spare capacity now. The request waits in the room for its home instead, as
+// routing decided, rather than recomputing its prefix elsewhere and evicting another's there.
+func homesFirst(cands []route.Candidate, n int) int {
+	k := 0
+	for k < len(cands) && k < n && cands[k].Home && !cands[k].Gated && cands[k].Pair == nil {
+		k++
+	}
+	if k == 0 || k == len(cands) {
+		return n
+	}
+	return k
 }
 
 // pair searches a prefill and a decode peer for req and applies the split rule against the
@@ -376,6 +397,20 @@ func (p *Planner) targets(now time.Time, req admit.Request, queued bool) (ttft, 
 		ttft = min(ttft, normal)
 	}
 	return max(ttft-now.Sub(req.SLOClock()), 0), tpot
+}
+
+// stepTPOT is the TPOT the decodes running on a peer must keep, for routing's locality rule
+// (route.Request.StepTPOTTarget): the tightest of tpot, the request's own, and the classes'
+// TPOT SLOs, since a peer's decodes may be of any class and a queue's prefill slows them all
+// alike. Zero: none is set.
+func (p *Planner) stepTPOT(tpot time.Duration) time.Duration {
+	slo := p.adm.Config().SLO
+	for _, c := range []admit.Duration{slo.High.TPOT, slo.Normal.TPOT, slo.Low.TPOT} {
+		if d := time.Duration(c); d > 0 && (tpot <= 0 || d < tpot) {
+			tpot = d
+		}
+	}
+	return tpot
 }
 
 // Reserve reserves req's prefill and pl.D.KVBlocks on candidate i, releasing the plan's

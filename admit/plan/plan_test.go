@@ -389,7 +389,8 @@ func TestOnlyTheWorkAheadOfTheBandCounts(t *testing.T) {
 // TestLocalityKeepsTheHome: the planner gives routing the request's targets, so its prefix
 // home keeps it while the home predicts within half of what is left of them (route's locality
 // rule): a 3,200-token prompt whose 3,072-token prefix home h holds, with h's queue at 8,000
-// tokens (833 ms at 10k tokens/s) and a peer o with 4,000 (740 ms with its recompute).
+// tokens (833 ms at 10k tokens/s) and a peer o with 4,000 (740 ms with its recompute) or 1,000
+// (440 ms: sooner than h by more than h's cache saves, so it relieves h).
 func TestLocalityKeepsTheHome(t *testing.T) {
 	home := func(queued int) func(*route.Peer) {
 		return func(p *route.Peer) { p.PrefixBlocks, p.QueuedPrefillTokens = 192, queued }
@@ -406,10 +407,11 @@ func TestLocalityKeepsTheHome(t *testing.T) {
 	}{
 		{"a normal request stays home", 8000, 4000, nil, 0, false, admit.Accept, "h"},
 		{"the home past half the target: it leaves", 14000, 4000, nil, 0, false, admit.Accept, "o"},
-		{"a request that waited leaves once its home misses what is left", 8000, 4000, nil, 500 * time.Millisecond, false, admit.Accept, "o"},
+		{"a request that waited leaves once its home misses what is left", 8000, 1000, nil, 500 * time.Millisecond, false, admit.Accept, "o"},
+		{"it stays with a home that misses the margin when the other is barely sooner", 8000, 4000, nil, 500 * time.Millisecond, false, admit.Accept, "h"},
 		{"a busy home: the request waits for it", 17000, 15000, func(r *admit.Request) { r.TTFTSLO = 4 * time.Second }, 0, false, admit.Queue, ""},
 		{"at the ingress, 1.8 s keeps it home", 8000, 4000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, false, admit.Accept, "h"},
-		{"in the room, the dispatch slack counts", 8000, 3000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, true, admit.Accept, "o"},
+		{"in the room, the dispatch slack counts", 8000, 1000, func(r *admit.Request) { r.TTFTSLO = 1800 * time.Millisecond }, 0, true, admit.Accept, "o"},
 		{"a sheddable request: the normal target at most", 12000, 4000, func(r *admit.Request) { r.Priority, r.TTFTSLO = -1, 30*time.Second }, 0, false, admit.Accept, "o"},
 	}
 	for _, tt := range tests {
@@ -437,6 +439,43 @@ func TestLocalityKeepsTheHome(t *testing.T) {
 			}
 			if tt.want == admit.Accept && pl.Cands[pl.D.Option].Name != tt.wantPeer {
 				t.Fatalf("accepted on %s, want %s: %s", pl.Cands[pl.D.Option].Name, tt.wantPeer, route.Explain(pl.Cands, 2))
+			}
+		})
+	}
+}
+
+// TestLocalityWaitsForTheHomesRoom: when routing keeps a request at its prefix home, admission
+// chooses among the homes only. A sheddable request whose home h (the prefix, 8,000 tokens
+// queued: 853 ms, within the normal target's half) is past the sheddable KV mark (7,000 of
+// 8,000 blocks) waits in the room for h's room instead of running on o (4,000 tokens queued,
+// 740 ms with its recompute), where it would recompute its 3,072-token prefix and evict another's; o stays the dispatch fallback.
+// A home with room takes it.
+func TestLocalityWaitsForTheHomesRoom(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		kvUsed int // on the home
+		want   admit.Action
+	}{
+		{"a home past the sheddable mark: the request waits for it", 7000, admit.Queue},
+		{"a home with room takes it", 1000, admit.Accept},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(t, Config{}, nil)
+			v := &View{}
+			v.Reset(16)
+			v.Add(peer("h", func(p *route.Peer) { p.PrefixBlocks, p.QueuedPrefillTokens, p.KVBlocksUsed = 192, 8000, tt.kvUsed }), false)
+			v.Add(peer("o", func(p *route.Peer) { p.QueuedPrefillTokens = 4000 }), false)
+			rq := request(3200, func(r *admit.Request) { r.Priority, r.TTFTSLO, r.TPOTSLO = -1, 30*time.Second, 200*time.Millisecond })
+			var pl Plan
+			p.Ingress(t0, rq, v, &pl)
+			if pl.D.Action != tt.want {
+				t.Fatalf("action %v (%s), want %v: %s", pl.D.Action, pl.D.Code, tt.want, route.Explain(pl.Cands, 2))
+			}
+			if len(pl.Cands) != 2 || pl.Cands[0].Name != "h" || !pl.Cands[1].Gated {
+				t.Fatalf("want h first and o behind it as the fallback: %s", route.Explain(pl.Cands, 2))
+			}
+			if tt.want == admit.Accept && pl.Cands[pl.D.Option].Name != "h" {
+				t.Fatalf("accepted on %s, want h", pl.Cands[pl.D.Option].Name)
 			}
 		})
 	}

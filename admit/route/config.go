@@ -186,6 +186,12 @@ type Config struct {
 	// the last record, and a request in the waiting room still needs its dispatch slack. In
 	// (0, 1].
 	PrefixHomeShare float64 `json:"prefix_home_share,advanced"`
+	// StepTokens is the prefill a step of a peer's engine carries beside its decodes (its
+	// chunked-prefill token budget, vLLM's max_num_batched_tokens), for Candidate.SharedTPOT:
+	// while prefill is queued on a peer, each step computes up to this many of its tokens and
+	// every running decode waits for them. Default 2048, the embedded engine's. Negative (-1):
+	// a step carries no queued prefill, SharedTPOT is PredictedTPOT.
+	StepTokens int `json:"step_tokens,advanced"`
 
 	// Tie-break and stickiness.
 
@@ -284,6 +290,7 @@ func DefaultConfig() Config {
 		GateTolerance:                  25 * time.Millisecond,
 		PrefixHomeMinTokens:            1024,
 		PrefixHomeShare:                0.5,
+		StepTokens:                     2048,
 		Epsilon:                        0.02,
 		MaxSessions:                    65536,
 		ReservationTTL:                 3 * time.Second,
@@ -340,6 +347,7 @@ func (c *Config) fill() error {
 	fillDur(&c.GateTolerance, d.GateTolerance)
 	fillI(&c.PrefixHomeMinTokens, d.PrefixHomeMinTokens)
 	fillF(&c.PrefixHomeShare, d.PrefixHomeShare)
+	fillI(&c.StepTokens, d.StepTokens)
 	fillF(&c.Epsilon, d.Epsilon)
 	fillI(&c.MaxSessions, d.MaxSessions)
 	fillDur(&c.ReservationTTL, d.ReservationTTL)

@@ -82,16 +82,20 @@
 // the time it has waited) has prefix homes: the peers, busy or not, holding its longest
 // cached prefix, when that is at least PrefixHomeMinTokens. A peer meets the target when its
 // predicted TTFT is within PrefixHomeShare of it (and its TPOT within TPOTTarget). A home
-// that meets it and that the load gate would keep against the others keeps the request: the
-// other candidates go behind it, gated (fallbacks for a home that refuses or fails), and
-// while every home is busy by its queue they are dropped (counted busy), so the request
-// waits in the room for one. A home that meets it but that the gate would move leaves the
-// load gate to decide. When no home meets it, the candidates that miss it are gated, homes
-// included, and the spill goes by score (the prefix leads: the peer holding most of the
-// prefix, a second home, first). When nobody meets it with the margin, a home meeting the
-// whole target keeps a request no other candidate can serve in time; else the load gate
-// decides. Candidate.Terms.Spill is the prefix a candidate lacks against the home: its
-// recompute, and the KV of other prompts storing it evicts. A home busy by KV keeps nothing.
+// that meets it keeps the request when the load gate would keep it against the others, or
+// when its decodes keep Request.StepTPOTTarget beside its queue (Candidate.SharedTPOT: a
+// chunked step carries up to Config.StepTokens of the queued prefill): the other candidates
+// go behind it, gated (fallbacks for a home that refuses or fails; the planner marks them so
+// that admission does not choose them), and while every home is busy, by its queue or its
+// KV, they are dropped (counted busy), so the request waits in the room for one. A home that
+// meets it but that the gate would move, its decodes past the step target, leaves the load
+// gate to decide. When no home meets it, the request spills to the candidates that relieve
+// the homes (they meet it, sooner than the fastest home by more than the gate's slack),
+// every other gated, by score (the prefix leads: the peer holding most of the prefix first);
+// the peer that takes it is a second home. When nobody relieves them, a home meeting the
+// whole target keeps a request no other candidate serves with the margin, or only barely
+// sooner; else the load gate decides. Candidate.Terms.Spill is the prefix a candidate lacks
+// against the home: its recompute, and the KV of other prompts storing it evicts.
 // Without a target, for an agent's step and for KeepBusy, the rule is off.
 //
 // # Tie-break and sessions

@@ -2,6 +2,7 @@ package route
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -19,22 +20,28 @@ import (
 // within Request.TPOTTarget.
 //
 //   - A home meets it, and the load gate would keep it against the fastest other candidate
-//     (its queue costs no more than twice what its cache saves): the request stays home. Every other candidate is gated behind the homes,
+//     (its queue costs no more than twice what its cache saves) or its decodes keep the step's
+//     TPOT target beside its queue (Candidate.SharedTPOT within Request.StepTPOTTarget): the
+//     request stays home. Every other candidate is gated behind the homes,
 //     a fallback for a home that refuses or fails; when no home is a candidate (every one is
 //     busy), the others are dropped, counted busy (busy for this request, which its home
 //     serves), and the request waits in the room for a home instead of recomputing its prefix
 //     elsewhere. Homes that miss it are gated.
 //   - A home meets it but the gate would not keep it (the others are idle enough that
-//     spreading costs little): the load gate decides, as without a target.
-//   - No home meets it and another candidate does: the candidates that miss it are gated,
-//     homes included, and the others keep the score's order, in which the prefix leads, so
-//     the spill goes first to the peer holding most of the prefix. Once it has run there that
-//     peer holds the whole prefix too and is a second home: a prefix whose demand exceeds one
-//     node gets a second one, and a third only when two are not enough.
-//   - No candidate meets it with the margin, and a home, busy or not, meets the whole target
-//     while no other candidate does: the request stays home, as in the first case. The others
-//     would recompute the prefix past the target, and admission would refuse for a predicted
-//     TTFT what the home's cache serves in time.
+//     spreading costs little) and its queue would slow its decodes past the step's target:
+//     the load gate decides, as without a target.
+//   - No home meets it and another candidate does, sooner than the fastest home by more than
+//     the load gate's slack (it relieves the homes: spill): every other candidate is gated,
+//     homes included, and those keep the score's order, in which the prefix leads, so the
+//     spill goes first to the peer holding most of the prefix. Once it has run there that
+//     peer holds the whole prefix too and is a second home: a prefix whose demand exceeds its
+//     home's capacity gets a second one, and a third only when two are not enough; an evenly
+//     loaded mesh has no peer that relieves, so load alone adds no home.
+//   - No candidate relieves the homes, and a home, busy or not, meets the whole target while
+//     no other candidate meets the margin, or those that do would not relieve it: the request
+//     stays home, as in the first case. The others would recompute the prefix past the
+//     target or barely sooner, and admission would refuse for a predicted TTFT what the
+//     home's cache serves in time.
 //   - Otherwise: the load gate, as without a target.
 //
 // Every candidate's Spill term is the prefix its home holds and it does not: what running
@@ -46,16 +53,17 @@ import (
 // heldPrefix is the best prefix holder the busy filter dropped: the most cached tokens, the
 // fastest among those, and its predictions.
 type heldPrefix struct {
-	found      bool
-	tokens     int
-	ttft, tpot time.Duration
-	saved      time.Duration
+	found             bool
+	tokens            int
+	ttft, tpot, stpot time.Duration
+	saved             time.Duration
 }
 
 func (h *heldPrefix) see(c *Candidate) {
 	t := c.Terms.PrefixTokens
 	if !h.found || t > h.tokens || (t == h.tokens && c.PredictedTTFT < h.ttft) {
-		*h = heldPrefix{found: true, tokens: t, ttft: c.PredictedTTFT, tpot: c.PredictedTPOT, saved: c.Terms.PrefixSaved}
+		*h = heldPrefix{found: true, tokens: t, ttft: c.PredictedTTFT, tpot: c.PredictedTPOT, stpot: c.SharedTPOT,
+			saved: c.Terms.PrefixSaved}
 	}
 }
 
@@ -70,6 +78,14 @@ func localityApplies(cfg *Config, req Request, agentHome string) bool {
 func meetsTarget(req Request, share float64, ttft, tpot time.Duration) bool {
 	limit := time.Duration(float64(req.TTFTTarget) * share)
 	return ttft <= limit && (req.TPOTTarget <= 0 || tpot <= req.TPOTTarget)
+}
+
+// keepsPastGate reports whether a home whose decodes would run at stpot beside its queue (its
+// Candidate.SharedTPOT) keeps req although the load gate would move it: its queue then costs
+// the decodes it runs no SLO, so concentrating the prefix's requests there costs only the wait
+// the TTFT target allows.
+func keepsPastGate(req Request, stpot time.Duration) bool {
+	return req.StepTPOTTarget > 0 && stpot <= req.StepTPOTTarget
 }
 
 // keepLocal applies the locality rule to the candidates dst (held: the best prefix holder the
@@ -97,15 +113,17 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 		}
 	}
 	// meet reports whether a home, and whether another candidate, meets the target at share;
-	// with gate, a home counts only if the load gate would keep it against the others.
+	// with gate, a home counts only if the load gate would keep it against the others or its
+	// decodes keep their TPOT beside its queue (keepsPastGate).
 	meet := func(share float64, gate bool) (home, other bool) {
-		ok := func(ttft, tpot, saved time.Duration) bool {
-			return meetsTarget(req, share, ttft, tpot) && (!gate || !gatedBy(cfg, ttft, saved, fastest))
+		ok := func(ttft, tpot, stpot, saved time.Duration) bool {
+			return meetsTarget(req, share, ttft, tpot) &&
+				(!gate || !gatedBy(cfg, ttft, saved, fastest) || keepsPastGate(req, stpot))
 		}
-		home = held.found && held.tokens == longest && ok(held.ttft, held.tpot, held.saved)
+		home = held.found && held.tokens == longest && ok(held.ttft, held.tpot, held.stpot, held.saved)
 		for i := range dst {
 			c := &dst[i]
-			home = home || c.Home && ok(c.PredictedTTFT, c.PredictedTPOT, c.Terms.PrefixSaved)
+			home = home || c.Home && ok(c.PredictedTTFT, c.PredictedTPOT, c.SharedTPOT, c.Terms.PrefixSaved)
 			other = other || !c.Home && meetsTarget(req, share, c.PredictedTTFT, c.PredictedTPOT)
 		}
 		return home, other
@@ -118,20 +136,50 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 	if homeMeets {
 		return dst, false // a home meets it, but the others are idle enough for the gate to spread
 	}
-	if !otherMeets {
-		// Nobody meets it with the margin. A home that meets the whole target still keeps
-		// the request when nobody else does: the candidates left would recompute the prefix
-		// past the target, and admission would refuse for a predicted TTFT what the home's
-		// cache serves in time.
-		if h, o := meet(1, false); h && !o {
-			return onlyHomes(req, 1, dst, counts), true
-		}
-		return dst, false
+	if otherMeets && spill(cfg, req, dst, held, longest) {
+		return dst, true
+	}
+	// Nobody relieves the homes. A home that meets the whole target still keeps the request
+	// when nobody else meets it with the margin, or when those who do would not relieve it:
+	// the candidates left would recompute the prefix past the target, or as late as the home
+	// serves it, and admission would refuse for a predicted TTFT what the home's cache serves
+	// in time.
+	if h, o := meet(1, false); h && (!o || otherMeets) {
+		return onlyHomes(req, 1, dst, counts), true
+	}
+	return dst, false
+}
+
+// spill gates, when no home meets req's target with the margin, every candidate but those
+// that would relieve the homes (relieves), and reports whether any would. Those keep the
+// score's order, in which the prefix leads. The first to take a spill holds the whole prefix
+// after it and is a second home: a prefix gets one more home only when its homes' queues are
+// past the target's margin and another peer serves it within the margin sooner than they do
+// by more than the prefix's cache saves them (the load gate's slack), which is demand beyond
+// the homes' capacity. A mesh loaded evenly has no such peer, so at saturation a prefix keeps
+// its homes instead of spreading to every node and evicting other prefixes there.
+func spill(cfg *Config, req Request, dst []Candidate, held *heldPrefix, longest int) bool {
+	home := time.Duration(math.MaxInt64) // the fastest home's TTFT and what its cache saves
+	var saved time.Duration
+	if held.found && held.tokens == longest {
+		home, saved = held.ttft, held.saved
 	}
 	for i := range dst {
-		dst[i].Gated = !meetsTarget(req, cfg.PrefixHomeShare, dst[i].PredictedTTFT, dst[i].PredictedTPOT)
+		if c := &dst[i]; c.Home && c.PredictedTTFT < home {
+			home, saved = c.PredictedTTFT, c.Terms.PrefixSaved
+		}
 	}
-	return dst, true
+	relieves := func(c *Candidate) bool {
+		return !c.Home && meetsTarget(req, cfg.PrefixHomeShare, c.PredictedTTFT, c.PredictedTPOT) &&
+			(home == time.Duration(math.MaxInt64) || gatedBy(cfg, home, saved, c.PredictedTTFT))
+	}
+	if !slices.ContainsFunc(dst, func(c Candidate) bool { return relieves(&c) }) {
+		return false
+	}
+	for i := range dst {
+		dst[i].Gated = !relieves(&dst[i])
+	}
+	return true
 }
 
 // onlyHomes keeps the request at its homes. When some home is a candidate, the others stay

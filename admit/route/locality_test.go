@@ -102,6 +102,17 @@ func TestLocality(t *testing.T) {
 			wantFirst: "n1", wantGated: []string{"n0"},
 		},
 		{
+			// Everyone loaded: the home predicts 1,026 ms, past the share, and the other meets
+			// it with its recompute (980 ms) but sooner by less than the home's cache saves
+			// (154 ms plus the gate's 25 ms): a spill there would not relieve the home, only
+			// put the prefix on a second node. The home, meeting the whole target, keeps it.
+			name:      "a peer barely faster than the loaded home is no second home",
+			cfg:       func(c *Config) { c.BusyQueuedPrefillTokens = 32768 },
+			target:    2 * time.Second,
+			peers:     []peerSpec{{prefix, 20000, 0}, {0, 16000, 0}},
+			wantFirst: "n0", wantGated: []string{"n1"},
+		},
+		{
 			// A hot prefix's second home: n1 took the spill before and holds the prefix too.
 			// With n0 past the target, n1 (526 ms) keeps the request from n2 (580 ms).
 			name:      "a second home takes the spill before a peer without the prefix",
@@ -110,12 +121,13 @@ func TestLocality(t *testing.T) {
 			wantFirst: "n1", wantGated: []string{"n0", "n2"},
 		},
 		{
-			// A home busy by KV may hold the request for as long as its replies run, which no
-			// prediction counts: it keeps nothing.
-			name:      "a home busy by KV does not hold the request",
+			// A home busy by KV keeps the request as a busy home does: it waits in the room for
+			// the home's room, routed again each pass with less of its target left, instead of
+			// recomputing the prefix on the idle peer and evicting another's there.
+			name:      "a home busy by KV: the request waits for its room",
 			target:    2 * time.Second,
 			peers:     []peerSpec{{prefix, 0, 990}, {0, 0, 0}},
-			wantFirst: "n1",
+			wantFirst: "", wantOut: []string{"n1"},
 		},
 		{
 			// The same home as the first case, for a request that has waited: 1 s of its
@@ -215,5 +227,65 @@ func TestLocalityLeavesAgentsAndPlainRouting(t *testing.T) {
 	r := newRouter(t, func(c *Config) { c.PrefixHomeMinTokens = -1 })
 	if c := mustRoute(t, r, t0, rq, peers); len(c) != 2 || c[0].Name != "n1" {
 		t.Fatalf("PrefixHomeMinTokens -1: want the gate's order: %s", Explain(c, 2))
+	}
+}
+
+// TestLocalityPastGate: a home keeps the request past the load gate exactly while its decodes,
+// beside the prefill queued there (this request's included), stay within the step's TPOT
+// target. The prompt and prefix are TestLocality's; a step carries up to 2,048 queued tokens
+// (102 ms at 20,000 tokens/s) beside a 20 ms decode step, so a home with a queue predicts a
+// SharedTPOT of 122 ms, and one with a 60 ms decode step 162 ms.
+func TestLocalityPastGate(t *testing.T) {
+	tests := []struct {
+		name      string
+		step      float64       // the home's decode step, seconds
+		queued    int           // the home's queued prefill
+		stepTPOT  time.Duration // Request.StepTPOTTarget
+		wantFirst string
+		wantTPOT  time.Duration // the home's SharedTPOT
+	}{
+		{
+			// The gate would spread (the home's 626 ms against the idle peer's 180 ms), but
+			// its decodes keep 122 ms within 150 ms: the prefix decides.
+			name: "a loaded home whose decodes keep their target keeps the request from idle peers",
+			step: 0.02, queued: 12000, stepTPOT: 150 * time.Millisecond,
+			wantFirst: "n0", wantTPOT: 122400 * time.Microsecond,
+		},
+		{
+			// Its decodes would run at 162 ms beside the queue: concentrating the prefix there
+			// costs them their target, and the gate spreads.
+			name: "a loaded home whose decodes would miss their target: the gate spreads",
+			step: 0.06, queued: 12000, stepTPOT: 150 * time.Millisecond,
+			wantFirst: "n1", wantTPOT: 162400 * time.Microsecond,
+		},
+		{
+			name: "without a step target the gate decides",
+			step: 0.02, queued: 12000, stepTPOT: 0,
+			wantFirst: "n1", wantTPOT: 122400 * time.Microsecond,
+		},
+		{
+			// A short queue adds only its own tokens to a step: 128 + 1,000 tokens, 56 ms.
+			name: "a short queue adds what it holds, not a full step",
+			step: 0.02, queued: 1000, stepTPOT: 150 * time.Millisecond,
+			wantFirst: "n0", wantTPOT: 76400 * time.Microsecond,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, nil)
+			peers := idlePeers(2)
+			peers[0].PrefixBlocks, peers[0].QueuedPrefillTokens, peers[0].DecodeStepSeconds = 192, tt.queued, tt.step
+			rq := req(3200)
+			rq.TTFTTarget, rq.TPOTTarget, rq.StepTPOTTarget = 2*time.Second, 200*time.Millisecond, tt.stepTPOT
+			c := mustRoute(t, r, t0, rq, peers)
+			if c[0].Name != tt.wantFirst || c[0].Gated {
+				t.Fatalf("first %s, want %s ungated: %s", c[0].Name, tt.wantFirst, Explain(c, 2))
+			}
+			for _, cand := range c {
+				if cand.Name == "n0" && cand.SharedTPOT != tt.wantTPOT {
+					t.Fatalf("home's SharedTPOT %v, want %v", cand.SharedTPOT, tt.wantTPOT)
+				}
+			}
+		})
 	}
 }

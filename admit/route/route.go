@@ -96,10 +96,11 @@ func (r *Router) Route(now time.Time, req Request, peers []Peer, dst []Candidate
 			}
 			if busy(cfg, req, bt, p, rv) {
 				counts[ReasonBusy]++
-				// A home busy by its queue keeps the request if its queue allows (its
-				// prediction counts it); one busy by KV may hold it for as long as its
-				// replies run, which no prediction counts.
-				if local && p.PrefixBlocks > 0 && !busyKV(cfg, req, bt, p, rv) {
+				// A busy home keeps the request if its queue allows (its prediction counts
+				// it). One busy by KV too: its wait for room is not predicted, but the
+				// request waits in the room, routed again each pass with less of its
+				// target left, and leaves once the home misses what is left.
+				if local && p.PrefixBlocks > 0 {
 					c := evaluate(cfg, req, bt, i, p, rv)
 					held.see(&c)
 				}
@@ -263,7 +264,18 @@ func evaluate(cfg *Config, req Request, bt, i int, p *Peer, rv reserved) Candida
 	t.Batch = batch
 	share := on(cfg.DecodeBatchShare)
 	c.PredictedTPOT = toDuration(step * (1 - share + share*float64(batch)/float64(base)))
+	c.SharedTPOT = c.PredictedTPOT + sharedStep(cfg, max(p.QueuedPrefillTokens, 0)+rv.prefill+prompt-t.PrefixTokens, tps)
 	return c
+}
+
+// sharedStep is what a step of a chunked-prefill engine with queued prefill tokens queued adds
+// to its decodes' step: the step computes up to Config.StepTokens of them (all of the queue,
+// whatever the priorities, since the decodes run in the same step), at prefill rate tps.
+func sharedStep(cfg *Config, queued int, tps float64) time.Duration {
+	if cfg.StepTokens <= 0 || queued <= 0 {
+		return 0
+	}
+	return toDuration(float64(min(queued, cfg.StepTokens)) / tps)
 }
 
 // applyGate marks candidates the load gate moves behind the others: c is gated when

@@ -44,6 +44,11 @@ type Request struct {
 	// the peers holding the request's longest cached prefix are its prefix homes and keep it
 	// (the locality rule, locality.go); without one, the load gate alone orders the holders.
 	TTFTTarget, TPOTTarget time.Duration
+	// StepTPOTTarget is the TPOT the decodes already running on a peer must keep, whatever
+	// their class: the tightest TPOT SLO of the classes and of this request (zero: none known).
+	// Under the locality rule a home keeps the request past the load gate while its
+	// Candidate.SharedTPOT is within it: its queue then costs its decodes no SLO.
+	StepTPOTTarget time.Duration
 	// TokenScale is PromptTokens over the prompt's length in kvindex's own tokens, in which
 	// blocks are cut: a cached block holds BlockTokens × TokenScale of the request's tokens
 	// (≤ 0: 1). It differs from 1 once the node has learned a model's bytes per token.
@@ -150,6 +155,11 @@ type Candidate struct {
 	Terms         Terms
 	PredictedTTFT time.Duration
 	PredictedTPOT time.Duration
+	// SharedTPOT is the TPOT the peer's decodes see while the prefill queued there, this
+	// request's uncached prompt included, runs in the same steps: PredictedTPOT plus one
+	// step's share of that prefill (up to Config.StepTokens of it) at the peer's prefill rate.
+	// It is what concentrating requests on a peer costs the decodes it runs.
+	SharedTPOT time.Duration
 	// Gated is set when the load gate moved this candidate behind the others.
 	Gated bool
 	// Sticky is set on the candidate chosen because it served the session last.
