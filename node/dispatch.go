@@ -165,6 +165,7 @@ func (n *Node) ingestBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	p, oerr := n.prepare(ep, id, body)
 	if oerr == nil {
+		p.native = nativeOf(w)
 		oerr = n.clientKVTransfer(p.req.Extra)
 	}
 	if oerr == nil {

@@ -90,7 +90,7 @@ func (n *Node) send(ctx context.Context, w http.ResponseWriter, p *prepared, own
 		return nil, outcome{}, false
 	}
 	n.forwardSent(owner)
-	resp, err := n.tr.Forward(ctx, addr, h, p.req.Body)
+	resp, err := n.tr.Forward(ctx, addr, h, n.forwardBody(p, owner, &h))
 	if err != nil {
 		o, done := n.notForwarded(ctx, w, p, owner, addr, err, span, res)
 		return nil, o, done
@@ -222,6 +222,9 @@ func endpointOf(ep engine.Endpoint) transport.Endpoint {
 // explicit error, never silently short.
 func (n *Node) relay(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *prepared, owner string, start time.Time) outcome {
 	defer resp.Body.Close()
+	if o, ok := n.relayNative(ctx, w, resp, p, owner, start); ok {
+		return o
+	}
 	if !p.stream || resp.Status != http.StatusOK {
 		return n.relayWhole(ctx, w, resp, p, owner, start)
 	}
@@ -323,7 +326,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	case h.Endpoint == transport.EndpointCompletions:
 		ep = engine.Completion
 	}
-	p, oerr := n.prepare(ep, h.RequestID, body)
+	p, oerr := n.prepareForward(ep, h, body)
 	if oerr != nil {
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return

@@ -73,6 +73,9 @@ type prepared struct {
 	moveBreak bool
 	// adapterRouted: kvmesh_route_adapter_requests_total counted the request (decide).
 	adapterRouted bool
+	// native is a Messages request's body as the client sent it, for an engine that serves
+	// the Messages API natively (messages_native.go); nil for every other request.
+	native []byte
 }
 
 func endpointName(ep engine.Endpoint) string {

@@ -24,6 +24,7 @@ func (n *Node) localState() gossip.State {
 		Role:                   n.cfg.Role,
 		EngineKind:             n.engineKind(),
 		HalvesOnly:             n.cfg.Role == route.RoleDecode && !n.localPrefill(),
+		MessagesNative:         n.servesMessages(),
 		EngineHealthy:          st.Healthy && !n.isDraining(),
 		BlockTokens:            st.BlockTokens,
 		KVBlocksTotal:          st.KVBlocksTotal,

@@ -44,7 +44,7 @@ func (n *Node) ingestMessages(ctx context.Context, w http.ResponseWriter, r *htt
 		return o
 	}
 	aw.SetStopSequences(req.StopSequences)
-	return n.ingestBody(ctx, aw, r, engine.Chat, id, start, body)
+	return n.ingestBody(ctx, &messagesWriter{ResponseWriter: aw, body: req.Raw}, r, engine.Chat, id, start, body)
 }
 
 // finishMessages sends aw's answer. A request the drain ended before anything was written is

@@ -188,6 +188,9 @@ func (n *Node) continuation(o *prepared, cs *relay.Stream) (next *prepared, why 
 	if oerr != nil {
 		return nil, oerr.Message
 	}
+	if cs == nil {
+		next.native = o.native // run again whole: as the client sent it, where an engine takes that
+	}
 	a := &next.adm
 	a.Priority, a.Tenant, a.TTFTSLO, a.TPOTSLO, a.QueueTTL = o.adm.Priority, o.adm.Tenant, o.adm.TTFTSLO, o.adm.TPOTSLO, o.adm.QueueTTL
 	a.Arrived = time.Now() // admitted afresh; it runs outside any agent window

@@ -24,6 +24,7 @@ import (
 // for the caller to move the request elsewhere.
 func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepared, start time.Time, origin string) outcome {
 	n.m.served.WithLabelValues(origin).Inc()
+	native := n.nativeRun(p)
 	st, err := n.generate(ctx, p)
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
@@ -58,9 +59,12 @@ func (n *Node) serveLocal(ctx context.Context, w http.ResponseWriter, p *prepare
 	enc := render.New(p.endpoint, p.req.ID, p.model.Name, p.includeUsage, firstAt)
 	var o outcome
 	var u *engine.Usage
-	if p.stream {
+	switch {
+	case native:
+		o, u = n.answerNative(ctx, w, p, st, first)
+	case p.stream:
 		o, u = n.stream(ctx, w, p, st, first, enc)
-	} else {
+	default:
 		o, u = n.collect(ctx, w, p, st, first, enc)
 	}
 	if o.completed && u != nil {
