@@ -130,7 +130,7 @@ func (n *Node) delegate(ctx context.Context, w http.ResponseWriter, p *prepared,
 	fctx, span := n.startForward(ctx, name, &h)
 	defer span.End()
 	n.forwardSent(name)
-	resp, err := n.tr.Forward(fctx, addr, h, p.req.Body)
+	resp, err := n.tr.Forward(fctx, addr, h, n.forwardBody(p, name, &h))
 	if err != nil {
 		return n.notDelegated(ctx, p, name, addr, err, span)
 	}

@@ -96,9 +96,11 @@ func (n *Node) prepareForward(ep engine.Endpoint, h transport.Header, body []byt
 
 // forwardBody is the body of p's forward to owner with header h: the client's Messages body
 // (h's endpoint set to EndpointMessages) when owner's engine serves the API natively and the
-// forward runs p whole from its start; else the chat body.
+// forward runs p whole from its start; else the chat body. A delegate is sent the Messages
+// body on the same condition (its record is what says it reads EndpointMessages), and passes
+// the request through to the owner it picks as this node would.
 func (n *Node) forwardBody(p *prepared, owner string, h *transport.Header) []byte {
-	if p.native == nil || h.Prefill || h.Handover != nil || h.Resume != nil || h.Delegate != nil || n.g == nil ||
+	if p.native == nil || h.Prefill || h.Handover != nil || h.Resume != nil || n.g == nil ||
 		!n.g.MessagesNative(owner) {
 		return p.req.Body
 	}
