@@ -77,6 +77,18 @@ func startMessagesEngine(t *testing.T, broken bool) *messagesEngine {
 	return f
 }
 
+// received is the next body f's engine was sent; the test fails when none comes.
+func (f *messagesEngine) received(t *testing.T) []byte {
+	t.Helper()
+	select {
+	case b := <-f.bodies:
+		return b
+	case <-time.After(5 * time.Second):
+		t.Fatal("the native engine was sent no Messages request")
+		return nil
+	}
+}
+
 // messagesBody is a Messages request with a system prompt, a tool and a stop sequence; STREAM
 // is replaced.
 const messagesBody = `{"model":"` + model + `","max_tokens":64,"system":"be brief","stop_sequences":["END"],` +
@@ -134,7 +146,7 @@ func TestMessagesPassedThroughToNativeEngine(t *testing.T) {
 					t.Fatalf("status %d node %q native %q: %s", resp.StatusCode, resp.Header.Get(node.HeaderNode),
 						resp.Header.Get(node.HeaderNative), got)
 				}
-				if sent := <-native.bodies; string(sent) != body {
+				if sent := native.received(t); string(sent) != body {
 					t.Errorf("the engine got\n%s\nwant the client's body\n%s", sent, body)
 				}
 				if string(got) != want {
@@ -161,7 +173,13 @@ func TestMessagesTranslatedBesideNativeEngine(t *testing.T) {
 			if resp.StatusCode != http.StatusOK || resp.Header.Get(node.HeaderNode) != "n2" || resp.Header.Get(node.HeaderNative) != "" {
 				t.Fatalf("status %d node %q native %q: %s", resp.StatusCode, resp.Header.Get(node.HeaderNode), resp.Header.Get(node.HeaderNative), got)
 			}
-			sent := string(<-chat.bodies)
+			var sent string
+			select {
+			case b := <-chat.bodies:
+				sent = string(b)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the chat engine was sent nothing")
+			}
 			if !strings.Contains(sent, `"role":"system"`) || !strings.Contains(sent, `"tool_calls"`) {
 				t.Errorf("the chat engine got no chat translation: %s", sent)
 			}
@@ -183,7 +201,7 @@ func TestNativeMessagesStreamBreakEndsWithError(t *testing.T) {
 		t.Run(fmt.Sprintf("via n%d", i+1), func(t *testing.T) {
 			resp := post(t, url, "/v1/messages", body, nil)
 			got := string(readAll(t, resp))
-			<-native.bodies
+			native.received(t)
 			if resp.StatusCode != http.StatusOK || !strings.HasPrefix(got, sent) {
 				t.Fatalf("status %d; the client got\n%q\nwant it to begin with what the engine sent\n%q", resp.StatusCode, got, sent)
 			}
