@@ -175,3 +175,12 @@ func (g *Gossip) memberEvent(n *memberlist.Node, live Liveness) {
 		g.met.members.WithLabelValues(string(l)).Set(float64(counts[l]))
 	}
 }
+
+// MessagesNative reports whether the member named name last said its engine serves the
+// Anthropic Messages API natively (State.MessagesNative); false for a name it does not know.
+func (g *Gossip) MessagesNative(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.peers[name]
+	return p != nil && p.state.MessagesNative
+}

@@ -122,6 +122,10 @@ type State struct {
 	// whole (its route.decode_local_prefill off), so that no ingress offers it one. Records
 	// without it (older nodes') say a decode node runs whole requests, as they did by default.
 	HalvesOnly bool
+	// MessagesNative: the node's engine serves the Anthropic Messages API natively, so an
+	// ingress forwards a Messages request to it as the client sent it (EndpointMessages)
+	// rather than translated to chat. Records without it (older nodes') say it does not.
+	MessagesNative bool
 
 	EngineHealthy       bool
 	BlockTokens         int

@@ -18,7 +18,7 @@ func fullState() State {
 		Models:    []ModelInfo{{Name: "llama-3.1-8b", ContextTokens: 131072, BytesPerToken: 3.5}, {Name: "qwen2.5-7b", ContextTokens: 32768}},
 		Adapters:  []Adapter{{Name: "sql", Parent: "llama-3.1-8b", Resident: true}, {Name: "chat", Parent: "llama-3.1-8b"}},
 		LoRASlots: 4, LoRAFree: 3,
-		Role: "mixed", EngineKind: "sim", HalvesOnly: true, EngineHealthy: true, BlockTokens: 16,
+		Role: "mixed", EngineKind: "sim", HalvesOnly: true, MessagesNative: true, EngineHealthy: true, BlockTokens: 16,
 		KVBlocksTotal: 8192, KVBlocksUsed: 5000, HitRate: 0.42, Running: 12, Waiting: 3,
 		QueuedPrefillTokens: 9000, PriorityScheduling: true, QueuedBeforeHigh: 1000, QueuedLowWaiting: 5000,
 		InFlightTokens: 40000, PrefillTokensPerSecond: 12000.5, KeyUsage: []KeyUsage{{ID: 7, TokensPerSecond: 1500.5}, {ID: 3, TokensPerSecond: 2}},
@@ -79,6 +79,22 @@ func TestStateHalvesOnly(t *testing.T) {
 	}
 	if s, err := DecodeState(b); err != nil || !s.HalvesOnly {
 		t.Fatalf("decoded %+v, %v; want HalvesOnly", s, err)
+	}
+}
+
+// TestStateMessagesNative pins MessagesNative on the wire: tag 45, one byte; a record without
+// it, an older node's, says its engine takes no Messages request as sent.
+func TestStateMessagesNative(t *testing.T) {
+	old := []byte{StateVersion, tagName, 1, 'n'}
+	if s, err := DecodeState(old); err != nil || s.MessagesNative {
+		t.Fatalf("an older record: %+v, %v; want MessagesNative false", s, err)
+	}
+	b, err := EncodeState(State{Name: "n", MessagesNative: true})
+	if want := append(slices.Clone(old), 45, 1, 1); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("encoded %x, %v; want %x", b, err, want)
+	}
+	if s, err := DecodeState(b); err != nil || !s.MessagesNative {
+		t.Fatalf("decoded %+v, %v; want MessagesNative", s, err)
 	}
 }
 

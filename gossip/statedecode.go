@@ -87,6 +87,8 @@ func (s *State) decodeField(tag uint64, v []byte) (err error) {
 		s.EngineKind, err = str(v)
 	case tagHalvesOnly:
 		s.HalvesOnly, err = boolean(v)
+	case tagMessagesNative:
+		s.MessagesNative, err = boolean(v)
 	case tagGossipAddr:
 		s.GossipAddr, err = str(v)
 	case tagSoftwareVersion:

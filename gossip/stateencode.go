@@ -53,7 +53,8 @@ const (
 	tagAdapter
 	tagLoRASlots
 	tagLoRAFree
-	tagLast = tagLoRAFree
+	tagMessagesNative
+	tagLast = tagMessagesNative
 )
 
 const (
@@ -133,6 +134,7 @@ func (e *enc) identity(s State) {
 	e.str(tagRole, s.Role)
 	e.str(tagEngineKind, s.EngineKind)
 	e.bool(tagHalvesOnly, s.HalvesOnly)
+	e.bool(tagMessagesNative, s.MessagesNative)
 	e.str(tagGossipAddr, s.GossipAddr)
 }
 

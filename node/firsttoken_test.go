@@ -93,6 +93,7 @@ func newStallEngine(t *testing.T) *stallEngine {
 // external points a node at s as at a vLLM server.
 func (s *stallEngine) external(cfg *node.Config) {
 	cfg.Engine, cfg.EngineKind, cfg.Models, cfg.ModelsInterval = s.srv.URL, "vllm", nil, 10*time.Millisecond
+	cfg.EngineMessages = "off" // the engine counts every request it is sent: no probe of /v1/messages
 }
 
 // allCancelled waits until every generation that reached s has had its request cancelled.

@@ -53,7 +53,7 @@ func (n *Node) ServeForward(ctx context.Context, h transport.Header, body []byte
 	case h.Endpoint == transport.EndpointCompletions:
 		ep = engine.Completion
 	}
-	p, oerr := n.api.Prepare(ep, h.RequestID, body)
+	p, oerr := n.api.PrepareForward(ep, h, body)
 	if oerr != nil {
 		refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 		return

@@ -65,3 +65,4 @@ func (h host) LocalModel(model string) (engine.Model, bool) { return h.n.localMo
 
 func (h host) ClaimedHere(r meshview.Rank, ingress string) int { return h.n.claimedHere(r, ingress) }
 func (h host) Draining() bool                                  { return h.n.isDraining() }
+func (h host) ServesMessages() bool                            { return h.n.servesMessages() }

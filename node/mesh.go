@@ -25,6 +25,7 @@ func (n *Node) localState() gossip.State {
 		Role:                   n.cfg.Role,
 		EngineKind:             n.engineKind(),
 		HalvesOnly:             n.cfg.Role == route.RoleDecode && !n.x.LocalPrefill(),
+		MessagesNative:         n.servesMessages(),
 		EngineHealthy:          st.Healthy && !n.isDraining(),
 		BlockTokens:            st.BlockTokens,
 		KVBlocksTotal:          st.KVBlocksTotal,
@@ -119,6 +120,10 @@ func (n *Node) engineKind() string {
 }
 
 func (n *Node) isDraining() bool { return n.draining.Load() }
+
+// servesMessages reports whether this node's engine serves the Anthropic Messages API
+// natively (gossiped as State.MessagesNative).
+func (n *Node) servesMessages() bool { return n.ext != nil && n.ext.ServesMessages() }
 
 // buildView fills v for a request for model whose prompt hashes to blocks; agent, when set,
 // is the request's agent; r is its rank against the other ingresses' KV claims (claims.go).

@@ -31,6 +31,9 @@ const (
 	HeaderPrefillNode = journey.HeaderPrefillNode
 	HeaderRequestID   = journey.HeaderRequestID
 	HeaderReason      = journey.HeaderReason
+	// HeaderNative, on a Messages request's response, says an engine that serves the
+	// Messages API natively wrote the body ("messages"), passed through as it is.
+	HeaderNative = journey.HeaderNative
 	// HeaderPriorityGranted is the priority the request ran at when its key (or the mesh's
 	// cap) allowed less than X-Kvmesh-Priority asked for.
 	HeaderPriorityGranted = api.HeaderPriorityGranted

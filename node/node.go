@@ -196,6 +196,9 @@ func (n *Node) buildEngine() error {
 		if n.cfg.EngineKVEvents != "" {
 			return errors.New("node: engine_kv_events reads an external engine's KV events; the embedded engine reports its cache itself")
 		}
+		if m := n.cfg.EngineMessages; m != "" && m != external.MessagesAuto && m != external.MessagesOff {
+			return errors.New("node: engine_messages is an external engine's; the embedded engine runs Messages requests translated to chat")
+		}
 		sc := n.cfg.Sim
 		if sc.BlockTokens == 0 {
 			sc.BlockTokens = kvindex.DefaultBlockTokens
@@ -242,6 +245,7 @@ func (n *Node) buildEngine() error {
 	ec.MaxRunning = n.cfg.EngineMaxRunning
 	ec.Priority = n.cfg.EnginePriority
 	ec.KVEvents = n.cfg.EngineKVEvents
+	ec.Messages = n.cfg.EngineMessages
 	// The engine's residency model says what the server caches; gossip spreads it as the
 	// embedded engine's exact report.
 	ec.OnPrefix = n.onPrefix

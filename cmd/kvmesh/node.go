@@ -50,6 +50,7 @@ func nodeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "engine-priority", Usage: "send an external vLLM each request's priority (start vLLM with --scheduling-policy priority)", EnvVars: env("engine-priority")},
 		&cli.StringFlag{Name: "adapter-source", Usage: "LoRA adapters to load on demand: a directory whose subdirectories are adapters, or a JSON file of adapter name to path or URI; the engine needs its runtime LoRA API (vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); off by default", EnvVars: env("adapter-source")},
 		&cli.StringFlag{Name: "engine-kv-events", Usage: "an external engine's KV cache event publisher: tcp://HOST:PORT dials one that binds (vLLM/SGLang --kv-events-config endpoint, e.g. tcp://127.0.0.1:5557), bind:tcp://*:PORT listens for one that dials; off by default", EnvVars: env("engine-kv-events")},
+		&cli.StringFlag{Name: "engine-messages", Usage: "whether an external engine serves the Anthropic Messages API (/v1/messages) natively: auto (the default: ask it once), on or off; where it does, Messages requests pass through untranslated", EnvVars: env("engine-messages")},
 		&cli.IntFlag{Name: "engine-kv-blocks", Value: d.EngineKVBlocks, Usage: "an external engine's KV cache size in 16-token blocks when its metrics do not say it; sizes the model of what it caches", EnvVars: env("engine-kv-blocks")},
 		&cli.IntFlag{Name: "engine-max-running", Value: d.EngineMaxRunning, Usage: "the most requests an external engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel), advertised to peers; no engine's metrics say it", EnvVars: env("engine-max-running")},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body accepted (413 above)", EnvVars: env("max-body-bytes")},
@@ -209,6 +210,7 @@ func flagConfig(c *cli.Context, cfg *node.Config) error {
 	setInt(c, "engine-max-running", &cfg.EngineMaxRunning)
 	setBool(c, "engine-priority", &cfg.EnginePriority)
 	setString(c, "engine-kv-events", &cfg.EngineKVEvents)
+	setString(c, "engine-messages", &cfg.EngineMessages)
 	setString(c, "adapter-source", &cfg.AdapterSource)
 	setStrings(c, "model", &cfg.Models)
 	setDuration(c, "models-interval", &cfg.ModelsInterval)

@@ -27,6 +27,9 @@ type Request struct {
 	Tools         []Tool
 	ToolChoice    *ToolChoice
 	UserID        string // metadata.user_id
+	// Raw is the body as the client sent it: what an engine that serves the Messages API
+	// natively is sent.
+	Raw []byte
 }
 
 // Message is one turn: role user or assistant, content a string (one text block) or blocks.
@@ -108,7 +111,7 @@ func Decode(body []byte, count bool) (*Request, *openai.Error) {
 	if err := strictUnmarshal(body, &top); err != nil || top == nil {
 		return nil, invalid("", "the body must be a JSON object: "+errText(err))
 	}
-	var r Request
+	r := Request{Raw: body}
 	names := make([]string, 0, len(top))
 	for name := range top {
 		names = append(names, name)

@@ -23,6 +23,7 @@ type ResponseWriter struct {
 	line   []byte // a stream's incomplete line
 	buf    bytes.Buffer
 	err    error
+	passed bool // Passthrough: the handler writes the client's answer itself
 }
 
 var (
@@ -116,13 +117,25 @@ func (rw *ResponseWriter) FlushError() error {
 // Unwrap is the client's writer, for http.ResponseController's deadlines.
 func (rw *ResponseWriter) Unwrap() http.ResponseWriter { return rw.w }
 
+// Passthrough hands the client's writer to a handler whose answer is already in the Messages
+// API's shape (an engine that serves the API natively): what it writes there reaches the
+// client as it is, Wrote reports true and Finish sends nothing. Headers set before, on either
+// writer, are the same.
+func (rw *ResponseWriter) Passthrough() http.ResponseWriter {
+	rw.passed = true
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	return rw.w
+}
+
 // Wrote reports whether the handler wrote anything.
 func (rw *ResponseWriter) Wrote() bool { return rw.status != 0 }
 
 // Finish sends a JSON answer: the Messages answer of a chat completion, or the Messages error
 // of an error (ErrorOf). A stream was sent as it came, and needs nothing more.
 func (rw *ResponseWriter) Finish() {
-	if rw.stream != nil || rw.status == 0 {
+	if rw.stream != nil || rw.status == 0 || rw.passed {
 		return
 	}
 	h := rw.w.Header()

@@ -78,6 +78,7 @@ func (sv *Server) IngestBody(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	p, oerr := sv.Prepare(ep, id, body)
 	if oerr == nil {
+		p.Native = nativeOf(w)
 		oerr = sv.ClientKVTransfer(p.Req.Extra)
 	}
 	if oerr == nil {

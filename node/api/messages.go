@@ -19,7 +19,8 @@ import (
 // decoding on (validation, identity, budget, routing on the chat messages' prefix, admission,
 // the waiting room, forwarding, migration), and the chat answer the path writes becomes the
 // Messages answer on its way to the client (anthropic.ResponseWriter). A forwarded Messages
-// request is a chat request to its owner, whatever engine the owner runs.
+// request is a chat request to its owner, unless the owner's engine serves the Messages API
+// natively (native.go).
 
 // The anthropic-version and anthropic-beta headers are accepted with any value and change
 // nothing (the key may come in HeaderAPIKey).
@@ -39,7 +40,7 @@ func (sv *Server) IngestMessages(ctx context.Context, w http.ResponseWriter, r *
 		return o
 	}
 	aw.SetStopSequences(req.StopSequences)
-	return sv.IngestBody(ctx, aw, r, engine.Chat, id, start, body)
+	return sv.IngestBody(ctx, &messagesWriter{ResponseWriter: aw, body: req.Raw}, r, engine.Chat, id, start, body)
 }
 
 // finishMessages sends aw's answer. A request the drain ended before anything was written is

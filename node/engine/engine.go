@@ -62,6 +62,13 @@ type Request struct {
 	// queue past its key's cap); the embedded engine honours, accepts as no-ops, or refuses
 	// each (a *ParamError; priority other than 0 among them).
 	Extra []openai.Field
+	// Messages, when set, is the client's Anthropic Messages body (POST /v1/messages), for an
+	// engine that serves that API natively (an external engine's ServesMessages): it is sent
+	// as it is, but for a max_tokens over MaxTokens, lowered to it, and answered in
+	// Chunk.Raw. Body and the fields above are the equivalent chat request's, which the node
+	// routed and admitted. Nil for every other request; never set with Resume, Handover or
+	// PrefillOnly.
+	Messages []byte
 	// Resume, when set, makes the request the continuation of a generation that another node
 	// began and lost mid-response (see Resume); nil for every other request.
 	Resume *Resume
@@ -174,6 +181,10 @@ type Chunk struct {
 	// piece adds to its Arguments (a JSON text, whole once the generation finishes
 	// FinishToolCalls). Nil for every chunk of a text answer.
 	ToolCalls []ToolCall
+	// Raw, for a Request.Messages, is the engine's answer since the previous chunk as it sent
+	// it: whole server-sent events of a stream, or the whole JSON answer. Text, FinishReason
+	// and Usage are read from it.
+	Raw []byte
 }
 
 // ToolCall is a piece of one tool call: Index says which call of the generation (0 for the

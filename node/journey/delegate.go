@@ -111,7 +111,7 @@ func (x *Executor) Delegate(ctx context.Context, w http.ResponseWriter, p *Reque
 	fctx, span := x.spans.Forward(ctx, name, &h)
 	defer span.End()
 	x.forwardSent(name)
-	resp, err := x.tr.Forward(fctx, addr, h, p.Req.Body)
+	resp, err := x.tr.Forward(fctx, addr, h, x.forwardBody(p, name, &h))
 	if err != nil {
 		return x.notDelegated(ctx, p, name, addr, err, span)
 	}

@@ -35,6 +35,10 @@ type Host interface {
 	LocalModel(model string) (engine.Model, bool)
 	// Draining reports whether the node is shutting down: it takes no new work.
 	Draining() bool
+	// ServesMessages reports whether this node's engine serves the Anthropic Messages API
+	// natively (an external engine's, asked once at its start): a Messages request runs on it
+	// as the client sent it (native.go).
+	ServesMessages() bool
 	// SelfPeer is this node as routing sees it, from its engine's exact state, holding the
 	// longest prefix of blocks its own index lists.
 	SelfPeer(blocks []uint64) route.Peer

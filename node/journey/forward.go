@@ -84,7 +84,7 @@ func (x *Executor) send(ctx context.Context, w http.ResponseWriter, p *Request, 
 		return nil, Outcome{}, false
 	}
 	x.forwardSent(owner)
-	resp, err := x.tr.Forward(ctx, addr, h, p.Req.Body)
+	resp, err := x.tr.Forward(ctx, addr, h, x.forwardBody(p, owner, &h))
 	if err != nil {
 		o, done := x.notForwarded(ctx, w, p, owner, addr, err, span, res)
 		return nil, o, done
@@ -216,6 +216,9 @@ func EndpointOf(ep engine.Endpoint) transport.Endpoint {
 // explicit error, never silently short.
 func (x *Executor) Relay(ctx context.Context, w http.ResponseWriter, resp *transport.Response, p *Request, owner string, start time.Time) Outcome {
 	defer resp.Body.Close()
+	if o, ok := x.relayNative(ctx, w, resp, p, owner, start); ok {
+		return o
+	}
 	if !p.Stream || resp.Status != http.StatusOK {
 		return x.RelayWhole(ctx, w, resp, p, owner, start)
 	}

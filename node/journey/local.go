@@ -24,6 +24,7 @@ import (
 // for the caller to move the request elsewhere.
 func (x *Executor) ServeLocal(ctx context.Context, w http.ResponseWriter, p *Request, start time.Time, origin string) Outcome {
 	x.m.Served.WithLabelValues(origin).Inc()
+	native := x.nativeRun(p)
 	st, err := x.Generate(ctx, p)
 	if err != nil {
 		// The engine said no before any output: a 4xx is a refusal (the client's request), the
@@ -58,9 +59,12 @@ func (x *Executor) ServeLocal(ctx context.Context, w http.ResponseWriter, p *Req
 	enc := render.New(p.Endpoint, p.Req.ID, p.Model.Name, p.IncludeUsage, firstAt)
 	var o Outcome
 	var u *engine.Usage
-	if p.Stream {
+	switch {
+	case native:
+		o, u = x.answerNative(ctx, w, p, st, first)
+	case p.Stream:
 		o, u = x.stream(ctx, w, p, st, first, enc)
-	} else {
+	default:
 		o, u = x.collect(ctx, w, p, st, first, enc)
 	}
 	if o.Completed && u != nil {

@@ -176,6 +176,9 @@ func (x *Executor) continuation(o *Request, cs *relay.Stream) (next *Request, wh
 	if oerr != nil {
 		return nil, oerr.Message
 	}
+	if cs == nil {
+		next.Native = o.Native // run again whole: as the client sent it, where an engine takes that
+	}
 	a := &next.Adm
 	a.Priority, a.Tenant, a.TTFTSLO, a.TPOTSLO, a.QueueTTL = o.Adm.Priority, o.Adm.Tenant, o.Adm.TTFTSLO, o.Adm.TPOTSLO, o.Adm.QueueTTL
 	a.Arrived = time.Now() // admitted afresh; it runs outside any agent window

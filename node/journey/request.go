@@ -51,6 +51,9 @@ type Request struct {
 	MoveBreak bool
 	// AdapterRouted: kvmesh_route_adapter_requests_total counted the request (decide).
 	AdapterRouted bool
+	// Native is a Messages request's body as the client sent it, for an engine that serves
+	// the Messages API natively (native.go); nil for every other request.
+	Native []byte
 }
 
 // Parking is the home whose agent window parked a step, kept by the ingress while the step

@@ -38,6 +38,7 @@ var recordNotRouted = map[string]string{
 	"State.BootID":                 "gossip: a restart told apart from a late record",
 	"State.Seq":                    "gossip: record order",
 	"State.GossipAddr":             "gossip: a record from another address than the member's is a name conflict",
+	"State.MessagesNative":         "forwardBody: a Messages request passes through to the owner (gossip.MessagesNative)",
 }
 
 // peerNotFromRecord are the fields of route.Peer that no field of the record sets, each with

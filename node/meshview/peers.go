@@ -24,6 +24,7 @@ type PeerInfo struct {
 	Role                   string             `json:"role"`
 	EngineKind             string             `json:"engine_kind"`
 	HalvesOnly             bool               `json:"halves_only"`
+	MessagesNative         bool               `json:"messages_native"`
 	EngineHealthy          bool               `json:"engine_healthy"`
 	BlockTokens            int                `json:"block_tokens"`
 	KVBlocksTotal          int                `json:"kv_blocks_total"`
@@ -79,7 +80,7 @@ func Info(m *gossip.Member) PeerInfo {
 		Liveness: string(m.Liveness), AgeSeconds: m.Age.Seconds(), Stale: m.Stale, Candidate: m.Candidate,
 		Incarnation: m.Incarnation, PrefixBlocks: m.PrefixBlocks,
 		Models: s.Models, Role: s.Role, EngineKind: s.EngineKind, HalvesOnly: s.HalvesOnly, EngineHealthy: s.EngineHealthy,
-		BlockTokens: s.BlockTokens, KVBlocksTotal: s.KVBlocksTotal, KVBlocksUsed: s.KVBlocksUsed,
+		MessagesNative: s.MessagesNative, BlockTokens: s.BlockTokens, KVBlocksTotal: s.KVBlocksTotal, KVBlocksUsed: s.KVBlocksUsed,
 		HitRate: s.HitRate, Running: s.Running, Waiting: s.Waiting, QueuedPrefillTokens: s.QueuedPrefillTokens,
 		PriorityScheduling: s.PriorityScheduling, QueuedBeforeHigh: s.QueuedBeforeHigh, QueuedLowWaiting: s.QueuedLowWaiting,
 		InFlightTokens: s.InFlightTokens, PrefillTokensPerSecond: s.PrefillTokensPerSecond,

@@ -80,6 +80,12 @@ type Config struct {
 	// default, reads none. The events tell the node at once when the engine clears its cache
 	// and how much it evicts (see docs/design/engine.md). External engines only.
 	EngineKVEvents string `json:"engine_kv_events"`
+	// EngineMessages says whether an external engine serves the Anthropic Messages API (POST
+	// /v1/messages) natively: "on", "off", or "auto" (also "", the default), which asks the
+	// engine once at start (an empty body: a 404 or 405 means no). Where it does, a Messages
+	// request is passed to it as the client sent it and its answer reaches the client as the
+	// engine wrote it; elsewhere the request is translated to chat (docs/design/engine.md).
+	EngineMessages string `json:"engine_messages"`
 	// PublishKVEvents has the embedded engine publish its KV cache events in vLLM's format on
 	// this endpoint (tcp://host:port; kvmesh engine --kv-events); empty, the default, publishes
 	// none.

@@ -47,6 +47,10 @@ func New(w http.ResponseWriter, chat, track bool) *Stream {
 	return &Stream{w: w, rc: http.NewResponseController(w), chat: chat, track: track}
 }
 
+// Client is the client's writer, for an answer that does not pass through the stream (a
+// native Messages answer, which never moves).
+func (s *Stream) Client() http.ResponseWriter { return s.w }
+
 // Resume makes the next events a continuation's.
 func (s *Stream) Resume() {
 	s.cont, s.status, s.scratch, s.pending = true, 0, http.Header{}, nil

@@ -130,6 +130,10 @@ const (
 	// EndpointResponses is POST /v1/responses, passed to the owner's external engine; the
 	// request fields are unused as for EndpointEmbeddings.
 	EndpointResponses
+	// EndpointMessages is POST /v1/messages, for an owner whose engine serves the Anthropic
+	// Messages API natively: the body is the client's Messages request, and the request fields
+	// are those of its translation to chat, which the ingress routed and admitted.
+	EndpointMessages
 
 	// numEndpoints is the number of endpoints this version knows. A peer built before an
 	// endpoint was added refuses its requests with StatusKind and CodeKind, so a new endpoint
@@ -148,6 +152,8 @@ func (e Endpoint) String() string {
 		return "embeddings"
 	case EndpointResponses:
 		return "responses"
+	case EndpointMessages:
+		return "messages"
 	default:
 		return fmt.Sprintf("endpoint(%d)", uint8(e))
 	}

@@ -29,6 +29,8 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{"request at the duration limit", Header{Endpoint: EndpointChat, Waited: math.MaxInt64, TTFTSLO: 1, TPOTSLO: math.MaxInt64}},
 		{"embeddings request", Header{Endpoint: EndpointEmbeddings, RequestID: "r", Hops: 1, Tenant: "t", Ingress: "a"}},
 		{"responses request", Header{Endpoint: EndpointResponses, RequestID: "r", Hops: 1, Priority: 10, Ingress: "a"}},
+		{"messages request", Header{Endpoint: EndpointMessages, RequestID: "m", Hops: 1, Priority: 1, Ingress: "a",
+			Blocks: []uint64{7, 8}, TTFTSLO: time.Second}},
 		{"agent renew", Header{Kind: KindAgentRenew, RequestID: "r", Hops: 1, Priority: 3, Tenant: "t", AgentID: "a",
 			Ingress: "b", RenewWait: 250 * time.Millisecond}},
 		{"agent renew without a wait", Header{Kind: KindAgentRenew, AgentID: "a"}},
@@ -134,7 +136,7 @@ func rawHeader(version byte, kind Kind, tail ...byte) []byte {
 
 // TestEndpointNames pins the endpoint names logs show, one per endpoint this version knows.
 func TestEndpointNames(t *testing.T) {
-	want := []string{"chat", "completions", "embeddings", "responses"}
+	want := []string{"chat", "completions", "embeddings", "responses", "messages"}
 	if int(numEndpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d names", numEndpoints, len(want))
 	}

@@ -2,6 +2,7 @@ package external
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,10 @@ type Config struct {
 	// for a publisher that dials (kvevents.Config.Endpoint); empty, the default, reads none.
 	// Its events drive the residency model's evictions (kvevents.go).
 	KVEvents string
+	// Messages says whether the server serves the Anthropic Messages API natively (POST
+	// /v1/messages): MessagesOn, MessagesOff, or MessagesAuto (also ""), which asks the
+	// server once (probeMessages). See ServesMessages.
+	Messages string
 	// Passed through to State; engines do not export them.
 	PrefillTokensPerSecond float64
 	DecodeStepSeconds      float64
@@ -136,6 +141,9 @@ type Engine struct {
 	lastMissing string
 
 	inflight atomic.Int64
+	// messages is what the server said of /v1/messages (messagesUnknown until it answered the
+	// probe, with MessagesAuto).
+	messages atomic.Int32
 
 	closeOnce sync.Once
 	cancel    context.CancelFunc
@@ -179,18 +187,15 @@ func New(cfg Config) (*Engine, error) {
 	fill(&cfg.BlockTokens, def.BlockTokens)
 	fill(&cfg.NominalKVBlocks, def.NominalKVBlocks)
 	fill(&cfg.MaxRunning, def.MaxRunning)
-	if cfg.ScrapeInterval == 0 {
-		cfg.ScrapeInterval = def.ScrapeInterval
-	}
-	if cfg.ScrapeTimeout == 0 {
-		cfg.ScrapeTimeout = min(cfg.ScrapeInterval, def.ScrapeTimeout)
-	}
-	if cfg.ModelsInterval == 0 {
-		cfg.ModelsInterval = def.ModelsInterval
-	}
+	cfg.ScrapeInterval = cmp.Or(cfg.ScrapeInterval, def.ScrapeInterval)
+	cfg.ScrapeTimeout = cmp.Or(cfg.ScrapeTimeout, min(cfg.ScrapeInterval, def.ScrapeTimeout))
+	cfg.ModelsInterval = cmp.Or(cfg.ModelsInterval, def.ModelsInterval)
 	if cfg.ScrapeInterval < 0 || cfg.ScrapeTimeout < 0 || cfg.ModelsInterval < 0 || cfg.DefaultContextTokens < 0 ||
 		cfg.MaxScrapeFailures < 0 || cfg.BlockTokens < 0 || cfg.NominalKVBlocks < 0 {
 		return nil, errors.New("external: negative config value")
+	}
+	if err := checkMessages(cfg.Messages); err != nil {
+		return nil, err
 	}
 	if cfg.Priority && cfg.Kind != KindVLLM {
 		return nil, fmt.Errorf("external: request priority is sent only to a %s engine, not %s", KindVLLM, cfg.Kind)
@@ -259,6 +264,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.cfg.Kind != KindOpenAI {
 		e.scrape(ctx)
 	}
+	e.probeMessages(ctx)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	e.mu.Lock()
@@ -300,6 +306,7 @@ func (e *Engine) loop(ctx context.Context, done chan struct{}) {
 			e.scrape(ctx)
 		case <-models.C:
 			_ = e.refreshModels(ctx, false) // logged and counted inside
+			e.probeMessages(ctx)            // until the server has answered it once
 			models.Reset(e.nextModelsFetch())
 		}
 	}
@@ -483,8 +490,12 @@ func statusError(resp *http.Response) *StatusError {
 
 // generate forwards req to the engine and returns once the engine answered 200 and its stream
 // is open (Generate, in residency.go, wraps it). A prefill half (req.PrefillOnly) is sent in a
-// vLLM prefill server's shape and answered at once with its handover (disagg.go).
+// vLLM prefill server's shape and answered at once with its handover (disagg.go); a Messages
+// request goes to /v1/messages (messages.go).
 func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	if req.Messages != nil {
+		return e.generateMessages(ctx, req)
+	}
 	path := "/v1/chat/completions"
 	if req.Endpoint == engine.Completion {
 		path = "/v1/completions"
@@ -493,57 +504,18 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, e.url(path), bytes.NewReader(body))
+	c, err := e.call(ctx, path, body, req, !req.PrefillOnly)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("external: building request: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if !req.PrefillOnly {
-		hreq.Header.Set("Accept", "text/event-stream")
-	}
-	if req.ID != "" {
-		hreq.Header.Set("X-Request-Id", req.ID)
-	}
-	if req.Priority != 0 {
-		// A kvmesh engine (the embedded engine served alone) schedules by it; other engines
-		// ignore the header (vLLM's own field is SetPriority's, with Config.Priority).
-		hreq.Header.Set(PriorityHeader, strconv.Itoa(req.Priority))
-	}
-	span := startCall(hreq)
-	resp, err := e.client.Do(hreq)
-	if err != nil {
-		cancel()
-		callFailed(span, err)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("external: request cancelled: %w", ctx.Err())
-		}
-		return nil, fmt.Errorf("external: %w: %w", engine.ErrUnavailable, err)
-	}
-	callAnswered(span, resp.StatusCode)
-	if resp.StatusCode != http.StatusOK {
-		se := statusError(resp)
-		resp.Body.Close()
-		cancel()
-		span.End()
-		e.log.Debug("engine refused request", "id", req.ID, "status", se.Status, "message", se.Message)
-		if req.Handover != nil && se.Param == "kv_transfer_params" {
-			// The handover is the prefill's, not the client's: another decode node may take it.
-			return nil, fmt.Errorf("external: %w: the engine refused the handover: %s", engine.ErrUnavailable, se.Message)
-		}
-		return nil, se
+		return nil, err
 	}
 	if req.PrefillOnly {
-		st, err := readPrefill(resp.Body, req)
-		resp.Body.Close()
-		cancel()
-		span.End()
+		st, err := readPrefill(c.resp.Body, req)
+		c.end()
 		return st, err
 	}
 	e.inflight.Add(1)
-	s := &stream{ctx: sctx, cancel: cancel, body: resp.Body, sse: wire.NewSSEReader(resp.Body),
-		onClose: func() { e.inflight.Add(-1); span.End() }}
+	s := &stream{ctx: c.ctx, cancel: c.cancel, body: c.resp.Body, sse: wire.NewSSEReader(c.resp.Body),
+		onClose: func() { e.inflight.Add(-1); c.span.End() }}
 	return s, nil
 }
 

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/node/engine"
 )
@@ -62,4 +65,68 @@ func (c *closeHook) Close() error {
 // APIError says what the client gets.
 func ErrorOf(status int, body []byte) *StatusError {
 	return statusError(&http.Response{StatusCode: status, Body: io.NopCloser(bytes.NewReader(body))})
+}
+
+// engineCall is a generation the engine answered 200: its response, the context that cancels
+// it, and its client span.
+type engineCall struct {
+	resp   *http.Response
+	ctx    context.Context
+	cancel context.CancelFunc
+	span   trace.Span
+}
+
+// end closes the call: its body, its context and its span.
+func (c *engineCall) end() {
+	c.resp.Body.Close()
+	c.cancel()
+	c.span.End()
+}
+
+// call posts body for req to the engine's path (accepting a stream when stream) and returns
+// the call once the engine answered 200; any other answer is a *StatusError, no answer an
+// error wrapping engine.ErrUnavailable (or ctx's).
+func (e *Engine) call(ctx context.Context, path string, body []byte, req *engine.Request, stream bool) (*engineCall, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, e.url(path), bytes.NewReader(body))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("external: building request: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if stream {
+		hreq.Header.Set("Accept", "text/event-stream")
+	}
+	if req.ID != "" {
+		hreq.Header.Set("X-Request-Id", req.ID)
+	}
+	if req.Priority != 0 {
+		// A kvmesh engine (the embedded engine served alone) schedules by it; other engines
+		// ignore the header (vLLM's own field is SetPriority's, with Config.Priority).
+		hreq.Header.Set(PriorityHeader, strconv.Itoa(req.Priority))
+	}
+	span := startCall(hreq)
+	resp, err := e.client.Do(hreq)
+	if err != nil {
+		cancel()
+		callFailed(span, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("external: request cancelled: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("external: %w: %w", engine.ErrUnavailable, err)
+	}
+	callAnswered(span, resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		se := statusError(resp)
+		resp.Body.Close()
+		cancel()
+		span.End()
+		e.log.Debug("engine refused request", "id", req.ID, "status", se.Status, "message", se.Message)
+		if req.Handover != nil && se.Param == "kv_transfer_params" {
+			// The handover is the prefill's, not the client's: another decode node may take it.
+			return nil, fmt.Errorf("external: %w: the engine refused the handover: %s", engine.ErrUnavailable, se.Message)
+		}
+		return nil, se
+	}
+	return &engineCall{resp: resp, ctx: sctx, cancel: cancel, span: span}, nil
 }
