@@ -204,39 +204,7 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 		return true
 	}
 	var dropped FilterCounts // the power cap and the thermal limit (dropLimited), not counted: no whole candidate is dropped
-	for i := range peers {
-		p := &peers[i]
-		if !eligible(p, partPrefill) {
-			continue
-		}
-		r := rv(p.Name)
-		if prefillBusy(cfg, req, bt, p, r) {
-			out.Busy = true
-			continue
-		}
-		c := evaluate(cfg, req, bt, i, p, r)
-		limit(cfg, &c, p)
-		t := &c.Terms
-		c.Score = on(cfg.Weights.Prefix)*t.Prefix - on(cfg.Weights.Load)*t.Load
-		// The prefill half's TTFT ends with the prompt's KV: no decode step.
-		c.PredictedTTFT = prefillTime(cfg, QueuedAhead(p, req.Priority)+r.prefill+prompt-t.PrefixTokens, t.PrefillRate)
-		out.Prefill = append(out.Prefill, c)
-	}
-	out.Prefill = dropLimited(out.Prefill, &dropped)
-	applyGate(cfg, out.Prefill)
-	slices.SortStableFunc(out.Prefill, func(a, b Candidate) int {
-		switch {
-		case a.Gated != b.Gated:
-			if a.Gated {
-				return 1
-			}
-			return -1
-		case a.Gated:
-			return cmp.Or(cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))
-		}
-		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT),
-			mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
-	})
+	searchPrefill(cfg, req, bt, peers, rv, eligible, out, &dropped)
 	// The decode half arrives after the best prefill, the hop and the transfer: a decode peer
 	// is judged on its KV then, not now (decodeBusy).
 	arrive := onDur(cfg.SplitHop) + TransferTime(cfg, prompt)
@@ -286,6 +254,46 @@ func pairSearch(cfg *Config, req Request, peers []Peer, rv func(string) reserved
 	out.Local = dropLimited(out.Local, &dropped)
 	slices.SortStableFunc(out.Local, func(a, b Candidate) int {
 		return cmp.Or(withinTPOT(tpotSLO, a, b), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))
+	})
+}
+
+// searchPrefill is pairSearch's prefill half: out.Prefill from the peers eligible for it, best
+// first, and out.Busy set for a busy one; dropped counts the limited ones dropLimited drops.
+func searchPrefill(cfg *Config, req Request, bt int, peers []Peer, rv func(string) reserved,
+	eligible func(*Peer, part) bool, out *PairSearch, dropped *FilterCounts) {
+	prompt := max(req.PromptTokens, 0)
+	for i := range peers {
+		p := &peers[i]
+		if !eligible(p, partPrefill) {
+			continue
+		}
+		r := rv(p.Name)
+		if prefillBusy(cfg, req, bt, p, r) {
+			out.Busy = true
+			continue
+		}
+		c := evaluate(cfg, req, bt, i, p, r)
+		limit(cfg, &c, p)
+		t := &c.Terms
+		c.Score = on(cfg.Weights.Prefix)*t.Prefix - on(cfg.Weights.Load)*t.Load
+		// The prefill half's TTFT ends with the prompt's KV: no decode step.
+		c.PredictedTTFT = prefillTime(cfg, QueuedAhead(p, req.Priority)+r.prefill+prompt-t.PrefixTokens, t.PrefillRate)
+		out.Prefill = append(out.Prefill, c)
+	}
+	out.Prefill = dropLimited(out.Prefill, dropped)
+	applyGate(cfg, out.Prefill)
+	slices.SortStableFunc(out.Prefill, func(a, b Candidate) int {
+		switch {
+		case a.Gated != b.Gated:
+			if a.Gated {
+				return 1
+			}
+			return -1
+		case a.Gated:
+			return cmp.Or(cmp.Compare(a.PredictedTTFT, b.PredictedTTFT), cmp.Compare(a.Peer, b.Peer))
+		}
+		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.PredictedTTFT, b.PredictedTTFT),
+			mixedLast(peers, a, b), cmp.Compare(a.Peer, b.Peer))
 	})
 }
 

@@ -1,18 +1,13 @@
 package external
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +18,6 @@ import (
 	"github.com/kvmesh/kvmesh/kvindex"
 	"github.com/kvmesh/kvmesh/node/engine"
 	"github.com/kvmesh/kvmesh/node/engine/kvevents"
-	wire "github.com/kvmesh/kvmesh/node/openai"
 )
 
 // Engine kinds: which metric names to scrape.
@@ -358,209 +352,5 @@ func (e *Engine) State() engine.State {
 
 func (e *Engine) url(path string) string { return e.base.String() + path }
 
-// StatusError is an HTTP error answer from the engine before any output. It wraps
-// engine.ErrRejected for a 4xx the client caused and engine.ErrUnavailable otherwise, and
-// keeps the engine's status and OpenAI error fields so the node can relay a 4xx as is.
-type StatusError struct {
-	Status  int
-	Message string
-	Type    string
-	Param   string
-	// Code is the engine's error code when it sent a string one (vLLM sends the HTTP status
-	// as a number, which is not kept).
-	Code string
-	// Structured: the body was a JSON error (OpenAI's {"error":{...}}, vLLM's or TGI's), not
-	// plain text such as a proxy's or a router's "404 page not found".
-	Structured bool
-}
-
 // PriorityHeader carries a request's admitted priority to the engine, in kvmesh's convention.
 const PriorityHeader = "X-Kvmesh-Priority"
-
-// CodeEngineOverloaded is the code of an engine's 429 that names none (TGI at its
-// concurrency cap sends {"error":"Model is overloaded","error_type":"overloaded"}).
-const CodeEngineOverloaded = "engine_overloaded"
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("external: engine answered %d: %s", e.Status, e.Message)
-}
-
-// HTTPStatus is the engine's status code.
-func (e *StatusError) HTTPStatus() int { return e.Status }
-
-// clientError reports whether the answer is the client's to fix: a 4xx other than the
-// engine refusing the node's own credentials (401, 403, 407; the node sends none).
-func (e *StatusError) clientError() bool {
-	switch e.Status {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired:
-		return false
-	}
-	return e.Status >= 400 && e.Status < 500
-}
-
-// Unwrap gives the engine sentinel.
-func (e *StatusError) Unwrap() error {
-	if e.clientError() {
-		return engine.ErrRejected
-	}
-	return engine.ErrUnavailable
-}
-
-// APIError returns the error to send the client. A 4xx the client caused keeps its status, the
-// engine's message, param and string code; without a code it gets one by status: 404
-// model_not_found (not_found for a plain-text 404, which means a missing path), 413
-// body_too_large, 429 engine_overloaded, others invalid_request. Anything else (5xx, and the
-// engine refusing the node's credentials) is a 502 engine_error.
-func (e *StatusError) APIError() *wire.Error {
-	if !e.clientError() {
-		return wire.ErrEngine(e.Error())
-	}
-	code := e.Code
-	if code == "" {
-		switch e.Status {
-		case http.StatusNotFound:
-			code = "not_found"
-			if e.Structured {
-				code = wire.CodeModelNotFound
-			}
-		case http.StatusRequestEntityTooLarge:
-			code = wire.CodeBodyTooLarge
-		case http.StatusTooManyRequests:
-			code = CodeEngineOverloaded
-		default:
-			code = wire.CodeInvalidRequest
-		}
-	}
-	out := wire.NewError(e.Status, code, e.Message)
-	out.Param = e.Param
-	return out
-}
-
-// errorFields are the fields of an OpenAI error object; vLLM's older builds send them at the
-// top level with "object":"error".
-type errorFields struct {
-	Message string          `json:"message"`
-	Type    string          `json:"type"`
-	Param   *string         `json:"param"`
-	Code    json.RawMessage `json:"code"`
-}
-
-func (f *errorFields) into(se *StatusError) {
-	se.Message, se.Type, se.Structured = f.Message, f.Type, true
-	if f.Param != nil {
-		se.Param = *f.Param
-	}
-	var code string
-	if json.Unmarshal(f.Code, &code) == nil {
-		if _, err := strconv.Atoi(code); err != nil { // "404" is a status, not a code
-			se.Code = code
-		}
-	}
-}
-
-func statusError(resp *http.Response) *StatusError {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	se := &StatusError{Status: resp.StatusCode}
-	var body struct {
-		Error json.RawMessage `json:"error"`
-		// TGI and some others send {"error":"msg","error_type":"..."}.
-		ErrorType string `json:"error_type"`
-		errorFields
-	}
-	if json.Unmarshal(b, &body) == nil {
-		var d errorFields
-		var s string
-		switch {
-		case json.Unmarshal(body.Error, &d) == nil && d.Message != "":
-			d.into(se)
-		case json.Unmarshal(body.Error, &s) == nil && s != "":
-			se.Message, se.Type, se.Structured = s, body.ErrorType, true
-		case body.Message != "":
-			body.errorFields.into(se)
-		}
-	}
-	if se.Message == "" {
-		se.Message = strings.TrimSpace(string(b))
-		if se.Message == "" {
-			se.Message = http.StatusText(resp.StatusCode)
-		}
-	}
-	return se
-}
-
-// generate forwards req to the engine and returns once the engine answered 200 and its stream
-// is open (Generate, in residency.go, wraps it). A prefill half (req.PrefillOnly) is sent in a
-// vLLM prefill server's shape and answered at once with its handover (disagg.go); a Messages
-// request goes to /v1/messages (messages.go).
-func (e *Engine) generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	if req.Messages != nil {
-		return e.generateMessages(ctx, req)
-	}
-	path := "/v1/chat/completions"
-	if req.Endpoint == engine.Completion {
-		path = "/v1/completions"
-	}
-	body, err := e.body(req)
-	if err != nil {
-		return nil, err
-	}
-	c, err := e.call(ctx, path, body, req, !req.PrefillOnly)
-	if err != nil {
-		return nil, err
-	}
-	if req.PrefillOnly {
-		st, err := readPrefill(c.resp.Body, req)
-		c.end()
-		return st, err
-	}
-	e.inflight.Add(1)
-	s := &stream{ctx: c.ctx, cancel: c.cancel, body: c.resp.Body, sse: wire.NewSSEReader(c.resp.Body),
-		onClose: func() { e.inflight.Add(-1); c.span.End() }}
-	return s, nil
-}
-
-// body is the request body to send the engine for req: the client's, streamed (or, for a
-// prefill half, in a prefill server's shape), with the node's priority (or none), the
-// admitted max_tokens, a continuation's text or a handover's transfer parameters.
-func (e *Engine) body(req *engine.Request) ([]byte, error) {
-	if (req.PrefillOnly || req.Handover != nil) && e.cfg.Kind != KindVLLM {
-		return nil, fmt.Errorf("external: %w: a %s engine is given no half of a split request (only %s)",
-			engine.ErrUnavailable, e.cfg.Kind, KindVLLM)
-	}
-	// The streaming, the priority and the output cap, in one pass over the client's body.
-	edits := []wire.Edit{priority(e.cfg.Priority, req.Priority)}
-	if m, ok := e.sglangModel(req.Model); ok {
-		q, _ := json.Marshal(m)
-		edits = append(edits, wire.Edit{Name: "model", Value: constant(string(q)), Add: true})
-	}
-	if req.MaxTokens > 0 {
-		// Images and audio are in the prompt the node counted at an estimate only (other
-		// parts not at all), so a default it fills in, cut to the context it thinks is left,
-		// could pass the context; without a cap of the client's, such a request keeps the
-		// engine's default, the rest of its context.
-		parts := slices.ContainsFunc(req.Extra, func(f wire.Field) bool { return strings.HasPrefix(f.Name, "messages[") })
-		edits = append(edits, outputCap(req.MaxTokens, !parts)...)
-	}
-	body := bytes.TrimSpace(req.Body)
-	var err error
-	if len(body) == 0 {
-		body, err = synthesise(req)
-	} else {
-		edits = append(streaming(), edits...)
-	}
-	if err == nil {
-		body, err = edit(body, edits...)
-	}
-	if err == nil && req.Resume != nil {
-		body, err = continueBody(e.cfg.Kind, req.Endpoint, body, req.Resume)
-	}
-	switch {
-	case err != nil:
-		return nil, err
-	case req.PrefillOnly:
-		return prefillBody(body)
-	case req.Handover != nil:
-		return decodeBody(body, req.Handover)
-	}
-	return body, nil
-}
