@@ -40,14 +40,7 @@ func (sv *Server) HandleSimple(ep transport.Endpoint, ingest func(context.Contex
 		id := NewRequestID()
 		w.Header().Set(journey.HeaderRequestID, id)
 		o := ingest(r.Context(), w, r, id, start)
-		switch {
-		case o.Completed:
-			sv.m.Completed.WithLabelValues(label).Inc()
-		case o.Refused:
-			sv.m.Refused.WithLabelValues(MetricCode(o.Code)).Inc()
-		default:
-			sv.m.Failed.WithLabelValues(MetricCode(o.Code)).Inc()
-		}
+		sv.Account(label, o)
 		sv.m.E2E.Observe(time.Since(start).Seconds())
 		if !o.Completed {
 			sv.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
