@@ -309,6 +309,11 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.Batch.Name == "" {
 		cfg.Batch = def.Batch
 	}
+	for _, c := range []loadgen.Class{cfg.Interactive, cfg.Batch} {
+		if c.TTFT <= 0 || c.TPOT <= 0 {
+			return bad("class %s: TTFT SLO %s and TPOT SLO %s must be > 0", c.Name, c.TTFT, c.TPOT)
+		}
+	}
 	if cfg.Interactive.Name == cfg.Batch.Name {
 		return bad("interactive and batch classes share the name %q", cfg.Batch.Name)
 	}
