@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -190,10 +191,13 @@ func TestRunDisaggregated(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + table.String())
-	for _, want := range []string{"kvmesh-disagg: nodes prefill,decode, KV link 25 GB/s, decode nodes' step budget 512 tokens", "engines' step budget 1536 tokens", "corr(prefill, decode)", "prefill ", "p50 TTFT", "longest gap", "\tsplit\t"} {
+	for _, want := range []string{"kvmesh-disagg: nodes prefill,decode, KV link 25 GB/s, decode nodes' step budget 512 tokens", "engines' step budget 1536 tokens", "corr(prefill, decode)", "prefill ", "p50 TTFT", "longest gap"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
+	}
+	if !regexp.MustCompile(`(?m)^kvmesh-disagg +1 +split +interactive +\d+`).MatchString(table.String()) {
+		t.Errorf("table has no row of the split requests' latency:\n%s", table.String())
 	}
 	if err := res.WriteJSON(&js); err != nil {
 		t.Fatal(err)
