@@ -67,7 +67,7 @@ type Config struct {
 	// contended and where a request runs matters.
 	KVBlocks int
 	// Interactive and Batch are the classes' SLOs in simulated time (divided by TimeScale on
-	// the wire).
+	// the wire), each TTFT and TPOT above zero.
 	Interactive, Batch loadgen.Class
 	// ProbeDuration is the arrival window of each step of the capacity probe (wall time;
 	// default 20 s, or Duration if shorter). ProbeRate is its first offered rate in simulated requests per second
