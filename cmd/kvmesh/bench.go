@@ -45,6 +45,8 @@ func benchFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "probe-attainment", Value: d.ProbeAttainment, Usage: "capacity is the highest rate at which cache-aware routing without admission meets this share of SLOs", EnvVars: env("bench-probe-attainment")},
 		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "workload seed", EnvVars: env("bench-seed")},
 		&cli.BoolFlag{Name: "fitted-ttft", Usage: "send no TTFT SLO header: the mesh fits each request's target to its size and declares it, which judges the request", EnvVars: env("bench-fitted-ttft")},
+		&cli.DurationFlag{Name: "ttft-slo", Value: d.Interactive.TTFT, Usage: "interactive class TTFT SLO (simulated time)", EnvVars: env("bench-ttft-slo")},
+		&cli.DurationFlag{Name: "tpot-slo", Value: d.Interactive.TPOT, Usage: "interactive class TPOT SLO (simulated time): the target each interactive request carries, which routing's split rule and admission act on", EnvVars: env("bench-tpot-slo")},
 		&cli.IntFlag{Name: "kv-blocks", Value: d.KVBlocks, Usage: "KV cache blocks per simulated engine", EnvVars: env("bench-kv-blocks")},
 		&cli.StringFlag{Name: "baseline-scheduling", Value: d.BaselineScheduling, Usage: "scheduling policy of the engines of every policy but kvmesh (whose engines schedule by priority) and of the capacity probe: priority or fcfs (vLLM's and SGLang's default)", EnvVars: env("bench-baseline-scheduling")},
 		&cli.StringFlag{Name: "disaggregated", Usage: "node roles, comma-separated (mixed, prefill or decode), e.g. prefill,prefill,decode,decode: run kvmesh on a testnet of those roles (kvmesh-disagg) beside kvmesh on as many mixed nodes; --nodes is their count, and other policies run only if --policies names them", EnvVars: env("bench-disaggregated")},
@@ -147,6 +149,8 @@ func benchConfig(c *cli.Context) (bench.Config, error) {
 	cfg.KVBlocks = c.Int("kv-blocks")
 	cfg.BaselineScheduling = c.String("baseline-scheduling")
 	cfg.FittedTTFT = c.Bool("fitted-ttft")
+	cfg.Interactive.TTFT = c.Duration("ttft-slo")
+	cfg.Interactive.TPOT = c.Duration("tpot-slo")
 	cfg.LinkGBps = c.Float64("disagg-link-gbps")
 	cfg.DecodeBatchedTokens = c.Int("disagg-decode-batched-tokens")
 	cfg.BatchedTokens = c.Int("batched-tokens")

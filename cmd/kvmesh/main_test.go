@@ -419,6 +419,19 @@ func TestBenchDisaggregated(t *testing.T) {
 	}
 }
 
+// TestBenchClassSLOs pins --ttft-slo and --tpot-slo: the interactive class's targets, the
+// bench's defaults unless set, the batch class's untouched.
+func TestBenchClassSLOs(t *testing.T) {
+	d := bench.DefaultConfig()
+	if cfg := parseBench(t); cfg.Interactive != d.Interactive || cfg.Batch != d.Batch {
+		t.Errorf("default: %+v, %+v", cfg.Interactive, cfg.Batch)
+	}
+	cfg := parseBench(t, "--tpot-slo", "50ms", "--ttft-slo", "3s")
+	if cfg.Interactive.TPOT != 50*time.Millisecond || cfg.Interactive.TTFT != 3*time.Second || cfg.Batch != d.Batch {
+		t.Errorf("--tpot-slo 50ms --ttft-slo 3s: %+v, batch %+v", cfg.Interactive, cfg.Batch)
+	}
+}
+
 // TestBenchModels pins --models: the multi-model policies (kvmesh beside kvmesh-no-delegate)
 // unless --policies names others, and kvmesh-no-delegate is a policy --policies takes.
 func TestBenchModels(t *testing.T) {

@@ -257,9 +257,10 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 			return rows, err
 		}
 		var pools *poolCounter
+		var paths *pathCounter
 		if dis != nil {
-			pools = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale)
-			lc.Observe = pools.observe
+			pools, paths = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale), newPathCounter(p.Roles, b.cfg.TimeScale)
+			lc.Observe = func(r loadgen.RequestRecord) { pools.observe(r); paths.observe(r) }
 		}
 		loadsBefore, err := adapterLoads(b.engineRegs)
 		if err != nil {
@@ -288,6 +289,7 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 				return rows, rerr
 			}
 			if dis != nil {
+				row.Paths = paths.latencies([]string{b.cfg.Interactive.Name, b.cfg.Batch.Name})
 				if row.Disaggregated, rerr = b.disaggregated(ctx, tn, dis); rerr != nil {
 					return rows, rerr
 				}

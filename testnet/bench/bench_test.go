@@ -65,6 +65,12 @@ func TestValidate(t *testing.T) {
 		{"negative models", func(c *Config) { c.Models = -1 }, false},
 		{"more models than nodes", func(c *Config) { c.Nodes, c.Models = 2, 3 }, false},
 		{"models on disaggregated roles", func(c *Config) { c.Models, c.Disaggregated = 2, []string{"prefill", "decode"} }, false},
+		{"interactive TPOT SLO", func(c *Config) {
+			c.Interactive = loadgen.DefaultInteractive
+			c.Interactive.TPOT = 50 * time.Millisecond
+		}, true},
+		{"zero TPOT SLO", func(c *Config) { c.Interactive = loadgen.DefaultInteractive; c.Interactive.TPOT = 0 }, false},
+		{"negative TTFT SLO", func(c *Config) { c.Batch = loadgen.DefaultBatch; c.Batch.TTFT = -time.Second }, false},
 		{"same class names", func(c *Config) { c.Batch.Name = c.Interactive.Name; c.Interactive.Name = "x"; c.Batch.Name = "x" }, false},
 	}
 	for _, tt := range tests {

@@ -67,7 +67,7 @@ type Config struct {
 	// contended and where a request runs matters.
 	KVBlocks int
 	// Interactive and Batch are the classes' SLOs in simulated time (divided by TimeScale on
-	// the wire).
+	// the wire), each TTFT and TPOT above zero.
 	Interactive, Batch loadgen.Class
 	// ProbeDuration is the arrival window of each step of the capacity probe (wall time;
 	// default 20 s, or Duration if shorter). ProbeRate is its first offered rate in simulated requests per second
@@ -308,6 +308,11 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.Batch.Name == "" {
 		cfg.Batch = def.Batch
+	}
+	for _, c := range []loadgen.Class{cfg.Interactive, cfg.Batch} {
+		if c.TTFT <= 0 || c.TPOT <= 0 {
+			return bad("class %s: TTFT SLO %s and TPOT SLO %s must be > 0", c.Name, c.TTFT, c.TPOT)
+		}
 	}
 	if cfg.Interactive.Name == cfg.Batch.Name {
 		return bad("interactive and batch classes share the name %q", cfg.Batch.Name)

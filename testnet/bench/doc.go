@@ -62,7 +62,8 @@
 //
 // Disaggregated runs DisaggPolicy, kvmesh on nodes of those roles (prefill, decode, mixed),
 // beside kvmesh on as many mixed nodes; each run then also reports its split and whole
-// dispatches and a per-pool timeline of accepted and refused requests (see poolCounter).
+// dispatches, a per-pool timeline of accepted and refused requests (see poolCounter) and each
+// class's latency by the path its requests took (PathLatency).
 //
 // A Result prints as a table (WriteTable), JSON, an SVG plot of goodput and each class's p99
 // TTFT against load, a panel per class (WriteSVG), and one self-contained HTML page of plots

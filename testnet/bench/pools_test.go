@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -169,15 +170,34 @@ func TestRunDisaggregated(t *testing.T) {
 		t.Errorf("accepted: prefill %d, decode %d, completed %d", p.Accepted, d.Accepted, dis.Completed)
 	}
 
+	for _, row := range res.Rows {
+		n := 0
+		for _, l := range row.Paths {
+			n += l.Completed
+			if l.Path != PathMixed && row.Policy == KvmeshPolicy || l.Path == PathMixed && row.Policy == DisaggPolicy {
+				t.Errorf("%s: path %s", row.Policy, l.Path)
+			}
+		}
+		if n != row.Completed {
+			t.Errorf("%s: paths hold %d completed requests of %d", row.Policy, n, row.Completed)
+		}
+	}
+	if !slices.ContainsFunc(dis.Paths, func(l PathLatency) bool { return l.Path == PathSplit && l.TPOT.P99 > 0 }) {
+		t.Errorf("disaggregated run's paths %+v, want split requests with a TPOT", dis.Paths)
+	}
+
 	var table, js, svg bytes.Buffer
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + table.String())
-	for _, want := range []string{"kvmesh-disagg: nodes prefill,decode, KV link 25 GB/s, decode nodes' step budget 512 tokens", "engines' step budget 1536 tokens", "corr(prefill, decode)", "prefill ", "p50 TTFT"} {
+	for _, want := range []string{"kvmesh-disagg: nodes prefill,decode, KV link 25 GB/s, decode nodes' step budget 512 tokens", "engines' step budget 1536 tokens", "corr(prefill, decode)", "prefill ", "p50 TTFT", "longest gap"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
+	}
+	if !regexp.MustCompile(`(?m)^kvmesh-disagg +1 +split +interactive +\d+`).MatchString(table.String()) {
+		t.Errorf("table has no row of the split requests' latency:\n%s", table.String())
 	}
 	if err := res.WriteJSON(&js); err != nil {
 		t.Fatal(err)

@@ -88,6 +88,9 @@ type Row struct {
 	Whole           int                      `json:"whole"`
 	Pools           map[string]*PoolTimeline `json:"pools,omitempty"`
 	PoolCorrelation *float64                 `json:"pool_correlation,omitempty"`
+	// Paths, with Config.Disaggregated on every policy's rows, is each class's latency by the
+	// path its completed requests took (PathLatency).
+	Paths []PathLatency `json:"paths,omitempty"`
 	// With Config.Models: Entries holds the requests that entered through a node of their
 	// own model (loadgen.EntryOwn) and through another model's (loadgen.EntryOther), and
 	// OtherOverOwn compares them; Delegated counts the run's kvmesh_route_delegated_total by
@@ -412,6 +415,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			p("%s\t%.2g\t%d\t%d\t%s\t%s\t%s\n", row.Policy, row.Load, row.Split, row.Whole, strings.Join(ar, " "), strings.Join(cvs, " "), corr)
 		}
 	}
+	writePaths(r.Rows, p)
 	if res := residencyRows(r.Rows); len(res) > 0 {
 		p("\npolicy\tload\tresidency error median\tp90\tjudged requests\tcached tokens predicted\treported\n")
 		for _, row := range res {
