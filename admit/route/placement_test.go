@@ -119,3 +119,54 @@ func TestColdPlacement(t *testing.T) {
 		})
 	}
 }
+
+// TestColdKey: the key is the block holding the home minimum's last token, in the request's
+// tokens (TokenScale), or the last block of a shorter chain; a prompt shorter than the home
+// minimum, or without blocks, has none (it is placed by load).
+func TestColdKey(t *testing.T) {
+	cfg := DefaultConfig() // PrefixHomeMinTokens 1024
+	blocks := make([]uint64, 200)
+	for i := range blocks {
+		blocks[i] = uint64(i + 1)
+	}
+	tests := []struct {
+		name   string
+		prompt int
+		scale  float64
+		blocks []uint64
+		want   uint64 // 0: none
+	}{
+		{name: "16-token blocks: block 64 holds token 1,024", prompt: 3200, blocks: blocks, want: 64},
+		{name: "a block holds 32 of the request's tokens", prompt: 3200, scale: 2, blocks: blocks, want: 32},
+		{name: "a chain shorter than the minimum's block: its last", prompt: 3200, blocks: blocks[:10], want: 10},
+		{name: "a prompt under the home minimum: none", prompt: 1000, blocks: blocks},
+		{name: "no blocks: none", prompt: 3200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rq := req(tt.prompt)
+			rq.TokenScale, rq.Blocks = tt.scale, tt.blocks
+			key, ok := coldKey(&cfg, rq)
+			if ok != (tt.want != 0) || key != tt.want {
+				t.Fatalf("coldKey = %d, %v; want %d", key, ok, tt.want)
+			}
+		})
+	}
+}
+
+// TestColdPlacementSpreads: cold prefixes of many heads spread over equal peers, each peer
+// the place of some (the hash is not biased to a name).
+func TestColdPlacementSpreads(t *testing.T) {
+	r := newRouter(t, nil)
+	peers := idlePeers(4)
+	got := map[string]int{}
+	for k := uint64(1); k <= 200; k++ {
+		c := mustRoute(t, r, t0, coldReq(k*0x9e3779b97f4a7c15), peers)
+		got[c[0].Name]++
+	}
+	for _, p := range peers {
+		if got[p.Name] < 30 || got[p.Name] > 70 {
+			t.Fatalf("200 cold prefixes over 4 equal peers: %v, want each 30-70", got)
+		}
+	}
+}
