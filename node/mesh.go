@@ -134,6 +134,7 @@ func (n *Node) servesMessages() bool { return n.ext != nil && n.ext.ServesMessag
 // demand (adapters.Set.WithSource).
 func (n *Node) buildView(v *meshview.View, model, parent string, blocks []uint64, agent string, r meshview.Rank) {
 	v.Reset(journey.BlockTokens(n.eng))
+	v.Blocks = blocks
 	v.QUIC = v.QUIC[:0]
 	self := n.localState()
 	selfMember := gossip.Member{Name: n.cfg.Name, Liveness: gossip.LivenessAlive, State: self, Self: true, Candidate: true}

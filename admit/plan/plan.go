@@ -101,11 +101,13 @@ type View struct {
 	Dirty []bool
 	// BlockTokens is the KV block size the prompt was hashed with.
 	BlockTokens int
+	// Blocks are the prompt's chained block hashes (route.Request.Blocks), nil when unknown.
+	Blocks []uint64
 }
 
 // Reset empties v, keeping its storage.
 func (v *View) Reset(blockTokens int) {
-	v.Peers, v.Dirty, v.BlockTokens = v.Peers[:0], v.Dirty[:0], blockTokens
+	v.Peers, v.Dirty, v.BlockTokens, v.Blocks = v.Peers[:0], v.Dirty[:0], blockTokens, nil
 }
 
 // Add appends a peer.
@@ -157,6 +159,7 @@ func (p *Planner) Queued(now time.Time, it *admit.Item, claim *admit.Claim, v *V
 func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim *admit.Claim, v *View, pl *Plan) {
 	pl.CarbonRouted, pl.SplitWhy, pl.Search.Busy = false, "", false
 	rreq := p.routeRequest(req, v.BlockTokens)
+	rreq.Blocks = v.Blocks
 	if p.cfg.Mode == ModeKvmesh {
 		rreq.TTFTTarget, rreq.TPOTTarget = p.targets(now, req, it != nil)
 		rreq.StepTPOTTarget = p.stepTPOT(rreq.TPOTTarget)

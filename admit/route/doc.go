@@ -96,6 +96,11 @@
 // whole target keeps a request no other candidate serves with the margin, or only barely
 // sooner; else the load gate decides. Candidate.Terms.Spill is the prefix a candidate lacks
 // against the home: its recompute, and the KV of other prompts storing it evicts.
+// A prompt of at least PrefixHomeMinTokens whose prefix no peer holds (cold) goes to the first
+// candidate in its head's rendezvous order (Request.Blocks; the key is the block holding its
+// PrefixHomeMinTokens-th token) that a home would keep, the others gated behind it, so every
+// ingress places a cold prefix on the same peer and it returns there after an eviction; when
+// none would keep it, the load gate decides.
 // Without a target, for an agent's step and for KeepBusy, the rule is off.
 //
 // # Tie-break and sessions

@@ -178,13 +178,36 @@ func (r *Router) agentLoadsLocked(now time.Time, peers []Peer, eligible func(*Pe
 // rendezvous is FNV-1a of session, a separator and peer, through the splitmix64 finalizer
 // (FNV alone orders peers whose names differ in the last byte the same way for most sessions).
 func rendezvous(session, peer string) uint64 {
-	h := uint64(14695981039346656037)
-	for _, s := range [...]string{session, "\x00", peer} {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= 1099511628211
-		}
+	return mix(fnv(fnv(fnv(fnvOffset, session), "\x00"), peer))
+}
+
+// rendezvousKey is rendezvous for a 64-bit key (a prefix's, coldKey): FNV-1a of its eight
+// bytes, little-endian, a separator and peer, through the finalizer. It does not allocate.
+func rendezvousKey(key uint64, peer string) uint64 {
+	h := uint64(fnvOffset)
+	for i := 0; i < 8; i++ {
+		h ^= key >> (8 * i) & 0xff
+		h *= fnvPrime
 	}
+	return mix(fnv(fnv(h, "\x00"), peer))
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnv continues an FNV-1a hash h over s.
+func fnv(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// mix is the splitmix64 finalizer.
+func mix(h uint64) uint64 {
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 27

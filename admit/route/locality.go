@@ -100,7 +100,7 @@ func keepLocal(cfg *Config, req Request, dst []Candidate, held *heldPrefix, coun
 		longest = max(longest, dst[i].Terms.PrefixTokens)
 	}
 	if longest < cfg.PrefixHomeMinTokens {
-		return dst, false
+		return dst, placeCold(cfg, req, dst) // no home: the cold prefix's place (placement.go)
 	}
 	for i := range dst {
 		dst[i].Terms.Spill = longest - dst[i].Terms.PrefixTokens

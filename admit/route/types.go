@@ -53,6 +53,11 @@ type Request struct {
 	// blocks are cut: a cached block holds BlockTokens × TokenScale of the request's tokens
 	// (≤ 0: 1). It differs from 1 once the node has learned a model's bytes per token.
 	TokenScale float64
+	// Blocks are the prompt's chained block hashes (kvindex's, of BlockTokens each), nil when
+	// unknown. Under the locality rule a prompt whose prefix no peer holds is placed by a
+	// hash of its head (coldKey): every ingress then puts a tenant's cold prefix on the same
+	// peer while that peer serves it in time, and the prefix returns there after an eviction.
+	Blocks []uint64
 }
 
 // Peer is one node's view of a peer (or of itself), mapped from its gossiped state record.

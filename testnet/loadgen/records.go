@@ -24,6 +24,9 @@ type RequestRecord struct {
 	Node    string  `json:"node,omitempty"`
 	// PrefillNode is the node that ran a split request's prefill half (Result.PrefillNode).
 	PrefillNode string `json:"prefill_node,omitempty"`
+	// Tenant is a shared-prefix or adapters request's tenant (Item.Tenant), nil for other
+	// workloads: which node served which tenant is what tells cache locality apart.
+	Tenant *int `json:"tenant,omitempty"`
 	// PlannedPromptTokens and MaxTokens are what the workload asked for (the planned prompt
 	// of a request that is not an agent step, whose prompt grows), known also for a request
 	// refused before the engine counted its prompt (PromptTokens 0).
@@ -82,6 +85,10 @@ func (rc *recorder) write(it *Item, r *Result) {
 		PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
 		TTFTS: r.TTFT.Seconds(), TPOTS: r.TPOT().Seconds(), MaxITLS: maxITL.Seconds(), E2ES: r.E2E.Seconds(),
 		Retried: r.Retried, MetSLO: r.MetSLO(), TTFTTargetS: r.TTFTTarget.Seconds()}
+	if it.Kind == KindShared || it.Kind == KindFollowUp {
+		t := it.Tenant
+		rec.Tenant = &t
+	}
 	if rc.observe != nil {
 		rc.observe(rec)
 	}
