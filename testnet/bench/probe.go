@@ -17,7 +17,7 @@ const maxProbeDoublings = 8
 const (
 	// ProbeGrowth is the share of the offered load a step adds over the highest step met so far
 	// that the baseline must still serve within its SLOs for the step to meet by growth.
-	ProbeGrowth = 0.5
+	ProbeGrowth = 0.75
 	// ProbeFlatBand is how far below Config.ProbeAttainment a step's attainment may be and the
 	// step still meet by growth.
 	ProbeFlatBand = 0.15
@@ -105,7 +105,8 @@ func probeSearch(start float64, steps int, target float64, run func(rate float64
 // queues grow and its goodput stops growing, so the capacity found is where goodput stops
 // growing, not where attainment first dips under target. A workload with a knee is unchanged
 // in practice: there attainment falls faster than (1 − ProbeGrowth) × its step's relative load
-// increase, so a step under target also fails the growth test.
+// increase, so a step under target also fails the growth test (the probes recorded in
+// docs/performance.md find the same capacities under this rule).
 func probeMet(st ProbeStep, ref *ProbeStep, target float64) (met, byGrowth bool) {
 	switch {
 	case st.Sent == 0:

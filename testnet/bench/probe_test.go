@@ -17,8 +17,9 @@ func curveStep(att func(rate float64) float64) func(rate float64) (ProbeStep, er
 // TestProbeSearch pins the probe's rule on synthetic steps: on a workload with a knee (its
 // attainment falls steeply past the engines' saturation) the capacity is the attainment
 // threshold's, as with the threshold alone; on one whose attainment is flat in load (it falls
-// slowly from the start, and goodput keeps growing until the engines saturate at 35 req/s) it
-// is where goodput stops growing, not where attainment first dips under the threshold.
+// slowly from the start, and goodput grows until the engines saturate at 35 req/s) it is where
+// goodput's growth falls under ProbeGrowth of the added load (30 req/s), not where attainment
+// first dips under the threshold (11.57 req/s).
 func TestProbeSearch(t *testing.T) {
 	knee := func(r float64) float64 {
 		if r <= 20 {
@@ -29,9 +30,9 @@ func TestProbeSearch(t *testing.T) {
 	flat := func(r float64) float64 {
 		const saturation = 35.0
 		if r <= saturation {
-			return 0.97 - 0.005*r
+			return 0.95 - 0.004*r
 		}
-		return saturation * (0.97 - 0.005*saturation) / r // goodput flat past saturation
+		return saturation * (0.95 - 0.004*saturation) / r // goodput flat past saturation
 	}
 	tests := []struct {
 		name      string
@@ -41,7 +42,7 @@ func TestProbeSearch(t *testing.T) {
 		want      float64
 	}{
 		{"a knee: the threshold's capacity", knee, 10, 20, 20},
-		{"flat attainment: where goodput stops growing", flat, 7.5, 7.5 * math.Pow(2, 7.0/8), 30 * math.Pow(2, 1.0/4)},
+		{"flat attainment: where goodput stops growing", flat, 7.5, 7.5 * math.Pow(2, 5.0/8), 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,8 +80,8 @@ func TestProbeMet(t *testing.T) {
 	}{
 		{"at the threshold", ProbeStep{OfferedRPS: 20, Sent: 200, Attainment: 0.9}, ref, true, false},
 		{"nothing sent", ProbeStep{OfferedRPS: 20, Attainment: 1}, ref, false, false},
-		{"under it, goodput grew by over half the added load", ProbeStep{OfferedRPS: 20, Sent: 200, Attainment: 0.8}, ref, true, true},
-		{"under it, goodput grew by less", ProbeStep{OfferedRPS: 20, Sent: 200, Attainment: 0.7}, ref, false, false},
+		{"under it, goodput grew by over 3/4 of the added load", ProbeStep{OfferedRPS: 20, Sent: 200, Attainment: 0.87}, ref, true, true},
+		{"under it, goodput grew by less", ProbeStep{OfferedRPS: 20, Sent: 200, Attainment: 0.8}, ref, false, false},
 		{"under the band", ProbeStep{OfferedRPS: 100, Sent: 1000, Attainment: 0.74}, ref, false, false},
 		{"no step met before", ProbeStep{OfferedRPS: 20, Sent: 200, Attainment: 0.85}, nil, false, false},
 		{"not above the step met", ProbeStep{OfferedRPS: 8, Sent: 80, Attainment: 0.85}, ref, false, false},
