@@ -8,11 +8,9 @@
 // cache-aware routing without admission, what a fleet runs without kvmesh. Capacity is the
 // highest offered rate of the workload at which that baseline still meets ProbeAttainment (90%)
 // of SLOs: the knee of its goodput curve, the usual definition of a serving system's SLO
-// capacity; or at which its goodput still grows by ProbeGrowth of the rate a step adds, its
-// attainment within ProbeFlatBand of the target (probeMet), so that where attainment is flat
-// in load capacity is where goodput stops growing. A closed-loop probe is no yardstick for a
-// mix whose costs span three orders of magnitude: short requests cycle through its slots while
-// long ones park in them, so what it counts depends on its concurrency. The probe offers ProbeRate for ProbeDuration, doubles (or
+// capacity. A closed-loop probe is no yardstick for a mix whose costs span three orders of
+// magnitude: short requests cycle through its slots while long ones park in them, so what it
+// counts depends on its concurrency. The probe offers ProbeRate for ProbeDuration, doubles (or
 // halves) the rate until one rate meets the target and its double does not, then bisects that
 // octave ProbeSteps times. A step is cut a batch TTFT SLO after its window; what it cut missed.
 //

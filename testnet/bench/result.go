@@ -15,7 +15,7 @@ import (
 // Probe is the capacity measurement. Rates are simulated (see the package doc).
 type Probe struct {
 	// Capacity is the highest offered rate, in requests per simulated second, at which Policy
-	// (routing, no admission) met Attainment of SLOs, or still grew its goodput (ProbeStep.ByGrowth).
+	// (routing, no admission) met Attainment of SLOs.
 	Capacity float64 `json:"capacity_rps"`
 	Policy   string  `json:"policy"`
 	// EngineScheduling is the probe's engines' scheduling policy (Config.BaselineScheduling).
@@ -31,10 +31,6 @@ type ProbeStep struct {
 	Sent       int     `json:"sent"`
 	Good       int     `json:"good"`
 	Attainment float64 `json:"slo_attainment"`
-	// Met: the step counted as within capacity; ByGrowth: by its goodput's growth, its
-	// attainment under the target (probeMet).
-	Met      bool `json:"met"`
-	ByGrowth bool `json:"by_growth,omitempty"`
 }
 
 // Row is one policy at one load. Rates and latencies are in simulated time.
@@ -370,14 +366,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	} else {
 		var steps []string
 		for _, st := range r.Probe.Steps {
-			mark := "" // met by goodput's growth: "+"
-			if st.ByGrowth {
-				mark = "+"
-			}
-			steps = append(steps, fmt.Sprintf("%.2f:%s%s", st.OfferedRPS, pct(st.Attainment), mark))
+			steps = append(steps, fmt.Sprintf("%.2f:%s", st.OfferedRPS, pct(st.Attainment)))
 		}
-		p("capacity %.2f req/s: the highest rate at which %s routing without admission, on %s engines, met %s of SLOs or grew its goodput by %s of the added load (+) (probed %s)\n",
-			r.Capacity, r.Probe.Policy, r.Probe.EngineScheduling, pct(r.Probe.Attainment), pct(ProbeGrowth), strings.Join(steps, " "))
+		p("capacity %.2f req/s: the highest rate at which %s routing without admission, on %s engines, met %s of SLOs (probed %s)\n",
+			r.Capacity, r.Probe.Policy, r.Probe.EngineScheduling, pct(r.Probe.Attainment), strings.Join(steps, " "))
 	}
 	p("\npolicy\tload\toffered\tsent\tcompleted\trefused\tfailed\tgoodput\tSLO att.\t%s att.\tits bound\tatt./bound\tp50 TTFT\tp99 TTFT\t%s p99 TPOT\trefusals\tcache hit\toracle hit\trefusal reasons\tfailures\n", r.Interactive, r.Interactive)
 	p("\t×cap\treq/s\t\t\t\t\treq/s\t\t\t\t\ts\ts\tms\t\t\t\t\t\n")
