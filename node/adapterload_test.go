@@ -203,3 +203,29 @@ func TestFailedAdapterLoadAnswersAClearError(t *testing.T) {
 		t.Errorf("the engine holds %v, want good", got)
 	}
 }
+
+// A reload reads the adapter source again: an adapter it adds is valid at once and loads at
+// its first request.
+func TestReloadReadsTheAdapterSourceAgain(t *testing.T) {
+	src := adapterSource(t, model, "tenant-a")
+	tn := startNet(t, 1, func(_ int, cfg *node.Config) {
+		cfg.AdapterSource = src
+		cfg.Sim.MaxLoRAs = 4
+	})
+	url, n0 := tn.URLs()[0], tn.Nodes[0]
+	resp := post(t, url, "/v1/chat/completions", chatFor("tenant-b", "hello"), nil)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("tenant-b before the reload: status %d: %s", resp.StatusCode, body)
+	}
+	data, _ := json.Marshal(map[string]string{"tenant-a": "/lora/tenant-a", "tenant-b": "/lora/tenant-b"})
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n0.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	runAdapter(t, url, "tenant-b")
+	if v := metric(t, url, "kvmesh_adapter_loads_total", `outcome="loaded"`); v != 1 {
+		t.Errorf("loads = %v, want tenant-b's", v)
+	}
+}

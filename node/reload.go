@@ -19,7 +19,8 @@ const noConfigFile = "none"
 // Reload reads the config file (Config.ConfigFile) and the API key file again and applies what
 // can change while the node runs: admission (validation bounds, budgets, tenants, the KV marks,
 // the waiting room's caps and TTL, the SLO classes), routing (thresholds, weights, the gate),
-// the carbon tracker's threshold, staleness and fail mode, and the keys. Every other setting
+// the carbon tracker's threshold, staleness and fail mode, and the keys; and it reads the adapter
+// source (adapter_source) again. Every other setting
 // the file changes takes effect at the next restart: each reload names each one that differs
 // from what the node started with in a WARN line, so the latest reload says what is pending. The
 // file is read over DefaultConfig with Config.Overrides applied after it, as at start, so a
@@ -46,6 +47,10 @@ func (n *Node) Reload() error {
 		} else {
 			n.log.Info("api keys reloaded", "keys", n.adm.Keys().Len())
 		}
+	}
+	if err := n.adapters.Reload(); err != nil {
+		n.log.Error("adapter source not read again: the previous one stays in force", "err", err)
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		n.m.Reloads.WithLabelValues(metrics.ReloadError).Inc()

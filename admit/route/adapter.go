@@ -69,9 +69,20 @@ func residency(req *Request, p *Peer) Residency {
 // adapter's longest running reply, and meanwhile counts it among its waiting requests and
 // queued prefill, which every other request's predicted TTFT there then prices although it is
 // not ahead of them. So the peer is busy for req (busyAt): it waits in the waiting room, where
-// its deadline orders it, for a slot anywhere.
-func seatless(req *Request, p *Peer) bool {
-	return req.Parent != "" && p.LoRASlots > 0 && residency(req, p) == ResidencySwap
+// its deadline orders it, for a slot anywhere. A sheddable request finds no slot either where
+// Config.AdapterSheddableSlots or fewer are free: those are left to the other classes, since
+// the slot it would take stays its adapter's for its whole reply.
+func seatless(cfg *Config, req *Request, p *Peer) bool {
+	if req.Parent == "" || p.LoRASlots <= 0 {
+		return false
+	}
+	switch residency(req, p) {
+	case ResidencySwap:
+		return true
+	case ResidencyFreeSlot:
+		return req.Priority < 0 && p.LoRAFree <= cfg.AdapterSheddableSlots
+	}
+	return false
 }
 
 // adapterTerm is the score's adapter term of a residency, in [0,1].

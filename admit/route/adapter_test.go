@@ -137,6 +137,48 @@ func TestSeatlessPeerIsBusy(t *testing.T) {
 	}
 }
 
+// TestSheddableLeavesTheLastSlots pins that a sheddable request of an adapter not resident on
+// a peer finds it busy while Config.AdapterSheddableSlots or fewer slots are free there (the
+// slot it would take stays its adapter's for its whole reply, shutting the other classes'
+// adapters out); the other classes and a resident adapter take any free slot.
+func TestSheddableLeavesTheLastSlots(t *testing.T) {
+	withFree := func(free int, resident ...string) Peer {
+		p := loraPeer("p", 8, resident)
+		p.LoRAFree = free
+		return p
+	}
+	batch := func(r Request) Request { r.Priority = -1; return r }
+	tests := []struct {
+		name     string
+		req      Request
+		peer     Peer
+		headroom int // Config.AdapterSheddableSlots; 0: the default
+		busy     bool
+	}{
+		{"sheddable, one slot free: left to the others", batch(adapterReq("a1", 512)), withFree(1), 0, true},
+		{"sheddable, two slots free: takes one", batch(adapterReq("a1", 512)), withFree(2), 0, false},
+		{"interactive, one slot free: takes it", adapterReq("a1", 512), withFree(1), 0, false},
+		{"sheddable, its adapter resident", batch(adapterReq("a1", 512)), withFree(0, "a1"), 0, false},
+		{"sheddable, no headroom configured", batch(adapterReq("a1", 512)), withFree(1), -1, false},
+		{"sheddable, headroom of 2", batch(adapterReq("a1", 512)), withFree(2), 2, true},
+		{"a base model's sheddable request", batch(req(512)), withFree(0, "x"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, func(c *Config) {
+				if tt.headroom != 0 {
+					c.AdapterSheddableSlots = tt.headroom
+				}
+			})
+			got, err := r.Route(t0, tt.req, []Peer{tt.peer}, nil)
+			var nc *NoCandidateError
+			if busy := errors.As(err, &nc) && nc.Busy(); busy != tt.busy {
+				t.Fatalf("got %v, %v: want busy %v", names(got), err, tt.busy)
+			}
+		})
+	}
+}
+
 // TestAdapterLoadPriced pins the predicted TTFT of a peer the adapter is not resident on: it
 // carries Config.AdapterLoadTime, and the explain header names the residency.
 func TestAdapterLoadPriced(t *testing.T) {

@@ -146,6 +146,12 @@ type Config struct {
 	// adapter read from a local disk into vLLM takes from tens of milliseconds to about a
 	// second by its rank and size.
 	AdapterLoadTime time.Duration `json:"adapter_load_time,advanced"`
+	// AdapterSheddableSlots are the free adapter slots of a peer that a sheddable request
+	// (priority < 0) of an adapter not resident there leaves to the others: with that many or
+	// fewer free, the peer is busy for it (seatless). A request holds its adapter's slot for
+	// its whole reply, and while every slot holds a running adapter the engine skips the
+	// requests of every other adapter, whatever their class. Default 1; negative: none.
+	AdapterSheddableSlots int `json:"adapter_sheddable_slots,advanced"`
 	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
 	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
 	LoadHalfTokens int `json:"load_half_tokens,advanced"`
@@ -281,6 +287,7 @@ func DefaultConfig() Config {
 		ThermalHardC:                   90,
 		Weights:                        Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5, Adapter: 1.0},
 		AdapterLoadTime:                200 * time.Millisecond,
+		AdapterSheddableSlots:          1,
 		LoadHalfTokens:                 16384,
 		DefaultPrefillTokensPerSecond:  20000,
 		DefaultDecodeStepSeconds:       0.02,
@@ -338,6 +345,7 @@ func (c *Config) fill() error {
 	fillF(&c.Weights.Thermal, d.Weights.Thermal)
 	fillF(&c.Weights.Adapter, d.Weights.Adapter)
 	fillDur(&c.AdapterLoadTime, d.AdapterLoadTime)
+	fillI(&c.AdapterSheddableSlots, d.AdapterSheddableSlots)
 	fillI(&c.LoadHalfTokens, d.LoadHalfTokens)
 	fillF(&c.DefaultPrefillTokensPerSecond, d.DefaultPrefillTokensPerSecond)
 	fillF(&c.DefaultDecodeStepSeconds, d.DefaultDecodeStepSeconds)

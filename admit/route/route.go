@@ -160,7 +160,7 @@ func busyAt(cfg *Config, req Request, bt int, p *Peer, rv reserved, queued int) 
 	if busyKV(cfg, req, bt, p, rv) {
 		return true
 	}
-	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting || seatless(&req, p) {
+	if cfg.BusyWaiting > 0 && p.Waiting >= cfg.BusyWaiting || seatless(cfg, &req, p) {
 		return true
 	}
 	return QueuedAhead(p, req.Priority)+rv.prefill > queued

@@ -127,6 +127,23 @@ func (set *Set) Start() error {
 	return nil
 }
 
+// Reload reads the adapter source again and hands it to the loader (a reload of the node's
+// settings): a new entry is valid, and loads, at its next request; an adapter loaded from an
+// entry the source no longer lists stays until it is evicted. A source that cannot be read
+// leaves the previous one in force. Nothing without a source.
+func (set *Set) Reload() error {
+	if set.loader == nil {
+		return nil
+	}
+	src, err := lora.ReadSource(set.cfg.Source)
+	if err != nil {
+		return fmt.Errorf("adapters: adapter_source: %w", err)
+	}
+	set.loader.SetSource(src)
+	set.log.Info("LoRA adapter source read again", "source", set.cfg.Source, "adapters", len(src))
+	return nil
+}
+
 // listed are the adapters the engine lists now.
 func (set *Set) listed() []string {
 	var out []string

@@ -13,6 +13,9 @@
 //     used source adapter that no request holds (an eviction); with none idle, Acquire fails
 //     with ErrNoIdleSlot. Adapters the engine lists that are not in the source (loaded at its
 //     start) take room but are never unloaded.
+//   - SetSource replaces the source (a reload): a new entry loads at its first request; an
+//     adapter the loader loaded that the new source drops stays until it is evicted, and is
+//     not loaded again.
 //   - Failures are *Error values naming the adapter, wrapping ErrLoadFailed, ErrLoadTimeout or
 //     ErrNoIdleSlot.
 //   - Expected is the load time a request for an adapter should count before its first token:

@@ -92,7 +92,7 @@ type flight struct {
 
 // Loader loads a source's adapters on demand. See the package doc.
 type Loader struct {
-	cfg      Config
+	cfg      Config // its Source is read and replaced under mu (SetSource)
 	mu       sync.Mutex
 	ads      map[string]*adapter
 	tick     uint64
@@ -124,18 +124,34 @@ func New(cfg Config) (*Loader, error) {
 
 // Entry returns the source's entry for name.
 func (l *Loader) Entry(name string) (Entry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	e, ok := l.cfg.Source[name]
 	return e, ok
 }
 
 // Source returns the adapters of the source (the caller must not modify it).
-func (l *Loader) Source() Source { return l.cfg.Source }
+func (l *Loader) Source() Source {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cfg.Source
+}
+
+// SetSource replaces the source (a reload read it again; the loader keeps src, which the
+// caller must not modify). A load in progress completes from the entry it started with; an
+// adapter the loader loaded stays in the engine, used and evicted as before, even if src no
+// longer lists it (it is then never loaded again); a new entry loads at its first request.
+func (l *Loader) SetSource(src Source) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cfg.Source = src
+}
 
 // Acquire makes sure the engine holds name and holds it in use until release is called
 // (once). A name outside the source needs nothing: release is a no-op and err nil. See the
 // package doc for the waits, the evictions and the errors.
 func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err error) {
-	if _, ok := l.cfg.Source[name]; !ok {
+	if _, ok := l.Entry(name); !ok {
 		return func() {}, nil
 	}
 	wait, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
@@ -160,6 +176,11 @@ func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err 
 			l.mu.Unlock()
 			return l.releaser(a), nil
 		}
+		e, ok := l.cfg.Source[name]
+		if !ok { // a reload dropped it meanwhile: nothing to load
+			l.mu.Unlock()
+			return func() {}, nil
+		}
 		victim, err := l.victimLocked(name, listed, capacity)
 		if err != nil {
 			l.mu.Unlock()
@@ -171,7 +192,7 @@ func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err 
 			victim.busy = f
 		}
 		l.mu.Unlock()
-		if err := l.run(ctx, name, a, victim, f); err != nil {
+		if err := l.run(ctx, name, e.Path, a, victim, f); err != nil {
 			return nil, err
 		}
 	}
@@ -194,9 +215,9 @@ func (l *Loader) await(wait, ctx context.Context, name string, f *flight) error 
 	}
 }
 
-// run performs the flight f: unload victim (if any), then load name. It returns the flight's
-// error.
-func (l *Loader) run(ctx context.Context, name string, a, victim *adapter, f *flight) error {
+// run performs the flight f: unload victim (if any), then load name from path. It returns the
+// flight's error.
+func (l *Loader) run(ctx context.Context, name, path string, a, victim *adapter, f *flight) error {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.Timeout)
 	defer cancel()
 	start := l.cfg.Now()
@@ -209,7 +230,7 @@ func (l *Loader) run(ctx context.Context, name string, a, victim *adapter, f *fl
 		unloaded = err == nil
 	}
 	if err == nil {
-		err = l.cfg.Runtime.LoadAdapter(lctx, name, l.cfg.Source[name].Path)
+		err = l.cfg.Runtime.LoadAdapter(lctx, name, path)
 	}
 	took := l.cfg.Now().Sub(start)
 	outcome := OutcomeLoaded
@@ -277,7 +298,8 @@ func (l *Loader) heldLocked(name string, a *adapter, listed []string) bool {
 
 // victimLocked returns the adapter to unload before name loads: nil when the engine holds
 // fewer than capacity adapters (those it holds, and those being loaded), else the least
-// recently used source adapter it holds that no request holds, or ErrNoIdleSlot.
+// recently used adapter it holds that no request holds and that the source lists or the
+// loader loaded, or ErrNoIdleSlot.
 func (l *Loader) victimLocked(name string, listed []string, capacity int) (*adapter, error) {
 	if capacity <= 0 {
 		return nil, nil
@@ -296,7 +318,9 @@ func (l *Loader) victimLocked(name string, listed []string, capacity int) (*adap
 			continue
 		}
 		held++
-		if _, ok := l.cfg.Source[n]; !ok || n == name || (a != nil && (a.busy != nil || a.refs > 0)) {
+		_, listedInSource := l.cfg.Source[n]
+		ours := listedInSource || a != nil && a.known // one a reload dropped, the loader may still evict
+		if !ours || n == name || (a != nil && (a.busy != nil || a.refs > 0)) {
 			continue
 		}
 		if a == nil {
@@ -318,7 +342,7 @@ func (l *Loader) victimLocked(name string, listed []string, capacity int) (*adap
 // Expected is the load time a request for name should count before its first token: zero
 // for a name outside the source or one the engine holds, else the mean of recent loads.
 func (l *Loader) Expected(name string) time.Duration {
-	if _, ok := l.cfg.Source[name]; !ok {
+	if _, ok := l.Entry(name); !ok {
 		return 0
 	}
 	listed := l.cfg.Listed()

@@ -15,6 +15,7 @@ import (
 type fakeRuntime struct {
 	mu       sync.Mutex
 	loads    []string
+	paths    []string // of each load, in loads' order
 	unloads  []string
 	held     []string
 	gate     chan struct{}
@@ -37,6 +38,7 @@ func (r *fakeRuntime) LoadAdapter(ctx context.Context, name, path string) error 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.loads = append(r.loads, name)
+	r.paths = append(r.paths, path)
 	if r.fail != nil {
 		return r.fail
 	}
@@ -265,4 +267,62 @@ func TestListedAdaptersCountAndUntouchedOnesEvict(t *testing.T) {
 	if d := l.Expected("a"); d == 0 {
 		t.Error("a unloaded still expected resident")
 	}
+}
+
+// TestSetSourceReload pins a reload of the source: an entry it adds loads at its first request
+// (from its path), an adapter the loader loaded that it drops stays in the engine and is still
+// evicted when room is needed, and a dropped entry is no longer loaded.
+func TestSetSourceReload(t *testing.T) {
+	rt := &fakeRuntime{}
+	l := newLoader(t, rt, 1, "a")
+	release, err := l.Acquire(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if _, ok := l.Entry("b"); ok {
+		t.Fatal("b in the source before the reload")
+	}
+	l.SetSource(Source{"b": {Path: "/new/b"}})
+	if d := l.Expected("b"); d == 0 {
+		t.Error("Expected of a new entry the engine does not hold = 0")
+	}
+	release, err = l.Acquire(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if !slices.Equal(rt.loads, []string{"a", "b"}) || rt.paths[1] != "/new/b" {
+		t.Errorf("loads %v from %v: want b loaded from /new/b", rt.loads, rt.paths)
+	}
+	if !slices.Equal(rt.unloads, []string{"a"}) {
+		t.Errorf("unloads %v: want a, which the loader loaded, evicted for b", rt.unloads)
+	}
+	release, err = l.Acquire(t.Context(), "a") // outside the source now: nothing to load
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if len(rt.loads) != 2 {
+		t.Errorf("loads %v: a dropped entry was loaded again", rt.loads)
+	}
+}
+
+// TestSetSourceConcurrent runs SetSource beside Acquire and Expected (for -race).
+func TestSetSourceConcurrent(t *testing.T) {
+	rt := &fakeRuntime{}
+	l := newLoader(t, rt, 0, "a")
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 100 {
+			l.SetSource(Source{"a": {Path: "/lora/a"}, "b": {Path: "/lora/b"}})
+		}
+	})
+	for range 100 {
+		if release, err := l.Acquire(t.Context(), "a"); err == nil {
+			release()
+		}
+		l.Expected("b")
+	}
+	wg.Wait()
 }
