@@ -21,7 +21,8 @@ import (
 // c gets M(c and the classes above it) − M(the classes above it), where M(S) is the largest
 // number of S's requests that can each be given a distinct good request's first token inside
 // [its arrival, its arrival + its TTFT target]. With one class, or a class whose target spans
-// the run, that is BoundServed.
+// the run, that is BoundServed. A lower class's attainment can exceed its Bound: the ideal
+// admission gives the first tokens both could have used to the higher class first.
 //
 // BoundServed spends every good request of the run on the classes in priority order, each
 // taking as many as it sent: min(1, max(0, Good − sent by classes above c) ÷ sent by c),
