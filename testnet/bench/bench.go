@@ -258,9 +258,11 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		}
 		var pools *poolCounter
 		var paths *pathCounter
+		keeper := &recordKeeper{}
+		lc.Observe = keeper.observe
 		if dis != nil {
 			pools, paths = newPoolCounter(p.Roles, b.cfg.Nodes, b.cfg.TimeScale), newPathCounter(p.Roles, b.cfg.TimeScale)
-			lc.Observe = func(r loadgen.RequestRecord) { pools.observe(r); paths.observe(r) }
+			lc.Observe = func(r loadgen.RequestRecord) { keeper.observe(r); pools.observe(r); paths.observe(r) }
 		}
 		loadsBefore, err := adapterLoads(b.engineRegs)
 		if err != nil {
@@ -268,7 +270,7 @@ func (b *bencher) policy(ctx context.Context, p Policy, wallCapacity float64) (r
 		}
 		rep, err := loadgen.Run(ctx, lc)
 		if rep != nil {
-			row := newRow(p.Name, l, rep, b.cfg.TimeScale, b.cfg.Interactive.Name)
+			row := newRow(p.Name, l, rep, keeper.records(), b.cfg.TimeScale, b.cfg.Interactive.Name)
 			if loads, lerr := adapterLoads(b.engineRegs); lerr == nil && b.adapters() && rep.Sent > 0 {
 				per := 1000 * (loads - loadsBefore) / float64(rep.Sent)
 				row.AdapterLoadsPer1k = &per

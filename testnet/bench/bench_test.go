@@ -173,7 +173,7 @@ func TestNewRowScalesToSimulatedTime(t *testing.T) {
 			"interactive": {Name: "interactive", GroupReport: loadgen.GroupReport{Sent: 6, Attainment: 0.75}},
 		},
 	}
-	r := newRow("kvmesh", 1.5, rep, 10, "interactive")
+	r := newRow("kvmesh", 1.5, rep, nil, 10, "interactive")
 	if r.OfferedRPS != 2 || r.GoodputRPS != 1 || math.Abs(r.P99TTFT-2) > 1e-9 {
 		t.Errorf("rates and latency not in simulated time: %+v", r)
 	}

@@ -41,9 +41,21 @@
 // served, as vLLM's and SGLang's default does, and kvmesh's keep priority scheduling (a Policy
 // may name its own, EngineScheduling). Result and its table record which ran.
 //
-// Each Row sets its classes' attainment beside their bound (ClassBound): what an ideal
-// admission could have given each class with the goodput the run served, spent on the classes
-// in priority order. Its cache hit ratio stands beside a pooled-LRU oracle's on the same
+// Each Row sets its classes' attainment beside their bound (ClassBound, from the run's request
+// records): what an ideal admission could have given each class with the service the mesh
+// performed while the class's requests could still meet their target. The unit of service is a
+// good request's first token: a request is good only if its first token came within its TTFT
+// target, so whether a request the mesh served well could have been a class c request instead
+// is decided at that instant (a c request must have arrived by then and still be within its
+// target); completions would drop the service that started in time and ended after the last
+// target, and tokens would count as capacity the decode steps that run long after a class's
+// last arrival. Good first tokens are matched to requests, each inside [its arrival, its
+// arrival + its TTFT target], greedily in priority order (the matchable sets form a
+// transversal matroid, so the greedy order is exact): class c gets the most of its requests
+// matched given the classes above it. So a class served only in the drain after the last
+// arrival does not raise the bound of a class whose target ended before it, and with one
+// class, or a class whose target spans the run, the bound is the run's good requests against
+// the class's sent, what ClassBound.BoundServed keeps for every class. Its cache hit ratio stands beside a pooled-LRU oracle's on the same
 // requests: one LRU cache of Nodes × KVBlocks blocks fed every planned prompt's chained block
 // hashes in arrival order, warm-ups and earlier loads included, computed offline from the plan
 // (none for the agents workload, whose later prompts carry the server's answers). It has no

@@ -250,7 +250,7 @@ func (r *Result) runsTable() htmlTable {
 
 func (r *Result) attainmentTable() htmlTable {
 	t := htmlTable{ID: "attainment", Caption: "SLO attainment per priority class",
-		Note: "The bound is what an ideal admission could have given the class with the goodput the run served, spent on the classes in priority order.",
+		Note: "The bound is what an ideal admission could have given the class with the good first tokens the mesh served while the class's requests could still meet their TTFT target, spent on the classes in priority order.",
 		Head: []string{"policy", "load", "class", "sent", "good", "SLO attainment", "bound", "attainment ÷ bound"}}
 	for _, row := range r.Rows {
 		for _, b := range row.Bounds {

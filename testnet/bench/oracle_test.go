@@ -93,7 +93,7 @@ func TestBounds(t *testing.T) {
 		{"all served", report(120, 70, 70, 50, 50), [2]float64{1, 1}, [2]float64{1, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := Bounds(c.rep)
+			b := Bounds(c.rep, nil)
 			if len(b) != 2 || b[0].Class != "interactive" || b[1].Class != "batch" {
 				t.Fatalf("bounds %+v: want interactive then batch", b)
 			}
@@ -102,7 +102,7 @@ func TestBounds(t *testing.T) {
 					t.Errorf("%s: bound %.3f ratio %.3f, want %.3f, %.3f", b[i].Class, b[i].Bound, b[i].Ratio, c.bounds[i], c.ratio[i])
 				}
 			}
-			r := newRow("kvmesh", 1, c.rep, 1, "interactive")
+			r := newRow("kvmesh", 1, c.rep, nil, 1, "interactive")
 			if !near(r.HighBound, c.bounds[0]) || !near(r.HighBoundRatio, c.ratio[0]) {
 				t.Errorf("row's interactive bound %.3f ratio %.3f", r.HighBound, r.HighBoundRatio)
 			}

@@ -38,7 +38,7 @@ func handResult() *Result {
 	for i, p := range []string{"kvmesh", "cache-aware"} {
 		res.Policies = append(res.Policies, Policy{Name: p, EngineScheduling: "priority"})
 		for _, l := range res.Loads {
-			res.Rows = append(res.Rows, newRow(p, l, handReport(0.2+float64(i)), 1, "interactive"))
+			res.Rows = append(res.Rows, newRow(p, l, handReport(0.2+float64(i)), nil, 1, "interactive"))
 		}
 	}
 	res.Ratios = Ratios(res.Rows)

@@ -109,8 +109,9 @@ func frac(a, b int) float64 {
 	return float64(a) / float64(b)
 }
 
-// newRow summarises rep, a run at wall rates, in simulated time.
-func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64, interactive string) Row {
+// newRow summarises rep, a run at wall rates, in simulated time; recs are its request records
+// (see Bounds).
+func newRow(policy string, load float64, rep *loadgen.Report, recs []loadgen.RequestRecord, timeScale float64, interactive string) Row {
 	r := Row{
 		Policy: policy, Load: load, OfferedRPS: rep.OfferedRate / timeScale,
 		Sent: rep.Sent, Completed: rep.Completed, Refused: rep.Refused, Failed: rep.Failed, Good: rep.Good,
@@ -123,7 +124,7 @@ func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64,
 	if c := rep.Classes[interactive]; c != nil {
 		r.HighSent, r.HighAttainment, r.HighP99TPOT = c.Sent, c.Attainment, c.TPOT.P99*timeScale
 	}
-	r.Bounds = Bounds(rep)
+	r.Bounds = Bounds(rep, recs)
 	r.Classes = classRows(rep, timeScale)
 	r.Entries, r.OtherOverOwn = entryRows(rep, timeScale)
 	for _, b := range r.Bounds {
@@ -132,43 +133,6 @@ func newRow(policy string, load float64, rep *loadgen.Report, timeScale float64,
 		}
 	}
 	return r
-}
-
-// ClassBound is one class's SLO attainment in a run beside the bound: the attainment an ideal
-// admission could have given it with the goodput the mesh served. The ideal admission spends
-// the run's good requests (Report.Good, every class's) on the classes in priority order, each
-// taking as many as it sent: class c's bound is min(1, max(0, Good − sent by classes above c)
-// ÷ sent by c). It assumes a good request of one class costs what one of another does, so
-// that the mesh could have served any class's request in place of one it served well; where
-// classes differ in cost (the mixed workloads send the long repository prompts as batch) the
-// bound is approximate, and where a class's requests are cheaper than another's it can be
-// exceeded.
-type ClassBound struct {
-	Class      string  `json:"class"`
-	Sent       int     `json:"sent"`
-	Good       int     `json:"good"`
-	Attainment float64 `json:"slo_attainment"`
-	Bound      float64 `json:"bound"`
-	// Ratio is Attainment ÷ Bound, 0 when Bound is 0.
-	Ratio float64 `json:"ratio"`
-}
-
-// Bounds returns each class of rep's attainment against its bound (see ClassBound), in
-// priority order, highest first (ties by name).
-func Bounds(rep *loadgen.Report) []ClassBound {
-	classes := byPriority(rep)
-	left := rep.Good
-	out := make([]ClassBound, 0, len(classes))
-	for _, c := range classes {
-		give := min(left, c.Sent)
-		left -= give
-		b := ClassBound{Class: c.Name, Sent: c.Sent, Good: c.Good, Attainment: c.Attainment, Bound: frac(give, c.Sent)}
-		if b.Bound > 0 {
-			b.Ratio = b.Attainment / b.Bound
-		}
-		out = append(out, b)
-	}
-	return out
 }
 
 // byPriority returns rep's classes in priority order, highest first (ties by name).
