@@ -42,6 +42,9 @@ func TestColdPlacement(t *testing.T) {
 	rq := coldReq(key)
 	peers := idlePeers(4)
 	want := order(rq.Blocks[63], peers)
+	loadFirst := func(ps []Peer, tokens int) {
+		ps[slices.IndexFunc(ps, func(p Peer) bool { return p.Name == want[0] })].QueuedPrefillTokens = tokens
+	}
 	tests := []struct {
 		name string
 		busy int // Config.BusyQueuedPrefillTokens
@@ -60,7 +63,7 @@ func TestColdPlacement(t *testing.T) {
 			name: "the first peer loaded past the gate and its decodes' TPOT: the next in the order",
 			set: func(rq *Request, ps []Peer) {
 				rq.StepTPOTTarget = 100 * time.Millisecond
-				ps[slices.IndexFunc(ps, func(p Peer) bool { return p.Name == want[0] })].QueuedPrefillTokens = 8000
+				loadFirst(ps, 8000)
 			},
 			busy: 32768,
 			want: want[1],
@@ -71,7 +74,7 @@ func TestColdPlacement(t *testing.T) {
 			name: "the first peer loaded past the gate, its decodes within their TPOT: it keeps it",
 			set: func(rq *Request, ps []Peer) {
 				rq.StepTPOTTarget = 200 * time.Millisecond
-				ps[slices.IndexFunc(ps, func(p Peer) bool { return p.Name == want[0] })].QueuedPrefillTokens = 8000
+				loadFirst(ps, 8000)
 			},
 			busy: 32768,
 			want: want[0],
@@ -82,7 +85,7 @@ func TestColdPlacement(t *testing.T) {
 			name: "the first peer past the margin: the next in the order",
 			set: func(rq *Request, ps []Peer) {
 				rq.StepTPOTTarget = time.Second
-				ps[slices.IndexFunc(ps, func(p Peer) bool { return p.Name == want[0] })].QueuedPrefillTokens = 30000
+				loadFirst(ps, 30000)
 			},
 			busy: 32768,
 			want: want[1],
@@ -91,7 +94,7 @@ func TestColdPlacement(t *testing.T) {
 			// Busy by its queue: no candidate, so the next peer in the order takes it.
 			name: "the first peer busy: the next in the order",
 			set: func(rq *Request, ps []Peer) {
-				ps[slices.IndexFunc(ps, func(p Peer) bool { return p.Name == want[0] })].QueuedPrefillTokens = 40000
+				loadFirst(ps, 40000)
 			},
 			busy: 16384,
 			want: want[1],

@@ -292,27 +292,33 @@ func (sv *Server) ServeSimpleForward(ctx context.Context, h transport.Header, bo
 	switch h.Endpoint {
 	case transport.EndpointEmbeddings:
 		er, oerr := openai.DecodeEmbeddings(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
+		if oerr == nil {
+			oerr = sv.servedHere(er.Model)
+		}
 		if oerr != nil {
 			refuse(oerr.Status, oerr.Code, oerr.Message, 0)
-			return
-		}
-		if _, ok := sv.host.LocalModel(er.Model); !ok {
-			refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+er.Model, 0)
 			return
 		}
 		sv.serveEmbeddings(ctx, w, er, body, h.RequestID, "peer")
 	case transport.EndpointResponses:
 		rr, oerr := openai.DecodeResponses(bytes.NewReader(body), sv.cfg.MaxBodyBytes)
+		if oerr == nil {
+			oerr = sv.servedHere(rr.Model)
+		}
 		if oerr != nil {
 			refuse(oerr.Status, oerr.Code, oerr.Message, 0)
 			return
 		}
-		if _, ok := sv.host.LocalModel(rr.Model); !ok {
-			refuse(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+rr.Model, 0)
-			return
-		}
 		sv.serveResponses(ctx, w, rr, body, h.RequestID, "peer")
 	}
+}
+
+// servedHere is nil when this node's engine serves model, else the 404 a forward for it gets.
+func (sv *Server) servedHere(model string) *openai.Error {
+	if _, ok := sv.host.LocalModel(model); !ok {
+		return openai.NewError(http.StatusNotFound, admit.CodeModelNotFound, "this node does not serve "+model)
+	}
+	return nil
 }
 
 // maxEngineError bounds the engine's error body the node reads to learn its code.

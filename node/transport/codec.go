@@ -51,21 +51,10 @@ func (d *decoder) uvarint(what string) uint64 {
 	return v
 }
 
+// varint is a zigzag-encoded uvarint, as encoding/binary spells a signed varint.
 func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad varint for %s", what)
-		return 0
-	}
-	if n > 1 && d.b[n-1] == 0 {
-		d.fail("overlong varint for %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.uvarint(what)
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (d *decoder) raw(what string, limit int) []byte {

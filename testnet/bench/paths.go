@@ -103,24 +103,10 @@ func (pc *pathCounter) latencies(classes []string) []PathLatency {
 				continue
 			}
 			out = append(out, PathLatency{Path: path, Class: class, Completed: len(ps.ttft), Good: ps.good,
-				TTFT: percentiles(ps.ttft), TPOT: percentiles(ps.tpot), MaxITL: percentiles(ps.maxIT)})
+				TTFT: loadgen.Summary(ps.ttft), TPOT: loadgen.Summary(ps.tpot), MaxITL: loadgen.Summary(ps.maxIT)})
 		}
 	}
 	return out
-}
-
-// percentiles summarises v (sorted in place).
-func percentiles(v []float64) loadgen.Percentiles {
-	if len(v) == 0 {
-		return loadgen.Percentiles{}
-	}
-	slices.Sort(v)
-	sum := 0.0
-	for _, x := range v {
-		sum += x
-	}
-	return loadgen.Percentiles{Count: len(v), Mean: sum / float64(len(v)), P50: loadgen.Percentile(v, 0.5),
-		P90: loadgen.Percentile(v, 0.9), P99: loadgen.Percentile(v, 0.99), Max: v[len(v)-1]}
 }
 
 // writePaths prints the rows' per-path latencies, when any row has them.

@@ -60,10 +60,23 @@ func (s *samples) summary() Percentiles {
 	if s.n == 0 {
 		return Percentiles{}
 	}
-	v := slices.Clone(s.v)
+	p := Summary(slices.Clone(s.v))
+	p.Count, p.Mean = s.n, s.sum/float64(s.n) // the reservoir keeps a sample of them
+	return p
+}
+
+// Summary summarises latency samples v, in seconds (sorting v in place).
+func Summary(v []float64) Percentiles {
+	if len(v) == 0 {
+		return Percentiles{}
+	}
 	slices.Sort(v)
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
 	return Percentiles{
-		Count: s.n, Mean: s.sum / float64(s.n),
+		Count: len(v), Mean: sum / float64(len(v)),
 		P50: Percentile(v, 0.50), P90: Percentile(v, 0.90), P99: Percentile(v, 0.99), Max: v[len(v)-1],
 	}
 }
