@@ -207,16 +207,18 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.stopCtx()
-	t.cancel()
 	conns := make([]*quic.Conn, 0, len(t.conns))
 	for c := range t.conns {
 		conns = append(conns, c)
 	}
 	t.mu.Unlock()
 
+	// Connections close before handlers' contexts end: a handler that returns on its cancelled
+	// context then cannot end its stream cleanly, which the peer would take for a whole answer.
 	for _, c := range conns {
 		_ = c.CloseWithError(codeShutdown, "node shutting down")
 	}
+	t.cancel()
 	err := t.ln.Close()
 	t.wg.Wait()
 	if e := t.qt.Close(); e != nil && err == nil {
