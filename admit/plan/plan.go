@@ -269,18 +269,22 @@ func (p *Planner) routeRequest(req admit.Request, blockTokens int) route.Request
 // its SLOs less the time it has waited and, for a request in the room, less the dispatch slack
 // admission keeps (Admitter.Ready). A sheddable request's TTFT target is at most the normal
 // class's: routing's margin of it (route.Config.PrefixHomeShare, half by default) is then the
-// spare capacity it may run on (admission's spare rule), not its own loose SLO. Zero TTFT:
-// none is left.
+// spare capacity it may run on (admission's spare rule), not its own loose SLO. Once it has
+// waited past the normal target, what is left of its own SLO is its target: it no longer
+// waits for spare capacity but for room, and without a target routing would hand it to the
+// load gate, which spreads the sheddable work that waited longest over every node, each
+// recomputing its prefix and evicting other prompts' cache. Zero TTFT: none is left.
 func (p *Planner) targets(now time.Time, req admit.Request, queued bool) (ttft, tpot time.Duration) {
 	ttft, tpot = p.adm.SLOFor(req)
 	cfg := p.adm.Config()
 	if queued {
 		ttft -= time.Duration(float64(ttft) * max(cfg.Queue.DispatchSlack, 0))
 	}
-	if normal := time.Duration(cfg.SLO.Normal.TTFT); req.Priority < 0 && normal > 0 {
+	waited := now.Sub(req.SLOClock())
+	if normal := time.Duration(cfg.SLO.Normal.TTFT); req.Priority < 0 && normal > waited {
 		ttft = min(ttft, normal)
 	}
-	return max(ttft-now.Sub(req.SLOClock()), 0), tpot
+	return max(ttft-waited, 0), tpot
 }
 
 // stepTPOT is the TPOT the decodes running on a peer must keep, for routing's locality rule

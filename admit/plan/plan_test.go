@@ -449,15 +449,20 @@ func TestLocalityKeepsTheHome(t *testing.T) {
 // queued: 853 ms, within the normal target's half) is past the sheddable KV mark (7,000 of
 // 8,000 blocks) waits in the room for h's room instead of running on o (4,000 tokens queued,
 // 740 ms with its recompute), where it would recompute its 3,072-token prefix and evict another's; o stays the dispatch fallback.
-// A home with room takes it.
+// A home with room takes it. So too for one that waited in the room past the normal target
+// (2 s), which its own SLO's remainder (30 s less the dispatch slack, less its wait) still
+// keeps home: with no target left the load gate would run it on o.
 func TestLocalityWaitsForTheHomesRoom(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		kvUsed int // on the home
+		kvUsed int           // on the home
+		waited time.Duration // in the room (0: at the ingress)
 		want   admit.Action
 	}{
-		{"a home past the sheddable mark: the request waits for it", 7000, admit.Queue},
-		{"a home with room takes it", 1000, admit.Accept},
+		{"a home past the sheddable mark: the request waits for it", 7000, 0, admit.Queue},
+		{"a home with room takes it", 1000, 0, admit.Accept},
+		{"past the normal target, a home past the mark: it still waits for it", 7000, 2500 * time.Millisecond, admit.Queue},
+		{"past the normal target, a home with room takes it", 1000, 2500 * time.Millisecond, admit.Accept},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPlanner(t, Config{}, nil)
@@ -467,7 +472,11 @@ func TestLocalityWaitsForTheHomesRoom(t *testing.T) {
 			v.Add(peer("o", func(p *route.Peer) { p.QueuedPrefillTokens = 4000 }), false)
 			rq := request(3200, func(r *admit.Request) { r.Priority, r.TTFTSLO, r.TPOTSLO = -1, 30*time.Second, 200*time.Millisecond })
 			var pl Plan
-			p.Ingress(t0, rq, v, &pl)
+			if tt.waited > 0 {
+				p.Queued(t0.Add(tt.waited), &admit.Item{Req: rq, Priority: rq.Priority, Model: model}, nil, v, &pl)
+			} else {
+				p.Ingress(t0, rq, v, &pl)
+			}
 			if pl.D.Action != tt.want {
 				t.Fatalf("action %v (%s), want %v: %s", pl.D.Action, pl.D.Code, tt.want, route.Explain(pl.Cands, 2))
 			}
