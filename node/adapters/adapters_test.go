@@ -16,7 +16,7 @@ import (
 // its request waited is the 404 model_not_found an adapter of no source gets.
 func TestLoadFailuresAnswerPrecisely(t *testing.T) {
 	for _, c := range []struct {
-		kind, cause error
+		kind, cause   error
 		status        int
 		code, outcome string
 	}{
