@@ -158,6 +158,38 @@ func TestConcurrentFirstRequestsCauseOneLoad(t *testing.T) {
 // external engine's runtime API (vLLM's POST /v1/load_lora_adapter).
 func TestFailedAdapterLoadAnswersAClearError(t *testing.T) {
 	const base = "base-model"
+	vllm, eng := failingVLLM(t, base)
+	src := adapterSource(t, base, "broken", "good")
+	tn := startNet(t, 2, func(i int, cfg *node.Config) {
+		cfg.AdapterSource = src
+		if i == 0 {
+			cfg.Engine, cfg.Models = vllm, nil
+		} else {
+			cfg.Models = []string{"other-model"}
+		}
+	})
+	ingress, owner := tn.URLs()[1], tn.URLs()[0]
+	resp := post(t, ingress, "/v1/chat/completions", chatFor("broken", "hello"), nil)
+	body := readAll(t, resp)
+	e := decodeError(t, body)
+	if resp.StatusCode != http.StatusBadGateway || e.Error.Code != node.CodeAdapterLoadFailed ||
+		!strings.Contains(e.Error.Message, `"broken"`) || !strings.Contains(e.Error.Message, "No adapter found") {
+		t.Fatalf("status %d %s, want 502 %s naming the adapter and the engine's reason", resp.StatusCode, body, node.CodeAdapterLoadFailed)
+	}
+	if v := metric(t, owner, "kvmesh_adapter_loads_total", `outcome="failed"`); v != 1 {
+		t.Errorf("failed loads = %v, want 1", v)
+	}
+	runAdapter(t, ingress, "good")
+	if got := engineAdapters(t, "http://"+eng.HTTPAddr()); !slices.Equal(got, []string{"good"}) {
+		t.Errorf("the engine holds %v, want good", got)
+	}
+}
+
+// failingVLLM serves an embedded engine of base behind vLLM's runtime adapter API, whose load
+// of the adapter "broken" fails as vLLM's does when no adapter is at the path. It returns the
+// server's URL and the engine's node.
+func failingVLLM(t *testing.T, base string) (string, *node.Node) {
+	t.Helper()
 	eng := startEngineNode(t, base, 256, func(c *node.Config) { c.Sim.MaxLoRAs = 2 })
 	target, _ := url.Parse("http://" + eng.HTTPAddr())
 	proxy := httputil.NewSingleHostReverseProxy(target)
@@ -178,30 +210,7 @@ func TestFailedAdapterLoadAnswersAClearError(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(vllm.Close)
-	src := adapterSource(t, base, "broken", "good")
-	tn := startNet(t, 2, func(i int, cfg *node.Config) {
-		cfg.AdapterSource = src
-		if i == 0 {
-			cfg.Engine, cfg.Models = vllm.URL, nil
-		} else {
-			cfg.Models = []string{"other-model"}
-		}
-	})
-	ingress, owner := tn.URLs()[1], tn.URLs()[0]
-	resp := post(t, ingress, "/v1/chat/completions", chatFor("broken", "hello"), nil)
-	body := readAll(t, resp)
-	e := decodeError(t, body)
-	if resp.StatusCode != http.StatusBadGateway || e.Error.Code != node.CodeAdapterLoadFailed ||
-		!strings.Contains(e.Error.Message, `"broken"`) || !strings.Contains(e.Error.Message, "No adapter found") {
-		t.Fatalf("status %d %s, want 502 %s naming the adapter and the engine's reason", resp.StatusCode, body, node.CodeAdapterLoadFailed)
-	}
-	if v := metric(t, owner, "kvmesh_adapter_loads_total", `outcome="failed"`); v != 1 {
-		t.Errorf("failed loads = %v, want 1", v)
-	}
-	runAdapter(t, ingress, "good")
-	if got := engineAdapters(t, "http://"+eng.HTTPAddr()); !slices.Equal(got, []string{"good"}) {
-		t.Errorf("the engine holds %v, want good", got)
-	}
+	return vllm.URL, eng
 }
 
 // A reload reads the adapter source again: an adapter it adds is valid at once and loads at

@@ -149,7 +149,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.adapters = adapters.New(adapters.Deps{
 		Config: adapters.Config{Name: cfg.Name, Source: cfg.AdapterSource, LoadTimeout: cfg.AdapterLoadTimeout, MaxLoaded: cfg.AdapterMaxLoaded},
-		Engine: n.eng, Runtime: n.ext, Sim: n.sim, Metrics: metrics.NewAdapters(reg), Log: log, Served: n.servedInMesh,
+		Engine: n.eng, Runtime: n.ext, Sim: n.sim, Metrics: metrics.NewAdapters(reg), Spans: &n.spans, Log: log, Served: n.servedInMesh,
 	})
 	if err := n.buildMesh(); err != nil {
 		closeEngine(n.eng)

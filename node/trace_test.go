@@ -179,6 +179,44 @@ func TestRefusalIsASpanError(t *testing.T) {
 	}
 }
 
+// TestSimpleEndpointsHaveARequestSpan: a request of a simple endpoint (embeddings, the
+// Responses API) gets the ingress's server span chat completions get: in the client's trace,
+// with its request id, endpoint, route, model, the node that ran it and how it ended.
+func TestSimpleEndpointsHaveARequestSpan(t *testing.T) {
+	url, exp := tracedNode(t, func(*node.Config) {})
+	for _, c := range []struct {
+		path, endpoint, body string
+		status               int
+		outcome              string
+	}{
+		{"/v1/embeddings", "embeddings", `{"model":"` + model + `","input":"hello"}`, http.StatusOK, "completed"},
+		{"/v1/responses", "responses", `{"model":"` + model + `","input":"hello"}`, http.StatusBadRequest, "refused"},
+	} {
+		t.Run(c.endpoint, func(t *testing.T) {
+			exp.Reset()
+			resp := post(t, url, c.path, c.body, map[string]string{"traceparent": clientParent})
+			if body := readAll(t, resp); resp.StatusCode != c.status {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			s := named(t, exp, "kvmesh.request", 1)[0]
+			if s.SpanContext.TraceID().String() != clientTrace || s.Parent.SpanID().String() != clientSpan || s.SpanKind != trace.SpanKindServer {
+				t.Errorf("span in trace %s under %s, kind %v: want the client's trace, under its span, a server span",
+					s.SpanContext.TraceID(), s.Parent.SpanID(), s.SpanKind)
+			}
+			want := []attribute.KeyValue{attribute.String("kvmesh.request_id", resp.Header.Get(node.HeaderRequestID)),
+				attribute.String("kvmesh.endpoint", c.endpoint), attribute.String("http.route", c.path),
+				attribute.String("http.request.method", http.MethodPost), attribute.String("gen_ai.request.model", model),
+				attribute.String("kvmesh.outcome", c.outcome)}
+			if c.outcome == "completed" {
+				want = append(want, attribute.String("kvmesh.peer", "n1"), attribute.Int("kvmesh.priority", 0))
+			} else {
+				want = append(want, attribute.String("error.type", resp.Header.Get(node.HeaderReason)))
+			}
+			hasAttrs(t, s, want...)
+		})
+	}
+}
+
 // TestTracingOffInventsNoTraceparent: with tracing off a client's traceparent and tracestate
 // reach the external engine unchanged, whether the client came to the engine's node or to a
 // peer that forwarded the request, and a request without one reaches it without one.

@@ -16,6 +16,7 @@ import (
 	"github.com/kvmesh/kvmesh/node/meshview"
 	"github.com/kvmesh/kvmesh/node/metrics"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/tracing"
 )
 
 // Codes of a load's failure, the client's answer.
@@ -46,7 +47,8 @@ type Deps struct {
 	Runtime lora.Runtime // the external engine's runtime adapter API; nil with Sim
 	Sim     *sim.Sim     // the embedded engine, when it is the engine
 	Metrics *metrics.Adapters
-	Log     *slog.Logger // nil: discard
+	Spans   *tracing.Spans // a load's span; nil: none
+	Log     *slog.Logger   // nil: discard
 	// Served returns a model as this node's engine or some peer's record lists it.
 	Served func(model string) (engine.Model, bool)
 }
@@ -61,6 +63,8 @@ type Set struct {
 	m      *metrics.Adapters
 	log    *slog.Logger
 	served func(model string) (engine.Model, bool)
+	spans  *tracing.Spans
+	api    string       // the engine's runtime load API, in a load's span
 	loader *lora.Loader // nil without a source
 }
 
@@ -70,8 +74,11 @@ func New(d Deps) *Set {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Set{cfg: d.Config, eng: d.Engine, rt: d.Runtime, sim: d.Sim, m: d.Metrics, log: log, served: d.Served}
+	return &Set{cfg: d.Config, eng: d.Engine, rt: d.Runtime, sim: d.Sim, m: d.Metrics, log: log, served: d.Served, spans: d.Spans}
 }
+
+// apiEmbedded names the embedded engine's load API in a load's span.
+const apiEmbedded = "embedded"
 
 // simRuntime is the embedded engine's runtime adapter API.
 type simRuntime struct{ s *sim.Sim }
@@ -101,7 +108,9 @@ func (set *Set) Start() error {
 	}
 	rt := set.rt
 	if set.sim != nil {
-		rt = simRuntime{set.sim}
+		rt, set.api = simRuntime{set.sim}, apiEmbedded
+	} else if a, ok := rt.(interface{ AdapterAPI() string }); ok {
+		set.api = a.AdapterAPI()
 	}
 	l, err := lora.New(lora.Config{
 		Source: src, Runtime: rt, Listed: set.listed, Capacity: set.capacity, Timeout: set.cfg.LoadTimeout,
@@ -244,7 +253,9 @@ func (set *Set) Acquire(ctx context.Context, model string) (release func(), err 
 	if set.loader == nil {
 		return func() {}, nil
 	}
-	release, err = set.loader.Acquire(ctx, model)
+	tctx, lt := set.startTrace(ctx, model)
+	release, err = set.loader.Acquire(tctx, model)
+	set.endTrace(ctx, lt, err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -274,6 +285,11 @@ func (e *adapterError) APIError() *openai.Error {
 	case errors.Is(e.err, lora.ErrNoIdleSlot):
 		return openai.NewError(http.StatusServiceUnavailable, CodeAdapterSlotsBusy,
 			fmt.Sprintf("LoRA adapter %q cannot be loaded on node %s now: every adapter slot holds an adapter in use", name, e.node))
+	case errors.Is(e.err, lora.ErrNotInSource):
+		// As an owner answers a request for an adapter of no source: the engine does not
+		// hold it, and nothing can load it.
+		return openai.NewError(http.StatusNotFound, openai.CodeModelNotFound,
+			fmt.Sprintf("this node does not serve %s: node %s's adapter source no longer lists the LoRA adapter (a reload dropped it while the request waited for its load)", name, e.node))
 	case errors.Is(e.err, lora.ErrLoadTimeout):
 		return openai.NewError(http.StatusGatewayTimeout, CodeAdapterLoadTimeout,
 			fmt.Sprintf("LoRA adapter %q was not loaded on node %s in time: %v", name, e.node, le.Cause))

@@ -10,6 +10,9 @@
 //   - New does no I/O; Start reads the source, before the node serves. Without a source every
 //     method answers as for no adapter: nothing to load, nothing to list.
 //   - A load's failure is the client's answer with a precise code (CodeAdapterLoadFailed,
-//     CodeAdapterLoadTimeout, CodeAdapterSlotsBusy), through journey.EngineError.
+//     CodeAdapterLoadTimeout, CodeAdapterSlotsBusy; 404 model_not_found for an adapter a
+//     reload dropped while its request waited), through journey.EngineError.
+//   - A request whose acquire loaded its adapter, waited for another's load or failed gets a
+//     kvmesh.adapter.load span under its own (tracing.Spans.AdapterLoad).
 //   - After Start a Set is safe for concurrent use.
 package adapters

@@ -35,7 +35,7 @@ func (sv *Server) IngestEmbeddings(ctx context.Context, w http.ResponseWriter, r
 	q := &simpleRequest{ep: transport.EndpointEmbeddings, id: id, body: body,
 		adm: admit.Request{Model: er.Model, PromptTokens: embeddingTokens(er.Input)}}
 	zero := 0 // embeddings generate nothing: the bucket is charged the input alone
-	if o := sv.admitSimple(w, r, q, start, &zero); o != nil {
+	if o := sv.admitSimple(ctx, w, r, q, start, &zero); o != nil {
 		return *o
 	}
 	local := func(w http.ResponseWriter, origin string) journey.Outcome {

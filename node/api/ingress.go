@@ -297,8 +297,9 @@ func (sv *Server) HandleGenerate(ep engine.Endpoint) http.HandlerFunc {
 	})
 }
 
-// HandleCounted runs one request of a generation endpoint (chat, completions, the Messages API)
-// under its trace span, counted under label in the request counters.
+// HandleCounted runs one request of an inference endpoint (chat, completions, the Messages
+// API, the simple endpoints) under its trace span, counted under label in the request
+// counters.
 func (sv *Server) HandleCounted(label string, ingest IngestFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()

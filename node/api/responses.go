@@ -64,7 +64,7 @@ func (sv *Server) IngestResponses(ctx context.Context, w http.ResponseWriter, r 
 	// The input's shape is the engine's to read; its size is what the key is charged for.
 	q := &simpleRequest{ep: transport.EndpointResponses, id: id, body: body,
 		adm: admit.Request{Model: rr.Model, PromptTokens: kvindex.Tokens(len(body))}}
-	if o := sv.admitSimple(w, r, q, start, rr.MaxOutputTokens); o != nil {
+	if o := sv.admitSimple(ctx, w, r, q, start, rr.MaxOutputTokens); o != nil {
 		return *o
 	}
 	local := func(w http.ResponseWriter, origin string) journey.Outcome {

@@ -12,11 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvmesh/kvmesh/admit"
 	"github.com/kvmesh/kvmesh/gossip"
 	"github.com/kvmesh/kvmesh/node/engine/external"
 	"github.com/kvmesh/kvmesh/node/journey"
 	"github.com/kvmesh/kvmesh/node/openai"
+	"github.com/kvmesh/kvmesh/node/tracing"
 	"github.com/kvmesh/kvmesh/node/transport"
 )
 
@@ -28,24 +31,10 @@ import (
 // its engine as sent and relays the answer; the embedded engine computes embeddings itself
 // (sim.Embedding) and refuses the Responses API (CodeUnsupportedEndpoint).
 
-// HandleSimple counts and runs one request of a simple endpoint, as HandleGenerate does a
-// generation.
-func (sv *Server) HandleSimple(ep transport.Endpoint, ingest func(context.Context, http.ResponseWriter, *http.Request, string, time.Time) journey.Outcome) http.HandlerFunc {
-	label := ep.String()
-	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sv.m.Received.WithLabelValues(label).Inc()
-		sv.m.InFlight.Inc()
-		defer sv.m.InFlight.Dec()
-		id := NewRequestID()
-		w.Header().Set(journey.HeaderRequestID, id)
-		o := ingest(r.Context(), w, r, id, start)
-		sv.Account(label, o)
-		sv.m.E2E.Observe(time.Since(start).Seconds())
-		if !o.Completed {
-			sv.log.Info("request ended", "id", id, "endpoint", label, "code", o.Code, "refused", o.Refused)
-		}
-	}
+// HandleSimple counts and runs one request of a simple endpoint under its trace span, as
+// HandleCounted does a generation.
+func (sv *Server) HandleSimple(ep transport.Endpoint, ingest IngestFunc) http.HandlerFunc {
+	return sv.HandleCounted(ep.String(), ingest)
 }
 
 // simpleRequest is a decoded request of a simple endpoint.
@@ -65,28 +54,36 @@ func RefuseSimple(w http.ResponseWriter, e *openai.Error, retry time.Duration) j
 // admitSimple runs validation (the X-Kvmesh-* headers, a model the mesh serves) and identity
 // (API key and its token bucket, charged the input's tokens and output, the default output
 // when output is nil) on q.
-func (sv *Server) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *journey.Outcome {
+// The decision, model, priority and tenant go on ctx's request span.
+func (sv *Server) admitSimple(ctx context.Context, w http.ResponseWriter, r *http.Request, q *simpleRequest, start time.Time, output *int) *journey.Outcome {
+	span := trace.SpanFromContext(ctx)
 	refuse := func(e *openai.Error, retry time.Duration) *journey.Outcome {
 		o := RefuseSimple(w, e, retry)
 		return &o
 	}
+	refused := func(d admit.Decision) *openai.Error {
+		sv.m.DecisionOf(d)
+		tracing.Decision(span, d.Action.String(), d.Layer, d.Code)
+		return journey.RefusalOf(d)
+	}
 	a := &q.adm
+	tracing.Model(span, a.Model)
 	if oerr := ParseHeaders(r.Header, a, sv.cfg.MaxAgentIDBytes); oerr != nil {
 		sv.m.Decision(admit.LayerValidation, admit.Refuse, oerr.Code)
+		tracing.Decision(span, admit.Refuse.String(), admit.LayerValidation, oerr.Code)
 		return refuse(oerr, 0)
 	}
 	a.ID, a.Endpoint, a.Arrived, a.APIKey = q.id, q.ep.String(), start, Bearer(r.Header)
 	if d := sv.adm.Validate(*a); d.Refused() {
-		sv.m.DecisionOf(d)
-		return refuse(journey.RefusalOf(d), 0)
+		return refuse(refused(d), 0)
 	}
 	a.MaxTokens = output
 	tenant, d := sv.adm.Identify(start, *a)
 	if d.Refused() {
-		sv.m.DecisionOf(d)
-		return refuse(journey.RefusalOf(d), d.RetryAfter)
+		return refuse(refused(d), d.RetryAfter)
 	}
 	a.Tenant, a.Priority, a.APIKey = tenant, d.Priority, ""
+	tracing.RequestAttrs(span, a.Model, a.Priority, a.Tenant)
 	if d.PriorityClamped {
 		w.Header().Set(HeaderPriorityGranted, strconv.Itoa(d.Priority))
 	}
@@ -96,8 +93,7 @@ func (sv *Server) admitSimple(w http.ResponseWriter, r *http.Request, q *simpleR
 		// lowered to it with clamp_max_tokens, in the body the engine gets too.
 		bd := sv.adm.Budget(*a)
 		if bd.Refused() {
-			sv.m.DecisionOf(bd)
-			e := journey.RefusalOf(bd)
+			e := refused(bd)
 			if e.Param == "max_tokens" {
 				e.Param, e.Message = "max_output_tokens", strings.Replace(e.Message, "max_tokens", "max_output_tokens", 1)
 			}
@@ -185,6 +181,7 @@ func (sv *Server) dispatchSimple(ctx context.Context, w http.ResponseWriter, q *
 		}
 		if c.self {
 			sv.m.Forwards.WithLabelValues("local").Inc()
+			tracing.Peer(trace.SpanFromContext(ctx), c.name)
 			return local(w, "local")
 		}
 		if o, done := sv.forwardSimple(ctx, w, q, c, pinned, &last, &retry); done {
@@ -250,6 +247,7 @@ func (sv *Server) forwardSimple(ctx context.Context, w http.ResponseWriter, q *s
 		return journey.Outcome{}, false
 	}
 	sv.m.Forwards.WithLabelValues("accepted").Inc()
+	tracing.Peer(trace.SpanFromContext(ctx), c.name)
 	return sv.relaySimple(w, resp), true
 }
 

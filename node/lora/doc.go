@@ -15,9 +15,12 @@
 //     start) take room but are never unloaded.
 //   - SetSource replaces the source (a reload): a new entry loads at its first request; an
 //     adapter the loader loaded that the new source drops stays until it is evicted, and is
-//     not loaded again.
-//   - Failures are *Error values naming the adapter, wrapping ErrLoadFailed, ErrLoadTimeout or
-//     ErrNoIdleSlot.
+//     not loaded again: a request that waited for a flight and then finds the engine without
+//     it and its entry gone fails with ErrNotInSource.
+//   - Failures are *Error values naming the adapter, wrapping ErrLoadFailed, ErrLoadTimeout,
+//     ErrNoIdleSlot or ErrNotInSource.
+//   - A Trace in Acquire's context (WithTrace) is told that call's steps: its wait for
+//     another's flight, the unload it made room with, the load it ran.
 //   - Expected is the load time a request for an adapter should count before its first token:
 //     zero when the engine holds it, else the mean of recent loads (Config.LoadEstimate before
 //     the first).

@@ -33,13 +33,16 @@ var (
 	// ErrNoIdleSlot: the engine holds Config.Capacity adapters and requests hold each one
 	// the loader may unload.
 	ErrNoIdleSlot = errors.New("lora: every adapter slot is in use")
+	// ErrNotInSource: a reload (SetSource) dropped the adapter's entry while the request
+	// waited, and the engine does not hold it: there is nothing to load it from.
+	ErrNotInSource = errors.New("lora: the adapter source no longer lists the adapter")
 )
 
 // Error is Acquire's failure for one adapter.
 type Error struct {
 	Adapter string
-	Kind    error // ErrLoadFailed, ErrLoadTimeout or ErrNoIdleSlot
-	Cause   error // the engine's answer or the context's error; nil for ErrNoIdleSlot
+	Kind    error // ErrLoadFailed, ErrLoadTimeout, ErrNoIdleSlot or ErrNotInSource
+	Cause   error // the engine's answer or the context's error; nil for ErrNoIdleSlot and ErrNotInSource
 }
 
 func (e *Error) Error() string {
@@ -156,6 +159,7 @@ func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err 
 	}
 	wait, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
+	tr := traceOf(ctx)
 	for {
 		listed := l.cfg.Listed()
 		capacity := l.cfg.Capacity()
@@ -165,7 +169,7 @@ func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err 
 		case a.busy != nil:
 			f := a.busy
 			l.mu.Unlock()
-			if err := l.await(wait, ctx, name, f); err != nil {
+			if err := l.await(wait, ctx, name, f, tr); err != nil {
 				return nil, err
 			}
 			continue // loaded (or unloaded to make room): look again
@@ -177,9 +181,9 @@ func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err 
 			return l.releaser(a), nil
 		}
 		e, ok := l.cfg.Source[name]
-		if !ok { // a reload dropped it meanwhile: nothing to load
+		if !ok { // a reload dropped it meanwhile: nothing to load it from
 			l.mu.Unlock()
-			return func() {}, nil
+			return nil, &Error{Adapter: name, Kind: ErrNotInSource}
 		}
 		victim, err := l.victimLocked(name, listed, capacity)
 		if err != nil {
@@ -192,15 +196,17 @@ func (l *Loader) Acquire(ctx context.Context, name string) (release func(), err 
 			victim.busy = f
 		}
 		l.mu.Unlock()
-		if err := l.run(ctx, name, e.Path, a, victim, f); err != nil {
+		if err := l.run(ctx, name, e.Path, a, victim, f, tr); err != nil {
 			return nil, err
 		}
 	}
 }
 
 // await waits for f, another request's load of name, within wait (bounded by Timeout) and
-// ctx (the request's).
-func (l *Loader) await(wait, ctx context.Context, name string, f *flight) error {
+// ctx (the request's), and tells tr how long it waited.
+func (l *Loader) await(wait, ctx context.Context, name string, f *flight, tr *Trace) error {
+	start := l.cfg.Now()
+	defer func() { tr.waited(l.cfg.Now().Sub(start)) }()
 	select {
 	case <-f.done:
 		if f.err != nil {
@@ -215,16 +221,18 @@ func (l *Loader) await(wait, ctx context.Context, name string, f *flight) error 
 	}
 }
 
-// run performs the flight f: unload victim (if any), then load name from path. It returns the
-// flight's error.
-func (l *Loader) run(ctx context.Context, name, path string, a, victim *adapter, f *flight) error {
+// run performs the flight f: unload victim (if any), then load name from path, telling tr.
+// It returns the flight's error.
+func (l *Loader) run(ctx context.Context, name, path string, a, victim *adapter, f *flight, tr *Trace) error {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.Timeout)
 	defer cancel()
 	start := l.cfg.Now()
 	var err error
 	unloaded := false
 	if victim != nil {
-		if err = l.cfg.Runtime.UnloadAdapter(lctx, victim.name); err != nil {
+		err = l.cfg.Runtime.UnloadAdapter(lctx, victim.name)
+		tr.unloaded(victim.name, l.cfg.Now().Sub(start), err)
+		if err != nil {
 			err = fmt.Errorf("unloading %q to make room: %w", victim.name, err)
 		}
 		unloaded = err == nil
@@ -261,6 +269,7 @@ func (l *Loader) run(ctx context.Context, name, path string, a, victim *adapter,
 	if l.cfg.OnLoad != nil {
 		l.cfg.OnLoad(name, outcome, took)
 	}
+	tr.loaded(outcome, took)
 	return err
 }
 

@@ -326,3 +326,43 @@ func TestSetSourceConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestReloadDropsAnAdapterAWaiterWanted: a request for x waits for the flight that unloads x
+// to make room for y; a reload drops x's entry meanwhile. The waiter fails with ErrNotInSource
+// naming x (the engine no longer holds x and nothing can load it), never returns as if x were
+// loaded.
+func TestReloadDropsAnAdapterAWaiterWanted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &fakeRuntime{}
+		l := newLoader(t, rt, 1, "x", "y")
+		release, err := l.Acquire(t.Context(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		rt.gate = make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { // y's load: x, idle, is unloaded first
+			if release, err := l.Acquire(context.Background(), "y"); err != nil {
+				t.Errorf("y: %v", err)
+			} else {
+				release()
+			}
+		})
+		synctest.Wait() // x unloaded, y's load blocked on the gate
+		var xErr error
+		var xRelease func()
+		wg.Go(func() { xRelease, xErr = l.Acquire(context.Background(), "x") })
+		synctest.Wait() // the request for x waits for that flight
+		l.SetSource(Source{"y": {Path: "/lora/y"}})
+		close(rt.gate)
+		wg.Wait()
+		var le *Error
+		if !errors.Is(xErr, ErrNotInSource) || !errors.As(xErr, &le) || le.Adapter != "x" || xRelease != nil {
+			t.Fatalf("Acquire(x) = release %v, err %v; want ErrNotInSource naming x", xRelease != nil, xErr)
+		}
+		if !slices.Equal(rt.loads, []string{"x", "y"}) || !slices.Equal(rt.unloads, []string{"x"}) {
+			t.Errorf("loads %v unloads %v, want x then y loaded and x unloaded", rt.loads, rt.unloads)
+		}
+	})
+}

@@ -3,7 +3,8 @@
 // sampler and the resource service.name=kvmesh, service.instance.id=the node's name.
 //
 // Spans starts the spans of a request's journey: the ingress's server span, the queue wait,
-// each forward attempt, the owner's server span and the engine run; End, Decision, Route and
+// each forward attempt, the owner's server span and the engine run, and, recorded once it is
+// over, a LoRA adapter's load on demand (AdapterLoad); End, Decision, Route, Peer and
 // ForwardResult record on them. The trace context travels in the W3C traceparent and
 // tracestate headers (Propagator), between nodes in the forward header.
 //

@@ -199,6 +199,13 @@ func Model(span trace.Span, model string) {
 	}
 }
 
+// Peer records the node chosen to run a request on span.
+func Peer(span trace.Span, peer string) {
+	if span.IsRecording() {
+		span.SetAttributes(attrPeer.String(peer))
+	}
+}
+
 // Route records the candidate an ingress chose on span: the peer, its score, the prefix it
 // holds in tokens, its load and its predicted time to first token.
 func Route(span trace.Span, peer string, score float64, prefixTokens int, load float64, ttft time.Duration) {

@@ -86,11 +86,25 @@ type loraRequest struct {
 	Path string `json:"lora_path,omitempty"`
 }
 
-func (e *Engine) adapterCall(ctx context.Context, op string, r loraRequest) error {
-	path := "/v1/" + op
-	if e.cfg.Kind == KindSGLang {
-		path = "/" + op
+// AdapterAPI names the engine's runtime load call, as a load's trace span shows it ("" for
+// a nil Engine).
+func (e *Engine) AdapterAPI() string {
+	if e == nil {
+		return ""
 	}
+	return http.MethodPost + " " + e.adapterPath("load_lora_adapter")
+}
+
+// adapterPath is the path of the runtime adapter call op on the engine's kind.
+func (e *Engine) adapterPath(op string) string {
+	if e.cfg.Kind == KindSGLang {
+		return "/" + op
+	}
+	return "/v1/" + op
+}
+
+func (e *Engine) adapterCall(ctx context.Context, op string, r loraRequest) error {
+	path := e.adapterPath(op)
 	body, _ := json.Marshal(r) // two strings: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, adapterCallTimeout)
 	defer cancel()
