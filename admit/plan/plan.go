@@ -163,6 +163,7 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 	if p.cfg.Mode == ModeKvmesh {
 		rreq.TTFTTarget, rreq.TPOTTarget = p.targets(now, req, it != nil)
 		rreq.StepTPOTTarget = p.stepTPOT(rreq.TPOTTarget)
+		rreq.Slack = p.slack(now, req)
 	}
 	var err error
 	pl.Cands, err = p.policy.Route(now, rreq, v.Peers, pl.Cands[:0])
@@ -285,6 +286,15 @@ func (p *Planner) targets(now time.Time, req admit.Request, queued bool) (ttft, 
 		ttft = min(ttft, normal)
 	}
 	return max(ttft-waited, 0), tpot
+}
+
+// slack is the time left before the waiting room's deadline for req's own TTFT SLO
+// (route.Request.Slack): the SLO less the dispatch slack, less the time it has waited. Zero:
+// none is left, or req has no TTFT SLO.
+func (p *Planner) slack(now time.Time, req admit.Request) time.Duration {
+	ttft, _ := p.adm.SLOFor(req)
+	ttft -= time.Duration(float64(ttft) * max(p.adm.Config().Queue.DispatchSlack, 0))
+	return max(ttft-now.Sub(req.SLOClock()), 0)
 }
 
 // stepTPOT is the TPOT the decodes running on a peer must keep, for routing's locality rule

@@ -226,6 +226,38 @@ func TestBusyAdapterHostQueues(t *testing.T) {
 	}
 }
 
+// TestSheddableAdapterWaitsForItsSlack: the planner gives routing a request's own slack
+// (route.Request.Slack), uncapped by the normal class's target: a sheddable request of an
+// adapter resident nowhere waits in the room while more than route's AdapterSheddableSlack of
+// it is left (its 30 s target less the dispatch slack, 24 s, less 10 s: 14 s), then takes a
+// free slot; an interactive request of the same adapter takes the free slot at once.
+func TestSheddableAdapterWaitsForItsSlack(t *testing.T) {
+	p := newPlanner(t, Config{}, nil)
+	v := &View{BlockTokens: 16}
+	v.Add(peer("a", func(p *route.Peer) { p.AdaptersCut, p.LoRASlots, p.LoRAFree = true, 8, 6 }), false)
+	sheddable := func(r *admit.Request) { r.Model, r.Parent, r.Priority = adapterModel, model, -1 }
+	for _, tc := range []struct {
+		name   string
+		mod    func(*admit.Request)
+		waited time.Duration
+		want   admit.Action
+	}{
+		{"sheddable, just arrived", sheddable, 0, admit.Queue},
+		{"sheddable, 13s waited", sheddable, 13 * time.Second, admit.Queue},
+		{"sheddable, 15s waited", sheddable, 15 * time.Second, admit.Accept},
+		{"interactive, just arrived", func(r *admit.Request) { r.Model, r.Parent = adapterModel, model }, 0, admit.Accept},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pl Plan
+			p.Ingress(t0.Add(tc.waited), request(100, tc.mod), v, &pl)
+			if pl.D.Action != tc.want {
+				t.Fatalf("got %v (%s: %s), want %v", pl.D.Action, pl.D.Code, pl.D.Message, tc.want)
+			}
+			p.Release(&pl)
+		})
+	}
+}
+
 // grid is a fixed carbon rule: this node's grid dirty or not.
 type grid struct{ dirty bool }
 

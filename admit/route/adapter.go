@@ -69,9 +69,15 @@ func residency(req *Request, p *Peer) Residency {
 // adapter's longest running reply, and meanwhile counts it among its waiting requests and
 // queued prefill, which every other request's predicted TTFT there then prices although it is
 // not ahead of them. So the peer is busy for req (busyAt): it waits in the waiting room, where
-// its deadline orders it, for a slot anywhere. A sheddable request finds no slot either where
-// Config.AdapterSheddableSlots or fewer are free: those are left to the other classes, since
-// the slot it would take stays its adapter's for its whole reply.
+// its deadline orders it, for a slot anywhere.
+//
+// A sheddable request finds no slot either where Config.AdapterSheddableSlots or fewer are
+// free, nor, while more than Config.AdapterSheddableSlack of its slack is left, where its
+// adapter is not resident: the slot it would take stays its adapter's for its whole reply,
+// while an interactive request of an adapter resident nowhere has a fraction of a second to
+// find one. Its long target lets it wait in the room for a peer its adapter is resident on
+// (brought there by the adapter's next interactive request, which it then runs beside) and
+// take a free slot only once its slack runs low.
 func seatless(cfg *Config, req *Request, p *Peer) bool {
 	if req.Parent == "" || p.LoRASlots <= 0 {
 		return false
@@ -80,7 +86,8 @@ func seatless(cfg *Config, req *Request, p *Peer) bool {
 	case ResidencySwap:
 		return true
 	case ResidencyFreeSlot:
-		return req.Priority < 0 && p.LoRAFree <= cfg.AdapterSheddableSlots
+		return req.Priority < 0 && (p.LoRAFree <= cfg.AdapterSheddableSlots ||
+			cfg.AdapterSheddableSlack > 0 && req.Slack > cfg.AdapterSheddableSlack)
 	}
 	return false
 }

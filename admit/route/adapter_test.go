@@ -179,6 +179,52 @@ func TestSheddableLeavesTheLastSlots(t *testing.T) {
 	}
 }
 
+// TestSheddableWaitsForResidency pins Config.AdapterSheddableSlack: a sheddable request of
+// an adapter not resident on a peer finds the peer busy while more than the slack bound is
+// left of its own target (it waits in the room for a peer its adapter is resident on), and
+// takes a free slot once its slack runs low; an interactive request, a resident adapter, an
+// unknown slack (a plain router's request) and a negative bound take the slot at once.
+func TestSheddableWaitsForResidency(t *testing.T) {
+	withFree := func(free int, resident ...string) Peer {
+		p := loraPeer("p", 8, resident)
+		p.LoRAFree = free
+		return p
+	}
+	sheddable := func(r Request, slack time.Duration) Request { r.Priority, r.Slack = -1, slack; return r }
+	a1 := adapterReq("a1", 512)
+	tests := []struct {
+		name  string
+		req   Request
+		peer  Peer
+		bound time.Duration // Config.AdapterSheddableSlack; 0: the default (10 s)
+		busy  bool
+	}{
+		{"sheddable, 20s of slack: waits for its adapter", sheddable(a1, 20*time.Second), withFree(6), 0, true},
+		{"sheddable, 10s of slack: takes a free slot", sheddable(a1, 10*time.Second), withFree(6), 0, false},
+		{"sheddable, 4s of slack: takes a free slot", sheddable(a1, 4*time.Second), withFree(6), 0, false},
+		{"sheddable, its adapter resident: runs at once", sheddable(a1, 20*time.Second), withFree(6, "a1"), 0, false},
+		{"sheddable, slack unknown: takes a free slot", sheddable(a1, 0), withFree(6), 0, false},
+		{"sheddable, a bound of 25s", sheddable(a1, 20*time.Second), withFree(6), 25 * time.Second, false},
+		{"sheddable, no bound configured", sheddable(a1, 20*time.Second), withFree(6), -1, false},
+		{"interactive, 20s of slack: takes a free slot", func() Request { r := a1; r.Slack = 20 * time.Second; return r }(), withFree(6), 0, false},
+		{"a base model's sheddable request", sheddable(req(512), 20*time.Second), withFree(6), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, func(c *Config) {
+				if tt.bound != 0 {
+					c.AdapterSheddableSlack = tt.bound
+				}
+			})
+			got, err := r.Route(t0, tt.req, []Peer{tt.peer}, nil)
+			var nc *NoCandidateError
+			if busy := errors.As(err, &nc) && nc.Busy(); busy != tt.busy {
+				t.Fatalf("got %v, %v: want busy %v", names(got), err, tt.busy)
+			}
+		})
+	}
+}
+
 // TestAdapterLoadPriced pins the predicted TTFT of a peer the adapter is not resident on: it
 // carries Config.AdapterLoadTime, and the explain header names the residency.
 func TestAdapterLoadPriced(t *testing.T) {

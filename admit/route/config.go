@@ -152,6 +152,14 @@ type Config struct {
 	// its whole reply, and while every slot holds a running adapter the engine skips the
 	// requests of every other adapter, whatever their class. Default 1; negative: none.
 	AdapterSheddableSlots int `json:"adapter_sheddable_slots,advanced"`
+	// AdapterSheddableSlack: a sheddable request (priority < 0) of an adapter not resident on
+	// a peer finds the peer busy (seatless) while more than this is left of its slack
+	// (Request.Slack): it waits in the waiting room for a peer where its adapter is resident
+	// (an interactive request of the adapter loads it) or for its slack to run this low, and
+	// so leaves the free slots to the interactive requests of adapters resident nowhere, which
+	// have no time to wait for one. Default 10 s (a 30 s target, less a fifth of it as
+	// dispatch slack, waits up to 14 s); negative: it takes a free slot at once.
+	AdapterSheddableSlack time.Duration `json:"adapter_sheddable_slack,advanced"`
 	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
 	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
 	LoadHalfTokens int `json:"load_half_tokens,advanced"`
@@ -288,6 +296,7 @@ func DefaultConfig() Config {
 		Weights:                        Weights{Prefix: 1.0, Load: 0.5, FreeKV: 0.25, Power: 0.1, Thermal: 0.5, Adapter: 1.0},
 		AdapterLoadTime:                200 * time.Millisecond,
 		AdapterSheddableSlots:          1,
+		AdapterSheddableSlack:          10 * time.Second,
 		LoadHalfTokens:                 16384,
 		DefaultPrefillTokensPerSecond:  20000,
 		DefaultDecodeStepSeconds:       0.02,
@@ -346,6 +355,7 @@ func (c *Config) fill() error {
 	fillF(&c.Weights.Adapter, d.Weights.Adapter)
 	fillDur(&c.AdapterLoadTime, d.AdapterLoadTime)
 	fillI(&c.AdapterSheddableSlots, d.AdapterSheddableSlots)
+	fillDur(&c.AdapterSheddableSlack, d.AdapterSheddableSlack)
 	fillI(&c.LoadHalfTokens, d.LoadHalfTokens)
 	fillF(&c.DefaultPrefillTokensPerSecond, d.DefaultPrefillTokensPerSecond)
 	fillF(&c.DefaultDecodeStepSeconds, d.DefaultDecodeStepSeconds)

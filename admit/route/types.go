@@ -44,6 +44,12 @@ type Request struct {
 	// the peers holding the request's longest cached prefix are its prefix homes and keep it
 	// (the locality rule, locality.go); without one, the load gate alone orders the holders.
 	TTFTTarget, TPOTTarget time.Duration
+	// Slack is the time left, counted from now, before the waiting room's deadline for the
+	// request's own TTFT SLO (its SLO less admission's dispatch slack, less the time it has
+	// waited), not capped at the normal class's as a sheddable request's TTFTTarget is; zero:
+	// none known. A sheddable request of an adapter waits for its adapter's residency while
+	// more than Config.AdapterSheddableWait of it is left (seatless).
+	Slack time.Duration
 	// StepTPOTTarget is the TPOT the decodes already running on a peer must keep, whatever
 	// their class: the tightest TPOT SLO of the classes and of this request (zero: none known).
 	// Under the locality rule a home keeps the request past the load gate while its
