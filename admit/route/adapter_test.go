@@ -437,39 +437,3 @@ func TestAdapterDemandForgets(t *testing.T) {
 		t.Fatalf("%d adapters tracked, want at most %d", n, maxDemandAdapters)
 	}
 }
-
-// TestAdapterYieldHolds: a yield that started holds for YieldHold while the adapter yielded to,
-// resident nowhere, has at least as many requests as the yielding one, though no longer twice
-// as many; past the hold, twice again.
-func TestAdapterYieldHolds(t *testing.T) {
-	now := time.Unix(1000, 0)
-	peers := []Peer{loraPeer("p1", 2, []string{"a1", "x"})}
-	var d AdapterDemand
-	for range 2 {
-		d.Add(now, "a1", "m")
-	}
-	for range 4 {
-		d.Add(now, "hot", "m")
-	}
-	r := adapterReq("a1", 512)
-	if !d.Yields(now, &r, peers, 2) {
-		t.Fatal("4 requests against 2: no yield")
-	}
-	d.Add(now, "a1", "m") // 3 against 4: under twice, at least as many
-	if !d.Yields(now.Add(YieldHold/2), &r, peers, 2) {
-		t.Fatal("the yield did not hold")
-	}
-	if d.Yields(now.Add(YieldHold+time.Second), &r, peers, 2) {
-		t.Fatal("the yield held past YieldHold")
-	}
-	var fresh AdapterDemand
-	for range 3 {
-		fresh.Add(now, "a1", "m")
-	}
-	for range 4 {
-		fresh.Add(now, "hot", "m")
-	}
-	if fresh.Yields(now, &r, peers, 2) {
-		t.Fatal("3 against 4 started a yield")
-	}
-}

@@ -19,12 +19,6 @@ import (
 // popular adapter takes the slot that frees. The yield lasts while the popular adapter is
 // resident nowhere, so the first of the yielding adapters' slots to drain ends it.
 
-// YieldHold is how long an adapter that starts yielding keeps yielding while an adapter at
-// least as demanded as it, not only AdapterYieldRatio times, is resident nowhere: longer than
-// a reply, so its slots drain although its count and the other's, each a sample of one
-// ingress's share, cross back and forth, and every ingress's yield overlaps.
-const YieldHold = 20 * time.Second
-
 // DemandWindow is the time constant of AdapterDemand's decaying counts: a request counts
 // e^(−age/DemandWindow).
 const DemandWindow = 30 * time.Second
@@ -49,8 +43,6 @@ type demand struct {
 	parent string
 	n      float64   // decayed count at at
 	at     time.Time // of the last update
-	// yieldUntil ends the hold of a yield that started (YieldHold).
-	yieldUntil time.Time
 }
 
 func (d *demand) count(now time.Time) float64 {
@@ -121,30 +113,22 @@ func (a *AdapterDemand) Count(now time.Time, model string) float64 {
 // Yields reports whether req's adapter yields its slots now (Request.Yield): ratio > 0 and
 // another adapter of req's base model with at least demandMin and ratio times req's adapter's
 // decayed count is resident on no peer of peers that serves the base model with adapter slots.
-// For YieldHold after such a yield starts, one with as many requests as req's adapter does.
 func (a *AdapterDemand) Yields(now time.Time, req *Request, peers []Peer, ratio float64) bool {
 	if req.Parent == "" || ratio <= 0 {
 		return false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	own, held := 0.0, false
-	e, ok := a.m[req.Model]
-	if ok {
-		own, held = e.count(now), now.Before(e.yieldUntil)
+	own := 0.0
+	if e, ok := a.m[req.Model]; ok {
+		own = e.count(now)
 	}
 	need := max(ratio*own, demandMin)
-	if held {
-		need = max(own, demandMin)
-	}
-	for name, o := range a.m {
-		if name == req.Model || o.parent != req.Parent || o.count(now) < need {
+	for name, e := range a.m {
+		if name == req.Model || e.parent != req.Parent || e.count(now) < need {
 			continue
 		}
 		if !residentOnAny(name, req.Parent, peers) && slotsFor(req.Parent, peers) {
-			if ok && !held {
-				e.yieldUntil = now.Add(YieldHold)
-			}
 			return true
 		}
 	}
