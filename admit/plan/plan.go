@@ -67,9 +67,6 @@ type Planner struct {
 	// held is the decode blocks of this node's split requests still prefilling (Hold): they
 	// are in the prefill nodes' gossiped queues too, and are not counted twice (inFlight).
 	held atomic.Int64
-	// demand counts the adapter requests this node takes in (Ingress), for the slot yield
-	// (route.AdapterDemand).
-	demand route.AdapterDemand
 }
 
 // New returns a Planner over the admitter and the routing policy; grid nil turns carbon
@@ -149,9 +146,6 @@ type Plan struct {
 // Ingress decides a new request over v: Accept (reserving on the chosen candidate), Queue or
 // Refuse. It never blocks.
 func (p *Planner) Ingress(now time.Time, req admit.Request, v *View, pl *Plan) {
-	if p.cfg.Mode == ModeKvmesh {
-		p.demand.Add(now, req.Model, req.Parent)
-	}
 	p.decide(now, req, nil, nil, v, pl)
 }
 
@@ -170,7 +164,6 @@ func (p *Planner) decide(now time.Time, req admit.Request, it *admit.Item, claim
 		rreq.TTFTTarget, rreq.TPOTTarget = p.targets(now, req, it != nil)
 		rreq.StepTPOTTarget = p.stepTPOT(rreq.TPOTTarget)
 		rreq.Slack = p.slack(now, req)
-		rreq.Yield = p.demand.Yields(now, &rreq, v.Peers, p.policy.Config().AdapterYieldRatio)
 	}
 	var err error
 	pl.Cands, err = p.policy.Route(now, rreq, v.Peers, pl.Cands[:0])

@@ -521,37 +521,3 @@ func TestLocalityWaitsForTheHomesRoom(t *testing.T) {
 		})
 	}
 }
-
-// TestAdapterYieldsToAPopularOne: an adapter whose requests at this ingress are fewer than half
-// of another's that no peer holds yields its slot: its request waits in the room rather than
-// keep the slot on a peer whose every slot a running adapter holds, so the slot drains for the
-// popular one. With the popular adapter asked for once, it runs as before.
-func TestAdapterYieldsToAPopularOne(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		hot  int // requests of the popular adapter before ours
-		want admit.Action
-	}{
-		{"popular adapter resident nowhere", 4, admit.Queue},
-		{"asked for once", 1, admit.Accept},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newPlanner(t, Config{}, nil)
-			v := &View{BlockTokens: 16}
-			v.Add(peer("a", func(p *route.Peer) {
-				p.AdaptersCut, p.LoRASlots, p.LoRAFree = true, 2, 0
-				p.ResidentAdapters = []string{adapterModel, "lora-x"}
-				p.Models = append(p.Models, adapterModel, "lora-x")
-			}), false)
-			var pl Plan
-			for range tc.hot {
-				p.Ingress(t0, request(100, func(r *admit.Request) { r.Model, r.Parent = "lora-hot", model }), v, &pl)
-				p.Release(&pl)
-			}
-			p.Ingress(t0, request(100, func(r *admit.Request) { r.Model, r.Parent = adapterModel, model }), v, &pl)
-			if pl.D.Action != tc.want {
-				t.Fatalf("got %v (%s: %s), want %v", pl.D.Action, pl.D.Code, pl.D.Message, tc.want)
-			}
-		})
-	}
-}

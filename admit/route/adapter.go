@@ -78,10 +78,6 @@ func residency(req *Request, p *Peer) Residency {
 // find one. Its long target lets it wait in the room for a peer its adapter is resident on
 // (brought there by the adapter's next interactive request, which it then runs beside) and
 // take a free slot only once its slack runs low.
-//
-// A request whose adapter yields (Request.Yield, demand.go) takes no free slot, and keeps its
-// adapter's slot on p only while another slot of p is free: its slots drain, and the more
-// popular adapter it yields to takes the first that frees.
 func seatless(cfg *Config, req *Request, p *Peer) bool {
 	if req.Parent == "" || p.LoRASlots <= 0 {
 		return false
@@ -90,10 +86,8 @@ func seatless(cfg *Config, req *Request, p *Peer) bool {
 	case ResidencySwap:
 		return true
 	case ResidencyFreeSlot:
-		return req.Yield || req.Priority < 0 && (p.LoRAFree <= cfg.AdapterSheddableSlots ||
+		return req.Priority < 0 && (p.LoRAFree <= cfg.AdapterSheddableSlots ||
 			cfg.AdapterSheddableSlack > 0 && req.Slack > cfg.AdapterSheddableSlack)
-	case ResidencyResident:
-		return req.Yield && p.LoRAFree <= 0
 	}
 	return false
 }

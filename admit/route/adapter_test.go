@@ -3,7 +3,6 @@ package route
 import (
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,103 +336,5 @@ func TestSourceAdapterResidency(t *testing.T) {
 	res, free := sourcePeer("res", 2, []string{"a1"}, time.Second), sourcePeer("free", 2, nil, 700*time.Millisecond)
 	if d := r.Predict(adapterReq("a1", 512), &free).PredictedTTFT - r.Predict(adapterReq("a1", 512), &res).PredictedTTFT; d.Round(time.Millisecond) != 700*time.Millisecond {
 		t.Errorf("a free slot predicts %v more than the holder, want its 700ms estimate", d)
-	}
-}
-
-// TestAdapterYield pins seatless for a request whose adapter yields its slots (Request.Yield):
-// it takes no free slot, and keeps its adapter's slot only on a peer with another slot free;
-// an adapter that does not yield runs as before.
-func TestAdapterYield(t *testing.T) {
-	full := loraPeer("full", 2, []string{"a1", "x"})
-	spare := loraPeer("spare", 3, []string{"a1", "x"})
-	free := loraPeer("free", 2, []string{"x"})
-	tests := []struct {
-		name  string
-		yield bool
-		p     Peer
-		want  bool // seatless
-	}{
-		{"resident, every slot held: keeps its slot", false, full, false},
-		{"resident, every slot held, yielding: drains", true, full, true},
-		{"resident, a slot free besides, yielding: runs", true, spare, false},
-		{"free slot: takes it", false, free, false},
-		{"free slot, yielding: leaves it", true, free, true},
-	}
-	cfg := DefaultConfig()
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := adapterReq("a1", 512)
-			r.Yield = tt.yield
-			if got := seatless(&cfg, &r, &tt.p); got != tt.want {
-				t.Fatalf("seatless = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-// TestAdapterDemandYields pins AdapterDemand.Yields: an adapter yields to one of the same base
-// model with at least twice its decayed count (and at least two requests) that no peer holds;
-// not to one resident somewhere, of another base model, or too few; counts decay over
-// DemandWindow; a ratio ≤ 0 turns the yield off.
-func TestAdapterDemandYields(t *testing.T) {
-	now := time.Unix(1000, 0)
-	peers := []Peer{loraPeer("p1", 2, []string{"a1", "x"}), loraPeer("p2", 2, []string{"y", "z"})}
-	add := func(d *AdapterDemand, at time.Time, model, parent string, n int) {
-		for range n {
-			d.Add(at, model, parent)
-		}
-	}
-	tests := []struct {
-		name  string
-		fill  func(d *AdapterDemand)
-		ratio float64
-		want  bool
-	}{
-		{"nothing else asked for", func(d *AdapterDemand) { add(d, now, "a1", "m", 3) }, 2, false},
-		{"a popular adapter resident nowhere", func(d *AdapterDemand) { add(d, now, "a1", "m", 1); add(d, now, "hot", "m", 2) }, 2, true},
-		{"its count under twice ours", func(d *AdapterDemand) { add(d, now, "a1", "m", 3); add(d, now, "hot", "m", 5) }, 2, false},
-		{"one request says nothing", func(d *AdapterDemand) { add(d, now, "hot", "m", 1) }, 2, false},
-		{"resident on a peer", func(d *AdapterDemand) { add(d, now, "a1", "m", 1); add(d, now, "y", "m", 9) }, 2, false},
-		{"another base model's", func(d *AdapterDemand) { add(d, now, "a1", "m", 1); add(d, now, "hot", "other", 9) }, 2, false},
-		{"its requests long past", func(d *AdapterDemand) { add(d, now.Add(-3*DemandWindow), "hot", "m", 9) }, 2, false},
-		{"ours long past, its recent", func(d *AdapterDemand) {
-			add(d, now.Add(-3*DemandWindow), "a1", "m", 9)
-			add(d, now, "hot", "m", 2)
-		}, 2, true},
-		{"turned off", func(d *AdapterDemand) { add(d, now, "hot", "m", 9) }, -1, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var d AdapterDemand
-			tt.fill(&d)
-			r := adapterReq("a1", 512)
-			if got := d.Yields(now, &r, peers, tt.ratio); got != tt.want {
-				t.Fatalf("Yields = %v, want %v", got, tt.want)
-			}
-		})
-	}
-	var base AdapterDemand
-	add(&base, now, "hot", "m", 9)
-	r := req(512)
-	if base.Yields(now, &r, peers, 2) {
-		t.Fatal("a base model's request yields")
-	}
-}
-
-// TestAdapterDemandForgets: past maxDemandAdapters the least demanded adapters are forgotten,
-// the most demanded kept.
-func TestAdapterDemandForgets(t *testing.T) {
-	now := time.Unix(1000, 0)
-	var d AdapterDemand
-	d.Add(now, "hot", "m")
-	d.Add(now, "hot", "m")
-	for i := range maxDemandAdapters {
-		d.Add(now, "a"+strconv.Itoa(i), "m")
-	}
-	if got := d.Count(now, "hot"); got != 2 {
-		t.Fatalf("hot's count = %v, want 2", got)
-	}
-	if n := len(d.m); n > maxDemandAdapters {
-		t.Fatalf("%d adapters tracked, want at most %d", n, maxDemandAdapters)
 	}
 }

@@ -160,13 +160,6 @@ type Config struct {
 	// have no time to wait for one. Default 10 s (a 30 s target, less a fifth of it as
 	// dispatch slack, waits up to 14 s); negative: it takes a free slot at once.
 	AdapterSheddableSlack time.Duration `json:"adapter_sheddable_slack,advanced"`
-	// AdapterYieldRatio: a request of an adapter whose recent requests at this ingress are
-	// fewer than 1/AdapterYieldRatio of another adapter's, of the same base model and resident
-	// on no peer, yields its GPU slots to it (Request.Yield, AdapterDemand): a reply holds its
-	// adapter's slot for its whole decode, so an adapter whose requests overlap keeps its slot
-	// for good once it has one, and only one that stops coming frees it. Default 2; negative:
-	// no adapter yields.
-	AdapterYieldRatio float64 `json:"adapter_yield_ratio,advanced"`
 	// LoadHalfTokens is the token load scored 0.5: load = t/(t+LoadHalfTokens). Default 16384,
 	// the busy threshold's scale; saturating, so heavily loaded peers still rank.
 	LoadHalfTokens int `json:"load_half_tokens,advanced"`
@@ -304,7 +297,6 @@ func DefaultConfig() Config {
 		AdapterLoadTime:                200 * time.Millisecond,
 		AdapterSheddableSlots:          1,
 		AdapterSheddableSlack:          10 * time.Second,
-		AdapterYieldRatio:              2,
 		LoadHalfTokens:                 16384,
 		DefaultPrefillTokensPerSecond:  20000,
 		DefaultDecodeStepSeconds:       0.02,
@@ -364,7 +356,6 @@ func (c *Config) fill() error {
 	fillDur(&c.AdapterLoadTime, d.AdapterLoadTime)
 	fillI(&c.AdapterSheddableSlots, d.AdapterSheddableSlots)
 	fillDur(&c.AdapterSheddableSlack, d.AdapterSheddableSlack)
-	fillF(&c.AdapterYieldRatio, d.AdapterYieldRatio)
 	fillI(&c.LoadHalfTokens, d.LoadHalfTokens)
 	fillF(&c.DefaultPrefillTokensPerSecond, d.DefaultPrefillTokensPerSecond)
 	fillF(&c.DefaultDecodeStepSeconds, d.DefaultDecodeStepSeconds)

@@ -50,10 +50,6 @@ type Request struct {
 	// none known. A sheddable request of an adapter waits for its adapter's residency while
 	// more than Config.AdapterSheddableWait of it is left (seatless).
 	Slack time.Duration
-	// Yield: the request's adapter yields its GPU slots to a more popular adapter resident
-	// nowhere (AdapterDemand.Yields): a peer is busy for it unless its adapter is resident
-	// there and a slot is free besides (seatless).
-	Yield bool
 	// StepTPOTTarget is the TPOT the decodes already running on a peer must keep, whatever
 	// their class: the tightest TPOT SLO of the classes and of this request (zero: none known).
 	// Under the locality rule a home keeps the request past the load gate while its
