@@ -1,55 +1,18 @@
 package node_test
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/kvmesh/kvmesh/internal/poll"
 	"github.com/kvmesh/kvmesh/node"
 )
-
-// tracedNode starts one node with an in-memory span exporter; configure adds to its config.
-func tracedNode(t *testing.T, configure func(cfg *node.Config)) (string, *tracetest.InMemoryExporter) {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tn := startNet(t, 1, func(_ int, cfg *node.Config) {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		cfg.TracerProvider = tp
-		configure(cfg)
-	})
-	return tn.URLs()[0], exp
-}
-
-// named returns the spans called name, once want of them have ended, in the order they ended.
-func named(t *testing.T, exp *tracetest.InMemoryExporter, name string, want int) []tracetest.SpanStub {
-	t.Helper()
-	var out []tracetest.SpanStub
-	poll.Until(t, 10*time.Second, "spans "+name, func() bool {
-		out = slices.DeleteFunc(exp.GetSpans(), func(s tracetest.SpanStub) bool { return s.Name != name })
-		return len(out) >= want
-	})
-	return out
-}
-
-// hasAttrs reports on t the attributes of want that span lacks.
-func hasAttrs(t *testing.T, span tracetest.SpanStub, want ...attribute.KeyValue) {
-	t.Helper()
-	for _, kv := range want {
-		if !slices.Contains(span.Attributes, kv) {
-			t.Errorf("span %q lacks %s=%s; has %v", span.Name, kv.Key, kv.Value.Emit(), span.Attributes)
-		}
-	}
-}
 
 // A request for an adapter the engine does not hold shows its load on demand as a
 // kvmesh.adapter.load span under its request span: the adapter, the node, the engine's API and

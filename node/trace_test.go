@@ -152,31 +152,18 @@ func TestTraceFollowsAForwardedRequest(t *testing.T) {
 // TestRefusalIsASpanError: a request refused at the ingress ends its span with an error
 // status carrying the refusal's code.
 func TestRefusalIsASpanError(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tn := startNet(t, 1, func(i int, cfg *node.Config) {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		cfg.TracerProvider = tp
-	})
-	resp := post(t, tn.URLs()[0], "/v1/chat/completions", `{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, nil)
+	url, exp := tracedNode(t, func(*node.Config) {})
+	resp := post(t, url, "/v1/chat/completions", `{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, nil)
 	readAll(t, resp)
 	code := resp.Header.Get(node.HeaderReason)
 	if resp.StatusCode != http.StatusNotFound || code == "" {
 		t.Fatalf("status %d reason %q, want a 404 refusal", resp.StatusCode, code)
 	}
-	var spans map[string]tracetest.SpanStub
-	poll.Until(t, 10*time.Second, "the ingress's span", func() bool {
-		spans = byName(exp.GetSpans())
-		return len(spans) > 0
-	})
-	s := spans["kvmesh.request"]
+	s := named(t, exp, "kvmesh.request", 1)[0]
 	if s.Status.Code != codes.Error || s.Status.Description != code {
 		t.Errorf("span status %v, want an error with %q", s.Status, code)
 	}
-	if !slices.Contains(s.Attributes, attribute.String("kvmesh.outcome", "refused")) ||
-		!slices.Contains(s.Attributes, attribute.String("error.type", code)) {
-		t.Errorf("span attributes %v, want the refusal", s.Attributes)
-	}
+	hasAttrs(t, s, attribute.String("kvmesh.outcome", "refused"), attribute.String("error.type", code))
 }
 
 // TestSimpleEndpointsHaveARequestSpan: a request of a simple endpoint (embeddings, the
@@ -272,6 +259,40 @@ func TestOTLPExportIsFlushedOnShutdown(t *testing.T) {
 	for _, s := range []string{"kvmesh.request", "kvmesh.engine", "service.instance.id", "engine"} {
 		if !bytes.Contains(got, []byte(s)) {
 			t.Errorf("the collector got no %q", s)
+		}
+	}
+}
+
+// tracedNode starts one node with an in-memory span exporter; configure adds to its config.
+func tracedNode(t *testing.T, configure func(cfg *node.Config)) (string, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tn := startNet(t, 1, func(_ int, cfg *node.Config) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		cfg.TracerProvider = tp
+		configure(cfg)
+	})
+	return tn.URLs()[0], exp
+}
+
+// named returns the spans called name, once want of them have ended, in the order they ended.
+func named(t *testing.T, exp *tracetest.InMemoryExporter, name string, want int) []tracetest.SpanStub {
+	t.Helper()
+	var out []tracetest.SpanStub
+	poll.Until(t, 10*time.Second, "spans "+name, func() bool {
+		out = slices.DeleteFunc(exp.GetSpans(), func(s tracetest.SpanStub) bool { return s.Name != name })
+		return len(out) >= want
+	})
+	return out
+}
+
+// hasAttrs reports on t the attributes of want that span lacks.
+func hasAttrs(t *testing.T, span tracetest.SpanStub, want ...attribute.KeyValue) {
+	t.Helper()
+	for _, kv := range want {
+		if !slices.Contains(span.Attributes, kv) {
+			t.Errorf("span %q lacks %s=%s; has %v", span.Name, kv.Key, kv.Value.Emit(), span.Attributes)
 		}
 	}
 }
